@@ -1,0 +1,5 @@
+"""Porter plugin for HunyuanVideo.
+
+Installed and discovered like every plugin; its model family is not written
+yet, so it registers nothing (``porter plugins`` shows that).
+"""

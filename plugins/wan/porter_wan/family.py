@@ -1,0 +1,92 @@
+"""Wan 2.1 text-to-video, split into the steps Porter drives.
+
+Each step mirrors ``diffusers.WanPipeline.__call__`` so that a Porter run and a
+plain diffusers run from the same seed give the same latents.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from porter.family import ModelFamily
+from porter.interop import to_host
+
+
+class WanFamily(ModelFamily):
+    name = "wan"
+    summary = "Wan 2.1 text-to-video (diffusers WanPipeline)"
+
+    def pipeline_class(self):
+        from diffusers import WanPipeline
+        return WanPipeline
+
+    def build_tiny(self, recipe):
+        from porter_wan.tiny import build_pipeline
+        return build_pipeline()
+
+    def check(self, recipe):
+        gen, problems = recipe.generate, []
+        for key in ("height", "width"):
+            value = getattr(gen, key)
+            if value % 16:
+                fit = f"{value - value % 16} or {value + 16 - value % 16}"
+                problems.append(recipe.problem(
+                    f"generate.{key}", f"Wan needs a multiple of 16, got {value}",
+                    hint=f"try {fit} (VAE downsamples by 8, patches are 2 wide)"))
+        if (gen.frames - 1) % 4:
+            below = gen.frames - (gen.frames - 1) % 4
+            problems.append(recipe.problem(
+                "generate.frames", f"Wan needs 4n+1 frames, got {gen.frames}",
+                hint=f"try {below} or {below + 4} (the VAE compresses time by 4)"))
+        return problems
+
+    @staticmethod
+    def guided(recipe) -> bool:
+        return recipe.generate.guidance_scale > 1.0
+
+    def encode(self, pipe, recipe):
+        gen = recipe.generate
+        prompt, negative = pipe.encode_prompt(
+            gen.prompt, gen.negative_prompt, do_classifier_free_guidance=self.guided(recipe),
+            max_sequence_length=gen.max_sequence_length, device="jax")
+        dtype = pipe.transformer.dtype
+        conditioning = {"prompt": prompt.to(dtype)}
+        if negative is not None:
+            conditioning["negative"] = negative.to(dtype)
+        return conditioning
+
+    def initial_latents(self, pipe, recipe):
+        gen = recipe.generate
+        generator = torch.Generator("cpu").manual_seed(gen.seed)
+        return pipe.prepare_latents(1, pipe.transformer.config.in_channels, gen.height,
+                                    gen.width, gen.frames, torch.float32, "cpu", generator)
+
+    def timesteps(self, pipe, recipe):
+        pipe.scheduler.set_timesteps(recipe.generate.steps, device="jax")
+        # A fixed start index avoids a value-dependent lookup in scheduler.step.
+        pipe.scheduler.set_begin_index(0)
+        return pipe.scheduler.timesteps
+
+    def predict(self, pipe, latents, timestep, conditioning, recipe):
+        model_input = latents.to(pipe.transformer.dtype)
+        t = timestep.expand(latents.shape[0])
+        noise = pipe.transformer(hidden_states=model_input, timestep=t,
+                                 encoder_hidden_states=conditioning["prompt"],
+                                 return_dict=False)[0]
+        if "negative" not in conditioning:
+            return noise
+        uncond = pipe.transformer(hidden_states=model_input, timestep=t,
+                                  encoder_hidden_states=conditioning["negative"],
+                                  return_dict=False)[0]
+        return uncond + recipe.generate.guidance_scale * (noise - uncond)
+
+    def decode(self, pipe, latents, recipe):
+        vae = pipe.vae
+        z_dim = vae.config.z_dim
+        latents = latents.to(vae.dtype)
+        mean = torch.tensor(vae.config.latents_mean).view(1, z_dim, 1, 1, 1).to(vae.dtype)
+        inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1).to(vae.dtype)
+        latents = latents / inv_std + mean
+        video = to_host(vae.decode(latents.to("jax"), return_dict=False)[0])
+        frames = pipe.video_processor.postprocess_video(video.float(), output_type="np")[0]
+        return (frames * 255).round().clip(0, 255).astype("uint8")

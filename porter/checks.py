@@ -1,0 +1,45 @@
+"""Every check that needs no weights: what `porter validate` runs."""
+
+from __future__ import annotations
+
+import difflib
+
+from porter import loading
+from porter.errors import Problem, UsageError
+
+
+def family_problems(recipe, registry) -> list[Problem]:
+    name = recipe.model.family
+    if name in registry.families:
+        return []
+    close = difflib.get_close_matches(name, list(registry.families), n=1)
+    known = ", ".join(sorted(registry.families)) or "none"
+    hint = f"did you mean {close[0]!r}?" if close else f"registered families: {known}"
+    return [recipe.problem("model.family", f"unknown model family {name!r}", hint=hint)]
+
+
+def recipe_problems(recipe, registry) -> list[Problem]:
+    """Schema-level problems that need the plugins but not JAX or weights."""
+    problems = family_problems(recipe, registry)
+    if not problems:
+        problems += registry.family(recipe.model.family).check(recipe)
+    problems += loading.source_problems(recipe)
+    return problems
+
+
+def mesh_problems(recipe) -> list[Problem]:
+    """Does the mesh fit the devices JAX sees? (imports JAX)"""
+    from porter import runtime
+
+    runtime.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
+    import jax
+
+    try:
+        runtime.resolve_mesh(recipe.mesh, jax.device_count())
+    except UsageError as exc:
+        return [recipe.problem("mesh", exc.message, hint=exc.hint)]
+    return []
+
+
+def validate(recipe, registry) -> list[Problem]:
+    return recipe_problems(recipe, registry) + mesh_problems(recipe)

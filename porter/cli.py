@@ -1,0 +1,148 @@
+"""The ``porter`` command: parse, call the library, print. Nothing else lives here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+from porter.errors import PorterError
+
+EXAMPLES = """\
+examples:
+  porter run recipes/wan-tiny.yaml                  tiny random-weight Wan, writes a video
+  porter run recipes/wan-tiny.yaml generate.steps=8 mesh.dp=2 --cpu-devices 2
+  porter validate recipes/wan-tiny.yaml             every check that needs no weights
+  porter plugins                                    what each installed plugin registered
+
+exit codes: 0 success, 2 bad input (recipe, flags, sources), 1 internal failure,
+130 interrupted. Add --debug to see tracebacks.
+"""
+
+
+def _recipe_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recipe", help="path to a recipe YAML file")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="override recipe keys, type-checked (e.g. generate.steps=4)")
+    parser.add_argument("--cpu-devices", type=int, metavar="N",
+                        help="run on N virtual CPU devices (same as runtime.cpu_devices=N)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="porter", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run diffusers video models on JAX through torchax, from YAML recipes.",
+        epilog=EXAMPLES)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and warnings")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = commands.add_parser("run", help="generate a video from a recipe",
+                              description="Load the recipe's model, port it to JAX, "
+                              "generate, and write video.mp4 and run.json to output.dir "
+                              "(default outputs/<recipe name>).")
+    _recipe_args(run)
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    validate = commands.add_parser(
+        "validate", help="check a recipe without loading weights",
+        description="Schema, plugin, source and mesh checks; prints every problem.")
+    _recipe_args(validate)
+
+    commands.add_parser("plugins", help="list loaded plugins and what they registered")
+    return parser
+
+
+def _load_recipe(args):
+    from porter import recipe
+
+    overrides = list(args.overrides)
+    if args.cpu_devices is not None:
+        overrides.append(f"runtime.cpu_devices={args.cpu_devices}")
+    return recipe.load(args.recipe, overrides)
+
+
+def cmd_run(args) -> int:
+    from porter import plugins
+    from porter.run import run
+
+    loaded = _load_recipe(args)
+    result = run(loaded, plugins.registry(), progress=not args.no_progress)
+    timings = result.data["timings"]
+    outputs = result.data["outputs"]
+    print(f"wrote {result.video} ({outputs['frames']} frames, "
+          f"{outputs['width']}x{outputs['height']}) and {result.record.name}")
+    print(f"step {timings['step_s']:.3f} s, compile {timings['compile']['seconds']:.1f} s "
+          f"(cache hits {timings['compile']['cache_hits']}), decode {timings['decode_s']:.2f} s")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from porter import checks, plugins
+    from porter.errors import RecipeError
+
+    loaded = _load_recipe(args)
+    problems = checks.validate(loaded, plugins.registry())
+    if problems:
+        print(RecipeError(problems).render(), file=sys.stderr)
+        return 2
+    print(f"{args.recipe}: ok ({loaded.model.family}, mesh {dict(loaded.mesh)})")
+    return 0
+
+
+def cmd_plugins(args) -> int:
+    from porter import plugins
+
+    registry = plugins.registry()
+    for name in registry.plugins:
+        items = registry.registered_by(name)
+        print(f"{name}: " + (", ".join(items) if items else "registers nothing yet"))
+        for item in items:
+            kind, _, family = item.partition(" ")
+            if kind == "family":
+                print(f"    {registry.families[family].summary}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plugins": cmd_plugins}
+
+
+def _quiet_libraries() -> None:
+    """Library chatter (deprecations, dtype notes) hides Porter's own output."""
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import logging
+
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    diffusers_logging.set_verbosity_error()
+    transformers_logging.set_verbosity_error()
+    for name in ("jax", "absl"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.debug:
+        _quiet_libraries()
+    try:
+        return COMMANDS[args.command](args)
+    except PorterError as exc:
+        if args.debug:
+            raise
+        print(exc.render(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an internal failure: say so, briefly
+        if args.debug:
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc}\n"
+              "  hint: rerun with --debug for the traceback and report it", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

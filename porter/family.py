@@ -1,0 +1,57 @@
+"""What a plugin teaches the core about one model family.
+
+A family turns a recipe into a diffusers pipeline (tiny, local or hub) and
+splits generation into the steps the core drives: encode the prompt, make the
+initial latents, predict noise for one step, decode latents to frames. The
+core owns the loop, devices, compilation, timing and files, so a family
+carries only what is specific to its model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from porter.errors import Problem
+
+
+class ModelFamily:
+    #: name recipes use in ``model.family``
+    name: str = ""
+    #: one line shown by ``porter plugins``
+    summary: str = ""
+    #: pipeline components compiled with jax.jit, and which of their methods
+    compiled: dict[str, tuple[str, ...]] = {"transformer": ("forward",), "vae": ("decode",)}
+
+    def check(self, recipe) -> list[Problem]:
+        """Problems a recipe has for this family, found without weights."""
+        return []
+
+    def pipeline_class(self) -> type:
+        """The diffusers pipeline class used to load checkpoints."""
+        raise NotImplementedError
+
+    def build_tiny(self, recipe) -> Any:
+        """A small random-weight pipeline built in code (``model.source: tiny``)."""
+        raise NotImplementedError
+
+    def encode(self, pipe, recipe) -> dict[str, Any]:
+        """Text conditioning on the JAX device (runs inside the torchax env)."""
+        raise NotImplementedError
+
+    def initial_latents(self, pipe, recipe):
+        """Seeded initial noise as a CPU torch tensor (identical on every platform)."""
+        raise NotImplementedError
+
+    def timesteps(self, pipe, recipe):
+        """Prepare ``pipe.scheduler`` and return the timesteps to iterate."""
+        raise NotImplementedError
+
+    def predict(self, pipe, latents, timestep, conditioning: dict, recipe):
+        """The guided noise prediction for one denoising step."""
+        raise NotImplementedError
+
+    def decode(self, pipe, latents, recipe) -> np.ndarray:
+        """Latents (CPU torch tensor) to frames: uint8 array (frames, height, width, 3)."""
+        raise NotImplementedError

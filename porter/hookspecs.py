@@ -1,0 +1,38 @@
+"""Every hook a Porter plugin can implement, in one place.
+
+A plugin is a module (or object) with functions marked ``@porter.hookimpl``
+whose names are hooks below, exposed through the ``porter`` entry-point group::
+
+    [project.entry-points.porter]
+    mymodel = "porter_mymodel"
+
+A function marked ``@hookimpl`` whose name is not a hook here is an error when
+plugins load (a typo never fails silently).
+
+Registration hooks take a ``register`` callback rather than returning values:
+the core owns the names, rejects duplicates, and remembers which plugin
+registered what (``porter plugins`` shows it).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("porter")
+hookimpl = pluggy.HookimplMarker("porter")
+
+
+@hookspec
+def porter_register_families(register: Callable) -> None:
+    """Register model families.
+
+    Arguments:
+        register: call ``register(family)`` once per family, where ``family``
+            is a ``porter.family.ModelFamily`` instance with a unique ``name``
+            (recipes select it with ``model.family: <name>``).
+
+    Returns nothing. Every plugin's implementation is called (no first-answer
+    wins); registering a name already taken raises ``PluginError``.
+    """

@@ -1,0 +1,25 @@
+"""Moving tensors between host PyTorch and torchax (JAX) tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def to_host(tensor) -> torch.Tensor:
+    """A CPU torch tensor with the values of a torchax (or CPU) tensor."""
+    if hasattr(tensor, "jax"):
+        array = np.asarray(tensor.jax())
+        if array.dtype.name == "bfloat16":  # numpy has no bfloat16 of its own
+            return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
+        return torch.from_numpy(array.copy())
+    return tensor.detach().cpu()
+
+
+def to_device(tensor: torch.Tensor, runtime):
+    """A torchax tensor on the mesh (replicated) holding a host tensor's values."""
+    import jax
+    from torchax.tensor import Tensor
+
+    array = runtime.env.t2j_copy(tensor.detach().cpu())
+    return Tensor(jax.device_put(array, runtime.replicated()), runtime.env)

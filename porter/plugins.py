@@ -1,0 +1,92 @@
+"""Plugin discovery (entry-point group ``porter``) and the registry of names.
+
+Built-in plugins are found exactly like third-party ones: through their
+package's entry points. The registry records which plugin registered each name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+
+import pluggy
+
+from porter import hookspecs
+from porter.errors import PorterError
+
+ENTRY_POINT_GROUP = "porter"
+
+
+class PluginError(PorterError):
+    """A plugin could not be loaded or registered something invalid."""
+
+
+@dataclass
+class Registry:
+    families: dict = field(default_factory=dict)  # name -> ModelFamily
+    owners: dict = field(default_factory=dict)  # ("family", name) -> plugin name
+    plugins: list[str] = field(default_factory=list)
+
+    def add_family(self, family, *, plugin: str) -> None:
+        name = getattr(family, "name", None)
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"plugin {plugin!r} registered a family without a name",
+                              hint="set a class attribute name = '...'")
+        if name in self.families:
+            raise PluginError(
+                f"plugin {plugin!r} registered family {name!r}, already registered by "
+                f"{self.owners[('family', name)]!r}", hint="family names must be unique")
+        self.families[name] = family
+        self.owners[("family", name)] = plugin
+
+    def family(self, name: str):
+        from porter.errors import UsageError
+        if name not in self.families:
+            known = ", ".join(sorted(self.families)) or "none"
+            raise UsageError(f"unknown model family {name!r} (registered: {known})",
+                             hint="install the plugin that provides it; `porter plugins` "
+                                  "lists what is loaded")
+        return self.families[name]
+
+    def registered_by(self, plugin: str) -> list[str]:
+        return [f"{kind} {name}" for (kind, name), owner in self.owners.items()
+                if owner == plugin]
+
+
+def _manager(extra_plugins) -> pluggy.PluginManager:
+    manager = pluggy.PluginManager(ENTRY_POINT_GROUP)
+    manager.add_hookspecs(hookspecs)
+    try:
+        manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        for plugin in extra_plugins:
+            manager.register(plugin)
+        manager.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(f"plugin {exc.plugin_name!r}: {exc}",
+                          hint="hook names and arguments are listed in porter/hookspecs.py"
+                          ) from None
+    except Exception as exc:  # a plugin failing at import time
+        raise PluginError(f"a plugin failed to load: {type(exc).__name__}: {exc}",
+                          hint="run with --debug for the traceback") from exc
+    return manager
+
+
+def load(extra_plugins=()) -> Registry:
+    """Load every installed plugin (plus ``extra_plugins``) and collect registrations."""
+    manager = _manager(extra_plugins)
+    registry = Registry()
+    registry.plugins = sorted(name for name, _ in manager.list_name_plugin())
+    for impl in manager.hook.porter_register_families.get_hookimpls():
+        impl.function(register=partial(registry.add_family, plugin=impl.plugin_name))
+    return registry
+
+
+_cached: Registry | None = None
+
+
+def registry() -> Registry:
+    """The process-wide registry, loaded on first use."""
+    global _cached
+    if _cached is None:
+        _cached = load()
+    return _cached

@@ -1,0 +1,267 @@
+"""Recipes: YAML files loaded into a validated, immutable ``Recipe``.
+
+Loading order: the file (and what it ``extends``, deep-merged, base first),
+then command-line overrides, then the schema. Every problem is collected and
+raised together as one ``RecipeError`` with file:line and key path.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, get_args
+
+import yaml
+from pydantic import BaseModel, PrivateAttr, ValidationError
+
+from porter.errors import Problem, RecipeError
+from porter.schema import RecipeSpec
+from porter.yamlio import KeyPath, Location, load_mapping
+
+OVERRIDE_FILE = "command line"
+
+
+class Recipe(RecipeSpec):
+    """A validated recipe plus where each of its keys came from."""
+
+    _path: Path | None = PrivateAttr(None)
+    _locations: dict = PrivateAttr(default_factory=dict)
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    @property
+    def name(self) -> str:
+        return self._path.stem if self._path else "recipe"
+
+    def resolved(self) -> dict:
+        """The recipe as plain data, every default filled in."""
+        return self.model_dump(mode="json")
+
+    def digest(self) -> str:
+        text = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def problem(self, path: str, message: str, hint: str | None = None) -> Problem:
+        """A Problem located at ``path`` (dotted), or its nearest located parent."""
+        file, line = _lookup(self._locations, _split(path), self._path)
+        return Problem(path, message, file=file, line=line, hint=hint)
+
+
+def _split(dotted: str) -> KeyPath:
+    return tuple(int(p) if p.isdigit() else p for p in dotted.split(".")) if dotted else ()
+
+
+def _lookup(locations: dict[KeyPath, Location], path: KeyPath, default: Path | None):
+    for end in range(len(path), -1, -1):
+        if path[:end] in locations:
+            return locations[path[:end]]
+    return (str(default) if default else None, None)
+
+
+# ---------------------------------------------------------------- extends
+
+
+def _deep_merge(base: dict, child: dict) -> dict:
+    merged = dict(base)
+    for key, value in child.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value  # scalars and lists replace
+    return merged
+
+
+def _load_with_extends(path: Path, chain: tuple[Path, ...]) -> tuple[dict, dict]:
+    path = path.resolve() if path.exists() else path
+    data, locations = load_mapping(path)
+    base_ref = data.pop("extends", None)
+    if base_ref is None:
+        return data, locations
+    if not isinstance(base_ref, str):
+        raise RecipeError([Problem("extends", "expected a file name (string)",
+                                   *locations[("extends",)], hint="extends: wan-base.yaml")])
+    base_path = (path.parent / base_ref).resolve()
+    if base_path in chain + (path,):
+        cycle = " -> ".join(p.name for p in chain + (path, base_path))
+        raise RecipeError([Problem("extends", f"extends cycle: {cycle}",
+                                   *locations[("extends",)], hint="remove one of the extends")])
+    if not base_path.exists():
+        raise RecipeError([Problem("extends", f"base recipe {base_ref!r} not found "
+                                   f"(looked in {path.parent})", *locations[("extends",)],
+                                   hint="extends is relative to the recipe's own folder")])
+    base_data, base_locations = _load_with_extends(base_path, chain + (path,))
+    return _deep_merge(base_data, data), {**base_locations, **locations}
+
+
+# ---------------------------------------------------------------- overrides
+
+
+def parse_override(text: str) -> tuple[KeyPath, Any]:
+    """``generate.steps=4`` -> (("generate", "steps"), 4); the value is YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
+        raise RecipeError([Problem(key, f"override {text!r} is not KEY.PATH=VALUE",
+                                   file=OVERRIDE_FILE, hint="e.g. generate.steps=4")])
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw  # an unquoted string with YAML punctuation in it
+    return tuple(key.strip().split(".")), value
+
+
+def _apply_override(data: dict, locations: dict, path: KeyPath, value: Any) -> None:
+    node = data
+    for depth, part in enumerate(path[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            where = ".".join(path[: depth + 1])
+            raise RecipeError([Problem(".".join(path), f"{where} is not a section, cannot set "
+                                       "a key inside it", file=OVERRIDE_FILE)])
+        node = child
+    node[path[-1]] = value
+    locations[path] = (OVERRIDE_FILE, None)
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _model_at(model: type[BaseModel], loc: KeyPath) -> type[BaseModel] | None:
+    """The schema class that owns the keys at ``loc`` (None if not a section)."""
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return None
+        candidates = [field.annotation, *get_args(field.annotation)]
+        nested = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        if not nested:
+            return None
+        model = nested[0]
+    return model
+
+
+def _data_path(data: Any, loc: tuple, missing: bool) -> KeyPath:
+    """The part of a pydantic location that names keys in ``data``.
+
+    Pydantic appends union-member tags (e.g. 'int', "literal['auto']") after
+    the key of a union-typed value; those are not keys and are dropped. A
+    missing key is, by definition, absent from the data, and is kept.
+    """
+    path: list = []
+    for index, part in enumerate(loc):
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            if missing and index == len(loc) - 1 and isinstance(data, dict):
+                path.append(part)
+            break
+        path.append(part)
+    return tuple(path)
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _problems_from(exc: ValidationError, data: dict, locations: dict,
+                   default: Path | None) -> list[Problem]:
+    merged: dict[KeyPath, Problem] = {}
+    for err in exc.errors():
+        path = _data_path(data, tuple(err["loc"]), err["type"] == "missing")
+        dotted = ".".join(str(p) for p in path)
+        file, line = _lookup(locations, path, default)
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            owner = _model_at(RecipeSpec, path[:-1])
+            valid = sorted(owner.model_fields) if owner else []
+            close = difflib.get_close_matches(str(path[-1]), valid, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else (
+                f"valid keys here: {', '.join(valid)}" if valid else None)
+            problem = Problem(dotted, f"unknown key {path[-1]!r}", file, line, hint)
+        elif kind == "missing":
+            owner = _model_at(RecipeSpec, path[:-1])
+            field = owner.model_fields.get(str(path[-1])) if owner else None
+            hint = field.description if field and field.description else None
+            problem = Problem(dotted, "missing required key", file, line,
+                              f"add '{path[-1]}:'" + (f" ({hint})" if hint else ""))
+        else:
+            expected = _expected(err)
+            if path in merged:  # another member of the same union
+                expected = merged[path].message.split(" (got ")[0] + " or " + expected[9:]
+            problem = Problem(dotted, f"{expected} (got {_describe(err['input'])})", file, line)
+        merged[path] = problem
+    return list(merged.values())
+
+
+def _expected(err: dict) -> str:
+    if err["type"] in ("model_type", "dict_type"):
+        return "expected a section of 'key: value' pairs"
+    text = err["msg"]
+    for prefix in ("Input should be ", "Value should be ", "Value error, "):
+        if text.startswith(prefix):
+            return "expected " + text[len(prefix):]
+    return "expected " + text[0].lower() + text[1:]
+
+
+def _mesh_problems(data: dict, locations: dict, default: Path | None) -> list[Problem]:
+    mesh = data.get("mesh")
+    if not isinstance(mesh, dict):
+        return []
+    problems = []
+    for axis, size in mesh.items():
+        if not (isinstance(axis, str) and axis.isidentifier()):
+            file, line = _lookup(locations, ("mesh", axis), default)
+            problems.append(Problem(f"mesh.{axis}", "mesh axis names must be identifiers",
+                                    file, line, hint="e.g. dp, tp, sp"))
+        if isinstance(size, int) and not isinstance(size, bool) and size < 1:
+            file, line = _lookup(locations, ("mesh", axis), default)
+            problems.append(Problem(f"mesh.{axis}", f"axis size must be >= 1 (got {size})",
+                                    file, line))
+    if sum(1 for s in mesh.values() if s == "auto") > 1:
+        file, line = _lookup(locations, ("mesh",), default)
+        problems.append(Problem("mesh", "at most one axis may be 'auto'", file, line))
+    return problems
+
+
+def _order(problem: Problem) -> tuple:
+    return (problem.file or "", problem.line or 0, problem.path)
+
+
+def validate_data(data: dict, locations: dict, path: Path | None = None) -> Recipe:
+    problems = _mesh_problems(data, locations, path)
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        problems = _problems_from(exc, data, locations, path) + problems
+        raise RecipeError(sorted(problems, key=_order)) from None
+    if problems:
+        raise RecipeError(problems)
+    recipe._path = path
+    recipe._locations = locations
+    return recipe
+
+
+def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """Load, merge, override and validate a recipe file."""
+    path = Path(path)
+    data, locations = _load_with_extends(path, ())
+    problems = []
+    for text in overrides:
+        try:
+            key, value = parse_override(text)
+            _apply_override(data, locations, key, value)
+        except RecipeError as exc:
+            problems += exc.problems
+    if problems:
+        raise RecipeError(problems)
+    return validate_data(data, locations, path.resolve() if path.exists() else path)
+
+

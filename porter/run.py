@@ -1,0 +1,69 @@
+"""One run: recipe -> plugin -> pipeline -> JAX (compiled) -> video + record."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from porter import checks, loading, record, runtime as runtime_mod, stages, video
+from porter.errors import RecipeError
+from porter.transforms import compile as compile_transform
+from porter.transforms import placement
+
+
+@dataclass
+class RunResult:
+    directory: Path
+    video: Path
+    record: Path
+    latents: object  # CPU torch tensor: the final latents
+    frames: object  # uint8 array (count, height, width, 3)
+    data: dict  # the run record
+
+
+def output_dir(recipe) -> Path:
+    return Path(recipe.output.dir or Path("outputs") / recipe.name)
+
+
+def port(pipe, family, runtime) -> None:
+    """Move every component to JAX and compile the ones the family names."""
+    for name, component in pipe.components.items():
+        if hasattr(component, "parameters"):
+            placement.apply(component, runtime)
+            if name in family.compiled:
+                setattr(pipe, name, compile_transform.apply(component, family.compiled[name]))
+
+
+def run(recipe, registry, progress: bool = True) -> RunResult:
+    family = registry.family(recipe.model.family)
+    problems = checks.recipe_problems(recipe, registry)
+    if problems:
+        raise RecipeError(problems)
+    timings: dict = {}
+    runtime = runtime_mod.start(recipe)
+    monitor = runtime_mod.compile_monitor()
+    compile_before = monitor.summary()
+
+    start = time.perf_counter()
+    pipe = loading.load_pipeline(family, recipe)
+    timings["load_s"] = round(time.perf_counter() - start, 4)
+    start = time.perf_counter()
+    port(pipe, family, runtime)
+    timings["to_jax_s"] = round(time.perf_counter() - start, 4)
+
+    conditioning = stages.encode(family, pipe, recipe, runtime, timings)
+    latents = stages.denoise(family, pipe, conditioning, recipe, runtime, timings, progress)
+    frames = stages.decode(family, pipe, latents, recipe, runtime, timings)
+    compile_after = monitor.summary()
+    timings["compile"] = {key: round(compile_after[key] - compile_before[key], 4)
+                          for key in compile_after}
+
+    directory = output_dir(recipe)
+    directory.mkdir(parents=True, exist_ok=True)
+    video_path = video.write_mp4(directory / "video.mp4", frames, recipe.output.fps)
+    outputs = {"video": video_path.name, "frames": int(frames.shape[0]),
+               "height": int(frames.shape[1]), "width": int(frames.shape[2])}
+    data = record.build(recipe, runtime, timings, outputs)
+    record_path = record.write_json(directory / "run.json", data)
+    return RunResult(directory, video_path, record_path, latents, frames, data)

@@ -1,0 +1,157 @@
+"""The JAX side of a run: platform, virtual devices, compile cache, mesh.
+
+Order matters: ``configure`` sets environment flags that JAX reads once, at
+import, so it must run before anything imports jax; ``start`` imports jax and
+torchax (through ``porter.compat``) and builds the mesh.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from porter.errors import UsageError
+
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "porter" / "jax-compile"
+
+
+def cache_dir(setting: bool | str) -> Path | None:
+    """The compile-cache directory a recipe asks for; ``PORTER_CACHE_DIR`` wins."""
+    if os.environ.get("PORTER_CACHE_DIR"):
+        return Path(os.environ["PORTER_CACHE_DIR"])
+    if setting is False:
+        return None
+    return default_cache_dir() if setting is True else Path(setting).expanduser()
+
+
+def request_cpu_devices(count: int) -> None:
+    """Ask XLA for ``count`` virtual CPU devices; only possible before jax is imported."""
+    if "jax" in sys.modules:
+        import jax
+        have = jax.device_count("cpu") if jax.default_backend() == "cpu" else None
+        if have == count:
+            return
+        raise UsageError(f"{count} virtual CPU devices were asked for after JAX started",
+                         hint="set runtime.cpu_devices (or --cpu-devices) before anything "
+                              "imports jax; in tests, set XLA_FLAGS in the environment")
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith(DEVICE_COUNT_FLAG)]
+    os.environ["XLA_FLAGS"] = " ".join(flags + [f"{DEVICE_COUNT_FLAG}={count}"])
+
+
+def configure(platform: str, cpu_devices: int | None) -> None:
+    """Set what JAX reads at import: platform and virtual CPU device count."""
+    if platform != "auto" and "jax" not in sys.modules:
+        os.environ["JAX_PLATFORMS"] = {"gpu": "cuda"}.get(platform, platform)
+    if cpu_devices:
+        request_cpu_devices(cpu_devices)
+
+
+def resolve_mesh(axes: dict, device_count: int) -> dict[str, int]:
+    """Fill an 'auto' axis and check the mesh fits ``device_count`` devices."""
+    fixed = math.prod(size for size in axes.values() if size != "auto")
+    if fixed > device_count:
+        shape = " x ".join(f"{a}={s}" for a, s in axes.items())
+        raise UsageError(f"mesh {shape} needs {fixed} devices but {device_count} exist",
+                         hint="shrink the mesh (e.g. mesh.dp=1), or for development ask "
+                              "for virtual CPU devices with --cpu-devices N")
+    resolved = {}
+    for axis, size in axes.items():
+        resolved[axis] = device_count // fixed if size == "auto" else size
+    return resolved
+
+
+@dataclass
+class CompileMonitor:
+    """Compile work JAX reports through jax.monitoring, summed per event."""
+
+    seconds: Counter = field(default_factory=Counter)
+    events: Counter = field(default_factory=Counter)
+
+    def on_duration(self, event: str, duration: float, **_) -> None:
+        if event.startswith(("/jax/core/compile", "/jax/compilation_cache")):
+            self.seconds[event.rsplit("/", 1)[-1]] += duration
+
+    def on_event(self, event: str, **_) -> None:
+        if event.startswith("/jax/compilation_cache"):
+            self.events[event.rsplit("/", 1)[-1]] += 1
+
+    def total_seconds(self) -> float:
+        keys = ("jaxpr_trace_duration", "jaxpr_to_mlir_module_duration",
+                "backend_compile_duration", "cache_retrieval_time_sec")
+        return sum(self.seconds[k] for k in keys)
+
+    def summary(self) -> dict:
+        return {"seconds": round(self.total_seconds(), 4),
+                "cache_hits": self.events["cache_hits"],
+                "cache_misses": self.events["cache_misses"]}
+
+
+_monitor: CompileMonitor | None = None
+
+
+def compile_monitor() -> CompileMonitor:
+    """One process-wide monitor (jax.monitoring listeners cannot be removed)."""
+    global _monitor
+    if _monitor is None:
+        import jax.monitoring
+        _monitor = CompileMonitor()
+        jax.monitoring.register_event_duration_secs_listener(_monitor.on_duration)
+        jax.monitoring.register_event_listener(_monitor.on_event)
+    return _monitor
+
+
+def enable_compile_cache(directory: Path | None) -> None:
+    import jax
+    if directory is None:
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    # Cache every program, however small or quick: small ones add up on CPU.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+@dataclass
+class Runtime:
+    env: object  # torchax.tensor.Environment
+    mesh: object  # jax.sharding.Mesh
+    platform: str
+    device_kind: str
+    cache: Path | None
+
+    @property
+    def axes(self) -> dict[str, int]:
+        return dict(self.mesh.shape)
+
+    def replicated(self):
+        from jax.sharding import NamedSharding, PartitionSpec
+        return NamedSharding(self.mesh, PartitionSpec())
+
+
+def start(recipe) -> Runtime:
+    """Import JAX and torchax, enable the compile cache, build the mesh."""
+    configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
+    from porter.compat import import_torchax
+    torchax = import_torchax()
+    import jax
+    import numpy as np
+
+    directory = cache_dir(recipe.runtime.compile_cache)
+    enable_compile_cache(directory)
+    compile_monitor()
+    devices = jax.devices()
+    axes = resolve_mesh(recipe.mesh, len(devices))
+    used = np.array(devices[: math.prod(axes.values())]).reshape(tuple(axes.values()))
+    mesh = jax.sharding.Mesh(used, tuple(axes))
+    return Runtime(env=torchax.default_env(), mesh=mesh, platform=jax.default_backend(),
+                   device_kind=devices[0].device_kind, cache=directory)

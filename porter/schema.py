@@ -1,0 +1,68 @@
+"""The recipe schema: what a recipe may say, with types, defaults and limits.
+
+Pydantic models, strict (no silent coercion of "4" to 4), frozen (a recipe
+never changes after validation) and closed (an unknown key is an error).
+Each section grows with the transforms that read it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Dtype = Literal["float32", "bfloat16", "float16"]
+AxisSize = int | Literal["auto"]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ModelSection(Section):
+    family: str = Field(description="model family a plugin registered, e.g. wan")
+    source: str = Field(
+        "tiny",
+        description="'tiny' (random weights built in code), a hub id, or a local diffusers directory",
+    )
+    dtype: Dtype = Field("float32", description="compute dtype of the model's weights")
+
+
+class RuntimeSection(Section):
+    platform: Literal["auto", "cpu", "gpu", "tpu"] = Field(
+        "auto", description="JAX platform to run on; auto takes what JAX finds"
+    )
+    cpu_devices: int | None = Field(
+        None, ge=1, le=1024, description="virtual CPU devices (development and tests)"
+    )
+    compile_cache: bool | str = Field(
+        True, description="true: user cache dir; false: off; a string: that directory"
+    )
+
+
+class GenerateSection(Section):
+    prompt: str
+    negative_prompt: str = ""
+    height: int = Field(ge=8, le=8192)
+    width: int = Field(ge=8, le=8192)
+    frames: int = Field(ge=1, le=4096)
+    steps: int = Field(ge=1, le=10000)
+    guidance_scale: float = Field(5.0, ge=0.0)
+    seed: int = Field(0, ge=0)
+    max_sequence_length: int = Field(512, ge=1, le=8192)
+
+
+class OutputSection(Section):
+    dir: str | None = Field(None, description="run directory; default outputs/<recipe name>")
+    fps: int = Field(16, ge=1, le=240)
+
+
+class RecipeSpec(Section):
+    model: ModelSection
+    runtime: RuntimeSection = RuntimeSection()
+    mesh: dict[str, AxisSize] = Field(
+        default_factory=lambda: {"dp": "auto"},
+        description="named device-mesh axes and their sizes; one may be 'auto'",
+    )
+    generate: GenerateSection
+    output: OutputSection = OutputSection()

@@ -1,0 +1,1 @@
+"""Recipe transforms, each a small module with one ``apply`` function."""
