@@ -62,7 +62,8 @@ def _manager(extra_plugins) -> pluggy.PluginManager:
             manager.register(plugin)
         manager.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"plugin {exc.plugin_name!r}: {exc}",
+        name = manager.get_name(exc.plugin) or getattr(exc.plugin, "__name__", "?")
+        raise PluginError(f"plugin {name!r}: {exc}",
                           hint="hook names and arguments are listed in porter/hookspecs.py"
                           ) from None
     except Exception as exc:  # a plugin failing at import time

@@ -36,10 +36,10 @@ def port(pipe, family, runtime) -> None:
 
 
 def run(recipe, registry, progress: bool = True) -> RunResult:
-    family = registry.family(recipe.model.family)
     problems = checks.recipe_problems(recipe, registry)
     if problems:
         raise RecipeError(problems)
+    family = registry.family(recipe.model.family)
     timings: dict = {}
     runtime = runtime_mod.start(recipe)
     monitor = runtime_mod.compile_monitor()

@@ -1,0 +1,42 @@
+"""Test setup: 8 virtual CPU devices and a private compile cache.
+
+Both must be in the environment before anything imports JAX.
+"""
+
+import os
+import tempfile
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("PORTER_CACHE_DIR", tempfile.mkdtemp(prefix="porter-test-cache-"))
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ROOT / "recipes"
+
+
+@pytest.fixture
+def write(tmp_path):
+    """Write a text file under tmp_path and return its path."""
+    def _write(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+    return _write
+
+
+TINY_RECIPE = """\
+model: {family: wan, source: tiny}
+generate:
+  prompt: "a cat"
+  height: 32
+  width: 32
+  frames: 9
+  steps: 3
+  max_sequence_length: 16
+"""

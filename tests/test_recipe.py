@@ -1,0 +1,136 @@
+import pytest
+from pydantic import ValidationError
+
+from porter import recipe
+from porter.errors import RecipeError
+
+from conftest import RECIPES, TINY_RECIPE
+
+
+def problems_of(path, overrides=()):
+    with pytest.raises(RecipeError) as info:
+        recipe.load(path, overrides)
+    return info.value.problems
+
+
+def test_shipped_tiny_recipe_loads():
+    loaded = recipe.load(RECIPES / "wan-tiny.yaml")
+    assert loaded.model.family == "wan"
+    assert loaded.name == "wan-tiny"
+    assert len(loaded.digest()) == 64
+
+
+def test_every_problem_listed_with_file_line_and_key(write):
+    path = write("bad.yaml", """\
+model:
+  famly: wan
+  dtype: float8
+mesh: {dp: two}
+generate:
+  prompt: hi
+  height: "64"
+  width: 64
+  frames: 9
+  stepz: 4
+outptu: {}
+""")
+    found = {(p.path, p.line): p for p in problems_of(path)}
+    assert set(found) == {
+        ("model.famly", 2), ("model.family", 1), ("model.dtype", 3), ("mesh.dp", 4),
+        ("generate.height", 7), ("generate.stepz", 10), ("generate.steps", 5),
+        ("outptu", 11)}
+    assert all(p.file == str(path) for p in found.values())
+    assert found[("model.famly", 2)].hint == "did you mean 'family'?"
+    assert found[("generate.stepz", 10)].hint == "did you mean 'steps'?"
+    assert found[("outptu", 11)].hint == "did you mean 'output'?"
+    assert "missing" in found[("generate.steps", 5)].message
+    assert "'auto'" in found[("mesh.dp", 4)].message
+    assert "'64'" in found[("generate.height", 7)].message  # the string is not coerced
+
+
+def test_render_has_one_line_per_problem(write):
+    path = write("bad.yaml", "model: {family: wan, dtpye: float32}\ngenerate: {prompt: x}\n")
+    error = pytest.raises(RecipeError, recipe.load, path).value
+    text = error.render()
+    assert text.startswith("error: recipe has 5 problems")
+    assert f"{path}:1: model.dtpye: unknown key 'dtpye'" in text
+
+
+def test_yaml_syntax_error_points_at_line(write):
+    path = write("broken.yaml", "model:\n  family: wan\n  source: [tiny\ngenerate: {}\n")
+    [problem] = problems_of(path)
+    assert "YAML syntax error" in problem.message
+    assert problem.line in (3, 4)
+
+
+def test_missing_file_is_a_recipe_error(tmp_path):
+    [problem] = problems_of(tmp_path / "nope.yaml")
+    assert "not found" in problem.message
+
+
+def test_top_level_must_be_mapping(write):
+    [problem] = problems_of(write("list.yaml", "- a\n- b\n"))
+    assert "mapping" in problem.message
+
+
+def test_overrides_are_type_checked(write):
+    path = write("r.yaml", TINY_RECIPE)
+    loaded = recipe.load(path, ["generate.steps=7", "mesh.tp=2", "generate.prompt=a dog"])
+    assert loaded.generate.steps == 7 and loaded.mesh["tp"] == 2
+    assert loaded.generate.prompt == "a dog"
+    found = {p.path: p for p in problems_of(path, ["generate.steps=x", "generate.stepz=3",
+                                                   "mesh.tp=two", "model.dtype=float8"])}
+    assert set(found) == {"generate.steps", "generate.stepz", "mesh.tp", "model.dtype"}
+    assert all(p.file == "command line" for p in found.values())
+    assert found["generate.stepz"].hint == "did you mean 'steps'?"
+
+
+def test_malformed_override(write):
+    path = write("r.yaml", TINY_RECIPE)
+    [problem] = problems_of(path, ["generate.steps"])
+    assert "KEY.PATH=VALUE" in problem.message
+    [problem] = problems_of(path, ["generate.prompt.x=1"])
+    assert "not a section" in problem.message
+
+
+def test_extends_deep_merges_relative_to_file(write):
+    write("base/common.yaml", TINY_RECIPE + "output: {fps: 12}\n")
+    child = write("base/sub/child.yaml",
+                  "extends: ../common.yaml\ngenerate: {steps: 9}\nmesh: {tp: 1}\n")
+    loaded = recipe.load(child)
+    assert loaded.generate.steps == 9
+    assert loaded.generate.prompt == "a cat"  # kept from the base
+    assert loaded.output.fps == 12
+    assert loaded.mesh == {"tp": 1}
+
+
+def test_extends_problem_points_at_the_base_file(write):
+    base = write("base.yaml", TINY_RECIPE.replace("steps: 3", "steps: three"))
+    child = write("child.yaml", "extends: base.yaml\noutput: {fps: 8}\n")
+    [problem] = problems_of(child)
+    assert problem.file == str(base) and problem.path == "generate.steps"
+    assert problem.line == 7
+
+
+def test_extends_cycle_rejected(write):
+    write("a.yaml", "extends: b.yaml\n")
+    write("b.yaml", "extends: a.yaml\n")
+    [problem] = problems_of(write("c.yaml", "extends: a.yaml\n"))
+    assert "cycle" in problem.message and "a.yaml -> b.yaml -> a.yaml" in problem.message
+
+
+def test_extends_missing_base(write):
+    [problem] = problems_of(write("c.yaml", "extends: gone.yaml\n"))
+    assert "not found" in problem.message and problem.line == 1
+
+
+def test_recipe_is_immutable(write):
+    loaded = recipe.load(write("r.yaml", TINY_RECIPE))
+    with pytest.raises(ValidationError):
+        loaded.generate.steps = 5
+
+
+def test_mesh_axis_rules(write):
+    path = write("r.yaml", TINY_RECIPE + "mesh: {dp: auto, tp: auto, sp: 0}\n")
+    messages = " | ".join(p.message for p in problems_of(path))
+    assert "at most one axis" in messages and ">= 1" in messages

@@ -1,0 +1,147 @@
+"""End-to-end runs of the tiny Wan recipe, checked against PyTorch itself."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from porter import plugins, recipe, runtime, video
+from porter.run import port, run
+
+from conftest import RECIPES, ROOT, TINY_RECIPE
+
+pytestmark = pytest.mark.slow
+
+# Float32 on CPU: XLA and PyTorch order reductions differently, so results
+# differ by rounding only; these bounds are a few hundred ulps of the values.
+TRANSFORMER_RTOL = 1e-5
+LATENTS_ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    path = out / "tiny.yaml"
+    path.write_text(TINY_RECIPE)
+    loaded = recipe.load(path, [f"output.dir={out / 'result'}", "output.fps=7"])
+    return loaded, run(loaded, plugins.registry(), progress=False)
+
+
+def test_tiny_run_writes_video_and_record(tiny):
+    loaded, result = tiny
+    frames, fps = video.read_mp4(result.video)
+    assert frames.shape == (loaded.generate.frames, loaded.generate.height,
+                            loaded.generate.width, 3)
+    assert fps == 7
+    # H.264 is lossy; the decoded video must still be the frames we wrote
+    assert np.abs(frames.astype(int) - result.frames.astype(int)).mean() < 4
+    data = json.loads(result.record.read_text())
+    assert data["recipe_sha256"] == loaded.digest()
+    assert data["recipe"]["generate"]["steps"] == 3
+    assert data["seed"] == 0 and data["versions"]["torchax"]
+    assert data["device"] == {"platform": "cpu", "kind": "cpu", "count": 8}
+    assert data["mesh"] == {"dp": 8}
+    timings = data["timings"]
+    assert len(timings["steps_s"]) == 3
+    assert {"load_s", "encode_s", "step_s", "decode_s", "compile"} <= set(timings)
+    assert timings["compile"]["seconds"] > 0
+
+
+def test_ported_transformer_matches_pytorch():
+    from porter_wan.tiny import build_pipeline
+
+    loaded = recipe.load(RECIPES / "wan-tiny.yaml")
+    rt = runtime.start(loaded)
+    pipe = build_pipeline().to(torch.float32)
+    for module in pipe.components.values():
+        if isinstance(module, torch.nn.Module):
+            module.eval()
+    reference = copy.deepcopy(pipe.transformer)
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 16, 3, 4, 4, generator=generator)
+    t = torch.tensor([999.0, 250.0])
+    text = torch.randn(2, 16, 32, generator=generator)
+    with torch.no_grad():
+        expected = reference(x, t, text, return_dict=False)[0]
+    port(pipe, plugins.registry().family("wan"), rt)
+    from porter.interop import to_device, to_host
+    with rt.env:
+        got = pipe.transformer(to_device(x, rt), to_device(t, rt), to_device(text, rt),
+                               return_dict=False)[0]
+    got = to_host(got)
+    relative = (got - expected).abs().max() / expected.abs().max()
+    assert relative <= TRANSFORMER_RTOL, f"relative error {relative:.2e}"
+
+
+def test_same_latents_as_plain_diffusers_pipeline(tiny):
+    from porter_wan.tiny import build_pipeline
+
+    loaded, result = tiny
+    gen = loaded.generate
+    pipe = build_pipeline()
+    for module in pipe.components.values():
+        if isinstance(module, torch.nn.Module):
+            module.eval()
+    expected = pipe(gen.prompt, negative_prompt=gen.negative_prompt, height=gen.height,
+                    width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
+                    guidance_scale=gen.guidance_scale, max_sequence_length=gen.max_sequence_length,
+                    generator=torch.Generator().manual_seed(gen.seed),
+                    output_type="latent").frames
+    error = (result.latents - expected).abs().max().item()
+    assert error <= LATENTS_ATOL, f"max abs error {error:.2e}"
+
+
+def test_local_directory_source_loads_same_model(tiny, tmp_path):
+    """save_pretrained + a recipe pointing at the folder: the real checkpoint path."""
+    from porter_wan.tiny import build_pipeline
+
+    loaded, result = tiny
+    build_pipeline().save_pretrained(tmp_path / "ckpt")
+    path = tmp_path / "local.yaml"
+    path.write_text(TINY_RECIPE)
+    local = recipe.load(path, [f"model.source={tmp_path / 'ckpt'}",
+                               f"output.dir={tmp_path / 'out'}"])
+    second = run(local, plugins.registry(), progress=False)
+    assert torch.equal(second.latents, result.latents)
+
+
+def test_out_of_repo_family_runs_without_core_changes(tmp_path, monkeypatch):
+    from test_plugins import EXTERNAL, make_dist
+
+    make_dist(tmp_path, "ext_toy", EXTERNAL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "toy.yaml"
+    path.write_text(TINY_RECIPE.replace("family: wan", "family: toy"))
+    loaded = recipe.load(path, [f"output.dir={tmp_path / 'out'}", "generate.steps=1"])
+    result = run(loaded, plugins.load(), progress=False)
+    assert result.video.exists() and result.data["recipe"]["model"]["family"] == "toy"
+    sys.modules.pop("ext_toy", None)
+
+
+def porter(*args, env=None, cwd=None):
+    return subprocess.run([sys.executable, "-m", "porter.cli", *args], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=300)
+
+
+def test_second_identical_run_reuses_compile_cache(tmp_path):
+    env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("XLA_FLAGS", None)
+    recipe_file = tmp_path / "r.yaml"
+    recipe_file.write_text(TINY_RECIPE)
+    records = []
+    for _ in range(2):
+        out = porter("run", str(recipe_file), f"output.dir={tmp_path / 'out'}",
+                     "--no-progress", env=env)
+        assert out.returncode == 0, out.stderr
+        assert "wrote" in out.stdout and "Traceback" not in out.stderr
+        records.append(json.loads((tmp_path / "out" / "run.json").read_text()))
+    first, second = (r["timings"]["compile"] for r in records)
+    assert first["cache_misses"] > 0 and first["cache_hits"] == 0
+    assert second["cache_misses"] == 0 and second["cache_hits"] >= first["cache_misses"]
+    assert second["seconds"] < first["seconds"]
+    assert records[0]["recipe_sha256"] == records[1]["recipe_sha256"]

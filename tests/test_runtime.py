@@ -1,0 +1,51 @@
+import os
+
+import pytest
+
+from porter import runtime
+from porter.errors import UsageError
+
+
+def test_resolve_mesh_fills_auto():
+    assert runtime.resolve_mesh({"dp": "auto", "tp": 2}, 8) == {"dp": 4, "tp": 2}
+    assert runtime.resolve_mesh({"dp": 1}, 8) == {"dp": 1}
+
+
+def test_mesh_larger_than_devices_is_a_usage_error():
+    with pytest.raises(UsageError) as info:
+        runtime.resolve_mesh({"dp": 2, "tp": 8}, 8)
+    assert "needs 16 devices but 8 exist" in info.value.message
+    assert "--cpu-devices" in info.value.hint
+
+
+def test_virtual_cpu_devices_from_test_environment():
+    import jax
+    assert jax.device_count() == 8  # set by conftest before JAX was imported
+
+
+def test_cpu_devices_after_jax_started_is_refused():
+    import jax  # noqa: F401
+    runtime.request_cpu_devices(8)  # what JAX already has: fine
+    with pytest.raises(UsageError, match="after JAX started"):
+        runtime.request_cpu_devices(4)
+
+
+def test_cache_dir_settings(monkeypatch, tmp_path):
+    monkeypatch.delenv("PORTER_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert runtime.cache_dir(True) == tmp_path / "porter" / "jax-compile"
+    assert runtime.cache_dir(False) is None
+    assert runtime.cache_dir(str(tmp_path / "x")) == tmp_path / "x"
+    monkeypatch.setenv("PORTER_CACHE_DIR", str(tmp_path / "env"))
+    assert runtime.cache_dir(False) == tmp_path / "env"
+
+
+def test_request_cpu_devices_sets_flag_before_import(monkeypatch):
+    import subprocess
+    import sys
+    code = ("from porter import runtime; runtime.request_cpu_devices(3); "
+            "import jax; print(jax.device_count())")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "3"
