@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,16 +36,24 @@ def port(pipe, family, runtime) -> None:
                 setattr(pipe, name, compile_transform.apply(component, family.compiled[name]))
 
 
+def _status(message: str) -> None:
+    print(f"porter: {message}", file=sys.stderr, flush=True)
+
+
 def run(recipe, registry, progress: bool = True) -> RunResult:
     problems = checks.recipe_problems(recipe, registry)
     if problems:
         raise RecipeError(problems)
     family = registry.family(recipe.model.family)
+    say = _status if progress else (lambda message: None)
     timings: dict = {}
     runtime = runtime_mod.start(recipe)
+    say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
+        f"mesh {runtime.axes}")
     monitor = runtime_mod.compile_monitor()
     compile_before = monitor.summary()
 
+    say(f"loading {family.name} from {recipe.model.source} ({recipe.model.dtype})")
     start = time.perf_counter()
     pipe = loading.load_pipeline(family, recipe)
     timings["load_s"] = round(time.perf_counter() - start, 4)
@@ -52,8 +61,10 @@ def run(recipe, registry, progress: bool = True) -> RunResult:
     port(pipe, family, runtime)
     timings["to_jax_s"] = round(time.perf_counter() - start, 4)
 
+    say("encoding the prompt")
     conditioning = stages.encode(family, pipe, recipe, runtime, timings)
     latents = stages.denoise(family, pipe, conditioning, recipe, runtime, timings, progress)
+    say("decoding latents to frames")
     frames = stages.decode(family, pipe, latents, recipe, runtime, timings)
     compile_after = monitor.summary()
     timings["compile"] = {key: round(compile_after[key] - compile_before[key], 4)

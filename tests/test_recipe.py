@@ -134,3 +134,13 @@ def test_mesh_axis_rules(write):
     path = write("r.yaml", TINY_RECIPE + "mesh: {dp: auto, tp: auto, sp: 0}\n")
     messages = " | ".join(p.message for p in problems_of(path))
     assert "at most one axis" in messages and ">= 1" in messages
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_recipe_validates(path):
+    from porter import checks, plugins
+
+    text = path.read_text()
+    assert text.startswith(f"# porter run recipes/{path.name}")
+    loaded = recipe.load(path)
+    assert checks.validate(loaded, plugins.registry()) == []
