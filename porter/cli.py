@@ -123,7 +123,14 @@ def _quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Overrides may come before or after flags: collect stray KEY=VALUE words.
+    args, extra = parser.parse_known_args(argv)
+    stray = [word for word in extra if "=" not in word or word.startswith("-")]
+    if stray or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+    if extra:
+        args.overrides = list(args.overrides) + extra
     if not args.debug:
         _quiet_libraries()
     try:

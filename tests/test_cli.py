@@ -89,3 +89,15 @@ def test_plugins_lists_registrations(capsys):
     code, out, _ = porter(capsys, "plugins")
     assert code == 0
     assert "wan: family wan" in out and "hunyuan: registers nothing yet" in out
+
+
+def test_overrides_may_follow_flags(capsys, write):
+    path = write("r.yaml", TINY_RECIPE)
+    code, _, err = porter(capsys, "validate", str(path), "--cpu-devices", "8", "mesh.dp=16")
+    assert code == 2 and "needs 16 devices but 8 exist" in err
+
+
+def test_stray_argument_is_a_usage_error(capsys, write):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["validate", str(write("r.yaml", TINY_RECIPE)), "--bogus"])
+    assert info.value.code == 2 and "--bogus" in capsys.readouterr().err
