@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 
 from porter import loading
+from porter.transforms import sharding
 from porter.errors import Problem, UsageError
 
 
@@ -24,6 +25,7 @@ def recipe_problems(recipe, registry) -> list[Problem]:
     if not problems:
         problems += registry.family(recipe.model.family).check(recipe)
     problems += loading.source_problems(recipe)
+    problems += sharding.rule_problems(recipe)
     return problems
 
 
@@ -41,5 +43,22 @@ def mesh_problems(recipe) -> list[Problem]:
     return []
 
 
+def shape_problems(recipe, registry) -> list[Problem]:
+    """Sharding rules against the model's shapes (meta device, no weights)."""
+    from porter import plan
+
+    if not (recipe.sharding.weights or recipe.sharding.inputs):
+        return []
+    try:
+        built = plan.build(recipe, registry)
+    except UsageError:
+        return []  # no configuration to check against (e.g. a hub id, offline)
+    return built["problems"]
+
+
 def validate(recipe, registry) -> list[Problem]:
-    return recipe_problems(recipe, registry) + mesh_problems(recipe)
+    problems = recipe_problems(recipe, registry)
+    if problems:
+        return problems  # shape checks need a sound recipe
+    problems = mesh_problems(recipe)
+    return problems or shape_problems(recipe, registry)

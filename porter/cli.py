@@ -14,6 +14,7 @@ examples:
   porter run recipes/wan-tiny.yaml                  tiny random-weight Wan, writes a video
   porter run recipes/wan-tiny.yaml generate.steps=8 mesh.dp=2 --cpu-devices 2
   porter validate recipes/wan-tiny.yaml             every check that needs no weights
+  porter plan recipes/wan-tiny-tp.yaml --devices 8  bytes per device, from shapes alone
   porter plugins                                    what each installed plugin registered
 
 exit codes: 0 success, 2 bad input (recipe, flags, sources), 1 internal failure,
@@ -48,6 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
         "validate", help="check a recipe without loading weights",
         description="Schema, plugin, source and mesh checks; prints every problem.")
     _recipe_args(validate)
+
+    plan = commands.add_parser(
+        "plan", help="where each weight goes and bytes per device, without weights",
+        description="For each component: which sharding rule matched how many tensors and "
+        "bytes, bytes per device (sharded and replicated), and the total per device. "
+        "Needs no weights and no devices.")
+    _recipe_args(plan)
+    plan.add_argument("--devices", type=int, metavar="N",
+                      help="plan for N devices (default: the devices JAX sees)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
 
     commands.add_parser("plugins", help="list loaded plugins and what they registered")
     return parser
@@ -90,6 +101,22 @@ def cmd_validate(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    import json
+
+    from porter import checks, plan, plugins
+    from porter.errors import RecipeError
+
+    loaded = _load_recipe(args)
+    registry = plugins.registry()
+    problems = checks.recipe_problems(loaded, registry)
+    if problems:
+        raise RecipeError(problems)
+    built = plan.build(loaded, registry, args.devices)
+    print(json.dumps(plan.to_json(built), indent=2) if args.json else plan.render(built))
+    return 2 if built["problems"] else 0
+
+
 def cmd_plugins(args) -> int:
     from porter import plugins
 
@@ -104,7 +131,8 @@ def cmd_plugins(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plugins": cmd_plugins}
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plan": cmd_plan,
+            "plugins": cmd_plugins}
 
 
 def _quiet_libraries() -> None:

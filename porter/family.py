@@ -52,6 +52,13 @@ class ModelFamily:
         """The guided noise prediction for one denoising step."""
         raise NotImplementedError
 
+    def transformer_inputs(self, recipe, config) -> dict[str, tuple[int, ...]]:
+        """Shapes of the transformer's keyword inputs for this recipe (for sharding checks).
+
+        ``config`` is the transformer's configuration (from weights or a meta model).
+        """
+        return {}
+
     def decode(self, pipe, latents, recipe) -> np.ndarray:
         """Latents (CPU torch tensor) to frames: uint8 array (frames, height, width, 3)."""
         raise NotImplementedError

@@ -7,10 +7,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from porter import checks, loading, record, runtime as runtime_mod, stages, video
 from porter.errors import RecipeError
 from porter.transforms import compile as compile_transform
-from porter.transforms import placement
+from porter.transforms import sharding as shard_transform
 
 
 @dataclass
@@ -27,13 +29,20 @@ def output_dir(recipe) -> Path:
     return Path(recipe.output.dir or Path("outputs") / recipe.name)
 
 
-def port(pipe, family, runtime) -> None:
-    """Move every component to JAX and compile the ones the family names."""
+def port(pipe, family, runtime, recipe) -> None:
+    """Move every component to JAX, sharded by the recipe; compile what the family names."""
+    sharding = recipe.sharding
     for name, component in pipe.components.items():
-        if hasattr(component, "parameters"):
-            placement.apply(component, runtime)
-            if name in family.compiled:
-                setattr(pipe, name, compile_transform.apply(component, family.compiled[name]))
+        if not isinstance(component, torch.nn.Module):
+            continue
+        shard_transform.apply(component, runtime, sharding.weights.get(name, []))
+        shard_transform.constrain_activations(component, runtime,
+                                              sharding.activations.get(name, []))
+        if name in family.compiled:
+            component = compile_transform.apply(component, family.compiled[name])
+            if name == "transformer" and sharding.inputs:
+                component = shard_transform.ShardedInputs(component, sharding.inputs, runtime)
+            setattr(pipe, name, component)
 
 
 def _status(message: str) -> None:
@@ -50,6 +59,9 @@ def run(recipe, registry, progress: bool = True) -> RunResult:
     runtime = runtime_mod.start(recipe)
     say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
         f"mesh {runtime.axes}")
+    problems = checks.shape_problems(recipe, registry)  # before any weight is read
+    if problems:
+        raise RecipeError(problems)
     monitor = runtime_mod.compile_monitor()
     compile_before = monitor.summary()
 
@@ -58,7 +70,7 @@ def run(recipe, registry, progress: bool = True) -> RunResult:
     pipe = loading.load_pipeline(family, recipe)
     timings["load_s"] = round(time.perf_counter() - start, 4)
     start = time.perf_counter()
-    port(pipe, family, runtime)
+    port(pipe, family, runtime, recipe)
     timings["to_jax_s"] = round(time.perf_counter() - start, 4)
 
     say("encoding the prompt")

@@ -50,6 +50,34 @@ class GenerateSection(Section):
     guidance_scale: float = Field(5.0, ge=0.0)
     seed: int = Field(0, ge=0)
     max_sequence_length: int = Field(512, ge=1, le=8192)
+    cfg_parallel: bool = Field(
+        False, description="run the conditional and unconditional passes as one batch of 2")
+
+
+# One entry per tensor dimension: a mesh axis, null (not split) or a list of
+# axes (split over their product). Shorter than the tensor: the rest is null.
+Spec = list[str | None | list[str]]
+
+
+class ShardRule(Section):
+    match: str = Field(description="regex, full match on the parameter or buffer name")
+    spec: Spec
+
+
+class ActivationRule(Section):
+    module: str = Field(description="regex, full match on the module name")
+    spec: Spec
+
+
+class ShardingSection(Section):
+    weights: dict[str, list[ShardRule]] = Field(
+        default_factory=dict, description="per component: ordered rules, first match wins")
+    inputs: dict[str, Spec] = Field(
+        default_factory=dict, description="transformer call arguments -> spec")
+    activations: dict[str, list[ActivationRule]] = Field(
+        default_factory=dict, description="per component: constrain module outputs")
+    report_replicated_mb: float = Field(
+        64.0, ge=0, description="report replicated tensors larger than this")
 
 
 class OutputSection(Section):
@@ -65,4 +93,5 @@ class RecipeSpec(Section):
         description="named device-mesh axes and their sizes; one may be 'auto'",
     )
     generate: GenerateSection
+    sharding: ShardingSection = ShardingSection()
     output: OutputSection = OutputSection()

@@ -67,18 +67,36 @@ class WanFamily(ModelFamily):
         pipe.scheduler.set_begin_index(0)
         return pipe.scheduler.timesteps
 
+    def batch(self, recipe) -> int:
+        return 2 if recipe.generate.cfg_parallel and self.guided(recipe) else 1
+
+    def transformer_inputs(self, recipe, config):
+        gen, batch = recipe.generate, self.batch(recipe)
+        # VAE: time compressed by 4 (4n+1 frames), space by 8
+        latent = (batch, config["in_channels"], (gen.frames - 1) // 4 + 1,
+                  gen.height // 8, gen.width // 8)
+        return {"hidden_states": latent, "timestep": (batch,),
+                "encoder_hidden_states": (batch, gen.max_sequence_length, config["text_dim"])}
+
     def predict(self, pipe, latents, timestep, conditioning, recipe):
         model_input = latents.to(pipe.transformer.dtype)
-        t = timestep.expand(latents.shape[0])
-        noise = pipe.transformer(hidden_states=model_input, timestep=t,
-                                 encoder_hidden_states=conditioning["prompt"],
-                                 return_dict=False)[0]
-        if "negative" not in conditioning:
-            return noise
-        uncond = pipe.transformer(hidden_states=model_input, timestep=t,
-                                  encoder_hidden_states=conditioning["negative"],
-                                  return_dict=False)[0]
+        guided = "negative" in conditioning
+        if guided and self.batch(recipe) == 2:
+            # one call, batch [cond, uncond]: the data axis can split it
+            both = torch.cat([model_input, model_input])
+            text = torch.cat([conditioning["prompt"], conditioning["negative"]])
+            noise, uncond = self._call(pipe, both, timestep, text).chunk(2)
+        else:
+            noise = self._call(pipe, model_input, timestep, conditioning["prompt"])
+            if not guided:
+                return noise
+            uncond = self._call(pipe, model_input, timestep, conditioning["negative"])
         return uncond + recipe.generate.guidance_scale * (noise - uncond)
+
+    @staticmethod
+    def _call(pipe, latents, timestep, text):
+        return pipe.transformer(hidden_states=latents, timestep=timestep.expand(latents.shape[0]),
+                                encoder_hidden_states=text, return_dict=False)[0]
 
     def decode(self, pipe, latents, recipe):
         vae = pipe.vae

@@ -1,0 +1,51 @@
+"""Models with shapes but no weights (meta device), for checks and plans.
+
+Built from a recipe alone: the family's tiny builder, or the configuration
+files of a local diffusers directory. Nothing here reads a weight file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import torch
+
+from porter.loading import DTYPES, source_kind
+
+# model_index.json names the library of each component; only these are imported.
+LIBRARIES = ("diffusers", "transformers")
+
+
+def components(family, recipe) -> dict[str, torch.nn.Module] | None:
+    """Component name -> module on the meta device; None when only weights could tell."""
+    kind = source_kind(recipe.model.source)
+    if kind == "tiny":
+        with torch.device("meta"):
+            pipe = family.build_tiny(recipe)
+        modules = {n: m for n, m in pipe.components.items() if isinstance(m, torch.nn.Module)}
+    elif kind == "local":
+        modules = _from_configs(Path(recipe.model.source).expanduser())
+    else:
+        return None
+    dtype = DTYPES[recipe.model.dtype]
+    return {name: module.to(dtype) for name, module in modules.items()}
+
+
+def _from_configs(root: Path) -> dict[str, torch.nn.Module]:
+    index = json.loads((root / "model_index.json").read_text())
+    modules = {}
+    for name, entry in index.items():
+        if name.startswith("_") or not isinstance(entry, list) or entry[0] not in LIBRARIES:
+            continue
+        cls = getattr(importlib.import_module(entry[0]), entry[1], None)
+        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+            continue
+        with torch.device("meta"):
+            if entry[0] == "diffusers":
+                modules[name] = cls.from_config(cls.load_config(root / name))
+            else:
+                config = cls.config_class.from_pretrained(root / name)
+                modules[name] = cls(config)
+    return modules

@@ -1,0 +1,94 @@
+"""`porter plan`: where every weight goes and what each device holds, from shapes alone."""
+
+from __future__ import annotations
+
+import math
+
+from porter import abstract
+from porter.errors import UsageError
+from porter.runtime import resolve_mesh
+from porter.transforms import sharding
+
+
+def device_count(recipe, devices: int | None) -> int:
+    if devices is not None:
+        return devices
+    from porter import runtime
+    runtime.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
+    import jax
+    return jax.device_count()
+
+
+def component_plan(name: str, module, rules, axes: dict[str, int]) -> dict:
+    assignments = sharding.assign(sharding.named_tensors(module), rules)
+    rows = []
+    for index, rule in enumerate(rules):
+        hits = [a for a in assignments if a.rule == index]
+        rows.append({"rule": rule.match, "spec": list(sharding.normalize(rule.spec)),
+                     "tensors": len(hits), "bytes": sum(a.nbytes for a in hits),
+                     "bytes_per_device": sum(a.bytes_per_device(axes) for a in hits)})
+    rest = [a for a in assignments if a.rule is None]
+    rows.append({"rule": None, "spec": [], "tensors": len(rest),
+                 "bytes": sum(a.nbytes for a in rest),
+                 "bytes_per_device": sum(a.nbytes for a in rest)})
+    per_device = sum(a.bytes_per_device(axes) for a in assignments)
+    replicated = sum(a.nbytes for a in assignments if a.split(axes) == 1)
+    return {"component": name, "tensors": len(assignments),
+            "bytes": sum(a.nbytes for a in assignments), "bytes_per_device": per_device,
+            "replicated_bytes_per_device": replicated,
+            "sharded_bytes_per_device": per_device - replicated,
+            "rules": rows, "assignments": assignments}
+
+
+def build(recipe, registry, devices: int | None = None) -> dict:
+    family = registry.family(recipe.model.family)
+    modules = abstract.components(family, recipe)
+    if modules is None:
+        raise UsageError(f"cannot plan {recipe.model.source!r} without its configuration",
+                         hint="point model.source at a local diffusers directory")
+    axes = resolve_mesh(recipe.mesh, device_count(recipe, devices))
+    components = [component_plan(name, module, recipe.sharding.weights.get(name, []), axes)
+                  for name, module in modules.items()]
+    problems = []
+    for plan in components:
+        problems += sharding.shape_problems(recipe, plan["component"], plan["assignments"],
+                                            axes)
+        del plan["assignments"]
+    transformer = modules.get("transformer")
+    if transformer is not None:
+        shapes = family.transformer_inputs(recipe, transformer.config)
+        problems += sharding.input_problems(recipe, shapes, axes)
+    return {"recipe": recipe.name, "mesh": axes, "devices": math.prod(axes.values()), "components": components,
+            "weights_bytes_per_device": sum(c["bytes_per_device"] for c in components),
+            "problems": problems}
+
+
+def to_json(plan: dict) -> dict:
+    return {**plan, "problems": [p.render() for p in plan["problems"]]}
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def render(plan: dict) -> str:
+    mesh = " x ".join(f"{a}={s}" for a, s in plan["mesh"].items())
+    lines = [f"plan for {plan['recipe']}: mesh {mesh} ({plan['devices']} devices)"]
+    for comp in plan["components"]:
+        lines.append(f"\n{comp['component']}: {comp['tensors']} tensors, "
+                     f"{_size(comp['bytes'])}; per device {_size(comp['bytes_per_device'])} "
+                     f"(sharded {_size(comp['sharded_bytes_per_device'])}, replicated "
+                     f"{_size(comp['replicated_bytes_per_device'])})")
+        for row in comp["rules"]:
+            label = row["rule"] if row["rule"] is not None else "(unmatched: replicated)"
+            spec = f" {row['spec']}" if row["rule"] is not None else ""
+            lines.append(f"  {row['tensors']:5d} tensors {_size(row['bytes']):>11} "
+                         f"-> {_size(row['bytes_per_device']):>11}/device  {label}{spec}")
+    lines.append(f"\nweights per device: {_size(plan['weights_bytes_per_device'])}")
+    if plan["problems"]:
+        lines.append(f"\n{len(plan['problems'])} problems:")
+        lines += ["  " + p.render() for p in plan["problems"]]
+    return "\n".join(lines)

@@ -1,0 +1,266 @@
+"""Weight, input and activation sharding from the recipe's ``sharding`` section.
+
+Rules are checked against tensor shapes alone, so the same code serves
+``porter plan`` and ``porter validate`` (modules on the meta device, no
+weights) and a real run (tensors placed on the mesh with ``jax.device_put``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+
+from porter.errors import Problem
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Which rule placed one tensor, and how."""
+
+    name: str
+    shape: tuple[int, ...]
+    itemsize: int
+    rule: int | None  # index of the first matching rule; None: replicated
+    spec: tuple  # one entry per dimension: None, an axis, or a tuple of axes
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
+
+    def split(self, axes: dict[str, int]) -> int:
+        """Into how many pieces the tensor is cut (1 when replicated)."""
+        return math.prod(axes[a] for entry in self.spec for a in _axes_of(entry))
+
+    def bytes_per_device(self, axes: dict[str, int]) -> int:
+        return self.nbytes // self.split(axes)
+
+
+def _axes_of(entry) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, (list, tuple)) else (entry,)
+
+
+def normalize(spec) -> tuple:
+    return tuple(tuple(e) if isinstance(e, list) else e for e in spec)
+
+
+def named_tensors(module: torch.nn.Module):
+    """(name, tensor) for every parameter and buffer, non-persistent ones too."""
+    seen = set()
+    for prefix, sub in module.named_modules():
+        for store in (sub._parameters, sub._buffers):
+            for key, tensor in store.items():
+                if tensor is not None and id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    yield (f"{prefix}.{key}" if prefix else key), tensor
+
+
+def assign(tensors, rules) -> list[Assignment]:
+    """First matching rule for each (name, tensor); unmatched are replicated."""
+    compiled = [re.compile(rule.match) for rule in rules]
+    out = []
+    for name, tensor in tensors:
+        index = next((i for i, rx in enumerate(compiled) if rx.fullmatch(name)), None)
+        spec = normalize(rules[index].spec) if index is not None else ()
+        out.append(Assignment(name, tuple(tensor.shape), tensor.element_size(), index, spec))
+    return out
+
+
+def rule_problems(recipe) -> list[Problem]:
+    """Checks that need neither shapes nor devices: regexes and axis names."""
+    problems, axes = [], set(recipe.mesh)
+    sections = [("weights", recipe.sharding.weights, "match"),
+                ("activations", recipe.sharding.activations, "module")]
+    for section, per_component, key in sections:
+        for component, rules in per_component.items():
+            for i, rule in enumerate(rules):
+                where = f"sharding.{section}.{component}.{i}"
+                try:
+                    re.compile(getattr(rule, key))
+                except re.error as exc:
+                    problems.append(recipe.problem(f"{where}.{key}",
+                                                   f"invalid regex: {exc}"))
+                problems += _axis_problems(recipe, f"{where}.spec", rule.spec, axes)
+    for arg, spec in recipe.sharding.inputs.items():
+        problems += _axis_problems(recipe, f"sharding.inputs.{arg}", spec, axes)
+    return problems
+
+
+def _axis_problems(recipe, path, spec, axes) -> list[Problem]:
+    used = [a for entry in spec for a in _axes_of(entry)]
+    problems = [recipe.problem(path, f"mesh has no axis {a!r}",
+                               hint=f"mesh axes: {', '.join(sorted(axes))}")
+                for a in used if a not in axes]
+    if len(set(used)) != len(used):
+        problems.append(recipe.problem(path, "an axis is used twice in one spec"))
+    return problems
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def shape_problems(recipe, component: str, assignments: list[Assignment],
+                   axes: dict[str, int]) -> list[Problem]:
+    """Spec length, divisibility, rules matching nothing, large replicated tensors."""
+    rules = recipe.sharding.weights.get(component, [])
+    problems, seen = [], {}
+    for a in assignments:
+        if a.rule is None:
+            continue
+        path = f"sharding.weights.{component}.{a.rule}.spec"
+        if len(a.spec) > len(a.shape):
+            problems.append(recipe.problem(path, f"{component}: {a.name} has {len(a.shape)} "
+                                           f"dims {list(a.shape)}, spec has {len(a.spec)}"))
+            continue
+        for dim, entry in enumerate(a.spec):
+            size = math.prod(axes[x] for x in _axes_of(entry) if x in axes)
+            if a.shape[dim] % size == 0:
+                continue
+            key = (a.rule, dim, a.shape[dim])
+            if key in seen:  # one message per rule and dimension, not per block
+                seen[key] += 1
+                continue
+            seen[key] = 0
+            fits = [d for d in _divisors(a.shape[dim]) if d <= math.prod(axes.values())]
+            problems.append((key, recipe.problem(
+                path, f"{component}: {a.name} shape {list(a.shape)}: dim {dim} "
+                f"({a.shape[dim]}) does not divide by {entry}={size}",
+                hint=f"axis sizes that divide it: {', '.join(map(str, fits))}")))
+    problems = [_with_count(p, seen) for p in problems]
+    matched = {a.rule for a in assignments}
+    for i, rule in enumerate(rules):
+        if i not in matched:
+            problems.append(recipe.problem(
+                f"sharding.weights.{component}.{i}.match",
+                f"{component}: rule {rule.match!r} matches no tensor (a typo?)",
+                hint="`porter plan` lists tensor names; earlier rules win"))
+    limit = recipe.sharding.report_replicated_mb * 2**20
+    large = [a for a in assignments if a.split(axes) == 1 and a.nbytes > limit]
+    if rules and large and math.prod(axes.values()) > 1:
+        names = ", ".join(f"{a.name} ({a.nbytes / 2**20:.0f} MiB)" for a in large[:5])
+        problems.append(recipe.problem(
+            f"sharding.weights.{component}",
+            f"{component}: {len(large)} large tensors are replicated on every device: {names}",
+            hint="add a rule for them, or raise sharding.report_replicated_mb"))
+    return problems
+
+
+def _with_count(item, seen) -> Problem:
+    if isinstance(item, Problem):
+        return item
+    key, problem = item
+    if not seen[key]:
+        return problem
+    return Problem(problem.path, f"{problem.message} (and {seen[key]} more tensors)",
+                   problem.file, problem.line, problem.hint)
+
+
+def input_problems(recipe, shapes: dict[str, tuple[int, ...]],
+                   axes: dict[str, int]) -> list[Problem]:
+    """Each sharded transformer input must exist and divide by its axes."""
+    problems = []
+    for arg, spec in recipe.sharding.inputs.items():
+        path = f"sharding.inputs.{arg}"
+        if arg not in shapes:
+            known = ", ".join(shapes) or "none known"
+            problems.append(recipe.problem(path, f"the transformer has no input {arg!r}",
+                                           hint=f"inputs: {known}"))
+            continue
+        shape = shapes[arg]
+        if len(spec) > len(shape):
+            problems.append(recipe.problem(path, f"{arg} has {len(shape)} dims {list(shape)}, "
+                                           f"spec has {len(spec)}"))
+            continue
+        for dim, entry in enumerate(normalize(spec)):
+            size = math.prod(axes[x] for x in _axes_of(entry) if x in axes)
+            if shape[dim] % size:
+                hint = ("set generate.cfg_parallel: true to batch the two guidance passes"
+                        if dim == 0 and shape[0] == 1 else "change the mesh or the spec")
+                problems.append(recipe.problem(
+                    path, f"{arg} shape {list(shape)}: dim {dim} ({shape[dim]}) does not "
+                    f"divide by {entry}={size}", hint=hint))
+    return problems
+
+
+def partition_spec(spec):
+    from jax.sharding import PartitionSpec
+    return PartitionSpec(*normalize(spec))
+
+
+def apply(module: torch.nn.Module, runtime, rules) -> list[Assignment]:
+    """Move ``module`` to JAX and place each tensor on the mesh by its rule.
+
+    float64 buffers become float32: JAX runs with x64 disabled.
+    """
+    import jax
+    from jax.sharding import NamedSharding
+
+    with runtime.env:
+        module.to("jax")
+    pairs = list(named_tensors(module))
+    assignments = assign(pairs, rules)
+    for (_, tensor), a in zip(pairs, assignments):
+        sharding = NamedSharding(runtime.mesh, partition_spec(a.spec))
+        tensor._elem = jax.device_put(tensor._elem, sharding)
+    return assignments
+
+
+def _constrain(tensor, sharding):
+    from torchax.interop import call_jax
+    import jax
+    return call_jax(jax.lax.with_sharding_constraint, tensor, sharding)
+
+
+def constrain_activations(module: torch.nn.Module, runtime, rules) -> list:
+    """Constrain matching modules' outputs (the first output of a tuple) to a spec.
+
+    Applied as forward hooks, so they act while the compiled graph is traced.
+    Returns the hook handles (``handle.remove()`` undoes one).
+    """
+    from jax.sharding import NamedSharding
+
+    handles = []
+    for name, sub in module.named_modules():
+        rule = next((r for r in rules if re.fullmatch(r.module, name)), None)
+        if rule is None:
+            continue
+        sharding = NamedSharding(runtime.mesh, partition_spec(rule.spec))
+
+        def hook(_module, _inputs, output, sharding=sharding):
+            if isinstance(output, torch.Tensor):
+                return _constrain(output, sharding)
+            if isinstance(output, tuple) and output and isinstance(output[0], torch.Tensor):
+                return (_constrain(output[0], sharding),) + output[1:]
+            return output
+        handles.append(sub.register_forward_hook(hook))
+    return handles
+
+
+class ShardedInputs:
+    """Calls a module with named keyword arguments placed on the mesh by spec."""
+
+    def __init__(self, module, specs: dict, runtime):
+        from jax.sharding import NamedSharding
+
+        self.module = module
+        self.runtime = runtime
+        self.shardings = {k: NamedSharding(runtime.mesh, partition_spec(s))
+                          for k, s in specs.items()}
+
+    def __call__(self, *args, **kwargs):
+        import jax
+        from torchax.tensor import Tensor
+
+        for key, sharding in self.shardings.items():
+            value = kwargs.get(key)
+            if isinstance(value, Tensor):
+                kwargs[key] = Tensor(jax.device_put(value._elem, sharding), self.runtime.env)
+        return self.module(*args, **kwargs)
+
+    def __getattr__(self, key):
+        return getattr(self.module, key)
