@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from porter.loading import DTYPES, source_kind
+from porter.loading import source_kind
+from porter.transforms import dtypes
 
 # model_index.json names the library of each component; only these are imported.
 LIBRARIES = ("diffusers", "transformers")
@@ -29,8 +30,8 @@ def components(family, recipe) -> dict[str, torch.nn.Module] | None:
         modules = _from_configs(Path(recipe.model.source).expanduser())
     else:
         return None
-    dtype = DTYPES[recipe.model.dtype]
-    return {name: module.to(dtype) for name, module in modules.items()}
+    dtypes.apply_all(modules, recipe)
+    return modules
 
 
 def _from_configs(root: Path) -> dict[str, torch.nn.Module]:

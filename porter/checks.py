@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 
 from porter import loading
-from porter.transforms import sharding
+from porter.transforms import dtypes, sharding
 from porter.errors import Problem, UsageError
 
 
@@ -25,7 +25,7 @@ def recipe_problems(recipe, registry) -> list[Problem]:
     if not problems:
         problems += registry.family(recipe.model.family).check(recipe)
     problems += loading.source_problems(recipe)
-    problems += sharding.rule_problems(recipe)
+    problems += sharding.rule_problems(recipe) + dtypes.rule_problems(recipe)
     return problems
 
 
@@ -47,7 +47,7 @@ def shape_problems(recipe, registry) -> list[Problem]:
     """Sharding rules against the model's shapes (meta device, no weights)."""
     from porter import plan
 
-    if not (recipe.sharding.weights or recipe.sharding.inputs):
+    if not (recipe.sharding.weights or recipe.sharding.inputs or recipe.dtypes.overrides):
         return []
     try:
         built = plan.build(recipe, registry)

@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 
 from porter.errors import LoadError, Problem
+from porter.transforms import dtypes
 
 TINY = "tiny"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def source_kind(source: str) -> str:
@@ -44,18 +44,19 @@ def source_problems(recipe) -> list[Problem]:
 def load_pipeline(family, recipe):
     """The recipe's pipeline in torch (CPU), weights in the recipe's dtype, eval mode."""
     source = recipe.model.source
-    dtype = DTYPES[recipe.model.dtype]
     kind = source_kind(source)
     if kind == "tiny":
         pipe = family.build_tiny(recipe)
-        for module in _modules(pipe):
-            if module.dtype != dtype:
-                module.to(dtype)
     elif kind in ("local", "hub"):
-        pipe = _from_pretrained(family.pipeline_class(), source, dtype, kind)
+        # Load each component straight into its dtype: no float32 copy of a
+        # bfloat16 model is ever made, and float32 components lose nothing.
+        torch_dtype = {"default": dtypes.DTYPES[recipe.model.dtype],
+                       **{k: dtypes.DTYPES[v] for k, v in recipe.dtypes.components.items()}}
+        pipe = _from_pretrained(family.pipeline_class(), source, torch_dtype, kind)
     else:
         raise LoadError(f"model source {source!r} does not exist",
                         hint="use 'tiny', a local diffusers directory, or a hub id")
+    dtypes.apply_all(pipe.components, recipe)
     for module in _modules(pipe):
         module.eval()  # dropout off: a freshly built module starts in training mode
     return pipe

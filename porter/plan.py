@@ -7,7 +7,7 @@ import math
 from porter import abstract
 from porter.errors import UsageError
 from porter.runtime import resolve_mesh
-from porter.transforms import sharding
+from porter.transforms import dtypes, sharding
 
 
 def device_count(recipe, devices: int | None) -> int:
@@ -50,6 +50,8 @@ def build(recipe, registry, devices: int | None = None) -> dict:
     components = [component_plan(name, module, recipe.sharding.weights.get(name, []), axes)
                   for name, module in modules.items()]
     problems = []
+    for name, module in modules.items():
+        problems += dtypes.unmatched_problems(recipe, name, module)
     for plan in components:
         problems += sharding.shape_problems(recipe, plan["component"], plan["assignments"],
                                             axes)

@@ -80,6 +80,21 @@ class ShardingSection(Section):
         64.0, ge=0, description="report replicated tensors larger than this")
 
 
+class DtypeRule(Section):
+    match: str = Field(description="regex, full match on the parameter or buffer name")
+    dtype: Dtype
+
+
+class DtypesSection(Section):
+    components: dict[str, Dtype] = Field(
+        default_factory=dict, description="component -> dtype (default: model.dtype)")
+    overrides: dict[str, list[DtypeRule]] = Field(
+        default_factory=dict, description="per component: tensors kept in another dtype")
+    text_embeddings: Dtype | None = Field(
+        None, description="dtype of the text conditioning handed to the transformer "
+        "(default: the transformer's)")
+
+
 class OutputSection(Section):
     dir: str | None = Field(None, description="run directory; default outputs/<recipe name>")
     fps: int = Field(16, ge=1, le=240)
@@ -93,5 +108,6 @@ class RecipeSpec(Section):
         description="named device-mesh axes and their sizes; one may be 'auto'",
     )
     generate: GenerateSection
+    dtypes: DtypesSection = DtypesSection()
     sharding: ShardingSection = ShardingSection()
     output: OutputSection = OutputSection()

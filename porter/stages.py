@@ -6,6 +6,7 @@ import sys
 import time
 
 from porter.interop import to_device, to_host
+from porter.transforms.dtypes import DTYPES
 
 
 def _block(tensor) -> None:
@@ -18,6 +19,9 @@ def encode(family, pipe, recipe, runtime, timings: dict) -> dict:
     start = time.perf_counter()
     with runtime.env:
         conditioning = family.encode(pipe, recipe)
+        if recipe.dtypes.text_embeddings:  # a stage-boundary cast the recipe asks for
+            target = DTYPES[recipe.dtypes.text_embeddings]
+            conditioning = {k: v.to(target) for k, v in conditioning.items()}
     for value in conditioning.values():
         _block(value)
     timings["encode_s"] = round(time.perf_counter() - start, 4)

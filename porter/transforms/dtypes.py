@@ -1,0 +1,72 @@
+"""Component dtypes and per-tensor overrides from the recipe's ``dtypes`` section.
+
+Applied in torch, on the host, before weights move to JAX. float64 tensors
+(e.g. rotary tables some models build in float64) become float32 here, on the
+host, because JAX runs with x64 disabled and would otherwise truncate them
+with a warning at transfer time.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from porter.errors import Problem
+from porter.transforms.sharding import named_tensors
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def component_dtype(recipe, component: str) -> torch.dtype:
+    return DTYPES[recipe.dtypes.components.get(component, recipe.model.dtype)]
+
+
+def apply_all(components: dict, recipe) -> None:
+    """Apply the recipe's dtypes to every torch module in ``components``."""
+    for name, module in components.items():
+        if isinstance(module, torch.nn.Module):
+            apply(module, component_dtype(recipe, name), recipe.dtypes.overrides.get(name, []))
+
+
+def apply(module: torch.nn.Module, dtype: torch.dtype, rules) -> dict[str, torch.dtype]:
+    """Cast floating tensors to ``dtype``, then matching ones to their rule's dtype.
+
+    Returns the name -> dtype of every tensor a rule matched.
+    """
+    compiled = [(re.compile(rule.match), DTYPES[rule.dtype]) for rule in rules]
+    kept = {}
+    for name, tensor in named_tensors(module):
+        if not tensor.is_floating_point():
+            continue
+        target = next((d for rx, d in compiled if rx.fullmatch(name)), None)
+        if target is not None:
+            kept[name] = target
+        target = target or dtype
+        if tensor.dtype != target:
+            tensor.data = tensor.data.to(target)
+    return kept
+
+
+def rule_problems(recipe) -> list[Problem]:
+    problems = []
+    for component, rules in recipe.dtypes.overrides.items():
+        for i, rule in enumerate(rules):
+            try:
+                re.compile(rule.match)
+            except re.error as exc:
+                problems.append(recipe.problem(f"dtypes.overrides.{component}.{i}.match",
+                                               f"invalid regex: {exc}"))
+    return problems
+
+
+def unmatched_problems(recipe, component: str, module) -> list[Problem]:
+    """Rules that matched no tensor of ``module`` (typos)."""
+    names = [name for name, _ in named_tensors(module)]
+    problems = []
+    for i, rule in enumerate(recipe.dtypes.overrides.get(component, [])):
+        if not any(re.fullmatch(rule.match, n) for n in names):
+            problems.append(recipe.problem(
+                f"dtypes.overrides.{component}.{i}.match",
+                f"{component}: rule {rule.match!r} matches no tensor (a typo?)"))
+    return problems
