@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from porter import loading
+from porter import loading, patches
 from porter.transforms import dtypes, sharding
 from porter.errors import Problem, UsageError
 
@@ -23,7 +23,12 @@ def recipe_problems(recipe, registry) -> list[Problem]:
     """Schema-level problems that need the plugins but not JAX or weights."""
     problems = family_problems(recipe, registry)
     if not problems:
-        problems += registry.family(recipe.model.family).check(recipe)
+        family = registry.family(recipe.model.family)
+        problems += family.check(recipe)
+        if recipe.rotary.precompute and family.rotary_patch is None:
+            problems.append(recipe.problem("rotary.precompute", f"family {family.name!r} "
+                                           "has no rotary cache", hint="set it to false"))
+    problems += patches.problems(recipe, registry)
     problems += loading.source_problems(recipe)
     problems += sharding.rule_problems(recipe) + dtypes.rule_problems(recipe)
     return problems

@@ -16,6 +16,7 @@ examples:
   porter validate recipes/wan-tiny.yaml             every check that needs no weights
   porter plan recipes/wan-tiny-tp.yaml --devices 8  bytes per device, from shapes alone
   porter plugins                                    what each installed plugin registered
+  porter patches                                    registered patches and their docs
 
 exit codes: 0 success, 2 bad input (recipe, flags, sources), 1 internal failure,
 130 interrupted. Add --debug to see tracebacks.
@@ -61,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
 
     commands.add_parser("plugins", help="list loaded plugins and what they registered")
+    commands.add_parser("patches", help="list registered patches with their docs",
+                        description="Each patch: its target, the versions it is known to "
+                        "fit, whether the target exists in what is installed, and its doc.")
     return parser
 
 
@@ -131,8 +135,31 @@ def cmd_plugins(args) -> int:
     return 0
 
 
+def cmd_patches(args) -> int:
+    import textwrap
+
+    from porter import plugins
+    from porter.patches import PatchError
+
+    registry = plugins.registry()
+    for name in sorted(registry.patches):
+        patch = registry.patches[name]
+        try:
+            patch.locate()
+            state = "target found"
+        except PatchError:
+            state = "TARGET MISSING in the installed version"
+        params = ", ".join(f"{k}={v!r}" for k, v in patch.params.items())
+        print(f"{name}  (from {registry.owners[('patch', name)]}; {state})")
+        print(f"    target: {patch.target}   fits: {patch.fits or '?'}"
+              + (f"   params: {params}" if params else ""))
+        print(textwrap.fill(patch.doc, width=88, initial_indent="    ",
+                            subsequent_indent="    "))
+    return 0
+
+
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plan": cmd_plan,
-            "plugins": cmd_plugins}
+            "plugins": cmd_plugins, "patches": cmd_patches}
 
 
 def _quiet_libraries() -> None:

@@ -21,6 +21,8 @@ class ModelFamily:
     name: str = ""
     #: one line shown by ``porter plugins``
     summary: str = ""
+    #: the registered patch that serves rotary tables from the cache, if any
+    rotary_patch: str | None = None
     #: pipeline components compiled with jax.jit, and which of their methods
     compiled: dict[str, tuple[str, ...]] = {"transformer": ("forward",), "vae": ("decode",)}
 
@@ -58,6 +60,15 @@ class ModelFamily:
         ``config`` is the transformer's configuration (from weights or a meta model).
         """
         return {}
+
+    def rotary_tables(self, pipe, recipe) -> list:
+        """Rotary tables for the recipe's shapes, computed on the host.
+
+        Returns ``(module, key, tables, dtype)`` entries: ``module`` is the rotary
+        module whose forward ``rotary_patch`` replaces, ``key`` the shape key
+        that forward looks up, ``tables`` host tensors, ``dtype`` their cast.
+        """
+        return []
 
     def decode(self, pipe, latents, recipe) -> np.ndarray:
         """Latents (CPU torch tensor) to frames: uint8 array (frames, height, width, 3)."""

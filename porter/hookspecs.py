@@ -36,3 +36,17 @@ def porter_register_families(register: Callable) -> None:
     Returns nothing. Every plugin's implementation is called (no first-answer
     wins); registering a name already taken raises ``PluginError``.
     """
+
+
+@hookspec
+def porter_register_patches(register: Callable) -> None:
+    """Register patches.
+
+    Arguments:
+        register: call ``register(patch)`` once per ``porter.patches.Patch``;
+            names are global, so prefix them with the plugin (``wan.rope_cache``).
+
+    Returns nothing. Every plugin's implementation is called; a name already
+    taken raises ``PluginError``. A patch's target is resolved when a recipe
+    is validated, not at registration, so registering is cheap.
+    """

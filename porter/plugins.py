@@ -24,20 +24,30 @@ class PluginError(PorterError):
 @dataclass
 class Registry:
     families: dict = field(default_factory=dict)  # name -> ModelFamily
-    owners: dict = field(default_factory=dict)  # ("family", name) -> plugin name
+    patches: dict = field(default_factory=dict)  # name -> porter.patches.Patch
+    owners: dict = field(default_factory=dict)  # (kind, name) -> plugin name
     plugins: list[str] = field(default_factory=list)
 
-    def add_family(self, family, *, plugin: str) -> None:
-        name = getattr(family, "name", None)
+    def _add(self, kind: str, store: dict, item, *, plugin: str) -> None:
+        name = getattr(item, "name", None)
         if not isinstance(name, str) or not name:
-            raise PluginError(f"plugin {plugin!r} registered a family without a name",
-                              hint="set a class attribute name = '...'")
-        if name in self.families:
+            raise PluginError(f"plugin {plugin!r} registered a {kind} without a name",
+                              hint="give it a name = '...'")
+        if name in store:
             raise PluginError(
-                f"plugin {plugin!r} registered family {name!r}, already registered by "
-                f"{self.owners[('family', name)]!r}", hint="family names must be unique")
-        self.families[name] = family
-        self.owners[("family", name)] = plugin
+                f"plugin {plugin!r} registered {kind} {name!r}, already registered by "
+                f"{self.owners[(kind, name)]!r}", hint=f"{kind} names must be unique")
+        store[name] = item
+        self.owners[(kind, name)] = plugin
+
+    def add_family(self, family, *, plugin: str) -> None:
+        self._add("family", self.families, family, plugin=plugin)
+
+    def add_patch(self, patch, *, plugin: str) -> None:
+        from porter.patches import Patch
+        if not isinstance(patch, Patch):
+            raise PluginError(f"plugin {plugin!r} registered {patch!r}, not a porter Patch")
+        self._add("patch", self.patches, patch, plugin=plugin)
 
     def family(self, name: str):
         from porter.errors import UsageError
@@ -57,6 +67,8 @@ def _manager(extra_plugins) -> pluggy.PluginManager:
     manager = pluggy.PluginManager(ENTRY_POINT_GROUP)
     manager.add_hookspecs(hookspecs)
     try:
+        from porter import builtin_patches
+        manager.register(builtin_patches, name="core")
         manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
         for plugin in extra_plugins:
             manager.register(plugin)
@@ -77,8 +89,11 @@ def load(extra_plugins=()) -> Registry:
     manager = _manager(extra_plugins)
     registry = Registry()
     registry.plugins = sorted(name for name, _ in manager.list_name_plugin())
-    for impl in manager.hook.porter_register_families.get_hookimpls():
-        impl.function(register=partial(registry.add_family, plugin=impl.plugin_name))
+    hooks = ((manager.hook.porter_register_families, registry.add_family),
+             (manager.hook.porter_register_patches, registry.add_patch))
+    for hook, add in hooks:
+        for impl in hook.get_hookimpls():
+            impl.function(register=partial(add, plugin=impl.plugin_name))
     return registry
 
 

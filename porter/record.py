@@ -21,7 +21,7 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def build(recipe, runtime, timings: dict, outputs: dict) -> dict:
+def build(recipe, runtime, timings: dict, outputs: dict, applied=()) -> dict:
     from porter import compat
     return {
         "recipe": recipe.resolved(),
@@ -33,6 +33,7 @@ def build(recipe, runtime, timings: dict, outputs: dict) -> dict:
         "device": {"platform": runtime.platform, "kind": runtime.device_kind,
                    "count": int(runtime.mesh.devices.size)},
         "mesh": runtime.axes,
+        "patches": [{"name": p.name, "params": params, "fits": p.fits} for p, params in applied],
         "compile_cache": str(runtime.cache) if runtime.cache else None,
         "timings": timings,
         "outputs": outputs,

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import torch
 
-from porter import checks, loading, record, runtime as runtime_mod, stages, video
+from porter import checks, loading, patches, record, runtime as runtime_mod, stages, video
 from porter.errors import RecipeError
 from porter.transforms import compile as compile_transform
+from porter.transforms import rotary
 from porter.transforms import sharding as shard_transform
 
 
@@ -38,6 +39,8 @@ def port(pipe, family, runtime, recipe) -> None:
         shard_transform.apply(component, runtime, sharding.weights.get(name, []))
         shard_transform.constrain_activations(component, runtime,
                                               sharding.activations.get(name, []))
+        if name == "transformer" and recipe.rotary.precompute:
+            rotary.apply(pipe, family, recipe, runtime)
         if name in family.compiled:
             component = compile_transform.apply(component, family.compiled[name])
             if name == "transformer" and sharding.inputs:
@@ -45,26 +48,17 @@ def port(pipe, family, runtime, recipe) -> None:
             setattr(pipe, name, component)
 
 
-def _status(message: str) -> None:
-    print(f"porter: {message}", file=sys.stderr, flush=True)
+def selected_patches(recipe, registry, family):
+    """The recipe's patches, plus the family's rotary patch when tables are precomputed."""
+    extra = (family.rotary_patch,) if recipe.rotary.precompute else ()
+    return patches.selected(recipe, registry, extra)
 
 
-def run(recipe, registry, progress: bool = True) -> RunResult:
-    problems = checks.recipe_problems(recipe, registry)
-    if problems:
-        raise RecipeError(problems)
-    family = registry.family(recipe.model.family)
-    say = _status if progress else (lambda message: None)
+def _generate(family, recipe, runtime, say, progress):
+    """Load, port, encode, denoise, decode; returns latents, frames and timings."""
     timings: dict = {}
-    runtime = runtime_mod.start(recipe)
-    say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
-        f"mesh {runtime.axes}")
-    problems = checks.shape_problems(recipe, registry)  # before any weight is read
-    if problems:
-        raise RecipeError(problems)
     monitor = runtime_mod.compile_monitor()
     compile_before = monitor.summary()
-
     say(f"loading {family.name} from {recipe.model.source} ({recipe.model.dtype})")
     start = time.perf_counter()
     pipe = loading.load_pipeline(family, recipe)
@@ -81,12 +75,34 @@ def run(recipe, registry, progress: bool = True) -> RunResult:
     compile_after = monitor.summary()
     timings["compile"] = {key: round(compile_after[key] - compile_before[key], 4)
                           for key in compile_after}
+    return latents, frames, timings
+
+
+def _status(message: str) -> None:
+    print(f"porter: {message}", file=sys.stderr, flush=True)
+
+
+def run(recipe, registry, progress: bool = True) -> RunResult:
+    problems = checks.recipe_problems(recipe, registry)
+    if problems:
+        raise RecipeError(problems)
+    family = registry.family(recipe.model.family)
+    say = _status if progress else (lambda message: None)
+    runtime = runtime_mod.start(recipe)
+    say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
+        f"mesh {runtime.axes}")
+    problems = checks.shape_problems(recipe, registry)  # before any weight is read
+    if problems:
+        raise RecipeError(problems)
+    chosen = selected_patches(recipe, registry, family)
+    with patches.applied(chosen):
+        latents, frames, timings = _generate(family, recipe, runtime, say, progress)
 
     directory = output_dir(recipe)
     directory.mkdir(parents=True, exist_ok=True)
     video_path = video.write_mp4(directory / "video.mp4", frames, recipe.output.fps)
     outputs = {"video": video_path.name, "frames": int(frames.shape[0]),
                "height": int(frames.shape[1]), "width": int(frames.shape[2])}
-    data = record.build(recipe, runtime, timings, outputs)
+    data = record.build(recipe, runtime, timings, outputs, chosen)
     record_path = record.write_json(directory / "run.json", data)
     return RunResult(directory, video_path, record_path, latents, frames, data)

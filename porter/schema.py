@@ -7,7 +7,7 @@ Each section grows with the transforms that read it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -95,6 +95,17 @@ class DtypesSection(Section):
         "(default: the transformer's)")
 
 
+class PatchRef(Section):
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class RotarySection(Section):
+    precompute: bool = Field(
+        False, description="build rotary tables on the host for the recipe's shapes and "
+        "hand them to the compiled transformer")
+
+
 class OutputSection(Section):
     dir: str | None = Field(None, description="run directory; default outputs/<recipe name>")
     fps: int = Field(16, ge=1, le=240)
@@ -108,6 +119,9 @@ class RecipeSpec(Section):
         description="named device-mesh axes and their sizes; one may be 'auto'",
     )
     generate: GenerateSection
+    patches: list[str | PatchRef] = Field(
+        default_factory=list, description="registered patch names, in the order applied")
     dtypes: DtypesSection = DtypesSection()
     sharding: ShardingSection = ShardingSection()
+    rotary: RotarySection = RotarySection()
     output: OutputSection = OutputSection()

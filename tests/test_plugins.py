@@ -11,7 +11,8 @@ def test_builtin_plugins_found_through_entry_points():
     registry = plugins.load()
     assert {"wan", "cogvideox", "hunyuan"} <= set(registry.plugins)
     assert registry.owners[("family", "wan")] == "wan"
-    assert registry.registered_by("wan") == ["family wan"]
+    assert registry.registered_by("wan") == ["family wan", "patch wan.rope_cache"]
+    assert "patch core.report_compiling" in registry.registered_by("core")
 
 
 def make_dist(root, package: str, code: str):

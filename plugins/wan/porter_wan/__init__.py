@@ -3,8 +3,14 @@
 from porter.hookspecs import hookimpl
 
 from porter_wan.family import WanFamily
+from porter_wan.patches import ROPE_CACHE
 
 
 @hookimpl
 def porter_register_families(register):
     register(WanFamily())
+
+
+@hookimpl
+def porter_register_patches(register):
+    register(ROPE_CACHE)

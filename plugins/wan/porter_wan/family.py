@@ -15,6 +15,7 @@ from porter.interop import to_host
 class WanFamily(ModelFamily):
     name = "wan"
     summary = "Wan 2.1 text-to-video (diffusers WanPipeline)"
+    rotary_patch = "wan.rope_cache"
 
     def pipeline_class(self):
         from diffusers import WanPipeline
@@ -77,6 +78,17 @@ class WanFamily(ModelFamily):
                   gen.height // 8, gen.width // 8)
         return {"hidden_states": latent, "timestep": (batch,),
                 "encoder_hidden_states": (batch, gen.max_sequence_length, config["text_dim"])}
+
+    def rotary_tables(self, pipe, recipe):
+        from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
+
+        rope = pipe.transformer.rope
+        # A fresh module computes its tables in float64 on the host, as diffusers does.
+        fresh = WanRotaryPosEmbed(rope.attention_head_dim, rope.patch_size, rope.max_seq_len)
+        shape = self.transformer_inputs(recipe, pipe.transformer.config)["hidden_states"]
+        with torch.no_grad():
+            tables = fresh(torch.empty(shape, device="meta"))  # only the shape is read
+        return [(rope, tuple(shape[2:]), tables, rope.freqs_cos.dtype)]
 
     def predict(self, pipe, latents, timestep, conditioning, recipe):
         model_input = latents.to(pipe.transformer.dtype)

@@ -1,0 +1,41 @@
+"""Patches any port may need, registered by the core like a plugin would."""
+
+from __future__ import annotations
+
+from porter.hookspecs import hookimpl
+from porter.patches import Patch
+
+
+def _always(value):
+    def replacement(original, **_):
+        def constant(*args, **kwargs):
+            return value
+        constant.__doc__ = f"patched by porter: always {value!r} (was {original!r})"
+        return constant
+    return replacement
+
+
+COMPILING = Patch(
+    name="core.report_compiling",
+    target="torch.compiler:is_compiling",
+    doc="Make torch.compiler.is_compiling() return True, so model code takes the branches "
+        "it keeps for graph capture (diffusers skips value-dependent checks and "
+        "data-dependent shortcuts under it), which also cannot run under JAX tracing.",
+    replacement=_always(True),
+    fits="torch>=2.3",
+)
+
+NO_TORCH_ASSERT = Patch(
+    name="core.no_torch_assert",
+    target="torch:_assert",
+    doc="Turn torch._assert into a no-op: asserts on tensor values need a concrete value, "
+        "which a traced (compiled) program does not have.",
+    replacement=_always(None),
+    fits="torch>=1.8",
+)
+
+
+@hookimpl
+def porter_register_patches(register):
+    register(COMPILING)
+    register(NO_TORCH_ASSERT)

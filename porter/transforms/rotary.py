@@ -1,0 +1,40 @@
+"""Rotary tables computed once on the host, handed to the compiled transformer.
+
+A family builds the tables for the recipe's fixed shapes (in float64 where
+the model does); they are cast, placed on the mesh and registered as buffers
+of the rotary module, so the compiled transformer receives them as inputs
+instead of rebuilding them inside the graph. The family's rotary patch
+replaces the module's forward with ``lookup`` keyed by shape.
+"""
+
+from __future__ import annotations
+
+import torch
+
+CACHE_ATTR = "_porter_rotary_cache"
+
+
+def install(module: torch.nn.Module, key: tuple, tables, runtime, dtype: torch.dtype) -> None:
+    from porter.interop import to_device
+
+    cache = module.__dict__.setdefault(CACHE_ATTR, {})
+    names = []
+    for index, table in enumerate(tables):
+        name = f"porter_rotary_{'x'.join(map(str, key))}_{index}"
+        module.register_buffer(name, to_device(table.to(dtype), runtime), persistent=False)
+        names.append(name)
+    cache[key] = tuple(names)
+
+
+def lookup(module: torch.nn.Module, key: tuple):
+    """The cached tables for ``key``, or None (the caller computes them itself)."""
+    names = module.__dict__.get(CACHE_ATTR, {}).get(key)
+    return None if names is None else tuple(getattr(module, n) for n in names)
+
+
+def apply(pipe, family, recipe, runtime) -> int:
+    """Install every table the family offers; returns how many sets were cached."""
+    entries = family.rotary_tables(pipe, recipe)
+    for module, key, tables, dtype in entries:
+        install(module, key, tables, runtime, dtype)
+    return len(entries)
