@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 
 from porter import loading, patches
-from porter.transforms import dtypes, sharding
+from porter.transforms import attention, dtypes, sharding
 from porter.errors import Problem, UsageError
 
 
@@ -29,6 +29,7 @@ def recipe_problems(recipe, registry) -> list[Problem]:
             problems.append(recipe.problem("rotary.precompute", f"family {family.name!r} "
                                            "has no rotary cache", hint="set it to false"))
     problems += patches.problems(recipe, registry)
+    problems += attention.problems(recipe, registry)
     problems += loading.source_problems(recipe)
     problems += sharding.rule_problems(recipe) + dtypes.rule_problems(recipe)
     return problems
@@ -45,7 +46,8 @@ def mesh_problems(recipe) -> list[Problem]:
         runtime.resolve_mesh(recipe.mesh, jax.device_count())
     except UsageError as exc:
         return [recipe.problem("mesh", exc.message, hint=exc.hint)]
-    return []
+    from porter import plugins
+    return attention.platform_problems(recipe, plugins.registry(), jax.default_backend())
 
 
 def shape_problems(recipe, registry) -> list[Problem]:

@@ -87,8 +87,10 @@ def cmd_run(args) -> int:
     outputs = result.data["outputs"]
     print(f"wrote {result.video} ({outputs['frames']} frames, "
           f"{outputs['width']}x{outputs['height']}) and {result.record.name}")
-    print(f"step {timings['step_s']:.3f} s, compile {timings['compile']['seconds']:.1f} s "
-          f"(cache hits {timings['compile']['cache_hits']}), decode {timings['decode_s']:.2f} s")
+    compiled = timings["compile"]
+    print(f"step {timings['step_s']:.3f} s, compile {compiled['seconds']:.1f} s (cache: "
+          f"{compiled['cache_hits']} hits, {compiled['cache_misses']} misses), "
+          f"decode {timings['decode_s']:.2f} s")
     return 0
 
 

@@ -50,3 +50,22 @@ def porter_register_patches(register: Callable) -> None:
     taken raises ``PluginError``. A patch's target is resolved when a recipe
     is validated, not at registration, so registering is cheap.
     """
+
+
+@hookspec
+def porter_register_attention(register: Callable) -> None:
+    """Register attention backends.
+
+    Arguments:
+        register: call ``register(backend)`` once per
+            ``porter.transforms.attention.AttentionBackend``: a name (recipes use
+            it in ``attention.backend``), a kernel
+            ``kernel(q, k, v, keep, *, scale, block_q, block_kv)`` on JAX arrays laid
+            out (batch, heads, sequence, head_dim) where ``keep`` is None or a
+            boolean mask (False: the key gets zero weight), a doc line, and the
+            platforms it runs on.
+
+    Returns nothing. Every plugin's implementation is called; a name already
+    taken (or ``auto``, reserved) raises ``PluginError``. The core shards the
+    kernel over the mesh (batch, heads, or sequence) around it.
+    """

@@ -25,6 +25,7 @@ class PluginError(PorterError):
 class Registry:
     families: dict = field(default_factory=dict)  # name -> ModelFamily
     patches: dict = field(default_factory=dict)  # name -> porter.patches.Patch
+    attention: dict = field(default_factory=dict)  # name -> AttentionBackend
     owners: dict = field(default_factory=dict)  # (kind, name) -> plugin name
     plugins: list[str] = field(default_factory=list)
 
@@ -49,6 +50,11 @@ class Registry:
             raise PluginError(f"plugin {plugin!r} registered {patch!r}, not a porter Patch")
         self._add("patch", self.patches, patch, plugin=plugin)
 
+    def add_attention(self, backend, *, plugin: str) -> None:
+        if backend.name == "auto":
+            raise PluginError(f"plugin {plugin!r}: 'auto' is reserved for automatic choice")
+        self._add("attention", self.attention, backend, plugin=plugin)
+
     def family(self, name: str):
         from porter.errors import UsageError
         if name not in self.families:
@@ -67,8 +73,8 @@ def _manager(extra_plugins) -> pluggy.PluginManager:
     manager = pluggy.PluginManager(ENTRY_POINT_GROUP)
     manager.add_hookspecs(hookspecs)
     try:
-        from porter import builtin_patches
-        manager.register(builtin_patches, name="core")
+        from porter import builtin
+        manager.register(builtin, name="core")
         manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
         for plugin in extra_plugins:
             manager.register(plugin)
@@ -90,7 +96,8 @@ def load(extra_plugins=()) -> Registry:
     registry = Registry()
     registry.plugins = sorted(name for name, _ in manager.list_name_plugin())
     hooks = ((manager.hook.porter_register_families, registry.add_family),
-             (manager.hook.porter_register_patches, registry.add_patch))
+             (manager.hook.porter_register_patches, registry.add_patch),
+             (manager.hook.porter_register_attention, registry.add_attention))
     for hook, add in hooks:
         for impl in hook.get_hookimpls():
             impl.function(register=partial(add, plugin=impl.plugin_name))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ import torch
 from porter import checks, loading, patches, record, runtime as runtime_mod, stages, video
 from porter.errors import RecipeError
 from porter.transforms import compile as compile_transform
-from porter.transforms import rotary
+from porter.transforms import attention, rotary
 from porter.transforms import sharding as shard_transform
 
 
@@ -45,7 +46,9 @@ def port(pipe, family, runtime, recipe) -> None:
             component = compile_transform.apply(component, family.compiled[name])
             if name == "transformer" and sharding.inputs:
                 component = shard_transform.ShardedInputs(component, sharding.inputs, runtime)
-            setattr(pipe, name, component)
+        if name in recipe.attention.skip:
+            component = attention.Skipped(component)
+        setattr(pipe, name, component)
 
 
 def selected_patches(recipe, registry, family):
@@ -54,7 +57,21 @@ def selected_patches(recipe, registry, family):
     return patches.selected(recipe, registry, extra)
 
 
-def _generate(family, recipe, runtime, say, progress):
+@contextlib.contextmanager
+def attention_installed(recipe, registry, runtime):
+    """The recipe's attention backend in place of torchax's lowering, for the block."""
+    if recipe.attention.backend is None:
+        yield
+        return
+    undo = attention.install(runtime.env, recipe.attention, registry.attention, runtime.mesh,
+                             runtime.platform)
+    try:
+        yield
+    finally:
+        undo()
+
+
+def _generate(family, recipe, runtime, registry, say, progress):
     """Load, port, encode, denoise, decode; returns latents, frames and timings."""
     timings: dict = {}
     monitor = runtime_mod.compile_monitor()
@@ -67,11 +84,13 @@ def _generate(family, recipe, runtime, say, progress):
     port(pipe, family, runtime, recipe)
     timings["to_jax_s"] = round(time.perf_counter() - start, 4)
 
-    say("encoding the prompt")
-    conditioning = stages.encode(family, pipe, recipe, runtime, timings)
-    latents = stages.denoise(family, pipe, conditioning, recipe, runtime, timings, progress)
-    say("decoding latents to frames")
-    frames = stages.decode(family, pipe, latents, recipe, runtime, timings)
+    with attention_installed(recipe, registry, runtime):
+        say("encoding the prompt")
+        conditioning = stages.encode(family, pipe, recipe, runtime, timings)
+        latents = stages.denoise(family, pipe, conditioning, recipe, runtime, timings,
+                                 progress)
+        say("decoding latents to frames")
+        frames = stages.decode(family, pipe, latents, recipe, runtime, timings)
     compile_after = monitor.summary()
     timings["compile"] = {key: round(compile_after[key] - compile_before[key], 4)
                           for key in compile_after}
@@ -92,11 +111,12 @@ def run(recipe, registry, progress: bool = True) -> RunResult:
     say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
         f"mesh {runtime.axes}")
     problems = checks.shape_problems(recipe, registry)  # before any weight is read
+    problems += attention.platform_problems(recipe, registry, runtime.platform)
     if problems:
         raise RecipeError(problems)
     chosen = selected_patches(recipe, registry, family)
     with patches.applied(chosen):
-        latents, frames, timings = _generate(family, recipe, runtime, say, progress)
+        latents, frames, timings = _generate(family, recipe, runtime, registry, say, progress)
 
     directory = output_dir(recipe)
     directory.mkdir(parents=True, exist_ok=True)

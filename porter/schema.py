@@ -106,6 +106,18 @@ class RotarySection(Section):
         "hand them to the compiled transformer")
 
 
+class AttentionSection(Section):
+    backend: str | None = Field(
+        None, description="registered backend or 'auto'; null keeps torchax's own lowering")
+    block_q: int = Field(512, ge=1, description="query block (blockwise, splash)")
+    block_kv: int = Field(512, ge=1, description="key/value block (blockwise, splash)")
+    min_seq_len: int = Field(0, ge=0, description="shorter query sequences keep torchax's lowering")
+    skip: list[str] = Field(default_factory=list, description="components left alone, e.g. vae")
+    data_axis: str | None = Field(None, description="mesh axis that splits the batch")
+    head_axis: str | None = Field(
+        None, description="mesh axis that splits heads (or the sequence when heads don't divide)")
+
+
 class OutputSection(Section):
     dir: str | None = Field(None, description="run directory; default outputs/<recipe name>")
     fps: int = Field(16, ge=1, le=240)
@@ -124,4 +136,5 @@ class RecipeSpec(Section):
     dtypes: DtypesSection = DtypesSection()
     sharding: ShardingSection = ShardingSection()
     rotary: RotarySection = RotarySection()
+    attention: AttentionSection = AttentionSection()
     output: OutputSection = OutputSection()

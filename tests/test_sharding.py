@@ -83,11 +83,12 @@ def test_batch_of_one_cannot_split_over_data_axis():
     assert "cfg_parallel" in first.hint
 
 
-def transformer_output(mesh: str, rules_from=None, batch=2):
+def transformer_output(mesh: str, rules_from=None, batch=2, extra=()):
     """The tiny transformer's output with the weights and mesh of a recipe."""
+    from porter.run import attention_installed
     from porter_wan.tiny import build_pipeline
 
-    overrides = [f"mesh={mesh}"] if mesh else []
+    overrides = ([f"mesh={mesh}"] if mesh else []) + list(extra)
     loaded = recipe.load(rules_from or RECIPES / "wan-tiny.yaml", overrides)
     rt = runtime.start(loaded)
     pipe = build_pipeline()
@@ -97,7 +98,7 @@ def transformer_output(mesh: str, rules_from=None, batch=2):
     text = torch.randn(batch, 16, 32, generator=generator)
     reference = copy.deepcopy(pipe.transformer)
     port(pipe, plugins.registry().family("wan"), rt, loaded)
-    with rt.env:
+    with attention_installed(loaded, plugins.registry(), rt), rt.env:
         out = pipe.transformer(hidden_states=to_device(x, rt), timestep=to_device(t, rt),
                                encoder_hidden_states=to_device(text, rt), return_dict=False)[0]
     with torch.no_grad():
@@ -149,3 +150,21 @@ def test_sharded_cfg_parallel_run_matches_diffusers(tmp_path):
                     output_type="latent").frames
     assert result.data["mesh"] == {"dp": 2, "tp": 4}
     assert (result.latents - expected).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("backend", ["blockwise", "splash"])
+@pytest.mark.parametrize("mesh", ["{dp: 2, tp: 4}", "{dp: 1, tp: 8}"])
+def test_replaced_attention_sharded_equals_unsharded(backend, mesh):
+    """Regression: a flash kernel plus sharding once changed a Wan port's output.
+
+    The tiny model has 2 heads, so on tp=4 and tp=8 attention runs
+    sequence-parallel (queries split, keys and values gathered).
+    """
+    attention = [f"attention.backend={backend}", "attention.data_axis=dp",
+                 "attention.head_axis=tp", "attention.block_q=128", "attention.block_kv=128"]
+    unsharded, expected, _ = transformer_output("{dp: 1, tp: 1}", extra=attention)
+    sharded, _, raw = transformer_output(mesh, TP_RECIPE, extra=attention)
+    assert len(raw.jax().sharding.device_set) == 8
+    scale = expected.abs().max()
+    assert (unsharded - expected).abs().max() / scale <= 1e-5
+    assert (sharded - expected).abs().max() / scale <= 1e-5

@@ -1,4 +1,4 @@
-"""Patches any port may need, registered by the core like a plugin would."""
+"""What the core registers like a plugin would: generic patches, attention backends."""
 
 from __future__ import annotations
 
@@ -39,3 +39,10 @@ NO_TORCH_ASSERT = Patch(
 def porter_register_patches(register):
     register(COMPILING)
     register(NO_TORCH_ASSERT)
+
+
+@hookimpl
+def porter_register_attention(register):
+    from porter.transforms.attention import BUILTIN
+    for backend in BUILTIN:
+        register(backend)

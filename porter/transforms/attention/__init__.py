@@ -1,0 +1,147 @@
+"""Attention replacement: torchax's lowering of scaled_dot_product_attention,
+swapped for a registered backend, sharded over the mesh.
+
+``install`` overrides the op in the torchax environment; ``disabled()`` (used
+around components the recipe skips), a minimum sequence length and additive
+float masks (biases, not key masks) route calls back to torchax's own
+lowering. Boolean masks are exact in every backend. ``install`` returns an
+undo function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+
+import torch
+
+from porter.transforms.attention import backends, sharded
+from porter.transforms.attention.backends import BUILTIN, AttentionBackend
+
+__all__ = ["AttentionBackend", "BUILTIN", "install", "disabled", "attend"]
+
+_disabled = contextvars.ContextVar("porter_attention_disabled", default=False)
+
+SDPA_OPS = (torch.nn.functional.scaled_dot_product_attention,
+            torch.ops.aten.scaled_dot_product_attention)
+
+
+@contextlib.contextmanager
+def disabled():
+    """Inside, attention uses torchax's own lowering (for skipped components)."""
+    token = _disabled.set(True)
+    try:
+        yield
+    finally:
+        _disabled.reset(token)
+
+
+def _keep_mask(attn_mask, is_causal: bool, q_len: int, k_len: int):
+    import jax.numpy as jnp
+    keep = attn_mask
+    if is_causal:
+        causal = jnp.tril(jnp.ones((q_len, k_len), dtype=bool), k_len - q_len)
+        keep = causal if keep is None else jnp.logical_and(keep, causal)
+    return keep
+
+
+def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mesh,
+           config, platform: str):
+    """Attention on JAX arrays (B, H, S, D) with the configured backend and sharding."""
+    import jax.numpy as jnp
+
+    if k.shape[1] != q.shape[1]:  # grouped-query attention: repeat key/value heads
+        k = jnp.repeat(k, q.shape[1] // k.shape[1], axis=1)
+        v = jnp.repeat(v, q.shape[1] // v.shape[1], axis=1)
+    keep = _keep_mask(attn_mask, is_causal, q.shape[2], k.shape[2])
+    chosen = backends.choose(backend, platform, q.shape[2], k.shape[2], config["registry"])
+    options = dict(scale=scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]),
+                   block_q=config["block_q"], block_kv=config["block_kv"])
+    return sharded.run(chosen.kernel, mesh, q, k, v, keep, data_axis=config["data_axis"],
+                       head_axis=config["head_axis"], **options)
+
+
+def install(env, recipe_attention, registry: dict, mesh, platform: str):
+    """Override scaled_dot_product_attention in ``env``; returns an undo function."""
+    from porter.compat import import_torchax
+    interop = import_torchax().interop
+
+    saved = {op: env._ops.get(op) for op in SDPA_OPS}
+    fallback = saved[torch.nn.functional.scaled_dot_product_attention]
+    config = dict(registry=registry, block_q=recipe_attention.block_q,
+                  block_kv=recipe_attention.block_kv, data_axis=recipe_attention.data_axis,
+                  head_axis=recipe_attention.head_axis)
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+             enable_gqa=False):
+        # Additive float masks (e.g. T5's position bias) are biases, not key masks:
+        # torchax's lowering computes them exactly.
+        float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
+        if _disabled.get() or float_mask or query.shape[-2] < recipe_attention.min_seq_len:
+            return fallback.func(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                 enable_gqa, env=env)
+        q, k, v, mask = interop.jax_view((query, key, value, attn_mask))
+        out = attend(q, k, v, mask, is_causal, scale, backend=recipe_attention.backend,
+                     mesh=mesh, config=config, platform=platform)
+        return interop.torch_view(out)
+
+    for op in SDPA_OPS:
+        env.override_op_definition(op, sdpa)
+
+    def undo():
+        for op, previous in saved.items():
+            if previous is None:
+                env._ops.pop(op, None)
+            else:
+                env._ops[op] = previous
+    return undo
+
+
+class Skipped:
+    """A component whose calls (and method calls) run with the replacement disabled."""
+
+    def __init__(self, target):
+        self._target = target
+
+    def __call__(self, *args, **kwargs):
+        with disabled():
+            return self._target(*args, **kwargs)
+
+    def __getattr__(self, name):
+        value = getattr(self._target, name)
+        if callable(value) and not isinstance(value, (torch.nn.Module, type)):
+            def call(*args, **kwargs):
+                with disabled():
+                    return value(*args, **kwargs)
+            return call
+        return value
+
+
+def problems(recipe, registry) -> list:
+    """Backend registered, axes in the mesh (no devices needed)."""
+    section, found = recipe.attention, []
+    known = sorted(registry.attention)
+    if section.backend is not None and section.backend != "auto" \
+            and section.backend not in registry.attention:
+        import difflib
+        close = difflib.get_close_matches(section.backend, known, n=1)
+        found.append(recipe.problem("attention.backend", f"unknown backend {section.backend!r}",
+                                    hint=f"did you mean {close[0]!r}?" if close else
+                                    f"registered: auto, {', '.join(known)}"))
+    for key in ("data_axis", "head_axis"):
+        axis = getattr(section, key)
+        if axis is not None and axis not in recipe.mesh:
+            found.append(recipe.problem(f"attention.{key}", f"mesh has no axis {axis!r}",
+                                        hint=f"mesh axes: {', '.join(recipe.mesh)}"))
+    return found
+
+
+def platform_problems(recipe, registry, platform: str) -> list:
+    name = recipe.attention.backend
+    backend = registry.attention.get(name) if name not in (None, "auto") else None
+    if backend is not None and platform not in backend.platforms:
+        return [recipe.problem("attention.backend", f"backend {name!r} does not run on "
+                               f"{platform} (runs on {', '.join(backend.platforms)})",
+                               hint="use 'auto' to pick one for the platform")]
+    return []

@@ -1,0 +1,44 @@
+"""Attention backends: named kernels plugins can add to, and how ``auto`` picks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from porter.transforms.attention import kernels
+
+
+@dataclass(frozen=True)
+class AttentionBackend:
+    name: str
+    kernel: Callable  # kernel(q, k, v, keep, *, scale, block_q, block_kv) on (B, H, S, D)
+    doc: str
+    platforms: tuple[str, ...] = ("cpu", "gpu", "tpu")  # where it can run
+
+
+BUILTIN = (
+    AttentionBackend("reference", kernels.reference,
+                     "softmax(QK^T)V in XLA; every score materialised (memory ~ S^2)"),
+    AttentionBackend("blockwise", kernels.blockwise,
+                     "pure-JAX online softmax over key/value blocks; memory ~ block_q x "
+                     "block_kv; runs everywhere"),
+    AttentionBackend("splash", kernels.splash,
+                     "Pallas TPU splash attention (interpret mode off TPU: slow, for tests)"),
+    AttentionBackend("cudnn", kernels.cudnn,
+                     "cuDNN fused attention via jax.nn.dot_product_attention; GPU, "
+                     "bfloat16/float16", platforms=("gpu",)),
+)
+
+# Below this many score entries per head, materialising them is cheapest.
+AUTO_BLOCKWISE_FROM = 2048 * 2048
+
+
+def choose(name: str, platform: str, q_len: int, k_len: int, registry: dict):
+    """The backend to run: ``name`` itself, or what ``auto`` picks for the platform."""
+    if name != "auto":
+        return registry[name]
+    if platform == "tpu":
+        return registry["splash"]
+    if platform == "gpu":
+        return registry["cudnn"]
+    return registry["blockwise" if q_len * k_len >= AUTO_BLOCKWISE_FROM else "reference"]

@@ -1,0 +1,178 @@
+"""Attention kernels on JAX arrays laid out (batch, heads, sequence, head_dim).
+
+Every kernel takes ``keep``: None, or a boolean mask broadcastable to
+(batch, heads, q_len, k_len) where False means "this key gets zero weight".
+Masking is exact: a masked key's score is -inf before the softmax, so it takes
+no probability mass (zeroing its key and value would still give it mass).
+A query row with no key kept returns zeros.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+NEG_INF = -jnp.inf
+
+
+def _scores(q, k, scale):
+    return jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+
+
+def reference(q, k, v, keep=None, *, scale: float, **_):
+    """softmax(q k^T * scale) v, materialising every score (memory ~ q_len x k_len)."""
+    scores = _scores(q, k, scale)
+    if keep is not None:
+        scores = jnp.where(keep, scores, NEG_INF)
+    peak = jnp.max(scores, axis=-1, keepdims=True)
+    peak = jnp.where(jnp.isfinite(peak), peak, 0.0)
+    weights = jnp.exp(scores - peak)
+    total = jnp.sum(weights, axis=-1, keepdims=True)
+    weights = weights / jnp.where(total > 0, total, 1.0)
+    return jnp.einsum("bhqk,bhkd->bhqd", weights.astype(v.dtype), v,
+                      preferred_element_type=jnp.float32).astype(q.dtype)
+
+
+def _pad(x, axis: int, multiple: int, value=0):
+    size = x.shape[axis]
+    extra = -size % multiple
+    if not extra:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, extra)
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def _block_keep(keep, batch, heads, q_len, k_len):
+    """``keep`` as a 4-d mask of shape (B|1, H|1, Q|1, K)."""
+    if keep is None:
+        return jnp.ones((1, 1, 1, k_len), dtype=bool)
+    keep = jnp.asarray(keep, dtype=bool)
+    while keep.ndim < 4:
+        keep = keep[None]
+    shape = tuple(keep.shape[i] if keep.shape[i] == 1 else n
+                  for i, n in enumerate((batch, heads, q_len, k_len)))
+    return jnp.broadcast_to(keep, shape)
+
+
+def blockwise(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv: int = 512,
+              **_):
+    """Online-softmax attention over key/value blocks, one query block at a time.
+
+    Working memory is batch x heads x block_q x block_kv scores, whatever the
+    sequence length. Sequences are padded to block multiples (padded keys are
+    masked, padded queries dropped).
+    """
+    batch, heads, q_len, dim = q.shape
+    k_len = k.shape[2]
+    block_q, block_kv = min(block_q, q_len), min(block_kv, k_len)
+    keep = _block_keep(keep, batch, heads, q_len, k_len)
+    qp = _pad(q, 2, block_q)
+    kp, vp = _pad(k, 2, block_kv), _pad(v, 2, block_kv)
+    keep = _pad(keep, 3, block_kv, value=False)
+    if keep.shape[2] != 1:
+        keep = _pad(keep, 2, block_q, value=True)
+    nq, nk = qp.shape[2] // block_q, kp.shape[2] // block_kv
+
+    # blocks on a leading axis so lax.map / lax.scan can walk them
+    q_blocks = jnp.moveaxis(qp.reshape(batch, heads, nq, block_q, dim), 2, 0)
+    k_blocks = jnp.moveaxis(kp.reshape(batch, heads, nk, block_kv, dim), 2, 0)
+    v_blocks = jnp.moveaxis(vp.reshape(batch, heads, nk, block_kv, dim), 2, 0)
+    kb, kh, kq = keep.shape[:3]
+    keep_k = jnp.moveaxis(keep.reshape(kb, kh, kq, nk, block_kv), 3, 0)
+
+    def one_query_block(args):
+        q_block, q_index = args
+        if kq == 1:
+            keep_q = keep_k
+        else:
+            keep_q = jax.lax.dynamic_slice_in_dim(keep_k, q_index * block_q, block_q, axis=3)
+
+        def step(carry, inputs):
+            peak, total, acc = carry
+            k_block, v_block, keep_block = inputs
+            scores = jnp.where(keep_block, _scores(q_block, k_block, scale), NEG_INF)
+            new_peak = jnp.maximum(peak, jnp.max(scores, axis=-1))
+            safe = jnp.where(jnp.isfinite(new_peak), new_peak, 0.0)
+            weights = jnp.exp(scores - safe[..., None])
+            correction = jnp.exp(jnp.where(jnp.isfinite(peak), peak - safe, NEG_INF))
+            total = total * correction + jnp.sum(weights, axis=-1)
+            acc = acc * correction[..., None] + jnp.einsum(
+                "bhqk,bhkd->bhqd", weights.astype(v_block.dtype), v_block,
+                preferred_element_type=jnp.float32)
+            return (new_peak, total, acc), None
+
+        start = (jnp.full((batch, heads, block_q), NEG_INF, jnp.float32),
+                 jnp.zeros((batch, heads, block_q), jnp.float32),
+                 jnp.zeros((batch, heads, block_q, dim), jnp.float32))
+        (_, total, acc), _ = jax.lax.scan(step, start, (k_blocks, v_blocks, keep_q))
+        return acc / jnp.where(total > 0, total, 1.0)[..., None]
+
+    out = jax.lax.map(one_query_block, (q_blocks, jnp.arange(nq)))
+    out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, nq * block_q, dim)
+    return out[:, :, :q_len].astype(q.dtype)
+
+
+def key_padding(keep, batch: int, k_len: int):
+    """keep as (batch, k_len) when it only masks keys (same for every head and query)."""
+    if keep is None:
+        return jnp.ones((batch, k_len), dtype=bool)
+    keep = jnp.asarray(keep, dtype=bool)
+    while keep.ndim < 4:
+        keep = keep[None]
+    if keep.shape[1] != 1 or keep.shape[2] != 1:
+        return None
+    return jnp.broadcast_to(keep[:, 0, 0, :], (batch, k_len))
+
+
+def splash(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv: int = 512,
+           interpret: bool | None = None, **_):
+    """The Pallas TPU splash-attention kernel (interpret mode off TPU).
+
+    Key-padding masks become segment ids (padded and masked keys in segment 0,
+    every query in segment 1); any other mask falls back to ``blockwise``.
+    """
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_kernel as kernel_lib, splash_attention_mask as mask_lib)
+
+    batch, heads, q_len, _ = q.shape
+    k_len = k.shape[2]
+    padding = key_padding(keep, batch, k_len)
+    if padding is None:
+        return blockwise(q, k, v, keep, scale=scale, block_q=block_q, block_kv=block_kv)
+    if interpret is None:
+        interpret = jax.default_backend() != "tpu"
+    # splash wants block multiples of 128 (the TPU lane width)
+    block_q = min(block_q, _round_up(q_len, 128))
+    block_kv = min(block_kv, _round_up(k_len, 128))
+    qp = _pad(q * jnp.asarray(scale, q.dtype), 2, block_q)  # splash does not scale q
+    kp, vp = _pad(k, 2, block_kv), _pad(v, 2, block_kv)
+    segments = kernel_lib.SegmentIds(
+        q=jnp.ones((batch, qp.shape[2]), jnp.int32),
+        kv=_pad(padding.astype(jnp.int32), 1, block_kv))
+    mask = mask_lib.MultiHeadMask(
+        [mask_lib.FullMask((qp.shape[2], kp.shape[2])) for _ in range(heads)])
+    sizes = kernel_lib.BlockSizes(block_q=block_q, block_kv=block_kv,
+                                  block_kv_compute=block_kv)
+    attend = kernel_lib.make_splash_mha_single_device(mask=mask, block_sizes=sizes,
+                                                      interpret=interpret)
+    out = jax.vmap(attend)(qp, kp, vp, segments)
+    # a query whose keys are all masked: splash leaves garbage, reference gives zeros
+    any_kept = jnp.any(padding, axis=1)[:, None, None, None]
+    return jnp.where(any_kept, out[:, :, :q_len], 0).astype(q.dtype)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return math.ceil(n / multiple) * multiple
+
+
+def cudnn(q, k, v, keep=None, *, scale: float, **_):
+    """cuDNN fused attention through jax.nn.dot_product_attention (GPU, 16-bit)."""
+    layout = (0, 2, 1, 3)  # jax.nn wants (batch, sequence, heads, dim)
+    mask = None if keep is None else jnp.asarray(keep, dtype=bool)
+    out = jax.nn.dot_product_attention(
+        q.transpose(layout), k.transpose(layout), v.transpose(layout), mask=mask,
+        scale=scale, implementation="cudnn")
+    return out.transpose(layout)

@@ -1,0 +1,60 @@
+"""Run a kernel under shard_map: batch on the data axis, heads on the head axis.
+
+When the head count does not divide the head axis (Wan 1.3B: 12 heads on 8
+devices), attention runs sequence-parallel on that axis instead: each device
+takes a slice of the queries and all keys and values (gathered).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+
+def layout(mesh, shape_q, shape_k, data_axis, head_axis):
+    """(batch axis, head axis, query-sequence axis) actually used, each or None."""
+    sizes = dict(mesh.shape)
+    batch, heads, q_len = shape_q[0], shape_q[1], shape_q[2]
+
+    def fits(axis, n):
+        return axis in sizes and sizes[axis] > 1 and n % sizes[axis] == 0
+
+    use_batch = data_axis if fits(data_axis, batch) else None
+    if fits(head_axis, heads):
+        return use_batch, head_axis, None
+    if fits(head_axis, q_len):
+        return use_batch, None, head_axis
+    return use_batch, None, None
+
+
+def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, **options):
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    batch_axis, heads_axis, seq_axis = layout(mesh, q.shape, k.shape, data_axis, head_axis)
+    if batch_axis is None and heads_axis is None and seq_axis is None:
+        return kernel(q, k, v, keep, **options)
+    q_spec = P(batch_axis, heads_axis, seq_axis, None)
+    kv_spec = P(batch_axis, heads_axis, None, None)  # sequence-parallel: keys gathered
+    body = partial(_local, kernel, options)
+    if keep is None:
+        return jax.shard_map(lambda q, k, v: body(q, k, v, None), mesh=mesh,
+                             in_specs=(q_spec, kv_spec, kv_spec), out_specs=q_spec,
+                             check_vma=False)(q, k, v)
+    keep = _expand(keep)
+    keep_spec = P(batch_axis if keep.shape[0] > 1 else None,
+                  heads_axis if keep.shape[1] > 1 else None,
+                  seq_axis if keep.shape[2] > 1 else None, None)
+    return jax.shard_map(body, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec, keep_spec),
+                         out_specs=q_spec, check_vma=False)(q, k, v, keep)
+
+
+def _local(kernel, options, q, k, v, keep):
+    return kernel(q, k, v, keep, **options)
+
+
+def _expand(keep):
+    import jax.numpy as jnp
+    keep = jnp.asarray(keep, dtype=bool)
+    while keep.ndim < 4:
+        keep = keep[None]
+    return keep
