@@ -54,7 +54,8 @@ def shape_problems(recipe, registry) -> list[Problem]:
     """Sharding rules against the model's shapes (meta device, no weights)."""
     from porter import plan
 
-    if not (recipe.sharding.weights or recipe.sharding.inputs or recipe.dtypes.overrides):
+    if not (recipe.sharding.weights or recipe.sharding.inputs or recipe.dtypes.overrides
+            or recipe.compile):
         return []
     try:
         built = plan.build(recipe, registry)

@@ -7,6 +7,7 @@ import math
 from porter import abstract
 from porter.errors import UsageError
 from porter.runtime import resolve_mesh
+from porter.transforms import compile as compile_transform
 from porter.transforms import dtypes, sharding
 
 
@@ -50,6 +51,7 @@ def build(recipe, registry, devices: int | None = None) -> dict:
     components = [component_plan(name, module, recipe.sharding.weights.get(name, []), axes)
                   for name, module in modules.items()]
     problems = []
+    problems += compile_transform.problems(recipe, family, modules)
     for name, module in modules.items():
         problems += dtypes.unmatched_problems(recipe, name, module)
     for plan in components:

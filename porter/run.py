@@ -34,6 +34,7 @@ def output_dir(recipe) -> Path:
 def port(pipe, family, runtime, recipe) -> None:
     """Move every component to JAX, sharded by the recipe; compile what the family names."""
     sharding = recipe.sharding
+    compiled = compile_transform.rules(recipe, family)
     for name, component in pipe.components.items():
         if not isinstance(component, torch.nn.Module):
             continue
@@ -42,8 +43,8 @@ def port(pipe, family, runtime, recipe) -> None:
                                               sharding.activations.get(name, []))
         if name == "transformer" and recipe.rotary.precompute:
             rotary.apply(pipe, family, recipe, runtime)
-        if name in family.compiled:
-            component = compile_transform.apply(component, family.compiled[name])
+        if name in compiled:
+            component = compile_transform.apply(component, compiled[name])
             if name == "transformer" and sharding.inputs:
                 component = shard_transform.ShardedInputs(component, sharding.inputs, runtime)
         if name in recipe.attention.skip:

@@ -118,6 +118,17 @@ class AttentionSection(Section):
         None, description="mesh axis that splits heads (or the sequence when heads don't divide)")
 
 
+class CompileRule(Section):
+    methods: list[str] = Field(default_factory=lambda: ["forward"],
+                               description="methods jitted; [] runs the component eagerly")
+    static_argnames: list[str] = Field(
+        default_factory=lambda: ["return_dict"],
+        description="arguments that change the program's structure, not its values")
+    donate_argnames: list[str] = Field(
+        default_factory=list, description="inputs whose buffers the program may reuse; "
+        "only for inputs not used again after the call")
+
+
 class OutputSection(Section):
     dir: str | None = Field(None, description="run directory; default outputs/<recipe name>")
     fps: int = Field(16, ge=1, le=240)
@@ -137,4 +148,6 @@ class RecipeSpec(Section):
     sharding: ShardingSection = ShardingSection()
     rotary: RotarySection = RotarySection()
     attention: AttentionSection = AttentionSection()
+    compile: dict[str, CompileRule] = Field(
+        default_factory=dict, description="per component; replaces the family's defaults")
     output: OutputSection = OutputSection()

@@ -1,0 +1,66 @@
+"""Compile options from the recipe: which methods, static arguments, donation."""
+
+import torch
+
+from porter import checks, plugins, recipe, runtime
+from porter.interop import to_device
+from porter.run import port
+from porter.transforms import compile as compile_transform
+from porter.transforms import sharding
+
+from conftest import TINY_RECIPE
+
+
+def test_recipe_replaces_family_defaults(write):
+    loaded = recipe.load(write("r.yaml", TINY_RECIPE + """\
+compile:
+  vae: {methods: []}
+  text_encoder: {methods: [forward], static_argnames: [return_dict, output_hidden_states]}
+"""))
+    family = plugins.registry().family("wan")
+    rules = compile_transform.rules(loaded, family)
+    assert set(rules) == {"transformer", "text_encoder"}
+    assert rules["transformer"].methods == ["forward"]
+    assert rules["text_encoder"].static_argnames == ["return_dict", "output_hidden_states"]
+
+
+def test_unknown_component_or_method(write):
+    loaded = recipe.load(write("r.yaml", TINY_RECIPE + """\
+compile:
+  unet: {methods: [forward]}
+  vae: {methods: [decoed]}
+"""))
+    found = {p.path: p for p in checks.validate(loaded, plugins.registry())}
+    assert "no component 'unet'" in found["compile.unet"].message
+    assert "vae has no method 'decoed'" in found["compile.vae.methods"].message
+
+
+def test_eager_component_still_runs_on_jax(write):
+    from porter_wan.tiny import build_pipeline
+
+    loaded = recipe.load(write("r.yaml", TINY_RECIPE + "compile: {vae: {methods: []}}\n"
+                               "mesh: {dp: 1}\n"))
+    rt, registry = runtime.start(loaded), plugins.registry()
+    pipe = build_pipeline()
+    port(pipe, registry.family("wan"), rt, loaded)
+    assert type(pipe.vae).__name__ == "AutoencoderKLWan"  # not wrapped for jit
+    assert hasattr(pipe.vae.decoder.conv_in.weight, "jax")  # but its weights are on JAX
+
+
+def test_donated_input_is_consumed():
+    from porter.schema import CompileRule
+    from porter_wan.tiny import build_pipeline
+
+    rt = runtime.start(recipe.validate_data(
+        {"model": {"family": "wan"}, "mesh": {"dp": 1},
+         "generate": {"prompt": "x", "height": 32, "width": 32, "frames": 9, "steps": 1}},
+        {}))
+    transformer = build_pipeline().transformer.eval()
+    sharding.apply(transformer, rt, [])
+    jitted = compile_transform.apply(transformer, CompileRule(
+        methods=["forward"], donate_argnames=["hidden_states"]))
+    x = to_device(torch.randn(1, 16, 3, 4, 4), rt)
+    with rt.env:
+        jitted(hidden_states=x, timestep=to_device(torch.tensor([5.0]), rt),
+               encoder_hidden_states=to_device(torch.randn(1, 16, 32), rt), return_dict=False)
+    assert x._elem.is_deleted()
