@@ -69,12 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_recipe(args):
-    from porter import recipe
+    from porter import recipe, runtime
 
     overrides = list(args.overrides)
     if args.cpu_devices is not None:
         overrides.append(f"runtime.cpu_devices={args.cpu_devices}")
-    return recipe.load(args.recipe, overrides)
+    loaded = recipe.load(args.recipe, overrides)
+    # JAX reads its platform and device count once, when first imported.
+    runtime.configure(loaded.runtime.platform, loaded.runtime.cpu_devices)
+    return loaded
 
 
 def cmd_run(args) -> int:

@@ -103,6 +103,7 @@ def _status(message: str) -> None:
 
 
 def run(recipe, registry, progress: bool = True) -> RunResult:
+    runtime_mod.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
     problems = checks.recipe_problems(recipe, registry)
     if problems:
         raise RecipeError(problems)

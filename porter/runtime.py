@@ -1,7 +1,7 @@
 """The JAX side of a run: platform, virtual devices, compile cache, mesh.
 
-Order matters: ``configure`` sets environment flags that JAX reads once, at
-import, so it must run before anything imports jax; ``start`` imports jax and
+Order matters: ``configure`` sets environment flags that JAX reads once, when
+it creates its devices, so it must run before anything asks JAX for devices; ``start`` imports jax and
 torchax (through ``porter.compat``) and builds the mesh.
 """
 
@@ -33,16 +33,27 @@ def cache_dir(setting: bool | str) -> Path | None:
     return default_cache_dir() if setting is True else Path(setting).expanduser()
 
 
+def _backends_started() -> bool:
+    """Has JAX created its devices yet? (It reads XLA_FLAGS then, not at import.)"""
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+        return xla_bridge.backends_are_initialized()
+    except (ImportError, AttributeError):  # a JAX without this helper: assume started
+        return True
+
+
 def request_cpu_devices(count: int) -> None:
-    """Ask XLA for ``count`` virtual CPU devices; only possible before jax is imported."""
-    if "jax" in sys.modules:
+    """Ask XLA for ``count`` virtual CPU devices; only possible before JAX starts."""
+    if _backends_started():
         import jax
         have = jax.device_count("cpu") if jax.default_backend() == "cpu" else None
         if have == count:
             return
         raise UsageError(f"{count} virtual CPU devices were asked for after JAX started",
-                         hint="set runtime.cpu_devices (or --cpu-devices) before anything "
-                              "imports jax; in tests, set XLA_FLAGS in the environment")
+                         hint="set runtime.cpu_devices (or --cpu-devices) before JAX creates "
+                              "its devices; in tests, set XLA_FLAGS in the environment")
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
              if not f.startswith(DEVICE_COUNT_FLAG)]
     os.environ["XLA_FLAGS"] = " ".join(flags + [f"{DEVICE_COUNT_FLAG}={count}"])
@@ -50,7 +61,7 @@ def request_cpu_devices(count: int) -> None:
 
 def configure(platform: str, cpu_devices: int | None) -> None:
     """Set what JAX reads at import: platform and virtual CPU device count."""
-    if platform != "auto" and "jax" not in sys.modules:
+    if platform != "auto" and not _backends_started():
         os.environ["JAX_PLATFORMS"] = {"gpu": "cuda"}.get(platform, platform)
     if cpu_devices:
         request_cpu_devices(cpu_devices)

@@ -101,3 +101,17 @@ def test_stray_argument_is_a_usage_error(capsys, write):
     with pytest.raises(SystemExit) as info:
         cli.main(["validate", str(write("r.yaml", TINY_RECIPE)), "--bogus"])
     assert info.value.code == 2 and "--bogus" in capsys.readouterr().err
+
+
+def test_cpu_devices_flag_in_a_fresh_process():
+    """--cpu-devices must reach JAX before it creates devices, whatever was imported."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-m", "porter.cli", "validate",
+                          str(RECIPES / "wan-tiny-tp.yaml"), "--cpu-devices", "8"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "mesh {'dp': 2, 'tp': 4}" in out.stdout
