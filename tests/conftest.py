@@ -40,3 +40,18 @@ generate:
   steps: 3
   max_sequence_length: 16
 """
+
+
+def diffusers_latents(recipe):
+    """Final latents of the plain diffusers WanPipeline (tiny weights) for a recipe."""
+    import torch
+    from porter_wan.tiny import build_pipeline
+
+    gen = recipe.generate
+    pipe = build_pipeline()
+    for module in (pipe.transformer, pipe.vae, pipe.text_encoder):
+        module.eval()
+    return pipe(gen.prompt, negative_prompt=gen.negative_prompt, height=gen.height,
+                width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
+                guidance_scale=gen.guidance_scale, max_sequence_length=gen.max_sequence_length,
+                generator=torch.Generator().manual_seed(gen.seed), output_type="latent").frames

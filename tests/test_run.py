@@ -13,7 +13,7 @@ import torch
 from porter import plugins, recipe, runtime, video
 from porter.run import port, run
 
-from conftest import RECIPES, ROOT, TINY_RECIPE
+from conftest import RECIPES, TINY_RECIPE, diffusers_latents
 
 pytestmark = pytest.mark.slow
 
@@ -79,19 +79,8 @@ def test_ported_transformer_matches_pytorch():
 
 
 def test_same_latents_as_plain_diffusers_pipeline(tiny):
-    from porter_wan.tiny import build_pipeline
-
     loaded, result = tiny
-    gen = loaded.generate
-    pipe = build_pipeline()
-    for module in pipe.components.values():
-        if isinstance(module, torch.nn.Module):
-            module.eval()
-    expected = pipe(gen.prompt, negative_prompt=gen.negative_prompt, height=gen.height,
-                    width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
-                    guidance_scale=gen.guidance_scale, max_sequence_length=gen.max_sequence_length,
-                    generator=torch.Generator().manual_seed(gen.seed),
-                    output_type="latent").frames
+    expected = diffusers_latents(loaded)
     error = (result.latents - expected).abs().max().item()
     assert error <= LATENTS_ATOL, f"max abs error {error:.2e}"
 

@@ -9,7 +9,7 @@ from porter import checks, plan, plugins, recipe, runtime
 from porter.interop import to_device, to_host
 from porter.run import port
 
-from conftest import RECIPES, TINY_RECIPE
+from conftest import RECIPES, TINY_RECIPE, diffusers_latents
 
 TP_RECIPE = RECIPES / "wan-tiny-tp.yaml"
 F32 = 4
@@ -135,19 +135,10 @@ def test_weights_are_placed_by_rule():
 @pytest.mark.slow
 def test_sharded_cfg_parallel_run_matches_diffusers(tmp_path):
     from porter.run import run
-    from porter_wan.tiny import build_pipeline
 
     loaded = load_tp(f"output.dir={tmp_path}", "generate.steps=2")
     result = run(loaded, plugins.registry(), progress=False)
-    gen = loaded.generate
-    pipe = build_pipeline()
-    for module in (pipe.transformer, pipe.vae, pipe.text_encoder):
-        module.eval()
-    expected = pipe(gen.prompt, negative_prompt=gen.negative_prompt, height=gen.height,
-                    width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
-                    guidance_scale=gen.guidance_scale, max_sequence_length=gen.max_sequence_length,
-                    generator=torch.Generator().manual_seed(gen.seed),
-                    output_type="latent").frames
+    expected = diffusers_latents(loaded)
     assert result.data["mesh"] == {"dp": 2, "tp": 4}
     assert (result.latents - expected).abs().max() <= 1e-4
 
