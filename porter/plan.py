@@ -9,6 +9,7 @@ from porter.errors import UsageError
 from porter.runtime import resolve_mesh
 from porter.transforms import compile as compile_transform
 from porter.transforms import dtypes, sharding
+from porter.transforms.sharding import human_bytes
 
 
 def device_count(recipe, devices: int | None) -> int:
@@ -71,27 +72,20 @@ def to_json(plan: dict) -> dict:
     return {**plan, "problems": [p.render() for p in plan["problems"]]}
 
 
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"
-
-
 def render(plan: dict) -> str:
     mesh = " x ".join(f"{a}={s}" for a, s in plan["mesh"].items())
     lines = [f"plan for {plan['recipe']}: mesh {mesh} ({plan['devices']} devices)"]
     for comp in plan["components"]:
         lines.append(f"\n{comp['component']}: {comp['tensors']} tensors, "
-                     f"{_size(comp['bytes'])}; per device {_size(comp['bytes_per_device'])} "
-                     f"(sharded {_size(comp['sharded_bytes_per_device'])}, replicated "
-                     f"{_size(comp['replicated_bytes_per_device'])})")
+                     f"{human_bytes(comp['bytes'])}; per device {human_bytes(comp['bytes_per_device'])} "
+                     f"(sharded {human_bytes(comp['sharded_bytes_per_device'])}, replicated "
+                     f"{human_bytes(comp['replicated_bytes_per_device'])})")
         for row in comp["rules"]:
             label = row["rule"] if row["rule"] is not None else "(unmatched: replicated)"
             spec = f" {row['spec']}" if row["rule"] is not None else ""
-            lines.append(f"  {row['tensors']:5d} tensors {_size(row['bytes']):>11} "
-                         f"-> {_size(row['bytes_per_device']):>11}/device  {label}{spec}")
-    lines.append(f"\nweights per device: {_size(plan['weights_bytes_per_device'])}")
+            lines.append(f"  {row['tensors']:5d} tensors {human_bytes(row['bytes']):>11} "
+                         f"-> {human_bytes(row['bytes_per_device']):>11}/device  {label}{spec}")
+    lines.append(f"\nweights per device: {human_bytes(plan['weights_bytes_per_device'])}")
     if plan["problems"]:
         lines.append(f"\n{len(plan['problems'])} problems:")
         lines += ["  " + p.render() for p in plan["problems"]]

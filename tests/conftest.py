@@ -55,3 +55,18 @@ def diffusers_latents(recipe):
                 width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
                 guidance_scale=gen.guidance_scale, max_sequence_length=gen.max_sequence_length,
                 generator=torch.Generator().manual_seed(gen.seed), output_type="latent").frames
+
+
+def lowered_text(module, runtime, **inputs) -> str:
+    """StableHLO of a compiled (torchax) module's forward for these keyword inputs."""
+    import functools
+
+    import jax
+    from porter.compat import import_torchax
+
+    interop = import_torchax().interop
+    with runtime.env:
+        fn = interop.jax_view(functools.partial(module.functional_call, "forward"))
+        return jax.jit(fn, static_argnames=("return_dict",)).lower(
+            interop.jax_view(module.params), interop.jax_view(module.buffers),
+            return_dict=False, **interop.jax_view(inputs)).as_text()

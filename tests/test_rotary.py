@@ -1,24 +1,20 @@
 """Rotary tables precomputed on the host: same output, no table-building in the graph."""
 
-import functools
 import re
 
-import jax
 import torch
 
 from porter import patches, plugins, recipe, runtime
 from porter.interop import to_device, to_host
 from porter.run import port, selected_patches
 
-from conftest import RECIPES
+from conftest import RECIPES, lowered_text
 
 
 def ported_transformer(precompute: bool):
     """Lowered StableHLO text and output of the tiny transformer, with or without the cache."""
-    from porter.compat import import_torchax
     from porter_wan.tiny import build_pipeline
 
-    interop = import_torchax().interop
     loaded = recipe.load(RECIPES / "wan-tiny.yaml",
                          [f"rotary.precompute={str(precompute).lower()}", "mesh.dp=1"])
     rt, registry = runtime.start(loaded), plugins.registry()
@@ -35,13 +31,10 @@ def ported_transformer(precompute: bool):
         module = pipe.transformer
         inputs = dict(hidden_states=to_device(x, rt), timestep=to_device(t, rt),
                       encoder_hidden_states=to_device(text, rt))
+        text = lowered_text(module, rt, **inputs)
         with rt.env:
-            fn = interop.jax_view(functools.partial(module.functional_call, "forward"))
-            lowered = jax.jit(fn, static_argnames=("return_dict",)).lower(
-                interop.jax_view(module.params), interop.jax_view(module.buffers),
-                return_dict=False, **interop.jax_view(inputs))
             out = module(return_dict=False, **inputs)[0]
-    return lowered.as_text(), to_host(out), expected.detach()
+    return text, to_host(out), expected.detach()
 
 
 def test_cached_tables_give_identical_output_and_leave_the_graph():

@@ -9,7 +9,7 @@ from porter import checks, plan, plugins, recipe, runtime
 from porter.interop import to_device, to_host
 from porter.run import port
 
-from conftest import RECIPES, TINY_RECIPE, diffusers_latents
+from conftest import RECIPES, TINY_RECIPE, diffusers_latents, lowered_text
 
 TP_RECIPE = RECIPES / "wan-tiny-tp.yaml"
 F32 = 4
@@ -159,3 +159,48 @@ def test_replaced_attention_sharded_equals_unsharded(backend, mesh):
     scale = expected.abs().max()
     assert (unsharded - expected).abs().max() / scale <= 1e-5
     assert (sharded - expected).abs().max() / scale <= 1e-5
+
+
+def test_activation_constraints_reach_the_compiled_graph(write):
+    from porter_wan.tiny import build_pipeline
+
+    def constraints(extra: str) -> str:
+        loaded = recipe.load(write("a.yaml", TINY_RECIPE + "mesh: {dp: 2, tp: 4}\n" + extra))
+        rt = runtime.start(loaded)
+        pipe = build_pipeline()
+        port(pipe, plugins.registry().family("wan"), rt, loaded)
+        x = torch.randn(2, 16, 3, 4, 4)
+        return lowered_text(pipe.transformer, rt, hidden_states=to_device(x, rt),
+                            timestep=to_device(torch.tensor([9.0, 9.0]), rt),
+                            encoder_hidden_states=to_device(torch.randn(2, 16, 32), rt))
+
+    plain = constraints("")
+    constrained = constraints(r"""sharding:
+  activations:
+    transformer:
+      - {module: 'blocks\.\d+', spec: [dp, tp, null]}
+""")
+    marker = "sharding_constraint"
+    assert constrained.count(marker) == plain.count(marker) + 2  # one per block
+
+
+def test_large_replicated_tensors_are_reported():
+    problems = plan.build(load_tp("sharding.report_replicated_mb=0.01"),
+                          plugins.registry(), devices=8)["problems"]
+    [problem] = [p for p in problems if "replicated on every device" in p.message]
+    # 10 KiB limit: the time embedder's 24x256 and time projection's 144x24 float32 weights
+    assert "2 large tensors" in problem.message
+    assert "condition_embedder.time_embedder.linear_1.weight (24.00 KiB)" in problem.message
+    assert "condition_embedder.time_proj.weight (13.50 KiB)" in problem.message
+    assert problem.path == "sharding.weights.transformer"
+
+
+def test_plan_json(capsys):
+    import json
+
+    from porter import cli
+    assert cli.main(["plan", str(TP_RECIPE), "--devices", "8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["mesh"] == {"dp": 2, "tp": 4} and data["problems"] == []
+    assert {c["component"] for c in data["components"]} == {"transformer", "vae",
+                                                             "text_encoder"}

@@ -100,6 +100,13 @@ def _axis_problems(recipe, path, spec, axes) -> list[Problem]:
     return problems
 
 
+def human_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -142,7 +149,7 @@ def shape_problems(recipe, component: str, assignments: list[Assignment],
     limit = recipe.sharding.report_replicated_mb * 2**20
     large = [a for a in assignments if a.split(axes) == 1 and a.nbytes > limit]
     if rules and large and math.prod(axes.values()) > 1:
-        names = ", ".join(f"{a.name} ({a.nbytes / 2**20:.0f} MiB)" for a in large[:5])
+        names = ", ".join(f"{a.name} ({human_bytes(a.nbytes)})" for a in large[:5])
         problems.append(recipe.problem(
             f"sharding.weights.{component}",
             f"{component}: {len(large)} large tensors are replicated on every device: {names}",
