@@ -45,13 +45,17 @@ def _pad(x, axis: int, multiple: int, value=0):
     return jnp.pad(x, widths, constant_values=value)
 
 
+def as_4d(keep):
+    """A keep mask with leading broadcast dimensions made explicit: (B|1, H|1, Q|1, K)."""
+    keep = jnp.asarray(keep, dtype=bool)
+    return keep.reshape((1,) * (4 - keep.ndim) + keep.shape)
+
+
 def _block_keep(keep, batch, heads, q_len, k_len):
     """``keep`` as a 4-d mask of shape (B|1, H|1, Q|1, K)."""
     if keep is None:
         return jnp.ones((1, 1, 1, k_len), dtype=bool)
-    keep = jnp.asarray(keep, dtype=bool)
-    while keep.ndim < 4:
-        keep = keep[None]
+    keep = as_4d(keep)
     shape = tuple(keep.shape[i] if keep.shape[i] == 1 else n
                   for i, n in enumerate((batch, heads, q_len, k_len)))
     return jnp.broadcast_to(keep, shape)
@@ -119,9 +123,7 @@ def key_padding(keep, batch: int, k_len: int):
     """keep as (batch, k_len) when it only masks keys (same for every head and query)."""
     if keep is None:
         return jnp.ones((batch, k_len), dtype=bool)
-    keep = jnp.asarray(keep, dtype=bool)
-    while keep.ndim < 4:
-        keep = keep[None]
+    keep = as_4d(keep)
     if keep.shape[1] != 1 or keep.shape[2] != 1:
         return None
     return jnp.broadcast_to(keep[:, 0, 0, :], (batch, k_len))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from functools import partial
 
+from porter.transforms.attention import kernels
+
 
 def layout(mesh, shape_q, shape_k, data_axis, head_axis):
     """(batch axis, head axis, query-sequence axis) actually used, each or None."""
@@ -40,7 +42,7 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, **options):
         return jax.shard_map(lambda q, k, v: body(q, k, v, None), mesh=mesh,
                              in_specs=(q_spec, kv_spec, kv_spec), out_specs=q_spec,
                              check_vma=False)(q, k, v)
-    keep = _expand(keep)
+    keep = kernels.as_4d(keep)
     keep_spec = P(batch_axis if keep.shape[0] > 1 else None,
                   heads_axis if keep.shape[1] > 1 else None,
                   seq_axis if keep.shape[2] > 1 else None, None)
@@ -51,10 +53,3 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, **options):
 def _local(kernel, options, q, k, v, keep):
     return kernel(q, k, v, keep, **options)
 
-
-def _expand(keep):
-    import jax.numpy as jnp
-    keep = jnp.asarray(keep, dtype=bool)
-    while keep.ndim < 4:
-        keep = keep[None]
-    return keep
