@@ -29,9 +29,23 @@ def components(family, recipe) -> dict[str, torch.nn.Module] | None:
     elif kind == "local":
         modules = _from_configs(Path(recipe.model.source).expanduser())
     else:
-        return None
+        configs = family.official_configs(recipe.model.source)
+        if configs is None:
+            return None
+        modules = {name: _build(*entry) for name, entry in configs.items()}
     dtypes.apply_all(modules, recipe)
     return modules
+
+
+def _build(library: str, class_name: str, config: dict) -> torch.nn.Module:
+    """A module on the meta device from a configuration dict."""
+    if library not in LIBRARIES:
+        raise ValueError(f"unsupported library {library!r}")
+    cls = getattr(importlib.import_module(library), class_name)
+    with torch.device("meta"):
+        if library == "diffusers":
+            return cls.from_config(config)
+        return cls(cls.config_class(**config))
 
 
 def _from_configs(root: Path) -> dict[str, torch.nn.Module]:

@@ -34,6 +34,13 @@ class ModelFamily:
         """The diffusers pipeline class used to load checkpoints."""
         raise NotImplementedError
 
+    def official_configs(self, source: str) -> dict | None:
+        """Component -> (library, class name, config) for a hub id the plugin knows.
+
+        Lets real-size recipes be validated and planned without weights.
+        """
+        return None
+
     def build_tiny(self, recipe) -> Any:
         """A small random-weight pipeline built in code (``model.source: tiny``)."""
         raise NotImplementedError

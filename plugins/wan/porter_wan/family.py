@@ -21,6 +21,10 @@ class WanFamily(ModelFamily):
         from diffusers import WanPipeline
         return WanPipeline
 
+    def official_configs(self, source):
+        from porter_wan.configs import OFFICIAL
+        return OFFICIAL.get(source)
+
     def build_tiny(self, recipe):
         from porter_wan.tiny import build_pipeline
         return build_pipeline()
