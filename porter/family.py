@@ -77,6 +77,14 @@ class ModelFamily:
         """
         return []
 
+    def estimates(self, recipe, config) -> dict:
+        """Analytic costs of one denoising step from the transformer's config.
+
+        Keys: ``tokens``, ``flops_per_step`` (every guidance pass), ``attention``:
+        the shapes attention runs at, as (batch, heads, q_len, k_len) tuples.
+        """
+        return {}
+
     def decode(self, pipe, latents, recipe) -> np.ndarray:
         """Latents (CPU torch tensor) to frames: uint8 array (frames, height, width, 3)."""
         raise NotImplementedError

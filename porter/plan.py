@@ -60,12 +60,37 @@ def build(recipe, registry, devices: int | None = None) -> dict:
                                             axes)
         del plan["assignments"]
     transformer = modules.get("transformer")
+    estimates = {}
     if transformer is not None:
         shapes = family.transformer_inputs(recipe, transformer.config)
         problems += sharding.input_problems(recipe, shapes, axes)
+        estimates = costs(recipe, family.estimates(recipe, transformer.config), axes)
     return {"recipe": recipe.name, "mesh": axes, "devices": math.prod(axes.values()), "components": components,
             "weights_bytes_per_device": sum(c["bytes_per_device"] for c in components),
+            "estimates": estimates,
             "problems": problems}
+
+
+def costs(recipe, raw: dict, axes: dict[str, int]) -> dict:
+    """Per-device FLOPs and attention memory, reference vs blockwise, for one step."""
+    if not raw:
+        return {}
+    devices = math.prod(axes.values())
+    section = recipe.attention
+    split = {a: axes.get(a, 1) for a in (section.data_axis, section.head_axis) if a}
+    out = {"tokens": raw["tokens"], "flops_per_step": raw["flops_per_step"],
+           "flops_per_step_per_device": raw["flops_per_step"] // devices, "attention": {}}
+    for name, (batch, heads, q_len, k_len) in raw["attention"].items():
+        # batch over the data axis, heads (or queries) over the head axis
+        local_batch = batch // split.get(section.data_axis, 1) if batch % split.get(
+            section.data_axis, 1) == 0 else batch
+        local = local_batch * heads / split.get(section.head_axis, 1)
+        block = min(section.block_q, q_len) * min(section.block_kv, k_len)
+        out["attention"][name] = {
+            "shape": [batch, heads, q_len, k_len],
+            "reference_bytes_per_device": int(local * q_len * k_len * 4),
+            "blockwise_bytes_per_device": int(local * block * 4)}
+    return out
 
 
 def to_json(plan: dict) -> dict:
@@ -86,6 +111,15 @@ def render(plan: dict) -> str:
             lines.append(f"  {row['tensors']:5d} tensors {human_bytes(row['bytes']):>11} "
                          f"-> {human_bytes(row['bytes_per_device']):>11}/device  {label}{spec}")
     lines.append(f"\nweights per device: {human_bytes(plan['weights_bytes_per_device'])}")
+    est = plan.get("estimates")
+    if est:
+        lines.append(f"one denoising step: {est['tokens']} video tokens, "
+                     f"{est['flops_per_step'] / 1e12:.1f} TFLOP "
+                     f"({est['flops_per_step_per_device'] / 1e12:.1f} per device)")
+        for name, att in est["attention"].items():
+            lines.append(f"  {name}-attention scores per layer and device (float32): "
+                         f"reference {human_bytes(att['reference_bytes_per_device'])}, "
+                         f"blockwise {human_bytes(att['blockwise_bytes_per_device'])}")
     if plan["problems"]:
         lines.append(f"\n{len(plan['problems'])} problems:")
         lines += ["  " + p.render() for p in plan["problems"]]

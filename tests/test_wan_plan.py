@@ -55,3 +55,20 @@ def test_divisibility_checked_on_real_shapes():
     assert "blocks.0.attn1.to_q.weight shape [1536, 1536]: dim 0 (1536) does not " \
            "divide by tp=5 (and 179 more tensors)" in text
     assert "axis sizes that divide it: 1, 2, 3, 4" in text
+
+
+def test_wan14b_step_flops_and_attention_memory():
+    built = plan.build(recipe.load(RECIPES / "wan14b.yaml"), plugins.registry(), devices=8)
+    est = built["estimates"]
+    S = 21 * (720 // 16) * (1280 // 16)   # latent frames x patches: 75,600 tokens
+    D, F, T, layers = 5120, 13824, 512, 40
+    # multiply-adds x 2: projections, self-attention, cross-attention, FFN
+    block = 2 * (4 * S * D * D + 2 * S * S * D + 2 * S * D * D + 2 * T * D * D
+                 + 2 * S * T * D + 2 * S * D * F)
+    assert est["tokens"] == S
+    assert est["flops_per_step"] == 2 * layers * block  # two guidance passes
+    assert est["flops_per_step_per_device"] == 2 * layers * block // 8
+    # scores per layer and device: batch 2 split over dp=2, 40 heads over tp=4
+    self_attention = est["attention"]["self"]
+    assert self_attention["reference_bytes_per_device"] == 1 * 10 * S * S * 4
+    assert self_attention["blockwise_bytes_per_device"] == 1 * 10 * 1024 * 1024 * 4

@@ -94,6 +94,26 @@ class WanFamily(ModelFamily):
             tables = fresh(torch.empty(shape, device="meta"))  # only the shape is read
         return [(rope, tuple(shape[2:]), tables, rope.freqs_cos.dtype)]
 
+    def estimates(self, recipe, config):
+        gen = recipe.generate
+        p_t, p_h, p_w = config["patch_size"]
+        tokens = (((gen.frames - 1) // 4 + 1) // p_t) * (gen.height // 8 // p_h) \
+            * (gen.width // 8 // p_w)
+        width = config["num_attention_heads"] * config["attention_head_dim"]
+        text, ffn = gen.max_sequence_length, config["ffn_dim"]
+        per_block = (2 * tokens * width * width * 4          # self-attention q, k, v, out
+                     + 2 * 2 * tokens * tokens * width       # scores and weighted sum
+                     + 2 * tokens * width * width * 2        # cross-attention q, out
+                     + 2 * text * width * width * 2          # cross-attention k, v
+                     + 2 * 2 * tokens * text * width         # cross scores and sum
+                     + 2 * tokens * width * ffn * 2)         # FFN in and out
+        passes = 2 if self.guided(recipe) else 1
+        heads = config["num_attention_heads"]
+        return {"tokens": tokens,
+                "flops_per_step": passes * config["num_layers"] * per_block,
+                "attention": {"self": (passes, heads, tokens, tokens),
+                              "cross": (passes, heads, tokens, text)}}
+
     def predict(self, pipe, latents, timestep, conditioning, recipe):
         model_input = latents.to(pipe.transformer.dtype)
         guided = "negative" in conditioning
