@@ -13,6 +13,8 @@ EXAMPLES = """\
 examples:
   porter run recipes/wan-tiny.yaml                  tiny random-weight Wan, writes a video
   porter run recipes/wan-tiny.yaml generate.steps=8 mesh.dp=2 --cpu-devices 2
+  porter run recipes/wan-tiny.yaml --stage encode   then --stage denoise, --stage decode
+  porter run recipes/wan-tiny.yaml --resume outputs/wan-tiny   continue after the last stage
   porter validate recipes/wan-tiny.yaml             every check that needs no weights
   porter plan recipes/wan-tiny-tp.yaml --devices 8  bytes per device, from shapes alone
   porter plugins                                    what each installed plugin registered
@@ -42,9 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="generate a video from a recipe",
                               description="Load the recipe's model, port it to JAX, "
                               "generate, and write video.mp4 and run.json to output.dir "
-                              "(default outputs/<recipe name>).")
+                              "(default outputs/<recipe name>). Each stage (encode, "
+                              "denoise, decode) also leaves its output there, so a run "
+                              "can be split (--stage) or continued (--resume).")
     _recipe_args(run)
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--stage", choices=("encode", "denoise", "decode"),
+                     help="run one stage; its input comes from the run directory")
+    run.add_argument("--resume", metavar="DIR",
+                     help="continue the run in DIR after its last complete stage")
 
     validate = commands.add_parser(
         "validate", help="check a recipe without loading weights",
@@ -84,16 +92,24 @@ def cmd_run(args) -> int:
     from porter import plugins
     from porter.run import run
 
+    if args.resume:
+        args.overrides = list(args.overrides) + [f"output.dir={args.resume}"]
     loaded = _load_recipe(args)
-    result = run(loaded, plugins.registry(), progress=not args.no_progress)
+    result = run(loaded, plugins.registry(), progress=not args.no_progress,
+                 stage=args.stage, resume=bool(args.resume))
     timings = result.data["timings"]
+    if result.video is None:
+        print(f"wrote {', '.join(s + '.safetensors' for s in timings['stages'])} "
+              f"to {result.directory}")
+        return 0
     outputs = result.data["outputs"]
     print(f"wrote {result.video} ({outputs['frames']} frames, "
           f"{outputs['width']}x{outputs['height']}) and {result.record.name}")
     compiled = timings["compile"]
-    print(f"step {timings['step_s']:.3f} s, compile {compiled['seconds']:.1f} s (cache: "
-          f"{compiled['cache_hits']} hits, {compiled['cache_misses']} misses), "
-          f"decode {timings['decode_s']:.2f} s")
+    parts = [f"step {timings['step_s']:.3f} s"] if "step_s" in timings else []
+    parts += [f"compile {compiled['seconds']:.1f} s (cache: {compiled['cache_hits']} hits, "
+              f"{compiled['cache_misses']} misses)", f"decode {timings['decode_s']:.2f} s"]
+    print(", ".join(parts))
     return 0
 
 

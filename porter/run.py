@@ -10,8 +10,10 @@ from pathlib import Path
 
 import torch
 
-from porter import checks, loading, patches, record, runtime as runtime_mod, stages, video
+from porter import artifacts, checks, loading, patches, record, runtime as runtime_mod
+from porter import stages, video
 from porter.errors import RecipeError
+from porter.interop import to_device
 from porter.transforms import compile as compile_transform
 from porter.transforms import attention, rotary
 from porter.transforms import sharding as shard_transform
@@ -20,10 +22,10 @@ from porter.transforms import sharding as shard_transform
 @dataclass
 class RunResult:
     directory: Path
-    video: Path
-    record: Path
-    latents: object  # CPU torch tensor: the final latents
-    frames: object  # uint8 array (count, height, width, 3)
+    video: Path | None  # None when the run stopped before decoding
+    record: Path | None
+    latents: object  # CPU torch tensor: the final latents (None after encode only)
+    frames: object  # uint8 array (count, height, width, 3), or None
     data: dict  # the run record
 
 
@@ -72,8 +74,20 @@ def attention_installed(recipe, registry, runtime):
         undo()
 
 
-def _generate(family, recipe, runtime, registry, say, progress):
-    """Load, port, encode, denoise, decode; returns latents, frames and timings."""
+def stages_to_run(directory: Path, stage: str | None, resume: bool) -> tuple[str, ...]:
+    """One named stage; after the last complete one (resume); or all three."""
+    if stage is not None:
+        return (stage,)
+    if resume:
+        done = [s for s in artifacts.STAGES[:-1] if artifacts.complete(directory, s)]
+        start = artifacts.STAGES.index(done[-1]) + 1 if done else 0
+        return artifacts.STAGES[start:]
+    return artifacts.STAGES
+
+
+def _generate(family, recipe, runtime, registry, say, progress, wanted, directory):
+    """Load and port the pipeline, then run the wanted stages (inputs from disk if
+    the stage before did not run here). Returns latents, frames and timings."""
     timings: dict = {}
     monitor = runtime_mod.compile_monitor()
     compile_before = monitor.summary()
@@ -85,13 +99,24 @@ def _generate(family, recipe, runtime, registry, say, progress):
     port(pipe, family, runtime, recipe)
     timings["to_jax_s"] = round(time.perf_counter() - start, 4)
 
+    conditioning = latents = frames = None
     with attention_installed(recipe, registry, runtime):
-        say("encoding the prompt")
-        conditioning = stages.encode(family, pipe, recipe, runtime, timings)
-        latents = stages.denoise(family, pipe, conditioning, recipe, runtime, timings,
-                                 progress)
-        say("decoding latents to frames")
-        frames = stages.decode(family, pipe, latents, recipe, runtime, timings)
+        if "encode" in wanted:
+            say("encoding the prompt")
+            conditioning = stages.encode(family, pipe, recipe, runtime, timings)
+            artifacts.save(directory, "encode", conditioning, recipe)
+        if "denoise" in wanted:
+            if conditioning is None:
+                saved = artifacts.load(directory, "encode", recipe)
+                conditioning = {k: to_device(v, runtime) for k, v in saved.items()}
+            latents = stages.denoise(family, pipe, conditioning, recipe, runtime, timings,
+                                     progress)
+            artifacts.save(directory, "denoise", {"latents": latents}, recipe)
+        if "decode" in wanted:
+            if latents is None:
+                latents = artifacts.load(directory, "denoise", recipe)["latents"]
+            say("decoding latents to frames")
+            frames = stages.decode(family, pipe, latents, recipe, runtime, timings)
     compile_after = monitor.summary()
     timings["compile"] = {key: round(compile_after[key] - compile_before[key], 4)
                           for key in compile_after}
@@ -102,13 +127,22 @@ def _status(message: str) -> None:
     print(f"porter: {message}", file=sys.stderr, flush=True)
 
 
-def run(recipe, registry, progress: bool = True) -> RunResult:
+def run(recipe, registry, progress: bool = True, stage: str | None = None,
+        resume: bool = False) -> RunResult:
+    """Run the recipe: every stage, one ``stage``, or (``resume``) what is left."""
     runtime_mod.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
     problems = checks.recipe_problems(recipe, registry)
     if problems:
         raise RecipeError(problems)
     family = registry.family(recipe.model.family)
     say = _status if progress else (lambda message: None)
+    directory = output_dir(recipe)
+    wanted = stages_to_run(directory, stage, resume)
+    first = artifacts.STAGES.index(wanted[0])
+    if first:  # the stage before must be on disk and fit this recipe: check before loading
+        artifacts.check(directory, artifacts.STAGES[first - 1], recipe)
+    if resume:
+        say(f"resuming in {directory}: running {', '.join(wanted)}")
     runtime = runtime_mod.start(recipe)
     say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
         f"mesh {runtime.axes}")
@@ -116,12 +150,14 @@ def run(recipe, registry, progress: bool = True) -> RunResult:
     problems += attention.platform_problems(recipe, registry, runtime.platform)
     if problems:
         raise RecipeError(problems)
+
     chosen = selected_patches(recipe, registry, family)
     with patches.applied(chosen):
-        latents, frames, timings = _generate(family, recipe, runtime, registry, say, progress)
-
-    directory = output_dir(recipe)
-    directory.mkdir(parents=True, exist_ok=True)
+        latents, frames, timings = _generate(family, recipe, runtime, registry, say,
+                                             progress, wanted, directory)
+    timings["stages"] = list(wanted)
+    if frames is None:
+        return RunResult(directory, None, None, latents, None, {"timings": timings})
     video_path = video.write_mp4(directory / "video.mp4", frames, recipe.output.fps)
     outputs = {"video": video_path.name, "frames": int(frames.shape[0]),
                "height": int(frames.shape[1]), "width": int(frames.shape[2])}
