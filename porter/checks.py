@@ -55,7 +55,7 @@ def shape_problems(recipe, registry) -> list[Problem]:
     from porter import plan
 
     if not (recipe.sharding.weights or recipe.sharding.inputs or recipe.dtypes.overrides
-            or recipe.compile):
+            or recipe.dtypes.components or recipe.sharding.activations or recipe.compile):
         return []
     try:
         built = plan.build(recipe, registry)

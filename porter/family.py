@@ -21,6 +21,8 @@ class ModelFamily:
     name: str = ""
     #: one line shown by ``porter plugins``
     summary: str = ""
+    #: layouts ``build_tiny`` can build (``model.variant``); the first is the default
+    variants: tuple[str, ...] = ()
     #: the registered patch that serves rotary tables from the cache, if any
     rotary_patch: str | None = None
     #: pipeline components compiled with jax.jit, and which of their methods
@@ -28,6 +30,11 @@ class ModelFamily:
 
     def check(self, recipe) -> list[Problem]:
         """Problems a recipe has for this family, found without weights."""
+        variant = recipe.model.variant
+        if variant is not None and variant not in self.variants:
+            return [recipe.problem("model.variant", f"family {self.name!r} has no variant "
+                                   f"{variant!r}", hint="variants: "
+                                   + (", ".join(self.variants) or "none"))]
         return []
 
     def pipeline_class(self) -> type:

@@ -53,6 +53,7 @@ def build(recipe, registry, devices: int | None = None) -> dict:
                   for name, module in modules.items()]
     problems = []
     problems += compile_transform.problems(recipe, family, modules)
+    problems += unknown_components(recipe, modules)
     for name, module in modules.items():
         problems += dtypes.unmatched_problems(recipe, name, module)
     for plan in components:
@@ -69,6 +70,18 @@ def build(recipe, registry, devices: int | None = None) -> dict:
             "weights_bytes_per_device": sum(c["bytes_per_device"] for c in components),
             "estimates": estimates,
             "problems": problems}
+
+
+def unknown_components(recipe, modules: dict) -> list:
+    """Rules for a component the model does not have: a typo, or the wrong model."""
+    sections = {"sharding.weights": recipe.sharding.weights,
+                "sharding.activations": recipe.sharding.activations,
+                "dtypes.overrides": recipe.dtypes.overrides,
+                "dtypes.components": recipe.dtypes.components}
+    return [recipe.problem(f"{path}.{name}", f"the model has no component {name!r}",
+                           hint=f"components: {', '.join(sorted(modules))}")
+            for path, per_component in sections.items() for name in per_component
+            if name not in modules]
 
 
 def costs(recipe, raw: dict, axes: dict[str, int]) -> dict:

@@ -196,7 +196,8 @@ def _problems_from(exc: ValidationError, data: dict, locations: dict,
             expected = _expected(err)
             if path in merged:  # another member of the same union
                 expected = merged[path].message.split(" (got ")[0] + " or " + expected[9:]
-            problem = Problem(dotted, f"{expected} (got {_describe(err['input'])})", file, line)
+            got = "" if kind == "value_error" else f" (got {_describe(err['input'])})"
+            problem = Problem(dotted, expected + got, file, line)
         merged[path] = problem
     return list(merged.values())
 
@@ -205,7 +206,9 @@ def _expected(err: dict) -> str:
     if err["type"] in ("model_type", "dict_type"):
         return "expected a section of 'key: value' pairs"
     text = err["msg"]
-    for prefix in ("Input should be ", "Value should be ", "Value error, "):
+    if text.startswith("Value error, "):
+        return text[len("Value error, "):]
+    for prefix in ("Input should be ", "Value should be "):
         if text.startswith(prefix):
             return "expected " + text[len(prefix):]
     return "expected " + text[0].lower() + text[1:]

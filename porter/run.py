@@ -34,20 +34,21 @@ def output_dir(recipe) -> Path:
 
 
 def port(pipe, family, runtime, recipe) -> None:
-    """Move every component to JAX, sharded by the recipe; compile what the family names."""
+    """Move every component to JAX, sharded by the recipe; cache rotary tables;
+    compile what the family (or the recipe) names."""
     sharding = recipe.sharding
-    compiled = compile_transform.rules(recipe, family)
-    for name, component in pipe.components.items():
-        if not isinstance(component, torch.nn.Module):
-            continue
+    modules = {n: c for n, c in pipe.components.items() if isinstance(c, torch.nn.Module)}
+    for name, component in modules.items():
         shard_transform.apply(component, runtime, sharding.weights.get(name, []))
         shard_transform.constrain_activations(component, runtime,
                                               sharding.activations.get(name, []))
-        if name == "transformer" and recipe.rotary.precompute:
-            rotary.apply(pipe, family, recipe, runtime)
+    if recipe.rotary.precompute:
+        rotary.apply(pipe, family, recipe, runtime)
+    compiled = compile_transform.rules(recipe, family)
+    for name, component in modules.items():
         if name in compiled:
             component = compile_transform.apply(component, compiled[name])
-            if name == "transformer" and sharding.inputs:
+            if name.startswith("transformer") and sharding.inputs:
                 component = shard_transform.ShardedInputs(component, sharding.inputs, runtime)
         if name in recipe.attention.skip:
             component = attention.Skipped(component)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 AxisSize = int | Literal["auto"]
@@ -26,6 +26,9 @@ class ModelSection(Section):
         description="'tiny' (random weights built in code), a hub id, or a local diffusers directory",
     )
     dtype: Dtype = Field("float32", description="compute dtype of the model's weights")
+    variant: str | None = Field(
+        None, description="with source 'tiny': which of the family's layouts to build "
+        "(`porter plugins` lists them)")
 
 
 class RuntimeSection(Section):
@@ -48,6 +51,9 @@ class GenerateSection(Section):
     frames: int = Field(ge=1, le=4096)
     steps: int = Field(ge=1, le=10000)
     guidance_scale: float = Field(5.0, ge=0.0)
+    guidance_scale_2: float | None = Field(
+        None, ge=0.0, description="two-expert models: guidance of the low-noise expert "
+        "(default: guidance_scale)")
     seed: int = Field(0, ge=0)
     max_sequence_length: int = Field(512, ge=1, le=8192)
     cfg_parallel: bool = Field(
@@ -57,6 +63,34 @@ class GenerateSection(Section):
 # One entry per tensor dimension: a mesh axis, null (not split) or a list of
 # axes (split over their product). Shorter than the tensor: the rest is null.
 Spec = list[str | None | list[str]]
+
+
+def resolve_aliases(per_component: dict) -> dict:
+    """``transformer_2: transformer`` reuses another component's rules (one level)."""
+    if not isinstance(per_component, dict):
+        return per_component
+    resolved = dict(per_component)
+    for name, value in per_component.items():
+        if isinstance(value, str):
+            target = per_component.get(value)
+            if not isinstance(target, list):
+                raise ValueError(f"{name}: {value!r} is not a component with its own rules")
+            resolved[name] = target
+    return resolved
+
+
+class _PerComponentRules(Section):
+    """A section whose per-component rule lists may alias each other."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data):
+        if isinstance(data, dict):
+            data = dict(data)
+            for key in ("weights", "activations", "overrides"):
+                if key in data:
+                    data[key] = resolve_aliases(data[key])
+        return data
 
 
 class ShardRule(Section):
@@ -69,7 +103,7 @@ class ActivationRule(Section):
     spec: Spec
 
 
-class ShardingSection(Section):
+class ShardingSection(_PerComponentRules):
     weights: dict[str, list[ShardRule]] = Field(
         default_factory=dict, description="per component: ordered rules, first match wins")
     inputs: dict[str, Spec] = Field(
@@ -85,7 +119,7 @@ class DtypeRule(Section):
     dtype: Dtype
 
 
-class DtypesSection(Section):
+class DtypesSection(_PerComponentRules):
     components: dict[str, Dtype] = Field(
         default_factory=dict, description="component -> dtype (default: model.dtype)")
     overrides: dict[str, list[DtypeRule]] = Field(

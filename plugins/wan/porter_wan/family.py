@@ -14,8 +14,11 @@ from porter.interop import to_host
 
 class WanFamily(ModelFamily):
     name = "wan"
-    summary = "Wan 2.1 text-to-video (diffusers WanPipeline)"
+    summary = "Wan 2.1 and 2.2 text-to-video (diffusers WanPipeline), two-expert A14B"
+    variants = ("t2v", "t2v-two-experts")
     rotary_patch = "wan.rope_cache"
+    compiled = {"transformer": ("forward",), "transformer_2": ("forward",),
+                "vae": ("decode",)}
 
     def pipeline_class(self):
         from diffusers import WanPipeline
@@ -27,10 +30,11 @@ class WanFamily(ModelFamily):
 
     def build_tiny(self, recipe):
         from porter_wan.tiny import build_pipeline
-        return build_pipeline()
+        experts = 2 if recipe.model.variant == "t2v-two-experts" else 1
+        return build_pipeline(experts=experts)
 
     def check(self, recipe):
-        gen, problems = recipe.generate, []
+        gen, problems = recipe.generate, super().check(recipe)
         for key in ("height", "width"):
             value = getattr(gen, key)
             if value % 16:
@@ -86,13 +90,35 @@ class WanFamily(ModelFamily):
     def rotary_tables(self, pipe, recipe):
         from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
 
-        rope = pipe.transformer.rope
-        # A fresh module computes its tables in float64 on the host, as diffusers does.
-        fresh = WanRotaryPosEmbed(rope.attention_head_dim, rope.patch_size, rope.max_seq_len)
-        shape = self.transformer_inputs(recipe, pipe.transformer.config)["hidden_states"]
-        with torch.no_grad():
-            tables = fresh(torch.empty(shape, device="meta"))  # only the shape is read
-        return [(rope, tuple(shape[2:]), tables, rope.freqs_cos.dtype)]
+        entries = []
+        for model in self.experts(pipe):
+            rope = model.rope
+            # A fresh module computes its tables in float64 on the host, as diffusers does.
+            fresh = WanRotaryPosEmbed(rope.attention_head_dim, rope.patch_size,
+                                      rope.max_seq_len)
+            shape = self.transformer_inputs(recipe, model.config)["hidden_states"]
+            with torch.no_grad():
+                tables = fresh(torch.empty(shape, device="meta"))  # only the shape is read
+            entries.append((rope, tuple(shape[2:]), tables, rope.freqs_cos.dtype))
+        return entries
+
+    @staticmethod
+    def experts(pipe) -> list:
+        """The pipeline's transformers: one (Wan 2.1) or two (Wan 2.2 A14B)."""
+        return [m for m in (pipe.transformer, getattr(pipe, "transformer_2", None))
+                if m is not None]
+
+    def expert(self, pipe, timestep, recipe):
+        """The transformer and guidance scale for this step, switched as diffusers does:
+        the high-noise expert while t >= boundary_ratio * num_train_timesteps."""
+        ratio = pipe.config.get("boundary_ratio")
+        if ratio is None or getattr(pipe, "transformer_2", None) is None:
+            return pipe.transformer, recipe.generate.guidance_scale
+        boundary = ratio * pipe.scheduler.config.num_train_timesteps
+        if to_host(timestep).item() >= boundary:
+            return pipe.transformer, recipe.generate.guidance_scale
+        second = recipe.generate.guidance_scale_2
+        return pipe.transformer_2, recipe.generate.guidance_scale if second is None else second
 
     def estimates(self, recipe, config):
         gen = recipe.generate
@@ -115,24 +141,25 @@ class WanFamily(ModelFamily):
                               "cross": (passes, heads, tokens, text)}}
 
     def predict(self, pipe, latents, timestep, conditioning, recipe):
-        model_input = latents.to(pipe.transformer.dtype)
+        model, scale = self.expert(pipe, timestep, recipe)
+        model_input = latents.to(model.dtype)
         guided = "negative" in conditioning
         if guided and self.batch(recipe) == 2:
             # one call, batch [cond, uncond]: the data axis can split it
             both = torch.cat([model_input, model_input])
             text = torch.cat([conditioning["prompt"], conditioning["negative"]])
-            noise, uncond = self._call(pipe, both, timestep, text).chunk(2)
+            noise, uncond = self._call(model, both, timestep, text).chunk(2)
         else:
-            noise = self._call(pipe, model_input, timestep, conditioning["prompt"])
+            noise = self._call(model, model_input, timestep, conditioning["prompt"])
             if not guided:
                 return noise
-            uncond = self._call(pipe, model_input, timestep, conditioning["negative"])
-        return uncond + recipe.generate.guidance_scale * (noise - uncond)
+            uncond = self._call(model, model_input, timestep, conditioning["negative"])
+        return uncond + scale * (noise - uncond)
 
     @staticmethod
-    def _call(pipe, latents, timestep, text):
-        return pipe.transformer(hidden_states=latents, timestep=timestep.expand(latents.shape[0]),
-                                encoder_hidden_states=text, return_dict=False)[0]
+    def _call(model, latents, timestep, text):
+        return model(hidden_states=latents, timestep=timestep.expand(latents.shape[0]),
+                     encoder_hidden_states=text, return_dict=False)[0]
 
     def decode(self, pipe, latents, recipe):
         vae = pipe.vae

@@ -1,4 +1,4 @@
-"""A tiny random-weight Wan 2.1 pipeline, built in code with no download.
+"""Tiny random-weight Wan pipelines, built in code with no download.
 
 Shapes follow the small configurations diffusers uses in its own Wan tests;
 the tokenizer is byte-level (ByT5), so it needs no vocabulary files.
@@ -9,24 +9,32 @@ from __future__ import annotations
 import torch
 
 
-def build_pipeline(seed: int = 0):
-    from diffusers import (AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline,
-                           WanTransformer3DModel)
+def _transformer():
+    from diffusers import WanTransformer3DModel
+    return WanTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12,
+        in_channels=16, out_channels=16, text_dim=32, freq_dim=256, ffn_dim=32,
+        num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+        rope_max_seq_len=32)
+
+
+def build_pipeline(seed: int = 0, experts: int = 1, boundary_ratio: float = 0.875):
+    """Wan 2.1 (one transformer) or, with ``experts=2``, Wan 2.2's two-expert layout."""
+    from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline
     from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
 
     # Weights are random but reproducible: the same recipe gives the same model.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        transformer = WanTransformer3DModel(
-            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12,
-            in_channels=16, out_channels=16, text_dim=32, freq_dim=256, ffn_dim=32,
-            num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-            rope_max_seq_len=32)
+        transformer = _transformer()
         vae = AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
                                temperal_downsample=[False, True, True])
         text_encoder = UMT5EncoderModel(UMT5Config(
             vocab_size=384, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
             relative_attention_num_buckets=8))
+        transformer_2 = _transformer() if experts == 2 else None
     return WanPipeline(tokenizer=ByT5Tokenizer(), text_encoder=text_encoder,
                        transformer=transformer, vae=vae,
-                       scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
+                       scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
+                       transformer_2=transformer_2,
+                       boundary_ratio=boundary_ratio if experts == 2 else None)
