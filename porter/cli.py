@@ -17,11 +17,12 @@ examples:
   porter run recipes/wan-tiny.yaml --resume outputs/wan-tiny   continue after the last stage
   porter validate recipes/wan-tiny.yaml             every check that needs no weights
   porter plan recipes/wan-tiny-tp.yaml --devices 8  bytes per device, from shapes alone
+  porter verify recipes/wan-tiny.yaml               port vs PyTorch, block by block
   porter plugins                                    what each installed plugin registered
   porter patches                                    registered patches and their docs
 
-exit codes: 0 success, 2 bad input (recipe, flags, sources), 1 internal failure,
-130 interrupted. Add --debug to see tracebacks.
+exit codes: 0 success, 2 bad input (recipe, flags, sources), 3 verify over
+tolerance, 1 internal failure, 130 interrupted. Add --debug to see tracebacks.
 """
 
 
@@ -68,6 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--devices", type=int, metavar="N",
                       help="plan for N devices (default: the devices JAX sees)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+    verify = commands.add_parser(
+        "verify", help="compare the port with PyTorch, module by module",
+        description="Run the recipe's transformer as ported (dtypes, sharding, patches, "
+        "attention) and in PyTorch (float32, CPU, eager) on identical random inputs; print "
+        "the max absolute and relative error of every module matching verify.modules, the "
+        "first one over verify.tolerance, and the final output's error. Exit code 3 when "
+        "over tolerance.")
+    _recipe_args(verify)
+    verify.add_argument("--sharded", action="store_true",
+                        help="compare the sharded port with the same port on one device")
+    verify.add_argument("--json", action="store_true", help="print the result as JSON")
 
     commands.add_parser("plugins", help="list loaded plugins and what they registered")
     commands.add_parser("patches", help="list registered patches with their docs",
@@ -142,6 +155,17 @@ def cmd_plan(args) -> int:
     return 2 if built["problems"] else 0
 
 
+def cmd_verify(args) -> int:
+    import json
+
+    from porter import plugins, verify
+
+    loaded = _load_recipe(args)
+    result = verify.verify(loaded, plugins.registry(), sharded=args.sharded)
+    print(json.dumps(result, indent=2) if args.json else verify.render(result))
+    return 0 if result["ok"] else 3
+
+
 def cmd_plugins(args) -> int:
     from porter import plugins
 
@@ -180,7 +204,7 @@ def cmd_patches(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plan": cmd_plan,
-            "plugins": cmd_plugins, "patches": cmd_patches}
+            "verify": cmd_verify, "plugins": cmd_plugins, "patches": cmd_patches}
 
 
 def _quiet_libraries() -> None:

@@ -42,7 +42,14 @@ def source_problems(recipe) -> list[Problem]:
 
 
 def load_pipeline(family, recipe):
-    """The recipe's pipeline in torch (CPU), weights in the recipe's dtype, eval mode."""
+    """The recipe's pipeline in torch (CPU), weights in the recipe's dtypes, eval mode."""
+    pipe = load_untouched(family, recipe)
+    apply_dtypes(pipe, recipe)
+    return pipe
+
+
+def load_untouched(family, recipe):
+    """The pipeline as its source gives it (dtypes not yet applied), in eval mode."""
     source = recipe.model.source
     kind = source_kind(source)
     if kind == "tiny":
@@ -56,10 +63,13 @@ def load_pipeline(family, recipe):
     else:
         raise LoadError(f"model source {source!r} does not exist",
                         hint="use 'tiny', a local diffusers directory, or a hub id")
-    dtypes.apply_all(pipe.components, recipe)
     for module in _modules(pipe):
         module.eval()  # dropout off: a freshly built module starts in training mode
     return pipe
+
+
+def apply_dtypes(pipe, recipe) -> None:
+    dtypes.apply_all(pipe.components, recipe)
 
 
 def _from_pretrained(cls, source: str, dtype, kind: str):

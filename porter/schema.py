@@ -163,6 +163,14 @@ class CompileRule(Section):
         "only for inputs not used again after the call")
 
 
+class VerifySection(Section):
+    tolerance: float | None = Field(
+        None, gt=0, description="max relative error (max |diff| / max |reference|); "
+        "default 1e-5 for float32, 5e-2 for 16-bit models")
+    modules: str = Field(r"blocks\.\d+", description="regex of the modules compared one by one")
+    seed: int = Field(0, ge=0, description="seed of the random inputs")
+
+
 class OutputSection(Section):
     dir: str | None = Field(None, description="run directory; default outputs/<recipe name>")
     fps: int = Field(16, ge=1, le=240)
@@ -184,4 +192,5 @@ class RecipeSpec(Section):
     attention: AttentionSection = AttentionSection()
     compile: dict[str, CompileRule] = Field(
         default_factory=dict, description="per component; replaces the family's defaults")
+    verify: VerifySection = VerifySection()
     output: OutputSection = OutputSection()

@@ -1,0 +1,163 @@
+"""`porter verify`: the ported transformer beside PyTorch, module by module.
+
+The reference is the recipe's transformer as loaded, in float32, run eagerly
+by PyTorch on the CPU (``--sharded``: the same port on a one-device mesh). The
+ported transformer (the recipe's dtypes, sharding, patches, rotary cache and
+attention) runs on identical random inputs twice: eagerly through torchax,
+so a hook on every module named by ``verify.modules`` can see its output, and
+compiled, for the final output the run actually uses.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from porter import checks, loading, patches, runtime as runtime_mod
+from porter.errors import RecipeError
+from porter.interop import to_device, to_host
+
+DEFAULT_TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 5e-2}
+
+
+def tolerance(recipe) -> float:
+    return recipe.verify.tolerance or DEFAULT_TOLERANCE[recipe.model.dtype]
+
+
+def _inputs(family, recipe, config) -> dict:
+    """Seeded random inputs of the recipe's shapes (host tensors)."""
+    generator = torch.Generator().manual_seed(recipe.verify.seed)
+    inputs = {}
+    for name, shape in family.transformer_inputs(recipe, config).items():
+        if name == "timestep":
+            inputs[name] = torch.full(shape, 500.0)
+        else:
+            inputs[name] = torch.randn(shape, generator=generator)
+    return inputs
+
+
+def _record(module, pattern: str, store: dict, convert) -> list:
+    handles = []
+    for name, sub in module.named_modules():
+        if name and re.fullmatch(pattern, name):
+            def hook(_m, _i, output, name=name):
+                value = output[0] if isinstance(output, tuple) else output
+                store[name] = convert(value)
+            handles.append(sub.register_forward_hook(hook))
+    return handles
+
+
+def _compare(expected: torch.Tensor, got: torch.Tensor) -> dict:
+    expected, got = expected.double(), got.double()
+    diff = (got - expected).abs().max().item()
+    scale = expected.abs().max().item() or 1.0
+    return {"max_abs": diff, "max_rel": diff / scale}
+
+
+def _unwrap(component):
+    """The torch module inside porter's wrappers (sharded inputs, jit)."""
+    for attr in ("module", "_model"):
+        if hasattr(type(component), "__getattr__") and attr in vars(component):
+            component = vars(component)[attr]
+    return getattr(component, "_model", component)
+
+
+def _single_device(runtime):
+    import jax
+    devices = np.array(jax.devices()[:1]).reshape((1,) * len(runtime.axes))
+    return replace(runtime, mesh=jax.sharding.Mesh(devices, tuple(runtime.axes)))
+
+
+def _ported(family, recipe, registry, runtime):
+    """The recipe's pipeline ported to ``runtime``; returns (pipe, eager transformer)."""
+    from porter.run import port
+    pipe = loading.load_untouched(family, recipe)
+    host = copy.deepcopy(pipe.transformer)  # before the recipe's dtypes: the reference
+    loading.apply_dtypes(pipe, recipe)
+    port(pipe, family, runtime, recipe)
+    return pipe, _unwrap(pipe.transformer), host
+
+
+def _run_ported(module, compiled, inputs, recipe, registry, runtime, dtype):
+    """Module outputs (eager, hooked) and the compiled final output, on the host."""
+    from porter.run import attention_installed
+
+    placed = {k: to_device(v.to(dtype) if k != "timestep" else v, runtime)
+              for k, v in inputs.items()}
+    outputs: dict = {}
+    with attention_installed(recipe, registry, runtime), runtime.env:
+        handles = _record(module, recipe.verify.modules, outputs, to_host)
+        try:
+            module(return_dict=False, **placed)  # eager: hooks see concrete values
+        finally:
+            for handle in handles:
+                handle.remove()
+        final = compiled(return_dict=False, **placed)[0]
+    return outputs, to_host(final)
+
+
+def verify(recipe, registry, sharded: bool = False) -> dict:
+    """Compare the port with PyTorch (or, ``sharded``, with itself on one device)."""
+    runtime_mod.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
+    problems = checks.recipe_problems(recipe, registry)
+    if problems:
+        raise RecipeError(problems)
+    from porter.run import selected_patches
+    family = registry.family(recipe.model.family)
+    runtime = runtime_mod.start(recipe)
+    with patches.applied(selected_patches(recipe, registry, family)):
+        pipe, module, host = _ported(family, recipe, registry, runtime)
+        dtype = module.dtype
+        inputs = _inputs(family, recipe, module.config)
+        got, final = _run_ported(module, pipe.transformer, inputs, recipe, registry,
+                                 runtime, dtype)
+        if sharded:
+            single = _single_device(runtime)
+            pipe_1, module_1, _ = _ported(family, recipe, registry, single)
+            expected, expected_final = _run_ported(module_1, pipe_1.transformer, inputs,
+                                                   recipe, registry, single, dtype)
+        else:
+            reference = host.float().eval()
+            expected = {}
+            handles = _record(reference, recipe.verify.modules, expected,
+                              lambda t: t.detach().float())
+            with torch.no_grad():
+                expected_final = reference(return_dict=False, **inputs)[0]
+            for handle in handles:
+                handle.remove()
+    return report(recipe, expected, got, expected_final, final, sharded)
+
+
+def report(recipe, expected: dict, got: dict, expected_final, final, sharded) -> dict:
+    limit = tolerance(recipe)
+    rows = []
+    for name in expected:
+        if name in got:
+            rows.append({"module": name, **_compare(expected[name], got[name].float())})
+    for row in rows:
+        row["ok"] = row["max_rel"] <= limit
+    final_row = {"module": "output", **_compare(expected_final.float(), final.float())}
+    final_row["ok"] = final_row["max_rel"] <= limit
+    first_bad = next((row["module"] for row in rows if not row["ok"]), None)
+    return {"recipe": recipe.name, "against": "unsharded port" if sharded else
+            "PyTorch float32 (CPU, eager)", "tolerance": limit, "modules": rows,
+            "first_over_tolerance": first_bad, "output": final_row,
+            "ok": final_row["ok"] and first_bad is None}
+
+
+def render(result: dict) -> str:
+    lines = [f"verify {result['recipe']} against {result['against']}, "
+             f"tolerance {result['tolerance']:.0e} (max |diff| / max |reference|)",
+             f"{'module':<28} {'max abs':>11} {'max rel':>11}"]
+    for row in result["modules"] + [result["output"]]:
+        flag = "" if row["ok"] else "   OVER"
+        lines.append(f"{row['module']:<28} {row['max_abs']:>11.3e} {row['max_rel']:>11.3e}"
+                     f"{flag}")
+    if result["first_over_tolerance"]:
+        lines.append(f"first module over tolerance: {result['first_over_tolerance']}")
+    lines.append("ok" if result["ok"] else "FAILED")
+    return "\n".join(lines)
