@@ -37,8 +37,8 @@ class ModelFamily:
                                    + (", ".join(self.variants) or "none"))]
         return []
 
-    def pipeline_class(self) -> type:
-        """The diffusers pipeline class used to load checkpoints."""
+    def pipeline_class(self, recipe=None) -> type:
+        """The diffusers pipeline class used to load the recipe's checkpoint."""
         raise NotImplementedError
 
     def official_configs(self, source: str) -> dict | None:

@@ -59,7 +59,7 @@ def load_untouched(family, recipe):
         # bfloat16 model is ever made, and float32 components lose nothing.
         torch_dtype = {"default": dtypes.DTYPES[recipe.model.dtype],
                        **{k: dtypes.DTYPES[v] for k, v in recipe.dtypes.components.items()}}
-        pipe = _from_pretrained(family.pipeline_class(), source, torch_dtype, kind)
+        pipe = _from_pretrained(family.pipeline_class(recipe), source, torch_dtype, kind)
     else:
         raise LoadError(f"model source {source!r} does not exist",
                         hint="use 'tiny', a local diffusers directory, or a hub id")

@@ -45,6 +45,15 @@ class Recipe(RecipeSpec):
         text = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
+    def file_path(self, dotted: str, value: str) -> Path:
+        """A path the recipe names: relative to the recipe file that set it, or to the
+        current directory when it came from the command line."""
+        path = Path(value).expanduser()
+        file, _ = _lookup(self._locations, _split(dotted), self._path)
+        if path.is_absolute() or file in (None, OVERRIDE_FILE):
+            return path
+        return Path(file).parent / path
+
     def problem(self, path: str, message: str, hint: str | None = None) -> Problem:
         """A Problem located at ``path`` (dotted), or its nearest located parent."""
         file, line = _lookup(self._locations, _split(path), self._path)

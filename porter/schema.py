@@ -46,6 +46,7 @@ class RuntimeSection(Section):
 class GenerateSection(Section):
     prompt: str
     negative_prompt: str = ""
+    image: str | None = Field(None, description="image-to-video: path of the first frame")
     height: int = Field(ge=8, le=8192)
     width: int = Field(ge=8, le=8192)
     frames: int = Field(ge=1, le=4096)

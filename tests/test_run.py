@@ -134,3 +134,15 @@ def test_second_identical_run_reuses_compile_cache(tmp_path):
     assert second["cache_misses"] == 0 and second["cache_hits"] >= first["cache_misses"]
     assert second["seconds"] < first["seconds"]
     assert records[0]["recipe_sha256"] == records[1]["recipe_sha256"]
+
+
+def test_cfg_parallel_gives_the_same_latents(tmp_path):
+    """One batch of [cond, uncond] or two passes: the same video."""
+    path = tmp_path / "r.yaml"
+    path.write_text(TINY_RECIPE)
+    latents = []
+    for flag in ("true", "false"):
+        loaded = recipe.load(path, [f"generate.cfg_parallel={flag}", "generate.steps=2",
+                                    f"output.dir={tmp_path / flag}", "mesh.dp=2"])
+        latents.append(run(loaded, plugins.registry(), progress=False).latents)
+    assert (latents[0] - latents[1]).abs().max() <= 1e-5

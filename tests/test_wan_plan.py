@@ -40,7 +40,8 @@ def test_wan14b_plan_on_8_devices_matches_hand_count():
     assert vae["bytes"] == vae["bytes_per_device"]  # replicated, float32
 
 
-@pytest.mark.parametrize("name", ["wan14b.yaml", "wan1.3b.yaml"])
+@pytest.mark.parametrize("name", ["wan14b.yaml", "wan1.3b.yaml", "wan22-a14b.yaml",
+                                  "wan-i2v-14b.yaml"])
 def test_real_recipes_validate_against_official_shapes(name):
     loaded = recipe.load(RECIPES / name, ["runtime.cpu_devices=8"])
     assert checks.validate(loaded, plugins.registry()) == []

@@ -14,22 +14,29 @@ from porter.interop import to_host
 
 class WanFamily(ModelFamily):
     name = "wan"
-    summary = "Wan 2.1 and 2.2 text-to-video (diffusers WanPipeline), two-expert A14B"
-    variants = ("t2v", "t2v-two-experts")
+    summary = ("Wan 2.1 and 2.2: text-to-video (WanPipeline), two-expert A14B, "
+               "image-to-video (WanImageToVideoPipeline, variant i2v)")
+    variants = ("t2v", "t2v-two-experts", "i2v")
     rotary_patch = "wan.rope_cache"
     compiled = {"transformer": ("forward",), "transformer_2": ("forward",),
                 "vae": ("decode",)}
 
-    def pipeline_class(self):
-        from diffusers import WanPipeline
-        return WanPipeline
+    @staticmethod
+    def is_i2v(recipe) -> bool:
+        return recipe.model.variant == "i2v"
+
+    def pipeline_class(self, recipe=None):
+        from diffusers import WanImageToVideoPipeline, WanPipeline
+        return WanImageToVideoPipeline if recipe and self.is_i2v(recipe) else WanPipeline
 
     def official_configs(self, source):
         from porter_wan.configs import OFFICIAL
         return OFFICIAL.get(source)
 
     def build_tiny(self, recipe):
-        from porter_wan.tiny import build_pipeline
+        from porter_wan.tiny import build_i2v_pipeline, build_pipeline
+        if self.is_i2v(recipe):
+            return build_i2v_pipeline()
         experts = 2 if recipe.model.variant == "t2v-two-experts" else 1
         return build_pipeline(experts=experts)
 
@@ -42,6 +49,14 @@ class WanFamily(ModelFamily):
                 problems.append(recipe.problem(
                     f"generate.{key}", f"Wan needs a multiple of 16, got {value}",
                     hint=f"try {fit} (VAE downsamples by 8, patches are 2 wide)"))
+        if self.is_i2v(recipe) and not gen.image:
+            problems.append(recipe.problem("generate.image", "image-to-video needs an image",
+                                           hint="generate.image: path/to/first_frame.png"))
+        if gen.image and not self.is_i2v(recipe):
+            problems.append(recipe.problem("generate.image", "only image-to-video takes an "
+                                           "image", hint="set model.variant: i2v"))
+        if gen.image and not recipe.file_path("generate.image", gen.image).is_file():
+            problems.append(recipe.problem("generate.image", f"{gen.image!r} is not a file"))
         if (gen.frames - 1) % 4:
             below = gen.frames - (gen.frames - 1) % 4
             problems.append(recipe.problem(
@@ -62,13 +77,24 @@ class WanFamily(ModelFamily):
         conditioning = {"prompt": prompt.to(dtype)}
         if negative is not None:
             conditioning["negative"] = negative.to(dtype)
+        if self.is_i2v(recipe):
+            from porter_wan import i2v
+            image = i2v.load_image(recipe.file_path("generate.image", gen.image))
+            conditioning["image_embeds"] = i2v.image_embeds(pipe, image).to(dtype)
+            conditioning["condition"] = i2v.first_frame_condition(pipe, image, recipe).to("jax")
         return conditioning
 
     def initial_latents(self, pipe, recipe):
+        from diffusers.utils.torch_utils import randn_tensor
+
         gen = recipe.generate
         generator = torch.Generator("cpu").manual_seed(gen.seed)
-        return pipe.prepare_latents(1, pipe.transformer.config.in_channels, gen.height,
-                                    gen.width, gen.frames, torch.float32, "cpu", generator)
+        # the noise is drawn first, exactly as both Wan pipelines draw it
+        shape = (1, pipe.vae.config.z_dim, (gen.frames - 1) // pipe.vae_scale_factor_temporal + 1,
+                 gen.height // pipe.vae_scale_factor_spatial,
+                 gen.width // pipe.vae_scale_factor_spatial)
+        return randn_tensor(shape, generator=generator, device=torch.device("cpu"),
+                            dtype=torch.float32)
 
     def timesteps(self, pipe, recipe):
         pipe.scheduler.set_timesteps(recipe.generate.steps, device="jax")
@@ -142,24 +168,30 @@ class WanFamily(ModelFamily):
 
     def predict(self, pipe, latents, timestep, conditioning, recipe):
         model, scale = self.expert(pipe, timestep, recipe)
-        model_input = latents.to(model.dtype)
+        model_input = latents
+        if "condition" in conditioning:  # image-to-video: noise + mask + first frame
+            model_input = torch.cat([latents, conditioning["condition"]], dim=1)
+        model_input = model_input.to(model.dtype)
+        image = conditioning.get("image_embeds")
         guided = "negative" in conditioning
         if guided and self.batch(recipe) == 2:
             # one call, batch [cond, uncond]: the data axis can split it
             both = torch.cat([model_input, model_input])
             text = torch.cat([conditioning["prompt"], conditioning["negative"]])
-            noise, uncond = self._call(model, both, timestep, text).chunk(2)
+            images = None if image is None else torch.cat([image, image])
+            noise, uncond = self._call(model, both, timestep, text, images).chunk(2)
         else:
-            noise = self._call(model, model_input, timestep, conditioning["prompt"])
+            noise = self._call(model, model_input, timestep, conditioning["prompt"], image)
             if not guided:
                 return noise
-            uncond = self._call(model, model_input, timestep, conditioning["negative"])
+            uncond = self._call(model, model_input, timestep, conditioning["negative"], image)
         return uncond + scale * (noise - uncond)
 
     @staticmethod
-    def _call(model, latents, timestep, text):
+    def _call(model, latents, timestep, text, image=None):
+        extra = {} if image is None else {"encoder_hidden_states_image": image}
         return model(hidden_states=latents, timestep=timestep.expand(latents.shape[0]),
-                     encoder_hidden_states=text, return_dict=False)[0]
+                     encoder_hidden_states=text, return_dict=False, **extra)[0]
 
     def decode(self, pipe, latents, recipe):
         vae = pipe.vae
