@@ -88,7 +88,8 @@ class ModelFamily:
         """Analytic costs of one denoising step from the transformer's config.
 
         Keys: ``tokens``, ``flops_per_step`` (every guidance pass), ``attention``:
-        the shapes attention runs at, as (batch, heads, q_len, k_len) tuples.
+        the shapes attention runs at, as (batch, heads, q_len, k_len) tuples, and
+        ``activations``: the widest activations as (batch, tokens, width) tuples.
         """
         return {}
 

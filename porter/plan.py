@@ -92,7 +92,17 @@ def costs(recipe, raw: dict, axes: dict[str, int]) -> dict:
     section = recipe.attention
     split = {a: axes.get(a, 1) for a in (section.data_axis, section.head_axis) if a}
     out = {"tokens": raw["tokens"], "flops_per_step": raw["flops_per_step"],
-           "flops_per_step_per_device": raw["flops_per_step"] // devices, "attention": {}}
+           "flops_per_step_per_device": raw["flops_per_step"] // devices, "attention": {},
+           "activations": {}}
+    itemsize = 2 if recipe.model.dtype != "float32" else 4
+    data = split.get(section.data_axis, 1)
+    for name, (batch, tokens, width) in raw.get("activations", {}).items():
+        local_batch = batch // data if batch % data == 0 else batch
+        # hidden states are whole on each device; the FFN middle is split by the head axis
+        cut = split.get(section.head_axis, 1) if name != "hidden" else 1
+        out["activations"][name] = {"shape": [batch, tokens, width],
+                                    "bytes_per_device": local_batch * tokens * width
+                                    * itemsize // cut}
     for name, (batch, heads, q_len, k_len) in raw["attention"].items():
         # batch over the data axis, heads (or queries) over the head axis
         local_batch = batch // split.get(section.data_axis, 1) if batch % split.get(
@@ -129,6 +139,9 @@ def render(plan: dict) -> str:
         lines.append(f"one denoising step: {est['tokens']} video tokens, "
                      f"{est['flops_per_step'] / 1e12:.1f} TFLOP "
                      f"({est['flops_per_step_per_device'] / 1e12:.1f} per device)")
+        for name, act in est["activations"].items():
+            lines.append(f"  {name} activation per block and device: "
+                         f"{human_bytes(act['bytes_per_device'])} {act['shape']}")
         for name, att in est["attention"].items():
             lines.append(f"  {name}-attention scores per layer and device (float32): "
                          f"reference {human_bytes(att['reference_bytes_per_device'])}, "

@@ -73,3 +73,12 @@ def test_wan14b_step_flops_and_attention_memory():
     self_attention = est["attention"]["self"]
     assert self_attention["reference_bytes_per_device"] == 1 * 10 * S * S * 4
     assert self_attention["blockwise_bytes_per_device"] == 1 * 10 * 1024 * 1024 * 4
+
+
+def test_wan14b_activation_estimate():
+    est = plan.build(recipe.load(RECIPES / "wan14b.yaml"), plugins.registry(),
+                     devices=8)["estimates"]["activations"]
+    S = 75600
+    # batch 2 (cond + uncond) split over dp=2; bfloat16; FFN columns split over tp=4
+    assert est["hidden"]["bytes_per_device"] == 1 * S * 5120 * BF16
+    assert est["ffn"]["bytes_per_device"] == 1 * S * 13824 * BF16 // 4

@@ -163,6 +163,9 @@ class WanFamily(ModelFamily):
         heads = config["num_attention_heads"]
         return {"tokens": tokens,
                 "flops_per_step": passes * config["num_layers"] * per_block,
+                # the widest activations of a block: its hidden states and FFN middle
+                "activations": {"hidden": (passes, tokens, width),
+                                "ffn": (passes, tokens, ffn)},
                 "attention": {"self": (passes, heads, tokens, tokens),
                               "cross": (passes, heads, tokens, text)}}
 
