@@ -59,11 +59,12 @@ def _compare(expected: torch.Tensor, got: torch.Tensor) -> dict:
 
 
 def _unwrap(component):
-    """The torch module inside porter's wrappers (sharded inputs, jit)."""
-    for attr in ("module", "_model"):
-        if hasattr(type(component), "__getattr__") and attr in vars(component):
-            component = vars(component)[attr]
-    return getattr(component, "_model", component)
+    """The torch module inside porter's wrappers (sharded inputs, skipped attention, jit)."""
+    while True:
+        inner = vars(component).get("module") or vars(component).get("_target")
+        if inner is None:
+            return getattr(component, "_model", component)  # torchax's jit wrapper
+        component = inner
 
 
 def _single_device(runtime):
