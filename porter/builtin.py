@@ -1,4 +1,5 @@
-"""What the core registers like a plugin would: generic patches, attention backends."""
+"""What the core registers like a plugin would: the generic family, generic patches,
+attention backends."""
 
 from __future__ import annotations
 
@@ -39,6 +40,12 @@ NO_TORCH_ASSERT = Patch(
 def porter_register_patches(register):
     register(COMPILING)
     register(NO_TORCH_ASSERT)
+
+
+@hookimpl
+def porter_register_families(register):
+    from porter.generic import GenericFamily
+    register(GenericFamily())
 
 
 @hookimpl

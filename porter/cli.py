@@ -121,7 +121,10 @@ def cmd_run(args) -> int:
     compiled = timings["compile"]
     parts = [f"step {timings['step_s']:.3f} s"] if "step_s" in timings else []
     parts += [f"compile {compiled['seconds']:.1f} s (cache: {compiled['cache_hits']} hits, "
-              f"{compiled['cache_misses']} misses)", f"decode {timings['decode_s']:.2f} s"]
+              f"{compiled['cache_misses']} misses)"]
+    for key, label in (("decode_s", "decode"), ("generate_s", "pipeline")):
+        if key in timings:
+            parts.append(f"{label} {timings[key]:.2f} s")
     print(", ".join(parts))
     return 0
 

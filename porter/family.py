@@ -23,6 +23,9 @@ class ModelFamily:
     summary: str = ""
     #: layouts ``build_tiny`` can build (``model.variant``); the first is the default
     variants: tuple[str, ...] = ()
+    #: False: the family runs the pipeline's own __call__ (``generate``), not the
+    #: core's encode / denoise / decode stages
+    staged: bool = True
     #: the registered patch that serves rotary tables from the cache, if any
     rotary_patch: str | None = None
     #: pipeline components compiled with jax.jit, and which of their methods
@@ -92,6 +95,10 @@ class ModelFamily:
         ``activations``: the widest activations as (batch, tokens, width) tuples.
         """
         return {}
+
+    def generate(self, pipe, recipe) -> np.ndarray:
+        """Unstaged families: the whole pipeline call, returning uint8 frames."""
+        raise NotImplementedError
 
     def decode(self, pipe, latents, recipe) -> np.ndarray:
         """Latents (CPU torch tensor) to frames: uint8 array (frames, height, width, 3)."""

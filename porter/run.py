@@ -12,7 +12,7 @@ import torch
 
 from porter import artifacts, checks, loading, patches, record, runtime as runtime_mod
 from porter import stages, video
-from porter.errors import RecipeError
+from porter.errors import RecipeError, UsageError
 from porter.interop import to_device
 from porter.transforms import compile as compile_transform
 from porter.transforms import attention, rotary
@@ -102,6 +102,13 @@ def _generate(family, recipe, runtime, registry, say, progress, wanted, director
 
     conditioning = latents = frames = None
     with attention_installed(recipe, registry, runtime):
+        if not family.staged:
+            say("running the pipeline")
+            start = time.perf_counter()
+            with runtime.env:
+                frames = family.generate(pipe, recipe)
+            timings["generate_s"] = round(time.perf_counter() - start, 4)
+            wanted = ()
         if "encode" in wanted:
             say("encoding the prompt")
             conditioning = stages.encode(family, pipe, recipe, runtime, timings)
@@ -138,6 +145,10 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
     family = registry.family(recipe.model.family)
     say = _status if progress else (lambda message: None)
     directory = output_dir(recipe)
+    if not family.staged and (stage or resume):
+        raise UsageError(f"family {family.name!r} runs the pipeline in one piece: "
+                         "--stage and --resume need a family with stages",
+                         hint="run it without --stage/--resume")
     wanted = stages_to_run(directory, stage, resume)
     first = artifacts.STAGES.index(wanted[0])
     if first:  # the stage before must be on disk and fit this recipe: check before loading
@@ -156,9 +167,10 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
     with patches.applied(chosen):
         latents, frames, timings = _generate(family, recipe, runtime, registry, say,
                                              progress, wanted, directory)
-    timings["stages"] = list(wanted)
+    timings["stages"] = list(wanted) if family.staged else ["generate"]
     if frames is None:
         return RunResult(directory, None, None, latents, None, {"timings": timings})
+    directory.mkdir(parents=True, exist_ok=True)
     video_path = video.write_mp4(directory / "video.mp4", frames, recipe.output.fps)
     outputs = {"video": video_path.name, "frames": int(frames.shape[0]),
                "height": int(frames.shape[1]), "width": int(frames.shape[2])}

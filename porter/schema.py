@@ -29,6 +29,9 @@ class ModelSection(Section):
     variant: str | None = Field(
         None, description="with source 'tiny': which of the family's layouts to build "
         "(`porter plugins` lists them)")
+    pipeline: str | None = Field(
+        None, description="family generic: a diffusers pipeline class name (default: the "
+        "checkpoint's model_index.json)")
 
 
 class RuntimeSection(Section):
@@ -59,6 +62,9 @@ class GenerateSection(Section):
     max_sequence_length: int = Field(512, ge=1, le=8192)
     cfg_parallel: bool = Field(
         False, description="run the conditional and unconditional passes as one batch of 2")
+    extra: dict[str, Any] = Field(
+        default_factory=dict, description="family generic: more keyword arguments for the "
+        "pipeline call (e.g. decode_timestep)")
 
 
 # One entry per tensor dimension: a mesh axis, null (not split) or a list of

@@ -4,6 +4,7 @@ Both must be in the environment before anything imports JAX.
 """
 
 import os
+import sys
 import tempfile
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
@@ -16,6 +17,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/models: tiny pipelines
 RECIPES = ROOT / "recipes"
 
 

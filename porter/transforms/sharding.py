@@ -170,6 +170,8 @@ def _with_count(item, seen) -> Problem:
 def input_problems(recipe, shapes: dict[str, tuple[int, ...]],
                    axes: dict[str, int]) -> list[Problem]:
     """Each sharded transformer input must exist and divide by its axes."""
+    if not shapes:
+        return []  # the family cannot tell the shapes (e.g. generic): nothing to check
     problems = []
     for arg, spec in recipe.sharding.inputs.items():
         path = f"sharding.inputs.{arg}"

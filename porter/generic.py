@@ -1,0 +1,59 @@
+"""``model.family: generic``: any diffusers video pipeline from its recipe alone.
+
+No stage knowledge: the pipeline's own ``__call__`` runs inside the torchax
+environment with its components ported by the recipe (sharding, dtypes,
+patches, attention, compile). What a model needs beyond that (a function that
+cannot be traced, a table built in forward) is a patch: see
+docs/authoring-recipes.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from porter.errors import UsageError
+from porter.family import ModelFamily
+
+
+class GenericFamily(ModelFamily):
+    name = "generic"
+    summary = "any diffusers video pipeline, run by its own __call__ (no plugin needed)"
+    staged = False
+    compiled = {"transformer": ("forward",)}
+
+    def check(self, recipe):
+        problems = super().check(recipe)
+        if recipe.model.source == "tiny":
+            problems.append(recipe.problem("model.source", "the generic family has no tiny "
+                                           "model", hint="point model.source at a saved "
+                                           "diffusers pipeline or a hub id"))
+        if recipe.model.pipeline is not None:
+            try:
+                self.pipeline_class(recipe)
+            except UsageError as exc:
+                problems.append(recipe.problem("model.pipeline", exc.message, hint=exc.hint))
+        return problems
+
+    def pipeline_class(self, recipe=None):
+        import diffusers
+
+        name = recipe.model.pipeline if recipe is not None else None
+        if name is None:
+            return diffusers.DiffusionPipeline  # the class named in model_index.json
+        cls = getattr(diffusers, name, None)  # only diffusers' own names: no arbitrary import
+        if not (isinstance(cls, type) and issubclass(cls, diffusers.DiffusionPipeline)):
+            raise UsageError(f"{name!r} is not a diffusers pipeline class",
+                             hint="e.g. LTXPipeline, CogVideoXPipeline")
+        return cls
+
+    def generate(self, pipe, recipe):
+        gen = recipe.generate
+        out = pipe(prompt=gen.prompt, negative_prompt=gen.negative_prompt, height=gen.height,
+                   width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
+                   guidance_scale=gen.guidance_scale,
+                   generator=torch.Generator("cpu").manual_seed(gen.seed), output_type="np",
+                   **gen.extra)
+        frames = out.frames[0]
+        frames = np.asarray(frames.jax() if hasattr(frames, "jax") else frames)
+        return (frames * 255).round().clip(0, 255).astype("uint8")
