@@ -18,6 +18,8 @@ examples:
   porter validate recipes/wan-tiny.yaml             every check that needs no weights
   porter plan recipes/wan-tiny-tp.yaml --devices 8  bytes per device, from shapes alone
   porter verify recipes/wan-tiny.yaml               port vs PyTorch, block by block
+  porter inspect recipes/wan1.3b.yaml               tensor patterns to write rules for
+  porter new mymodel --family wan                   a commented starter recipe
   porter plugins                                    what each installed plugin registered
   porter patches                                    registered patches and their docs
 
@@ -81,6 +83,23 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--sharded", action="store_true",
                         help="compare the sharded port with the same port on one device")
     verify.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    inspect = commands.add_parser(
+        "inspect", help="tensor name patterns, shapes and matching rules, without weights",
+        description="Each component's tensors grouped into name patterns (block numbers as "
+        "*) with shapes, dtypes and counts, and which sharding and dtype rule matches each.")
+    _recipe_args(inspect)
+    inspect.add_argument("--json", action="store_true", help="print as JSON")
+
+    new = commands.add_parser(
+        "new", help="write a starter recipe",
+        description="Write a commented starter recipe with every section, from a family's "
+        "defaults or extending an existing recipe.")
+    new.add_argument("name", help="recipe name (written to recipes/NAME.yaml) or a path")
+    new.add_argument("--family", required=True, help="model family (`porter plugins`)")
+    new.add_argument("--from", dest="base", metavar="EXISTING",
+                     help="an existing recipe to extend")
+    new.add_argument("--force", action="store_true", help="overwrite an existing file")
 
     commands.add_parser("plugins", help="list loaded plugins and what they registered")
     commands.add_parser("patches", help="list registered patches with their docs",
@@ -169,6 +188,31 @@ def cmd_verify(args) -> int:
     return 0 if result["ok"] else 3
 
 
+def cmd_inspect(args) -> int:
+    import json
+
+    from porter import checks, inspection, plugins
+    from porter.errors import RecipeError
+
+    loaded = _load_recipe(args)
+    registry = plugins.registry()
+    problems = checks.recipe_problems(loaded, registry)
+    if problems:
+        raise RecipeError(problems)
+    result = inspection.build(loaded, registry)
+    print(json.dumps(result, indent=2) if args.json else inspection.render(result))
+    return 0
+
+
+def cmd_new(args) -> int:
+    from porter import plugins, starter
+
+    path = starter.write(args.name, plugins.registry().family(args.family), args.base,
+                         force=args.force)
+    print(f"wrote {path}; next: porter validate {path}")
+    return 0
+
+
 def cmd_plugins(args) -> int:
     from porter import plugins
 
@@ -207,7 +251,8 @@ def cmd_patches(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plan": cmd_plan,
-            "verify": cmd_verify, "plugins": cmd_plugins, "patches": cmd_patches}
+            "verify": cmd_verify, "inspect": cmd_inspect, "new": cmd_new,
+            "plugins": cmd_plugins, "patches": cmd_patches}
 
 
 def _quiet_libraries() -> None:

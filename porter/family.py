@@ -31,6 +31,16 @@ class ModelFamily:
     #: pipeline components compiled with jax.jit, and which of their methods
     compiled: dict[str, tuple[str, ...]] = {"transformer": ("forward",), "vae": ("decode",)}
 
+    def starter_model(self) -> dict:
+        """``model:`` keys (besides family) that `porter new` writes, as YAML text."""
+        return {"source": "tiny", "dtype": "float32"}
+
+    def starter_generate(self) -> dict:
+        """``generate:`` values that `porter new` writes."""
+        return {"prompt": "a red fox running through fresh snow", "negative_prompt": "",
+                "height": 64, "width": 64, "frames": 17, "steps": 4, "guidance_scale": 5.0,
+                "seed": 0}
+
     def check(self, recipe) -> list[Problem]:
         """Problems a recipe has for this family, found without weights."""
         variant = recipe.model.variant

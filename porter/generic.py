@@ -22,6 +22,11 @@ class GenericFamily(ModelFamily):
     staged = False
     compiled = {"transformer": ("forward",)}
 
+    def starter_model(self):
+        return {"source": "path/to/saved/pipeline   # a diffusers directory or hub id",
+                "pipeline": "null              # e.g. LTXPipeline; default: model_index.json",
+                "dtype": "float32"}
+
     def check(self, recipe):
         problems = super().check(recipe)
         if recipe.model.source == "tiny":

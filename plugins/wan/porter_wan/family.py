@@ -29,6 +29,9 @@ class WanFamily(ModelFamily):
         from diffusers import WanImageToVideoPipeline, WanPipeline
         return WanImageToVideoPipeline if recipe and self.is_i2v(recipe) else WanPipeline
 
+    def starter_generate(self):
+        return {**super().starter_generate(), "max_sequence_length": 32}
+
     def official_configs(self, source):
         from porter_wan.configs import OFFICIAL
         return OFFICIAL.get(source)

@@ -1,0 +1,75 @@
+"""`porter inspect`: what a recipe author needs to write rules.
+
+Each component's tensor names grouped into patterns (block numbers become
+``*``), with shapes, dtypes and counts, and which sharding and dtype rules of
+the recipe match them now. Built on meta-device models: no weights.
+"""
+
+from __future__ import annotations
+
+import re
+
+from porter import abstract
+from porter.errors import UsageError
+from porter.transforms.sharding import named_tensors, normalize
+
+DTYPE_NAMES = {"torch.float32": "f32", "torch.bfloat16": "bf16", "torch.float16": "f16",
+               "torch.float64": "f64"}
+NUMBER = re.compile(r"(?<=\.)\d+(?=\.)|^\d+(?=\.)")
+
+
+def _first_match(rules, name: str):
+    for index, rule in enumerate(rules):
+        if re.fullmatch(rule.match, name):
+            return index, rule
+    return None, None
+
+
+def component_rows(module, shard_rules, dtype_rules) -> list[dict]:
+    groups: dict[str, dict] = {}
+    for name, tensor in named_tensors(module):
+        pattern = NUMBER.sub("*", name)
+        group = groups.setdefault(pattern, {"pattern": pattern, "count": 0, "shapes": set(),
+                                            "dtypes": set(), "example": name})
+        group["count"] += 1
+        group["shapes"].add(tuple(tensor.shape))
+        group["dtypes"].add(DTYPE_NAMES.get(str(tensor.dtype), str(tensor.dtype)))
+    rows = []
+    for group in groups.values():
+        shard_index, shard = _first_match(shard_rules, group["example"])
+        dtype_index, dtype_rule = _first_match(dtype_rules, group["example"])
+        shapes = sorted(group["shapes"])
+        rows.append({
+            "pattern": group["pattern"], "count": group["count"],
+            "shape": list(shapes[0]) if len(shapes) == 1 else [list(s) for s in shapes],
+            "dtype": "/".join(sorted(group["dtypes"])),
+            "sharding": None if shard is None else {"rule": shard_index,
+                                                    "spec": list(normalize(shard.spec))},
+            "dtype_rule": None if dtype_rule is None else dtype_index})
+    return rows
+
+
+def build(recipe, registry) -> dict:
+    family = registry.family(recipe.model.family)
+    modules = abstract.components(family, recipe)
+    if modules is None:
+        raise UsageError(f"cannot inspect {recipe.model.source!r} without its configuration",
+                         hint="point model.source at a local diffusers directory")
+    return {name: component_rows(module, recipe.sharding.weights.get(name, []),
+                                 recipe.dtypes.overrides.get(name, []))
+            for name, module in modules.items()}
+
+
+def render(result: dict) -> str:
+    lines = []
+    for component, rows in result.items():
+        lines.append(f"{component}: {sum(r['count'] for r in rows)} tensors")
+        width = max(len(r["pattern"]) for r in rows)
+        for row in rows:
+            where = ("replicated" if row["sharding"] is None else
+                     f"rule {row['sharding']['rule']} {row['sharding']['spec']}")
+            kept = "" if row["dtype_rule"] is None else f", dtype rule {row['dtype_rule']}"
+            count = f" x{row['count']}" if row["count"] > 1 else ""
+            lines.append(f"  {row['pattern']:<{width}} : {row['shape']} {row['dtype']}{count}"
+                         f"  -> {where}{kept}")
+    return "\n".join(lines)

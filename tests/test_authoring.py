@@ -1,0 +1,49 @@
+"""Authoring tools: porter new writes recipes that validate; porter inspect lists patterns."""
+
+import json
+
+import pytest
+
+from porter import checks, cli, plugins, recipe
+
+from conftest import RECIPES
+
+
+def test_new_recipe_validates(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["new", "mine", "--family", "wan"]) == 0
+    path = tmp_path / "recipes" / "mine.yaml"
+    text = path.read_text()
+    assert text.startswith("# porter run recipes/mine.yaml")
+    for section in ("model:", "runtime:", "mesh:", "generate:", "patches:", "rotary:",
+                    "dtypes:", "sharding:", "attention:", "compile:", "verify:", "output:"):
+        assert section in text, section
+    assert checks.validate(recipe.load(path), plugins.registry()) == []
+    assert cli.main(["new", "mine", "--family", "wan"]) == 2  # no silent overwrite
+    assert "exists" in capsys.readouterr().err
+
+
+def test_new_from_existing_extends_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["new", "variants/bigger.yaml", "--family", "wan",
+                     "--from", str(RECIPES / "wan-tiny-tp.yaml")]) == 0
+    loaded = recipe.load(tmp_path / "variants" / "bigger.yaml")
+    assert loaded.mesh == {"dp": 2, "tp": 4}  # inherited
+    assert checks.validate(loaded, plugins.registry()) == []
+
+
+def test_inspect_groups_patterns_and_shows_rules(capsys):
+    assert cli.main(["inspect", str(RECIPES / "wan-tiny-tp.yaml"), "--json"]) == 0
+    rows = {row["pattern"]: row for row in json.loads(capsys.readouterr().out)["transformer"]}
+    q = rows["blocks.*.attn1.to_q.weight"]
+    assert q["count"] == 2 and q["shape"] == [24, 24] and q["dtype"] == "f32"
+    assert q["sharding"] == {"rule": 0, "spec": ["tp", None]}
+    assert rows["proj_out.weight"]["sharding"] is None
+
+
+@pytest.mark.parametrize("family", ["wan", "generic"])
+def test_new_for_every_family_parses(tmp_path, monkeypatch, family):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["new", f"n-{family}", "--family", family]) == 0
+    loaded = recipe.load(tmp_path / "recipes" / f"n-{family}.yaml")
+    assert loaded.model.family == family
