@@ -56,8 +56,11 @@ def port(pipe, family, runtime, recipe) -> None:
 
 
 def selected_patches(recipe, registry, family):
-    """The recipe's patches, plus the family's rotary patch when tables are precomputed."""
-    extra = (family.rotary_patch,) if recipe.rotary.precompute else ()
+    """The recipe's patches, plus the family's required ones and its rotary patch when
+    tables are precomputed."""
+    extra = family.required_patches
+    if recipe.rotary.precompute:
+        extra += (family.rotary_patch,)
     return patches.selected(recipe, registry, extra)
 
 

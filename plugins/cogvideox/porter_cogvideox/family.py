@@ -1,0 +1,90 @@
+"""CogVideoX 1.0 (2b, 5b) and 1.5 text-to-video.
+
+The pipeline's own __call__ runs (as for the generic family): it already
+batches the two guidance passes, so the data axis splits them. What this
+plugin adds: tiny models, official configurations, frame-count rules, and the
+patches CogVideoX needs under JAX (scheduler steps that index host tables
+with the timestep; rotary tables built on the host).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from porter.generic import GenericFamily
+from porter.loading import source_kind
+
+
+class CogVideoXFamily(GenericFamily):
+    name = "cogvideox"
+    summary = "CogVideoX 1.0 (2b, 5b) and 1.5 text-to-video (CogVideoXPipeline)"
+    variants = ("v1", "v1.5")
+    required_patches = ("cogvideox.ddim_host_timestep", "cogvideox.dpm_host_timestep")
+    rotary_patch = "cogvideox.rope_cache"
+
+    def pipeline_class(self, recipe=None):
+        from diffusers import CogVideoXPipeline
+        return CogVideoXPipeline
+
+    def build_tiny(self, recipe):
+        from porter_cogvideox.tiny import build_pipeline
+        return build_pipeline("1.5" if recipe.model.variant == "v1.5" else "1.0")
+
+    def official_configs(self, source):
+        from porter_cogvideox.configs import OFFICIAL
+        return OFFICIAL.get(source)
+
+    def starter_model(self):
+        return {"source": "tiny", "dtype": "float32"}
+
+    def starter_generate(self):
+        return {**super().starter_generate(), "height": 16, "width": 16, "frames": 9,
+                "guidance_scale": 6.0, "extra": {"max_sequence_length": 16}}
+
+    def version(self, recipe) -> str | None:
+        """'1.5' when the transformer patches time (patch_size_t), else '1.0'."""
+        source, kind = recipe.model.source, source_kind(recipe.model.source)
+        if kind == "tiny":
+            return "1.5" if recipe.model.variant == "v1.5" else "1.0"
+        if kind == "local":
+            config = Path(source).expanduser() / "transformer" / "config.json"
+            if not config.exists():
+                return None
+            return "1.5" if json.loads(config.read_text()).get("patch_size_t") else "1.0"
+        configs = self.official_configs(source)
+        if configs is None:
+            return None
+        return "1.5" if configs["transformer"][2].get("patch_size_t") else "1.0"
+
+    def check(self, recipe):
+        problems = [p for p in super().check(recipe) if p.path != "model.source"]
+        frames, version = recipe.generate.frames, self.version(recipe)
+        if version == "1.5" and ((frames - 1) % 4 or ((frames - 1) // 4 + 1) % 2 == 0):
+            below = max(9, frames - (frames - 1) % 8)
+            problems.append(recipe.problem(
+                "generate.frames", f"CogVideoX 1.5 needs 4n+1 frames with an odd number of "
+                f"latent frames ((frames - 1) / 4 + 1), got {frames}",
+                hint=f"valid counts are 8k+1: try {below} or {below + 8} (81 is the default)"))
+        elif version == "1.0" and (frames - 1) % 4:
+            below = frames - (frames - 1) % 4
+            problems.append(recipe.problem(
+                "generate.frames", f"CogVideoX needs 4n+1 frames, got {frames}",
+                hint=f"try {below} or {below + 4} (49 is the default)"))
+        for key in ("height", "width"):
+            if getattr(recipe.generate, key) % 16:
+                problems.append(recipe.problem(f"generate.{key}", "CogVideoX needs a "
+                                               "multiple of 16 (VAE 8 x patch 2)"))
+        return problems
+
+    def transformer_inputs(self, recipe, config):
+        gen = recipe.generate
+        batch = 2 if gen.guidance_scale > 1.0 else 1  # the pipeline batches the passes
+        frames = (gen.frames - 1) // 4 + 1
+        if config.get("patch_size_t"):
+            frames += frames % config["patch_size_t"]  # the pipeline pads to the patch
+        text = gen.extra.get("max_sequence_length", 226)
+        return {"hidden_states": (batch, frames, config["in_channels"], gen.height // 8,
+                                  gen.width // 8),
+                "encoder_hidden_states": (batch, text, config["text_embed_dim"]),
+                "timestep": (batch,)}
