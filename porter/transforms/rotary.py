@@ -32,6 +32,28 @@ def lookup(module: torch.nn.Module, key: tuple):
     return None if names is None else tuple(getattr(module, n) for n in names)
 
 
+def cached_forward(original):
+    """Patch factory for a rotary module whose ``forward(hidden_states)`` depends only
+    on the latent grid (the dims after batch and channels): serve cached tables for
+    known grids, compute the rest as before."""
+    def forward(self, hidden_states):
+        tables = lookup(self, tuple(hidden_states.shape[2:]))
+        return tables if tables is not None else original(self, hidden_states)
+    forward.__doc__ = original.__doc__
+    return forward
+
+
+def host_tables(module: torch.nn.Module, shape: tuple) -> tuple:
+    """Run a rotary module's own forward on the host for a latent ``shape``.
+
+    Only the shape and device of the input are read, so a stand-in is passed.
+    """
+    from types import SimpleNamespace
+
+    with torch.no_grad():
+        return module(SimpleNamespace(shape=torch.Size(shape), device=torch.device("cpu")))
+
+
 def apply(pipe, family, recipe, runtime) -> int:
     """Install every table the family offers; returns how many sets were cached."""
     entries = family.rotary_tables(pipe, recipe)

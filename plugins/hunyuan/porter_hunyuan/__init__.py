@@ -1,5 +1,16 @@
-"""Porter plugin for HunyuanVideo.
+"""Porter plugin for HunyuanVideo."""
 
-Installed and discovered like every plugin; its model family is not written
-yet, so it registers nothing (``porter plugins`` shows that).
-"""
+from porter.hookspecs import hookimpl
+
+from porter_hunyuan.family import HunyuanFamily
+from porter_hunyuan.patches import ROPE_CACHE
+
+
+@hookimpl
+def porter_register_families(register):
+    register(HunyuanFamily())
+
+
+@hookimpl
+def porter_register_patches(register):
+    register(ROPE_CACHE)

@@ -10,6 +10,7 @@ import torch
 
 from porter.family import ModelFamily
 from porter.interop import to_host
+from porter.transforms import rotary
 
 
 class WanFamily(ModelFamily):
@@ -126,8 +127,7 @@ class WanFamily(ModelFamily):
             fresh = WanRotaryPosEmbed(rope.attention_head_dim, rope.patch_size,
                                       rope.max_seq_len)
             shape = self.transformer_inputs(recipe, model.config)["hidden_states"]
-            with torch.no_grad():
-                tables = fresh(torch.empty(shape, device="meta"))  # only the shape is read
+            tables = rotary.host_tables(fresh, shape)
             entries.append((rope, tuple(shape[2:]), tables, rope.freqs_cos.dtype))
         return entries
 

@@ -1,0 +1,40 @@
+"""A tiny random HunyuanVideo pipeline (shapes as in diffusers' own tests), with
+byte-level tokenizers in place of Llama's and CLIP's, so no files are needed."""
+
+from __future__ import annotations
+
+import torch
+
+
+def build_pipeline(seed: int = 0):
+    from diffusers import (AutoencoderKLHunyuanVideo, FlowMatchEulerDiscreteScheduler,
+                           HunyuanVideoPipeline, HunyuanVideoTransformer3DModel)
+    from transformers import (ByT5Tokenizer, CLIPTextConfig, CLIPTextModel, LlamaConfig,
+                              LlamaModel)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        transformer = HunyuanVideoTransformer3DModel(
+            in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=10,
+            num_layers=1, num_single_layers=1, num_refiner_layers=1, patch_size=1,
+            patch_size_t=1, guidance_embeds=True, text_embed_dim=16, pooled_projection_dim=8,
+            rope_axes_dim=(2, 4, 4))
+        vae = AutoencoderKLHunyuanVideo(
+            in_channels=3, out_channels=3, latent_channels=4,
+            down_block_types=("HunyuanVideoDownBlock3D",) * 4,
+            up_block_types=("HunyuanVideoUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8),
+            layers_per_block=1, act_fn="silu", norm_num_groups=4, scaling_factor=0.476986,
+            spatial_compression_ratio=8, temporal_compression_ratio=4,
+            mid_block_add_attention=True)
+        text_encoder = LlamaModel(LlamaConfig(
+            bos_token_id=0, eos_token_id=2, hidden_size=16, intermediate_size=37,
+            max_position_embeddings=512, num_attention_heads=4, num_hidden_layers=2,
+            pad_token_id=1, vocab_size=1000, hidden_act="gelu"))
+        text_encoder_2 = CLIPTextModel(CLIPTextConfig(
+            bos_token_id=0, eos_token_id=2, hidden_size=8, intermediate_size=37,
+            num_attention_heads=4, num_hidden_layers=2, pad_token_id=1, vocab_size=1000,
+            hidden_act="gelu", projection_dim=32))
+    return HunyuanVideoPipeline(
+        transformer=transformer, vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
+        text_encoder=text_encoder, tokenizer=ByT5Tokenizer(), text_encoder_2=text_encoder_2,
+        tokenizer_2=ByT5Tokenizer())
