@@ -168,6 +168,10 @@ class CompileRule(Section):
     donate_argnames: list[str] = Field(
         default_factory=list, description="inputs whose buffers the program may reuse; "
         "only for inputs not used again after the call")
+    modules: str | None = Field(
+        None, description="regex of submodules to compile one by one (e.g. blocks) instead "
+        "of the whole component: the glue between them runs eagerly, so value-dependent "
+        "Python in the top-level forward keeps working")
 
 
 class VerifySection(Section):

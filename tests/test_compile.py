@@ -64,3 +64,30 @@ def test_donated_input_is_consumed():
         jitted(hidden_states=x, timestep=to_device(torch.tensor([5.0]), rt),
                encoder_hidden_states=to_device(torch.randn(1, 16, 32), rt), return_dict=False)
     assert x._elem.is_deleted()
+
+
+def test_blocks_compiled_one_by_one(write):
+    """modules: the component stays eager (its glue may branch on values); blocks jit."""
+    from porter.interop import to_host
+    from porter_wan.tiny import build_pipeline
+
+    loaded = recipe.load(write("r.yaml", TINY_RECIPE + r"""mesh: {dp: 1}
+compile:
+  transformer: {methods: [forward], modules: 'blocks\.\d+'}
+""") )
+    rt, registry = runtime.start(loaded), plugins.registry()
+    pipe = build_pipeline()
+    expected = pipe.transformer(torch.ones(1, 16, 3, 4, 4), torch.tensor([5.0]),
+                                torch.ones(1, 16, 32), return_dict=False)[0]
+    port(pipe, registry.family("wan"), rt, loaded)
+    assert type(pipe.transformer).__name__ == "WanTransformer3DModel"  # not wrapped
+    assert type(pipe.transformer.blocks._modules["0"]).__name__ == "JittableModule"
+    with rt.env:
+        got = pipe.transformer(hidden_states=to_device(torch.ones(1, 16, 3, 4, 4), rt),
+                               timestep=to_device(torch.tensor([5.0]), rt),
+                               encoder_hidden_states=to_device(torch.ones(1, 16, 32), rt),
+                               return_dict=False)[0]
+    assert (to_host(got) - expected.detach()).abs().max() <= 1e-5
+    bad = recipe.load(write("b.yaml", TINY_RECIPE + "compile: {transformer: {modules: 'blokcs'}}\n"))
+    [problem] = checks.validate(bad, registry)
+    assert "matches no submodule" in problem.message

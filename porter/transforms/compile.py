@@ -14,7 +14,27 @@ def rules(recipe, family) -> dict[str, CompileRule]:
 
 
 def apply(module, rule: CompileRule):
-    """A module whose ``rule.methods`` are jitted once per input shape and reused."""
+    """A module whose ``rule.methods`` are jitted once per input shape and reused;
+    with ``rule.modules``, the module itself stays eager and each matching submodule
+    is jitted instead."""
+    if rule.modules is not None:
+        return _compile_submodules(module, rule)
+    return _jit(module, rule)
+
+
+def _compile_submodules(module, rule: CompileRule):
+    import re
+
+    targets = [name for name, _ in module.named_modules()
+               if name and re.fullmatch(rule.modules, name)]
+    for name in targets:
+        parent_name, _, child = name.rpartition(".")
+        parent = module.get_submodule(parent_name) if parent_name else module
+        parent._modules[child] = _jit(parent._modules[child], rule)
+    return module
+
+
+def _jit(module, rule: CompileRule):
     from porter.compat import import_torchax
 
     torchax = import_torchax()
@@ -27,12 +47,26 @@ def apply(module, rule: CompileRule):
 
 
 def problems(recipe, family, modules: dict) -> list:
-    """Components and methods the recipe names must exist (checked on meta models)."""
+    """Components, methods and submodules the recipe names must exist (meta models)."""
+    import re
+
     found = []
     for name, rule in recipe.compile.items():
         if name not in modules:
             found.append(recipe.problem(f"compile.{name}", f"no component {name!r}",
                                         hint=f"components: {', '.join(sorted(modules))}"))
+            continue
+        if rule.modules is not None:
+            try:
+                matched = any(re.fullmatch(rule.modules, n) for n, _ in
+                              modules[name].named_modules() if n)
+            except re.error as exc:
+                found.append(recipe.problem(f"compile.{name}.modules", f"invalid regex: {exc}"))
+                continue
+            if not matched:
+                found.append(recipe.problem(f"compile.{name}.modules",
+                                            f"{name}: {rule.modules!r} matches no submodule",
+                                            hint="`porter inspect` lists module names"))
             continue
         for method in rule.methods:
             if not callable(getattr(modules[name], method, None)):
