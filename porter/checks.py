@@ -25,7 +25,7 @@ def recipe_problems(recipe, registry) -> list[Problem]:
     if not problems:
         family = registry.family(recipe.model.family)
         problems += family.check(recipe)
-        if recipe.rotary.precompute and family.rotary_patch is None:
+        if recipe.rotary.precompute and family.rotary_patch_for(recipe) is None:
             problems.append(recipe.problem("rotary.precompute", f"family {family.name!r} "
                                            "has no rotary cache", hint="set it to false"))
     problems += patches.problems(recipe, registry)

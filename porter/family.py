@@ -43,6 +43,10 @@ class ModelFamily:
                 "height": 64, "width": 64, "frames": 17, "steps": 4, "guidance_scale": 5.0,
                 "seed": 0}
 
+    def rotary_patch_for(self, recipe) -> str | None:
+        """The rotary patch for this recipe's model (families with several layouts)."""
+        return self.rotary_patch
+
     def check(self, recipe) -> list[Problem]:
         """Problems a recipe has for this family, found without weights."""
         variant = recipe.model.variant

@@ -52,13 +52,16 @@ class GenericFamily(ModelFamily):
                              hint="e.g. LTXPipeline, CogVideoXPipeline")
         return cls
 
-    def generate(self, pipe, recipe):
+    def call_kwargs(self, recipe) -> dict:
+        """Keyword arguments of the pipeline call, from the recipe."""
         gen = recipe.generate
-        out = pipe(prompt=gen.prompt, negative_prompt=gen.negative_prompt, height=gen.height,
-                   width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
-                   guidance_scale=gen.guidance_scale,
-                   generator=torch.Generator("cpu").manual_seed(gen.seed), output_type="np",
-                   **gen.extra)
+        return dict(prompt=gen.prompt, negative_prompt=gen.negative_prompt, height=gen.height,
+                    width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
+                    guidance_scale=gen.guidance_scale,
+                    generator=torch.Generator("cpu").manual_seed(gen.seed), **gen.extra)
+
+    def generate(self, pipe, recipe):
+        out = pipe(output_type="np", **self.call_kwargs(recipe))
         frames = out.frames[0]
         frames = np.asarray(frames.jax() if hasattr(frames, "jax") else frames)
         return (frames * 255).round().clip(0, 255).astype("uint8")

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from porter import artifacts, checks, loading, patches, record, runtime as runtime_mod
-from porter import stages, video
+from porter import stages, tracing, video
 from porter.errors import RecipeError, UsageError
 from porter.interop import to_device
 from porter.transforms import compile as compile_transform
@@ -60,7 +60,7 @@ def selected_patches(recipe, registry, family):
     tables are precomputed."""
     extra = family.required_patches
     if recipe.rotary.precompute:
-        extra += (family.rotary_patch,)
+        extra += (family.rotary_patch_for(recipe),)
     return patches.selected(recipe, registry, extra)
 
 
@@ -167,7 +167,7 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
         raise RecipeError(problems)
 
     chosen = selected_patches(recipe, registry, family)
-    with patches.applied(chosen):
+    with patches.applied(chosen), tracing.explained():
         latents, frames, timings = _generate(family, recipe, runtime, registry, say,
                                              progress, wanted, directory)
     timings["stages"] = list(wanted) if family.staged else ["generate"]

@@ -100,3 +100,47 @@ def test_frame_rule_and_real_recipe():
     assert built["problems"] == []
     transformer = next(c for c in built["components"] if c["component"] == "transformer")
     assert 23 * 2**30 < transformer["bytes"] < 26 * 2**30  # ~12.8 B parameters in bf16
+
+
+TINY_15 = RECIPES / "hunyuan15-tiny.yaml"
+
+
+@pytest.mark.slow
+def test_tiny_15_matches_diffusers(tmp_path):
+    from porter_hunyuan.tiny import build_pipeline_15
+
+    loaded = recipe.load(TINY_15, ["generate.steps=2", f"output.dir={tmp_path}"])
+    result = run_recipe(loaded)
+    gen = loaded.generate
+    pipe = build_pipeline_15(guidance_scale=gen.guidance_scale)
+    for module in (pipe.transformer, pipe.vae, pipe.text_encoder, pipe.text_encoder_2):
+        module.eval()
+    expected = pipe(prompt=gen.prompt, negative_prompt=gen.negative_prompt,
+                    height=gen.height, width=gen.width, num_frames=gen.frames,
+                    num_inference_steps=gen.steps, output_type="np",
+                    generator=torch.Generator().manual_seed(gen.seed)).frames[0]
+    assert np.abs((expected * 255).round() - result.frames).max() <= 1
+    assert "hunyuan.rope_cache_15" in [p["name"] for p in result.data["patches"]]
+
+
+@pytest.mark.slow
+def test_untraceable_model_code_points_at_a_patch(tmp_path):
+    """Compiling 1.5's whole forward hits its value branch: the error says where and
+    what to do, instead of a JAX traceback."""
+    from porter.tracing import PortingError
+
+    loaded = recipe.load(TINY_15, ["generate.steps=1", "compile.transformer.modules=null",
+                                   f"output.dir={tmp_path}"])
+    with pytest.raises(PortingError) as info:
+        run_recipe(loaded)
+    assert "transformer_hunyuan_video15.py" in info.value.message
+    assert "patch" in info.value.hint and "compile.<component>.modules" in info.value.hint
+
+
+def test_real_15_recipe_plans():
+    built = plan.build(recipe.load(RECIPES / "hunyuan15.yaml"), plugins.registry(), devices=8)
+    assert built["problems"] == []
+    transformer = next(c for c in built["components"] if c["component"] == "transformer")
+    assert 15 * 2**30 < transformer["bytes"] < 16 * 2**30  # 8.3 B parameters in bf16
+    glyph = next(c for c in built["components"] if c["component"] == "text_encoder_2")
+    assert glyph["bytes"] % 4 == 0 and glyph["bytes"] > 800 * 2**20  # float32 ByT5

@@ -90,5 +90,5 @@ def test_plugin_failing_at_import(site):
 
 def test_unknown_family_lists_known():
     from porter.errors import UsageError
-    with pytest.raises(UsageError, match="registered: cogvideox, generic, wan"):
+    with pytest.raises(UsageError, match="registered: cogvideox, generic, hunyuan, wan"):
         plugins.load().family("nope")

@@ -1,9 +1,9 @@
-"""Porter plugin for HunyuanVideo."""
+"""Porter plugin for HunyuanVideo and HunyuanVideo 1.5."""
 
 from porter.hookspecs import hookimpl
 
 from porter_hunyuan.family import HunyuanFamily
-from porter_hunyuan.patches import ROPE_CACHE
+from porter_hunyuan.patches import ROPE_CACHE, ROPE_CACHE_15
 
 
 @hookimpl
@@ -14,3 +14,4 @@ def porter_register_families(register):
 @hookimpl
 def porter_register_patches(register):
     register(ROPE_CACHE)
+    register(ROPE_CACHE_15)

@@ -16,16 +16,38 @@ from porter.transforms import rotary
 
 class HunyuanFamily(GenericFamily):
     name = "hunyuan"
-    summary = "HunyuanVideo text-to-video (HunyuanVideoPipeline)"
+    summary = ("HunyuanVideo (HunyuanVideoPipeline) and HunyuanVideo 1.5 "
+               "(HunyuanVideo15Pipeline, variant v1.5) text-to-video")
+    variants = ("v1", "v1.5")
     rotary_patch = "hunyuan.rope_cache"
 
+    @staticmethod
+    def is_15(recipe) -> bool:
+        return recipe is not None and recipe.model.variant == "v1.5"
+
+    def rotary_patch_for(self, recipe):
+        return "hunyuan.rope_cache_15" if self.is_15(recipe) else self.rotary_patch
+
     def pipeline_class(self, recipe=None):
-        from diffusers import HunyuanVideoPipeline
-        return HunyuanVideoPipeline
+        from diffusers import HunyuanVideo15Pipeline, HunyuanVideoPipeline
+        return HunyuanVideo15Pipeline if self.is_15(recipe) else HunyuanVideoPipeline
 
     def build_tiny(self, recipe):
-        from porter_hunyuan.tiny import build_pipeline
+        from porter_hunyuan.tiny import build_pipeline, build_pipeline_15
+        if self.is_15(recipe):
+            return build_pipeline_15(guidance_scale=recipe.generate.guidance_scale)
         return build_pipeline()
+
+    def call_kwargs(self, recipe):
+        kwargs = super().call_kwargs(recipe)
+        if self.is_15(recipe):
+            del kwargs["guidance_scale"]  # 1.5 guides through its guider component
+        return kwargs
+
+    def generate(self, pipe, recipe):
+        if self.is_15(recipe):
+            pipe.guider.guidance_scale = recipe.generate.guidance_scale
+        return super().generate(pipe, recipe)
 
     def official_configs(self, source):
         from porter_hunyuan.configs import OFFICIAL
@@ -51,17 +73,18 @@ class HunyuanFamily(GenericFamily):
 
     def transformer_inputs(self, recipe, config):
         gen = recipe.generate
-        batch = 1  # the pipeline runs guidance as an embedded scale, not two passes
-        return {"hidden_states": (batch, config["in_channels"], (gen.frames - 1) // 4 + 1,
-                                  gen.height // 8, gen.width // 8),
+        if self.is_15(recipe):  # the tiny 1.5 VAE compresses 2 x 4; the real one 4 x 16
+            time, space = (2, 4) if recipe.model.source == "tiny" else (4, 16)
+            batch = 2 if gen.guidance_scale > 1.0 else 1  # the guider batches the passes
+        else:
+            time, space, batch = 4, 8, 1  # guidance is an embedded scale: one pass
+        return {"hidden_states": (batch, config["in_channels"], (gen.frames - 1) // time + 1,
+                                  gen.height // space, gen.width // space),
                 "timestep": (batch,)}
 
     def rotary_tables(self, pipe, recipe):
-        from diffusers.models.transformers.transformer_hunyuan_video import (
-            HunyuanVideoRotaryPosEmbed)
-
         rope = pipe.transformer.rope
-        fresh = HunyuanVideoRotaryPosEmbed(rope.patch_size, rope.patch_size_t, rope.rope_dim,
-                                           rope.theta)
+        # a fresh module of the same class builds the tables on the host
+        fresh = type(rope)(rope.patch_size, rope.patch_size_t, rope.rope_dim, rope.theta)
         shape = self.transformer_inputs(recipe, pipe.transformer.config)["hidden_states"]
         return [(rope, tuple(shape[2:]), rotary.host_tables(fresh, shape), torch.float32)]

@@ -15,3 +15,12 @@ ROPE_CACHE = Patch(
     replacement=rotary.cached_forward,
     fits="diffusers>=0.32",
 )
+
+ROPE_CACHE_15 = Patch(
+    name="hunyuan.rope_cache_15",
+    target="diffusers.models.transformers.transformer_hunyuan_video15:"
+           "HunyuanVideo15RotaryPosEmbed.forward",
+    doc="The same for HunyuanVideo 1.5's rotary module.",
+    replacement=rotary.cached_forward,
+    fits="diffusers>=0.36",
+)

@@ -38,3 +38,48 @@ def build_pipeline(seed: int = 0):
         transformer=transformer, vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
         text_encoder=text_encoder, tokenizer=ByT5Tokenizer(), text_encoder_2=text_encoder_2,
         tokenizer_2=ByT5Tokenizer())
+
+
+# A chat template for the byte-level tokenizer: HunyuanVideo 1.5 wraps prompts
+# in a chat (system + user) before its Qwen2.5-VL text encoder.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}{{ part['text'] }}{% endfor %}{% endif %}"
+    "{% endfor %}")
+
+
+def build_pipeline_15(seed: int = 0, guidance_scale: float = 6.0):
+    """A tiny HunyuanVideo 1.5 (shapes as in diffusers' own tests): Qwen2.5-VL text
+    encoder, ByT5 glyph encoder, classifier-free guider."""
+    from diffusers import (AutoencoderKLHunyuanVideo15, FlowMatchEulerDiscreteScheduler,
+                           HunyuanVideo15Pipeline, HunyuanVideo15Transformer3DModel)
+    from diffusers.guiders import ClassifierFreeGuidance
+    from transformers import (ByT5Tokenizer, Qwen2_5_VLTextConfig, Qwen2_5_VLTextModel,
+                              T5Config, T5EncoderModel)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        transformer = HunyuanVideo15Transformer3DModel(
+            in_channels=9, out_channels=4, num_attention_heads=2, attention_head_dim=8,
+            num_layers=1, num_refiner_layers=1, mlp_ratio=2.0, patch_size=1, patch_size_t=1,
+            text_embed_dim=16, text_embed_2_dim=32, image_embed_dim=12,
+            rope_axes_dim=(2, 2, 4), target_size=16, task_type="t2v")
+        vae = AutoencoderKLHunyuanVideo15(
+            in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(16, 16),
+            layers_per_block=1, spatial_compression_ratio=4, temporal_compression_ratio=2,
+            downsample_match_channel=False, upsample_match_channel=False)
+        text_encoder = Qwen2_5_VLTextModel(Qwen2_5_VLTextConfig(
+            hidden_size=16, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=2, vocab_size=384, bos_token_id=None, eos_token_id=None,
+            rope_scaling={"mrope_section": [1, 1, 2], "rope_type": "default",
+                          "type": "default"}, rope_theta=1000000.0))
+        text_encoder_2 = T5EncoderModel(T5Config(
+            vocab_size=384, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
+            relative_attention_num_buckets=8))
+    tokenizer = ByT5Tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return HunyuanVideo15Pipeline(
+        transformer=transformer, vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
+        text_encoder=text_encoder, tokenizer=tokenizer, text_encoder_2=text_encoder_2,
+        tokenizer_2=ByT5Tokenizer(), guider=ClassifierFreeGuidance(guidance_scale=guidance_scale))
