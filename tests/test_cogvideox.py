@@ -51,10 +51,32 @@ def test_bad_frame_counts_are_validation_errors():
 
 
 @pytest.mark.parametrize("name", ["cogvideox-2b.yaml", "cogvideox-5b.yaml",
-                                  "cogvideox1.5-5b.yaml"])
+                                  "cogvideox1.5-5b.yaml", "cogvideox-5b-i2v.yaml"])
 def test_real_recipes_plan_on_8_devices(name):
     loaded = recipe.load(RECIPES / name)
     built = plan.build(loaded, plugins.registry(), devices=8)
     assert built["problems"] == [] and built["mesh"] == {"dp": 2, "tp": 4}
     transformer = next(c for c in built["components"] if c["component"] == "transformer")
     assert transformer["bytes_per_device"] < transformer["bytes"] / 3  # mostly split 4 ways
+
+
+@pytest.mark.slow
+def test_tiny_image_to_video_matches_diffusers(tmp_path):
+    from PIL import Image
+    from porter_cogvideox.tiny import build_pipeline
+
+    image = RECIPES / "assets" / "first_frame.png"
+    loaded = recipe.load(TINY, ["model.variant=v1-i2v", f"generate.image={image}",
+                                "generate.steps=2", f"output.dir={tmp_path}"])
+    result = run(loaded, plugins.registry(), progress=False)
+    pipe = build_pipeline(image_to_video=True)
+    for module in (pipe.transformer, pipe.vae, pipe.text_encoder):
+        module.eval()
+    gen = loaded.generate
+    expected = pipe(image=Image.open(image).convert("RGB"), prompt=gen.prompt,
+                    negative_prompt=gen.negative_prompt, height=gen.height, width=gen.width,
+                    num_frames=gen.frames, num_inference_steps=gen.steps,
+                    guidance_scale=gen.guidance_scale, max_sequence_length=16,
+                    generator=torch.Generator().manual_seed(gen.seed),
+                    output_type="np").frames[0]
+    assert np.abs((expected * 255).round() - result.frames).max() <= 1

@@ -31,6 +31,10 @@ OFFICIAL = {
     "THUDM/CogVideoX-5b": {
         "transformer": _transformer(48, 42, use_rotary_positional_embeddings=True),
         "text_encoder": T5_XXL, "vae": VAE},
+    "THUDM/CogVideoX-5b-I2V": {
+        "transformer": _transformer(48, 42, in_channels=32, use_rotary_positional_embeddings=True,
+                                    use_learned_positional_embeddings=True),
+        "text_encoder": T5_XXL, "vae": VAE},
     "THUDM/CogVideoX1.5-5B": {
         "transformer": _transformer(48, 42, use_rotary_positional_embeddings=True,
                                     patch_size_t=2, patch_bias=False, sample_width=170,

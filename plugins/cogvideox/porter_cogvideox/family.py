@@ -18,18 +18,35 @@ from porter.loading import source_kind
 
 class CogVideoXFamily(GenericFamily):
     name = "cogvideox"
-    summary = "CogVideoX 1.0 (2b, 5b) and 1.5 text-to-video (CogVideoXPipeline)"
-    variants = ("v1", "v1.5")
+    summary = ("CogVideoX 1.0 (2b, 5b) and 1.5 text-to-video (CogVideoXPipeline); "
+               "image-to-video (variant v1-i2v, CogVideoXImageToVideoPipeline)")
+    variants = ("v1", "v1.5", "v1-i2v")
     required_patches = ("cogvideox.ddim_host_timestep", "cogvideox.dpm_host_timestep")
     rotary_patch = "cogvideox.rope_cache"
 
+    @staticmethod
+    def is_i2v(recipe) -> bool:
+        return recipe is not None and recipe.model.variant == "v1-i2v"
+
+    def rotary_patch_for(self, recipe):
+        return "cogvideox.rope_cache_i2v" if self.is_i2v(recipe) else self.rotary_patch
+
     def pipeline_class(self, recipe=None):
-        from diffusers import CogVideoXPipeline
-        return CogVideoXPipeline
+        from diffusers import CogVideoXImageToVideoPipeline, CogVideoXPipeline
+        return CogVideoXImageToVideoPipeline if self.is_i2v(recipe) else CogVideoXPipeline
 
     def build_tiny(self, recipe):
         from porter_cogvideox.tiny import build_pipeline
-        return build_pipeline("1.5" if recipe.model.variant == "v1.5" else "1.0")
+        return build_pipeline("1.5" if recipe.model.variant == "v1.5" else "1.0",
+                              image_to_video=self.is_i2v(recipe))
+
+    def call_kwargs(self, recipe):
+        kwargs = super().call_kwargs(recipe)
+        if self.is_i2v(recipe):
+            from PIL import Image
+            path = recipe.file_path("generate.image", recipe.generate.image)
+            kwargs["image"] = Image.open(path).convert("RGB")
+        return kwargs
 
     def official_configs(self, source):
         from porter_cogvideox.configs import OFFICIAL
@@ -59,6 +76,12 @@ class CogVideoXFamily(GenericFamily):
 
     def check(self, recipe):
         problems = [p for p in super().check(recipe) if p.path != "model.source"]
+        image = recipe.generate.image
+        if self.is_i2v(recipe) and not (image and recipe.file_path("generate.image",
+                                                                    image).is_file()):
+            problems.append(recipe.problem("generate.image", "image-to-video needs an "
+                                           "existing image file",
+                                           hint="generate.image: path/to/first_frame.png"))
         frames, version = recipe.generate.frames, self.version(recipe)
         if version == "1.5" and ((frames - 1) % 4 or ((frames - 1) // 4 + 1) % 2 == 0):
             below = max(9, frames - (frames - 1) % 8)

@@ -54,4 +54,10 @@ ROTARY = Patch(
         "compiled transformer as inputs.",
     replacement=_host_rotary, fits="diffusers>=0.30")
 
-ALL = (SCHEDULER_DDIM, SCHEDULER_DPM, ROTARY)
+ROTARY_I2V = Patch(
+    name="cogvideox.rope_cache_i2v",
+    target="diffusers:CogVideoXImageToVideoPipeline._prepare_rotary_positional_embeddings",
+    doc="The same for CogVideoXImageToVideoPipeline.",
+    replacement=_host_rotary, fits="diffusers>=0.30")
+
+ALL = (SCHEDULER_DDIM, SCHEDULER_DPM, ROTARY, ROTARY_I2V)

@@ -8,19 +8,24 @@ from __future__ import annotations
 import torch
 
 
-def build_pipeline(version: str = "1.0", seed: int = 0):
-    from diffusers import (AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXPipeline,
+def build_pipeline(version: str = "1.0", seed: int = 0, image_to_video: bool = False):
+    from diffusers import (AutoencoderKLCogVideoX, CogVideoXDDIMScheduler,
+                           CogVideoXImageToVideoPipeline, CogVideoXPipeline,
                            CogVideoXTransformer3DModel)
     from transformers import ByT5Tokenizer, T5Config, T5EncoderModel
 
-    extra = {"patch_size_t": 2, "patch_bias": False} if version == "1.5" else {}
+    config = dict(num_attention_heads=2, attention_head_dim=16, in_channels=4,
+                  out_channels=4, time_embed_dim=2, text_embed_dim=32, num_layers=1,
+                  sample_width=2, sample_height=2, sample_frames=9, patch_size=2,
+                  temporal_compression_ratio=4, max_text_seq_length=16,
+                  use_rotary_positional_embeddings=True)
+    if version == "1.5":
+        config.update(patch_size_t=2, patch_bias=False)
+    if image_to_video:  # noise and first-frame latents side by side
+        config.update(in_channels=8, use_learned_positional_embeddings=True)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        transformer = CogVideoXTransformer3DModel(
-            num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4,
-            time_embed_dim=2, text_embed_dim=32, num_layers=1, sample_width=2,
-            sample_height=2, sample_frames=9, patch_size=2, temporal_compression_ratio=4,
-            max_text_seq_length=16, use_rotary_positional_embeddings=True, **extra)
+        transformer = CogVideoXTransformer3DModel(**config)
         vae = AutoencoderKLCogVideoX(
             in_channels=3, out_channels=3, down_block_types=("CogVideoXDownBlock3D",) * 4,
             up_block_types=("CogVideoXUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8),
@@ -29,5 +34,6 @@ def build_pipeline(version: str = "1.0", seed: int = 0):
         text_encoder = T5EncoderModel(T5Config(  # gated FFN (wi_0, wi_1), as T5 v1.1-XXL
             vocab_size=384, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
             relative_attention_num_buckets=8, feed_forward_proj="gated-gelu"))
-    return CogVideoXPipeline(tokenizer=ByT5Tokenizer(), text_encoder=text_encoder, vae=vae,
-                             transformer=transformer, scheduler=CogVideoXDDIMScheduler())
+    cls = CogVideoXImageToVideoPipeline if image_to_video else CogVideoXPipeline
+    return cls(tokenizer=ByT5Tokenizer(), text_encoder=text_encoder, vae=vae,
+               transformer=transformer, scheduler=CogVideoXDDIMScheduler())
