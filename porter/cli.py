@@ -161,10 +161,9 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def cmd_plan(args) -> int:
-    import json
-
-    from porter import checks, plan, plugins
+def _checked_recipe(args):
+    """The recipe and the registry, after the checks that need neither weights nor JAX."""
+    from porter import checks, plugins
     from porter.errors import RecipeError
 
     loaded = _load_recipe(args)
@@ -172,6 +171,15 @@ def cmd_plan(args) -> int:
     problems = checks.recipe_problems(loaded, registry)
     if problems:
         raise RecipeError(problems)
+    return loaded, registry
+
+
+def cmd_plan(args) -> int:
+    import json
+
+    from porter import plan
+
+    loaded, registry = _checked_recipe(args)
     built = plan.build(loaded, registry, args.devices)
     print(json.dumps(plan.to_json(built), indent=2) if args.json else plan.render(built))
     return 2 if built["problems"] else 0
@@ -191,14 +199,9 @@ def cmd_verify(args) -> int:
 def cmd_inspect(args) -> int:
     import json
 
-    from porter import checks, inspection, plugins
-    from porter.errors import RecipeError
+    from porter import inspection
 
-    loaded = _load_recipe(args)
-    registry = plugins.registry()
-    problems = checks.recipe_problems(loaded, registry)
-    if problems:
-        raise RecipeError(problems)
+    loaded, registry = _checked_recipe(args)
     result = inspection.build(loaded, registry)
     print(json.dumps(result, indent=2) if args.json else inspection.render(result))
     return 0
