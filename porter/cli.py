@@ -84,6 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="compare the sharded port with the same port on one device")
     verify.add_argument("--json", action="store_true", help="print the result as JSON")
 
+    bench = commands.add_parser(
+        "bench", help="time one step of the port beside PyTorch eager",
+        description="Compile time, steady step time of the ported transformer and of the "
+        "same transformer in PyTorch eager (same device, same inputs) and their ratio, "
+        "peak memory, FLOPs per step and the fraction of a measured matmul peak.")
+    _recipe_args(bench)
+    bench.add_argument("--steps", type=int, default=5, metavar="N",
+                       help="timed steps after the first (default 5)")
+    bench.add_argument("--json", action="store_true", help="print the result as JSON")
+
     inspect = commands.add_parser(
         "inspect", help="tensor name patterns, shapes and matching rules, without weights",
         description="Each component's tensors grouped into name patterns (block numbers as "
@@ -196,6 +206,17 @@ def cmd_verify(args) -> int:
     return 0 if result["ok"] else 3
 
 
+def cmd_bench(args) -> int:
+    import json
+
+    from porter import bench, plugins
+
+    loaded = _load_recipe(args)
+    result = bench.bench(loaded, plugins.registry(), steps=args.steps)
+    print(json.dumps(result, indent=2) if args.json else bench.render(result))
+    return 0
+
+
 def cmd_inspect(args) -> int:
     import json
 
@@ -254,7 +275,7 @@ def cmd_patches(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plan": cmd_plan,
-            "verify": cmd_verify, "inspect": cmd_inspect, "new": cmd_new,
+            "verify": cmd_verify, "bench": cmd_bench, "inspect": cmd_inspect, "new": cmd_new,
             "plugins": cmd_plugins, "patches": cmd_patches}
 
 

@@ -29,6 +29,9 @@ class ModelSection(Section):
     variant: str | None = Field(
         None, description="with source 'tiny': which of the family's layouts to build "
         "(`porter plugins` lists them)")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="with source 'tiny': transformer configuration "
+        "overrides (e.g. real widths and heads with few layers, for benchmarks)")
     pipeline: str | None = Field(
         None, description="family generic: a diffusers pipeline class name (default: the "
         "checkpoint's model_index.json)")

@@ -145,5 +145,7 @@ def test_auto_choice():
     assert choose("auto", "tpu", 10, 10, registry).name == "splash"
     assert choose("auto", "gpu", 10, 10, registry).name == "cudnn"
     assert choose("auto", "cpu", 100, 100, registry).name == "reference"
-    assert choose("auto", "cpu", 8192, 8192, registry).name == "blockwise"
+    # 12 heads at 2k tokens: 0.2 GiB of scores, materialised; at 8k: 3 GiB, blockwise
+    assert choose("auto", "cpu", 2080, 2080, registry, batch_heads=12).name == "reference"
+    assert choose("auto", "cpu", 8064, 8064, registry, batch_heads=12).name == "blockwise"
     assert choose("splash", "cpu", 1, 1, registry).name == "splash"

@@ -136,11 +136,13 @@ def test_mesh_axis_rules(write):
     assert "at most one axis" in messages and ">= 1" in messages
 
 
-@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(RECIPES.rglob("*.yaml")),
+                         ids=lambda p: str(p.relative_to(RECIPES)))
 def test_every_shipped_recipe_validates(path):
     from porter import checks, plugins
 
     text = path.read_text()
-    assert text.startswith(f"# porter run recipes/{path.name}")
+    relative = path.relative_to(RECIPES.parent)
+    assert text.startswith((f"# porter run {relative}", f"# porter bench {relative}"))
     loaded = recipe.load(path)
     assert checks.validate(loaded, plugins.registry()) == []

@@ -42,10 +42,19 @@ class WanFamily(ModelFamily):
         if self.is_i2v(recipe):
             return build_i2v_pipeline()
         experts = 2 if recipe.model.variant == "t2v-two-experts" else 1
-        return build_pipeline(experts=experts)
+        return build_pipeline(experts=experts, transformer_config=dict(recipe.model.config))
 
     def check(self, recipe):
         gen, problems = recipe.generate, super().check(recipe)
+        if recipe.model.config:
+            import inspect
+
+            from diffusers import WanTransformer3DModel
+            known = set(inspect.signature(WanTransformer3DModel.__init__).parameters) - {"self"}
+            for key in sorted(set(recipe.model.config) - known):
+                problems.append(recipe.problem(f"model.config.{key}", f"WanTransformer3DModel "
+                                               f"has no argument {key!r}",
+                                               hint="arguments: " + ", ".join(sorted(known))))
         for key in ("height", "width"):
             value = getattr(gen, key)
             if value % 16:

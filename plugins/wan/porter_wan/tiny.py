@@ -18,21 +18,23 @@ def _transformer(**extra):
     return WanTransformer3DModel(**{**config, **extra})
 
 
-def build_pipeline(seed: int = 0, experts: int = 1, boundary_ratio: float = 0.875):
-    """Wan 2.1 (one transformer) or, with ``experts=2``, Wan 2.2's two-expert layout."""
+def build_pipeline(seed: int = 0, experts: int = 1, boundary_ratio: float = 0.875,
+                   transformer_config: dict | None = None):
+    """Wan 2.1 (one transformer) or, with ``experts=2``, Wan 2.2's two-expert layout;
+    ``transformer_config`` overrides the tiny transformer's configuration."""
     from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline
     from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
 
     # Weights are random but reproducible: the same recipe gives the same model.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        transformer = _transformer()
+        transformer = _transformer(**(transformer_config or {}))
         vae = AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
                                temperal_downsample=[False, True, True])
         text_encoder = UMT5EncoderModel(UMT5Config(
             vocab_size=384, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
             relative_attention_num_buckets=8))
-        transformer_2 = _transformer() if experts == 2 else None
+        transformer_2 = _transformer(**(transformer_config or {})) if experts == 2 else None
     return WanPipeline(tokenizer=ByT5Tokenizer(), text_encoder=text_encoder,
                        transformer=transformer, vae=vae,
                        scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),

@@ -55,7 +55,8 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
         k = jnp.repeat(k, q.shape[1] // k.shape[1], axis=1)
         v = jnp.repeat(v, q.shape[1] // v.shape[1], axis=1)
     keep = _keep_mask(attn_mask, is_causal, q.shape[2], k.shape[2])
-    chosen = backends.choose(backend, platform, q.shape[2], k.shape[2], config["registry"])
+    chosen = backends.choose(backend, platform, q.shape[2], k.shape[2], config["registry"],
+                             batch_heads=q.shape[0] * q.shape[1])
     options = dict(scale=scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]),
                    block_q=config["block_q"], block_kv=config["block_kv"])
     return sharded.run(chosen.kernel, mesh, q, k, v, keep, data_axis=config["data_axis"],

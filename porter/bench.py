@@ -1,0 +1,138 @@
+"""`porter bench`: one denoising step of the ported transformer beside PyTorch eager.
+
+Measured in the same process on the same inputs: compile time (and how much
+came from the persistent cache), steady time per step for the port and for
+PyTorch, their ratio, peak memory, analytic FLOPs per step and the achieved
+FLOP/s, also as a fraction of a matmul peak measured here on the same device.
+A benchmark, not a test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import copy
+import resource
+import statistics
+import sys
+import time
+
+import torch
+
+from porter import checks, loading, patches, runtime as runtime_mod
+from porter.errors import RecipeError
+from porter.interop import to_device
+
+
+def _median_seconds(call, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_peak(size: int = 4096, dtype: str = "float32", repeats: int = 5) -> float:
+    """FLOP/s of one large square matmul on the default JAX device."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jnp.ones((size, size), dtype)
+    multiply = jax.jit(lambda x: x @ x)
+    multiply(a).block_until_ready()
+    seconds = _median_seconds(lambda: multiply(a).block_until_ready(), repeats)
+    return 2 * size ** 3 / seconds
+
+
+def _peak_memory(runtime) -> dict:
+    import jax
+    device = jax.devices()[0]
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if runtime.platform != "cpu" and stats:
+        return {"device_peak_bytes": int(stats.get("peak_bytes_in_use", 0))}
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
+    return {"host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale}
+
+
+def bench(recipe, registry, steps: int = 5) -> dict:
+    from porter.run import attention_installed, port, selected_patches
+    from porter.verify import _inputs
+
+    runtime_mod.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
+    problems = checks.recipe_problems(recipe, registry)
+    if problems:
+        raise RecipeError(problems)
+    family = registry.family(recipe.model.family)
+    runtime = runtime_mod.start(recipe)
+    monitor = runtime_mod.compile_monitor()
+    with patches.applied(selected_patches(recipe, registry, family)):
+        pipe = loading.load_pipeline(family, recipe)
+        reference = copy.deepcopy(pipe.transformer).eval()
+        config = pipe.transformer.config
+        host = _inputs(family, recipe, config)
+        port(pipe, family, runtime, recipe)
+        dtype = loading.dtypes.DTYPES[recipe.model.dtype]
+        placed = {k: to_device(v if k == "timestep" else v.to(dtype), runtime)
+                  for k, v in host.items()}
+
+        def ported():
+            out = pipe.transformer(return_dict=False, **placed)[0]
+            out.jax().block_until_ready()
+
+        with attention_installed(recipe, registry, runtime), runtime.env:
+            before = monitor.summary()
+            start = time.perf_counter()
+            ported()  # compiles
+            first = time.perf_counter() - start
+            after = monitor.summary()
+            step = _median_seconds(ported, steps)
+
+    torch_inputs = {k: v if k == "timestep" else v.to(dtype) for k, v in host.items()}
+    with torch.no_grad():
+        reference(return_dict=False, **torch_inputs)  # warm-up (allocations, kernels)
+        torch_step = _median_seconds(
+            lambda: reference(return_dict=False, **torch_inputs), steps)
+
+    estimates = family.estimates(recipe, config)
+    batch = next(iter(host.values())).shape[0]
+    flops = None
+    if estimates:
+        passes = estimates["attention"]["self"][0]
+        flops = estimates["flops_per_step"] // passes * batch  # one call at this batch
+    peak = matmul_peak(dtype="float32" if recipe.model.dtype == "float32" else "bfloat16")
+    return {
+        "recipe": recipe.name, "device": runtime.device_kind, "platform": runtime.platform,
+        "devices": int(runtime.mesh.devices.size), "mesh": runtime.axes,
+        "inputs": {k: list(v.shape) for k, v in host.items()},
+        "tokens": estimates.get("tokens"),
+        "compile": {"first_call_s": round(first, 3),
+                    "compile_s": round(after["seconds"] - before["seconds"], 3),
+                    "cache_hits": after["cache_hits"] - before["cache_hits"],
+                    "cache_misses": after["cache_misses"] - before["cache_misses"]},
+        "step_s": {"porter": round(step, 5), "pytorch_eager": round(torch_step, 5),
+                   "ratio": round(step / torch_step, 3)},
+        "flops_per_step": flops,
+        "achieved_flops_per_s": None if flops is None else flops / step,
+        "matmul_peak_flops_per_s": peak,
+        "fraction_of_matmul_peak": None if flops is None else round(flops / step / peak, 3),
+        "memory": _peak_memory(runtime),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def render(result: dict) -> str:
+    step, comp = result["step_s"], result["compile"]
+    lines = [f"bench {result['recipe']} on {result['devices']} {result['device']} "
+             f"device(s), inputs {result['inputs']}",
+             f"  compile: {comp['compile_s']:.2f} s (first call {comp['first_call_s']:.2f} s; "
+             f"cache {comp['cache_hits']} hits, {comp['cache_misses']} misses)",
+             f"  step: porter {step['porter'] * 1e3:.1f} ms, PyTorch eager "
+             f"{step['pytorch_eager'] * 1e3:.1f} ms, ratio {step['ratio']:.2f}x"]
+    if result["flops_per_step"]:
+        lines.append(f"  {result['flops_per_step'] / 1e9:.1f} GFLOP per step, "
+                     f"{result['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s = "
+                     f"{result['fraction_of_matmul_peak']:.0%} of a measured matmul peak "
+                     f"({result['matmul_peak_flops_per_s'] / 1e9:.1f} GFLOP/s)")
+    memory = result["memory"]
+    for key, value in memory.items():
+        lines.append(f"  {key.replace('_', ' ')}: {value / 2**30:.2f} GiB")
+    return "\n".join(lines)
