@@ -18,7 +18,6 @@ import time
 import torch
 
 from porter import checks, loading, patches, runtime as runtime_mod
-from porter.errors import RecipeError
 from porter.interop import to_device
 
 
@@ -57,11 +56,7 @@ def bench(recipe, registry, steps: int = 5) -> dict:
     from porter.run import attention_installed, port, selected_patches
     from porter.verify import _inputs
 
-    runtime_mod.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
-    problems = checks.recipe_problems(recipe, registry)
-    if problems:
-        raise RecipeError(problems)
-    family = registry.family(recipe.model.family)
+    family = checks.checked_family(recipe, registry)
     runtime = runtime_mod.start(recipe)
     monitor = runtime_mod.compile_monitor()
     with patches.applied(selected_patches(recipe, registry, family)):

@@ -70,3 +70,16 @@ def validate(recipe, registry) -> list[Problem]:
         return problems  # shape checks need a sound recipe
     problems = mesh_problems(recipe)
     return problems or shape_problems(recipe, registry)
+
+
+def checked_family(recipe, registry):
+    """Set up JAX's platform and devices (before JAX starts), run the checks that need
+    no weights, and return the recipe's family; RecipeError lists every problem."""
+    from porter import runtime
+    from porter.errors import RecipeError
+
+    runtime.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
+    problems = recipe_problems(recipe, registry)
+    if problems:
+        raise RecipeError(problems)
+    return registry.family(recipe.model.family)

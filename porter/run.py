@@ -141,11 +141,7 @@ def _status(message: str) -> None:
 def run(recipe, registry, progress: bool = True, stage: str | None = None,
         resume: bool = False) -> RunResult:
     """Run the recipe: every stage, one ``stage``, or (``resume``) what is left."""
-    runtime_mod.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
-    problems = checks.recipe_problems(recipe, registry)
-    if problems:
-        raise RecipeError(problems)
-    family = registry.family(recipe.model.family)
+    family = checks.checked_family(recipe, registry)
     say = _status if progress else (lambda message: None)
     directory = output_dir(recipe)
     if not family.staged and (stage or resume):

@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from porter import checks, loading, patches, runtime as runtime_mod
-from porter.errors import RecipeError
 from porter.interop import to_device, to_host
 
 DEFAULT_TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 5e-2}
@@ -103,12 +102,8 @@ def _run_ported(module, compiled, inputs, recipe, registry, runtime, dtype):
 
 def verify(recipe, registry, sharded: bool = False) -> dict:
     """Compare the port with PyTorch (or, ``sharded``, with itself on one device)."""
-    runtime_mod.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
-    problems = checks.recipe_problems(recipe, registry)
-    if problems:
-        raise RecipeError(problems)
+    family = checks.checked_family(recipe, registry)
     from porter.run import selected_patches
-    family = registry.family(recipe.model.family)
     runtime = runtime_mod.start(recipe)
     with patches.applied(selected_patches(recipe, registry, family)):
         pipe, module, host = _ported(family, recipe, registry, runtime)
