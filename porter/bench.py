@@ -19,6 +19,7 @@ import torch
 
 from porter import checks, loading, patches, runtime as runtime_mod
 from porter.interop import to_device
+from porter.stages import block
 
 
 def _median_seconds(call, repeats: int) -> float:
@@ -54,7 +55,7 @@ def _peak_memory(runtime) -> dict:
 
 def bench(recipe, registry, steps: int = 5) -> dict:
     from porter.run import attention_installed, port, selected_patches
-    from porter.verify import _inputs
+    from porter.verify import cast, random_inputs
 
     family = checks.checked_family(recipe, registry)
     runtime = runtime_mod.start(recipe)
@@ -63,15 +64,13 @@ def bench(recipe, registry, steps: int = 5) -> dict:
         pipe = loading.load_pipeline(family, recipe)
         reference = copy.deepcopy(pipe.transformer).eval()
         config = pipe.transformer.config
-        host = _inputs(family, recipe, config)
+        host = cast(random_inputs(family, recipe, config),
+                    loading.dtypes.DTYPES[recipe.model.dtype])
         port(pipe, family, runtime, recipe)
-        dtype = loading.dtypes.DTYPES[recipe.model.dtype]
-        placed = {k: to_device(v if k == "timestep" else v.to(dtype), runtime)
-                  for k, v in host.items()}
+        placed = {k: to_device(v, runtime) for k, v in host.items()}
 
         def ported():
-            out = pipe.transformer(return_dict=False, **placed)[0]
-            out.jax().block_until_ready()
+            block(pipe.transformer(return_dict=False, **placed)[0])
 
         with attention_installed(recipe, registry, runtime), runtime.env:
             before = monitor.summary()
@@ -81,11 +80,9 @@ def bench(recipe, registry, steps: int = 5) -> dict:
             after = monitor.summary()
             step = _median_seconds(ported, steps)
 
-    torch_inputs = {k: v if k == "timestep" else v.to(dtype) for k, v in host.items()}
     with torch.no_grad():
-        reference(return_dict=False, **torch_inputs)  # warm-up (allocations, kernels)
-        torch_step = _median_seconds(
-            lambda: reference(return_dict=False, **torch_inputs), steps)
+        reference(return_dict=False, **host)  # warm-up (allocations, kernels)
+        torch_step = _median_seconds(lambda: reference(return_dict=False, **host), steps)
 
     estimates = family.estimates(recipe, config)
     batch = next(iter(host.values())).shape[0]

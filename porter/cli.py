@@ -28,12 +28,14 @@ tolerance, 1 internal failure, 130 interrupted. Add --debug to see tracebacks.
 """
 
 
-def _recipe_args(parser: argparse.ArgumentParser) -> None:
+def _recipe_args(parser: argparse.ArgumentParser, json: bool = False) -> None:
     parser.add_argument("recipe", help="path to a recipe YAML file")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="override recipe keys, type-checked (e.g. generate.steps=4)")
     parser.add_argument("--cpu-devices", type=int, metavar="N",
                         help="run on N virtual CPU devices (same as runtime.cpu_devices=N)")
+    if json:
+        parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,10 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="For each component: which sharding rule matched how many tensors and "
         "bytes, bytes per device (sharded and replicated), and the total per device. "
         "Needs no weights and no devices.")
-    _recipe_args(plan)
+    _recipe_args(plan, json=True)
     plan.add_argument("--devices", type=int, metavar="N",
                       help="plan for N devices (default: the devices JAX sees)")
-    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
 
     verify = commands.add_parser(
         "verify", help="compare the port with PyTorch, module by module",
@@ -79,27 +80,24 @@ def build_parser() -> argparse.ArgumentParser:
         "the max absolute and relative error of every module matching verify.modules, the "
         "first one over verify.tolerance, and the final output's error. Exit code 3 when "
         "over tolerance.")
-    _recipe_args(verify)
+    _recipe_args(verify, json=True)
     verify.add_argument("--sharded", action="store_true",
                         help="compare the sharded port with the same port on one device")
-    verify.add_argument("--json", action="store_true", help="print the result as JSON")
 
     bench = commands.add_parser(
         "bench", help="time one step of the port beside PyTorch eager",
         description="Compile time, steady step time of the ported transformer and of the "
         "same transformer in PyTorch eager (same device, same inputs) and their ratio, "
         "peak memory, FLOPs per step and the fraction of a measured matmul peak.")
-    _recipe_args(bench)
+    _recipe_args(bench, json=True)
     bench.add_argument("--steps", type=int, default=5, metavar="N",
                        help="timed steps after the first (default 5)")
-    bench.add_argument("--json", action="store_true", help="print the result as JSON")
 
     inspect = commands.add_parser(
         "inspect", help="tensor name patterns, shapes and matching rules, without weights",
         description="Each component's tensors grouped into name patterns (block numbers as "
         "*) with shapes, dtypes and counts, and which sharding and dtype rule matches each.")
-    _recipe_args(inspect)
-    inspect.add_argument("--json", action="store_true", help="print as JSON")
+    _recipe_args(inspect, json=True)
 
     new = commands.add_parser(
         "new", help="write a starter recipe",

@@ -44,7 +44,7 @@ def source_problems(recipe) -> list[Problem]:
 def load_pipeline(family, recipe):
     """The recipe's pipeline in torch (CPU), weights in the recipe's dtypes, eval mode."""
     pipe = load_untouched(family, recipe)
-    apply_dtypes(pipe, recipe)
+    dtypes.apply_all(pipe.components, recipe)
     return pipe
 
 
@@ -66,10 +66,6 @@ def load_untouched(family, recipe):
     for module in _modules(pipe):
         module.eval()  # dropout off: a freshly built module starts in training mode
     return pipe
-
-
-def apply_dtypes(pipe, recipe) -> None:
-    dtypes.apply_all(pipe.components, recipe)
 
 
 def _from_pretrained(cls, source: str, dtype, kind: str):

@@ -9,7 +9,7 @@ from porter.interop import to_device, to_host
 from porter.transforms.dtypes import DTYPES
 
 
-def _block(tensor) -> None:
+def block(tensor) -> None:
     """Wait for a JAX computation to finish, so timings measure work, not dispatch."""
     if hasattr(tensor, "jax"):
         tensor.jax().block_until_ready()
@@ -23,7 +23,7 @@ def encode(family, pipe, recipe, runtime, timings: dict) -> dict:
             target = DTYPES[recipe.dtypes.text_embeddings]
             conditioning = {k: v.to(target) for k, v in conditioning.items()}
     for value in conditioning.values():
-        _block(value)
+        block(value)
     timings["encode_s"] = round(time.perf_counter() - start, 4)
     return conditioning
 
@@ -44,7 +44,7 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
                 start = time.perf_counter()
                 noise = family.predict(pipe, latents, t, conditioning, recipe)
                 latents = pipe.scheduler.step(noise, t, latents, return_dict=False)[0]
-                _block(latents)
+                block(latents)
                 step_times.append(time.perf_counter() - start)
                 bar.set_postfix_str(f"{step_times[-1]:.2f} s/step")
                 bar.update()

@@ -19,6 +19,7 @@ import torch
 
 from porter import checks, loading, patches, runtime as runtime_mod
 from porter.interop import to_device, to_host
+from porter.transforms import dtypes
 
 DEFAULT_TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 5e-2}
 
@@ -27,8 +28,8 @@ def tolerance(recipe) -> float:
     return recipe.verify.tolerance or DEFAULT_TOLERANCE[recipe.model.dtype]
 
 
-def _inputs(family, recipe, config) -> dict:
-    """Seeded random inputs of the recipe's shapes (host tensors)."""
+def random_inputs(family, recipe, config) -> dict:
+    """Seeded random float32 inputs of the recipe's shapes (host tensors)."""
     generator = torch.Generator().manual_seed(recipe.verify.seed)
     inputs = {}
     for name, shape in family.transformer_inputs(recipe, config).items():
@@ -37,6 +38,11 @@ def _inputs(family, recipe, config) -> dict:
         else:
             inputs[name] = torch.randn(shape, generator=generator)
     return inputs
+
+
+def cast(inputs: dict, dtype) -> dict:
+    """Inputs in the model's compute dtype; the timestep stays float32, as pipelines pass it."""
+    return {k: v if k == "timestep" else v.to(dtype) for k, v in inputs.items()}
 
 
 def _record(module, pattern: str, store: dict, convert) -> list:
@@ -77,7 +83,7 @@ def _ported(family, recipe, registry, runtime):
     from porter.run import port
     pipe = loading.load_untouched(family, recipe)
     host = copy.deepcopy(pipe.transformer)  # before the recipe's dtypes: the reference
-    loading.apply_dtypes(pipe, recipe)
+    dtypes.apply_all(pipe.components, recipe)
     port(pipe, family, runtime, recipe)
     return pipe, _unwrap(pipe.transformer), host
 
@@ -86,8 +92,7 @@ def _run_ported(module, compiled, inputs, recipe, registry, runtime, dtype):
     """Module outputs (eager, hooked) and the compiled final output, on the host."""
     from porter.run import attention_installed
 
-    placed = {k: to_device(v.to(dtype) if k != "timestep" else v, runtime)
-              for k, v in inputs.items()}
+    placed = {k: to_device(v, runtime) for k, v in cast(inputs, dtype).items()}
     outputs: dict = {}
     with attention_installed(recipe, registry, runtime), runtime.env:
         handles = _record(module, recipe.verify.modules, outputs, to_host)
@@ -108,7 +113,7 @@ def verify(recipe, registry, sharded: bool = False) -> dict:
     with patches.applied(selected_patches(recipe, registry, family)):
         pipe, module, host = _ported(family, recipe, registry, runtime)
         dtype = module.dtype
-        inputs = _inputs(family, recipe, module.config)
+        inputs = random_inputs(family, recipe, module.config)
         got, final = _run_ported(module, pipe.transformer, inputs, recipe, registry,
                                  runtime, dtype)
         if sharded:

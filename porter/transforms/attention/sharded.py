@@ -12,7 +12,7 @@ from functools import partial
 from porter.transforms.attention import kernels
 
 
-def layout(mesh, shape_q, shape_k, data_axis, head_axis):
+def layout(mesh, shape_q, data_axis, head_axis):
     """(batch axis, head axis, query-sequence axis) actually used, each or None."""
     sizes = dict(mesh.shape)
     batch, heads, q_len = shape_q[0], shape_q[1], shape_q[2]
@@ -32,7 +32,7 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, **options):
     import jax
     from jax.sharding import PartitionSpec as P
 
-    batch_axis, heads_axis, seq_axis = layout(mesh, q.shape, k.shape, data_axis, head_axis)
+    batch_axis, heads_axis, seq_axis = layout(mesh, q.shape, data_axis, head_axis)
     if batch_axis is None and heads_axis is None and seq_axis is None:
         return kernel(q, k, v, keep, **options)
     q_spec = P(batch_axis, heads_axis, seq_axis, None)
