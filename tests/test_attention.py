@@ -12,7 +12,7 @@ from porter.transforms.attention import kernels, sharded
 
 # float32 on CPU; the kernels sum in a different order than reference
 TOLERANCE = 2e-5
-BACKENDS = ["blockwise", "splash"]
+BACKENDS = ["blockwise", "splash", "torch_cpu"]  # kernel function names
 
 
 def qkv(batch, heads, q_len, k_len, dim=32, seed=0):
@@ -52,6 +52,22 @@ def test_blockwise_general_mask_and_empty_rows():
     assert float(jnp.abs(got[:, :, 5]).max()) == 0.0
 
 
+def test_torch_cpu_general_mask_empty_rows_and_bfloat16():
+    q, k, v = qkv(1, 2, 100, 90)
+    keep = jax.random.bernoulli(jax.random.key(7), 0.6, (1, 2, 100, 90))
+    keep = keep.at[:, :, 5, :].set(False)
+    expected = kernels.reference(q, k, v, keep, scale=0.2)
+    got = jax.jit(lambda q, k, v, keep: kernels.torch_cpu(q, k, v, keep, scale=0.2))(
+        q, k, v, keep)
+    assert float(jnp.abs(got - expected).max()) <= TOLERANCE
+    assert float(jnp.abs(got[:, :, 5]).max()) == 0.0
+    half = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+    got16 = kernels.torch_cpu(*half, scale=0.2)
+    assert got16.dtype == jnp.bfloat16
+    expected16 = kernels.reference(*half, scale=0.2).astype(jnp.float32)
+    assert float(jnp.abs(got16.astype(jnp.float32) - expected16).max()) <= 2e-2
+
+
 def test_exact_masking_beats_zeroing_keys_and_values():
     """A zeroed padding key still scores 0 and takes softmax mass; ours gives it none."""
     q, k, v = qkv(1, 2, 16, 40)
@@ -82,7 +98,7 @@ def test_sharded_attention_equals_unsharded(axes, heads, expect):
     keep = key_padding(2, 96, [90, 60])
     assert sharded.layout(m, q.shape, "dp", "tp") == expect
     expected = kernels.reference(q, k, v, keep, scale=0.1)
-    for kernel in (kernels.reference, kernels.blockwise, kernels.splash):
+    for kernel in (kernels.reference, kernels.blockwise, kernels.splash, kernels.torch_cpu):
         got = jax.jit(lambda q, k, v, keep: sharded.run(
             kernel, m, q, k, v, keep, data_axis="dp", head_axis="tp", scale=0.1,
             block_q=128, block_kv=128))(q, k, v, keep)
@@ -145,7 +161,8 @@ def test_auto_choice():
     assert choose("auto", "tpu", 10, 10, registry).name == "splash"
     assert choose("auto", "gpu", 10, 10, registry).name == "cudnn"
     assert choose("auto", "cpu", 100, 100, registry).name == "reference"
-    # 12 heads at 2k tokens: 0.2 GiB of scores, materialised; at 8k: 3 GiB, blockwise
-    assert choose("auto", "cpu", 2080, 2080, registry, batch_heads=12).name == "reference"
-    assert choose("auto", "cpu", 8064, 8064, registry, batch_heads=12).name == "blockwise"
+    # Wan cross-attention (2k video tokens to 512 text tokens, 12 heads): 51 MiB of
+    # scores, stays in XLA; self-attention at 2k tokens: 0.2 GiB, PyTorch's kernel
+    assert choose("auto", "cpu", 2080, 512, registry, batch_heads=12).name == "reference"
+    assert choose("auto", "cpu", 2080, 2080, registry, batch_heads=12).name == "torch-cpu"
     assert choose("splash", "cpu", 1, 1, registry).name == "splash"

@@ -143,7 +143,7 @@ def test_sharded_cfg_parallel_run_matches_diffusers(tmp_path):
     assert (result.latents - expected).abs().max() <= 1e-4
 
 
-@pytest.mark.parametrize("backend", ["blockwise", "splash"])
+@pytest.mark.parametrize("backend", ["blockwise", "splash", "torch-cpu"])
 @pytest.mark.parametrize("mesh", ["{dp: 2, tp: 4}", "{dp: 1, tp: 8}"])
 def test_replaced_attention_sharded_equals_unsharded(backend, mesh):
     """Regression: a flash kernel plus sharding once changed a Wan port's output.

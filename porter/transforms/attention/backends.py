@@ -27,12 +27,17 @@ BUILTIN = (
     AttentionBackend("cudnn", kernels.cudnn,
                      "cuDNN fused attention via jax.nn.dot_product_attention; GPU, "
                      "bfloat16/float16", platforms=("gpu",)),
+    AttentionBackend("torch-cpu", kernels.torch_cpu,
+                     "PyTorch's fused CPU attention called from XLA on the host; CPU only; "
+                     "programs using it are not kept in the persistent compile cache",
+                     platforms=("cpu",)),
 )
 
-# On CPU, materialising the scores is fastest while they fit comfortably
-# (measured: Wan-shaped 2k-token step 1.06x PyTorch with reference, 1.24x with
-# blockwise); past this many float32 score bytes per call, blockwise.
-AUTO_BLOCKWISE_FROM_BYTES = 2**30
+# On CPU, PyTorch's fused attention beats both XLA formulations once the
+# scores are large (benchmarks/README.md), but a host callback keeps the whole
+# program out of JAX's persistent compile cache. Small attention (tiny models,
+# cross-attention to text) stays in XLA, so those programs are cached.
+AUTO_TORCH_FROM_BYTES = 2**26
 
 
 def choose(name: str, platform: str, q_len: int, k_len: int, registry: dict,
@@ -45,4 +50,4 @@ def choose(name: str, platform: str, q_len: int, k_len: int, registry: dict,
     if platform == "gpu":
         return registry["cudnn"]
     scores = batch_heads * q_len * k_len * 4
-    return registry["blockwise" if scores >= AUTO_BLOCKWISE_FROM_BYTES else "reference"]
+    return registry["torch-cpu" if scores >= AUTO_TORCH_FROM_BYTES else "reference"]
