@@ -48,19 +48,27 @@ def _build(library: str, class_name: str, config: dict) -> torch.nn.Module:
         return cls(cls.config_class(**config))
 
 
-def _from_configs(root: Path) -> dict[str, torch.nn.Module]:
+def module_classes(root: Path) -> dict[str, tuple[str, type]]:
+    """Component name -> (library, class) for each torch module model_index.json names."""
     index = json.loads((root / "model_index.json").read_text())
-    modules = {}
+    found = {}
     for name, entry in index.items():
         if name.startswith("_") or not isinstance(entry, list) or entry[0] not in LIBRARIES:
             continue
         cls = getattr(importlib.import_module(entry[0]), entry[1], None)
-        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
-            continue
-        with torch.device("meta"):
-            if entry[0] == "diffusers":
-                modules[name] = cls.from_config(cls.load_config(root / name))
-            else:
-                config = cls.config_class.from_pretrained(root / name)
-                modules[name] = cls(config)
-    return modules
+        if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+            found[name] = (entry[0], cls)
+    return found
+
+
+def from_config_dir(library: str, cls: type, folder: Path) -> torch.nn.Module:
+    """One component on the meta device, from the configuration in its folder."""
+    with torch.device("meta"):
+        if library == "diffusers":
+            return cls.from_config(cls.load_config(folder))
+        return cls(cls.config_class.from_pretrained(folder))
+
+
+def _from_configs(root: Path) -> dict[str, torch.nn.Module]:
+    return {name: from_config_dir(library, cls, root / name)
+            for name, (library, cls) in module_classes(root).items()}

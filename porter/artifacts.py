@@ -24,19 +24,22 @@ def settings(recipe) -> dict:
     return {"model": data["model"], "generate": data["generate"], "dtypes": data["dtypes"]}
 
 
-def save(directory: Path, stage: str, tensors: dict, recipe) -> None:
+def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None = None) -> None:
+    """Write the stage's tensors, then its JSON record (plus ``extra`` keys), atomically."""
     from safetensors.torch import save_file
 
     from porter.interop import to_host
 
     directory.mkdir(parents=True, exist_ok=True)
     host = {name: to_host(t).contiguous() for name, t in tensors.items()}
+    # An older record must not vouch for the new tensors while they are replaced.
+    (directory / f"{stage}.json").unlink(missing_ok=True)
     partial = directory / f"{stage}.safetensors.partial"
     save_file(host, str(partial))
     os.replace(partial, directory / f"{stage}.safetensors")
     meta = {"stage": stage, "recipe_sha256": recipe.digest(), "settings": settings(recipe),
             "tensors": {n: {"shape": list(t.shape), "dtype": str(t.dtype)} for n, t in
-                        host.items()}}
+                        host.items()}, **(extra or {})}
     partial = directory / f"{stage}.json.partial"
     partial.write_text(json.dumps(meta, indent=2) + "\n")
     os.replace(partial, directory / f"{stage}.json")
@@ -59,19 +62,71 @@ def _differences(found: dict, expected: dict, prefix: str = "") -> list[str]:
     return out
 
 
+REDO = "delete the stage's files and run it again"
+
+
 def check(directory: Path, stage: str, recipe) -> dict:
-    """The stage's record, if the stage is complete and was made with these settings."""
+    """The stage's record, if the stage is complete, was made with these settings and
+    its file matches the record (header only: cheap enough to run before a run starts)."""
+    record, tensors = directory / f"{stage}.json", directory / f"{stage}.safetensors"
+    if record.exists() and not tensors.exists():
+        raise UsageError(f"{tensors} is missing, though {record.name} says the {stage} "
+                         "stage finished", hint=f"run `porter run RECIPE --stage {stage}` "
+                         "again")
     if not complete(directory, stage):
         raise UsageError(f"no complete {stage} stage in {directory}",
                          hint=f"run `porter run RECIPE --stage {stage}` first")
-    meta = json.loads((directory / f"{stage}.json").read_text())
-    differences = _differences(meta.get("settings", {}), settings(recipe))
+    meta = _record(record)
+    differences = _differences(meta["settings"], settings(recipe))
     if differences:
         shown = "; ".join(differences[:4]) + (" ..." if len(differences) > 4 else "")
         raise UsageError(f"{directory / stage}.safetensors was made with other settings: "
                          f"{shown}", hint="use the recipe that made it, or another "
                          "output.dir")
+    problems = _header_problems(tensors, meta)
+    if problems:
+        raise UsageError(f"{tensors}: " + "; ".join(problems), hint=REDO)
     return meta
+
+
+def _record(path: Path) -> dict:
+    """The stage's JSON record; UsageError if it is not the record ``save`` writes."""
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{path} is not a readable stage record: {exc}", hint=REDO) from None
+    tensors = meta.get("tensors") if isinstance(meta, dict) else None
+    if not (isinstance(tensors, dict) and isinstance(meta.get("settings"), dict)
+            and all(isinstance(t, dict) and {"shape", "dtype"} <= set(t)
+                    for t in tensors.values())):
+        raise UsageError(f"{path} lacks the stage record's keys (settings, and tensors "
+                         "with shape and dtype)", hint=REDO)
+    return meta
+
+
+def _header_problems(path: Path, meta: dict) -> list[str]:
+    """The file's header against its record: names, shapes and dtypes, and the file's
+    size against its header (truncation), all before any tensor is read."""
+    from porter import checkpoints
+
+    try:
+        header = checkpoints.read_header(path)
+    except (checkpoints.CorruptFile, OSError) as exc:
+        return [f"cannot be read: {exc}"]
+    problems = []
+    for name, info in meta["tensors"].items():
+        entry = header.get(name)
+        if entry is None:
+            problems.append(f"tensor {name!r} is missing, though its record lists it")
+            continue
+        if list(entry.shape) != list(info["shape"]):
+            problems.append(f"tensor {name!r} is {list(entry.shape)}, its record says "
+                            f"{info['shape']}")
+        dtype = checkpoints.torch_dtype(entry.dtype)
+        if str(dtype) != info["dtype"]:
+            problems.append(f"tensor {name!r} has dtype {dtype or entry.dtype}, its record "
+                            f"says {info['dtype']}")
+    return problems
 
 
 def load(directory: Path, stage: str, recipe) -> dict:
@@ -79,16 +134,9 @@ def load(directory: Path, stage: str, recipe) -> dict:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    meta = check(directory, stage, recipe)
+    check(directory, stage, recipe)
+    path = directory / f"{stage}.safetensors"
     try:
-        tensors = load_file(str(directory / f"{stage}.safetensors"))
+        return load_file(str(path))
     except (SafetensorError, OSError) as exc:
-        raise UsageError(f"{directory / stage}.safetensors cannot be read: {exc}",
-                         hint="delete it and run the stage again") from None
-    for name, info in meta["tensors"].items():
-        if name not in tensors or list(tensors[name].shape) != info["shape"]:
-            found = list(tensors[name].shape) if name in tensors else "missing"
-            raise UsageError(f"{directory / stage}.safetensors: tensor {name!r} is {found}, "
-                             f"its record says {info['shape']}",
-                             hint="delete the stage's files and run it again")
-    return tensors
+        raise UsageError(f"{path} cannot be read: {exc}", hint=REDO) from None

@@ -55,6 +55,9 @@ def load_untouched(family, recipe):
     if kind == "tiny":
         pipe = family.build_tiny(recipe)
     elif kind in ("local", "hub"):
+        if kind == "local":  # headers only: a bad file fails here, not mid-load or mid-run
+            from porter import checkpoints  # imports porter.abstract, which imports this
+            checkpoints.check(Path(source).expanduser())
         # Load each component straight into its dtype: no float32 copy of a
         # bfloat16 model is ever made, and float32 components lose nothing.
         torch_dtype = {"default": dtypes.DTYPES[recipe.model.dtype],
