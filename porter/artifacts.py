@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+from porter import distributed
 from porter.errors import UsageError
 
 STAGES = ("encode", "denoise", "decode")
@@ -30,8 +31,10 @@ def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None 
 
     from porter.interop import to_host
 
+    host = {name: to_host(t).contiguous() for name, t in tensors.items()}  # every process
+    if not distributed.writes():
+        return
     directory.mkdir(parents=True, exist_ok=True)
-    host = {name: to_host(t).contiguous() for name, t in tensors.items()}
     # An older record must not vouch for the new tensors while they are replaced.
     (directory / f"{stage}.json").unlink(missing_ok=True)
     partial = directory / f"{stage}.safetensors.partial"

@@ -7,6 +7,7 @@ import os
 import sys
 import warnings
 
+from porter import interrupt
 from porter.errors import PorterError
 
 EXAMPLES = """\
@@ -14,7 +15,8 @@ examples:
   porter run recipes/wan-tiny.yaml                  tiny random-weight Wan, writes a video
   porter run recipes/wan-tiny.yaml generate.steps=8 mesh.dp=2 --cpu-devices 2
   porter run recipes/wan-tiny.yaml --stage encode   then --stage denoise, --stage decode
-  porter run recipes/wan-tiny.yaml --resume outputs/wan-tiny   continue after the last stage
+  porter run recipes/wan-tiny.yaml --resume outputs/wan-tiny   continue where it stopped
+  porter run R --coordinator host0:1234 --num-processes 2 --process-id 0   (and 1 elsewhere)
   porter validate recipes/wan-tiny.yaml             every check that needs no weights
   porter plan recipes/wan-tiny-tp.yaml --devices 8  bytes per device, from shapes alone
   porter verify recipes/wan-tiny.yaml               port vs PyTorch, block by block
@@ -24,7 +26,8 @@ examples:
   porter patches                                    registered patches and their docs
 
 exit codes: 0 success, 2 bad input (recipe, flags, sources), 3 verify over
-tolerance, 1 internal failure, 130 interrupted. Add --debug to see tracebacks.
+tolerance, 1 internal failure, 130 interrupted (Ctrl-C), 143 killed (SIGTERM).
+Add --debug to see tracebacks.
 """
 
 
@@ -57,7 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stage", choices=("encode", "denoise", "decode"),
                      help="run one stage; its input comes from the run directory")
     run.add_argument("--resume", metavar="DIR",
-                     help="continue the run in DIR after its last complete stage")
+                     help="continue the run in DIR after its last complete stage or "
+                          "denoising checkpoint")
+    group = run.add_argument_group(
+        "multi-process runs", "Start one `porter run` per process (per host), each with "
+        "the same recipe and coordinator; the mesh spans every process's devices and "
+        "process 0 writes the outputs. Defaults come from JAX_COORDINATOR_ADDRESS, "
+        "JAX_NUM_PROCESSES and JAX_PROCESS_ID.")
+    group.add_argument("--coordinator", metavar="HOST:PORT",
+                       help="address of process 0, which every process connects to")
+    group.add_argument("--num-processes", type=int, metavar="N", help="processes in all")
+    group.add_argument("--process-id", type=int, metavar="I", help="this process, 0..N-1")
+    group.add_argument("--multi-process", action="store_true",
+                       help="let JAX detect the processes (TPU pods, SLURM, Open MPI)")
 
     validate = commands.add_parser(
         "validate", help="check a recipe without loading weights",
@@ -129,15 +144,20 @@ def _load_recipe(args):
 
 
 def cmd_run(args) -> int:
-    from porter import plugins
+    from porter import distributed, plugins
     from porter.run import run
 
     if args.resume:
         args.overrides = list(args.overrides) + [f"output.dir={args.resume}"]
+    distributed.request(args.coordinator, args.num_processes, args.process_id,
+                        auto=args.multi_process)
     loaded = _load_recipe(args)
     result = run(loaded, plugins.registry(), progress=not args.no_progress,
                  stage=args.stage, resume=bool(args.resume))
     timings = result.data["timings"]
+    if not distributed.writes():
+        print(f"{distributed.label()}done; process 0 wrote the outputs to {result.directory}")
+        return 0
     if result.video is None:
         print(f"wrote {', '.join(s + '.safetensors' for s in timings['stages'])} "
               f"to {result.directory}")
@@ -304,7 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.debug:
         _quiet_libraries()
     try:
-        return COMMANDS[args.command](args)
+        with interrupt.terminate_raises():
+            return COMMANDS[args.command](args)
+    except interrupt.Interrupted as exc:
+        kept = f"; kept: {exc.saved} (continue with --resume)" if exc.saved else ""
+        print(f"interrupted by {exc}{kept}", file=sys.stderr)
+        return exc.exit_code
     except PorterError as exc:
         if args.debug:
             raise

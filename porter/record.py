@@ -22,7 +22,7 @@ def versions() -> dict[str, str | None]:
 
 
 def build(recipe, runtime, timings: dict, outputs: dict, applied=()) -> dict:
-    from porter import compat
+    from porter import compat, distributed
     return {
         "recipe": recipe.resolved(),
         "recipe_file": str(recipe.path) if recipe.path else None,
@@ -31,7 +31,8 @@ def build(recipe, runtime, timings: dict, outputs: dict, applied=()) -> dict:
         "versions": versions(),
         "torchax_compat_overloads": len(compat.replaced_overloads),
         "device": {"platform": runtime.platform, "kind": runtime.device_kind,
-                   "count": int(runtime.mesh.devices.size)},
+                   "count": int(runtime.mesh.devices.size),
+                   "processes": distributed.process_count()},
         "mesh": runtime.axes,
         "patches": [{"name": p.name, "params": params, "fits": p.fits} for p, params in applied],
         "compile_cache": str(runtime.cache) if runtime.cache else None,

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from porter import artifacts, checks, loading, patches, record, runtime as runtime_mod
+from porter import artifacts, checks, distributed, loading, patches, record, runtime as runtime_mod
+from porter import progress as saved_progress
 from porter import stages, tracing, video
 from porter.errors import RecipeError, UsageError
 from porter.interop import to_device
@@ -89,7 +90,8 @@ def stages_to_run(directory: Path, stage: str | None, resume: bool) -> tuple[str
     return artifacts.STAGES
 
 
-def _generate(family, recipe, runtime, registry, say, progress, wanted, directory):
+def _generate(family, recipe, runtime, registry, say, progress, wanted, directory,
+              resume: bool):
     """Load and port the pipeline, then run the wanted stages (inputs from disk if
     the stage before did not run here). Returns latents, frames and timings."""
     timings: dict = {}
@@ -120,9 +122,16 @@ def _generate(family, recipe, runtime, registry, say, progress, wanted, director
             if conditioning is None:
                 saved = artifacts.load(directory, "encode", recipe)
                 conditioning = {k: to_device(v, runtime) for k, v in saved.items()}
-            latents = stages.denoise(family, pipe, conditioning, recipe, runtime, timings,
-                                     progress)
+            start = saved_progress.load(directory, recipe) if resume else None
+            if start is None:
+                saved_progress.discard(directory)  # from an earlier run: not ours
+            else:
+                say(f"continuing denoising after step {start.step}")
+            latents = stages.denoise(
+                family, pipe, conditioning, recipe, runtime, timings, progress, start=start,
+                save=lambda done: saved_progress.save(directory, done, recipe))
             artifacts.save(directory, "denoise", {"latents": latents}, recipe)
+            saved_progress.discard(directory)
         if "decode" in wanted:
             if latents is None:
                 latents = artifacts.load(directory, "denoise", recipe)["latents"]
@@ -135,7 +144,7 @@ def _generate(family, recipe, runtime, registry, say, progress, wanted, director
 
 
 def _status(message: str) -> None:
-    print(f"porter: {message}", file=sys.stderr, flush=True)
+    print(f"porter: {distributed.label()}{message}", file=sys.stderr, flush=True)
 
 
 def run(recipe, registry, progress: bool = True, stage: str | None = None,
@@ -156,7 +165,10 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
         say(f"resuming in {directory}: running {', '.join(wanted)}")
     runtime = runtime_mod.start(recipe)
     say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
-        f"mesh {runtime.axes}")
+        f"mesh {runtime.axes}" + (f", {distributed.process_count()} processes; process 0 "
+                                  "writes the outputs" if distributed.process_count() > 1
+                                  else ""))
+    progress = progress and distributed.writes()  # one progress bar, not one per process
     problems = checks.shape_problems(recipe, registry)  # before any weight is read
     problems += attention.platform_problems(recipe, registry, runtime.platform)
     if problems:
@@ -165,14 +177,16 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
     chosen = selected_patches(recipe, registry, family)
     with patches.applied(chosen), tracing.explained():
         latents, frames, timings = _generate(family, recipe, runtime, registry, say,
-                                             progress, wanted, directory)
+                                             progress, wanted, directory, resume)
     timings["stages"] = list(wanted) if family.staged else ["generate"]
     if frames is None:
         return RunResult(directory, None, None, latents, None, {"timings": timings})
-    directory.mkdir(parents=True, exist_ok=True)
-    video_path = video.write_mp4(directory / "video.mp4", frames, recipe.output.fps)
-    outputs = {"video": video_path.name, "frames": int(frames.shape[0]),
+    outputs = {"video": "video.mp4", "frames": int(frames.shape[0]),
                "height": int(frames.shape[1]), "width": int(frames.shape[2])}
     data = record.build(recipe, runtime, timings, outputs, chosen)
+    if not distributed.writes():
+        return RunResult(directory, None, None, latents, frames, data)
+    directory.mkdir(parents=True, exist_ok=True)
+    video_path = video.write_mp4(directory / outputs["video"], frames, recipe.output.fps)
     record_path = record.write_json(directory / "run.json", data)
     return RunResult(directory, video_path, record_path, latents, frames, data)

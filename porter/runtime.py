@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from porter import distributed
 from porter.errors import UsageError
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -152,6 +153,7 @@ class Runtime:
 def start(recipe) -> Runtime:
     """Import JAX and torchax, enable the compile cache, build the mesh."""
     configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
+    distributed.initialize()  # before JAX creates devices: the mesh spans every process
     from porter.compat import import_torchax
     torchax = import_torchax()
     import jax

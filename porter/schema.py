@@ -208,3 +208,5 @@ class RecipeSpec(Section):
         default_factory=dict, description="per component; replaces the family's defaults")
     verify: VerifySection = VerifySection()
     output: OutputSection = OutputSection()
+    checkpoint_every: int = Field(10, ge=0, description="save denoising progress every N "
+                                  "steps, for --resume; 0: only when interrupted")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import sys
 import time
 
+from porter import interrupt
 from porter.interop import to_device, to_host
+from porter.progress import Progress, restore_scheduler, scheduler_state
 from porter.transforms.dtypes import DTYPES
 
 
@@ -29,29 +31,52 @@ def encode(family, pipe, recipe, runtime, timings: dict) -> dict:
 
 
 def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
-            progress: bool = True):
-    """Run every denoising step; the transformer compiles on the first one."""
+            progress: bool = True, *, start: Progress | None = None, save=None):
+    """Run the denoising steps (from ``start`` when resuming); the transformer compiles
+    on the first one.
+
+    ``save(Progress)`` is called every ``output.checkpoint_every`` steps and,
+    when a signal asks the run to stop, after the step under way; then
+    ``Interrupted`` is raised.
+    """
     from tqdm import tqdm
 
     latents = to_device(family.initial_latents(pipe, recipe), runtime)
     step_times = []
+    every = recipe.output.checkpoint_every
     with runtime.env:
         timesteps = family.timesteps(pipe, recipe)
-        bar = tqdm(total=len(timesteps), desc="denoise", unit="step", file=sys.stderr,
+        total, done = len(timesteps), 0
+        if start is not None:
+            latents, done = to_device(start.latents, runtime), start.step
+            restore_scheduler(pipe.scheduler, start.scheduler_tensors,
+                              start.scheduler_description, lambda t: to_device(t, runtime))
+        bar = tqdm(total=total, initial=done, desc="denoise", unit="step", file=sys.stderr,
                    disable=not progress, dynamic_ncols=True)
-        with bar:
-            for t in timesteps:
-                start = time.perf_counter()
+        with bar, interrupt.deferred() as stop:
+            for index in range(done, total):
+                t = timesteps[index]
+                begin = time.perf_counter()
                 noise = family.predict(pipe, latents, t, conditioning, recipe)
                 latents = pipe.scheduler.step(noise, t, latents, return_dict=False)[0]
                 block(latents)
-                step_times.append(time.perf_counter() - start)
+                step_times.append(time.perf_counter() - begin)
                 bar.set_postfix_str(f"{step_times[-1]:.2f} s/step")
                 bar.update()
+                completed = index + 1
+                due = every and completed % every == 0 and completed < total
+                if save is not None and (due or stop.requested):
+                    save(Progress(completed, latents, *scheduler_state(pipe.scheduler)))
+                if stop.requested:
+                    raise interrupt.Interrupted(
+                        stop.signum, saved=f"{completed} of {total} denoising steps"
+                        if save is not None else None)
     timings["steps_s"] = [round(s, 4) for s in step_times]
+    timings["resumed_from_step"] = done
     # The first step includes compiling the transformer; the rest are steady state.
     steady = step_times[1:] or step_times
-    timings["step_s"] = round(sorted(steady)[len(steady) // 2], 4)
+    if steady:
+        timings["step_s"] = round(sorted(steady)[len(steady) // 2], 4)
     return to_host(latents)
 
 

@@ -1,0 +1,160 @@
+"""Denoising progress: the latents and scheduler state after a completed step.
+
+Saved every ``output.checkpoint_every`` steps and when a run is interrupted, as
+the ``progress`` artifact; ``--resume`` continues from it. Multistep schedulers
+(UniPC, DPM-Solver) keep earlier model outputs, so the scheduler's own state is
+saved with the latents: its tensors go to safetensors, everything else to
+JSON. Nothing is pickled, so loading a checkpoint cannot run code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from porter import distributed
+from porter.errors import UsageError
+
+PROGRESS = "progress"
+_SKIP = ("_internal_dict", "config")  # the config is rebuilt from the recipe
+
+
+@dataclass
+class Progress:
+    step: int  # steps completed
+    latents: object  # torch tensor (host or JAX-backed)
+    scheduler_tensors: dict  # from ``scheduler_state``
+    scheduler_description: dict
+
+
+def _is_tensor(value) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def scheduler_state(scheduler) -> tuple[dict, dict]:
+    """(tensors by key, JSON description) of the scheduler's mutable state.
+
+    The description maps each attribute to a value, a tensor key, or a list of
+    tensor keys (None for empty slots), and lists the keys that lived on JAX.
+    """
+    tensors, attributes = {}, {}
+
+    def keep(key, tensor):
+        tensors[key] = tensor
+        return key
+
+    for name, value in vars(scheduler).items():
+        if name in _SKIP:
+            continue
+        if _is_tensor(value):
+            attributes[name] = {"tensor": keep(name, value)}
+        elif isinstance(value, (list, tuple)) and any(_is_tensor(v) for v in value):
+            if not all(v is None or _is_tensor(v) for v in value):
+                raise _unsupported(scheduler, name, value)
+            attributes[name] = {"tensors": [None if v is None else keep(f"{name}.{i}", v)
+                                            for i, v in enumerate(value)]}
+        elif _plain(value):
+            attributes[name] = {"value": value}
+        else:
+            raise _unsupported(scheduler, name, value)
+    on_jax = sorted(key for key, tensor in tensors.items() if hasattr(tensor, "jax"))
+    return tensors, {"attributes": attributes, "on_jax": on_jax}
+
+
+def _plain(value) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, (list, tuple)) and all(_plain(v) for v in value)
+
+
+def _unsupported(scheduler, name, value) -> UsageError:
+    return UsageError(f"cannot checkpoint {type(scheduler).__name__}.{name} "
+                      f"({type(value).__name__})",
+                      hint="set output.checkpoint_every: 0 to run without progress "
+                           "checkpoints for this scheduler")
+
+
+def restore_scheduler(scheduler, tensors: dict, description: dict, to_jax) -> None:
+    """Put saved state back; tensors that lived on JAX go back through ``to_jax``."""
+    on_jax = set(description["on_jax"])
+
+    def placed(key):
+        return to_jax(tensors[key]) if key in on_jax else tensors[key]
+
+    for name, entry in description["attributes"].items():
+        if "tensor" in entry:
+            value = placed(entry["tensor"])
+        elif "tensors" in entry:
+            value = [None if key is None else placed(key) for key in entry["tensors"]]
+        else:
+            value = entry["value"]
+        setattr(scheduler, name, value)
+
+
+def _stage(step: int) -> str:
+    return f"{PROGRESS}-{step:06d}"
+
+
+def _saved_steps(directory) -> list[int]:
+    """Steps with a complete checkpoint, newest first."""
+    from porter import artifacts
+
+    steps = []
+    for record in directory.glob(f"{PROGRESS}-*.json"):
+        suffix = record.stem[len(PROGRESS) + 1:]
+        if suffix.isdigit() and artifacts.complete(directory, record.stem):
+            steps.append(int(suffix))
+    return sorted(steps, reverse=True)
+
+
+def save(directory, progress: Progress, recipe) -> None:
+    """Write a checkpoint for ``progress.step``, then drop older ones.
+
+    Each checkpoint has its own files, so a kill at any moment leaves the last
+    complete one intact (overwriting one pair in place would not).
+    """
+    from porter import artifacts
+
+    tensors = {"latents": progress.latents,
+               **{f"scheduler.{k}": v for k, v in progress.scheduler_tensors.items()}}
+    artifacts.save(directory, _stage(progress.step), tensors, recipe,
+                   extra={"step": progress.step, "scheduler": progress.scheduler_description})
+    if not distributed.writes():
+        return
+    for step in _saved_steps(directory):
+        if step != progress.step:
+            _remove(directory, _stage(step))
+
+
+def load(directory, recipe) -> Progress | None:
+    """The newest checkpoint, checked against this recipe, or None when there is none."""
+    from porter import artifacts
+
+    steps = _saved_steps(directory)
+    if not steps:
+        return None
+    stage = _stage(steps[0])
+    meta = artifacts.check(directory, stage, recipe)
+    tensors = artifacts.load(directory, stage, recipe)
+    prefix = "scheduler."
+    saved = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    return Progress(step=int(meta["step"]), latents=tensors["latents"],
+                    scheduler_tensors=saved, scheduler_description=meta["scheduler"])
+
+
+def discard(directory) -> None:
+    """Checkpoints are superseded once the denoise stage is complete; files a kill
+    left half-written go too."""
+    if not distributed.writes():
+        return
+    for step in _saved_steps(directory):
+        _remove(directory, _stage(step))
+    for leftover in directory.glob(f"{PROGRESS}-*"):
+        leftover.unlink(missing_ok=True)
+
+
+def _remove(directory, stage: str) -> None:
+    # the record first: without it the tensors no longer count as a checkpoint
+    for suffix in (".json", ".safetensors"):
+        (directory / f"{stage}{suffix}").unlink(missing_ok=True)
