@@ -53,6 +53,13 @@ def _peak_memory(runtime) -> dict:
     return {"host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale}
 
 
+def _reference_device(runtime) -> torch.device:
+    """Where PyTorch eager runs: on the GPU when the port runs on one, else the host."""
+    if runtime.platform == "gpu" and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
 def bench(recipe, registry, steps: int = 5) -> dict:
     from porter.run import attention_installed, port, selected_patches
     from porter.verify import cast, random_inputs
@@ -80,9 +87,21 @@ def bench(recipe, registry, steps: int = 5) -> dict:
             after = monitor.summary()
             step = _median_seconds(ported, steps)
 
+    device = _reference_device(runtime)
+    reference.to(device)
+    inputs = {k: v.to(device) for k, v in host.items()}
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def eager():
+        reference(return_dict=False, **inputs)
+        synchronize()  # CUDA runs asynchronously: time the work, not the launch
+
     with torch.no_grad():
-        reference(return_dict=False, **host)  # warm-up (allocations, kernels)
-        torch_step = _median_seconds(lambda: reference(return_dict=False, **host), steps)
+        eager()  # warm-up (allocations, kernels)
+        torch_step = _median_seconds(eager, steps)
+    memory = _peak_memory(runtime)
+    if device.type == "cuda":
+        memory["torch_device_peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
 
     estimates = family.estimates(recipe, config)
     batch = next(iter(host.values())).shape[0]
@@ -106,7 +125,8 @@ def bench(recipe, registry, steps: int = 5) -> dict:
         "achieved_flops_per_s": None if flops is None else flops / step,
         "matmul_peak_flops_per_s": peak,
         "fraction_of_matmul_peak": None if flops is None else round(flops / step / peak, 3),
-        "memory": _peak_memory(runtime),
+        "memory": memory,
+        "reference_device": str(device),
         "torch_threads": torch.get_num_threads(),
     }
 
