@@ -17,3 +17,7 @@ def test_bench_reports_both_sides(capsys):
     assert result["flops_per_step"] > 0 and result["matmul_peak_flops_per_s"] > 0
     assert result["memory"]["host_peak_rss_bytes"] > 0
     assert result["inputs"]["hidden_states"] == [1, 16, 5, 8, 8]
+    # cold: nothing in the private cache; warm: the same programs, loaded from it
+    cold, warm = result["compile"]["cold"], result["compile"]["warm"]
+    assert cold["cache_hits"] == 0 and cold["cache_misses"] > 0
+    assert warm["cache_misses"] == 0 and warm["cache_hits"] == cold["cache_misses"]
