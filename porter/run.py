@@ -34,9 +34,9 @@ def output_dir(recipe) -> Path:
     return Path(recipe.output.dir or Path("outputs") / recipe.name)
 
 
-def port(pipe, family, runtime, recipe) -> None:
+def port(pipe, family, runtime, recipe):
     """Move every component to JAX, sharded by the recipe; cache rotary tables;
-    compile what the family (or the recipe) names."""
+    compile what the family (or the recipe) names. Returns the trace cache used."""
     sharding = recipe.sharding
     modules = {n: c for n, c in pipe.components.items() if isinstance(c, torch.nn.Module)}
     for name, component in modules.items():
@@ -46,14 +46,36 @@ def port(pipe, family, runtime, recipe) -> None:
     if recipe.rotary.precompute:
         rotary.apply(pipe, family, recipe, runtime)
     compiled = compile_transform.rules(recipe, family)
+    traces = trace_cache(recipe, family, runtime)
     for name, component in modules.items():
         if name in compiled:
-            component = compile_transform.apply(component, compiled[name])
+            component = compile_transform.apply(component, compiled[name], traces, name)
             if name.startswith("transformer") and sharding.inputs:
                 component = shard_transform.ShardedInputs(component, sharding.inputs, runtime)
         if name in recipe.attention.skip:
             component = attention.Skipped(component)
         setattr(pipe, name, component)
+    return traces
+
+
+def trace_cache(recipe, family, runtime):
+    """Traced programs beside the compile cache (none when the cache is off)."""
+    import hashlib
+
+    from porter.transforms.trace_cache import TraceCache, code_fingerprint
+    if runtime.cache is None:
+        return None
+    from porter import plugins
+
+    # the code a trace runs: Porter, the family, and whatever plugins patch or attend with
+    registry = plugins.registry()
+    registry_modules = [type(family).__module__,
+                        *(p.replacement.__module__ for p in registry.patches.values()),
+                        *(b.kernel.__module__ for b in registry.attention.values())]
+    parts = [recipe.digest(), repr(record.versions()), repr(runtime.axes),
+             code_fingerprint(["porter", *registry_modules])]
+    return TraceCache(runtime.cache / "porter-traces",
+                      hashlib.sha256("\n".join(parts).encode()).hexdigest())
 
 
 def selected_patches(recipe, registry, family):
@@ -102,7 +124,7 @@ def _generate(family, recipe, runtime, registry, say, progress, wanted, director
     pipe = loading.load_pipeline(family, recipe)
     timings["load_s"] = round(time.perf_counter() - start, 4)
     start = time.perf_counter()
-    port(pipe, family, runtime, recipe)
+    traces = port(pipe, family, runtime, recipe)
     timings["to_jax_s"] = round(time.perf_counter() - start, 4)
 
     conditioning = latents = frames = None
@@ -140,6 +162,8 @@ def _generate(family, recipe, runtime, registry, say, progress, wanted, director
     compile_after = monitor.summary()
     timings["compile"] = {key: round(compile_after[key] - compile_before[key], 4)
                           for key in compile_after}
+    if traces is not None:
+        timings["compile"].update(traces_loaded=traces.loaded, traces_saved=traces.exported)
     return latents, frames, timings
 
 

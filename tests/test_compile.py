@@ -91,3 +91,46 @@ compile:
     bad = recipe.load(write("b.yaml", TINY_RECIPE + "compile: {transformer: {modules: 'blokcs'}}\n"))
     [problem] = checks.validate(bad, registry)
     assert "matches no submodule" in problem.message
+
+
+def test_trace_cache_keys_reuse_and_fallbacks(tmp_path):
+    """A program is exported once per key, loaded by a fresh cache, and re-traced when
+    shapes or shardings change; host callbacks and donation fall back to jax.jit."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from porter.transforms.trace_cache import TraceCache
+
+    def f(x, scale=2.0):
+        return x * scale + 1
+
+    first = TraceCache(tmp_path, "code-v1")
+    call = first.jit("f", f, static_argnames=("scale",))
+    x = jnp.ones((4, 3))
+    assert float(call(x, scale=3.0)[0, 0]) == 4.0
+    call(x, scale=3.0)
+    assert (first.exported, first.loaded) == (1, 0)
+    call(jnp.ones((2, 3)), scale=3.0)  # another shape: another program
+    call(x, scale=5.0)  # another static value: another program
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("dp",))
+    sharded = jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("dp")))
+    call(sharded, scale=3.0)  # another sharding: another program
+    assert first.exported == 4
+
+    again = TraceCache(tmp_path, "code-v1")
+    assert float(again.jit("f", f, static_argnames=("scale",))(x, scale=3.0)[0, 0]) == 4.0
+    assert (again.exported, again.loaded) == (0, 1)
+    changed = TraceCache(tmp_path, "code-v2")  # other code or recipe: traced afresh
+    changed.jit("f", f, static_argnames=("scale",))(x, scale=3.0)
+    assert (changed.exported, changed.loaded) == (1, 0)
+
+    def with_callback(x):
+        return jax.pure_callback(lambda a: np.asarray(a) * 2,
+                                 jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    fallback = TraceCache(tmp_path / "cb", "code-v1")
+    assert float(fallback.jit("cb", with_callback)(x)[0, 0]) == 2.0
+    assert fallback.exported == 0 and not list((tmp_path / "cb").glob("*.exported"))
+    donated = TraceCache(tmp_path / "donate", "code-v1")
+    assert float(donated.jit("d", f, donate_argnames=("x",))(jnp.ones(3))[0]) == 3.0
+    assert donated.exported == 0

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from porter import plugins, recipe, runtime, video
 from porter.run import port, run
@@ -44,7 +45,7 @@ def test_tiny_run_writes_video_and_record(tiny):
     assert data["recipe_sha256"] == loaded.digest()
     assert data["recipe"]["generate"]["steps"] == 3
     assert data["seed"] == 0 and data["versions"]["torchax"]
-    assert data["device"] == {"platform": "cpu", "kind": "cpu", "count": 8}
+    assert data["device"] == {"platform": "cpu", "kind": "cpu", "count": 8, "processes": 1}
     assert data["mesh"] == {"dp": 8}
     timings = data["timings"]
     assert len(timings["steps_s"]) == 3
@@ -122,16 +123,21 @@ def test_second_identical_run_reuses_compile_cache(tmp_path):
     env.pop("XLA_FLAGS", None)
     recipe_file = tmp_path / "r.yaml"
     recipe_file.write_text(TINY_RECIPE)
-    records = []
+    records, latents = [], []
     for _ in range(2):
         out = porter("run", str(recipe_file), f"output.dir={tmp_path / 'out'}",
                      "--no-progress", env=env)
         assert out.returncode == 0, out.stderr
         assert "wrote" in out.stdout and "Traceback" not in out.stderr
         records.append(json.loads((tmp_path / "out" / "run.json").read_text()))
+        latents.append(load_file(str(tmp_path / "out" / "denoise.safetensors"))["latents"])
     first, second = (r["timings"]["compile"] for r in records)
     assert first["cache_misses"] > 0 and first["cache_hits"] == 0
     assert second["cache_misses"] == 0 and second["cache_hits"] >= first["cache_misses"]
+    # the transformer's forward and the VAE's decode: traced once, then loaded
+    assert (first["traces_saved"], first["traces_loaded"]) == (2, 0)
+    assert (second["traces_saved"], second["traces_loaded"]) == (0, 2)
+    assert torch.equal(latents[0], latents[1])  # the stored program computes the same
     assert second["seconds"] < first["seconds"]
     assert records[0]["recipe_sha256"] == records[1]["recipe_sha256"]
 

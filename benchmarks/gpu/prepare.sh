@@ -42,6 +42,7 @@ pins=(
   zipp==4.1.2
   ftfy==6.3.1
   wcwidth==0.9.4
+  flatbuffers==25.12.19          # jax.export serialization (Porter's trace cache)
 )
 
 platforms=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64

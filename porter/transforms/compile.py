@@ -13,28 +13,29 @@ def rules(recipe, family) -> dict[str, CompileRule]:
     return {name: rule for name, rule in plan.items() if rule.methods}
 
 
-def apply(module, rule: CompileRule):
+def apply(module, rule: CompileRule, traces=None, name: str = ""):
     """A module whose ``rule.methods`` are jitted once per input shape and reused;
     with ``rule.modules``, the module itself stays eager and each matching submodule
-    is jitted instead."""
+    is jitted instead. ``traces`` (a TraceCache) keeps the traced programs on disk."""
     if rule.modules is not None:
-        return _compile_submodules(module, rule)
-    return _jit(module, rule)
+        return _compile_submodules(module, rule, traces, name)
+    return _jit(module, rule, traces, name)
 
 
-def _compile_submodules(module, rule: CompileRule):
+def _compile_submodules(module, rule: CompileRule, traces, name: str):
     import re
 
     targets = [name for name, _ in module.named_modules()
                if name and re.fullmatch(rule.modules, name)]
-    for name in targets:
-        parent_name, _, child = name.rpartition(".")
+    for target in targets:
+        parent_name, _, child = target.rpartition(".")
         parent = module.get_submodule(parent_name) if parent_name else module
-        parent._modules[child] = _jit(parent._modules[child], rule)
+        parent._modules[child] = _jit(parent._modules[child], rule, traces,
+                                      f"{name}.{target}")
     return module
 
 
-def _jit(module, rule: CompileRule):
+def _jit(module, rule: CompileRule, traces, name: str):
     from porter.compat import import_torchax
 
     torchax = import_torchax()
@@ -43,7 +44,29 @@ def _jit(module, rule: CompileRule):
         jit_kwargs["donate_argnames"] = tuple(rule.donate_argnames)
     options = torchax.CompileOptions(methods_to_compile=list(rule.methods),
                                      jax_jit_kwargs=jit_kwargs)
-    return torchax.compile(module, options)
+    compiled = torchax.compile(module, options)
+    if traces is not None:
+        for method in rule.methods:
+            _trace_cached(compiled, method, traces, f"{name}.{method}", jit_kwargs)
+    return compiled
+
+
+def _trace_cached(compiled, method: str, traces, name: str, jit_kwargs: dict) -> None:
+    """Replace torchax's jitted ``method`` with one backed by the trace cache (the
+    same call: parameters and buffers first, then the method's arguments)."""
+    import functools
+
+    from porter.compat import import_torchax
+
+    interop = import_torchax().interop
+    jitted = interop.wrap_jax_jit(
+        functools.partial(compiled.functional_call, method),
+        jax_jit_func=functools.partial(traces.jit, name), kwargs_for_jax=jit_kwargs)
+
+    def call(*args, **kwargs):
+        return jitted(compiled.params, compiled.buffers, *args, **kwargs)
+
+    compiled._jitted[method] = call
 
 
 def problems(recipe, family, modules: dict) -> list:
