@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 
 from porter import loading, patches
 from porter.transforms import attention, dtypes, sharding
 from porter.errors import Problem, UsageError
+
+# Building a model on the meta device takes no memory, but time grows with its
+# size: num_layers: 1000000 would build for hours. Torch calls per build, by
+# source: a tiny model with model.config (a 14B-shaped Wan takes ~6k; this is
+# about 370 blocks), a local checkpoint (Wan 2.2 A14B, two experts, takes 25k).
+MAX_BUILD_CALLS = {"tiny": 50_000, "local": 250_000}
 
 
 def family_problems(recipe, registry) -> list[Problem]:
@@ -19,8 +26,40 @@ def family_problems(recipe, registry) -> list[Problem]:
     return [recipe.problem("model.family", f"unknown model family {name!r}", hint=hint)]
 
 
+def _path_problem(recipe, key: str, value: str, from_recipe: bool) -> list[Problem]:
+    try:
+        # where the checks below look: model.source from the current directory,
+        # generate.image from the recipe's folder
+        path = recipe.file_path(key, value) if from_recipe else Path(value).expanduser()
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # missing: the checks that need it say what they expected
+    except (UsageError, RuntimeError):  # '~name/...' for a user this machine does not have
+        return [recipe.problem(key, f"cannot expand {value.split('/')[0]!r}: no such user",
+                               hint="write the path out in full")]
+    except (OSError, ValueError) as exc:  # too long, no permission, a symlink loop
+        reason = getattr(exc, "strerror", None) or str(exc)
+        return [recipe.problem(key, f"cannot look at this path: {reason}",
+                               hint="check the path and its permissions")]
+    return []
+
+
+def path_problems(recipe) -> list[Problem]:
+    """Paths the system refuses even to look at. The other checks ask whether these
+    paths exist, and for such a path that question raises instead of answering."""
+    problems = []
+    if recipe.model.source != loading.TINY:
+        problems += _path_problem(recipe, "model.source", recipe.model.source, False)
+    if recipe.generate.image:
+        problems += _path_problem(recipe, "generate.image", recipe.generate.image, True)
+    return problems
+
+
 def recipe_problems(recipe, registry) -> list[Problem]:
     """Schema-level problems that need the plugins but not JAX or weights."""
+    problems = path_problems(recipe)
+    if problems:
+        return problems  # the checks below would trip over the same paths
     problems = family_problems(recipe, registry)
     if not problems:
         family = registry.family(recipe.model.family)
@@ -33,6 +72,68 @@ def recipe_problems(recipe, registry) -> list[Problem]:
     problems += loading.source_problems(recipe)
     problems += sharding.rule_problems(recipe) + dtypes.rule_problems(recipe)
     return problems
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _call_budget(limit: int):
+    """A torch function mode that raises _TooLarge after ``limit`` torch calls."""
+    from torch.overrides import TorchFunctionMode
+
+    class CallBudget(TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.calls += 1
+            if self.calls > limit:
+                raise _TooLarge
+            return func(*args, **(kwargs or {}))
+
+    return CallBudget()
+
+
+def _checks_shapes(recipe) -> bool:
+    """Do the shape checks need the model? (Only rules are checked against shapes.)"""
+    return bool(recipe.sharding.weights or recipe.sharding.inputs or recipe.dtypes.overrides
+                or recipe.dtypes.components or recipe.sharding.activations or recipe.compile)
+
+
+def model_problems(recipe, registry) -> list[Problem]:
+    """Build the model on the meta device, as the shape checks will, and turn a failure
+    into a problem: model.config goes verbatim to the family's constructor, and a local
+    checkpoint's model_index.json and config.json files are input as much as the recipe."""
+    kind = loading.source_kind(recipe.model.source)
+    if kind == "tiny" and recipe.model.config:
+        key, what = "model.config", "this configuration"
+    elif kind == "local" and _checks_shapes(recipe):
+        key, what = "model.source", "the configuration files in this checkpoint"
+    else:
+        return []
+    from porter import abstract
+
+    family = registry.family(recipe.model.family)
+    try:
+        with _call_budget(MAX_BUILD_CALLS[kind]):
+            abstract.components(family, recipe)
+    except _TooLarge:
+        return [recipe.problem(key, f"{what} builds a model too large to check (over "
+                               f"{MAX_BUILD_CALLS[kind]} torch calls)",
+                               hint="a tiny model needs a few layers; real sizes come "
+                                    "from a checkpoint" if kind == "tiny" else None)]
+    except UsageError as exc:
+        return [recipe.problem(key, exc.message, hint=exc.hint)]
+    # What the constructor or the file parser said about the input, whatever its
+    # type (TypeError for a string, JSONDecodeError, IndexError for a short entry).
+    except Exception as exc:  # noqa: BLE001
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        return [recipe.problem(key, f"the {family.name} model cannot be built from {what}: "
+                               f"{type(exc).__name__}: {reason}",
+                               hint="check the values' types and sizes" if kind == "tiny"
+                               else "is it a complete diffusers directory, as written by "
+                                    "save_pretrained?")]
+    return []
 
 
 def mesh_problems(recipe) -> list[Problem]:
@@ -54,8 +155,7 @@ def shape_problems(recipe, registry) -> list[Problem]:
     """Sharding rules against the model's shapes (meta device, no weights)."""
     from porter import plan
 
-    if not (recipe.sharding.weights or recipe.sharding.inputs or recipe.dtypes.overrides
-            or recipe.dtypes.components or recipe.sharding.activations or recipe.compile):
+    if not _checks_shapes(recipe):
         return []
     try:
         built = plan.build(recipe, registry)
@@ -68,6 +168,9 @@ def validate(recipe, registry) -> list[Problem]:
     problems = recipe_problems(recipe, registry)
     if problems:
         return problems  # shape checks need a sound recipe
+    problems = model_problems(recipe, registry)
+    if problems:
+        return problems  # shape checks build the same model
     problems = mesh_problems(recipe)
     return problems or shape_problems(recipe, registry)
 

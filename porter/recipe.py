@@ -10,17 +10,20 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import reprlib
 from pathlib import Path
 from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, PrivateAttr, ValidationError
 
-from porter.errors import Problem, RecipeError
+from porter.errors import Problem, RecipeError, UsageError
 from porter.schema import RecipeSpec
-from porter.yamlio import KeyPath, Location, load_mapping
+from porter.yamlio import KeyPath, Location, Refused, load_mapping, parse_value
 
 OVERRIDE_FILE = "command line"
+# A base of a base of ...: real recipes use one or two levels.
+MAX_EXTENDS = 16
 
 
 class Recipe(RecipeSpec):
@@ -48,7 +51,11 @@ class Recipe(RecipeSpec):
     def file_path(self, dotted: str, value: str) -> Path:
         """A path the recipe names: relative to the recipe file that set it, or to the
         current directory when it came from the command line."""
-        path = Path(value).expanduser()
+        try:
+            path = Path(value).expanduser()
+        except RuntimeError:  # '~name/...' for a user this machine does not have
+            raise UsageError(f"{dotted}: cannot expand {_describe(value)}: no such user",
+                             hint="write the path out in full") from None
         file, _ = _lookup(self._locations, _split(dotted), self._path)
         if path.is_absolute() or file in (None, OVERRIDE_FILE):
             return path
@@ -84,24 +91,51 @@ def _deep_merge(base: dict, child: dict) -> dict:
     return merged
 
 
+def _exists(path: Path) -> bool:
+    """Path.exists that answers False, not an exception, for a path the system refuses
+    (too long, no permission, a NUL in it): reading it then says why."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def _resolve(path: Path) -> Path:
+    """The absolute path with symlinks followed; as given when it cannot be (a loop)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop (3.11)
+        return path.absolute()
+
+
 def _load_with_extends(path: Path, chain: tuple[Path, ...]) -> tuple[dict, dict]:
-    path = path.resolve() if path.exists() else path
+    path = _resolve(path) if _exists(path) else path
     data, locations = load_mapping(path)
     base_ref = data.pop("extends", None)
     if base_ref is None:
         return data, locations
+    # _lookup, not locations[...]: an extends that came through a YAML merge key
+    # (<<) has no line of its own.
+    where = _lookup(locations, ("extends",), path)
     if not isinstance(base_ref, str):
-        raise RecipeError([Problem("extends", "expected a file name (string)",
-                                   *locations[("extends",)], hint="extends: wan-base.yaml")])
-    base_path = (path.parent / base_ref).resolve()
+        raise RecipeError([Problem("extends", "expected a file name (string)", *where,
+                                   hint="extends: wan-base.yaml")])
+    base_path = _resolve(path.parent / base_ref)
     if base_path in chain + (path,):
         cycle = " -> ".join(p.name for p in chain + (path, base_path))
-        raise RecipeError([Problem("extends", f"extends cycle: {cycle}",
-                                   *locations[("extends",)], hint="remove one of the extends")])
-    if not base_path.exists():
-        raise RecipeError([Problem("extends", f"base recipe {base_ref!r} not found "
-                                   f"(looked in {path.parent})", *locations[("extends",)],
+        raise RecipeError([Problem("extends", f"extends cycle: {cycle}", *where,
+                                   hint="remove one of the extends")])
+    if len(chain) + 1 >= MAX_EXTENDS:
+        raise RecipeError([Problem("extends", f"more than {MAX_EXTENDS} recipes extend "
+                                   "one another", *where, hint="flatten the chain")])
+    if not _exists(base_path):
+        raise RecipeError([Problem("extends", f"base recipe {_describe(base_ref)} not found "
+                                   f"(looked in {path.parent})", *where,
                                    hint="extends is relative to the recipe's own folder")])
+    if not base_path.is_file():  # a folder, or a device or FIFO that would never end
+        kind = "a directory" if base_path.is_dir() else "not a regular file"
+        raise RecipeError([Problem("extends", f"base recipe {_describe(base_ref)} is {kind}",
+                                   *where, hint="extends names a recipe .yaml file")])
     base_data, base_locations = _load_with_extends(base_path, chain + (path,))
     return _deep_merge(base_data, data), {**base_locations, **locations}
 
@@ -116,7 +150,10 @@ def parse_override(text: str) -> tuple[KeyPath, Any]:
         raise RecipeError([Problem(key, f"override {text!r} is not KEY.PATH=VALUE",
                                    file=OVERRIDE_FILE, hint="e.g. generate.steps=4")])
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = parse_value(raw) if raw.strip() else ""
+    except Refused as exc:  # well-formed, but what no recipe may hold (a tag, a bomb)
+        raise RecipeError([Problem(key, f"override {exc.problem}", file=OVERRIDE_FILE,
+                                   hint=exc.hint)]) from None
     except yaml.YAMLError:
         value = raw  # an unquoted string with YAML punctuation in it
     return tuple(key.strip().split(".")), value
@@ -175,14 +212,29 @@ def _data_path(data: Any, loc: tuple, missing: bool) -> KeyPath:
     return tuple(path)
 
 
+class _Glance(reprlib.Repr):
+    """repr() for messages: a huge list, string or nested value costs a glance, and an
+    integer too long for str() (Python's 4300-digit limit) is described, not printed."""
+
+    def repr_int(self, value: int, level: int) -> str:
+        if value.bit_length() > 200:
+            return f"<{value.bit_length()}-bit integer>"
+        return super().repr_int(value, level)
+
+
+_GLANCE = _Glance()
+_GLANCE.maxstring = _GLANCE.maxother = 60
+
+
 def _describe(value: Any) -> str:
-    text = repr(value)
+    text = _GLANCE.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _problems_from(exc: ValidationError, data: dict, locations: dict,
                    default: Path | None) -> list[Problem]:
     merged: dict[KeyPath, Problem] = {}
+    specific: set[KeyPath] = set()  # paths whose value matched a type and failed a check
     for err in exc.errors():
         path = _data_path(data, tuple(err["loc"]), err["type"] == "missing")
         dotted = ".".join(str(p) for p in path)
@@ -203,8 +255,13 @@ def _problems_from(exc: ValidationError, data: dict, locations: dict,
                               f"add '{path[-1]}:'" + (f" ({hint})" if hint else ""))
         else:
             expected = _expected(err)
-            if path in merged:  # another member of the same union
-                expected = merged[path].message.split(" (got ")[0] + " or " + expected[9:]
+            if kind == "value_error":  # says more than the union's other members' types
+                specific.add(path)
+            elif path in specific:
+                continue
+            elif path in merged:  # another member of the same union
+                expected = (merged[path].message.split(" (got ")[0] + " or "
+                            + expected.removeprefix("expected "))
             got = "" if kind == "value_error" else f" (got {_describe(err['input'])})"
             problem = Problem(dotted, expected + got, file, line)
         merged[path] = problem
@@ -274,6 +331,6 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recip
             problems += exc.problems
     if problems:
         raise RecipeError(problems)
-    return validate_data(data, locations, path.resolve() if path.exists() else path)
+    return validate_data(data, locations, _resolve(path) if _exists(path) else path)
 
 

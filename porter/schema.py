@@ -7,21 +7,43 @@ Each section grows with the transforms that read it.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 Dtype = Literal["float32", "bfloat16", "float16"]
-AxisSize = int | Literal["auto"]
+
+# Far past any machine, yet small enough that the product of the sizes stays
+# printable in messages (Python refuses to print integers over 4300 digits).
+MAX_AXIS_SIZE = 1 << 20
+MAX_AXES = 16
+AxisSize = Annotated[int, Field(le=MAX_AXIS_SIZE)] | Literal["auto"]
+
+
+def _few_axes(mesh: dict) -> dict:
+    if len(mesh) > MAX_AXES:
+        raise ValueError(f"a mesh has at most {MAX_AXES} axes (got {len(mesh)})")
+    return mesh
+
+
+def _no_nul(path: str) -> str:
+    # The OS cannot open such a path: say so here, not in a traceback mid-run.
+    if "\0" in path:
+        raise ValueError("a path cannot contain a NUL character")
+    return path
+
+
+PathText = Annotated[str, AfterValidator(_no_nul)]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # allow_inf_nan=False: no recipe number means infinity ('.inf' would pass ge=0)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ModelSection(Section):
     family: str = Field(description="model family a plugin registered, e.g. wan")
-    source: str = Field(
+    source: PathText = Field(
         "tiny",
         description="'tiny' (random weights built in code), a hub id, or a local diffusers directory",
     )
@@ -44,7 +66,7 @@ class RuntimeSection(Section):
     cpu_devices: int | None = Field(
         None, ge=1, le=1024, description="virtual CPU devices (development and tests)"
     )
-    compile_cache: bool | str = Field(
+    compile_cache: bool | PathText = Field(
         True, description="true: user cache dir; false: off; a string: that directory"
     )
 
@@ -52,7 +74,8 @@ class RuntimeSection(Section):
 class GenerateSection(Section):
     prompt: str
     negative_prompt: str = ""
-    image: str | None = Field(None, description="image-to-video: path of the first frame")
+    image: PathText | None = Field(
+        None, description="image-to-video: path of the first frame")
     height: int = Field(ge=8, le=8192)
     width: int = Field(ge=8, le=8192)
     frames: int = Field(ge=1, le=4096)
@@ -186,14 +209,17 @@ class VerifySection(Section):
 
 
 class OutputSection(Section):
-    dir: str | None = Field(None, description="run directory; default outputs/<recipe name>")
+    dir: PathText | None = Field(
+        None, description="run directory; default outputs/<recipe name>")
     fps: int = Field(16, ge=1, le=240)
+    checkpoint_every: int = Field(10, ge=0, description="save denoising progress every N "
+                                  "steps, for --resume; 0: only when interrupted")
 
 
 class RecipeSpec(Section):
     model: ModelSection
     runtime: RuntimeSection = RuntimeSection()
-    mesh: dict[str, AxisSize] = Field(
+    mesh: Annotated[dict[str, AxisSize], AfterValidator(_few_axes)] = Field(
         default_factory=lambda: {"dp": "auto"},
         description="named device-mesh axes and their sizes; one may be 'auto'",
     )
@@ -208,5 +234,3 @@ class RecipeSpec(Section):
         default_factory=dict, description="per component; replaces the family's defaults")
     verify: VerifySection = VerifySection()
     output: OutputSection = OutputSection()
-    checkpoint_every: int = Field(10, ge=0, description="save denoising progress every N "
-                                  "steps, for --resume; 0: only when interrupted")
