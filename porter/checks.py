@@ -164,6 +164,18 @@ def shape_problems(recipe, registry) -> list[Problem]:
     return built["problems"]
 
 
+def checkpoint_problems(recipe) -> list[Problem]:
+    """A local checkpoint's weight-file headers against its configs (no tensor data
+    read; the configs are known to build by now): what `run` checks before loading."""
+    if loading.source_kind(recipe.model.source) != "local":
+        return []
+    from porter import checkpoints
+    return [recipe.problem("model.source", problem, hint="re-download that component, "
+                           "or re-save the pipeline with save_pretrained")
+            for problem in checkpoints.directory_problems(Path(recipe.model.source)
+                                                          .expanduser())]
+
+
 def validate(recipe, registry) -> list[Problem]:
     problems = recipe_problems(recipe, registry)
     if problems:
@@ -171,6 +183,9 @@ def validate(recipe, registry) -> list[Problem]:
     problems = model_problems(recipe, registry)
     if problems:
         return problems  # shape checks build the same model
+    problems = checkpoint_problems(recipe)
+    if problems:
+        return problems
     problems = mesh_problems(recipe)
     return problems or shape_problems(recipe, registry)
 

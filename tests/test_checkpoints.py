@@ -330,3 +330,15 @@ def test_decode_on_a_truncated_stage_exits_2_before_loading(stage, write, capsys
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert "truncated" in err and "10 missing" in err
+
+
+def test_validate_reports_weight_file_problems(bad, tmp_path, capsys):
+    """`porter validate` reads the same headers: a truncated file fails validation."""
+    path = bad / TRANSFORMER
+    path.write_bytes(path.read_bytes()[:-100])
+    recipe_file = tmp_path / "r.yaml"
+    recipe_file.write_text(f"model: {{family: wan, source: {bad}}}\n"
+                           "generate: {prompt: a, height: 32, width: 32, frames: 9, steps: 2}\n")
+    assert cli.main(["validate", str(recipe_file)]) == 2
+    err = capsys.readouterr().err
+    assert "model.source" in err and "bytes" in err and "Traceback" not in err
