@@ -9,7 +9,9 @@ A benchmark, not a test: nothing here asserts a time.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import resource
 import statistics
 import sys
@@ -60,13 +62,10 @@ def _first_call(call, monitor) -> dict:
             "cache_misses": after["cache_misses"] - before["cache_misses"]}
 
 
-def compile_cold_and_warm(call, monitor) -> dict:
-    """The first call with an empty persistent compile cache, then again with the
-    cache it filled: what a first run and a second identical run pay.
-
-    Uses a private temporary cache, so the user's cache state does not matter,
-    and puts the configured one back afterwards.
-    """
+@contextlib.contextmanager
+def _private_compile_cache(runtime):
+    """The runtime with an empty temporary compile cache (JAX's and Porter's traces),
+    so the user's cache state does not matter; the configured one comes back after."""
     import tempfile
 
     import jax
@@ -77,11 +76,20 @@ def compile_cold_and_warm(call, monitor) -> dict:
         try:
             runtime_mod.enable_compile_cache(Path(private))
             compilation_cache.reset_cache()  # the cache object reads the directory once
-            cold = _first_call(call, monitor)
-            warm = _first_call(call, monitor)
+            yield dataclasses.replace(runtime, cache=Path(private))
         finally:
             jax.config.update("jax_compilation_cache_dir", configured)
             compilation_cache.reset_cache()
+
+
+def compile_cold_and_warm(call, monitor, traces) -> dict:
+    """The first call with empty caches, then again with the caches it filled and
+    nothing held in memory: what a first run and a second identical run pay."""
+    cold = _first_call(call, monitor)
+    if traces is not None:
+        traces.forget()
+    warm = _first_call(call, monitor)
+    warm["traces_loaded"] = traces.loaded if traces is not None else 0
     ratio = warm["compile_s"] / cold["compile_s"] if cold["compile_s"] else None
     return {"cold": cold, "warm": warm,
             "warm_over_cold": None if ratio is None else round(ratio, 3)}
@@ -109,22 +117,23 @@ def bench(recipe, registry, steps: int = 5) -> dict:
     from porter.verify import cast, random_inputs
 
     family = checks.checked_family(recipe, registry)
-    runtime = runtime_mod.start(recipe)
+    started = runtime_mod.start(recipe)
     monitor = runtime_mod.compile_monitor()
-    with patches.applied(selected_patches(recipe, registry, family)):
+    with _private_compile_cache(started) as runtime, \
+            patches.applied(selected_patches(recipe, registry, family)):
         pipe = loading.load_pipeline(family, recipe)
         reference = copy.deepcopy(pipe.transformer).eval()
         config = pipe.transformer.config
         host = cast(random_inputs(family, recipe, config),
                     loading.dtypes.DTYPES[recipe.model.dtype])
-        port(pipe, family, runtime, recipe)
+        traces = port(pipe, family, runtime, recipe)
         placed = {k: to_device(v, runtime) for k, v in host.items()}
 
         def ported():
             block(pipe.transformer(return_dict=False, **placed)[0])
 
         with attention_installed(recipe, registry, runtime), runtime.env:
-            compiled = compile_cold_and_warm(ported, monitor)
+            compiled = compile_cold_and_warm(ported, monitor, traces)
             step = _median_seconds(ported, steps)
 
     device = _reference_device(runtime)

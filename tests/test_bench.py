@@ -21,3 +21,4 @@ def test_bench_reports_both_sides(capsys):
     cold, warm = result["compile"]["cold"], result["compile"]["warm"]
     assert cold["cache_hits"] == 0 and cold["cache_misses"] > 0
     assert warm["cache_misses"] == 0 and warm["cache_hits"] == cold["cache_misses"]
+    assert warm["traces_loaded"] == 1  # the step's traced program, read back from disk

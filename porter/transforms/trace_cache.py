@@ -58,6 +58,12 @@ class TraceCache:
         self.directory = directory
         self.fingerprint = fingerprint
         self.loaded = self.exported = 0  # for the run record
+        self._programs: dict = {}  # key -> callable program (or _NOT_EXPORTABLE)
+
+    def forget(self) -> None:
+        """Drop the programs held in memory: the next calls load them from disk, as
+        a second run would (``porter bench`` measures that)."""
+        self._programs.clear()
 
     def key(self, name: str, static: dict, args, kwargs) -> str:
         import jax
@@ -74,14 +80,14 @@ class TraceCache:
         jitted = jax.jit(fn, static_argnames=static_argnames, donate_argnames=donate_argnames)
         if donate_argnames:  # a stored program cannot donate its inputs
             return jitted
-        programs: dict = {}
 
         def call(*args, **kwargs):
             static = {k: kwargs.pop(k) for k in static_argnames if k in kwargs}
             key = self.key(name, static, args, kwargs)
-            program = programs.get(key)
+            program = self._programs.get(key)
             if program is None:
-                program = programs[key] = self._program(key, jitted, args, kwargs, static)
+                program = self._programs[key] = self._program(key, jitted, args, kwargs,
+                                                              static)
             if program is _NOT_EXPORTABLE:
                 return jitted(*args, **kwargs, **static)
             return program(*args, **kwargs)
