@@ -134,12 +134,17 @@ def _header_problems(path: Path, meta: dict) -> list[str]:
 
 def load(directory: Path, stage: str, recipe) -> dict:
     """The stage's tensors (host torch), after checking they fit this recipe."""
+    return load_with_record(directory, stage, recipe)[1]
+
+
+def load_with_record(directory: Path, stage: str, recipe) -> tuple[dict, dict]:
+    """(the stage's JSON record, its tensors), after checking they fit this recipe."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    check(directory, stage, recipe)
+    meta = check(directory, stage, recipe)
     path = directory / f"{stage}.safetensors"
     try:
-        return load_file(str(path))
+        return meta, load_file(str(path))
     except (SafetensorError, OSError) as exc:
         raise UsageError(f"{path} cannot be read: {exc}", hint=REDO) from None

@@ -134,9 +134,7 @@ def load(directory, recipe) -> Progress | None:
     steps = _saved_steps(directory)
     if not steps:
         return None
-    stage = _stage(steps[0])
-    meta = artifacts.check(directory, stage, recipe)
-    tensors = artifacts.load(directory, stage, recipe)
+    meta, tensors = artifacts.load_with_record(directory, _stage(steps[0]), recipe)
     prefix = "scheduler."
     saved = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
     return Progress(step=int(meta["step"]), latents=tensors["latents"],
