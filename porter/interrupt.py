@@ -54,9 +54,20 @@ class StopRequest:
             raise Interrupted(signum)  # asked twice: stop now
         self.signum = signum
 
-    @property
-    def requested(self) -> bool:
-        return self.signum is not None
+    def agreed(self) -> int | None:
+        """The signal that stops the run, if any process got one. With several
+        processes this is a collective (every process calls it after each step): all
+        of them stop at the same step, or none does; a process stopping alone would
+        leave the others waiting in the next step's collectives."""
+        from porter import distributed
+
+        if distributed.process_count() == 1:
+            return self.signum
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        every = multihost_utils.process_allgather(np.int32(self.signum or 0))
+        return int(np.max(every)) or None
 
 
 @contextlib.contextmanager

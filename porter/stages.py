@@ -65,11 +65,12 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
                 bar.update()
                 completed = index + 1
                 due = every and completed % every == 0 and completed < total
-                if save is not None and (due or stop.requested):
+                signum = stop.agreed()
+                if save is not None and (due or signum):
                     save(Progress(completed, latents, *scheduler_state(pipe.scheduler)))
-                if stop.requested:
+                if signum:
                     raise interrupt.Interrupted(
-                        stop.signum, saved=f"{completed} of {total} denoising steps"
+                        signum, saved=f"{completed} of {total} denoising steps"
                         if save is not None else None)
     timings["steps_s"] = [round(s, 4) for s in step_times]
     timings["resumed_from_step"] = done

@@ -95,3 +95,47 @@ def test_incomplete_multi_process_settings_are_refused(capsys, monkeypatch):
     assert code == 2
     err = capsys.readouterr().err
     assert "JAX_COORDINATOR_ADDRESS" in err and "--coordinator" in err
+
+
+# Each scheduler step slowed down, so a signal lands mid-denoising.
+SLOW_PORTER = """\
+import sys, time
+import diffusers
+step = diffusers.FlowMatchEulerDiscreteScheduler.step
+def slow(self, *args, **kwargs):
+    time.sleep(0.5)
+    return step(self, *args, **kwargs)
+diffusers.FlowMatchEulerDiscreteScheduler.step = slow
+from porter.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_signal_to_one_process_stops_all_at_the_same_step(tmp_path):
+    """SIGTERM to process 1 alone: both stop after the same step (no process left
+    waiting in a collective), process 0 saves it, and both exit 143."""
+    import signal
+    import time
+
+    out, port = tmp_path / "out", free_port()
+    children = [subprocess.Popen(
+        [sys.executable, "-c", SLOW_PORTER, "run", str(RECIPE), f"output.dir={out}",
+         "generate.steps=8", "output.checkpoint_every=2", "--cpu-devices", "4",
+         "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id",
+         str(i), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "progress-000002.json").exists():
+            assert all(c.poll() is None for c in children), children[0].communicate()
+            assert time.monotonic() < deadline, "no checkpoint within 300 s"
+            time.sleep(0.05)
+        children[1].send_signal(signal.SIGTERM)
+        results = [c.communicate(timeout=120) for c in children]
+    finally:
+        for child in children:
+            child.kill()
+    assert [c.returncode for c in children] == [143, 143], results[0][1][-2000:]
+    saved = sorted(p.name for p in out.glob("progress-*.json"))
+    assert len(saved) == 1 and saved != ["progress-000008.json"], saved
+    assert not (out / "denoise.json").exists()
