@@ -49,7 +49,8 @@ def port(pipe, family, runtime, recipe):
     traces = trace_cache(recipe, family, runtime)
     for name, component in modules.items():
         if name in compiled:
-            component = compile_transform.apply(component, compiled[name], traces, name)
+            component = compile_transform.apply(component, compiled[name], traces, name,
+                                                   runtime.xla_options)
             if name.startswith("transformer") and sharding.inputs:
                 component = shard_transform.ShardedInputs(component, sharding.inputs, runtime)
         if name in recipe.attention.skip:

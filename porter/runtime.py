@@ -7,6 +7,7 @@ torchax (through ``porter.compat``) and builds the mesh.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -66,6 +67,46 @@ def configure(platform: str, cpu_devices: int | None) -> None:
         os.environ["JAX_PLATFORMS"] = {"gpu": "cuda"}.get(platform, platform)
     if cpu_devices:
         request_cpu_devices(cpu_devices)
+
+
+#: XLA compiler options Porter passes when a recipe sets none, per platform. On CPU,
+#: XLA's YNNPACK pass otherwise folds norms, modulation and GELU into the big matmuls
+#: at long sequences, and feeds them constants broadcast to full activation size:
+#: 0.8 s of a 15.6 s step of the 8k-token Wan block (benchmarks/README.md).
+DEFAULT_XLA_OPTIONS = {
+    "cpu": {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
+}
+
+
+def xla_options(setting: dict | None, platform: str) -> dict:
+    """The compiler options for this run: the recipe's, checked, or the platform's
+    defaults where this XLA knows them."""
+    import jax
+
+    options = DEFAULT_XLA_OPTIONS.get(platform, {}) if setting is None else dict(setting)
+    if not options:
+        return {}
+    refused = _refusal(tuple(sorted(options.items())))
+    if refused is None:
+        return options
+    if setting is None:
+        return {}  # an XLA without these options: its own defaults
+    raise UsageError(f"runtime.xla_options: {refused}",
+                     hint="names are XLA debug options of the installed jaxlib (xla_cpu_*, "
+                          "xla_gpu_*, ...); enum values take their full upper-case names")
+
+
+@functools.cache
+def _refusal(options: tuple) -> str | None:
+    """XLA's complaint about these options, from compiling a one-op program (once
+    per process, before the compile cache is on, so no run counts it)."""
+    import jax
+
+    try:
+        jax.jit(lambda x: x, compiler_options=dict(options)).lower(0.0).compile()
+    except Exception as exc:  # XLA names the option it refuses
+        return str(exc).splitlines()[0]
+    return None
 
 
 def resolve_mesh(axes: dict, device_count: int) -> dict[str, int]:
@@ -140,6 +181,7 @@ class Runtime:
     platform: str
     device_kind: str
     cache: Path | None
+    xla_options: dict = field(default_factory=dict)  # jax.jit compiler_options
 
     @property
     def axes(self) -> dict[str, int]:
@@ -159,6 +201,8 @@ def start(recipe) -> Runtime:
     import jax
     import numpy as np
 
+    platform = jax.default_backend()
+    options = xla_options(recipe.runtime.xla_options, platform)
     directory = cache_dir(recipe.runtime.compile_cache)
     enable_compile_cache(directory)
     compile_monitor()
@@ -166,5 +210,6 @@ def start(recipe) -> Runtime:
     axes = resolve_mesh(recipe.mesh, len(devices))
     used = np.array(devices[: math.prod(axes.values())]).reshape(tuple(axes.values()))
     mesh = jax.sharding.Mesh(used, tuple(axes))
-    return Runtime(env=torchax.default_env(), mesh=mesh, platform=jax.default_backend(),
-                   device_kind=devices[0].device_kind, cache=directory)
+    return Runtime(env=torchax.default_env(), mesh=mesh, platform=platform,
+                   device_kind=devices[0].device_kind, cache=directory,
+                   xla_options=options)

@@ -69,6 +69,10 @@ class RuntimeSection(Section):
     compile_cache: bool | PathText = Field(
         True, description="true: user cache dir; false: off; a string: that directory"
     )
+    xla_options: dict[str, bool | int | float | str] | None = Field(
+        None, description="XLA compiler options for the compiled components (jax.jit "
+        "compiler_options), e.g. {xla_cpu_enable_fast_math: false}; null: Porter's "
+        "defaults for the platform; {}: none")
 
 
 class GenerateSection(Section):

@@ -66,6 +66,33 @@ def test_donated_input_is_consumed():
     assert x._elem.is_deleted()
 
 
+def test_xla_options_reach_xla_with_and_without_the_trace_cache(tmp_path):
+    """A value XLA refuses fails the first call: proof the options are passed on."""
+    import jax
+    import pytest
+
+    from porter.schema import CompileRule
+    from porter.transforms.trace_cache import TraceCache
+    from porter_wan.tiny import build_pipeline
+
+    rt = runtime.start(recipe.validate_data(
+        {"model": {"family": "wan"}, "mesh": {"dp": 1},
+         "generate": {"prompt": "x", "height": 32, "width": 32, "frames": 9, "steps": 1}},
+        {}))
+    bad = {"xla_cpu_experimental_ynn_fusion_type": "NOT_A_FUSION_TYPE"}
+    inputs = dict(hidden_states=to_device(torch.randn(1, 16, 3, 4, 4), rt),
+                  timestep=to_device(torch.tensor([5.0]), rt),
+                  encoder_hidden_states=to_device(torch.randn(1, 16, 32), rt),
+                  return_dict=False)
+    for traces in (None, TraceCache(tmp_path, "test")):
+        transformer = build_pipeline().transformer.eval()
+        sharding.apply(transformer, rt, [])
+        jitted = compile_transform.apply(transformer, CompileRule(methods=["forward"]),
+                                         traces, "transformer", bad)
+        with rt.env, pytest.raises(jax.errors.JaxRuntimeError, match="NOT_A_FUSION_TYPE"):
+            jitted(**inputs)
+
+
 def test_blocks_compiled_one_by_one(write):
     """modules: the component stays eager (its glue may branch on values); blocks jit."""
     from porter.interop import to_host

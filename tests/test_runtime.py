@@ -50,3 +50,20 @@ def test_request_cpu_devices_sets_flag_before_import(monkeypatch):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "3"
+
+
+def test_xla_options_platform_defaults_recipe_override_and_refusal(monkeypatch):
+    import jax
+    platform = jax.default_backend()
+    defaults = runtime.DEFAULT_XLA_OPTIONS.get(platform, {})
+    assert runtime.xla_options(None, platform) == defaults  # this jaxlib knows them
+    assert runtime.xla_options({}, platform) == {}  # a recipe can turn them off
+    wanted = {"xla_cpu_enable_fast_math": False}
+    assert runtime.xla_options(wanted, platform) == wanted
+    with pytest.raises(UsageError) as info:
+        runtime.xla_options({"xla_cpu_no_such_option": True}, platform)
+    assert "runtime.xla_options" in info.value.message
+    assert "xla_cpu_no_such_option" in info.value.message
+    # defaults an older XLA does not know are dropped, not an error
+    monkeypatch.setitem(runtime.DEFAULT_XLA_OPTIONS, platform, {"xla_cpu_no_such_option": 1})
+    assert runtime.xla_options(None, platform) == {}

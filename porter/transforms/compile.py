@@ -13,16 +13,22 @@ def rules(recipe, family) -> dict[str, CompileRule]:
     return {name: rule for name, rule in plan.items() if rule.methods}
 
 
-def apply(module, rule: CompileRule, traces=None, name: str = ""):
+def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=None):
     """A module whose ``rule.methods`` are jitted once per input shape and reused;
     with ``rule.modules``, the module itself stays eager and each matching submodule
-    is jitted instead. ``traces`` (a TraceCache) keeps the traced programs on disk."""
+    is jitted instead. ``traces`` (a TraceCache) keeps the traced programs on disk;
+    ``xla_options`` are XLA's compiler options for every program."""
+    jit_kwargs = {"static_argnames": tuple(rule.static_argnames)}
+    if rule.donate_argnames:
+        jit_kwargs["donate_argnames"] = tuple(rule.donate_argnames)
+    if xla_options:
+        jit_kwargs["compiler_options"] = dict(xla_options)
     if rule.modules is not None:
-        return _compile_submodules(module, rule, traces, name)
-    return _jit(module, rule, traces, name)
+        return _compile_submodules(module, rule, traces, name, jit_kwargs)
+    return _jit(module, rule, traces, name, jit_kwargs)
 
 
-def _compile_submodules(module, rule: CompileRule, traces, name: str):
+def _compile_submodules(module, rule: CompileRule, traces, name: str, jit_kwargs: dict):
     import re
 
     targets = [name for name, _ in module.named_modules()
@@ -31,17 +37,14 @@ def _compile_submodules(module, rule: CompileRule, traces, name: str):
         parent_name, _, child = target.rpartition(".")
         parent = module.get_submodule(parent_name) if parent_name else module
         parent._modules[child] = _jit(parent._modules[child], rule, traces,
-                                      f"{name}.{target}")
+                                      f"{name}.{target}", jit_kwargs)
     return module
 
 
-def _jit(module, rule: CompileRule, traces, name: str):
+def _jit(module, rule: CompileRule, traces, name: str, jit_kwargs: dict):
     from porter.compat import import_torchax
 
     torchax = import_torchax()
-    jit_kwargs = {"static_argnames": tuple(rule.static_argnames)}
-    if rule.donate_argnames:
-        jit_kwargs["donate_argnames"] = tuple(rule.donate_argnames)
     options = torchax.CompileOptions(methods_to_compile=list(rule.methods),
                                      jax_jit_kwargs=jit_kwargs)
     compiled = torchax.compile(module, options)

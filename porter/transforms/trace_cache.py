@@ -73,11 +73,12 @@ class TraceCache:
                           *map(_describe, leaves)])
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def jit(self, name: str, fn, static_argnames=(), donate_argnames=()):
+    def jit(self, name: str, fn, static_argnames=(), donate_argnames=(), compiler_options=None):
         """``jax.jit(fn)``, backed by exported programs on disk."""
         import jax
 
-        jitted = jax.jit(fn, static_argnames=static_argnames, donate_argnames=donate_argnames)
+        jitted = jax.jit(fn, static_argnames=static_argnames, donate_argnames=donate_argnames,
+                         compiler_options=compiler_options)
         if donate_argnames:  # a stored program cannot donate its inputs
             return jitted
 
@@ -87,13 +88,13 @@ class TraceCache:
             program = self._programs.get(key)
             if program is None:
                 program = self._programs[key] = self._program(key, jitted, args, kwargs,
-                                                              static)
+                                                              static, compiler_options)
             if program is _NOT_EXPORTABLE:
                 return jitted(*args, **kwargs, **static)
             return program(*args, **kwargs)
         return call
 
-    def _program(self, key: str, jitted, args, kwargs, static):
+    def _program(self, key: str, jitted, args, kwargs, static, compiler_options):
         import jax
         from jax import export
 
@@ -102,7 +103,7 @@ class TraceCache:
             try:
                 exported = export.deserialize(bytearray(path.read_bytes()))
                 self.loaded += 1
-                return jax.jit(exported.call)
+                return jax.jit(exported.call, compiler_options=compiler_options)
             except Exception:  # unreadable or from another JAX: trace again below
                 path.unlink(missing_ok=True)
         try:
@@ -112,7 +113,7 @@ class TraceCache:
             return _NOT_EXPORTABLE
         self._write(path, blob)
         self.exported += 1
-        return jax.jit(exported.call)
+        return jax.jit(exported.call, compiler_options=compiler_options)
 
     def _write(self, path: Path, blob: bytes) -> None:
         from porter import distributed
