@@ -26,7 +26,8 @@ class ModelFamily:
     #: False: the family runs the pipeline's own __call__ (``generate``), not the
     #: core's encode / denoise / decode stages
     staged: bool = True
-    #: registered patches every run of this family needs (applied before the recipe's)
+    #: registered patches every run of this family gets, to trace or to run fast
+    #: (applied before the recipe's)
     required_patches: tuple[str, ...] = ()
     #: the registered patch that serves rotary tables from the cache, if any
     rotary_patch: str | None = None

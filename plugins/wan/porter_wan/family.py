@@ -18,6 +18,8 @@ class WanFamily(ModelFamily):
     summary = ("Wan 2.1 and 2.2: text-to-video (WanPipeline), two-expert A14B, "
                "image-to-video (WanImageToVideoPipeline, variant i2v)")
     variants = ("t2v", "t2v-two-experts", "i2v")
+    # Wan writes rotated q and k into strided slices: keep that out of a scatter
+    required_patches = ("core.strided_set",)
     rotary_patch = "wan.rope_cache"
     compiled = {"transformer": ("forward",), "transformer_2": ("forward",),
                 "vae": ("decode",)}

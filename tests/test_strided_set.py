@@ -1,0 +1,90 @@
+"""core.strided_set: strided-slice assignment without a scatter, same result."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from porter.builtin import STRIDED_SET
+from porter.strided_set import full_slices, strided_set
+
+SHAPE = (3, 5, 8)
+
+
+def _slice(size: int):
+    bound = st.one_of(st.none(), st.integers(-size - 1, size + 1))
+    return st.builds(slice, bound, bound, st.one_of(st.none(), st.integers(1, 4)))
+
+
+KEYS = st.one_of(
+    st.tuples(_slice(3), _slice(5), _slice(8)),
+    st.tuples(st.just(Ellipsis), _slice(8)),
+    st.tuples(_slice(3), st.just(Ellipsis), _slice(8)),
+    _slice(3),
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(key=KEYS, scalar=st.booleans())
+def test_same_result_as_numpy(key, scalar):
+    x = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE)
+    target_shape = x[key].shape
+    value = np.float32(-1.5) if scalar else -np.arange(
+        np.prod(target_shape), dtype=np.float32).reshape(target_shape)
+    expected = x.copy()
+    expected[key] = value
+    got = strided_set(jnp.asarray(x), key, jnp.asarray(value))
+    if got is None:  # every step is 1: left to the scatter, which is fine there
+        assert all((s.step or 1) == 1 for s in full_slices(key, 3))
+        return
+    np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+def test_no_scatter_in_the_compiled_program():
+    def rotate(x, a, b):
+        x = strided_set(x, (Ellipsis, slice(0, None, 2)), a)
+        return strided_set(x, (Ellipsis, slice(1, None, 2)), b)
+
+    args = (jnp.zeros((4, 6, 8)), jnp.ones((4, 6, 4)), jnp.full((4, 6, 4), 2.0))
+    text = jax.jit(rotate).lower(*args).compile().as_text()
+    assert not re.search(r"\bscatter\(", text)  # the op, not a name in metadata
+    np.testing.assert_array_equal(np.asarray(jax.jit(rotate)(*args))[0, 0],
+                                  [1, 2, 1, 2, 1, 2, 1, 2])
+
+
+def test_other_keys_are_left_to_torchax():
+    x = jnp.zeros((4, 4))
+    for key in [(1, slice(None, None, 2)), (jnp.array([0, 2]),), (None, slice(0, 2)),
+                (slice(None, None, -1),), (slice(0, 4),), (Ellipsis, Ellipsis)]:
+        assert strided_set(x, key, 1.0) is None
+
+
+def test_patched_torchax_tensor_matches_torch():
+    from porter.compat import import_torchax
+    torchax = import_torchax()
+    env = torchax.default_env()
+    a, b = torch.randn(2, 7, 3, 5), torch.randn(2, 7, 3, 5)
+    expected = torch.empty(2, 7, 3, 10)
+    expected[..., 0::2], expected[..., 1::2] = a, b
+    expected[0, 1] = 7.0  # an integer key: torchax's own path
+    with STRIDED_SET.applied(), env:
+        out = torch.empty(2, 7, 3, 10, device="jax")
+        out[..., 0::2] = a.to("jax")
+        out[..., 1::2] = b.to("jax")
+        out[0, 1] = 7.0
+        got = out.to("cpu")
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.int32])
+def test_value_takes_the_target_dtype(dtype):
+    got = strided_set(jnp.zeros(6, dtype), (slice(0, None, 2),), jnp.array([1.7, 2.2, 3.9]))
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(got, np.float32),
+                                  np.asarray(jnp.zeros(6, dtype).at[::2].set(
+                                      jnp.array([1.7, 2.2, 3.9]).astype(dtype)), np.float32))
