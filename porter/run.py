@@ -59,6 +59,27 @@ def port(pipe, family, runtime, recipe):
     return traces
 
 
+#: recipe keys that never reach a traced program: what a video is made from (its
+#: values enter as inputs, their shapes are in every trace key anyway) and where
+#: the results go. Changing them keeps the stored traces.
+NOT_TRACED = ("output", "verify", "generate.prompt", "generate.negative_prompt",
+              "generate.seed", "generate.image")
+
+
+def traced_settings(recipe) -> str:
+    """The recipe's settings that a traced program may depend on, as canonical JSON."""
+    import json
+
+    data = recipe.resolved()
+    for dotted in NOT_TRACED:
+        *parents, last = dotted.split(".")
+        owner = data
+        for parent in parents:
+            owner = owner.get(parent) or {}
+        owner.pop(last, None)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
 def trace_cache(recipe, family, runtime):
     """Traced programs beside the compile cache (none when the cache is off)."""
     import hashlib
@@ -73,7 +94,7 @@ def trace_cache(recipe, family, runtime):
     registry_modules = [type(family).__module__,
                         *(p.replacement.__module__ for p in registry.patches.values()),
                         *(b.kernel.__module__ for b in registry.attention.values())]
-    parts = [recipe.digest(), repr(record.versions()), repr(runtime.axes),
+    parts = [traced_settings(recipe), repr(record.versions()), repr(runtime.axes),
              code_fingerprint(["porter", *registry_modules])]
     return TraceCache(runtime.cache / "porter-traces",
                       hashlib.sha256("\n".join(parts).encode()).hexdigest())

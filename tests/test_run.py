@@ -140,6 +140,13 @@ def test_second_identical_run_reuses_compile_cache(tmp_path):
     assert torch.equal(latents[0], latents[1])  # the stored program computes the same
     assert second["seconds"] < first["seconds"]
     assert records[0]["recipe_sha256"] == records[1]["recipe_sha256"]
+    # another prompt, seed and output directory: the same programs, still loaded
+    other = porter("run", str(recipe_file), f"output.dir={tmp_path / 'other'}",
+                   "generate.prompt=a different prompt", "generate.seed=7", "--no-progress",
+                   env=env)
+    assert other.returncode == 0, other.stderr
+    third = json.loads((tmp_path / "other" / "run.json").read_text())["timings"]["compile"]
+    assert (third["traces_saved"], third["traces_loaded"]) == (0, 2)
 
 
 def test_cfg_parallel_gives_the_same_latents(tmp_path):

@@ -7,7 +7,7 @@ method is exported once (``jax.export``: the StableHLO with its shardings),
 serialized next to the compile cache, and later runs call the stored program.
 
 The key covers everything a trace depends on: the recipe (patches, dtypes,
-sharding, attention), the versions of Porter's dependencies, the source of
+sharding, attention; not the prompts, seed or output settings), the versions of Porter's dependencies, the source of
 Porter and of the plugins in play, the component and method, the static
 arguments, and every input's shape, dtype and sharding. Weights are inputs,
 never constants, so new weights of the same shapes reuse the program.
