@@ -81,8 +81,6 @@ DEFAULT_XLA_OPTIONS = {
 def xla_options(setting: dict | None, platform: str) -> dict:
     """The compiler options for this run: the recipe's, checked, or the platform's
     defaults where this XLA knows them."""
-    import jax
-
     options = DEFAULT_XLA_OPTIONS.get(platform, {}) if setting is None else dict(setting)
     if not options:
         return {}

@@ -12,13 +12,18 @@ arithmetic that produces the value. The result is identical.
 from __future__ import annotations
 
 
+def _static(bound) -> bool:
+    return bound is None or (isinstance(bound, int) and not isinstance(bound, bool))
+
+
 def full_slices(key, ndim: int) -> tuple[slice, ...] | None:
     """``key`` as one slice per dimension, or None if it holds anything but slices
-    and at most one Ellipsis (integers, arrays, None)."""
+    with Python-int bounds and at most one Ellipsis (integers, arrays, None)."""
     key = key if isinstance(key, tuple) else (key,)
     if sum(k is Ellipsis for k in key) > 1:
         return None
-    if not all(isinstance(k, slice) or k is Ellipsis for k in key):
+    if not all(k is Ellipsis or (isinstance(k, slice) and _static(k.start) and
+                                 _static(k.stop) and _static(k.step)) for k in key):
         return None
     fill = ndim - (len(key) - (Ellipsis in key))
     if fill < 0:
@@ -36,9 +41,7 @@ def strided_set(x, key, value):
     from jax import lax
 
     slices = full_slices(key, x.ndim)
-    if slices is None or any(isinstance(getattr(s, a), bool) or
-                             not isinstance(getattr(s, a), (int, type(None)))
-                             for s in slices for a in ("start", "stop", "step")):
+    if slices is None:
         return None
     ranges = [range(*s.indices(n)) for s, n in zip(slices, x.shape)]
     if any(r.step < 1 for r in ranges) or all(r.step == 1 for r in ranges):
