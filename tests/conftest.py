@@ -72,3 +72,19 @@ def lowered_text(module, runtime, **inputs) -> str:
         return jax.jit(fn, static_argnames=("return_dict",)).lower(
             interop.jax_view(module.params), interop.jax_view(module.buffers),
             return_dict=False, **interop.jax_view(inputs)).as_text()
+
+
+def slow_porter(scheduler: str) -> str:
+    """Source of a child process that runs the porter CLI with ``scheduler``'s step
+    slowed down, so a signal sent after a checkpoint lands mid-denoising."""
+    return f"""\
+import sys, time
+import diffusers
+step = diffusers.{scheduler}.step
+def slow(self, *args, **kwargs):
+    time.sleep(0.5)
+    return step(self, *args, **kwargs)
+diffusers.{scheduler}.step = slow
+from porter.cli import main
+sys.exit(main(sys.argv[1:]))
+"""

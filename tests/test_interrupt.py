@@ -19,6 +19,8 @@ from porter import artifacts, plugins, recipe
 from porter.interrupt import Interrupted
 from porter.run import run
 
+from conftest import slow_porter
+
 pytestmark = pytest.mark.slow
 
 STEPS = 6
@@ -30,19 +32,7 @@ generate: {{prompt: "a cat", height: 32, width: 32, frames: 9, steps: %d,
 output: {{dir: {out}, checkpoint_every: 2}}
 """ % STEPS
 
-# Runs porter in a child process with each scheduler step slowed down, so a
-# signal sent after the first checkpoint lands mid-denoising.
-SLOW_PORTER = """\
-import sys, time
-import diffusers
-step = diffusers.UniPCMultistepScheduler.step
-def slow(self, *args, **kwargs):
-    time.sleep(0.5)
-    return step(self, *args, **kwargs)
-diffusers.UniPCMultistepScheduler.step = slow
-from porter.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+SLOW_PORTER = slow_porter("UniPCMultistepScheduler")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import RECIPES
+from conftest import RECIPES, slow_porter
 from porter import plugins, recipe
 from porter.run import run
 
@@ -97,18 +97,7 @@ def test_incomplete_multi_process_settings_are_refused(capsys, monkeypatch):
     assert "JAX_COORDINATOR_ADDRESS" in err and "--coordinator" in err
 
 
-# Each scheduler step slowed down, so a signal lands mid-denoising.
-SLOW_PORTER = """\
-import sys, time
-import diffusers
-step = diffusers.FlowMatchEulerDiscreteScheduler.step
-def slow(self, *args, **kwargs):
-    time.sleep(0.5)
-    return step(self, *args, **kwargs)
-diffusers.FlowMatchEulerDiscreteScheduler.step = slow
-from porter.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+SLOW_PORTER = slow_porter("FlowMatchEulerDiscreteScheduler")
 
 
 def test_a_signal_to_one_process_stops_all_at_the_same_step(tmp_path):
