@@ -69,26 +69,31 @@ def configure(platform: str, cpu_devices: int | None) -> None:
         request_cpu_devices(cpu_devices)
 
 
-#: XLA compiler options Porter passes when a recipe sets none, per platform. On CPU,
-#: XLA's YNNPACK pass otherwise folds norms, modulation and GELU into the big matmuls
-#: at long sequences, and feeds them constants broadcast to full activation size:
-#: 0.8 s of a 15.6 s step of the 8k-token Wan block (benchmarks/README.md).
+#: XLA compiler options Porter passes when a recipe sets none, per platform. On CPU:
+#: - XLA's YNNPACK pass otherwise folds norms, modulation and GELU into the big
+#:   matmuls at long sequences, and feeds them constants broadcast to full activation
+#:   size: 0.8 s of a 15.6 s step of the 8k-token Wan block (benchmarks/README.md);
+#: - XLA's concurrency-optimized scheduler starts every independent op early. A CPU
+#:   has no bfloat16 matmul, so each bfloat16 weight is converted to float32 before
+#:   its matmul, and that scheduler converts all of them at once: a real-size Wan
+#:   1.3B step held 5.3 GiB of float32 weight copies (twice the weights) where the
+#:   memory-minimizing scheduler holds one.
 DEFAULT_XLA_OPTIONS = {
-    "cpu": {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
+    "cpu": {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT",
+            "xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"},
 }
 
 
 def xla_options(setting: dict | None, platform: str) -> dict:
     """The compiler options for this run: the recipe's, checked, or the platform's
     defaults where this XLA knows them."""
-    options = DEFAULT_XLA_OPTIONS.get(platform, {}) if setting is None else dict(setting)
-    if not options:
-        return {}
-    refused = _refusal(tuple(sorted(options.items())))
+    if setting is None:  # each default this XLA knows (an older one lacks some)
+        return {key: value for key, value in DEFAULT_XLA_OPTIONS.get(platform, {}).items()
+                if _refusal(((key, value),)) is None}
+    options = dict(setting)
+    refused = _refusal(tuple(sorted(options.items()))) if options else None
     if refused is None:
         return options
-    if setting is None:
-        return {}  # an XLA without these options: its own defaults
     raise UsageError(f"runtime.xla_options: {refused}",
                      hint="names are XLA debug options of the installed jaxlib (xla_cpu_*, "
                           "xla_gpu_*, ...); enum values take their full upper-case names")
@@ -188,6 +193,22 @@ class Runtime:
     def replicated(self):
         from jax.sharding import NamedSharding, PartitionSpec
         return NamedSharding(self.mesh, PartitionSpec())
+
+
+def peak_memory(runtime) -> dict:
+    """Peak memory so far: the host process's (what the kernel counts), and on an
+    accelerator the first device's own peak."""
+    import resource
+
+    import jax
+
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
+    found = {"host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale}
+    device = jax.local_devices()[0]
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if runtime.platform != "cpu" and stats:
+        found["device_peak_bytes"] = int(stats.get("peak_bytes_in_use", 0))
+    return found
 
 
 def start(recipe) -> Runtime:
