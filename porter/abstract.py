@@ -69,6 +69,23 @@ def from_config_dir(library: str, cls: type, folder: Path) -> torch.nn.Module:
         return cls(cls.config_class.from_pretrained(folder))
 
 
+def empty_component(library: str, cls: type, folder: Path) -> torch.nn.Module:
+    """One component from its configuration with its parameters on the meta device,
+    to be filled from its weight files. Buffers are real: some hold values computed
+    when the module is built that no file stores (rotary tables). Tied weights are
+    tied, as the library's loader ties them."""
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
+        if library == "diffusers":
+            module = cls.from_config(cls.load_config(folder))
+        else:
+            module = cls(cls.config_class.from_pretrained(folder))
+    if callable(getattr(module, "tie_weights", None)):
+        module.tie_weights()
+    return module
+
+
 def _from_configs(root: Path) -> dict[str, torch.nn.Module]:
     return {name: from_config_dir(library, cls, root / name)
             for name, (library, cls) in module_classes(root).items()}

@@ -12,9 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import resource
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -95,16 +93,6 @@ def compile_cold_and_warm(call, monitor, traces) -> dict:
             "warm_over_cold": None if ratio is None else round(ratio, 3)}
 
 
-def _peak_memory(runtime) -> dict:
-    import jax
-    device = jax.devices()[0]
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-    if runtime.platform != "cpu" and stats:
-        return {"device_peak_bytes": int(stats.get("peak_bytes_in_use", 0))}
-    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
-    return {"host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale}
-
-
 def _reference_device(runtime) -> torch.device:
     """Where PyTorch eager runs: on the GPU when the port runs on one, else the host."""
     if runtime.platform == "gpu" and torch.cuda.is_available():
@@ -126,7 +114,7 @@ def bench(recipe, registry, steps: int = 5) -> dict:
         config = pipe.transformer.config
         host = cast(random_inputs(family, recipe, config),
                     loading.dtypes.DTYPES[recipe.model.dtype])
-        traces = port(pipe, family, runtime, recipe)
+        traces = port(pipe, family, runtime, recipe).traces
         placed = {k: to_device(v, runtime) for k, v in host.items()}
 
         def ported():
@@ -148,7 +136,7 @@ def bench(recipe, registry, steps: int = 5) -> dict:
     with torch.no_grad():
         eager()  # warm-up (allocations, kernels)
         torch_step = _median_seconds(eager, steps)
-    memory = _peak_memory(runtime)
+    memory = runtime_mod.peak_memory(runtime)
     if device.type == "cuda":
         memory["torch_device_peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
 

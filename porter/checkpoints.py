@@ -55,6 +55,8 @@ class Entry:
     dtype: str  # safetensors name, e.g. "BF16"
     shape: tuple[int, ...]
     file: Path
+    offset: int = 0  # where the tensor's bytes start in the file
+    nbytes: int = 0
 
 
 def torch_dtype(name: str) -> torch.dtype | None:
@@ -88,7 +90,7 @@ def read_header(path: Path) -> dict[str, Entry]:
     if not isinstance(header, dict):
         raise CorruptFile("its header is not a JSON object (not a safetensors file?)")
     header.pop("__metadata__", None)
-    entries = {name: _entry(name, value, path) for name, value in header.items()}
+    entries = {name: _entry(name, value, path, 8 + length) for name, value in header.items()}
     expected = 8 + length + max((_end(v) for v in header.values()), default=0)
     if size < expected:
         raise CorruptFile(f"truncated: {expected} bytes expected, {size} present "
@@ -99,7 +101,7 @@ def read_header(path: Path) -> dict[str, Entry]:
     return entries
 
 
-def _entry(name: str, value, path: Path) -> Entry:
+def _entry(name: str, value, path: Path, data_start: int) -> Entry:
     try:
         shape = tuple(int(d) for d in value["shape"])
         begin, end = (int(x) for x in value["data_offsets"])
@@ -110,7 +112,7 @@ def _entry(name: str, value, path: Path) -> Entry:
     if dt is not None and end - begin != _numel(shape) * dt.itemsize:
         raise CorruptFile(f"header entry {name!r} ({dtype} {list(shape)}) spans "
                           f"{end - begin} bytes, needs {_numel(shape) * dt.itemsize}")
-    return Entry(dtype, shape, path)
+    return Entry(dtype, shape, path, data_start + begin, end - begin)
 
 
 def _end(value) -> int:
@@ -171,7 +173,7 @@ def compare(model: torch.nn.Module, found: dict[str, Entry], folder: Path,
     """Shape and dtype problems of the tensors found, and (``complete``: every file
     was read) the tensors the model needs that no file holds."""
     expected = model.state_dict(keep_vars=True)
-    found = _align_prefix(model, expected, found)
+    found = align_prefix(model, expected, found)
     problems = []
     for name, entry in found.items():
         if name in expected:
@@ -195,7 +197,7 @@ def _tensor_problems(name: str, want: torch.Tensor, entry: Entry) -> list[str]:
     return []
 
 
-def _align_prefix(model, expected: dict, found: dict[str, Entry]) -> dict[str, Entry]:
+def align_prefix(model, expected: dict, found: dict[str, Entry]) -> dict[str, Entry]:
     """transformers loads a file saved from a head model (keys 'model.x') into the
     bare model (keys 'x') and back, by its base_model_prefix: do the same."""
     prefix = getattr(model, "base_model_prefix", "")

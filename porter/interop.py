@@ -26,9 +26,11 @@ def _fetch(array) -> np.ndarray:
 
 
 def to_device(tensor: torch.Tensor, runtime):
-    """A torchax tensor on the mesh (replicated) holding a host tensor's values."""
-    import jax
+    """A torchax tensor on the mesh (replicated) holding a host tensor's values,
+    placed from the host on every device (not first on one device, then copied)."""
     from torchax.tensor import Tensor
 
-    array = runtime.env.t2j_copy(tensor.detach().cpu())
-    return Tensor(jax.device_put(array, runtime.replicated()), runtime.env)
+    from porter.transforms import placement
+
+    host = placement.as_placed(tensor.detach().cpu())
+    return Tensor(placement.place(host, tuple(host.shape), runtime.replicated()), runtime.env)

@@ -48,6 +48,43 @@ def load_pipeline(family, recipe):
     return pipe
 
 
+def load_for_port(family, recipe):
+    """The pipeline to port, and where the weights of its empty components lie.
+
+    A component whose checkpoint files hold exactly its tensors is built with its
+    parameters on the meta device and returned in ``weights`` (component ->
+    ``ComponentWeights``): porting reads its tensors one at a time, straight into
+    their shards. The rest (tiny models, formats only the library can convert) are
+    loaded on the host as before. The recipe's dtypes are applied to both (free on
+    the meta device), so each tensor's dtype is the one it is placed in.
+    """
+    kind = source_kind(recipe.model.source)
+    if kind == "tiny":
+        pipe, weights = load_untouched(family, recipe), {}
+    else:
+        root = _local_root(family.pipeline_class(recipe), recipe.model.source, kind)
+        empty, weights = _empty_components(root)
+        pipe = _from_pretrained(family.pipeline_class(recipe), root, _torch_dtypes(recipe),
+                                recipe.model.source, components=empty)
+        _eval(pipe)
+    dtypes.apply_all(pipe.components, recipe)
+    return pipe, weights
+
+
+def _empty_components(root: Path) -> tuple[dict, dict]:
+    """Components whose weights can be read tensor by tensor: built empty, with
+    where each tensor lies."""
+    from porter import abstract, weights as checkpoint_weights
+
+    empty, found = {}, {}
+    for name, (library, cls) in abstract.module_classes(root).items():
+        module = abstract.empty_component(library, cls, root / name)
+        located = checkpoint_weights.for_module(module, root / name, library)
+        if located is not None:
+            empty[name], found[name] = module, located
+    return empty, found
+
+
 def load_untouched(family, recipe):
     """The pipeline as its source gives it (dtypes not yet applied), in eval mode."""
     source = recipe.model.source
@@ -55,34 +92,59 @@ def load_untouched(family, recipe):
     if kind == "tiny":
         pipe = family.build_tiny(recipe)
     elif kind in ("local", "hub"):
-        if kind == "local":  # headers only: a bad file fails here, not mid-load or mid-run
-            from porter import checkpoints  # imports porter.abstract, which imports this
-            checkpoints.check(Path(source).expanduser())
-        # Load each component straight into its dtype: no float32 copy of a
-        # bfloat16 model is ever made, and float32 components lose nothing.
-        torch_dtype = {"default": dtypes.DTYPES[recipe.model.dtype],
-                       **{k: dtypes.DTYPES[v] for k, v in recipe.dtypes.components.items()}}
-        pipe = _from_pretrained(family.pipeline_class(recipe), source, torch_dtype, kind)
+        root = _local_root(family.pipeline_class(recipe), source, kind)
+        pipe = _from_pretrained(family.pipeline_class(recipe), root, _torch_dtypes(recipe),
+                                source)
     else:
         raise LoadError(f"model source {source!r} does not exist",
                         hint="use 'tiny', a local diffusers directory, or a hub id")
-    for module in _modules(pipe):
-        module.eval()  # dropout off: a freshly built module starts in training mode
+    _eval(pipe)
     return pipe
 
 
-def _from_pretrained(cls, source: str, dtype, kind: str):
-    path = str(Path(source).expanduser()) if kind == "local" else source
+def _torch_dtypes(recipe) -> dict:
+    """Load each component straight into its dtype: no float32 copy of a bfloat16
+    model is ever made, and float32 components lose nothing."""
+    return {"default": dtypes.DTYPES[recipe.model.dtype],
+            **{k: dtypes.DTYPES[v] for k, v in recipe.dtypes.components.items()}}
+
+
+def _local_root(cls, source: str, kind: str) -> Path:
+    """The checkpoint's directory (a hub id: its snapshot, fetched unless offline),
+    its weight-file headers checked: a bad file fails here, not mid-load or mid-run."""
+    from porter import checkpoints  # imports porter.abstract, which imports this
+
+    if kind == "local":
+        root = Path(source).expanduser()
+    else:
+        try:
+            root = Path(cls.download(source))
+        except (OSError, ValueError) as exc:
+            raise _load_error(cls, source, exc) from exc
+    checkpoints.check(root)
+    return root
+
+
+def _from_pretrained(cls, root: Path, dtype, source: str, components: dict | None = None):
+    """The pipeline from ``root``; ``components`` (already built) are used as given."""
     try:
-        return cls.from_pretrained(path, torch_dtype=dtype)
+        return cls.from_pretrained(str(root), torch_dtype=dtype, **(components or {}))
     except (OSError, ValueError) as exc:
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-        hint = ("the files must be in the local Hugging Face cache when HF_HUB_OFFLINE=1"
-                if offline else "no network? download once elsewhere and point "
-                "model.source at the local directory")
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LoadError(f"cannot load {source!r} as {cls.__name__}: {first}",
-                        hint=hint) from exc
+        raise _load_error(cls, source, exc) from exc
+
+
+def _load_error(cls, source: str, exc: Exception) -> LoadError:
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    hint = ("the files must be in the local Hugging Face cache when HF_HUB_OFFLINE=1"
+            if offline else "no network? download once elsewhere and point "
+            "model.source at the local directory")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return LoadError(f"cannot load {source!r} as {cls.__name__}: {first}", hint=hint)
+
+
+def _eval(pipe) -> None:
+    for module in _modules(pipe):
+        module.eval()  # dropout off: a freshly built module starts in training mode
 
 
 def _modules(pipe):

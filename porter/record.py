@@ -21,8 +21,19 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def build(recipe, runtime, timings: dict, outputs: dict, applied=()) -> dict:
+def weights(placed: dict, timings: dict) -> dict:
+    """Where each component's weights came from, their bytes, and per device what
+    the plan says against what the devices hold; the rate they were placed at."""
+    total = sum(c["bytes"] for c in placed.values())
+    seconds = timings.get("to_jax_s")
+    return {"bytes": total, "placed_bytes_per_s": round(total / seconds) if seconds else None,
+            "components": placed}
+
+
+def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
+          placed: dict | None = None) -> dict:
     from porter import compat, distributed
+    from porter.runtime import peak_memory
     return {
         "recipe": recipe.resolved(),
         "recipe_file": str(recipe.path) if recipe.path else None,
@@ -37,6 +48,8 @@ def build(recipe, runtime, timings: dict, outputs: dict, applied=()) -> dict:
         "patches": [{"name": p.name, "params": params, "fits": p.fits} for p, params in applied],
         "compile_cache": str(runtime.cache) if runtime.cache else None,
         "timings": timings,
+        "weights": weights(placed or {}, timings),
+        "memory": peak_memory(runtime),
         "outputs": outputs,
     }
 

@@ -16,7 +16,7 @@ from porter import stages, tracing, video
 from porter.errors import RecipeError, UsageError
 from porter.interop import to_device
 from porter.transforms import compile as compile_transform
-from porter.transforms import attention, rotary
+from porter.transforms import attention, placement, rotary
 from porter.transforms import sharding as shard_transform
 
 
@@ -34,15 +34,29 @@ def output_dir(recipe) -> Path:
     return Path(recipe.output.dir or Path("outputs") / recipe.name)
 
 
-def port(pipe, family, runtime, recipe):
-    """Move every component to JAX, sharded by the recipe; cache rotary tables;
-    compile what the family (or the recipe) names. Returns the trace cache used."""
+@dataclass
+class Ported:
+    traces: object  # the TraceCache used (None when the compile cache is off)
+    weights: dict  # component -> where its weights came from and what each device holds
+
+
+def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
+    """Place every component's tensors on the mesh, sharded by the recipe (read from
+    ``weights``, component -> ComponentWeights, where given); cache rotary tables;
+    compile what the family (or the recipe) names."""
     sharding = recipe.sharding
+    weights = weights or {}
     modules = {n: c for n, c in pipe.components.items() if isinstance(c, torch.nn.Module)}
+    placed, unsharded = {}, set()
     for name, component in modules.items():
-        shard_transform.apply(component, runtime, sharding.weights.get(name, []))
-        shard_transform.constrain_activations(component, runtime,
-                                              sharding.activations.get(name, []))
+        assignments = placement.apply(component, runtime, sharding.weights.get(name, []),
+                                      weights.get(name))
+        placed[name] = placement.report(component, assignments, runtime.axes,
+                                        source="checkpoint" if name in weights else "host")
+        activations = sharding.activations.get(name, [])
+        shard_transform.constrain_activations(component, runtime, activations)
+        if placement.unsharded(assignments, activations):
+            unsharded.add(name)
     if recipe.rotary.precompute:
         rotary.apply(pipe, family, recipe, runtime)
     compiled = compile_transform.rules(recipe, family)
@@ -53,10 +67,13 @@ def port(pipe, family, runtime, recipe):
                                                    runtime.xla_options)
             if name.startswith("transformer") and sharding.inputs:
                 component = shard_transform.ShardedInputs(component, sharding.inputs, runtime)
+            elif name in unsharded and runtime.mesh.devices.size > 1 \
+                    and compiled[name].modules is None:
+                placement.on_one_device(component, runtime)
         if name in recipe.attention.skip:
             component = attention.Skipped(component)
         setattr(pipe, name, component)
-    return traces
+    return Ported(traces, placed)
 
 
 #: recipe keys that never reach a traced program: what a video is made from (its
@@ -143,11 +160,14 @@ def _generate(family, recipe, runtime, registry, say, progress, wanted, director
     compile_before = monitor.summary()
     say(f"loading {family.name} from {recipe.model.source} ({recipe.model.dtype})")
     start = time.perf_counter()
-    pipe = loading.load_pipeline(family, recipe)
+    pipe, weights = loading.load_for_port(family, recipe)
     timings["load_s"] = round(time.perf_counter() - start, 4)
+    say("placing weights on the mesh" + (f" ({', '.join(weights)} read from the "
+                                          "checkpoint tensor by tensor)" if weights else ""))
     start = time.perf_counter()
-    traces = port(pipe, family, runtime, recipe)
+    ported = port(pipe, family, runtime, recipe, weights)
     timings["to_jax_s"] = round(time.perf_counter() - start, 4)
+    traces = ported.traces
 
     conditioning = latents = frames = None
     with attention_installed(recipe, registry, runtime):
@@ -186,7 +206,7 @@ def _generate(family, recipe, runtime, registry, say, progress, wanted, director
                           for key in compile_after}
     if traces is not None:
         timings["compile"].update(traces_loaded=traces.loaded, traces_saved=traces.exported)
-    return latents, frames, timings
+    return latents, frames, timings, ported.weights
 
 
 def _status(message: str) -> None:
@@ -222,14 +242,15 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
 
     chosen = selected_patches(recipe, registry, family)
     with patches.applied(chosen), tracing.explained():
-        latents, frames, timings = _generate(family, recipe, runtime, registry, say,
-                                             progress, wanted, directory, resume)
+        latents, frames, timings, placed = _generate(family, recipe, runtime, registry, say,
+                                                     progress, wanted, directory, resume)
     timings["stages"] = list(wanted) if family.staged else ["generate"]
     if frames is None:
-        return RunResult(directory, None, None, latents, None, {"timings": timings})
+        return RunResult(directory, None, None, latents, None,
+                         {"timings": timings, "weights": record.weights(placed, timings)})
     outputs = {"video": "video.mp4", "frames": int(frames.shape[0]),
                "height": int(frames.shape[1]), "width": int(frames.shape[2])}
-    data = record.build(recipe, runtime, timings, outputs, chosen)
+    data = record.build(recipe, runtime, timings, outputs, chosen, placed)
     if not distributed.writes():
         return RunResult(directory, None, None, latents, frames, data)
     directory.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ from porter import checks, plugins, recipe, runtime
 from porter.interop import to_device
 from porter.run import port
 from porter.transforms import compile as compile_transform
-from porter.transforms import sharding
+from porter.transforms import placement
 
 from conftest import TINY_RECIPE
 
@@ -56,7 +56,7 @@ def test_donated_input_is_consumed():
          "generate": {"prompt": "x", "height": 32, "width": 32, "frames": 9, "steps": 1}},
         {}))
     transformer = build_pipeline().transformer.eval()
-    sharding.apply(transformer, rt, [])
+    placement.apply(transformer, rt, [])
     jitted = compile_transform.apply(transformer, CompileRule(
         methods=["forward"], donate_argnames=["hidden_states"]))
     x = to_device(torch.randn(1, 16, 3, 4, 4), rt)
@@ -86,7 +86,7 @@ def test_xla_options_reach_xla_with_and_without_the_trace_cache(tmp_path):
                   return_dict=False)
     for traces in (None, TraceCache(tmp_path, "test")):
         transformer = build_pipeline().transformer.eval()
-        sharding.apply(transformer, rt, [])
+        placement.apply(transformer, rt, [])
         jitted = compile_transform.apply(transformer, CompileRule(methods=["forward"]),
                                          traces, "transformer", bad)
         with rt.env, pytest.raises(jax.errors.JaxRuntimeError, match="NOT_A_FUSION_TYPE"):

@@ -830,6 +830,7 @@ def test_loading_never_passes_trust_remote_code(write, monkeypatch, checkpoint_d
     registered = plugins.registry().family(family)
     cls = registered.pipeline_class(loaded)
     monkeypatch.setattr(cls, "from_pretrained", classmethod(capture))
+    monkeypatch.setattr(cls, "download", classmethod(capture))  # a hub id's snapshot
     with pytest.raises(Captured):
         loading.load_untouched(registered, loaded)
     [kwargs] = seen

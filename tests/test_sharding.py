@@ -174,9 +174,10 @@ def test_activation_constraints_reach_the_compiled_graph(write):
                             timestep=to_device(torch.tensor([9.0, 9.0]), rt),
                             encoder_hidden_states=to_device(torch.randn(2, 16, 32), rt))
 
-    plain = constraints("")
-    constrained = constraints(r"""sharding:
-  activations:
+    # inputs split over dp in both: a component nothing shards runs on one device
+    inputs = "sharding:\n  inputs: {hidden_states: [dp, null, null, null, null]}\n"
+    plain = constraints(inputs)
+    constrained = constraints(inputs + r"""  activations:
     transformer:
       - {module: 'blocks\.\d+', spec: [dp, tp, null]}
 """)

@@ -16,6 +16,17 @@ import torch
 from porter.errors import Problem
 
 
+# JAX runs with x64 disabled: these arrive as their 32-bit kind (what torchax and
+# jax.device_put would make of them).
+NARROWED = {torch.float64: torch.float32, torch.int64: torch.int32,
+            torch.complex128: torch.complex64}
+
+
+def jax_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The torch dtype a tensor of ``dtype`` has once on a JAX device."""
+    return NARROWED.get(dtype, dtype)
+
+
 @dataclass(frozen=True)
 class Assignment:
     """Which rule placed one tensor, and how."""
@@ -48,15 +59,25 @@ def normalize(spec) -> tuple:
     return tuple(tuple(e) if isinstance(e, list) else e for e in spec)
 
 
-def named_tensors(module: torch.nn.Module):
-    """(name, tensor) for every parameter and buffer, non-persistent ones too."""
-    seen = set()
+def tensor_slots(module: torch.nn.Module) -> dict[str, list[tuple[dict, str]]]:
+    """Every parameter and buffer (non-persistent ones too), by the name of its first
+    occurrence: the (store, key) slots that hold it. A tied weight has several."""
+    first: dict[int, str] = {}
+    slots: dict[str, list[tuple[dict, str]]] = {}
     for prefix, sub in module.named_modules():
         for store in (sub._parameters, sub._buffers):
             for key, tensor in store.items():
-                if tensor is not None and id(tensor) not in seen:
-                    seen.add(id(tensor))
-                    yield (f"{prefix}.{key}" if prefix else key), tensor
+                if tensor is not None:
+                    name = first.setdefault(id(tensor), f"{prefix}.{key}" if prefix else key)
+                    slots.setdefault(name, []).append((store, key))
+    return slots
+
+
+def named_tensors(module: torch.nn.Module):
+    """(name, tensor) for every parameter and buffer, each tensor once."""
+    for name, held in tensor_slots(module).items():
+        store, key = held[0]
+        yield name, store[key]
 
 
 def assign(tensors, rules) -> list[Assignment]:
@@ -66,7 +87,8 @@ def assign(tensors, rules) -> list[Assignment]:
     for name, tensor in tensors:
         index = next((i for i, rx in enumerate(compiled) if rx.fullmatch(name)), None)
         spec = normalize(rules[index].spec) if index is not None else ()
-        out.append(Assignment(name, tuple(tensor.shape), tensor.element_size(), index, spec))
+        itemsize = jax_dtype(tensor.dtype).itemsize  # as it will be on a device
+        out.append(Assignment(name, tuple(tensor.shape), itemsize, index, spec))
     return out
 
 
@@ -199,24 +221,6 @@ def input_problems(recipe, shapes: dict[str, tuple[int, ...]],
 def partition_spec(spec):
     from jax.sharding import PartitionSpec
     return PartitionSpec(*normalize(spec))
-
-
-def apply(module: torch.nn.Module, runtime, rules) -> list[Assignment]:
-    """Move ``module`` to JAX and place each tensor on the mesh by its rule.
-
-    float64 buffers become float32: JAX runs with x64 disabled.
-    """
-    import jax
-    from jax.sharding import NamedSharding
-
-    with runtime.env:
-        module.to("jax")
-    pairs = list(named_tensors(module))
-    assignments = assign(pairs, rules)
-    for (_, tensor), a in zip(pairs, assignments):
-        sharding = NamedSharding(runtime.mesh, partition_spec(a.spec))
-        tensor._elem = jax.device_put(tensor._elem, sharding)
-    return assignments
 
 
 def _constrain(tensor, sharding):

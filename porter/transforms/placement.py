@@ -1,0 +1,230 @@
+"""Host tensors into their place on the mesh, one tensor at a time.
+
+Each tensor goes from host memory straight into its ``NamedSharding``: no
+component is first put whole on one device (``module.to("jax")`` would put
+every tensor on device 0, and a 14B transformer does not fit on one chip).
+In a multi-process run each process reads and places only the rows its own
+devices hold. Once a tensor is placed its host copy is dropped, so host
+memory holds the tensors in flight (two at most), not a component.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from porter.errors import LoadError
+from porter.transforms.sharding import (Assignment, assign, jax_dtype, named_tensors,
+                                        partition_spec, tensor_slots)
+
+#: reading ahead of the tensor being placed, at most this many tensors and bytes:
+#: reading is mostly the kernel filling fresh pages, which threads do in parallel
+READ_AHEAD = 4
+READ_AHEAD_BYTES = 512 * 2**20
+
+
+def apply(module: torch.nn.Module, runtime, rules, weights=None) -> list[Assignment]:
+    """Place every tensor of ``module`` on the mesh by its rule (``sharding``).
+
+    A tensor's values come from ``weights`` (a ``porter.weights.ComponentWeights``)
+    when the checkpoint holds it, otherwise from the module's own host tensor.
+    Each slot then holds the placed tensor, so the host copy is freed as soon as it
+    is placed. float64 and int64 tensors arrive as float32 and int32 (JAX runs with
+    x64 disabled).
+    """
+    from jax.sharding import NamedSharding
+    from torchax.tensor import Tensor
+
+    slots = tensor_slots(module)
+    assignments = assign(named_tensors(module), rules)
+    shardings = [NamedSharding(runtime.mesh, partition_spec(a.spec)) for a in assignments]
+
+    def host(i: int):
+        store, key = slots[assignments[i].name][0]
+        return _host_values(assignments[i], store[key], shardings[i], weights)
+
+    for i, values in _read_ahead([a.nbytes for a in assignments], host):
+        a = assignments[i]
+        store, key = slots[a.name][0]
+        tensor = store[key]
+        if values is None:  # already on JAX (a module shared by two components)
+            import jax
+            array = jax.device_put(tensor.jax(), shardings[i])
+        else:
+            array = place(values, a.shape, shardings[i], local_rows(a.shape, shardings[i]))
+        del values
+        with runtime.env:  # only here: it would intercept every torch call on the host
+            placed = Tensor(array, runtime.env)
+            if isinstance(tensor, torch.nn.Parameter):
+                placed = torch.nn.Parameter(placed, requires_grad=tensor.requires_grad)
+        for store, key in slots[a.name]:
+            store[key] = placed
+        del tensor
+    return assignments
+
+
+def _read_ahead(sizes: list[int], read):
+    """(i, read(i)) for each index of ``sizes``, in order, with reads of the next
+    ones under way (READ_AHEAD tensors and READ_AHEAD_BYTES at most, always one)."""
+    with ThreadPoolExecutor(READ_AHEAD) as pool:
+        pending: dict = {}
+        ahead = 0
+        for i in range(len(sizes)):
+            ahead = max(ahead, i)
+            while ahead < len(sizes) and (not pending or (
+                    len(pending) < READ_AHEAD
+                    and sum(sizes[j] for j in pending) + sizes[ahead] <= READ_AHEAD_BYTES)):
+                pending[ahead] = pool.submit(read, ahead)
+                ahead += 1
+            yield i, pending.pop(i).result()
+
+
+def _host_values(a: Assignment, tensor, sharding, weights) -> torch.Tensor | None:
+    """The rows of one tensor this process places, on the host in their device dtype;
+    None for a tensor already on JAX."""
+    if hasattr(tensor, "jax"):
+        return None
+    rows = local_rows(a.shape, sharding)
+    dtype = jax_dtype(tensor.dtype)
+    if weights is not None and a.name in weights.entries:
+        return weights.read(a.name, dtype, rows)
+    if tensor.is_meta:
+        raise LoadError(f"{a.name} has no value: it is in no weight file",
+                        hint="is the checkpoint complete?")
+    return as_placed(tensor.data[rows] if a.shape else tensor.data)
+
+
+def local_rows(shape: tuple[int, ...], sharding) -> slice:
+    """The rows (first dimension) that this process's devices hold, as one span."""
+    if not shape:
+        return slice(None)
+    spans = [index[0] for index in sharding.addressable_devices_indices_map(shape).values()]
+    starts = [s.start or 0 for s in spans]
+    stops = [shape[0] if s.stop is None else s.stop for s in spans]
+    return slice(min(starts), max(stops))
+
+
+def as_placed(host: torch.Tensor) -> torch.Tensor:
+    """``host`` in the dtype it will have on a JAX device."""
+    target = jax_dtype(host.dtype)
+    return host if host.dtype == target else host.to(target)
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A numpy view of a CPU tensor; bfloat16 and float8 through ml_dtypes (JAX's)."""
+    try:
+        return tensor.numpy()
+    except TypeError:  # a dtype numpy has only through ml_dtypes
+        import ml_dtypes
+
+        bits = {1: torch.uint8, 2: torch.int16}[tensor.element_size()]
+        kind = getattr(ml_dtypes, str(tensor.dtype).removeprefix("torch."))
+        return tensor.view(bits).numpy().view(kind)
+
+
+def place(host: torch.Tensor, shape: tuple[int, ...], sharding, rows: slice | None = None):
+    """A jax.Array of ``shape`` placed by ``sharding``, from ``host``: the tensor's
+    rows ``rows`` (all of them by default) in their final dtype, on the CPU.
+
+    On a single-process CPU run a device's share that is the whole host tensor is
+    handed over without a copy (DLPack); every other share is copied into its
+    device's buffer, so no slice keeps a larger host tensor alive.
+    """
+    import jax
+
+    offset = 0 if rows is None or rows.start is None else rows.start
+    host = host.detach()
+    if not host.is_contiguous():
+        host = host.contiguous()
+    whole = tuple(host.shape) == tuple(shape)
+    zero_copy = (whole and host.dtype != torch.bool
+                 and jax.process_count() == 1 and _platform(sharding) == "cpu")
+    array = _numpy(host)
+
+    def shard(index):
+        if offset and index:
+            first = index[0]
+            index = (slice((first.start or 0) - offset,
+                           (shape[0] if first.stop is None else first.stop) - offset),
+                     *index[1:])
+        part = array[index]
+        if zero_copy and part.shape == tuple(shape):
+            return jax.dlpack.from_dlpack(host)
+        return part
+
+    return jax.make_array_from_callback(tuple(shape), sharding, shard)
+
+
+def _platform(sharding) -> str:
+    return next(iter(sharding.device_set)).platform
+
+
+def device_bytes(module: torch.nn.Module) -> dict[str, int]:
+    """Bytes of ``module``'s placed tensors each device of this process holds, read
+    from the arrays themselves."""
+    held: dict[str, int] = {}
+    for _, tensor in named_tensors(module):
+        for shard in tensor.jax().addressable_shards:
+            held[str(shard.device)] = held.get(str(shard.device), 0) + shard.data.nbytes
+    return held
+
+
+def report(module, assignments: list[Assignment], axes: dict[str, int], source: str) -> dict:
+    """What one component's placement did: where its values came from, its bytes,
+    and per device what the plan says against what the devices hold."""
+    held = device_bytes(module).values()
+    return {"from": source, "tensors": len(assignments),
+            "bytes": sum(a.nbytes for a in assignments),
+            "planned_bytes_per_device": sum(a.bytes_per_device(axes) for a in assignments),
+            "bytes_per_device": max(held, default=0),
+            "min_bytes_per_device": min(held, default=0)}
+
+
+def unsharded(assignments: list[Assignment], activation_rules) -> bool:
+    """Does nothing split this component: every tensor replicated, no activation rule?"""
+    return not activation_rules and all(not a.spec for a in assignments)
+
+
+def on_one_device(compiled, runtime) -> None:
+    """Run a compiled component that nothing shards on one device per process.
+
+    Over a mesh, a program whose inputs are all replicated is run by every device,
+    each doing the whole computation: the compute and its temporary memory are paid
+    once per device (on virtual CPU devices, eight times over on the same cores; a
+    Wan VAE decode at 8 devices held 2.6 GiB of temporaries instead of 0.3). The
+    weights stay where the plan puts them (a copy on every device); the compiled
+    methods of ``compiled`` (a torchax JittableModule, changed in place) get this
+    process's first device's copy of each weight and of each input, and their
+    results go back on the mesh, replicated, as a mesh-wide call returns them.
+    """
+    import jax
+    from torch.utils import _pytree
+    from torchax.tensor import Tensor
+
+    device = next(d for d in runtime.mesh.devices.flat
+                  if d.process_index == jax.process_index())
+
+    def local(tensor):
+        array = tensor.jax()
+        shard = next((s.data for s in array.addressable_shards if s.device == device), None)
+        return Tensor(shard if shard is not None else jax.device_put(array, device),
+                      runtime.env)
+
+    def on_mesh(tensor):
+        array = tensor.jax()
+        return Tensor(jax.make_array_from_callback(array.shape, runtime.replicated(),
+                                                   lambda _: array), runtime.env)
+
+    def locally(call):
+        def run(*args, **kwargs):
+            args, kwargs = _pytree.tree_map_only(Tensor, local, (args, kwargs))
+            return _pytree.tree_map_only(Tensor, on_mesh, call(*args, **kwargs))
+        return run
+
+    # the jitted methods read these at each call: this device's copies from now on
+    compiled.params = {k: local(v) for k, v in compiled.params.items()}
+    compiled.buffers = {k: local(v) for k, v in compiled.buffers.items()}
+    for method, call in list(compiled._jitted.items()):
+        compiled._jitted[method] = locally(call)

@@ -1,0 +1,97 @@
+"""A component's weights read from its safetensors files, one tensor at a time.
+
+For a checkpoint on disk the module is built from its configuration with its
+parameters on the meta device (no memory). ``ComponentWeights`` knows where
+each of its tensors lies in the files (from their headers, ``checkpoints``),
+and ``read`` brings one tensor, or only the rows a process needs, into host
+memory in the dtype the recipe gives it, to be placed on the mesh and
+dropped. Reads are positioned file reads into fresh tensors, not memory maps:
+every page of a mapped file that is touched counts towards the process's
+memory for as long as the file stays mapped.
+
+Only a checkpoint whose files hold exactly the module's tensors, under the
+module's names and shapes, is read this way. Anything the library loader
+would have to rename, convert or initialize goes through the library instead
+(``loading``), on the host, and is then placed the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from porter import checkpoints
+from porter.errors import LoadError
+
+
+@dataclass
+class ComponentWeights:
+    """Where each tensor of one component lies: module tensor name -> header entry."""
+
+    entries: dict[str, checkpoints.Entry]
+
+    @property
+    def nbytes(self) -> int:
+        unique = {(e.file, e.offset): e.nbytes for e in self.entries.values()}
+        return sum(unique.values())
+
+    def read(self, name: str, dtype: torch.dtype, rows: slice = slice(None)) -> torch.Tensor:
+        """Rows ``rows`` of tensor ``name`` (all of them by default), in ``dtype``."""
+        entry = self.entries[name]
+        stored = checkpoints.torch_dtype(entry.dtype)
+        shape = entry.shape
+        start, stop, _ = rows.indices(shape[0]) if shape else (0, 1, 1)
+        row_bytes = entry.nbytes // shape[0] if shape and shape[0] else entry.nbytes
+        data = torch.empty((stop - start) * row_bytes, dtype=torch.uint8)
+        _read_into(entry.file, data, entry.offset + start * row_bytes)
+        tensor = data.view(stored).reshape((stop - start, *shape[1:]) if shape else ())
+        return tensor if stored == dtype else tensor.to(dtype)
+
+
+def _read_into(path: Path, buffer: torch.Tensor, offset: int) -> None:
+    view, done = memoryview(buffer.numpy()), 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while done < len(view):
+            count = os.preadv(fd, [view[done:]], offset + done)
+            if count == 0:
+                raise LoadError(f"{path}: ends {len(view) - done} bytes early (changed since "
+                                "it was checked?)", hint="re-download or re-save the file")
+            done += count
+    finally:
+        os.close(fd)
+
+
+def for_module(module: torch.nn.Module, folder: Path, library: str) -> ComponentWeights | None:
+    """Where ``module``'s tensors lie in ``folder``'s weight files, or None when the
+    files do not hold exactly its tensors (names, shapes, loadable dtypes): then only
+    the library's own loader knows how to turn them into the module."""
+    files, problems = checkpoints.weight_files(folder, library)
+    if not files or problems:
+        return None
+    found, problems = checkpoints.found_tensors(files)
+    if problems:
+        return None
+    expected = module.state_dict(keep_vars=True)
+    found = checkpoints.align_prefix(module, expected, found)
+    if any(name not in expected for name in found):
+        return None  # the loader may rename these: not ours to guess
+    aliases: dict[int, list[str]] = {}
+    for name, tensor in expected.items():
+        aliases.setdefault(id(tensor), []).append(name)
+    entries = {}
+    for names in aliases.values():
+        tensor = expected[names[0]]
+        entry = next((found[n] for n in names if n in found), None)
+        if entry is None:
+            if tensor.is_meta:
+                return None  # the loader would initialize it (and warn)
+            continue  # a buffer that keeps the value it was built with
+        if tuple(entry.shape) != tuple(tensor.shape) or checkpoints.torch_dtype(
+                entry.dtype) is None:
+            return None
+        entries.update({name: entry for name in names})
+    return ComponentWeights(entries)

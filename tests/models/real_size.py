@@ -1,0 +1,91 @@
+"""Real-size checkpoints with random weights, written as diffusers writes them.
+
+Loading, sharding and memory are only proven at the sizes users run. Weights
+cannot be downloaded here, but the published configurations are public facts
+the plugins ship (``official_configs``): the transformer and the VAE are built
+from them exactly, filled with random values and saved with
+``save_pretrained(max_shard_size=...)`` into an indexed, sharded directory.
+
+The text encoder is the one exception: UMT5-XXL / T5-XXL (4.7-5.7B parameters,
+10-11 GiB in bfloat16) replicated over a data axis would not fit in this
+machine's memory beside everything else, so it keeps the real width (4096,
+which the transformer's text projection reads) with one layer and a byte-level
+vocabulary. Tokenizer and scheduler come from the family's tiny pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+# family -> (hub id whose official configs are used, reduced text encoder config)
+LAYOUTS = {
+    "wan": ("Wan-AI/Wan2.1-T2V-1.3B-Diffusers",
+            dict(vocab_size=384, d_model=4096, d_kv=64, d_ff=512, num_layers=1, num_heads=8,
+                 relative_attention_num_buckets=32, feed_forward_proj="gated-gelu")),
+    "cogvideox": ("THUDM/CogVideoX-2b",
+                  dict(vocab_size=384, d_model=4096, d_kv=64, d_ff=512, num_layers=1,
+                       num_heads=8, relative_attention_num_buckets=32,
+                       feed_forward_proj="gated-gelu")),
+}
+TEXT_ENCODERS = {"wan": ("UMT5Config", "UMT5EncoderModel"),
+                 "cogvideox": ("T5Config", "T5EncoderModel")}
+# What the published checkpoints store: the transformer in bfloat16 (CogVideoX-2b
+# in float16), the VAE in float32.
+STORED = {"wan": torch.bfloat16, "cogvideox": torch.float16}
+
+
+def _module(library: str, class_name: str, config: dict, dtype: torch.dtype):
+    import importlib
+
+    cls = getattr(importlib.import_module(library), class_name)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in its stored dtype: no float32 copy first
+    try:
+        if library == "diffusers":
+            return cls.from_config(config)
+        return cls(cls.config_class(**config))
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def build_pipeline(family_name: str, seed: int = 0):
+    """The real-size pipeline of ``family_name`` with random weights, in torch."""
+    import transformers
+
+    from porter import plugins, recipe
+
+    family = plugins.registry().family(family_name)
+    source, text_config = LAYOUTS[family_name]
+    configs = family.official_configs(source)
+    tiny = family.build_tiny(recipe.load(RECIPES / f"{family_name}-tiny.yaml"))
+    config_cls, model_cls = (getattr(transformers, n) for n in TEXT_ENCODERS[family_name])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        transformer = _module(*configs["transformer"], STORED[family_name])
+        vae = _module(*configs["vae"], torch.float32)
+        text_encoder = model_cls(config_cls(**text_config)).to(STORED[family_name])
+    return family.pipeline_class()(tokenizer=tiny.tokenizer, text_encoder=text_encoder,
+                                   transformer=transformer, vae=vae, scheduler=tiny.scheduler)
+
+
+def write_checkpoint(family_name: str, directory: Path, max_shard_size: str = "700MB") -> Path:
+    """Save the real-size pipeline to ``directory`` as diffusers does; returns it."""
+    pipe = build_pipeline(family_name)
+    pipe.save_pretrained(directory, max_shard_size=max_shard_size)
+    return directory
+
+
+def weight_bytes(directory: Path) -> int:
+    """Bytes of tensor data in every safetensors file under ``directory``."""
+    total = 0
+    for path in directory.rglob("*.safetensors"):
+        with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(length))
+        header.pop("__metadata__", None)
+        total += sum(v["data_offsets"][1] - v["data_offsets"][0] for v in header.values())
+    return total
