@@ -101,3 +101,11 @@ def import_tolerant(modules: tuple[str, ...]) -> ModuleType:
 def import_torchax() -> ModuleType:
     """``import torchax`` that works on torch 2.13+ and is a plain import elsewhere."""
     return import_tolerant(TORCHAX_MODULES)
+
+
+def import_module(name: str) -> ModuleType:
+    """``importlib.import_module`` that takes torchax (and its submodules) through
+    ``import_torchax``: a plain import of them fails on torch 2.13."""
+    if name.split(".")[0] == "torchax":
+        import_torchax()
+    return importlib.import_module(name)

@@ -14,7 +14,6 @@ outside Porter too::
 from __future__ import annotations
 
 import contextlib
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -36,9 +35,11 @@ class Patch:
 
     def locate(self) -> tuple[Any, str, Any]:
         """(owner, attribute name, current value); PatchError if it does not exist."""
+        from porter.compat import import_module
+
         module_name, _, path = self.target.partition(":")
         try:
-            owner = importlib.import_module(module_name)
+            owner = import_module(module_name)
         except ImportError as exc:
             raise PatchError(f"patch {self.name}: cannot import {module_name} ({exc})",
                              hint=f"known to fit {self.fits or 'unspecified versions'}") from None
