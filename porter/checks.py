@@ -136,29 +136,36 @@ def model_problems(recipe, registry) -> list[Problem]:
     return []
 
 
-def mesh_problems(recipe) -> list[Problem]:
-    """Does the mesh fit the devices JAX sees? (imports JAX)"""
-    from porter import runtime
+def mesh_problems(recipe, devices: int | None = None) -> list[Problem]:
+    """Does the mesh fit the devices JAX sees (imports JAX), or ``devices`` devices
+    (checked as if: no JAX devices needed, nor the platform, unless the recipe names
+    it)? And does the attention backend run on the platform?"""
+    from porter import plugins, runtime
 
-    runtime.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
-    import jax
-
+    if devices is None:
+        runtime.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
+        import jax
+        count, platform = jax.device_count(), jax.default_backend()
+    else:
+        count, platform = devices, recipe.runtime.platform
     try:
-        runtime.resolve_mesh(recipe.mesh, jax.device_count())
+        runtime.resolve_mesh(recipe.mesh, count, given=devices is not None)
     except UsageError as exc:
         return [recipe.problem("mesh", exc.message, hint=exc.hint)]
-    from porter import plugins
-    return attention.platform_problems(recipe, plugins.registry(), jax.default_backend())
+    if platform == "auto":
+        return []  # where it will run is not known: `run` checks the backend there
+    return attention.platform_problems(recipe, plugins.registry(), platform)
 
 
-def shape_problems(recipe, registry) -> list[Problem]:
-    """Sharding rules against the model's shapes (meta device, no weights)."""
+def shape_problems(recipe, registry, devices: int | None = None) -> list[Problem]:
+    """Sharding rules against the model's shapes (meta device, no weights), for the
+    devices JAX sees or ``devices`` devices."""
     from porter import plan
 
     if not _checks_shapes(recipe):
         return []
     try:
-        built = plan.build(recipe, registry)
+        built = plan.build(recipe, registry, devices)
     except UsageError:
         return []  # no configuration to check against (e.g. a hub id, offline)
     return built["problems"]
@@ -176,7 +183,9 @@ def checkpoint_problems(recipe) -> list[Problem]:
                                                           .expanduser())]
 
 
-def validate(recipe, registry) -> list[Problem]:
+def validate(recipe, registry, devices: int | None = None) -> list[Problem]:
+    """Every check that needs no weights; mesh and sharding for ``devices`` devices
+    when given (as if: none need exist), else for the devices JAX sees."""
     problems = recipe_problems(recipe, registry)
     if problems:
         return problems  # shape checks need a sound recipe
@@ -186,8 +195,8 @@ def validate(recipe, registry) -> list[Problem]:
     problems = checkpoint_problems(recipe)
     if problems:
         return problems
-    problems = mesh_problems(recipe)
-    return problems or shape_problems(recipe, registry)
+    problems = mesh_problems(recipe, devices)
+    return problems or shape_problems(recipe, registry, devices)
 
 
 def checked_family(recipe, registry):

@@ -18,6 +18,7 @@ examples:
   porter run recipes/wan-tiny.yaml --resume outputs/wan-tiny   continue where it stopped
   porter run R --coordinator host0:1234 --num-processes 2 --process-id 0   (and 1 elsewhere)
   porter validate recipes/wan-tiny.yaml             every check that needs no weights
+  porter validate recipes/wan14b.yaml --devices 8   ... for an 8-chip machine, from here
   porter plan recipes/wan-tiny-tp.yaml --devices 8  bytes per device, from shapes alone
   porter verify recipes/wan-tiny.yaml               port vs PyTorch, block by block
   porter inspect recipes/wan1.3b.yaml               tensor patterns to write rules for
@@ -39,6 +40,19 @@ def _recipe_args(parser: argparse.ArgumentParser, json: bool = False) -> None:
                         help="run on N virtual CPU devices (same as runtime.cpu_devices=N)")
     if json:
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _devices_arg(parser: argparse.ArgumentParser, text: str) -> None:
+    """--devices N: as if there were N devices (plan, validate); --cpu-devices N makes
+    N virtual CPU devices for real (run, verify, bench)."""
+    parser.add_argument("--devices", type=_positive, metavar="N", help=text)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,8 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser(
         "validate", help="check a recipe without loading weights",
-        description="Schema, plugin, source and mesh checks; prints every problem.")
+        description="Schema, plugin, source, mesh and sharding checks; prints every "
+        "problem. The mesh and the sharding rules are checked against the devices JAX "
+        "sees, or with --devices N against N devices that need not exist here (check a "
+        "TPU recipe on a laptop).")
     _recipe_args(validate)
+    _devices_arg(validate, "check the mesh and sharding rules for N devices (none need "
+                 "exist here; default: the devices JAX sees)")
 
     plan = commands.add_parser(
         "plan", help="where each weight goes and bytes per device, without weights",
@@ -85,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
         "bytes, bytes per device (sharded and replicated), and the total per device. "
         "Needs no weights and no devices.")
     _recipe_args(plan, json=True)
-    plan.add_argument("--devices", type=int, metavar="N",
-                      help="plan for N devices (default: the devices JAX sees)")
+    _devices_arg(plan, "plan for N devices (none need exist here; default: the devices "
+                 "JAX sees)")
 
     verify = commands.add_parser(
         "verify", help="compare the port with PyTorch, module by module",
@@ -181,11 +200,12 @@ def cmd_validate(args) -> int:
     from porter.errors import RecipeError
 
     loaded = _load_recipe(args)
-    problems = checks.validate(loaded, plugins.registry())
+    problems = checks.validate(loaded, plugins.registry(), args.devices)
     if problems:
         print(RecipeError(problems).render(), file=sys.stderr)
         return 2
-    print(f"{args.recipe}: ok ({loaded.model.family}, mesh {dict(loaded.mesh)})")
+    where = f" on {args.devices} devices" if args.devices else ""
+    print(f"{args.recipe}: ok ({loaded.model.family}, mesh {dict(loaded.mesh)}{where})")
     return 0
 
 

@@ -48,7 +48,7 @@ def build(recipe, registry, devices: int | None = None) -> dict:
     if modules is None:
         raise UsageError(f"cannot plan {recipe.model.source!r} without its configuration",
                          hint="point model.source at a local diffusers directory")
-    axes = resolve_mesh(recipe.mesh, device_count(recipe, devices))
+    axes = resolve_mesh(recipe.mesh, device_count(recipe, devices), given=devices is not None)
     components = [component_plan(name, module, recipe.sharding.weights.get(name, []), axes)
                   for name, module in modules.items()]
     problems = []

@@ -112,14 +112,19 @@ def _refusal(options: tuple) -> str | None:
     return None
 
 
-def resolve_mesh(axes: dict, device_count: int) -> dict[str, int]:
-    """Fill an 'auto' axis and check the mesh fits ``device_count`` devices."""
+def resolve_mesh(axes: dict, device_count: int, given: bool = False) -> dict[str, int]:
+    """Fill an 'auto' axis and check the mesh fits ``device_count`` devices (that
+    exist, or that ``given`` by --devices)."""
     fixed = math.prod(size for size in axes.values() if size != "auto")
     if fixed > device_count:
         shape = " x ".join(f"{a}={s}" for a, s in axes.items())
-        raise UsageError(f"mesh {shape} needs {fixed} devices but {device_count} exist",
-                         hint="shrink the mesh (e.g. mesh.dp=1), or for development ask "
-                              "for virtual CPU devices with --cpu-devices N")
+        have = f"--devices gives {device_count}" if given else f"{device_count} exist"
+        raise UsageError(f"mesh {shape} needs {fixed} devices but {have}",
+                         hint="shrink the mesh (e.g. mesh.dp=1)" + (
+                             f" or give --devices {fixed}" if given else
+                             f"; to check or plan for a machine with {fixed} devices from "
+                             f"here, add --devices {fixed}; to run on {fixed} virtual CPU "
+                             f"devices, --cpu-devices {fixed}"))
     resolved = {}
     for axis, size in axes.items():
         resolved[axis] = device_count // fixed if size == "auto" else size
