@@ -115,3 +115,41 @@ def test_cpu_devices_flag_in_a_fresh_process():
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "mesh {'dp': 2, 'tp': 4}" in out.stdout
+
+
+def fresh_porter(*args):
+    """The porter command in a new process with one CPU device and nothing imported
+    first: what a user's shell runs."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return subprocess.run([sys.executable, "-m", "porter.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("args", [
+    ["plugins"], ["patches"], ["--help"], ["run", "--help"],
+    ["validate", str(RECIPES / "wan14b.yaml"), "--devices", "8"],
+    ["plan", str(RECIPES / "wan1.3b.yaml"), "--devices", "8"],
+    ["inspect", str(RECIPES / "wan-tiny-tp.yaml")]], ids=lambda a: " ".join(a[:1]))
+def test_commands_in_a_fresh_process(args):
+    out = fresh_porter(*args)
+    assert out.returncode == 0, out.stderr
+    assert "internal error" not in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_recipe_for_a_bigger_machine_validates_with_devices():
+    """On one CPU device, an 8-chip recipe's mesh is refused with the flag that checks
+    it as if; with --devices 8 every rule is checked against 8 devices."""
+    out = fresh_porter("validate", str(RECIPES / "wan14b.yaml"))
+    assert out.returncode == 2 and "needs 8 devices but 1 exist" in out.stderr
+    assert "--devices 8" in out.stderr and "--cpu-devices 8" in out.stderr
+    out = fresh_porter("validate", str(RECIPES / "wan14b.yaml"), "--devices", "8",
+                       "mesh.tp=16", "mesh.dp=1")
+    assert out.returncode == 2 and "needs 16 devices but --devices gives 8" in out.stderr
+    out = fresh_porter("validate", str(RECIPES / "wan14b.yaml"), "--devices", "3",
+                       "mesh.tp=3", "mesh.dp=1", "generate.cfg_parallel=false")
+    assert out.returncode == 2  # 14B's width 5120 does not split 3 ways
+    assert "(5120) does not divide by tp=3" in out.stderr

@@ -98,6 +98,10 @@ def test_local_directory_source_loads_same_model(tiny, tmp_path):
                                f"output.dir={tmp_path / 'out'}"])
     second = run(local, plugins.registry(), progress=False)
     assert torch.equal(second.latents, result.latents)
+    placed = second.data["weights"]["components"]
+    assert {name: c["from"] for name, c in placed.items()} == {
+        "transformer": "checkpoint", "text_encoder": "checkpoint", "vae": "checkpoint"}
+    assert {c["from"] for c in result.data["weights"]["components"].values()} == {"host"}
 
 
 def test_out_of_repo_family_runs_without_core_changes(tmp_path, monkeypatch):
