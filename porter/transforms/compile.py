@@ -18,6 +18,7 @@ def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=No
     with ``rule.modules``, the module itself stays eager and each matching submodule
     is jitted instead. ``traces`` (a TraceCache) keeps the traced programs on disk;
     ``xla_options`` are XLA's compiler options for every program."""
+    output_classes_as_pytrees()
     jit_kwargs = {"static_argnames": tuple(rule.static_argnames)}
     if rule.donate_argnames:
         jit_kwargs["donate_argnames"] = tuple(rule.donate_argnames)
@@ -26,6 +27,31 @@ def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=No
     if rule.modules is not None:
         return _compile_submodules(module, rule, traces, name, jit_kwargs)
     return _jit(module, rule, traces, name, jit_kwargs)
+
+
+_REGISTERED: set = set()
+
+
+def output_classes_as_pytrees() -> None:
+    """Let a compiled method return diffusers' and transformers' output classes
+    (``DecoderOutput``, ``Transformer2DModelOutput``, ...: what a pipeline gets when
+    it calls ``vae.decode(x)`` without ``return_dict=False``). Both libraries register
+    them as PyTorch pytrees; JAX, which sees a jitted function's outputs, needs them
+    too. Classes defined so far are registered, each once."""
+    import jax
+    from diffusers.utils import BaseOutput
+    from transformers.utils import ModelOutput
+
+    pending = [BaseOutput, ModelOutput]
+    while pending:
+        cls = pending.pop()
+        pending += cls.__subclasses__()
+        if cls in _REGISTERED or cls in (BaseOutput, ModelOutput):
+            continue
+        _REGISTERED.add(cls)
+        jax.tree_util.register_pytree_node(
+            cls, lambda out: (tuple(out.values()), tuple(out.keys())),
+            lambda keys, values, cls=cls: cls(**dict(zip(keys, values))))
 
 
 def _compile_submodules(module, rule: CompileRule, traces, name: str, jit_kwargs: dict):

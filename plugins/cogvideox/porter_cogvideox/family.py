@@ -23,6 +23,8 @@ class CogVideoXFamily(GenericFamily):
     variants = ("v1", "v1.5", "v1-i2v")
     required_patches = ("cogvideox.ddim_host_timestep", "cogvideox.dpm_host_timestep")
     rotary_patch = "cogvideox.rope_cache"
+    # the VAE decode too: eager, it runs op by op (and on every device of the mesh)
+    compiled = {"transformer": ("forward",), "vae": ("decode",)}
 
     @staticmethod
     def is_i2v(recipe) -> bool:
@@ -94,6 +96,12 @@ class CogVideoXFamily(GenericFamily):
             problems.append(recipe.problem(
                 "generate.frames", f"CogVideoX needs 4n+1 frames, got {frames}",
                 hint=f"try {below} or {below + 4} (49 is the default)"))
+        vae = recipe.dtypes.components.get("vae", recipe.model.dtype)
+        if vae != recipe.model.dtype:
+            problems.append(recipe.problem(
+                "dtypes.components.vae", f"the CogVideoX pipeline hands the VAE latents in "
+                f"the transformer's dtype ({recipe.model.dtype}): a {vae} VAE fails to "
+                "decode them", hint="leave the VAE in model.dtype, as diffusers runs it"))
         for key in ("height", "width"):
             if getattr(recipe.generate, key) % 16:
                 problems.append(recipe.problem(f"generate.{key}", "CogVideoX needs a "
