@@ -19,8 +19,8 @@ from porter.errors import LoadError
 from porter.transforms.sharding import (Assignment, assign, jax_dtype, named_tensors,
                                         partition_spec, tensor_slots)
 
-#: reading ahead of the tensor being placed, at most this many tensors and bytes:
-#: reading is mostly the kernel filling fresh pages, which threads do in parallel
+#: tensors read and placed ahead of the one being installed, at most this many and
+#: this many bytes: both are mostly filling fresh pages, which threads do in parallel
 READ_AHEAD = 4
 READ_AHEAD_BYTES = 512 * 2**20
 
@@ -41,27 +41,21 @@ def apply(module: torch.nn.Module, runtime, rules, weights=None) -> list[Assignm
     assignments = assign(named_tensors(module), rules)
     shardings = [NamedSharding(runtime.mesh, partition_spec(a.spec)) for a in assignments]
 
-    def host(i: int):
+    def placed_array(i: int):  # in a worker thread: reads and copies run in parallel
         store, key = slots[assignments[i].name][0]
-        return _host_values(assignments[i], store[key], shardings[i], weights)
+        return _placed_array(assignments[i], store[key], shardings[i], weights)
 
-    for i, values in _read_ahead([a.nbytes for a in assignments], host):
+    for i, array in _read_ahead([a.nbytes for a in assignments], placed_array):
         a = assignments[i]
         store, key = slots[a.name][0]
         tensor = store[key]
-        if values is None:  # already on JAX (a module shared by two components)
-            import jax
-            array = jax.device_put(tensor.jax(), shardings[i])
-        else:
-            array = place(values, a.shape, shardings[i], local_rows(a.shape, shardings[i]))
-        del values
         with runtime.env:  # only here: it would intercept every torch call on the host
             placed = Tensor(array, runtime.env)
             if isinstance(tensor, torch.nn.Parameter):
                 placed = torch.nn.Parameter(placed, requires_grad=tensor.requires_grad)
         for store, key in slots[a.name]:
             store[key] = placed
-        del tensor
+        del tensor, array
     return assignments
 
 
@@ -81,19 +75,24 @@ def _read_ahead(sizes: list[int], read):
             yield i, pending.pop(i).result()
 
 
-def _host_values(a: Assignment, tensor, sharding, weights) -> torch.Tensor | None:
-    """The rows of one tensor this process places, on the host in their device dtype;
-    None for a tensor already on JAX."""
+def _placed_array(a: Assignment, tensor, sharding, weights):
+    """One tensor as a jax.Array placed by ``sharding``: from the checkpoint, from the
+    host tensor, or (a module shared by two components, already on JAX) resharded.
+    Only the rows this process's devices hold are read."""
+    import jax
+
     if hasattr(tensor, "jax"):
-        return None
+        return jax.device_put(tensor.jax(), sharding)
     rows = local_rows(a.shape, sharding)
     dtype = jax_dtype(tensor.dtype)
     if weights is not None and a.name in weights.entries:
-        return weights.read(a.name, dtype, rows)
-    if tensor.is_meta:
+        host = weights.read(a.name, dtype, rows)
+    elif tensor.is_meta:
         raise LoadError(f"{a.name} has no value: it is in no weight file",
                         hint="is the checkpoint complete?")
-    return as_placed(tensor.data[rows] if a.shape else tensor.data)
+    else:
+        host = as_placed(tensor.data[rows] if a.shape else tensor.data)
+    return place(host, a.shape, sharding, rows)
 
 
 def local_rows(shape: tuple[int, ...], sharding) -> slice:
