@@ -52,7 +52,7 @@ def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
         assignments = placement.apply(component, runtime, sharding.weights.get(name, []),
                                       weights.get(name))
         placed[name] = placement.report(component, assignments, runtime.axes,
-                                        source="checkpoint" if name in weights else "host")
+                                        weights.get(name))
         activations = sharding.activations.get(name, [])
         shard_transform.constrain_activations(component, runtime, activations)
         if placement.unsharded(assignments, activations):

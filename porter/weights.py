@@ -18,7 +18,8 @@ would have to rename, convert or initialize goes through the library instead
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -32,6 +33,8 @@ class ComponentWeights:
     """Where each tensor of one component lies: module tensor name -> header entry."""
 
     entries: dict[str, checkpoints.Entry]
+    read_bytes: int = 0  # what this process has read so far (only its rows)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -47,6 +50,8 @@ class ComponentWeights:
         row_bytes = entry.nbytes // shape[0] if shape and shape[0] else entry.nbytes
         data = torch.empty((stop - start) * row_bytes, dtype=torch.uint8)
         _read_into(entry.file, data, entry.offset + start * row_bytes)
+        with self._lock:  # reads run in several threads
+            self.read_bytes += data.numel()
         tensor = data.view(stored).reshape((stop - start, *shape[1:]) if shape else ())
         return tensor if stored == dtype else tensor.to(dtype)
 

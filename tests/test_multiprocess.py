@@ -88,6 +88,47 @@ def test_only_process_zero_writes_and_each_process_says_who_it_is(two_processes)
     assert record["device"]["count"] == 8 and record["device"]["processes"] == 2
 
 
+def test_each_process_reads_only_the_rows_its_devices_hold(tmp_path):
+    """tp=8 over 2 processes x 4 devices, from a saved checkpoint: a weight split by
+    rows over tp has half its rows on each process's devices, and each process
+    reads only those from the files; the latents are those of one process."""
+    import json
+
+    from porter_wan.tiny import build_pipeline
+
+    build_pipeline().save_pretrained(tmp_path / "ckpt")
+    overrides = [f"model.source={tmp_path / 'ckpt'}", "mesh={dp: 1, tp: 8}",
+                 "generate.cfg_parallel=false", "generate.steps=2"]
+    out, port = tmp_path / "two", free_port()
+    children = [subprocess.Popen(
+        [sys.executable, "-m", "porter.cli", "run", str(RECIPE), *overrides,
+         f"output.dir={out}", "--cpu-devices", "4", "--coordinator", f"127.0.0.1:{port}",
+         "--num-processes", "2", "--process-id", str(i), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    for child in children:
+        _, stderr = child.communicate(timeout=600)
+        assert child.returncode == 0, stderr[-3000:]
+    transformer = json.loads((out / "run.json").read_text())["weights"]["components"][
+        "transformer"]
+    assert transformer["from"] == "checkpoint"
+    assert transformer["bytes_per_device"] == transformer["planned_bytes_per_device"]
+    # tensors split by rows over tp (q/k/v, the first FFN layer): process 0 reads the
+    # half its 4 devices hold; every other stored tensor whole
+    from models.real_size import weight_bytes
+    from porter import plan
+
+    built = plan.build(recipe.load(RECIPE, overrides), plugins.registry(), devices=8)
+    rules = next(c for c in built["components"] if c["component"] == "transformer")["rules"]
+    by_rows = sum(r["bytes"] for r in rules if r["rule"] and r["spec"][0] == "tp")
+    stored = weight_bytes(tmp_path / "ckpt" / "transformer")
+    assert transformer["read_bytes"] == stored - by_rows // 2
+    single = run(recipe.load(RECIPE, [*overrides, f"output.dir={tmp_path / 'one'}"]),
+                 plugins.registry(), progress=False)
+    assert single.data["weights"]["components"]["transformer"]["read_bytes"] == stored
+    latents = load_file(str(out / "denoise.safetensors"))["latents"]
+    assert (latents - single.latents).abs().max() <= 1e-5 * single.latents.abs().max()
+
+
 def test_incomplete_multi_process_settings_are_refused(capsys, monkeypatch):
     from porter.cli import main
     monkeypatch.setenv("JAX_NUM_PROCESSES", "")  # restored after the test

@@ -170,11 +170,14 @@ def device_bytes(module: torch.nn.Module) -> dict[str, int]:
     return held
 
 
-def report(module, assignments: list[Assignment], axes: dict[str, int], source: str) -> dict:
-    """What one component's placement did: where its values came from, its bytes,
-    and per device what the plan says against what the devices hold."""
+def report(module, assignments: list[Assignment], axes: dict[str, int], weights=None) -> dict:
+    """What one component's placement did: where its values came from (and how many
+    bytes this process read from the checkpoint), its bytes, and per device what the
+    plan says against what the devices hold."""
     held = device_bytes(module).values()
-    return {"from": source, "tensors": len(assignments),
+    source = {"from": "host"} if weights is None else {"from": "checkpoint",
+                                                        "read_bytes": weights.read_bytes}
+    return {**source, "tensors": len(assignments),
             "bytes": sum(a.nbytes for a in assignments),
             "planned_bytes_per_device": sum(a.bytes_per_device(axes) for a in assignments),
             "bytes_per_device": max(held, default=0),
