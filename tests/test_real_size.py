@@ -69,11 +69,12 @@ def cogvideox(tmp_path_factory):
 
 
 def planned_total(recipe_file, overrides, devices: int) -> tuple[int, dict]:
-    """`porter plan --json`: the sum over devices of the bytes per device, and each
-    component's plan."""
-    out = python("-m", "porter.cli", "plan", str(recipe_file), *overrides,
-                 "--devices", str(devices), "--json")
-    built = json.loads(out.stdout)
+    """`porter plan --devices N`: the sum over devices of the bytes per device, and
+    each component's plan (from shapes alone: meta-device models, no weights)."""
+    from porter import plan, plugins, recipe
+
+    built = plan.build(recipe.load(recipe_file, overrides), plugins.registry(), devices)
+    assert not built["problems"], built["problems"]
     return (built["weights_bytes_per_device"] * built["devices"],
             {c["component"]: c for c in built["components"]})
 
