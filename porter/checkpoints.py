@@ -294,3 +294,34 @@ def check(root: Path) -> None:
                     f"loading any weights):\n  {shown}{more}",
                     hint=f"re-download {', '.join(components)}, or re-save the pipeline "
                          "with save_pretrained")
+
+
+# --- identity, for the run record ---------------------------------------------------
+
+def identity(root: Path, hub_id: str | None = None) -> dict:
+    """What names this checkpoint exactly, cheaply: for a hub snapshot its id and
+    revision; for every checkpoint the SHA-256 of each weight file's header (names,
+    dtypes, shapes and byte offsets of every tensor) and of each JSON file (configs,
+    indexes), with sizes. Tensor data is not hashed: at 14B that would take minutes."""
+    import hashlib
+
+    found: dict = {"source": "hub" if hub_id else "local", "path": str(root)}
+    if hub_id is not None:
+        found.update(hub_id=hub_id, revision=root.name if root.parent.name == "snapshots"
+                     else None)
+    files = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        name = str(path.relative_to(root))
+        if path.suffix == ".safetensors":
+            with open(path, "rb") as f:
+                length = int.from_bytes(f.read(8), "little")
+                head = f.read(min(length, MAX_HEADER))
+            files[name] = {"bytes": path.stat().st_size,
+                           "header_sha256": hashlib.sha256(head).hexdigest()}
+        elif path.suffix == ".json":
+            files[name] = {"bytes": path.stat().st_size,
+                           "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        elif path.suffix in WEIGHT_SUFFIXES:
+            files[name] = {"bytes": path.stat().st_size}
+    found["files"] = files
+    return found

@@ -8,7 +8,7 @@ import sys
 import warnings
 
 from porter import interrupt
-from porter.errors import PorterError
+from porter.errors import PorterError, environment_problem, is_environment_error
 
 EXAMPLES = """\
 examples:
@@ -26,8 +26,10 @@ examples:
   porter plugins                                    what each installed plugin registered
   porter patches                                    registered patches and their docs
 
-exit codes: 0 success, 2 bad input (recipe, flags, sources), 3 verify over
-tolerance, 1 internal failure, 130 interrupted (Ctrl-C), 143 killed (SIGTERM).
+exit codes: 0 success, 2 bad input (recipe, flags, sources, damaged files), a
+refusing machine (disk full, read-only, no permission) or NaN in weights or
+latents, 3 verify over tolerance, 1 internal failure (a Porter bug: report it),
+130 interrupted (Ctrl-C), 143 killed (SIGTERM).
 Add --debug to see tracebacks.
 """
 
@@ -162,11 +164,28 @@ def _load_recipe(args):
     return loaded
 
 
+def _check_resume_target(resume: str, overrides: list[str]) -> None:
+    """``--resume DIR`` names the run directory; an ``output.dir=`` naming another one
+    would be ignored without a word: refuse it."""
+    from pathlib import Path
+
+    from porter.errors import UsageError
+
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() == "output.dir" and \
+                Path(value.strip()).expanduser().absolute() != Path(resume).expanduser().absolute():
+            raise UsageError(f"--resume {resume} and {override} name different run "
+                             "directories", hint="--resume continues the run in its "
+                             "directory: leave output.dir out, or make them the same")
+
+
 def cmd_run(args) -> int:
     from porter import distributed, plugins
     from porter.run import run
 
     if args.resume:
+        _check_resume_target(args.resume, args.overrides)
         args.overrides = list(args.overrides) + [f"output.dir={args.resume}"]
     distributed.request(args.coordinator, args.num_processes, args.process_id,
                         auto=args.multi_process)
@@ -358,13 +377,28 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # an internal failure: say so, briefly
+    except Exception as exc:
         if args.debug:
             raise
-        print(f"internal error: {type(exc).__name__}: {exc}\n"
+        refused = _environment_cause(exc)
+        if refused is not None:  # the machine refused (disk full, ...): not a Porter bug
+            problem = environment_problem(refused)
+            print(problem.render(), file=sys.stderr)
+            return problem.exit_code
+        print(f"internal error: {type(exc).__name__}: {exc}\n"  # a Porter bug: say so
               "  hint: rerun with --debug for the traceback and report it", file=sys.stderr)
         return 1
 
+
+def _environment_cause(exc: BaseException) -> OSError | None:
+    """The OSError the machine gave, if it is what ``exc`` is or was raised from."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if is_environment_error(exc):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -75,3 +75,44 @@ class RecipeError(UsageError):
 
     def __str__(self) -> str:
         return self.render()
+
+
+class EnvironmentProblem(UsageError):
+    """The machine refused something (disk full, permission denied, a file where a
+    directory belongs): not bad input, not a Porter bug, and fixed the same way as bad
+    input, by the user."""
+
+
+_ERRNO_HINTS = {
+    "ENOSPC": "the disk is full: free space there, or point the path at another disk",
+    "EDQUOT": "the disk quota is used up: free space there, or point the path elsewhere",
+    "EFBIG": "the file is larger than this system allows (a file size limit)",
+    "EACCES": "permission denied: choose a path you can write, or fix its permissions",
+    "EPERM": "not permitted: choose a path you can write, or fix its permissions",
+    "EROFS": "that filesystem is read-only: choose a path on a writable one",
+    "ENOTDIR": "a file stands where a directory is needed: move it, or choose another path",
+    "EEXIST": "a file stands where a directory is needed: move it, or choose another path",
+    "EISDIR": "a directory stands where a file is needed: move it, or choose another path",
+    "EMFILE": "too many open files: raise the limit (ulimit -n)",
+    "EIO": "the device reported an input/output error: check the disk",
+}
+
+
+def is_environment_error(exc: BaseException) -> bool:
+    """An OSError the machine gave (full, read-only, no permission, wrong kind of path)."""
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno is not None and \
+        errno.errorcode.get(exc.errno) in _ERRNO_HINTS
+
+
+def environment_problem(exc: OSError, doing: str | None = None) -> EnvironmentProblem:
+    """The OSError as what failed, where, and what to do."""
+    import errno
+    import os
+
+    reason = exc.strerror or os.strerror(exc.errno or 0) or str(exc)
+    where = exc.filename if exc.filename is not None else "?"
+    what = f"{doing}: " if doing else ""
+    return EnvironmentProblem(f"{what}{reason}: {where}",
+                              hint=_ERRNO_HINTS.get(errno.errorcode.get(exc.errno or 0, "")))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -48,8 +49,15 @@ def load_pipeline(family, recipe):
     return pipe
 
 
-def load_for_port(family, recipe):
-    """The pipeline to port, and where the weights of its empty components lie.
+class Loaded(NamedTuple):
+    pipe: object
+    weights: dict  # component -> ComponentWeights, for components built empty
+    checkpoint: dict  # what names the checkpoint (checkpoints.identity), for the record
+
+
+def load_for_port(family, recipe) -> Loaded:
+    """The pipeline to port, where the weights of its empty components lie, and what
+    names the checkpoint.
 
     A component whose checkpoint files hold exactly its tensors is built with its
     parameters on the meta device and returned in ``weights`` (component ->
@@ -58,17 +66,23 @@ def load_for_port(family, recipe):
     loaded on the host as before. The recipe's dtypes are applied to both (free on
     the meta device), so each tensor's dtype is the one it is placed in.
     """
+    from porter import checkpoints
+
     kind = source_kind(recipe.model.source)
     if kind == "tiny":
         pipe, weights = load_untouched(family, recipe), {}
+        checkpoint = {"source": "tiny", "variant": recipe.model.variant,
+                      "config": recipe.model.config}
     else:
         root = _local_root(family.pipeline_class(recipe), recipe.model.source, kind)
         empty, weights = _empty_components(root)
         pipe = _from_pretrained(family.pipeline_class(recipe), root, _torch_dtypes(recipe),
                                 recipe.model.source, components=empty)
         _eval(pipe)
+        checkpoint = checkpoints.identity(root, recipe.model.source if kind == "hub"
+                                          else None)
     dtypes.apply_all(pipe.components, recipe)
-    return pipe, weights
+    return Loaded(pipe, weights, checkpoint)
 
 
 def _empty_components(root: Path) -> tuple[dict, dict]:

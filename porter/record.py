@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -21,6 +22,46 @@ def versions() -> dict[str, str | None]:
     return found
 
 
+def source_revision() -> dict | None:
+    """Porter's source revision: the git commit of a checkout (and whether files
+    differ from it), or the commit pip recorded for an install from git; None when
+    neither is known (an install from a wheel names its version only)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if (root / ".git").exists():
+        try:
+            run = functools.partial(subprocess.run, cwd=root, capture_output=True,
+                                    text=True, timeout=10, check=True)
+            commit = run(["git", "rev-parse", "HEAD"]).stdout.strip()
+            changed = run(["git", "status", "--porcelain", "--untracked-files=no"]).stdout
+            return {"commit": commit, "modified": bool(changed.strip())}
+        except (OSError, subprocess.SubprocessError):
+            return None
+    try:
+        direct = json.loads(metadata.distribution("porter").read_text("direct_url.json")
+                            or "null")
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    commit = ((direct or {}).get("vcs_info") or {}).get("commit_id")
+    return {"commit": commit, "modified": None} if commit else None
+
+
+def environment(runtime) -> dict:
+    """What else decides the compiled programs: XLA's flags and Porter's options."""
+    return {"XLA_FLAGS": os.environ.get("XLA_FLAGS"),
+            "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS"),
+            "xla_options": runtime.xla_options}
+
+
+def segment(runtime, stage: str, **extra) -> dict:
+    """Where one stage (or part of denoising) ran: a run resumed elsewhere lists each."""
+    from porter import distributed
+    return {"stage": stage, "mesh": runtime.axes, "platform": runtime.platform,
+            "devices": int(runtime.mesh.devices.size),
+            "processes": distributed.process_count(), **extra}
+
+
 def weights(placed: dict, timings: dict) -> dict:
     """Where each component's weights came from, their bytes, and per device what
     the plan says against what the devices hold; the rate they were placed at."""
@@ -31,8 +72,9 @@ def weights(placed: dict, timings: dict) -> dict:
 
 
 def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
-          placed: dict | None = None) -> dict:
-    from porter import compat, distributed
+          placed: dict | None = None, checkpoint: dict | None = None,
+          history: list | None = None) -> dict:
+    from porter import compat, distributed, notices
     from porter.runtime import peak_memory
     return {
         "recipe": recipe.resolved(),
@@ -40,6 +82,10 @@ def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
         "recipe_sha256": recipe.digest(),
         "seed": recipe.generate.seed,
         "versions": versions(),
+        "porter_source": source_revision(),
+        "environment": environment(runtime),
+        "checkpoint": checkpoint,
+        "history": history or [],
         "torchax_compat_overloads": len(compat.replaced_overloads),
         "device": {"platform": runtime.platform, "kind": runtime.device_kind,
                    "count": int(runtime.mesh.devices.size),
@@ -51,12 +97,14 @@ def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
         "weights": weights(placed or {}, timings),
         "memory": peak_memory(runtime),
         "outputs": outputs,
+        "warnings": notices.given(),
     }
 
 
 def write_json(path: Path, data: dict) -> Path:
     """Write JSON atomically: a reader never sees a half-written file."""
-    partial = Path(str(path) + ".partial")
-    partial.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    os.replace(partial, path)
+    from porter import outputs
+
+    outputs.write_bytes(Path(path), (json.dumps(data, indent=2, sort_keys=False) + "\n")
+                        .encode())
     return Path(path)

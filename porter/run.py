@@ -12,8 +12,8 @@ import torch
 
 from porter import artifacts, checks, distributed, loading, patches, record, runtime as runtime_mod
 from porter import progress as saved_progress
-from porter import stages, tracing, video
-from porter.errors import RecipeError, UsageError
+from porter import outputs, stages, tracing, video
+from porter.errors import LoadError, RecipeError, UsageError
 from porter.interop import to_device
 from porter.transforms import compile as compile_transform
 from porter.transforms import attention, placement, rotary
@@ -43,20 +43,24 @@ class Ported:
 def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
     """Place every component's tensors on the mesh, sharded by the recipe (read from
     ``weights``, component -> ComponentWeights, where given); cache rotary tables;
-    compile what the family (or the recipe) names."""
+    compile what the family (or the recipe) names. Weights holding NaN or infinity
+    are refused (``model.allow_nonfinite``: a warning)."""
     sharding = recipe.sharding
     weights = weights or {}
     modules = {n: c for n, c in pipe.components.items() if isinstance(c, torch.nn.Module)}
-    placed, unsharded = {}, set()
+    placed, unsharded, nonfinite = {}, set(), {}
     for name, component in modules.items():
+        found: dict = {}
         assignments = placement.apply(component, runtime, sharding.weights.get(name, []),
-                                      weights.get(name))
+                                      weights.get(name), found)
+        nonfinite.update({f"{name}.{tensor}": count for tensor, count in found.items()})
         placed[name] = placement.report(component, assignments, runtime.axes,
                                         weights.get(name))
         activations = sharding.activations.get(name, [])
         shard_transform.constrain_activations(component, runtime, activations)
         if placement.unsharded(assignments, activations):
             unsharded.add(name)
+    _refuse_nonfinite(nonfinite, recipe)
     if recipe.rotary.precompute:
         rotary.apply(pipe, family, recipe, runtime)
     compiled = compile_transform.rules(recipe, family)
@@ -74,6 +78,30 @@ def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
             component = attention.Skipped(component)
         setattr(pipe, name, component)
     return Ported(traces, placed)
+
+
+def _refuse_nonfinite(found: dict, recipe) -> None:
+    """NaN or infinity in the weights (``found``: tensor -> count, this process's rows)
+    is an error on every process, decided together so that none runs on alone."""
+    from porter import notices
+
+    anywhere = bool(found)
+    if distributed.process_count() > 1:
+        import numpy as np
+        from jax.experimental import multihost_utils
+        anywhere = bool(np.max(multihost_utils.process_allgather(np.int32(bool(found)))))
+    if not anywhere:
+        return
+    shown = ", ".join(f"{name} ({count})" for name, count in list(found.items())[:6])
+    more = f" and {len(found) - 6} more" if len(found) > 6 else ""
+    what = (f"NaN or infinite values in {len(found)} weight tensor(s): {shown}{more}"
+            if found else "NaN or infinite values in weights another process read")
+    if recipe.model.allow_nonfinite:
+        notices.warn(what + " (allowed by model.allow_nonfinite)")
+        return
+    raise LoadError(what, hint="the checkpoint is damaged, or was saved from a diverged "
+                    "model; re-download or re-save it (model.allow_nonfinite: true loads "
+                    "it anyway)")
 
 
 #: recipe keys that never reach a traced program: what a video is made from (its
@@ -151,16 +179,38 @@ def stages_to_run(directory: Path, stage: str | None, resume: bool) -> tuple[str
     return artifacts.STAGES
 
 
+@dataclass
+class Resumed:
+    """What a run continues from: the stage before its first (record and tensors) and
+    the denoising checkpoint, both read and checked before any weight is loaded."""
+    previous: dict | None = None  # {"meta": record, "tensors": {...}}
+    progress: object = None  # porter.progress.Progress
+
+
+def _inputs(directory: Path, wanted: tuple[str, ...], recipe, resume: bool) -> Resumed:
+    """The inputs on disk this run needs, checked now: a bad file fails before loading."""
+    found = Resumed()
+    first = artifacts.STAGES.index(wanted[0]) if wanted else 0
+    if first:
+        meta, tensors = artifacts.load_with_record(directory, artifacts.STAGES[first - 1],
+                                                   recipe)
+        found.previous = {"meta": meta, "tensors": tensors}
+    if resume and "denoise" in wanted:
+        found.progress = saved_progress.load(directory, recipe)
+    return found
+
+
 def _generate(family, recipe, runtime, registry, say, progress, wanted, directory,
-              resume: bool):
+              inputs: Resumed):
     """Load and port the pipeline, then run the wanted stages (inputs from disk if
-    the stage before did not run here). Returns latents, frames and timings."""
+    the stage before did not run here). Returns latents, frames, timings, what was
+    placed, the checkpoint's identity and where each stage ran (history)."""
     timings: dict = {}
     monitor = runtime_mod.compile_monitor()
     compile_before = monitor.summary()
     say(f"loading {family.name} from {recipe.model.source} ({recipe.model.dtype})")
     start = time.perf_counter()
-    pipe, weights = loading.load_for_port(family, recipe)
+    pipe, weights, checkpoint = loading.load_for_port(family, recipe)
     timings["load_s"] = round(time.perf_counter() - start, 4)
     say("placing weights on the mesh" + (f" ({', '.join(weights)} read from the "
                                           "checkpoint tensor by tensor)" if weights else ""))
@@ -170,6 +220,8 @@ def _generate(family, recipe, runtime, registry, say, progress, wanted, director
     traces = ported.traces
 
     conditioning = latents = frames = None
+    previous = inputs.previous
+    history = list(previous["meta"].get("history") or []) if previous else []
     with attention_installed(recipe, registry, runtime):
         if not family.staged:
             say("running the pipeline")
@@ -177,45 +229,69 @@ def _generate(family, recipe, runtime, registry, say, progress, wanted, director
             with runtime.env:
                 frames = family.generate(pipe, recipe)
             timings["generate_s"] = round(time.perf_counter() - start, 4)
+            history.append(record.segment(runtime, "generate"))
             wanted = ()
         if "encode" in wanted:
             say("encoding the prompt")
             conditioning = stages.encode(family, pipe, recipe, runtime, timings)
-            artifacts.save(directory, "encode", conditioning, recipe)
+            history.append(record.segment(runtime, "encode"))
+            artifacts.save(directory, "encode", conditioning, recipe,
+                           extra={"history": history})
         if "denoise" in wanted:
             if conditioning is None:
-                saved = artifacts.load(directory, "encode", recipe)
-                conditioning = {k: to_device(v, runtime) for k, v in saved.items()}
-            start = saved_progress.load(directory, recipe) if resume else None
-            if start is None:
-                saved_progress.discard(directory)  # from an earlier run: not ours
-            else:
-                say(f"continuing denoising after step {start.step}")
-            latents = stages.denoise(
-                family, pipe, conditioning, recipe, runtime, timings, progress, start=start,
-                save=lambda done: saved_progress.save(directory, done, recipe))
-            artifacts.save(directory, "denoise", {"latents": latents}, recipe)
+                conditioning = {k: to_device(v, runtime)
+                                for k, v in previous["tensors"].items()}
+            resumed = inputs.progress
+            if resumed is not None:
+                say(f"continuing denoising after step {resumed.step}")
+                history = list(resumed.history) or history
+            first_step = resumed.step if resumed else 0
+
+            def ran(done: int) -> list:
+                return history + [record.segment(runtime, "denoise", steps=[first_step, done])]
+
+            def save(done):
+                done.history = ran(done.step)
+                saved_progress.save(directory, done, recipe)
+            latents = stages.denoise(family, pipe, conditioning, recipe, runtime, timings,
+                                     progress, start=resumed, save=save)
+            history = ran(first_step + len(timings["steps_s"]))
+            artifacts.save(directory, "denoise", {"latents": latents}, recipe,
+                           extra={"history": history})
             saved_progress.discard(directory)
         if "decode" in wanted:
             if latents is None:
-                latents = artifacts.load(directory, "denoise", recipe)["latents"]
+                latents = previous["tensors"]["latents"]
             say("decoding latents to frames")
             frames = stages.decode(family, pipe, latents, recipe, runtime, timings)
+            history.append(record.segment(runtime, "decode"))
     compile_after = monitor.summary()
     timings["compile"] = {key: round(compile_after[key] - compile_before[key], 4)
                           for key in compile_after}
     if traces is not None:
         timings["compile"].update(traces_loaded=traces.loaded, traces_saved=traces.exported)
-    return latents, frames, timings, ported.weights
+    return latents, frames, timings, ported.weights, checkpoint, history
 
 
 def _status(message: str) -> None:
     print(f"porter: {distributed.label()}{message}", file=sys.stderr, flush=True)
 
 
+def _resume_problem(directory: Path, resume: bool) -> None:
+    if resume and not directory.is_dir():
+        raise UsageError(f"nothing to resume: {directory} does not exist"
+                         if not directory.exists() else
+                         f"nothing to resume: {directory} is not a directory",
+                         hint="--resume takes the output directory of an earlier run; "
+                              "to start a new run, leave --resume out")
+
+
 def run(recipe, registry, progress: bool = True, stage: str | None = None,
         resume: bool = False) -> RunResult:
-    """Run the recipe: every stage, one ``stage``, or (``resume``) what is left."""
+    """Run the recipe: every stage, one ``stage``, or (``resume``) what is left.
+
+    The run owns its output directory while it runs (another run into it is
+    refused), and first removes the files of an older run that its own replace."""
     family = checks.checked_family(recipe, registry)
     say = _status if progress else (lambda message: None)
     directory = output_dir(recipe)
@@ -223,10 +299,17 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
         raise UsageError(f"family {family.name!r} runs the pipeline in one piece: "
                          "--stage and --resume need a family with stages",
                          hint="run it without --stage/--resume")
-    wanted = stages_to_run(directory, stage, resume)
-    first = artifacts.STAGES.index(wanted[0])
-    if first:  # the stage before must be on disk and fit this recipe: check before loading
-        artifacts.check(directory, artifacts.STAGES[first - 1], recipe)
+    _resume_problem(directory, resume)
+    owner = outputs.owned(directory) if distributed.writes() else contextlib.nullcontext()
+    with owner:
+        return _owned_run(family, recipe, registry, say, progress, stage, resume, directory)
+
+
+def _owned_run(family, recipe, registry, say, progress, stage, resume, directory):
+    wanted = stages_to_run(directory, stage, resume) if family.staged else ()
+    inputs = _inputs(directory, wanted, recipe, resume)  # before anything is removed
+    if distributed.writes():
+        outputs.invalidate(directory, wanted, keep_progress=inputs.progress is not None)
     if resume:
         say(f"resuming in {directory}: running {', '.join(wanted)}")
     runtime = runtime_mod.start(recipe)
@@ -242,18 +325,34 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
 
     chosen = selected_patches(recipe, registry, family)
     with patches.applied(chosen), tracing.explained():
-        latents, frames, timings, placed = _generate(family, recipe, runtime, registry, say,
-                                                     progress, wanted, directory, resume)
+        latents, frames, timings, placed, checkpoint, history = _generate(
+            family, recipe, runtime, registry, say, progress, wanted, directory, inputs)
     timings["stages"] = list(wanted) if family.staged else ["generate"]
     if frames is None:
         return RunResult(directory, None, None, latents, None,
                          {"timings": timings, "weights": record.weights(placed, timings)})
-    outputs = {"video": "video.mp4", "frames": int(frames.shape[0]),
-               "height": int(frames.shape[1]), "width": int(frames.shape[2])}
-    data = record.build(recipe, runtime, timings, outputs, chosen, placed)
+    described = {"video": outputs.VIDEO, "frames": int(frames.shape[0]),
+                 "height": int(frames.shape[1]), "width": int(frames.shape[2])}
     if not distributed.writes():
+        data = record.build(recipe, runtime, timings, described, chosen, placed, checkpoint,
+                            history)
         return RunResult(directory, None, None, latents, frames, data)
-    directory.mkdir(parents=True, exist_ok=True)
-    video_path = video.write_mp4(directory / outputs["video"], frames, recipe.output.fps)
-    record_path = record.write_json(directory / "run.json", data)
-    return RunResult(directory, video_path, record_path, latents, frames, data)
+    digest = video.write_mp4(directory / outputs.VIDEO, frames, recipe.output.fps)
+    described["files"] = {outputs.VIDEO: digest, **stage_digests(directory)}
+    data = record.build(recipe, runtime, timings, described, chosen, placed, checkpoint,
+                        history)
+    # the record last: it is what makes the directory's files one complete run
+    record_path = record.write_json(directory / outputs.RECORD, data)
+    return RunResult(directory, directory / outputs.VIDEO, record_path, latents, frames, data)
+
+
+def stage_digests(directory: Path) -> dict:
+    """SHA-256 of each stage file in the directory, from its record."""
+    import json
+
+    found = {}
+    for stage in artifacts.STAGES[:-1]:
+        if artifacts.complete(directory, stage):
+            meta = json.loads((directory / f"{stage}.json").read_text())
+            found[f"{stage}.safetensors"] = meta.get("sha256")
+    return found

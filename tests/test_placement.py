@@ -136,7 +136,7 @@ def test_devices_hold_what_plan_says(name, overrides):
                for c in plan.build(loaded, registry, devices=8)["components"]}
     rt = runtime.start(loaded)
     family = registry.family(loaded.model.family)
-    pipe, found = loading.load_for_port(family, loaded)
+    pipe, found, _ = loading.load_for_port(family, loaded)
     ported = port(pipe, family, rt, loaded, found)
     for component, report in ported.weights.items():
         assert report["planned_bytes_per_device"] == planned[component], component
@@ -205,7 +205,7 @@ def test_checkpoint_components_are_read_tensor_by_tensor(saved, write):
         "source: tiny", f"source: {str(saved)!r}, dtype: bfloat16"))
     loaded = recipe.load(path)
     family = plugins.registry().family("wan")
-    pipe, found = loading.load_for_port(family, loaded)
+    pipe, found, _ = loading.load_for_port(family, loaded)
     assert set(found) == {"transformer", "text_encoder", "vae"}
     assert all(p.is_meta for p in pipe.transformer.parameters())
     assert type(pipe.scheduler).__name__ == json.loads(
