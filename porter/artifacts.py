@@ -3,14 +3,14 @@
 Each stage writes ``<stage>.safetensors`` and then ``<stage>.json``; both go
 through a temporary name and an atomic rename, and the JSON is written last,
 so a stage counts as complete only when its JSON exists. The JSON records the
-model and generation settings the tensors were made with; loading them for a
-recipe that differs there is refused.
+model and generation settings the tensors were made with, and the SHA-256 of
+the tensors file: loading them for a recipe that differs there, or from a file
+changed since, is refused, and so are tensors holding NaN or infinity.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from porter import distributed
@@ -27,8 +27,9 @@ def settings(recipe) -> dict:
 
 def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None = None) -> None:
     """Write the stage's tensors, then its JSON record (plus ``extra`` keys), atomically."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
+    from porter import outputs
     from porter.interop import to_host
 
     host = {name: to_host(t).contiguous() for name, t in tensors.items()}  # every process
@@ -37,15 +38,20 @@ def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None 
     directory.mkdir(parents=True, exist_ok=True)
     # An older record must not vouch for the new tensors while they are replaced.
     (directory / f"{stage}.json").unlink(missing_ok=True)
-    partial = directory / f"{stage}.safetensors.partial"
-    save_file(host, str(partial))
-    os.replace(partial, directory / f"{stage}.safetensors")
+    data = save(host)
+    digest = outputs.write_bytes(directory / f"{stage}.safetensors", data)
     meta = {"stage": stage, "recipe_sha256": recipe.digest(), "settings": settings(recipe),
+            "sha256": digest, "bytes": len(data),
             "tensors": {n: {"shape": list(t.shape), "dtype": str(t.dtype)} for n, t in
                         host.items()}, **(extra or {})}
-    partial = directory / f"{stage}.json.partial"
-    partial.write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(partial, directory / f"{stage}.json")
+    outputs.write_bytes(directory / f"{stage}.json", (json.dumps(meta, indent=2) + "\n")
+                        .encode())
+
+
+def remove(directory: Path, stage: str) -> None:
+    """Delete a stage: the record first, so the tensors never count as complete alone."""
+    for suffix in (".json", ".safetensors"):
+        (directory / f"{stage}{suffix}").unlink(missing_ok=True)
 
 
 def complete(directory: Path, stage: str) -> bool:
@@ -89,7 +95,24 @@ def check(directory: Path, stage: str, recipe) -> dict:
     problems = _header_problems(tensors, meta)
     if problems:
         raise UsageError(f"{tensors}: " + "; ".join(problems), hint=REDO)
+    _check_digest(tensors, meta, _file_digest(tensors))
     return meta
+
+
+def _file_digest(path: Path) -> str:
+    from porter import outputs
+    try:
+        return outputs.sha256(path)
+    except OSError as exc:
+        raise UsageError(f"{path} cannot be read: {exc}", hint=REDO) from None
+
+
+def _check_digest(path: Path, meta: dict, digest: str) -> None:
+    """The tensors are the ones the record was written for (not edited since)."""
+    if digest != meta["sha256"]:
+        raise UsageError(f"{path} has changed since its record was written (SHA-256 "
+                         f"{digest[:12]}..., the record says {meta['sha256'][:12]}...)",
+                         hint=REDO)
 
 
 def _record(path: Path) -> dict:
@@ -100,10 +123,11 @@ def _record(path: Path) -> dict:
         raise UsageError(f"{path} is not a readable stage record: {exc}", hint=REDO) from None
     tensors = meta.get("tensors") if isinstance(meta, dict) else None
     if not (isinstance(tensors, dict) and isinstance(meta.get("settings"), dict)
+            and isinstance(meta.get("sha256"), str)
             and all(isinstance(t, dict) and {"shape", "dtype"} <= set(t)
                     for t in tensors.values())):
-        raise UsageError(f"{path} lacks the stage record's keys (settings, and tensors "
-                         "with shape and dtype)", hint=REDO)
+        raise UsageError(f"{path} lacks the stage record's keys (settings, sha256, and "
+                         "tensors with shape and dtype)", hint=REDO)
     return meta
 
 
@@ -139,12 +163,26 @@ def load(directory: Path, stage: str, recipe) -> dict:
 
 def load_with_record(directory: Path, stage: str, recipe) -> tuple[dict, dict]:
     """(the stage's JSON record, its tensors), after checking they fit this recipe."""
+    import hashlib
+
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
     meta = check(directory, stage, recipe)
     path = directory / f"{stage}.safetensors"
     try:
-        return meta, load_file(str(path))
+        data = path.read_bytes()
+        # the bytes used are the bytes checked (the file may change after ``check``)
+        _check_digest(path, meta, hashlib.sha256(data).hexdigest())
+        tensors = load(data)
     except (SafetensorError, OSError) as exc:
         raise UsageError(f"{path} cannot be read: {exc}", hint=REDO) from None
+    from porter import finite
+
+    for name, tensor in tensors.items():
+        bad = finite.count(tensor)
+        if bad:
+            raise UsageError(f"{path}: tensor {name!r} holds {bad} NaN or infinite "
+                             f"value(s) of {tensor.numel()}", hint=REDO)
+    return meta, tensors
+

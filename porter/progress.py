@@ -9,7 +9,7 @@ JSON. Nothing is pickled, so loading a checkpoint cannot run code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,6 +26,8 @@ class Progress:
     latents: object  # torch tensor (host or JAX-backed)
     scheduler_tensors: dict  # from ``scheduler_state``
     scheduler_description: dict
+    source: object = None  # the record it was read from (a Path), for errors
+    history: list = field(default_factory=list)  # where the steps so far ran
 
 
 def _is_tensor(value) -> bool:
@@ -75,8 +77,12 @@ def _unsupported(scheduler, name, value) -> UsageError:
                            "checkpoints for this scheduler")
 
 
-def restore_scheduler(scheduler, tensors: dict, description: dict, to_jax) -> None:
-    """Put saved state back; tensors that lived on JAX go back through ``to_jax``."""
+def restore_scheduler(scheduler, tensors: dict, description: dict, to_jax,
+                      source=None) -> None:
+    """Put saved state back; tensors that lived on JAX go back through ``to_jax``.
+    Each saved attribute must be one the scheduler has, of the kind it holds now
+    (after ``set_timesteps``); UsageError naming ``source`` and the key if not."""
+    _check_kinds(scheduler, tensors, description, source)
     on_jax = set(description["on_jax"])
 
     def placed(key):
@@ -90,6 +96,69 @@ def restore_scheduler(scheduler, tensors: dict, description: dict, to_jax) -> No
         else:
             value = entry["value"]
         setattr(scheduler, name, value)
+
+
+def _kind(value) -> str:
+    if _is_tensor(value):
+        return "a tensor"
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _check_kinds(scheduler, tensors: dict, description: dict, source) -> None:
+    where = source or "the denoising checkpoint"
+    for name, entry in description["attributes"].items():
+        key = f"scheduler.attributes.{name}"
+        if name.startswith("__") or not name.isidentifier():
+            raise UsageError(f"{where}: {key}: not a scheduler attribute", hint=REDO)
+        # state a scheduler sets during its first step (UniPC's this_order) is absent
+        # after set_timesteps: any plain value may fill it
+        current = getattr(scheduler, name, None)
+        saved = ("a tensor" if "tensor" in entry else "a list" if "tensors" in entry
+                 else None if entry["value"] is None else _kind(entry["value"]))
+        if current is not None and saved is not None and saved != _kind(current):
+            raise UsageError(f"{where}: {key}: {saved} where {type(scheduler).__name__} "
+                             f"holds {_kind(current)}", hint=REDO)
+
+
+REDO = ("delete the progress-*.json and .safetensors files to start denoising over, "
+        "or resume with the recipe that wrote them")
+
+
+def _check_record(meta: dict, tensors: dict, steps: int, path) -> None:
+    """The progress record's own keys: a step inside the schedule, and a scheduler
+    description whose every tensor key names a saved tensor."""
+    step = meta.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or not 1 <= step <= steps:
+        raise UsageError(f"{path}: step: {step!r} is not a completed step of this "
+                         f"{steps}-step schedule (1..{steps})", hint=REDO)
+    if "latents" not in tensors:
+        raise UsageError(f"{path}: tensors: no 'latents'", hint=REDO)
+    description = meta.get("scheduler")
+    attributes = description.get("attributes") if isinstance(description, dict) else None
+    if not isinstance(attributes, dict) or not isinstance(description.get("on_jax"), list):
+        raise UsageError(f"{path}: scheduler: expected attributes and on_jax", hint=REDO)
+    for name, entry in attributes.items():
+        key = f"scheduler.attributes.{name}"
+        if not isinstance(entry, dict) or len(set(entry) & {"tensor", "tensors", "value"}) != 1:
+            raise UsageError(f"{path}: {key}: expected one of tensor, tensors, value",
+                             hint=REDO)
+        keys = [entry["tensor"]] if "tensor" in entry else entry.get("tensors") or []
+        if "tensors" in entry and not isinstance(entry["tensors"], list):
+            raise UsageError(f"{path}: {key}.tensors: expected a list", hint=REDO)
+        for tensor_key in keys:
+            if tensor_key is not None and f"scheduler.{tensor_key}" not in tensors:
+                raise UsageError(f"{path}: {key}: names tensor {tensor_key!r}, which the "
+                                 "file does not hold", hint=REDO)
+        if "value" in entry and not _plain(entry["value"]):
+            raise UsageError(f"{path}: {key}.value: not a plain value", hint=REDO)
 
 
 def _stage(step: int) -> str:
@@ -119,7 +188,8 @@ def save(directory, progress: Progress, recipe) -> None:
     tensors = {"latents": progress.latents,
                **{f"scheduler.{k}": v for k, v in progress.scheduler_tensors.items()}}
     artifacts.save(directory, _stage(progress.step), tensors, recipe,
-                   extra={"step": progress.step, "scheduler": progress.scheduler_description})
+                   extra={"step": progress.step, "scheduler": progress.scheduler_description,
+                          "history": progress.history})
     if not distributed.writes():
         return
     for step in _saved_steps(directory):
@@ -128,17 +198,22 @@ def save(directory, progress: Progress, recipe) -> None:
 
 
 def load(directory, recipe) -> Progress | None:
-    """The newest checkpoint, checked against this recipe, or None when there is none."""
+    """The newest checkpoint, checked against this recipe (settings, file hash, finite
+    values, a step inside the schedule), or None when there is none."""
     from porter import artifacts
 
     steps = _saved_steps(directory)
     if not steps:
         return None
-    meta, tensors = artifacts.load_with_record(directory, _stage(steps[0]), recipe)
+    stage = _stage(steps[0])
+    meta, tensors = artifacts.load_with_record(directory, stage, recipe)
+    path = directory / f"{stage}.json"
+    _check_record(meta, tensors, recipe.generate.steps, path)
     prefix = "scheduler."
     saved = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
-    return Progress(step=int(meta["step"]), latents=tensors["latents"],
-                    scheduler_tensors=saved, scheduler_description=meta["scheduler"])
+    history = meta.get("history") if isinstance(meta.get("history"), list) else []
+    return Progress(step=meta["step"], latents=tensors["latents"], scheduler_tensors=saved,
+                    scheduler_description=meta["scheduler"], source=path, history=history)
 
 
 def discard(directory) -> None:
@@ -153,6 +228,5 @@ def discard(directory) -> None:
 
 
 def _remove(directory, stage: str) -> None:
-    # the record first: without it the tensors no longer count as a checkpoint
-    for suffix in (".json", ".safetensors"):
-        (directory / f"{stage}{suffix}").unlink(missing_ok=True)
+    from porter import artifacts
+    artifacts.remove(directory, stage)

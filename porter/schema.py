@@ -57,6 +57,9 @@ class ModelSection(Section):
     pipeline: str | None = Field(
         None, description="family generic: a diffusers pipeline class name (default: the "
         "checkpoint's model_index.json)")
+    allow_nonfinite: bool = Field(
+        False, description="load weights that hold NaN or infinity (refused otherwise, "
+        "naming each tensor; allowed, they are a warning)")
 
 
 class RuntimeSection(Section):
@@ -88,7 +91,7 @@ class GenerateSection(Section):
     guidance_scale_2: float | None = Field(
         None, ge=0.0, description="two-expert models: guidance of the low-noise expert "
         "(default: guidance_scale)")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=2**64 - 1, description="0 .. 2^64-1 (torch's range)")
     max_sequence_length: int = Field(512, ge=1, le=8192)
     cfg_parallel: bool = Field(
         False, description="run the conditional and unconditional passes as one batch of 2")

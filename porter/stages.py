@@ -5,10 +5,25 @@ from __future__ import annotations
 import sys
 import time
 
-from porter import interrupt
+from porter import finite, interrupt
+from porter.errors import UsageError
 from porter.interop import to_device, to_host
+from porter.progress import REDO as progress_redo
 from porter.progress import Progress, restore_scheduler, scheduler_state
 from porter.transforms.dtypes import DTYPES
+
+
+class NonFinite(UsageError):
+    """The latents went NaN or infinite at a denoising step."""
+
+    def __init__(self, step: int, total: int, saved_at: int | None):
+        kept = (f"; kept: the encode stage and the checkpoint after step {saved_at}"
+                if saved_at else "; kept: the encode stage")
+        super().__init__(
+            f"denoising step {step} of {total} made NaN or infinite latents: stopped{kept}",
+            hint="with finite weights this is numerical overflow: try model.dtype float32, "
+                 "or keep the overflowing modules in float32 (dtypes), and compare with "
+                 "`porter verify`")
 
 
 def block(tensor) -> None:
@@ -37,7 +52,8 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
 
     ``save(Progress)`` is called every ``output.checkpoint_every`` steps and,
     when a signal asks the run to stop, after the step under way; then
-    ``Interrupted`` is raised.
+    ``Interrupted`` is raised. Latents that turn NaN or infinite stop the run
+    (``NonFinite``) at the step that made them; nothing of that step is saved.
     """
     from tqdm import tqdm
 
@@ -48,9 +64,14 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
         timesteps = family.timesteps(pipe, recipe)
         total, done = len(timesteps), 0
         if start is not None:
+            if start.step > total:
+                raise UsageError(f"{start.source}: step: {start.step} is past the end of "
+                                 f"this {total}-step schedule", hint=progress_redo)
             latents, done = to_device(start.latents, runtime), start.step
             restore_scheduler(pipe.scheduler, start.scheduler_tensors,
-                              start.scheduler_description, lambda t: to_device(t, runtime))
+                              start.scheduler_description, lambda t: to_device(t, runtime),
+                              start.source)
+        saved_at = done if start is not None else None
         bar = tqdm(total=total, initial=done, desc="denoise", unit="step", file=sys.stderr,
                    disable=not progress, dynamic_ncols=True)
         with bar, interrupt.deferred() as stop:
@@ -60,6 +81,8 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
                 noise = family.predict(pipe, latents, t, conditioning, recipe)
                 latents = pipe.scheduler.step(noise, t, latents, return_dict=False)[0]
                 block(latents)
+                if not finite.on_device(latents):
+                    raise NonFinite(index + 1, total, saved_at)
                 step_times.append(time.perf_counter() - begin)
                 bar.set_postfix_str(f"{step_times[-1]:.2f} s/step")
                 bar.update()
@@ -68,6 +91,7 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
                 signum = stop.agreed()
                 if save is not None and (due or signum):
                     save(Progress(completed, latents, *scheduler_state(pipe.scheduler)))
+                    saved_at = completed
                 if signum:
                     raise interrupt.Interrupted(
                         signum, saved=f"{completed} of {total} denoising steps"

@@ -25,14 +25,17 @@ READ_AHEAD = 4
 READ_AHEAD_BYTES = 512 * 2**20
 
 
-def apply(module: torch.nn.Module, runtime, rules, weights=None) -> list[Assignment]:
+def apply(module: torch.nn.Module, runtime, rules, weights=None,
+          nonfinite: dict | None = None) -> list[Assignment]:
     """Place every tensor of ``module`` on the mesh by its rule (``sharding``).
 
     A tensor's values come from ``weights`` (a ``porter.weights.ComponentWeights``)
     when the checkpoint holds it, otherwise from the module's own host tensor.
     Each slot then holds the placed tensor, so the host copy is freed as soon as it
     is placed. float64 and int64 tensors arrive as float32 and int32 (JAX runs with
-    x64 disabled).
+    x64 disabled). Each tensor's NaN and infinite values are counted on the host
+    as it passes (one read at memory speed) into ``nonfinite`` (name -> count, only
+    the tensors that have any), where given.
     """
     from jax.sharding import NamedSharding
     from torchax.tensor import Tensor
@@ -43,7 +46,7 @@ def apply(module: torch.nn.Module, runtime, rules, weights=None) -> list[Assignm
 
     def placed_array(i: int):  # in a worker thread: reads and copies run in parallel
         store, key = slots[assignments[i].name][0]
-        return _placed_array(assignments[i], store[key], shardings[i], weights)
+        return _placed_array(assignments[i], store[key], shardings[i], weights, nonfinite)
 
     for i, array in _read_ahead([a.nbytes for a in assignments], placed_array):
         a = assignments[i]
@@ -75,7 +78,7 @@ def _read_ahead(sizes: list[int], read):
             yield i, pending.pop(i).result()
 
 
-def _placed_array(a: Assignment, tensor, sharding, weights):
+def _placed_array(a: Assignment, tensor, sharding, weights, nonfinite=None):
     """One tensor as a jax.Array placed by ``sharding``: from the checkpoint, from the
     host tensor, or (a module shared by two components, already on JAX) resharded.
     Only the rows this process's devices hold are read."""
@@ -92,6 +95,11 @@ def _placed_array(a: Assignment, tensor, sharding, weights):
                         hint="is the checkpoint complete?")
     else:
         host = as_placed(tensor.data[rows] if a.shape else tensor.data)
+    if nonfinite is not None:
+        from porter import finite
+        bad = finite.count(host)
+        if bad:
+            nonfinite[a.name] = bad
     return place(host, a.shape, sharding, rows)
 
 
