@@ -171,15 +171,21 @@ def compile_monitor() -> CompileMonitor:
     return _monitor
 
 
-def enable_compile_cache(directory: Path | None) -> None:
+def enable_compile_cache(directory: Path | None) -> Path | None:
+    """Turn on JAX's persistent cache in ``directory``; returns the directory in use
+    (None: no cache, also when the directory cannot be written: a warning, not an
+    error, since the cache only saves time)."""
     import jax
-    if directory is None:
-        return
-    directory.mkdir(parents=True, exist_ok=True)
+
+    from porter import compile_cache
+    if directory is None or not compile_cache.usable(directory):
+        return None
+    compile_cache.guard()
     jax.config.update("jax_compilation_cache_dir", str(directory))
     # Cache every program, however small or quick: small ones add up on CPU.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return directory
 
 
 @dataclass
@@ -198,6 +204,31 @@ class Runtime:
     def replicated(self):
         from jax.sharding import NamedSharding, PartitionSpec
         return NamedSharding(self.mesh, PartitionSpec())
+
+
+def host_memory() -> int:
+    """Bytes of memory this process may use: the machine's, or its cgroup's limit."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit():
+            total = min(total, int(limit))
+    except OSError:
+        pass
+    return total
+
+
+def device_memory(mesh_devices: int) -> int | None:
+    """Bytes one device of a ``mesh_devices`` mesh can hold, where known: an
+    accelerator's own limit; on CPU, the host's memory shared by the virtual devices
+    this process runs (each holds its own copy of what it holds)."""
+    import jax
+
+    device = jax.local_devices()[0]
+    if device.platform != "cpu":
+        stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+        return int(stats["bytes_limit"]) if stats and stats.get("bytes_limit") else None
+    return host_memory() // max(1, min(mesh_devices, jax.local_device_count()))
 
 
 def peak_memory(runtime) -> dict:
@@ -227,8 +258,7 @@ def start(recipe) -> Runtime:
 
     platform = jax.default_backend()
     options = xla_options(recipe.runtime.xla_options, platform)
-    directory = cache_dir(recipe.runtime.compile_cache)
-    enable_compile_cache(directory)
+    directory = enable_compile_cache(cache_dir(recipe.runtime.compile_cache))
     compile_monitor()
     devices = jax.devices()
     axes = resolve_mesh(recipe.mesh, len(devices))

@@ -13,16 +13,44 @@ arguments, and every input's shape, dtype and sharding. Weights are inputs,
 never constants, so new weights of the same shapes reuse the program.
 Programs that cannot be exported (host callbacks, e.g. ``torch-cpu``
 attention) and methods with donated inputs use plain ``jax.jit``.
+
+Entries are checked before use: each file starts with its key and the SHA-256
+of the program, so a damaged entry or one stored under another key (files
+swapped) is never run; such an entry, or one whose first call fails, is
+deleted, traced again and reported once. The cache only saves time: a write
+that fails (no space, read-only, a file in the way) warns once and the run
+continues without storing programs.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 from pathlib import Path
 
 _NOT_EXPORTABLE = object()
+
+
+class _Damaged(Exception):
+    pass
+
+_MAGIC = b"porter-trace 1\n"
+
+
+def _pack(key: str, blob: bytes) -> bytes:
+    return _MAGIC + f"{key}\n{hashlib.sha256(blob).hexdigest()}\n".encode() + bytes(blob)
+
+
+def _unpack(key: str, data: bytes) -> bytes | None:
+    """The program stored under ``key``, or None if ``data`` is not that, intact."""
+    if not data.startswith(_MAGIC):
+        return None
+    parts = data[len(_MAGIC):].split(b"\n", 2)
+    if len(parts) != 3 or parts[0] != key.encode():
+        return None
+    if hashlib.sha256(parts[2]).hexdigest().encode() != parts[1]:
+        return None
+    return parts[2]
 
 
 def code_fingerprint(modules) -> str:
@@ -57,8 +85,10 @@ class TraceCache:
     def __init__(self, directory: Path, fingerprint: str):
         self.directory = directory
         self.fingerprint = fingerprint
-        self.loaded = self.exported = 0  # for the run record
+        self.loaded = self.exported = self.discarded = 0  # for the run record
+        self.writable = True
         self._programs: dict = {}  # key -> callable program (or _NOT_EXPORTABLE)
+        self._unproven: set = set()  # keys loaded from disk and not yet run once
 
     def forget(self) -> None:
         """Drop the programs held in memory: the next calls load them from disk, as
@@ -91,21 +121,54 @@ class TraceCache:
                                                               static, compiler_options)
             if program is _NOT_EXPORTABLE:
                 return jitted(*args, **kwargs, **static)
-            return program(*args, **kwargs)
+            if key not in self._unproven:
+                return program(*args, **kwargs)
+            try:  # the first call of a stored program proves it
+                result = program(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - whatever a bad program raises
+                self._discard(key, f"its first call failed ({type(exc).__name__})")
+                program = self._programs[key] = self._program(key, jitted, args, kwargs,
+                                                              static, compiler_options)
+                return (jitted(*args, **kwargs, **static) if program is _NOT_EXPORTABLE
+                        else program(*args, **kwargs))
+            self._unproven.discard(key)
+            return result
         return call
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.exported"
+
+    def _discard(self, key: str, why: str) -> None:
+        from porter import notices
+
+        self._unproven.discard(key)
+        self.discarded += 1
+        try:
+            self._path(key).unlink(missing_ok=True)
+        except OSError:
+            pass
+        notices.warn(f"discarded a stored traced program in {self.directory} ({why}); "
+                     "traced again")
 
     def _program(self, key: str, jitted, args, kwargs, static, compiler_options):
         import jax
         from jax import export
 
-        path = self.directory / f"{key}.exported"
+        path = self._path(key)
         if path.exists():
             try:
-                exported = export.deserialize(bytearray(path.read_bytes()))
+                blob = _unpack(key, path.read_bytes())
+                if blob is None:
+                    raise _Damaged("damaged, or stored under another key")
+                exported = export.deserialize(bytearray(blob))
+            except _Damaged as exc:
+                self._discard(key, str(exc))
+            except Exception as exc:  # noqa: BLE001 - unreadable, from another JAX
+                self._discard(key, f"unreadable: {type(exc).__name__}")
+            else:
                 self.loaded += 1
+                self._unproven.add(key)
                 return jax.jit(exported.call, compiler_options=compiler_options)
-            except Exception:  # unreadable or from another JAX: trace again below
-                path.unlink(missing_ok=True)
         try:
             exported = export.export(jitted)(*args, **kwargs, **static)
             blob = exported.serialize()
@@ -116,11 +179,16 @@ class TraceCache:
         return jax.jit(exported.call, compiler_options=compiler_options)
 
     def _write(self, path: Path, blob: bytes) -> None:
-        from porter import distributed
+        from porter import distributed, notices, outputs
 
-        if not distributed.writes():
+        if not distributed.writes() or not self.writable:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".partial{os.getpid()}")
-        partial.write_bytes(blob)
-        os.replace(partial, path)  # a reader never sees half a program
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            outputs.write_bytes(path, _pack(path.stem, blob))  # whole, or nothing
+        except OSError as exc:
+            self.writable = False
+            notices.warn(f"traced programs cannot be stored in {self.directory} "
+                         f"({exc.strerror or exc}); continuing without storing them",
+                         hint="free space there or fix its permissions; PORTER_CACHE_DIR "
+                              "moves the cache")
