@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from porter import loading, patches
+from porter import config_values, loading, patches
 from porter.transforms import attention, dtypes, sharding
 from porter.errors import Problem, UsageError
 
@@ -94,12 +94,6 @@ def _call_budget(limit: int):
     return CallBudget()
 
 
-def _checks_shapes(recipe) -> bool:
-    """Do the shape checks need the model? (Only rules are checked against shapes.)"""
-    return bool(recipe.sharding.weights or recipe.sharding.inputs or recipe.dtypes.overrides
-                or recipe.dtypes.components or recipe.sharding.activations or recipe.compile)
-
-
 def model_problems(recipe, registry) -> list[Problem]:
     """Build the model on the meta device, as the shape checks will, and turn a failure
     into a problem: model.config goes verbatim to the family's constructor, and a local
@@ -107,8 +101,13 @@ def model_problems(recipe, registry) -> list[Problem]:
     kind = loading.source_kind(recipe.model.source)
     if kind == "tiny" and recipe.model.config:
         key, what = "model.config", "this configuration"
-    elif kind == "local" and _checks_shapes(recipe):
+    elif kind == "local":
         key, what = "model.source", "the configuration files in this checkpoint"
+        values = config_values.problems(Path(recipe.model.source).expanduser())
+        if values:
+            return [recipe.problem(key, problem, hint="the checkpoint's configuration is "
+                                   "damaged: re-download it, or re-save the pipeline with "
+                                   "save_pretrained") for problem in values]
     else:
         return []
     from porter import abstract
@@ -158,17 +157,50 @@ def mesh_problems(recipe, devices: int | None = None) -> list[Problem]:
 
 
 def shape_problems(recipe, registry, devices: int | None = None) -> list[Problem]:
-    """Sharding rules against the model's shapes (meta device, no weights), for the
-    devices JAX sees or ``devices`` devices."""
+    """Sharding rules and sizes against the model's shapes (meta device, no weights),
+    for the devices JAX sees or ``devices`` devices; with the devices JAX sees, also
+    the memory one layer's attention needs against what a device has."""
     from porter import plan
 
-    if not _checks_shapes(recipe):
-        return []
     try:
         built = plan.build(recipe, registry, devices)
     except UsageError:
         return []  # no configuration to check against (e.g. a hub id, offline)
-    return built["problems"]
+    problems = built["problems"]
+    if devices is None:
+        problems += memory_problems(recipe, built)
+    return problems
+
+
+#: attention that materialises every score holds at least the scores and their softmax
+MATERIALISED_COPIES = 2
+
+
+def memory_problems(recipe, built: dict) -> list[Problem]:
+    """Attention scores that cannot fit beside the weights on a device, with a backend
+    that materialises them all (torchax's default, ``reference``)."""
+    from porter import plan as plan_mod
+    from porter.runtime import device_memory
+
+    if recipe.attention.backend not in (None, "reference"):
+        return []
+    memory = device_memory(built["devices"])
+    attention_costs = (built.get("estimates") or {}).get("attention", {})
+    if memory is None or not attention_costs:
+        return []
+    name, worst = max(attention_costs.items(),
+                      key=lambda item: item[1]["reference_bytes_per_device"])
+    need = built["weights_bytes_per_device"] + MATERIALISED_COPIES * \
+        worst["reference_bytes_per_device"]
+    if need <= memory:
+        return []
+    human = plan_mod.human_bytes
+    return [recipe.problem(
+        "attention.backend", f"{name}-attention scores at this size take "
+        f"{human(worst['reference_bytes_per_device'])} per layer and device "
+        f"({worst['shape']}); with the weights that is about {human(need)}, more than the "
+        f"{human(memory)} a device has", hint="use attention.backend: blockwise (memory ~ "
+        "block_q x block_kv) or auto, or a smaller size; `porter plan` shows the numbers")]
 
 
 def checkpoint_problems(recipe) -> list[Problem]:
@@ -196,7 +228,29 @@ def validate(recipe, registry, devices: int | None = None) -> list[Problem]:
     if problems:
         return problems
     problems = mesh_problems(recipe, devices)
-    return problems or shape_problems(recipe, registry, devices)
+    return problems or shape_problems(recipe, registry, devices) + path_write_problems(recipe)
+
+
+def path_write_problems(recipe) -> list[Problem]:
+    """Where the run will write (output and compile cache), checked writable now:
+    a run finds out before loading anything, `validate` before the run."""
+    from porter import outputs, runtime
+    from porter.run import output_dir
+
+    problems = []
+    why = outputs.writable_problem(output_dir(recipe))
+    if why:
+        problems.append(recipe.problem("output.dir", f"cannot write the output directory: "
+                                       f"{why}", hint="choose a directory you can write "
+                                       "(output.dir=...)"))
+    cache = runtime.cache_dir(recipe.runtime.compile_cache)
+    why = outputs.writable_problem(cache) if cache is not None else None
+    if why:
+        problems.append(recipe.problem("runtime.compile_cache", f"the compile cache cannot "
+                                       f"be written: {why}; a run goes on without it",
+                                       hint="set runtime.compile_cache (or PORTER_CACHE_DIR) "
+                                            "to a writable directory, or false"))
+    return problems
 
 
 def checked_family(recipe, registry):

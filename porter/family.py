@@ -104,6 +104,12 @@ class ModelFamily:
         """
         return []
 
+    def size_problems(self, recipe, config) -> list[Problem]:
+        """Sizes (frames, height, width) the transformer with ``config`` cannot take:
+        beyond its positional tables, or other than a fixed size it was trained at.
+        Found without weights, before a run loads them."""
+        return []
+
     def estimates(self, recipe, config) -> dict:
         """Analytic costs of one denoising step from the transformer's config.
 

@@ -65,6 +65,7 @@ def build(recipe, registry, devices: int | None = None) -> dict:
     if transformer is not None:
         shapes = family.transformer_inputs(recipe, transformer.config)
         problems += sharding.input_problems(recipe, shapes, axes)
+        problems += family.size_problems(recipe, transformer.config)
         estimates = costs(recipe, family.estimates(recipe, transformer.config), axes)
     return {"recipe": recipe.name, "mesh": axes, "devices": math.prod(axes.values()), "components": components,
             "weights_bytes_per_device": sum(c["bytes_per_device"] for c in components),

@@ -108,6 +108,28 @@ class CogVideoXFamily(GenericFamily):
                                                "multiple of 16 (VAE 8 x patch 2)"))
         return problems
 
+    def size_problems(self, recipe, config):
+        """Learned positional embeddings (CogVideoX-5b-I2V) exist for one size only, and
+        absolute ones are laid out for exactly ``max_text_seq_length`` text tokens:
+        diffusers fails mid-step otherwise."""
+        gen, problems = recipe.generate, []
+        if config.get("use_learned_positional_embeddings"):
+            for key, sample in (("height", "sample_height"), ("width", "sample_width")):
+                want = config.get(sample, 0) * 8
+                if want and getattr(gen, key) != want:
+                    problems.append(recipe.problem(
+                        f"generate.{key}", f"this model's positional embeddings are "
+                        f"learned for {want} {key} only, got {getattr(gen, key)}",
+                        hint=f"set generate.{key}: {want}"))
+        text = gen.extra.get("max_sequence_length", 226)
+        if not config.get("use_rotary_positional_embeddings") and \
+                text != config.get("max_text_seq_length", text):
+            problems.append(recipe.problem(
+                "generate.extra.max_sequence_length", f"{text} text tokens; this model's "
+                f"positional embeddings take exactly {config['max_text_seq_length']}",
+                hint=f"set it to {config['max_text_seq_length']} or leave it out"))
+        return problems
+
     def transformer_inputs(self, recipe, config):
         gen = recipe.generate
         batch = 2 if gen.guidance_scale > 1.0 else 1  # the pipeline batches the passes

@@ -160,6 +160,27 @@ class WanFamily(ModelFamily):
         second = recipe.generate.guidance_scale_2
         return pipe.transformer_2, recipe.generate.guidance_scale if second is None else second
 
+    def size_problems(self, recipe, config):
+        """Wan's rotary tables cover ``rope_max_seq_len`` positions on each axis of the
+        patch grid; diffusers slices them to the grid, so a larger grid fails mid-step."""
+        limit = config.get("rope_max_seq_len")
+        if not limit:
+            return []
+        gen = recipe.generate
+        p_t, p_h, p_w = config["patch_size"]
+        grid = {"frames": (((gen.frames - 1) // 4 + 1) // p_t, 4 * p_t, "frames"),
+                "height": (gen.height // 8 // p_h, 8 * p_h, "pixels"),
+                "width": (gen.width // 8 // p_w, 8 * p_w, "pixels")}
+        problems = []
+        for key, (positions, per_position, unit) in grid.items():
+            if positions > limit:
+                problems.append(recipe.problem(
+                    f"generate.{key}", f"{getattr(gen, key)} {unit} make {positions} "
+                    f"positions on this axis; the model's rotary tables hold {limit}",
+                    hint=f"at most about {limit * per_position} {unit} "
+                         f"(rope_max_seq_len {limit} x {per_position})"))
+        return problems
+
     def estimates(self, recipe, config):
         gen = recipe.generate
         p_t, p_h, p_w = config["patch_size"]

@@ -1,0 +1,85 @@
+"""A checkpoint's configuration values against what its model classes take.
+
+A ``config.json`` goes verbatim to the model's constructor. Nonsense there
+(``num_layers: -3``, a string where a number belongs) either fails deep in
+the constructor or, worse, builds a model that fails later, mid-run. Each
+value is compared with the constructor's default for the same argument: no
+string or bool where a number belongs, no number where a string or a flag
+does, and no negative number where the default is a non-negative integer
+(counts and sizes). Arguments without a default, or with None, say nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+
+def _kind(value) -> str | None:
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return None
+
+
+def _fits(value, default) -> str | None:
+    """Why ``value`` cannot stand where ``default`` does (None: it can). Only plain
+    nonsense: many arguments take an integer or a list (``sample_size``) and a
+    count may be 0, so those pass."""
+    want, got = _kind(default), _kind(value)
+    if want is None or value is None:
+        return None
+    wrong = {"an integer": ("a string", "a bool", "a mapping"),
+             "a number": ("a string", "a bool", "a mapping"),
+             "a bool": ("a string", "a number", "a list", "a mapping"),
+             "a string": ("an integer", "a number", "a bool")}.get(want, ())
+    if got in wrong:
+        return f"{got} where {want} belongs (default {default!r})"
+    if want == "an integer" and got == "an integer" and default >= 0 > value:
+        return f"a negative count or size (default {default!r})"
+    return None
+
+
+def _signature_defaults(library: str, cls: type) -> dict:
+    """Argument -> default of what reads the config: a diffusers model's constructor,
+    a transformers model's config class."""
+    target = cls.__init__ if library == "diffusers" else cls.config_class.__init__
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError, AttributeError):
+        return {}
+    return {p.name: p.default for p in parameters
+            if p.default is not inspect.Parameter.empty and p.default is not None}
+
+
+def problems(root: Path) -> list[str]:
+    """'component/config.json: key: why' for each value that cannot be right."""
+    from porter import abstract
+
+    found = []
+    for name, (library, cls) in abstract.module_classes(root).items():
+        path = root / name / "config.json"
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # the checkpoint check names a missing or unreadable config
+        if not isinstance(config, dict):
+            found.append(f"{name}/config.json: not a JSON object")
+            continue
+        defaults = _signature_defaults(library, cls)
+        for key, value in config.items():
+            if key in defaults:
+                why = _fits(value, defaults[key])
+                if why:
+                    found.append(f"{name}/config.json: {key}: {value!r} is {why}")
+    return found
