@@ -78,7 +78,7 @@ def test_two_processes_equal_one_process_with_eight_devices(two_processes, tmp_p
 def test_only_process_zero_writes_and_each_process_says_who_it_is(two_processes):
     out, ((_, stdout0, stderr0), (_, stdout1, stderr1)) = two_processes
     assert sorted(p.name for p in out.iterdir()) == [
-        "denoise.json", "denoise.safetensors", "encode.json", "encode.safetensors",
+        ".porter.lock", "denoise.json", "denoise.safetensors", "encode.json", "encode.safetensors",
         "run.json", "video.mp4"]
     assert "[process 0/2]" in stderr0 and "[process 1/2]" in stderr1
     assert "8 cpu device(s)" in stderr0.lower() and "2 processes" in stderr0
@@ -86,6 +86,8 @@ def test_only_process_zero_writes_and_each_process_says_who_it_is(two_processes)
     import json
     record = json.loads((out / "run.json").read_text())
     assert record["device"]["count"] == 8 and record["device"]["processes"] == 2
+    assert {s["stage"]: (s["devices"], s["processes"]) for s in record["history"]} == {
+        "encode": (8, 2), "denoise": (8, 2), "decode": (8, 2)}
 
 
 def test_each_process_reads_only_the_rows_its_devices_hold(tmp_path):

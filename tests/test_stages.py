@@ -32,7 +32,7 @@ def test_stage_by_stage_equals_uninterrupted(uninterrupted, write, tmp_path):
     assert torch.equal(result.latents, uninterrupted.latents)
     assert (result.frames == uninterrupted.frames).all()
     assert sorted(p.name for p in (tmp_path / "staged").iterdir()) == [
-        "denoise.json", "denoise.safetensors", "encode.json", "encode.safetensors",
+        ".porter.lock", "denoise.json", "denoise.safetensors", "encode.json", "encode.safetensors",
         "run.json", "video.mp4"]
 
 
