@@ -127,7 +127,8 @@ def _record(path: Path) -> dict:
             and all(isinstance(t, dict) and {"shape", "dtype"} <= set(t)
                     for t in tensors.values())):
         raise UsageError(f"{path} lacks the stage record's keys (settings, sha256, and "
-                         "tensors with shape and dtype)", hint=REDO)
+                         "tensors with shape and dtype; records before file hashes have "
+                         "no sha256)", hint=REDO)
     return meta
 
 

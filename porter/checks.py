@@ -103,7 +103,10 @@ def model_problems(recipe, registry) -> list[Problem]:
         key, what = "model.config", "this configuration"
     elif kind == "local":
         key, what = "model.source", "the configuration files in this checkpoint"
-        values = config_values.problems(Path(recipe.model.source).expanduser())
+        try:
+            values = config_values.problems(Path(recipe.model.source).expanduser())
+        except Exception:  # noqa: BLE001 - an unreadable index: the build below says why
+            values = []
         if values:
             return [recipe.problem(key, problem, hint="the checkpoint's configuration is "
                                    "damaged: re-download it, or re-save the pipeline with "
@@ -190,15 +193,19 @@ def memory_problems(recipe, built: dict) -> list[Problem]:
         return []
     name, worst = max(attention_costs.items(),
                       key=lambda item: item[1]["reference_bytes_per_device"])
-    need = built["weights_bytes_per_device"] + MATERIALISED_COPIES * \
-        worst["reference_bytes_per_device"]
+    # the plan counts float32 scores (Porter's reference kernel); torchax's own
+    # lowering (no backend) keeps them in the model's dtype
+    itemsize = 4 if recipe.attention.backend == "reference" else \
+        {"float32": 4}.get(recipe.model.dtype, 2)
+    scores = worst["reference_bytes_per_device"] * itemsize // 4
+    need = built["weights_bytes_per_device"] + MATERIALISED_COPIES * scores
     if need <= memory:
         return []
     human = plan_mod.human_bytes
     return [recipe.problem(
         "attention.backend", f"{name}-attention scores at this size take "
-        f"{human(worst['reference_bytes_per_device'])} per layer and device "
-        f"({worst['shape']}); with the weights that is about {human(need)}, more than the "
+        f"{human(scores)} per layer and device ({worst['shape']}); twice that (scores "
+        f"and softmax) with the weights is about {human(need)}, more than the "
         f"{human(memory)} a device has", hint="use attention.backend: blockwise (memory ~ "
         "block_q x block_kv) or auto, or a smaller size; `porter plan` shows the numbers")]
 
@@ -232,9 +239,10 @@ def validate(recipe, registry, devices: int | None = None) -> list[Problem]:
 
 
 def path_write_problems(recipe) -> list[Problem]:
-    """Where the run will write (output and compile cache), checked writable now:
-    a run finds out before loading anything, `validate` before the run."""
-    from porter import outputs, runtime
+    """Where the run will write, checked writable now (a run finds out before loading
+    anything, `validate` before the run). The compile cache is optional, as in a run:
+    an unwritable one is a warning."""
+    from porter import notices, outputs, runtime
     from porter.run import output_dir
 
     problems = []
@@ -246,10 +254,10 @@ def path_write_problems(recipe) -> list[Problem]:
     cache = runtime.cache_dir(recipe.runtime.compile_cache)
     why = outputs.writable_problem(cache) if cache is not None else None
     if why:
-        problems.append(recipe.problem("runtime.compile_cache", f"the compile cache cannot "
-                                       f"be written: {why}; a run goes on without it",
-                                       hint="set runtime.compile_cache (or PORTER_CACHE_DIR) "
-                                            "to a writable directory, or false"))
+        notices.warn(f"the compile cache cannot be written: {why}; a run goes on without "
+                     "it (every run compiles from scratch)", hint="set "
+                     "runtime.compile_cache (or PORTER_CACHE_DIR) to a writable directory, "
+                     "or false")
     return problems
 
 

@@ -173,8 +173,9 @@ def _check_resume_target(resume: str, overrides: list[str]) -> None:
 
     for override in overrides:
         key, _, value = override.partition("=")
+        value = value.strip().strip("'\"")
         if key.strip() == "output.dir" and \
-                Path(value.strip()).expanduser().absolute() != Path(resume).expanduser().absolute():
+                Path(value).expanduser().absolute() != Path(resume).expanduser().absolute():
             raise UsageError(f"--resume {resume} and {override} name different run "
                              "directories", hint="--resume continues the run in its "
                              "directory: leave output.dir out, or make them the same")
@@ -391,13 +392,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _environment_cause(exc: BaseException) -> OSError | None:
-    """The OSError the machine gave, if it is what ``exc`` is or was raised from."""
+    """The OSError the machine gave, if it is what ``exc`` is or was raised from
+    (``raise ... from``; an error merely raised while handling one is not)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if is_environment_error(exc):
             return exc
         seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+        exc = exc.__cause__
     return None
 
 if __name__ == "__main__":

@@ -80,18 +80,39 @@ def _jax_started() -> bool:
     return "jax" in sys.modules
 
 
-def process_index() -> int:
+def _single() -> bool:
+    """One process: JAX not imported, or no multi-process settings (then JAX need not
+    be asked, which would start its backend)."""
     if not _jax_started():
+        return True
+    try:
+        return _settings() is None
+    except UsageError:
+        return False  # incomplete settings: ask JAX (initialize reports them)
+
+
+def process_index() -> int:
+    if _single():
         return 0
     import jax
     return jax.process_index()
 
 
 def process_count() -> int:
-    if not _jax_started():
+    if _single():
         return 1
     import jax
     return jax.process_count()
+
+
+def anywhere(flag: bool) -> bool:
+    """Is ``flag`` true on any process? A collective: with several processes every
+    one must call it at the same point, so that all go on or all stop together."""
+    if process_count() == 1:
+        return flag
+    import numpy as np
+    from jax.experimental import multihost_utils
+    return bool(np.max(multihost_utils.process_allgather(np.int32(bool(flag)))))
 
 
 def writes() -> bool:

@@ -132,13 +132,14 @@ REDO = ("delete the progress-*.json and .safetensors files to start denoising ov
         "or resume with the recipe that wrote them")
 
 
-def _check_record(meta: dict, tensors: dict, steps: int, path) -> None:
-    """The progress record's own keys: a step inside the schedule, and a scheduler
-    description whose every tensor key names a saved tensor."""
+def _check_record(meta: dict, tensors: dict, path) -> None:
+    """The progress record's own keys: a step count (its end is checked against the
+    schedule when denoising starts), and a scheduler description whose every tensor
+    key names a saved tensor."""
     step = meta.get("step")
-    if not isinstance(step, int) or isinstance(step, bool) or not 1 <= step <= steps:
-        raise UsageError(f"{path}: step: {step!r} is not a completed step of this "
-                         f"{steps}-step schedule (1..{steps})", hint=REDO)
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+        raise UsageError(f"{path}: step: {step!r} is not a completed step (1 or more)",
+                         hint=REDO)
     if "latents" not in tensors:
         raise UsageError(f"{path}: tensors: no 'latents'", hint=REDO)
     description = meta.get("scheduler")
@@ -208,7 +209,7 @@ def load(directory, recipe) -> Progress | None:
     stage = _stage(steps[0])
     meta, tensors = artifacts.load_with_record(directory, stage, recipe)
     path = directory / f"{stage}.json"
-    _check_record(meta, tensors, recipe.generate.steps, path)
+    _check_record(meta, tensors, path)
     prefix = "scheduler."
     saved = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
     history = meta.get("history") if isinstance(meta.get("history"), list) else []

@@ -85,12 +85,7 @@ def _refuse_nonfinite(found: dict, recipe) -> None:
     is an error on every process, decided together so that none runs on alone."""
     from porter import notices
 
-    anywhere = bool(found)
-    if distributed.process_count() > 1:
-        import numpy as np
-        from jax.experimental import multihost_utils
-        anywhere = bool(np.max(multihost_utils.process_allgather(np.int32(bool(found)))))
-    if not anywhere:
+    if not distributed.anywhere(bool(found)):
         return
     shown = ", ".join(f"{name} ({count})" for name, count in list(found.items())[:6])
     more = f" and {len(found) - 6} more" if len(found) > 6 else ""
@@ -99,9 +94,10 @@ def _refuse_nonfinite(found: dict, recipe) -> None:
     if recipe.model.allow_nonfinite:
         notices.warn(what + " (allowed by model.allow_nonfinite)")
         return
-    raise LoadError(what, hint="the checkpoint is damaged, or was saved from a diverged "
-                    "model; re-download or re-save it (model.allow_nonfinite: true loads "
-                    "it anyway)")
+    raise LoadError(what, hint="the checkpoint is damaged, was saved from a diverged model, "
+                    "or holds values too large for model.dtype (float16 ends at 65504); "
+                    "re-download or re-save it, or use a wider dtype (model.allow_nonfinite:"
+                    " true loads it anyway)")
 
 
 #: recipe keys that never reach a traced program: what a video is made from (its
@@ -300,8 +296,19 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
                          "--stage and --resume need a family with stages",
                          hint="run it without --stage/--resume")
     _resume_problem(directory, resume)
-    owner = outputs.owned(directory) if distributed.writes() else contextlib.nullcontext()
-    with owner:
+    distributed.initialize()  # before anything asks JAX which process this is
+    with contextlib.ExitStack() as owner:
+        refused = None
+        if distributed.writes():
+            try:
+                owner.enter_context(outputs.owned(directory))
+            except UsageError as exc:
+                refused = exc
+        # every process stops if process 0 cannot own the directory (none is left
+        # waiting in a collective for it)
+        if distributed.anywhere(refused is not None):
+            raise refused or UsageError(f"process 0 cannot write {directory}",
+                                        hint="see process 0's message")
         return _owned_run(family, recipe, registry, say, progress, stage, resume, directory)
 
 
@@ -338,7 +345,8 @@ def _owned_run(family, recipe, registry, say, progress, stage, resume, directory
                             history)
         return RunResult(directory, None, None, latents, frames, data)
     digest = video.write_mp4(directory / outputs.VIDEO, frames, recipe.output.fps)
-    described["files"] = {outputs.VIDEO: digest, **stage_digests(directory)}
+    described["files"] = {outputs.VIDEO: digest,
+                          **(stage_digests(directory) if family.staged else {})}
     data = record.build(recipe, runtime, timings, described, chosen, placed, checkpoint,
                         history)
     # the record last: it is what makes the directory's files one complete run

@@ -50,7 +50,8 @@ def request_cpu_devices(count: int) -> None:
     """Ask XLA for ``count`` virtual CPU devices; only possible before JAX starts."""
     if _backends_started():
         import jax
-        have = jax.device_count("cpu") if jax.default_backend() == "cpu" else None
+        # the flag makes devices per process: compare with this process's own
+        have = jax.local_device_count("cpu") if jax.default_backend() == "cpu" else None
         if have == count:
             return
         raise UsageError(f"{count} virtual CPU devices were asked for after JAX started",

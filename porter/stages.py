@@ -65,8 +65,9 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
         total, done = len(timesteps), 0
         if start is not None:
             if start.step > total:
-                raise UsageError(f"{start.source}: step: {start.step} is past the end of "
-                                 f"this {total}-step schedule", hint=progress_redo)
+                raise UsageError(f"{start.source}: step: {start.step} is not a completed "
+                                 f"step of this {total}-step schedule (1..{total})",
+                                 hint=progress_redo)
             latents, done = to_device(start.latents, runtime), start.step
             restore_scheduler(pipe.scheduler, start.scheduler_tensors,
                               start.scheduler_description, lambda t: to_device(t, runtime),

@@ -625,7 +625,8 @@ def test_model_config_problems_are_bounded(write, config, expected):
     ({"model_index.json": '["not", "a", "mapping"]'}, "cannot be built"),
     ({"model_index.json": '{"transformer": ["diffusers"]}'}, "IndexError"),
     ({"model_index.json": '{"transformer": ["diffusers", "WanTransformer3DModel"]}',
-      "transformer/config.json": '{"num_layers": "abc"}'}, "TypeError"),
+      "transformer/config.json": '{"num_layers": "abc"}'},
+     "num_layers: 'abc' is a string where an integer belongs"),
     ({"model_index.json": '{"transformer": ["diffusers", "WanTransformer3DModel"]}',
       "transformer/config.json": '{"num_layers": 100000000}'}, "too large to check"),
 ])

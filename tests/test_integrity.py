@@ -215,11 +215,10 @@ def _edited_progress(interrupted, tmp_path, edit):
     return out, record
 
 
-@pytest.mark.parametrize("step", [999, -3, 0, "1"])
+@pytest.mark.parametrize("step", [999, 4, -3, 0, "1"])
 def test_a_progress_step_outside_the_schedule_is_refused(interrupted, tmp_path, step):
     out, record = _edited_progress(interrupted, tmp_path, lambda m: m.update(step=step))
-    with pytest.raises(UsageError, match=f"{record}: step: .* is not a completed step of "
-                                         "this 3-step schedule"):
+    with pytest.raises(UsageError, match=f"{record}: step: .* is not a completed step"):
         run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3"), plugins.registry(),
             progress=False, resume=True)
 
@@ -284,6 +283,21 @@ def test_latents_going_nonfinite_stop_the_run_at_that_step(nan_checkpoint, tmp_p
     assert any("allowed by model.allow_nonfinite" in w for w in notices.given())
     assert artifacts.complete(out, "encode") and not artifacts.complete(out, "denoise")
     assert not (out / "video.mp4").exists()
+
+
+def test_only_parameters_are_counted_not_buffers():
+    """A mask buffer may hold -inf on purpose; a parameter may not."""
+    from porter import runtime
+    from porter.transforms import placement
+
+    module = torch.nn.Linear(4, 4)
+    with torch.no_grad():
+        module.weight[0, 0] = float("nan")
+    module.register_buffer("mask", torch.full((4,), float("-inf")))
+    found = {}
+    placement.apply(module, runtime.start(recipe.load(RECIPES / "wan-tiny.yaml")), [],
+                    None, found)
+    assert found == {"weight": 1}
 
 
 def test_the_finiteness_check_counts_exactly():
@@ -390,7 +404,7 @@ def test_a_cache_path_that_is_a_file_warns_and_the_run_goes_on(tmp_path):
 
 def test_unreadable_jax_cache_entries_are_replaced(tmp_path):
     """0-byte and cut entries (what JAX's in-place writes leave on a full disk) are
-    removed with a warning and stored anew; the run is not slowed on later runs."""
+    removed with a warning and stored anew, whole."""
     cache = tmp_path / "cache"
     args = ("run", str(RECIPES / "wan-tiny.yaml"), "generate.steps=1",
             f"output.dir={tmp_path / 'out'}", "--no-progress")
@@ -403,10 +417,11 @@ def test_unreadable_jax_cache_entries_are_replaced(tmp_path):
     damaged = porter_process(*args, env=env)
     assert damaged.returncode == 0, damaged.stderr
     assert "removed an unreadable compile cache entry" in damaged.stderr
-    assert all(p.stat().st_size > 100 for p in cache.glob("*-cache"))
     assert sorted(p.name for p in cache.glob("*-cache")) == [p.name for p in entries]
-    again = porter_process(*args, env=env)
-    assert "warning" not in again.stderr and "0 misses" in again.stdout, again.stdout
+    from jax._src import compilation_cache
+    for entry in entries[:2]:  # stored anew, whole: what JAX reads back
+        assert compilation_cache.decompress_executable(entry.read_bytes())
+    assert not list(cache.glob(".*.partial"))
 
 
 # --- the machine refuses: exit 2 with what, where and a hint ------------------------
@@ -464,6 +479,15 @@ def test_a_full_cache_disk_warns_and_leaves_no_empty_entries(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "0"  # no 0-byte entry left
 
 
+@needs_namespaces
+def test_a_read_only_compile_cache_is_left_unused_with_a_warning(tmp_path):
+    check = (f"{sys.executable} -c 'from pathlib import Path; from porter import "
+             f"compile_cache; print(compile_cache.usable(Path(\"{tmp_path / 'mnt'}\")))'")
+    done = in_small_filesystem(tmp_path, check, "ro")
+    assert done.stdout.strip() == "False", done.stderr
+    assert "Read-only file system" in done.stderr and "continuing without it" in done.stderr
+
+
 def test_an_output_dir_that_is_a_file_fails_before_loading(tmp_path):
     (tmp_path / "file").write_text("x")
     done = porter_process("run", str(RECIPES / "wan-tiny.yaml"),
@@ -486,6 +510,9 @@ def test_resume_with_another_output_dir_is_an_error(tmp_path, capsys):
     code = cli.main(["run", str(RECIPES / "wan-tiny.yaml"), "--resume", str(tmp_path / "a"),
                      f"output.dir={tmp_path / 'b'}"])
     assert code == 2 and "name different run directories" in capsys.readouterr().err
+    code = cli.main(["run", str(RECIPES / "wan-tiny.yaml"), "--resume", str(tmp_path / "a"),
+                     f"output.dir='{tmp_path / 'a'}'"])  # the same one, quoted
+    assert code == 2 and "nothing to resume" in capsys.readouterr().err
 
 
 def test_a_resumed_run_records_each_mesh_it_ran_on(tmp_path):
@@ -559,27 +586,33 @@ def test_sizes_beyond_the_rotary_tables_fail_validate(capsys):
     assert "rotary tables hold 32" in err
 
 
-def test_attention_too_large_for_the_device_fails_validate(capsys):
-    from porter import cli
+def test_attention_too_large_for_the_device_fails_validate(capsys, monkeypatch):
+    """Wan 1.3B at 480x832, 81 frames, on one 64 GiB device: with every score
+    materialised (reference: float32, 96 GiB per layer) it cannot fit; blockwise can."""
+    from porter import cli, runtime
+    monkeypatch.setattr(runtime, "device_memory", lambda devices: 64 * 2**30)
     code = cli.main(["validate", str(RECIPES / "wan1.3b.yaml"), "mesh.dp=1", "mesh.tp=1",
                      "attention.backend=reference"])
     err = capsys.readouterr().err
-    assert code == 2 and "self-attention scores at this size take" in err
-    assert "blockwise" in err
+    assert code == 2 and "self-attention scores at this size take 95.95 GiB" in err
+    assert "more than the 64.00 GiB a device has" in err and "blockwise" in err
     assert cli.main(["validate", str(RECIPES / "wan1.3b.yaml"), "mesh.dp=1", "mesh.tp=1",
                      "attention.backend=blockwise"]) == 0
 
 
 def test_unwritable_output_and_cache_paths_fail_validate(tmp_path, capsys, monkeypatch):
+    """An unwritable output.dir is a problem; an unwritable compile cache, optional in a
+    run as well, a warning."""
     from porter import cli
     monkeypatch.delenv("PORTER_CACHE_DIR")  # it would win over runtime.compile_cache
     (tmp_path / "file").write_text("x")
     code = cli.main(["validate", str(RECIPES / "wan-tiny.yaml"),
-                     f"output.dir={tmp_path / 'file' / 'out'}",
+                     f"output.dir={tmp_path / 'file' / 'out'}"])
+    assert code == 2 and "output.dir: cannot write" in capsys.readouterr().err
+    code = cli.main(["validate", str(RECIPES / "wan-tiny.yaml"),
                      f"runtime.compile_cache={tmp_path / 'file' / 'cache'}"])
-    err = capsys.readouterr().err
-    assert code == 2 and "output.dir: cannot write" in err
-    assert "runtime.compile_cache: the compile cache cannot be written" in err
+    assert code == 0
+    assert "warning: the compile cache cannot be written" in capsys.readouterr().err
 
 
 # --- the record is enough to reproduce and audit ------------------------------------

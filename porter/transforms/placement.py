@@ -33,9 +33,10 @@ def apply(module: torch.nn.Module, runtime, rules, weights=None,
     when the checkpoint holds it, otherwise from the module's own host tensor.
     Each slot then holds the placed tensor, so the host copy is freed as soon as it
     is placed. float64 and int64 tensors arrive as float32 and int32 (JAX runs with
-    x64 disabled). Each tensor's NaN and infinite values are counted on the host
-    as it passes (one read at memory speed) into ``nonfinite`` (name -> count, only
-    the tensors that have any), where given.
+    x64 disabled). Each parameter's NaN and infinite values are counted on the host
+    as it passes, in its final dtype (one read at memory speed), into ``nonfinite``
+    (name -> count, only the tensors that have any), where given. Buffers are not
+    counted: a mask may hold -inf on purpose.
     """
     from jax.sharding import NamedSharding
     from torchax.tensor import Tensor
@@ -46,7 +47,8 @@ def apply(module: torch.nn.Module, runtime, rules, weights=None,
 
     def placed_array(i: int):  # in a worker thread: reads and copies run in parallel
         store, key = slots[assignments[i].name][0]
-        return _placed_array(assignments[i], store[key], shardings[i], weights, nonfinite)
+        counted = nonfinite if isinstance(store[key], torch.nn.Parameter) else None
+        return _placed_array(assignments[i], store[key], shardings[i], weights, counted)
 
     for i, array in _read_ahead([a.nbytes for a in assignments], placed_array):
         a = assignments[i]

@@ -125,7 +125,9 @@ class TraceCache:
                 return program(*args, **kwargs)
             try:  # the first call of a stored program proves it
                 result = program(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - whatever a bad program raises
+            # a program that does not fit its inputs (another program under this key);
+            # a runtime failure (out of memory) is not the entry's fault: it propagates
+            except (TypeError, ValueError) as exc:
                 self._discard(key, f"its first call failed ({type(exc).__name__})")
                 program = self._programs[key] = self._program(key, jitted, args, kwargs,
                                                               static, compiler_options)

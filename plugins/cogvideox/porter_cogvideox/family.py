@@ -122,8 +122,9 @@ class CogVideoXFamily(GenericFamily):
                         f"learned for {want} {key} only, got {getattr(gen, key)}",
                         hint=f"set generate.{key}: {want}"))
         text = gen.extra.get("max_sequence_length", 226)
-        if not config.get("use_rotary_positional_embeddings") and \
-                text != config.get("max_text_seq_length", text):
+        absolute = config.get("use_learned_positional_embeddings") or \
+            not config.get("use_rotary_positional_embeddings")
+        if absolute and text != config.get("max_text_seq_length", text):
             problems.append(recipe.problem(
                 "generate.extra.max_sequence_length", f"{text} text tokens; this model's "
                 f"positional embeddings take exactly {config['max_text_seq_length']}",

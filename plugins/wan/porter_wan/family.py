@@ -195,14 +195,15 @@ class WanFamily(ModelFamily):
                      + 2 * 2 * tokens * text * width         # cross scores and sum
                      + 2 * tokens * width * ffn * 2)         # FFN in and out
         passes = 2 if self.guided(recipe) else 1
-        heads = config["num_attention_heads"]
+        heads, batch = config["num_attention_heads"], self.batch(recipe)
         return {"tokens": tokens,
                 "flops_per_step": passes * config["num_layers"] * per_block,
-                # the widest activations of a block: its hidden states and FFN middle
-                "activations": {"hidden": (passes, tokens, width),
-                                "ffn": (passes, tokens, ffn)},
-                "attention": {"self": (passes, heads, tokens, tokens),
-                              "cross": (passes, heads, tokens, text)}}
+                # per transformer call (both passes in one batch only with cfg_parallel):
+                # the widest activations of a block, its hidden states and FFN middle
+                "activations": {"hidden": (batch, tokens, width),
+                                "ffn": (batch, tokens, ffn)},
+                "attention": {"self": (batch, heads, tokens, tokens),
+                              "cross": (batch, heads, tokens, text)}}
 
     def predict(self, pipe, latents, timestep, conditioning, recipe):
         model, scale = self.expert(pipe, timestep, recipe)
