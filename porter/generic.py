@@ -9,9 +9,11 @@ docs/authoring-recipes.md.
 
 from __future__ import annotations
 
-import numpy as np
-import torch
+from pathlib import Path
 
+import numpy as np
+
+from porter import call_args
 from porter.errors import UsageError
 from porter.family import ModelFamily
 
@@ -38,7 +40,31 @@ class GenericFamily(ModelFamily):
                 self.pipeline_class(recipe)
             except UsageError as exc:
                 problems.append(recipe.problem("model.pipeline", exc.message, hint=exc.hint))
+                return problems
+        cls = self.concrete_class(recipe)
+        if cls is not None:
+            problems += call_args.problems(recipe, cls)
         return problems
+
+    def concrete_class(self, recipe):
+        """The pipeline class that will run, where known without loading: the recipe's
+        ``model.pipeline``, or the one a local checkpoint's model_index.json names."""
+        import json
+
+        import diffusers
+
+        from porter.loading import source_kind
+        if recipe.model.pipeline is not None:
+            return self.pipeline_class(recipe)
+        if source_kind(recipe.model.source) != "local":
+            return None
+        try:
+            index = json.loads((Path(recipe.model.source).expanduser() / "model_index.json")
+                               .read_text())
+            cls = getattr(diffusers, index["_class_name"], None)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # the checkpoint checks say what is wrong with the file
+        return cls if isinstance(cls, type) else None
 
     def pipeline_class(self, recipe=None):
         import diffusers
@@ -52,16 +78,8 @@ class GenericFamily(ModelFamily):
                              hint="e.g. LTXPipeline, CogVideoXPipeline")
         return cls
 
-    def call_kwargs(self, recipe) -> dict:
-        """Keyword arguments of the pipeline call, from the recipe."""
-        gen = recipe.generate
-        return dict(prompt=gen.prompt, negative_prompt=gen.negative_prompt, height=gen.height,
-                    width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
-                    guidance_scale=gen.guidance_scale,
-                    generator=torch.Generator("cpu").manual_seed(gen.seed), **gen.extra)
-
     def generate(self, pipe, recipe):
-        out = pipe(output_type="np", **self.call_kwargs(recipe))
+        out = pipe(output_type="np", **call_args.kwargs(recipe, type(pipe)))
         frames = out.frames[0]
         frames = np.asarray(frames.jax() if hasattr(frames, "jax") else frames)
         return (frames * 255).round().clip(0, 255).astype("uint8")

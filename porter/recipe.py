@@ -61,6 +61,11 @@ class Recipe(RecipeSpec):
             return path
         return Path(file).parent / path
 
+    def sets(self, dotted: str) -> bool:
+        """Does the recipe (a file it extends, or an override) set this key itself,
+        rather than leave it to its default?"""
+        return _split(dotted) in self._locations
+
     def problem(self, path: str, message: str, hint: str | None = None) -> Problem:
         """A Problem located at ``path`` (dotted), or its nearest located parent."""
         file, line = _lookup(self._locations, _split(path), self._path)

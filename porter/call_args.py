@@ -1,0 +1,107 @@
+"""The generic family's pipeline call, built from the pipeline's own signature.
+
+diffusers video pipelines do not agree on argument names (``num_frames``,
+``video_length``, ``frames``) nor on defaults (some have their own negative
+prompt, guidance scale or text length). So each recipe setting is mapped onto
+the name this pipeline uses; a setting the recipe leaves to its default is not
+passed at all, leaving the pipeline's own default alone; a setting the pipeline
+has no name for, or an ``extra`` key it does not take, is a problem found by
+``validate``, naming what the pipeline does take.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+
+#: recipe setting (generate.KEY) -> the names pipelines give it, the first one found
+#: in the signature wins
+NAMES = {
+    "prompt": ("prompt",),
+    "negative_prompt": ("negative_prompt",),
+    "height": ("height",),
+    "width": ("width",),
+    "frames": ("num_frames", "video_length", "frames"),
+    "steps": ("num_inference_steps",),
+    "guidance_scale": ("guidance_scale",),
+    "guidance_scale_2": ("guidance_scale_2",),
+    "max_sequence_length": ("max_sequence_length",),
+    "image": ("image",),
+}
+#: what the recipe must set (the schema requires them): always passed
+REQUIRED = ("prompt", "height", "width", "frames", "steps")
+#: the pipeline call's own business: never a recipe setting or an extra
+RESERVED = ("generator", "output_type", "return_dict", "callback_on_step_end",
+            "callback_on_step_end_tensor_inputs", "latents")
+
+
+def parameters(cls) -> dict[str, inspect.Parameter] | None:
+    """The call's named parameters (None when it takes ``**kwargs``: anything goes)."""
+    found = inspect.signature(cls.__call__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in found.values()):
+        return None
+    return {name: p for name, p in found.items() if name != "self"}
+
+
+def _name(key: str, taken) -> str | None:
+    return next((name for name in NAMES[key] if taken is None or name in taken), None)
+
+
+def wanted(recipe) -> list[str]:
+    """The settings this recipe passes: the required ones and those it sets."""
+    gen = recipe.generate
+    return [key for key in NAMES if key in REQUIRED or (
+        recipe.sets(f"generate.{key}") and getattr(gen, key) is not None)]
+
+
+def problems(recipe, cls) -> list:
+    """Settings and extras the pipeline ``cls`` does not take, each with a hint."""
+    taken = parameters(cls)
+    if taken is None:
+        return []
+    accepted = ", ".join(n for n in taken if n not in RESERVED)
+    found = []
+    for key in wanted(recipe):
+        if _name(key, taken) is None:
+            names = " or ".join(NAMES[key])
+            found.append(recipe.problem(
+                f"generate.{key}", f"{cls.__name__} takes no {names} argument",
+                hint=(f"leave generate.{key} out; " if key not in REQUIRED else "")
+                + f"it takes: {accepted}"))
+    mapped = {_name(key, taken): key for key in NAMES if _name(key, taken)}
+    for key in recipe.generate.extra:
+        if key in mapped:
+            found.append(recipe.problem(f"generate.extra.{key}", f"{key} is set by "
+                                        f"generate.{mapped[key]}",
+                                        hint=f"set generate.{mapped[key]} instead"))
+        elif key in RESERVED:
+            found.append(recipe.problem(f"generate.extra.{key}", f"{key} is set by Porter",
+                                        hint="leave it out"))
+        elif key not in taken:
+            close = difflib.get_close_matches(key, [n for n in taken if n not in RESERVED],
+                                              n=1)
+            found.append(recipe.problem(
+                f"generate.extra.{key}", f"{cls.__name__} takes no argument {key!r}",
+                hint=f"did you mean {close[0]!r}?" if close else f"it takes: {accepted}"))
+    return found
+
+
+def kwargs(recipe, cls) -> dict:
+    """The call's keyword arguments: each setting under this pipeline's name for it,
+    the seed as a generator, then ``generate.extra``."""
+    import torch
+
+    taken, gen = parameters(cls), recipe.generate
+    call = {}
+    for key in wanted(recipe):
+        name = _name(key, taken)
+        if name is None:
+            continue  # validate refused it; a pipeline with **kwargs takes the first name
+        value = getattr(gen, key)
+        if key == "image":
+            from PIL import Image
+            value = Image.open(recipe.file_path("generate.image", value)).convert("RGB")
+        call[name] = value
+    if taken is None or "generator" in taken:
+        call["generator"] = torch.Generator("cpu").manual_seed(gen.seed)
+    return {**call, **gen.extra}
