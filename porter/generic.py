@@ -18,6 +18,26 @@ from porter.errors import UsageError
 from porter.family import ModelFamily
 
 
+def _finite_latents_check(pipe, total: int) -> dict:
+    """Arguments that make the pipeline's own loop check its latents after each step
+    (``callback_on_step_end``, which diffusers pipelines call with the latents), so a
+    run that goes NaN stops there instead of decoding a black video. {} for a pipeline
+    without that callback."""
+    import inspect
+
+    if "callback_on_step_end" not in inspect.signature(type(pipe).__call__).parameters \
+            or "latents" not in getattr(pipe, "_callback_tensor_inputs", ()):
+        return {}
+    from porter import finite
+    from porter.stages import NonFinite
+
+    def check(pipe, step, timestep, tensors):
+        if not finite.on_device(tensors["latents"]):
+            raise NonFinite(step + 1, total, None, staged=False)
+        return tensors
+    return {"callback_on_step_end": check, "callback_on_step_end_tensor_inputs": ["latents"]}
+
+
 class GenericFamily(ModelFamily):
     name = "generic"
     summary = "any diffusers video pipeline, run by its own __call__ (no plugin needed)"
@@ -78,8 +98,14 @@ class GenericFamily(ModelFamily):
                              hint="e.g. LTXPipeline, CogVideoXPipeline")
         return cls
 
+    def call_kwargs(self, recipe, cls) -> dict:
+        """Keyword arguments of the pipeline call (``porter.call_args``); families
+        built on this one add or drop their own."""
+        return call_args.kwargs(recipe, cls)
+
     def generate(self, pipe, recipe):
-        out = pipe(output_type="np", **call_args.kwargs(recipe, type(pipe)))
+        out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)),
+                   **_finite_latents_check(pipe, recipe.generate.steps))
         frames = out.frames[0]
         frames = np.asarray(frames.jax() if hasattr(frames, "jax") else frames)
         return (frames * 255).round().clip(0, 255).astype("uint8")

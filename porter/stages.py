@@ -16,9 +16,9 @@ from porter.transforms.dtypes import DTYPES
 class NonFinite(UsageError):
     """The latents went NaN or infinite at a denoising step."""
 
-    def __init__(self, step: int, total: int, saved_at: int | None):
+    def __init__(self, step: int, total: int, saved_at: int | None, staged: bool = True):
         kept = (f"; kept: the encode stage and the checkpoint after step {saved_at}"
-                if saved_at else "; kept: the encode stage")
+                if saved_at else "; kept: the encode stage" if staged else "")
         super().__init__(
             f"denoising step {step} of {total} made NaN or infinite latents: stopped{kept}",
             hint="with finite weights this is numerical overflow: try model.dtype float32, "

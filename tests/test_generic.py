@@ -13,7 +13,7 @@ from models.ltx import build_ltx_pipeline
 GENERIC = """\
 model: {{family: generic, source: {source}, pipeline: LTXPipeline}}
 generate: {{prompt: "a cat", height: 32, width: 32, frames: 9, steps: 2, guidance_scale: 3.0,
-           extra: {{max_sequence_length: 16}}}}
+           max_sequence_length: 16}}
 compile:
   transformer:   # LTX takes the latent grid as Python ints: they must be static
     methods: [forward]
@@ -43,8 +43,8 @@ def test_tiny_ltx_end_to_end_matches_diffusers(checkpoint, write, tmp_path):
     loaded = recipe.load(write("ltx.yaml", GENERIC.format(source=checkpoint)),
                          [f"output.dir={tmp_path / 'out'}"])
     result = run(loaded, plugins.registry(), progress=False)
-    expected = build_ltx_pipeline()(
-        prompt="a cat", negative_prompt="", height=32, width=32, num_frames=9,
+    expected = build_ltx_pipeline()(  # no negative_prompt: the recipe leaves it to LTX
+        prompt="a cat", height=32, width=32, num_frames=9,
         num_inference_steps=2, guidance_scale=3.0, max_sequence_length=16,
         generator=torch.Generator().manual_seed(0), output_type="np").frames[0]
     assert result.frames.shape == (9, 32, 32, 3) and result.video.exists()

@@ -285,6 +285,29 @@ def test_latents_going_nonfinite_stop_the_run_at_that_step(nan_checkpoint, tmp_p
     assert not (out / "video.mp4").exists()
 
 
+def test_a_pipeline_run_in_one_piece_stops_at_nonfinite_latents(tmp_path, monkeypatch):
+    """Families that run the pipeline's own loop (CogVideoX here) check the latents
+    through the pipeline's step callback."""
+    import porter_cogvideox.tiny as tiny
+
+    from porter.stages import NonFinite
+    build = tiny.build_pipeline
+
+    def poisoned(*args, **kwargs):
+        pipe = build(*args, **kwargs)
+        with torch.no_grad():
+            pipe.transformer.proj_out.weight[0, 0] = float("nan")
+        return pipe
+    monkeypatch.setattr(tiny, "build_pipeline", poisoned)
+    out = tmp_path / "out"
+    loaded = recipe.load(RECIPES / "cogvideox-tiny.yaml", [f"output.dir={out}",
+                                                           "model.allow_nonfinite=true"])
+    with pytest.raises(NonFinite, match=r"denoising step 1 of \d+ made NaN or infinite "
+                                        r"latents: stopped$"):
+        run(loaded, plugins.registry(), progress=False)
+    assert not (out / "video.mp4").exists() and not (out / "run.json").exists()
+
+
 def test_only_parameters_are_counted_not_buffers():
     """A mask buffer may hold -inf on purpose; a parameter may not."""
     from porter import runtime

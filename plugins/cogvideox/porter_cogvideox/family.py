@@ -42,14 +42,6 @@ class CogVideoXFamily(GenericFamily):
         return build_pipeline("1.5" if recipe.model.variant == "v1.5" else "1.0",
                               image_to_video=self.is_i2v(recipe))
 
-    def call_kwargs(self, recipe):
-        kwargs = super().call_kwargs(recipe)
-        if self.is_i2v(recipe):
-            from PIL import Image
-            path = recipe.file_path("generate.image", recipe.generate.image)
-            kwargs["image"] = Image.open(path).convert("RGB")
-        return kwargs
-
     def official_configs(self, source):
         from porter_cogvideox.configs import OFFICIAL
         return OFFICIAL.get(source)
@@ -59,7 +51,7 @@ class CogVideoXFamily(GenericFamily):
 
     def starter_generate(self):
         return {**super().starter_generate(), "height": 16, "width": 16, "frames": 9,
-                "guidance_scale": 6.0, "extra": {"max_sequence_length": 16}}
+                "guidance_scale": 6.0, "max_sequence_length": 16}
 
     def version(self, recipe) -> str | None:
         """'1.5' when the transformer patches time (patch_size_t), else '1.0'."""
@@ -108,6 +100,13 @@ class CogVideoXFamily(GenericFamily):
                                                "multiple of 16 (VAE 8 x patch 2)"))
         return problems
 
+    @staticmethod
+    def text_length(recipe) -> int:
+        """Text tokens per prompt: the recipe's, or the pipeline's own default (226)."""
+        if recipe.sets("generate.max_sequence_length"):
+            return recipe.generate.max_sequence_length
+        return 226
+
     def size_problems(self, recipe, config):
         """Learned positional embeddings (CogVideoX-5b-I2V) exist for one size only, and
         absolute ones are laid out for exactly ``max_text_seq_length`` text tokens:
@@ -121,12 +120,12 @@ class CogVideoXFamily(GenericFamily):
                         f"generate.{key}", f"this model's positional embeddings are "
                         f"learned for {want} {key} only, got {getattr(gen, key)}",
                         hint=f"set generate.{key}: {want}"))
-        text = gen.extra.get("max_sequence_length", 226)
+        text = self.text_length(recipe)
         absolute = config.get("use_learned_positional_embeddings") or \
             not config.get("use_rotary_positional_embeddings")
         if absolute and text != config.get("max_text_seq_length", text):
             problems.append(recipe.problem(
-                "generate.extra.max_sequence_length", f"{text} text tokens; this model's "
+                "generate.max_sequence_length", f"{text} text tokens; this model's "
                 f"positional embeddings take exactly {config['max_text_seq_length']}",
                 hint=f"set it to {config['max_text_seq_length']} or leave it out"))
         return problems
@@ -137,7 +136,7 @@ class CogVideoXFamily(GenericFamily):
         frames = (gen.frames - 1) // 4 + 1
         if config.get("patch_size_t"):
             frames += frames % config["patch_size_t"]  # the pipeline pads to the patch
-        text = gen.extra.get("max_sequence_length", 226)
+        text = self.text_length(recipe)
         return {"hidden_states": (batch, frames, config["in_channels"], gen.height // 8,
                                   gen.width // 8),
                 "encoder_hidden_states": (batch, text, config["text_embed_dim"]),

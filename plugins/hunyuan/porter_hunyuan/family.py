@@ -38,10 +38,10 @@ class HunyuanFamily(GenericFamily):
             return build_pipeline_15(guidance_scale=recipe.generate.guidance_scale)
         return build_pipeline()
 
-    def call_kwargs(self, recipe):
-        kwargs = super().call_kwargs(recipe)
+    def call_kwargs(self, recipe, cls):
+        kwargs = super().call_kwargs(recipe, cls)
         if self.is_15(recipe):
-            del kwargs["guidance_scale"]  # 1.5 guides through its guider component
+            kwargs.pop("guidance_scale", None)  # 1.5 guides through its guider component
         return kwargs
 
     def generate(self, pipe, recipe):
@@ -55,7 +55,7 @@ class HunyuanFamily(GenericFamily):
 
     def starter_generate(self):
         return {**super().starter_generate(), "height": 16, "width": 16, "frames": 9,
-                "guidance_scale": 6.0, "extra": {"max_sequence_length": 16}}
+                "guidance_scale": 6.0, "max_sequence_length": 16}
 
     def check(self, recipe):
         problems = [p for p in super().check(recipe) if p.path != "model.source"]
