@@ -28,7 +28,8 @@ def main(family: str, source: str, out: str, recipe_file: str, *overrides: str) 
         from diffusers import CogVideoXPipeline
 
         pipe = CogVideoXPipeline.from_pretrained(source, torch_dtype=torch.float32)
-        frames = pipe(**common, output_type="np", **gen.extra).frames[0]
+        frames = pipe(**common, max_sequence_length=gen.max_sequence_length,
+                      output_type="np", **gen.extra).frames[0]
         np.save(out, (np.asarray(frames) * 255).round().clip(0, 255).astype("uint8"))
 
 
