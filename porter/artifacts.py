@@ -95,16 +95,7 @@ def check(directory: Path, stage: str, recipe) -> dict:
     problems = _header_problems(tensors, meta)
     if problems:
         raise UsageError(f"{tensors}: " + "; ".join(problems), hint=REDO)
-    _check_digest(tensors, meta, _file_digest(tensors))
     return meta
-
-
-def _file_digest(path: Path) -> str:
-    from porter import outputs
-    try:
-        return outputs.sha256(path)
-    except OSError as exc:
-        raise UsageError(f"{path} cannot be read: {exc}", hint=REDO) from None
 
 
 def _check_digest(path: Path, meta: dict, digest: str) -> None:
@@ -173,7 +164,7 @@ def load_with_record(directory: Path, stage: str, recipe) -> tuple[dict, dict]:
     path = directory / f"{stage}.safetensors"
     try:
         data = path.read_bytes()
-        # the bytes used are the bytes checked (the file may change after ``check``)
+        # hashed once, on the bytes used (the file could change between two reads)
         _check_digest(path, meta, hashlib.sha256(data).hexdigest())
         tensors = load(data)
     except (SafetensorError, OSError) as exc:
