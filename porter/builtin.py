@@ -3,7 +3,7 @@ attention backends."""
 
 from __future__ import annotations
 
-from porter import strided_set
+from porter import setitem
 from porter.hookspecs import hookimpl
 from porter.patches import Patch
 
@@ -36,12 +36,14 @@ NO_TORCH_ASSERT = Patch(
     fits="torch>=1.8",
 )
 
-STRIDED_SET = Patch(
-    name="core.strided_set",
+SETITEM = Patch(
+    name="core.setitem",
     target="torchax.tensor:Tensor.__setitem__",
-    doc="Lower assignment into strided slices (out[..., 0::2] = a) to an elementwise "
-        "pad + select that XLA fuses, instead of a scatter; same result.",
-    replacement=strided_set.setitem,
+    doc="Indexed assignment as PyTorch does it: a value's leading size-1 dimensions are "
+        "dropped before broadcasting (batch[i] = x[None]); assignment into strided slices "
+        "(out[..., 0::2] = a) is an elementwise pad + select that XLA fuses, instead of a "
+        "scatter, same result. Applied on every run.",
+    replacement=setitem.setitem,
     fits="torchax>=0.0.11",
 )
 
@@ -50,7 +52,7 @@ STRIDED_SET = Patch(
 def porter_register_patches(register):
     register(COMPILING)
     register(NO_TORCH_ASSERT)
-    register(STRIDED_SET)
+    register(SETITEM)
 
 
 @hookimpl

@@ -66,16 +66,24 @@ class Patch:
         """Apply for the duration of a ``with`` block; restored even on error."""
         self.check_params(params)
         owner, attr, original = self.locate()
-        # Keep the raw class attribute (staticmethod/classmethod stay intact).
-        own = vars(owner).get(attr, _MISSING) if isinstance(owner, type) else original
-        setattr(owner, attr, self.replacement(original, **{**self.params, **params}))
-        try:
+        with replaced(owner, attr, self.replacement(original, **{**self.params, **params})):
             yield
-        finally:
-            if own is _MISSING:
-                delattr(owner, attr)  # it was inherited: fall back to the base again
-            else:
-                setattr(owner, attr, own)
+
+
+@contextlib.contextmanager
+def replaced(owner, attr: str, value):
+    """``owner.attr`` is ``value`` for the block, then what it was, even on error. On a
+    class, the raw attribute is kept (staticmethod/classmethod stay intact) and an
+    inherited one is removed again, so the base's shows through as before."""
+    own = vars(owner).get(attr, _MISSING) if isinstance(owner, type) else getattr(owner, attr)
+    setattr(owner, attr, value)
+    try:
+        yield
+    finally:
+        if own is _MISSING:
+            delattr(owner, attr)
+        else:
+            setattr(owner, attr, own)
 
 
 _MISSING = object()

@@ -12,7 +12,7 @@ import torch
 
 from porter import artifacts, checks, distributed, loading, patches, record, runtime as runtime_mod
 from porter import progress as saved_progress
-from porter import outputs, stages, tracing, video
+from porter import outputs, schedulers, stages, tracing, video
 from porter.errors import LoadError, RecipeError, UsageError
 from porter.interop import to_device
 from porter.transforms import compile as compile_transform
@@ -38,6 +38,7 @@ def output_dir(recipe) -> Path:
 class Ported:
     traces: object  # the TraceCache used (None when the compile cache is off)
     weights: dict  # component -> where its weights came from and what each device holds
+    splits: dict  # component -> autosplit.Split: what could not be compiled whole
 
 
 def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
@@ -65,10 +66,11 @@ def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
         rotary.apply(pipe, family, recipe, runtime)
     compiled = compile_transform.rules(recipe, family)
     traces = trace_cache(recipe, family, runtime)
+    splits: dict = {}
     for name, component in modules.items():
         if name in compiled:
             component = compile_transform.apply(component, compiled[name], traces, name,
-                                                   runtime.xla_options)
+                                                runtime.xla_options, splits)
             if name.startswith("transformer") and sharding.inputs:
                 component = shard_transform.ShardedInputs(component, sharding.inputs, runtime)
             elif name in unsharded and runtime.mesh.devices.size > 1 \
@@ -77,7 +79,7 @@ def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
         if name in recipe.attention.skip:
             component = attention.Skipped(component)
         setattr(pipe, name, component)
-    return Ported(traces, placed)
+    return Ported(traces, placed, splits)
 
 
 def _refuse_nonfinite(found: dict, recipe) -> None:
@@ -141,10 +143,14 @@ def trace_cache(recipe, family, runtime):
                       hashlib.sha256("\n".join(parts).encode()).hexdigest())
 
 
+#: patches every run applies: they make torchax behave as PyTorch does
+CORE_PATCHES = ("core.setitem",)
+
+
 def selected_patches(recipe, registry, family):
-    """The recipe's patches, plus the family's required ones and its rotary patch when
-    tables are precomputed."""
-    extra = family.required_patches
+    """The recipe's patches, plus the core's (``CORE_PATCHES``), the family's required
+    ones and its rotary patch when tables are precomputed."""
+    extra = CORE_PATCHES + family.required_patches
     if recipe.rotary.precompute:
         extra += (family.rotary_patch_for(recipe),)
     return patches.selected(recipe, registry, extra)
@@ -218,7 +224,8 @@ def _generate(family, recipe, runtime, registry, say, progress, wanted, director
     conditioning = latents = frames = None
     previous = inputs.previous
     history = list(previous["meta"].get("history") or []) if previous else []
-    with attention_installed(recipe, registry, runtime):
+    with attention_installed(recipe, registry, runtime), \
+            schedulers.on_device(getattr(pipe, "scheduler", None), runtime):
         if not family.staged:
             say("running the pipeline")
             start = time.perf_counter()
@@ -266,6 +273,9 @@ def _generate(family, recipe, runtime, registry, say, progress, wanted, director
                           for key in compile_after}
     if traces is not None:
         timings["compile"].update(traces_loaded=traces.loaded, traces_saved=traces.exported)
+    split = {name: s.report() for name, s in ported.splits.items() if s.report()}
+    if split:
+        timings["compile"]["split"] = split
     return latents, frames, timings, ported.weights, checkpoint, history
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from porter.schema import CompileRule
+from porter.transforms import autosplit
 
 
 def rules(recipe, family) -> dict[str, CompileRule]:
@@ -13,20 +14,28 @@ def rules(recipe, family) -> dict[str, CompileRule]:
     return {name: rule for name, rule in plan.items() if rule.methods}
 
 
-def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=None):
-    """A module whose ``rule.methods`` are jitted once per input shape and reused;
-    with ``rule.modules``, the module itself stays eager and each matching submodule
-    is jitted instead. ``traces`` (a TraceCache) keeps the traced programs on disk;
-    ``xla_options`` are XLA's compiler options for every program."""
+def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=None,
+          splits: dict | None = None):
+    """A module whose ``rule.methods`` are jitted once per input shape and static
+    arguments (``porter.transforms.autosplit``: arguments that hold no tensor are
+    static); with ``rule.modules``, the module itself stays eager and each matching
+    submodule is jitted instead. What cannot be traced whole is split automatically
+    and ``splits[name]`` (a ``Split``) says how. ``traces`` (a TraceCache) keeps the
+    traced programs, and the splits, on disk; ``xla_options`` are XLA's compiler
+    options for every program."""
     output_classes_as_pytrees()
     jit_kwargs = {"static_argnames": tuple(rule.static_argnames)}
     if rule.donate_argnames:
         jit_kwargs["donate_argnames"] = tuple(rule.donate_argnames)
     if xla_options:
         jit_kwargs["compiler_options"] = dict(xla_options)
+    split = autosplit.Split.remembered(name, traces.split_store(name)
+                                       if traces is not None else None)
+    if splits is not None:
+        splits[name] = split
     if rule.modules is not None:
-        return _compile_submodules(module, rule, traces, name, jit_kwargs)
-    return _jit(module, rule, traces, name, jit_kwargs)
+        return _compile_submodules(module, rule, traces, split, jit_kwargs)
+    return _jit(module, rule, traces, split, jit_kwargs)
 
 
 _REGISTERED: set = set()
@@ -54,48 +63,58 @@ def output_classes_as_pytrees() -> None:
             lambda keys, values, cls=cls: cls(**dict(zip(keys, values))))
 
 
-def _compile_submodules(module, rule: CompileRule, traces, name: str, jit_kwargs: dict):
+def _compile_submodules(module, rule: CompileRule, traces, split, jit_kwargs: dict):
     import re
 
-    targets = [name for name, _ in module.named_modules()
-               if name and re.fullmatch(rule.modules, name)]
-    for target in targets:
-        parent_name, _, child = target.rpartition(".")
-        parent = module.get_submodule(parent_name) if parent_name else module
-        parent._modules[child] = _jit(parent._modules[child], rule, traces,
-                                      f"{name}.{target}", jit_kwargs)
+    for path, sub in module.named_modules():
+        if path and re.fullmatch(rule.modules, path):
+            autosplit.compile_in_place(sub, path, split, traces, jit_kwargs)
     return module
 
 
-def _jit(module, rule: CompileRule, traces, name: str, jit_kwargs: dict):
+def _jit(module, rule: CompileRule, traces, split, jit_kwargs: dict):
+    """torchax's JittableModule for ``module`` (weights as inputs of every program),
+    each of ``rule.methods`` a call that splits the module if it cannot be traced."""
     from porter.compat import import_torchax
 
     torchax = import_torchax()
-    options = torchax.CompileOptions(methods_to_compile=list(rule.methods),
-                                     jax_jit_kwargs=jit_kwargs)
-    compiled = torchax.compile(module, options)
-    if traces is not None:
-        for method in rule.methods:
-            _trace_cached(compiled, method, traces, f"{name}.{method}", jit_kwargs)
+    compiled = torchax.compile(module, torchax.CompileOptions(methods_to_compile=[]))
+    for method in rule.methods:
+        compiled._jitted[method] = _whole(compiled, method, traces, split, jit_kwargs)
     return compiled
 
 
-def _trace_cached(compiled, method: str, traces, name: str, jit_kwargs: dict) -> None:
-    """Replace torchax's jitted ``method`` with one backed by the trace cache (the
-    same call: parameters and buffers first, then the method's arguments)."""
+def _whole(compiled, method: str, traces, split, jit_kwargs: dict):
+    """One compiled method of a JittableModule: jitted per set of static arguments
+    (trace-cached where ``traces`` is given); eager, with its submodules compiled,
+    once it proves untraceable."""
     import functools
 
-    from porter.compat import import_torchax
+    function = getattr(type(compiled._model), method)
+    program = autosplit.programs(functools.partial(compiled.functional_call, method),
+                                 f"{split.component}.{method}", traces, jit_kwargs)
 
-    interop = import_torchax().interop
-    jitted = interop.wrap_jax_jit(
-        functools.partial(compiled.functional_call, method),
-        jax_jit_func=functools.partial(traces.jit, name), kwargs_for_jax=jit_kwargs)
+    def eager(*args, **kwargs):
+        return compiled.functional_call(method, compiled.params, compiled.buffers,
+                                        *args, **kwargs)
 
     def call(*args, **kwargs):
-        return jitted(compiled.params, compiled.buffers, *args, **kwargs)
+        if "" in split.eager:
+            return eager(*args, **kwargs)
+        args, kwargs = autosplit.as_keywords(function, args, kwargs)
+        try:
+            result = program(autosplit.static_names(kwargs))(
+                compiled.params, compiled.buffers, *args, **kwargs)
+        except autosplit.untraceable() as exc:
+            split.failed("", exc)
+            autosplit.split_children(compiled._model, "", split, traces, jit_kwargs)
+            return eager(*args, **kwargs)
+        split.compiled.add("")
+        return result
 
-    compiled._jitted[method] = call
+    if "" in split.eager:  # remembered from an earlier run
+        autosplit.split_children(compiled._model, "", split, traces, jit_kwargs)
+    return call
 
 
 def problems(recipe, family, modules: dict) -> list:

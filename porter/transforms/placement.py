@@ -61,7 +61,25 @@ def apply(module: torch.nn.Module, runtime, rules, weights=None,
         for store, key in slots[a.name]:
             store[key] = placed
         del tensor, array
+    _plain_attributes(module, runtime)
     return assignments
+
+
+def _plain_attributes(module: torch.nn.Module, runtime) -> None:
+    """Tensors a module keeps in plain attributes (``self.freqs = ...`` in ``__init__``:
+    neither parameter nor buffer, so ``named_tensors`` does not see them) go onto the
+    mesh replicated, as the module's own tensors do: used in ``forward`` beside JAX
+    tensors, a host tensor is an error under torchax. Meta tensors (an abstract model's)
+    have no values to move and stay."""
+    from torchax.tensor import Tensor
+
+    from porter.interop import to_device
+
+    for sub in module.modules():
+        for key, value in list(vars(sub).items()):
+            if isinstance(value, torch.Tensor) and not isinstance(value, Tensor) \
+                    and not value.is_meta:
+                setattr(sub, key, to_device(value, runtime))
 
 
 def _read_ahead(sizes: list[int], read):

@@ -137,6 +137,12 @@ class TraceCache:
             return result
         return call
 
+    def split_store(self, component: str) -> Path:
+        """Where the automatic split of ``component`` is remembered (its key: this
+        cache's fingerprint and the component's name)."""
+        key = hashlib.sha256(f"{self.fingerprint}\nsplit\n{component}".encode()).hexdigest()
+        return self.directory / f"{key}.split.json"
+
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.exported"
 

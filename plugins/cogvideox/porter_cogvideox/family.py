@@ -2,9 +2,9 @@
 
 The pipeline's own __call__ runs (as for the generic family): it already
 batches the two guidance passes, so the data axis splits them. What this
-plugin adds: tiny models, official configurations, frame-count rules, and the
-patches CogVideoX needs under JAX (scheduler steps that index host tables
-with the timestep; rotary tables built on the host).
+plugin adds: tiny models, official configurations, frame-count rules, and
+rotary tables built on the host. Its schedulers (CogVideoXDDIM, CogVideoXDPM)
+need nothing of their own: ``porter.schedulers`` serves every scheduler.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ class CogVideoXFamily(GenericFamily):
     summary = ("CogVideoX 1.0 (2b, 5b) and 1.5 text-to-video (CogVideoXPipeline); "
                "image-to-video (variant v1-i2v, CogVideoXImageToVideoPipeline)")
     variants = ("v1", "v1.5", "v1-i2v")
-    required_patches = ("cogvideox.ddim_host_timestep", "cogvideox.dpm_host_timestep")
     rotary_patch = "cogvideox.rope_cache"
     # the VAE decode too: eager, it runs op by op (and on every device of the mesh)
     compiled = {"transformer": ("forward",), "vae": ("decode",)}

@@ -7,17 +7,6 @@ import torch
 from porter.patches import Patch
 
 
-def _host_timestep(original):
-    def step(self, model_output, timestep, *args, **kwargs):
-        # The schedulers index host tables with the timestep (alphas_cumprod[t]);
-        # a device tensor cannot index a host tensor, a Python int can.
-        if isinstance(timestep, torch.Tensor):
-            timestep = int(timestep.jax() if hasattr(timestep, "jax") else timestep.item())
-        return original(self, model_output, timestep, *args, **kwargs)
-    step.__doc__ = original.__doc__
-    return step
-
-
 def _host_rotary(original):
     cache: dict = {}
 
@@ -33,19 +22,6 @@ def _host_rotary(original):
     return prepare
 
 
-SCHEDULER_DDIM = Patch(
-    name="cogvideox.ddim_host_timestep",
-    target="diffusers:CogVideoXDDIMScheduler.step",
-    doc="Pass the timestep to CogVideoXDDIMScheduler.step as a Python int: the step "
-        "indexes host tables with it, which a JAX tensor cannot do.",
-    replacement=_host_timestep, fits="diffusers>=0.30")
-
-SCHEDULER_DPM = Patch(
-    name="cogvideox.dpm_host_timestep",
-    target="diffusers:CogVideoXDPMScheduler.step",
-    doc="The same for CogVideoXDPMScheduler.step (CogVideoX-5b and 1.5 use it).",
-    replacement=_host_timestep, fits="diffusers>=0.30")
-
 ROTARY = Patch(
     name="cogvideox.rope_cache",
     target="diffusers:CogVideoXPipeline._prepare_rotary_positional_embeddings",
@@ -60,4 +36,4 @@ ROTARY_I2V = Patch(
     doc="The same for CogVideoXImageToVideoPipeline.",
     replacement=_host_rotary, fits="diffusers>=0.30")
 
-ALL = (SCHEDULER_DDIM, SCHEDULER_DPM, ROTARY, ROTARY_I2V)
+ALL = (ROTARY, ROTARY_I2V)

@@ -19,7 +19,6 @@ class WanFamily(ModelFamily):
                "image-to-video (WanImageToVideoPipeline, variant i2v)")
     variants = ("t2v", "t2v-two-experts", "i2v")
     # Wan writes rotated q and k into strided slices: keep that out of a scatter
-    required_patches = ("core.strided_set",)
     rotary_patch = "wan.rope_cache"
     compiled = {"transformer": ("forward",), "transformer_2": ("forward",),
                 "vae": ("decode",)}

@@ -1,4 +1,4 @@
-"""core.strided_set: strided-slice assignment without a scatter, same result."""
+"""core.setitem: indexed assignment as PyTorch does it (broadcasting, strided slices)."""
 
 import re
 
@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from porter.builtin import STRIDED_SET
-from porter.strided_set import full_slices, strided_set
+from porter.builtin import SETITEM
+from porter.setitem import full_slices, strided_set
 
 SHAPE = (3, 5, 8)
 
@@ -72,7 +72,7 @@ def test_patched_torchax_tensor_matches_torch():
     expected = torch.empty(2, 7, 3, 10)
     expected[..., 0::2], expected[..., 1::2] = a, b
     expected[0, 1] = 7.0  # an integer key: torchax's own path
-    with STRIDED_SET.applied(), env:
+    with SETITEM.applied(), env:
         out = torch.empty(2, 7, 3, 10, device="jax")
         out[..., 0::2] = a.to("jax")
         out[..., 1::2] = b.to("jax")
@@ -88,3 +88,50 @@ def test_value_takes_the_target_dtype(dtype):
     np.testing.assert_array_equal(np.asarray(got, np.float32),
                                   np.asarray(jnp.zeros(6, dtype).at[::2].set(
                                       jnp.array([1.7, 2.2, 3.9]).astype(dtype)), np.float32))
+
+
+def _index(key, device):
+    """``key`` with its tensors on ``device``."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return tuple(k.to(device) if isinstance(k, torch.Tensor) else k for k in parts)
+
+
+# (target shape, key, value shape): values PyTorch broadcasts after dropping their
+# leading size-1 dimensions, which JAX's .at[key].set alone refuses
+BROADCASTS = [
+    ((4, 3, 2, 5), 1, (1, 3, 2, 5)),  # batch[i] = latent, as Allegro's VAE does
+    ((4, 2, 3), slice(1, 3), (1, 1, 2, 3)),
+    ((2, 6, 4), (Ellipsis, slice(0, None, 2)), (1, 1, 6, 2)),  # strided, pad + select
+    ((5, 3), torch.tensor([0, 2, 4]), (1, 3)),  # an index tensor
+    ((3, 4), (slice(None), 2), (1, 1, 3)),
+    ((3, 4), torch.tensor([True, False, True]), (1, 4)),  # a boolean mask
+    ((3, 4), 0, ()),  # a 0-d value
+]
+
+
+@pytest.mark.parametrize("shape,key,value_shape", BROADCASTS)
+def test_assignment_broadcasts_as_torch_does(shape, key, value_shape):
+    from porter.compat import import_torchax
+    torchax = import_torchax()
+    env = torchax.default_env()
+    x = torch.arange(int(np.prod(shape)), dtype=torch.float32).reshape(shape)
+    value = -torch.arange(1, int(np.prod(value_shape)) + 1,
+                          dtype=torch.float32).reshape(value_shape)
+    expected = x.clone()
+    expected[_index(key, "cpu")] = value
+    with SETITEM.applied(), env:
+        out = x.to("jax")
+        out[_index(key, "jax")] = value.to("jax")
+        got = out.to("cpu")
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_unpatched_torchax_refuses_the_broadcast():
+    """What the patch is for: without it the first case fails (if torchax learns
+    PyTorch's rule, this fails and the reshape can go)."""
+    from porter.compat import import_torchax
+    torchax = import_torchax()
+    env = torchax.default_env()
+    with env, pytest.raises((ValueError, TypeError)):
+        out = torch.zeros(4, 3, device="jax")
+        out[1] = torch.ones(1, 3).to("jax")

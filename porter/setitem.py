@@ -1,5 +1,14 @@
-"""Assignment into strided slices (``out[..., 0::2] = a``) without a scatter.
+"""Indexed assignment (``x[key] = value``) under torchax as PyTorch does it.
 
+Two differences from torchax's own ``__setitem__``, both patched by
+``core.setitem`` on every run:
+
+PyTorch drops a value's leading size-1 dimensions before broadcasting it into
+the target (``batch[i] = latent`` with ``latent`` of shape (1, C, T, H, W) and
+``batch[i]`` of shape (C, T, H, W): Allegro's VAE does this); JAX's
+``.at[key].set`` refuses it. ``value`` is reshaped the same way first.
+
+Assignment into strided slices (``out[..., 0::2] = a``) without a scatter:
 torchax lowers ``tensor[key] = value`` to ``x.at[key].set(value)``, and JAX
 turns a slice with a step into a scatter: XLA runs it as a loop of its own on
 CPU, between fusions, and cannot fuse what computes the value into it. Wan's
@@ -57,13 +66,22 @@ def strided_set(x, key, value):
     return jnp.where(targets, placed, x)
 
 
+def without_leading_ones(value):
+    """``value`` without its leading size-1 dimensions (PyTorch's rule for the value
+    of an indexed assignment); scalars and anything without a shape as they are."""
+    shape = getattr(value, "shape", ())
+    ones = next((i for i, n in enumerate(shape) if n != 1), len(shape))
+    return value.reshape(shape[ones:]) if ones else value
+
+
 def setitem(original):
     """Patch factory for torchax's ``Tensor.__setitem__``."""
     def __setitem__(self, key, value):
-        converted_key, converted_value = self._env.t2j_iso((key, value))
-        result = strided_set(self._elem, converted_key, converted_value)
+        key, value = self._env.t2j_iso((key, value))
+        value = without_leading_ones(value)
+        result = strided_set(self._elem, key, value)
         if result is None:
-            return original(self, key, value)
+            return original(self, key, value)  # JAX arrays pass through its conversion
         self._elem = result
     __setitem__.__doc__ = original.__doc__
     return __setitem__
