@@ -42,7 +42,8 @@ class GenericFamily(ModelFamily):
     name = "generic"
     summary = "any diffusers video pipeline, run by its own __call__ (no plugin needed)"
     staged = False
-    compiled = {"transformer": ("forward",)}
+    # the VAE's decode too: a VAE that cannot be traced whole is split automatically
+    compiled = {"transformer": ("forward",), "vae": ("decode",)}
 
     def starter_model(self):
         return {"source": "path/to/saved/pipeline   # a diffusers directory or hub id",

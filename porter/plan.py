@@ -8,6 +8,7 @@ from porter import abstract
 from porter.errors import UsageError
 from porter.runtime import resolve_mesh
 from porter.transforms import compile as compile_transform
+from porter.transforms import setup as setup_transform
 from porter.transforms import dtypes, sharding
 from porter.transforms.sharding import human_bytes
 
@@ -53,6 +54,7 @@ def build(recipe, registry, devices: int | None = None) -> dict:
                   for name, module in modules.items()]
     problems = []
     problems += compile_transform.problems(recipe, family, modules)
+    problems += setup_transform.problems(recipe, modules)
     problems += unknown_components(recipe, modules)
     for name, module in modules.items():
         problems += dtypes.unmatched_problems(recipe, name, module)

@@ -16,6 +16,7 @@ from porter import outputs, schedulers, stages, tracing, video
 from porter.errors import LoadError, RecipeError, UsageError
 from porter.interop import to_device
 from porter.transforms import compile as compile_transform
+from porter.transforms import setup as setup_transform
 from porter.transforms import attention, placement, rotary
 from porter.transforms import sharding as shard_transform
 
@@ -214,6 +215,9 @@ def _generate(family, recipe, runtime, registry, say, progress, wanted, director
     start = time.perf_counter()
     pipe, weights, checkpoint = loading.load_for_port(family, recipe)
     timings["load_s"] = round(time.perf_counter() - start, 4)
+    set_up = setup_transform.apply(pipe, recipe)
+    if set_up:
+        say(f"set up: {', '.join(set_up)}")
     say("placing weights on the mesh" + (f" ({', '.join(weights)} read from the "
                                           "checkpoint tensor by tensor)" if weights else ""))
     start = time.perf_counter()

@@ -174,6 +174,11 @@ class PatchRef(Section):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class SetupCall(Section):
+    name: str = Field(description="a method of the component (porter.transforms.setup.ALLOWED)")
+    params: dict[str, Any] = Field(default_factory=dict, description="its keyword arguments")
+
+
 class RotarySection(Section):
     precompute: bool = Field(
         False, description="build rotary tables on the host for the recipe's shapes and "
@@ -233,6 +238,9 @@ class RecipeSpec(Section):
     generate: GenerateSection
     patches: list[str | PatchRef] = Field(
         default_factory=list, description="registered patch names, in the order applied")
+    setup: dict[str, list[str | SetupCall]] = Field(
+        default_factory=dict, description="per component: diffusers' own set-up methods "
+        "called after loading, before porting (e.g. vae: [enable_tiling])")
     dtypes: DtypesSection = DtypesSection()
     sharding: ShardingSection = ShardingSection()
     rotary: RotarySection = RotarySection()

@@ -153,3 +153,31 @@ def test_a_recipe_for_a_bigger_machine_validates_with_devices():
                        "mesh.tp=3", "mesh.dp=1", "generate.cfg_parallel=false")
     assert out.returncode == 2  # 14B's width 5120 does not split 3 ways
     assert "(5120) does not divide by tp=3" in out.stderr
+
+
+@pytest.mark.slow
+def test_working_commands_in_a_fresh_process(tmp_path):
+    """new, verify, bench and a generic run, each in a new process with nothing
+    imported first (the list above holds the commands that read recipes only). The run
+    is Mochi: its attention is split automatically, in a process that imported nothing."""
+    out = fresh_porter("new", str(tmp_path / "mine.yaml"), "--family", "generic")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "mine.yaml").exists()
+    tiny = str(RECIPES / "wan-tiny.yaml")
+    for args in (["verify", tiny, "mesh.dp=1"], ["bench", tiny, "--steps", "1", "mesh.dp=1"]):
+        out = fresh_porter(*args)
+        assert out.returncode == 0, out.stderr
+        assert "internal error" not in out.stderr and "Traceback" not in out.stderr
+
+    from models.mochi import build_mochi_pipeline
+    build_mochi_pipeline().save_pretrained(tmp_path / "mochi")
+    (tmp_path / "mochi.yaml").write_text(f"""\
+model: {{family: generic, source: {tmp_path / 'mochi'}}}
+generate: {{prompt: a cat, height: 16, width: 16, frames: 7, steps: 2,
+           max_sequence_length: 16}}
+output: {{dir: {tmp_path / 'out'}}}
+""")
+    out = fresh_porter("run", str(tmp_path / "mochi.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert "transformer cannot be compiled whole" in out.stderr
+    assert (tmp_path / "out" / "video.mp4").exists()

@@ -61,3 +61,33 @@ def test_generic_mistakes(checkpoint, write):
     with pytest.raises(UsageError, match="--stage and --resume"):
         run(recipe.load(write("ok.yaml", text)), plugins.registry(), progress=False,
             stage="encode")
+
+
+def test_setup_calls_are_checked_and_made(checkpoint, write):
+    """``setup`` calls diffusers' own set-up methods from an allowlist; validate refuses
+    others, methods the component lacks, and parameters the method does not take."""
+    from porter import loading
+    from porter.transforms import setup
+
+    text = GENERIC.format(source=checkpoint)
+    good = recipe.load(write("good.yaml", text + """\
+setup:
+  vae: [enable_tiling, {name: enable_slicing}]
+"""))
+    assert checks.validate(good, plugins.registry()) == []
+    pipe = loading.load_pipeline(plugins.registry().family("generic"), good)
+    assert setup.apply(pipe, good) == ["vae.enable_tiling", "vae.enable_slicing"]
+    assert pipe.vae.use_tiling and pipe.vae.use_slicing
+
+    bad = recipe.load(write("bad.yaml", text + """\
+setup:
+  vae: [enable_tilling, {name: enable_tiling, params: {tile_size: 3}}]
+  transformer: [enable_slicing]
+  unet: [enable_tiling]
+"""))
+    found = {p.path: p for p in checks.validate(bad, plugins.registry())}
+    assert "did you mean 'enable_tiling'" in found["setup.vae.0"].hint
+    assert "tile_size" in found["setup.vae.1.params"].message
+    assert "tile_sample_min_height" in found["setup.vae.1.params"].hint
+    assert "has no method 'enable_slicing'" in found["setup.transformer.0"].message
+    assert "no component 'unet'" in found["setup.unet"].message

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
 from conftest import RECIPES, slow_porter

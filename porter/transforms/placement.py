@@ -247,10 +247,13 @@ def on_one_device(compiled, runtime) -> None:
         return Tensor(jax.make_array_from_callback(array.shape, runtime.replicated(),
                                                    lambda _: array), runtime.env)
 
+    def on_jax(move):  # torchax's Tensor, and its View (what slicing may return)
+        return lambda t: move(t) if hasattr(t, "jax") else t
+
     def locally(call):
         def run(*args, **kwargs):
-            args, kwargs = _pytree.tree_map_only(Tensor, local, (args, kwargs))
-            return _pytree.tree_map_only(Tensor, on_mesh, call(*args, **kwargs))
+            args, kwargs = _pytree.tree_map_only(torch.Tensor, on_jax(local), (args, kwargs))
+            return _pytree.tree_map_only(torch.Tensor, on_jax(on_mesh), call(*args, **kwargs))
         return run
 
     # the jitted methods read these at each call: this device's copies from now on

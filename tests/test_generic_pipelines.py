@@ -1,0 +1,120 @@
+"""``family: generic`` on diffusers video pipelines no plugin knows, each a tiny random
+model built with the component configurations of diffusers' own tests, saved with
+``save_pretrained``, run by Porter from a recipe of ``model`` and ``generate`` keys
+alone, and compared with plain diffusers from the same seed, frame for frame."""
+
+import importlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from porter import checks, plugins, recipe
+from porter.run import run
+
+
+@dataclass
+class Case:
+    builder: str  # tests/models/<module>.py: build_<module>_pipeline
+    generate: dict  # the recipe's generate section
+    call: dict  # the same settings under the pipeline's own names, for plain diffusers
+    setup: dict = field(default_factory=dict)  # the recipe's setup section, if any
+
+
+COMMON = {"prompt": "a cat", "seed": 0}
+
+CASES = {
+    "latte": Case(  # frames are video_length; the prompt is padded to 120 tokens
+        "latte", {"height": 8, "width": 8, "frames": 1, "steps": 2, "guidance_scale": 5.0,
+                  "extra": {"clean_caption": False}},
+        {"height": 8, "width": 8, "video_length": 1, "num_inference_steps": 2,
+         "guidance_scale": 5.0, "clean_caption": False}),
+    "mochi": Case(  # attention calls torch.nonzero on the text mask in every block
+        "mochi", {"height": 16, "width": 16, "frames": 7, "steps": 2, "guidance_scale": 4.5,
+                  "max_sequence_length": 16},
+        {"height": 16, "width": 16, "num_frames": 7, "num_inference_steps": 2,
+         "guidance_scale": 4.5, "max_sequence_length": 16}),
+    "cogvideox_ddim": Case(  # diffusers' plain DDIMScheduler indexes host tables
+        "cogvideox_ddim", {"height": 16, "width": 16, "frames": 8, "steps": 2,
+                           "guidance_scale": 6.0, "max_sequence_length": 16},
+        {"height": 16, "width": 16, "num_frames": 8, "num_inference_steps": 2,
+         "guidance_scale": 6.0, "max_sequence_length": 16}),
+    "sana_video": Case(  # frames are `frames`
+        "sana_video", {"height": 32, "width": 32, "frames": 9, "steps": 2,
+                       "guidance_scale": 6.0, "max_sequence_length": 16,
+                       "extra": {"complex_human_instruction": [],
+                                 "use_resolution_binning": False}},
+        {"height": 32, "width": 32, "frames": 9, "num_inference_steps": 2,
+         "guidance_scale": 6.0, "max_sequence_length": 16, "complex_human_instruction": [],
+         "use_resolution_binning": False}),
+    "kandinsky5": Case(  # keeps a tensor in a plain attribute (time_embeddings.freqs)
+        "kandinsky5", {"height": 32, "width": 32, "frames": 5, "steps": 2,
+                       "guidance_scale": 4.0, "max_sequence_length": 8},
+        {"height": 32, "width": 32, "num_frames": 5, "num_inference_steps": 2,
+         "guidance_scale": 4.0, "max_sequence_length": 8}),
+    "allegro": Case(  # its VAE decodes only tiled, in tiles of 24 x 320 x 320 pixels
+        "allegro", {"height": 320, "width": 320, "frames": 24, "steps": 2,
+                    "guidance_scale": 6.0, "max_sequence_length": 16,
+                    "extra": {"clean_caption": False}},
+        {"height": 320, "width": 320, "num_frames": 24, "num_inference_steps": 2,
+         "guidance_scale": 6.0, "max_sequence_length": 16, "clean_caption": False},
+        setup={"vae": ["enable_tiling"]}),
+}
+
+
+def _pipeline(name: str):
+    module = importlib.import_module(f"models.{CASES[name].builder}")
+    return getattr(module, f"build_{CASES[name].builder}_pipeline")()
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """name -> the tiny pipeline saved as diffusers saves it (built once per module)."""
+    made = {}
+
+    def get(name):
+        if name not in made:
+            made[name] = tmp_path_factory.mktemp(name) / "ckpt"
+            _pipeline(name).save_pretrained(made[name])
+        return made[name]
+    return get
+
+
+def _recipe(name, source, tmp_path):
+    case = CASES[name]
+    text = {"model": {"family": "generic", "source": str(source)},
+            "generate": {**COMMON, **case.generate}}
+    if case.setup:
+        text["setup"] = case.setup
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(text))
+    return recipe.load(path, [f"output.dir={tmp_path / 'out'}"])
+
+
+def _diffusers_frames(name, source):
+    from diffusers import DiffusionPipeline
+
+    pipe = DiffusionPipeline.from_pretrained(source, torch_dtype=torch.float32)
+    for component in pipe.components.values():
+        if isinstance(component, torch.nn.Module):
+            component.eval()
+    for component, calls in CASES[name].setup.items():
+        for method in calls:
+            getattr(getattr(pipe, component), method)()
+    frames = pipe(prompt=COMMON["prompt"], generator=torch.Generator().manual_seed(0),
+                  output_type="np", **CASES[name].call).frames[0]
+    return (np.asarray(frames) * 255).round().clip(0, 255).astype("uint8")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matches_plain_diffusers(name, saved, tmp_path):
+    source = saved(name)
+    loaded = _recipe(name, source, tmp_path)
+    assert checks.validate(loaded, plugins.registry()) == []
+    result = run(loaded, plugins.registry(), progress=False)
+    expected = _diffusers_frames(name, source)
+    assert result.frames.shape == expected.shape
+    assert np.abs(expected.astype(int) - result.frames.astype(int)).max() <= 1
