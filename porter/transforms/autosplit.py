@@ -169,6 +169,7 @@ def compile_in_place(module, path: str, split: Split, traces, jit_kwargs: dict) 
     the tensors the module holds at call time as inputs (so a parent's
     reparametrization reaches it); if it cannot be traced, ``split_children``."""
     forward = type(module).forward
+
     def functional(state, *args, **kwargs):
         from torch.nn.utils import stateless
         with stateless._reparametrize_module(module, state):
@@ -176,20 +177,35 @@ def compile_in_place(module, path: str, split: Split, traces, jit_kwargs: dict) 
 
     program = programs(functional, f"{split.component}.{path}.forward", traces, jit_kwargs)
 
+    def traced(static, *args, **kwargs):
+        state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+        return program(static)(state, *args, **kwargs)
+
+    module.forward = splitting_call(
+        module, path, split, traces, jit_kwargs, signature_of=forward, traced=traced,
+        eager=functools.partial(forward, module))
+
+
+def splitting_call(module, path: str, split: Split, traces, jit_kwargs: dict, *,
+                   signature_of, traced, eager):
+    """The call that replaces a compiled method: ``traced(static_names, *args,
+    **kwargs)`` (arguments named by ``signature_of``'s signature where it allows) until
+    a call proves it untraceable, then, and from then on, ``eager(*args, **kwargs)``
+    with ``module``'s children compiled one by one. A split remembered from an earlier
+    run is made at once."""
     def call(*args, **kwargs):
         if path in split.eager:
-            return forward(module, *args, **kwargs)
-        args, kwargs = as_keywords(forward, args, kwargs)
-        state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+            return eager(*args, **kwargs)
+        named_args, named_kwargs = as_keywords(signature_of, args, kwargs)
         try:
-            result = program(static_names(kwargs))(state, *args, **kwargs)
+            result = traced(static_names(named_kwargs), *named_args, **named_kwargs)
         except untraceable() as exc:
             split.failed(path, exc)
             split_children(module, path, split, traces, jit_kwargs)
-            return forward(module, *args, **kwargs)
+            return eager(*args, **kwargs)
         split.compiled.add(path)
         return result
 
-    if path in split.eager:  # remembered: split now, never trace the whole again
+    if path in split.eager:
         split_children(module, path, split, traces, jit_kwargs)
-    module.forward = call
+    return call

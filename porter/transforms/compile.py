@@ -94,27 +94,15 @@ def _whole(compiled, method: str, traces, split, jit_kwargs: dict):
     program = autosplit.programs(functools.partial(compiled.functional_call, method),
                                  f"{split.component}.{method}", traces, jit_kwargs)
 
+    def traced(static, *args, **kwargs):
+        return program(static)(compiled.params, compiled.buffers, *args, **kwargs)
+
     def eager(*args, **kwargs):
         return compiled.functional_call(method, compiled.params, compiled.buffers,
                                         *args, **kwargs)
 
-    def call(*args, **kwargs):
-        if "" in split.eager:
-            return eager(*args, **kwargs)
-        args, kwargs = autosplit.as_keywords(function, args, kwargs)
-        try:
-            result = program(autosplit.static_names(kwargs))(
-                compiled.params, compiled.buffers, *args, **kwargs)
-        except autosplit.untraceable() as exc:
-            split.failed("", exc)
-            autosplit.split_children(compiled._model, "", split, traces, jit_kwargs)
-            return eager(*args, **kwargs)
-        split.compiled.add("")
-        return result
-
-    if "" in split.eager:  # remembered from an earlier run
-        autosplit.split_children(compiled._model, "", split, traces, jit_kwargs)
-    return call
+    return autosplit.splitting_call(compiled._model, "", split, traces, jit_kwargs,
+                                    signature_of=function, traced=traced, eager=eager)
 
 
 def problems(recipe, family, modules: dict) -> list:
