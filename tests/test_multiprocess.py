@@ -14,7 +14,8 @@ from conftest import RECIPES, slow_porter
 from porter import plugins, recipe
 from porter.run import run
 
-pytestmark = pytest.mark.slow
+# one at a time: see pyproject.toml
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("heavy")]
 
 RECIPE = RECIPES / "wan-tiny-tp.yaml"  # dp=2 x tp=4: weights, latents and attention sharded
 

@@ -33,7 +33,8 @@ from safetensors.torch import load_file
 
 from conftest import RECIPES
 
-pytestmark = pytest.mark.real_size
+# one at a time: see pyproject.toml
+pytestmark = [pytest.mark.real_size, pytest.mark.xdist_group("heavy")]
 
 GiB = 2**30
 TESTS = Path(__file__).resolve().parent
