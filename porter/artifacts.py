@@ -22,7 +22,10 @@ STAGES = ("encode", "denoise", "decode")
 def settings(recipe) -> dict:
     """What an artifact depends on: the model and the generation settings."""
     data = recipe.resolved()
-    return {"model": data["model"], "generate": data["generate"], "dtypes": data["dtypes"]}
+    found = {"model": data["model"], "generate": data["generate"], "dtypes": data["dtypes"]}
+    if data["lora"]:  # absent when unused: records written before LoRA stay valid
+        found["lora"] = data["lora"]
+    return found
 
 
 def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None = None) -> None:

@@ -27,6 +27,7 @@ NAMES = {
     "guidance_scale_2": ("guidance_scale_2",),
     "max_sequence_length": ("max_sequence_length",),
     "image": ("image",),
+    "last_image": ("last_image",),
 }
 #: what the recipe must set (the schema requires them): always passed
 REQUIRED = ("prompt", "height", "width", "frames", "steps")
@@ -98,9 +99,9 @@ def kwargs(recipe, cls) -> dict:
         if name is None:
             continue  # validate refused it; a pipeline with **kwargs takes the first name
         value = getattr(gen, key)
-        if key == "image":
+        if key in ("image", "last_image"):
             from PIL import Image
-            value = Image.open(recipe.file_path("generate.image", value)).convert("RGB")
+            value = Image.open(recipe.file_path(f"generate.{key}", value)).convert("RGB")
         call[name] = value
     if taken is None or "generator" in taken:
         call["generator"] = torch.Generator("cpu").manual_seed(gen.seed)

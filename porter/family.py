@@ -88,6 +88,11 @@ class ModelFamily:
         """The guided noise prediction for one denoising step."""
         raise NotImplementedError
 
+    def final_latents(self, pipe, latents, conditioning: dict):
+        """The latents after the last step, as the pipeline hands them to the VAE
+        (a family that keeps given frames apart puts them back here)."""
+        return latents
+
     def transformer_inputs(self, recipe, config) -> dict[str, tuple[int, ...]]:
         """Shapes of the transformer's keyword inputs for this recipe (for sharding checks).
 

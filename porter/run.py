@@ -107,7 +107,9 @@ def _refuse_nonfinite(found: dict, recipe) -> None:
 #: values enter as inputs, their shapes are in every trace key anyway) and where
 #: the results go. Changing them keeps the stored traces.
 NOT_TRACED = ("output", "verify", "generate.prompt", "generate.negative_prompt",
-              "generate.seed", "generate.image")
+              "generate.seed", "generate.image", "generate.last_image",
+              # fused into the weights before tracing: the programs take weights as inputs
+              "lora")
 
 
 def traced_settings(recipe) -> str:

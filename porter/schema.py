@@ -83,6 +83,8 @@ class GenerateSection(Section):
     negative_prompt: str = ""
     image: PathText | None = Field(
         None, description="image-to-video: path of the first frame")
+    last_image: PathText | None = Field(
+        None, description="first-last-frame-to-video: path of the last frame (with image)")
     height: int = Field(ge=8, le=8192)
     width: int = Field(ge=8, le=8192)
     frames: int = Field(ge=1, le=4096)
@@ -169,6 +171,19 @@ class DtypesSection(_PerComponentRules):
         "(default: the transformer's)")
 
 
+class LoraAdapter(Section):
+    file: PathText = Field(
+        description="a .safetensors file, a folder holding one, or a hub id (org/name)")
+    weight_name: str | None = Field(
+        None, description="the file inside a folder or hub repository (default: "
+        "pytorch_lora_weights.safetensors)")
+    scale: float = Field(1.0, description="strength: the update is added scale times")
+    components: list[str] = Field(
+        default_factory=lambda: ["transformer"], min_length=1,
+        description="the transformers it applies to (two-expert models: transformer, "
+        "transformer_2 or both)")
+
+
 class PatchRef(Section):
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
@@ -241,6 +256,9 @@ class RecipeSpec(Section):
     setup: dict[str, list[str | SetupCall]] = Field(
         default_factory=dict, description="per component: diffusers' own set-up methods "
         "called after loading, before porting (e.g. vae: [enable_tiling])")
+    lora: list[LoraAdapter] = Field(
+        default_factory=list, description="LoRA adapters fused into the weights on the host, "
+        "before dtypes, sharding and compile")
     dtypes: DtypesSection = DtypesSection()
     sharding: ShardingSection = ShardingSection()
     rotary: RotarySection = RotarySection()

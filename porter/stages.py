@@ -97,6 +97,7 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
                     raise interrupt.Interrupted(
                         signum, saved=f"{completed} of {total} denoising steps"
                         if save is not None else None)
+        latents = family.final_latents(pipe, latents, conditioning)
     timings["steps_s"] = [round(s, 4) for s in step_times]
     timings["resumed_from_step"] = done
     # The first step includes compiling the transformer; the rest are steady state.

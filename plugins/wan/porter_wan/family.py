@@ -1,10 +1,15 @@
-"""Wan 2.1 text-to-video, split into the steps Porter drives.
+"""Wan 2.1 and 2.2, split into the steps Porter drives.
 
-Each step mirrors ``diffusers.WanPipeline.__call__`` so that a Porter run and a
-plain diffusers run from the same seed give the same latents.
+Each step mirrors ``diffusers.WanPipeline.__call__`` (text-to-video) or
+``WanImageToVideoPipeline.__call__`` (a first frame, optionally a last frame)
+so that a Porter run and a plain diffusers run from the same seed give the same
+latents. What differs between Wan models (experts, conditioning channels,
+per-token timesteps, VAE) is read from their configuration (``Layout``).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
@@ -12,24 +17,41 @@ from porter.family import ModelFamily
 from porter.interop import to_host
 from porter.transforms import rotary
 
+from porter_wan.layout import Layout
+from porter_wan.tiny import VARIANTS
+
 
 class WanFamily(ModelFamily):
     name = "wan"
-    summary = ("Wan 2.1 and 2.2: text-to-video (WanPipeline), two-expert A14B, "
-               "image-to-video (WanImageToVideoPipeline, variant i2v)")
-    variants = ("t2v", "t2v-two-experts", "i2v")
+    summary = ("Wan 2.1 and 2.2: text-to-video, two-expert A14B (text and image), "
+               "image-to-video, first-last-frame, TI2V-5B (text and image)")
+    variants = tuple(VARIANTS)
     # Wan writes rotated q and k into strided slices: keep that out of a scatter
     rotary_patch = "wan.rope_cache"
     compiled = {"transformer": ("forward",), "transformer_2": ("forward",),
                 "vae": ("decode",)}
 
-    @staticmethod
-    def is_i2v(recipe) -> bool:
-        return recipe.model.variant == "i2v"
-
     def pipeline_class(self, recipe=None):
         from diffusers import WanImageToVideoPipeline, WanPipeline
-        return WanImageToVideoPipeline if recipe and self.is_i2v(recipe) else WanPipeline
+        given = recipe is not None and recipe.generate.image is not None
+        return WanImageToVideoPipeline if given else WanPipeline
+
+    def layout(self, recipe) -> Layout:
+        """The recipe's model layout, from its configuration files (no weights read);
+        a hub id Porter has no configuration for gets Wan 2.1's until it is loaded."""
+        from porter.loading import source_kind
+        from porter_wan import tiny
+        from porter_wan.configs import OFFICIAL, PIPELINE
+
+        source = recipe.model.source
+        kind = source_kind(source)
+        if kind == "tiny":
+            return tiny.layout(recipe.model.variant, dict(recipe.model.config))
+        if kind == "local":
+            return Layout.of_directory(Path(source).expanduser())
+        if source in OFFICIAL:
+            return Layout.of_official(OFFICIAL[source], PIPELINE.get(source, {}))
+        return Layout()
 
     def starter_generate(self):
         return {**super().starter_generate(), "max_sequence_length": 32}
@@ -39,14 +61,14 @@ class WanFamily(ModelFamily):
         return OFFICIAL.get(source)
 
     def build_tiny(self, recipe):
-        from porter_wan.tiny import build_i2v_pipeline, build_pipeline
-        if self.is_i2v(recipe):
-            return build_i2v_pipeline()
-        experts = 2 if recipe.model.variant == "t2v-two-experts" else 1
-        return build_pipeline(experts=experts, transformer_config=dict(recipe.model.config))
+        from porter_wan.tiny import build
+        return build(recipe.model.variant, image=recipe.generate.image is not None,
+                     transformer_config_overrides=dict(recipe.model.config))
 
     def check(self, recipe):
-        gen, problems = recipe.generate, super().check(recipe)
+        problems = super().check(recipe)
+        if problems:  # an unknown variant: no layout to check against
+            return problems
         if recipe.model.config:
             import inspect
 
@@ -56,27 +78,71 @@ class WanFamily(ModelFamily):
                 problems.append(recipe.problem(f"model.config.{key}", f"WanTransformer3DModel "
                                                f"has no argument {key!r}",
                                                hint="arguments: " + ", ".join(sorted(known))))
+            if problems:
+                return problems
+        layout = self.layout(recipe)
+        return problems + self._size_rules(recipe, layout) + self._image_rules(recipe, layout) \
+            + self._guidance_rules(recipe, layout)
+
+    @staticmethod
+    def _size_rules(recipe, layout):
+        gen, problems, step = recipe.generate, [], layout.pixels_per_patch
         for key in ("height", "width"):
             value = getattr(gen, key)
-            if value % 16:
-                fit = f"{value - value % 16} or {value + 16 - value % 16}"
+            if value % step:
+                fit = f"{value - value % step or step} or {value + step - value % step}"
                 problems.append(recipe.problem(
-                    f"generate.{key}", f"Wan needs a multiple of 16, got {value}",
-                    hint=f"try {fit} (VAE downsamples by 8, patches are 2 wide)"))
-        if self.is_i2v(recipe) and not gen.image:
-            problems.append(recipe.problem("generate.image", "image-to-video needs an image",
-                                           hint="generate.image: path/to/first_frame.png"))
-        if gen.image and not self.is_i2v(recipe):
-            problems.append(recipe.problem("generate.image", "only image-to-video takes an "
-                                           "image", hint="set model.variant: i2v"))
-        if gen.image and not recipe.file_path("generate.image", gen.image).is_file():
-            problems.append(recipe.problem("generate.image", f"{gen.image!r} is not a file"))
-        if (gen.frames - 1) % 4:
-            below = gen.frames - (gen.frames - 1) % 4
+                    f"generate.{key}", f"this Wan model needs a multiple of {step}, got "
+                    f"{value}", hint=f"try {fit} (the VAE downsamples by {layout.spatial}, "
+                    f"patches are {layout.patch} wide)"))
+        if (gen.frames - 1) % layout.temporal:
+            below = gen.frames - (gen.frames - 1) % layout.temporal
             problems.append(recipe.problem(
-                "generate.frames", f"Wan needs 4n+1 frames, got {gen.frames}",
-                hint=f"try {below} or {below + 4} (the VAE compresses time by 4)"))
+                "generate.frames", f"Wan needs {layout.temporal}n+1 frames, got {gen.frames}",
+                hint=f"try {below} or {below + layout.temporal} (the VAE compresses time by "
+                     f"{layout.temporal})"))
         return problems
+
+    @staticmethod
+    def _image_rules(recipe, layout):
+        gen, problems = recipe.generate, []
+        if layout.needs_image and gen.image is None:
+            problems.append(recipe.problem(
+                "generate.image", "this image-to-video model needs an image (its first frame)",
+                hint="generate.image: path/to/first_frame.png"))
+        if gen.image is not None and not layout.takes_image:
+            problems.append(recipe.problem(
+                "generate.image", "this text-to-video model takes no image",
+                hint="leave generate.image out, or use an image-to-video model (tiny "
+                     "variants: i2v, i2v-two-experts, ti2v, flf2v)"))
+        if gen.last_image is not None:
+            if gen.image is None:
+                problems.append(recipe.problem("generate.last_image", "a last frame needs a "
+                                               "first frame", hint="set generate.image too"))
+            elif not layout.takes_last_image:
+                problems.append(recipe.problem(
+                    "generate.last_image", "this model takes no last frame (only the "
+                    "image-to-video models that take the frames as extra channels do)",
+                    hint="leave generate.last_image out"))
+        elif layout.needs_last_image and gen.image is not None:
+            problems.append(recipe.problem(
+                "generate.last_image", "this first-last-frame model needs a last frame too",
+                hint="generate.last_image: path/to/last_frame.png"))
+        for key in ("image", "last_image"):
+            value = getattr(gen, key)
+            if value is not None and not recipe.file_path(f"generate.{key}", value).is_file():
+                problems.append(recipe.problem(f"generate.{key}", f"{value!r} is not a file",
+                                               hint="paths are relative to the recipe's folder"))
+        return problems
+
+    @staticmethod
+    def _guidance_rules(recipe, layout):
+        if recipe.generate.guidance_scale_2 is not None and layout.boundary_ratio is None:
+            return [recipe.problem(
+                "generate.guidance_scale_2", "only two-expert models (Wan 2.2 A14B) take a "
+                "second guidance scale", hint="leave it out; guidance_scale applies to "
+                "every step")]
+        return []
 
     @staticmethod
     def guided(recipe) -> bool:
@@ -87,26 +153,35 @@ class WanFamily(ModelFamily):
         prompt, negative = pipe.encode_prompt(
             gen.prompt, gen.negative_prompt, do_classifier_free_guidance=self.guided(recipe),
             max_sequence_length=gen.max_sequence_length, device="jax")
-        dtype = pipe.transformer.dtype
+        dtype = self.experts(pipe)[0].dtype
         conditioning = {"prompt": prompt.to(dtype)}
         if negative is not None:
             conditioning["negative"] = negative.to(dtype)
-        if self.is_i2v(recipe):
+        layout = Layout.of_pipe(pipe)
+        if gen.image is not None:
             from porter_wan import i2v
-            image = i2v.load_image(recipe.file_path("generate.image", gen.image))
-            conditioning["image_embeds"] = i2v.image_embeds(pipe, image).to(dtype)
-            conditioning["condition"] = i2v.first_frame_condition(pipe, image, recipe).to("jax")
+            conditioning.update(i2v.conditioning(pipe, recipe, layout))
+            if "image_embeds" in conditioning:
+                conditioning["image_embeds"] = conditioning["image_embeds"].to(dtype)
+        elif layout.expand_timesteps:  # text mode: every latent frame is denoised
+            from porter_wan import i2v
+            conditioning["frame_mask"] = i2v.frame_mask(self._grid(recipe, layout),
+                                                        first_given=False).to("jax")
         return conditioning
+
+    @staticmethod
+    def _grid(recipe, layout) -> tuple[int, int, int]:
+        """Latent frames, height and width."""
+        gen = recipe.generate
+        return ((gen.frames - 1) // layout.temporal + 1, gen.height // layout.spatial,
+                gen.width // layout.spatial)
 
     def initial_latents(self, pipe, recipe):
         from diffusers.utils.torch_utils import randn_tensor
 
-        gen = recipe.generate
-        generator = torch.Generator("cpu").manual_seed(gen.seed)
+        generator = torch.Generator("cpu").manual_seed(recipe.generate.seed)
         # the noise is drawn first, exactly as both Wan pipelines draw it
-        shape = (1, pipe.vae.config.z_dim, (gen.frames - 1) // pipe.vae_scale_factor_temporal + 1,
-                 gen.height // pipe.vae_scale_factor_spatial,
-                 gen.width // pipe.vae_scale_factor_spatial)
+        shape = (1, pipe.vae.config.z_dim, *self._grid(recipe, Layout.of_pipe(pipe)))
         return randn_tensor(shape, generator=generator, device=torch.device("cpu"),
                             dtype=torch.float32)
 
@@ -120,12 +195,17 @@ class WanFamily(ModelFamily):
         return 2 if recipe.generate.cfg_parallel and self.guided(recipe) else 1
 
     def transformer_inputs(self, recipe, config):
-        gen, batch = recipe.generate, self.batch(recipe)
-        # VAE: time compressed by 4 (4n+1 frames), space by 8
-        latent = (batch, config["in_channels"], (gen.frames - 1) // 4 + 1,
-                  gen.height // 8, gen.width // 8)
-        return {"hidden_states": latent, "timestep": (batch,),
+        gen, batch, layout = recipe.generate, self.batch(recipe), self.layout(recipe)
+        latent = (batch, config["in_channels"], *self._grid(recipe, layout))
+        # TI2V: one timestep per token (the first frame's are 0 in image mode)
+        timestep = (batch, self._tokens(recipe, config)) if layout.expand_timesteps else (batch,)
+        return {"hidden_states": latent, "timestep": timestep,
                 "encoder_hidden_states": (batch, gen.max_sequence_length, config["text_dim"])}
+
+    def _tokens(self, recipe, config) -> int:
+        frames, height, width = self._grid(recipe, self.layout(recipe))
+        p_t, p_h, p_w = config["patch_size"]
+        return (frames // p_t) * (height // p_h) * (width // p_w)
 
     def rotary_tables(self, pipe, recipe):
         from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
@@ -165,11 +245,13 @@ class WanFamily(ModelFamily):
         limit = config.get("rope_max_seq_len")
         if not limit:
             return []
-        gen = recipe.generate
+        gen, layout = recipe.generate, self.layout(recipe)
         p_t, p_h, p_w = config["patch_size"]
-        grid = {"frames": (((gen.frames - 1) // 4 + 1) // p_t, 4 * p_t, "frames"),
-                "height": (gen.height // 8 // p_h, 8 * p_h, "pixels"),
-                "width": (gen.width // 8 // p_w, 8 * p_w, "pixels")}
+        frames, height, width = self._grid(recipe, layout)
+        space, time = layout.spatial, layout.temporal
+        grid = {"frames": (frames // p_t, time * p_t, "frames"),
+                "height": (height // p_h, space * p_h, "pixels"),
+                "width": (width // p_w, space * p_w, "pixels")}
         problems = []
         for key, (positions, per_position, unit) in grid.items():
             if positions > limit:
@@ -182,9 +264,7 @@ class WanFamily(ModelFamily):
 
     def estimates(self, recipe, config):
         gen = recipe.generate
-        p_t, p_h, p_w = config["patch_size"]
-        tokens = (((gen.frames - 1) // 4 + 1) // p_t) * (gen.height // 8 // p_h) \
-            * (gen.width // 8 // p_w)
+        tokens = self._tokens(recipe, config)
         width = config["num_attention_heads"] * config["attention_head_dim"]
         text, ffn = gen.max_sequence_length, config["ffn_dim"]
         per_block = (2 * tokens * width * width * 4          # self-attention q, k, v, out
@@ -207,8 +287,14 @@ class WanFamily(ModelFamily):
     def predict(self, pipe, latents, timestep, conditioning, recipe):
         model, scale = self.expert(pipe, timestep, recipe)
         model_input = latents
-        if "condition" in conditioning:  # image-to-video: noise + mask + first frame
+        if "condition" in conditioning:  # image-to-video: noise + mask + given frames
             model_input = torch.cat([latents, conditioning["condition"]], dim=1)
+        if "frame_mask" in conditioning:  # TI2V: per-token timesteps, the given frame kept
+            mask = conditioning["frame_mask"]
+            if "image_latents" in conditioning:
+                model_input = (1 - mask) * conditioning["image_latents"] + mask * latents
+            # one timestep per token of the patch grid (patches are 2x2, as diffusers has it)
+            timestep = (mask[0][0][:, ::2, ::2] * timestep).flatten().unsqueeze(0)
         model_input = model_input.to(model.dtype)
         image = conditioning.get("image_embeds")
         guided = "negative" in conditioning
@@ -228,8 +314,16 @@ class WanFamily(ModelFamily):
     @staticmethod
     def _call(model, latents, timestep, text, image=None):
         extra = {} if image is None else {"encoder_hidden_states_image": image}
-        return model(hidden_states=latents, timestep=timestep.expand(latents.shape[0]),
+        # (batch,) or, with per-token timesteps, (batch, tokens)
+        timestep = timestep.expand(latents.shape[0], *timestep.shape[1:])
+        return model(hidden_states=latents, timestep=timestep,
                      encoder_hidden_states=text, return_dict=False, **extra)[0]
+
+    def final_latents(self, pipe, latents, conditioning):
+        if "image_latents" in conditioning:  # TI2V image mode: the given first frame back
+            mask = conditioning["frame_mask"]
+            return (1 - mask) * conditioning["image_latents"] + mask * latents
+        return latents
 
     def decode(self, pipe, latents, recipe):
         vae = pipe.vae

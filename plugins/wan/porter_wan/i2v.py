@@ -1,7 +1,13 @@
-"""Wan 2.1 image-to-video: the image's CLIP embedding and the first-frame condition.
+"""Wan image conditioning: what ``WanImageToVideoPipeline`` makes of the given frames.
 
-Mirrors ``diffusers.WanImageToVideoPipeline`` (encode_image, prepare_latents)
-step by step, with the image encoder and the VAE running through torchax.
+Three layouts, mirroring ``encode_image`` and ``prepare_latents`` step by step
+with the image encoder and the VAE running through torchax:
+
+- Wan 2.1 I2V / FLF2V and Wan 2.2 I2V-A14B: a 4-channel mask and the VAE
+  latents of [first frame, zeros..., (last frame)] concatenated to the noise;
+  Wan 2.1 adds the CLIP tokens of the frame(s).
+- Wan 2.2 TI2V-5B: the first frame's latents replace the first latent frame
+  at every step, whose timestep is 0 (``expand_timesteps``).
 """
 
 from __future__ import annotations
@@ -12,42 +18,87 @@ from porter.errors import UsageError
 from porter.interop import to_host
 
 
-def load_image(path: str):
+def load_image(path):
     from PIL import Image, UnidentifiedImageError
 
     try:
         return Image.open(path).convert("RGB")
     except (OSError, UnidentifiedImageError) as exc:
-        raise UsageError(f"generate.image: cannot read {path!r}: {exc}",
+        raise UsageError(f"cannot read image {str(path)!r}: {exc}",
                          hint="give a PNG or JPEG file") from None
 
 
-def image_embeds(pipe, image):
-    """CLIP penultimate hidden states of the image (on the JAX device)."""
-    pixels = pipe.image_processor(images=image, return_tensors="pt")["pixel_values"]
+def conditioning(pipe, recipe, layout) -> dict:
+    """The image conditioning tensors for the recipe's frame(s), by layout."""
+    gen = recipe.generate
+    first = load_image(recipe.file_path("generate.image", gen.image))
+    last = (load_image(recipe.file_path("generate.last_image", gen.last_image))
+            if gen.last_image else None)
+    found = {}
+    if layout.image_dim is not None:
+        found["image_embeds"] = image_embeds(pipe, first if last is None else [first, last])
+    if layout.expand_timesteps:
+        latents = _latents(pipe, _pixels(pipe, first, gen).unsqueeze(2))
+        found["image_latents"] = latents.to("jax")
+        found["frame_mask"] = frame_mask(_latent_grid(pipe, gen)).to("jax")
+    else:
+        found["condition"] = _concatenated(pipe, first, last, gen).to("jax")
+    return found
+
+
+def image_embeds(pipe, images):
+    """CLIP penultimate hidden states of the image(s) (on the JAX device)."""
+    pixels = pipe.image_processor(images=images, return_tensors="pt")["pixel_values"]
     out = pipe.image_encoder(pixel_values=pixels.to("jax"), output_hidden_states=True)
     return out.hidden_states[-2]
 
 
-def first_frame_condition(pipe, image, recipe):
-    """Mask (4 channels) + VAE latents of [image, zeros...]: the model's extra input."""
-    gen = recipe.generate
+def _pixels(pipe, image, gen):
+    return pipe.video_processor.preprocess(image, height=gen.height,
+                                           width=gen.width).to(torch.float32)
+
+
+def _latent_grid(pipe, gen) -> tuple[int, int, int]:
+    return ((gen.frames - 1) // pipe.vae_scale_factor_temporal + 1,
+            gen.height // pipe.vae_scale_factor_spatial, gen.width // pipe.vae_scale_factor_spatial)
+
+
+def _latents(pipe, video):
+    """Normalized VAE latents (distribution mode) of a pixel video, float32 on the host."""
     vae = pipe.vae
-    pixels = pipe.video_processor.preprocess(image, height=gen.height, width=gen.width)
-    pixels = pixels.to(torch.float32).unsqueeze(2)
-    video = torch.cat([pixels, pixels.new_zeros(1, 3, gen.frames - 1, gen.height, gen.width)],
-                      dim=2)
     latent = to_host(vae.encode(video.to(vae.dtype).to("jax")).latent_dist.mode()).float()
     z_dim = vae.config.z_dim
     mean = torch.tensor(vae.config.latents_mean).view(1, z_dim, 1, 1, 1)
     inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1)
-    latent = (latent - mean) * inv_std
+    return (latent - mean) * inv_std
+
+
+def _concatenated(pipe, first, last, gen):
+    """Mask (one channel per frame of a temporal group) + latents of the given frames
+    with zeros between them: the channels the I2V transformer takes beside the noise."""
+    start = _pixels(pipe, first, gen).unsqueeze(2)
+    given = [start]
+    middle = gen.frames - (1 if last is None else 2)
+    given.append(start.new_zeros(1, 3, middle, gen.height, gen.width))
+    if last is not None:
+        given.append(_pixels(pipe, last, gen).unsqueeze(2))
+    latent = _latents(pipe, torch.cat(given, dim=2))
 
     stride = pipe.vae_scale_factor_temporal
     frames, height, width = gen.frames, latent.shape[3], latent.shape[4]
     mask = torch.ones(1, 1, frames, height, width)
-    mask[:, :, 1:] = 0  # only the first frame is given
-    first = torch.repeat_interleave(mask[:, :, 0:1], dim=2, repeats=stride)
-    mask = torch.concat([first, mask[:, :, 1:]], dim=2)
+    mask[:, :, 1:frames - (0 if last is None else 1)] = 0  # only given frames are 1
+    first_group = torch.repeat_interleave(mask[:, :, 0:1], dim=2, repeats=stride)
+    mask = torch.concat([first_group, mask[:, :, 1:]], dim=2)
     mask = mask.view(1, -1, stride, height, width).transpose(1, 2)
     return torch.concat([mask, latent], dim=1)
+
+
+def frame_mask(grid: tuple[int, int, int], first_given: bool = True):
+    """1 where the model denoises, 0 on the first latent frame when it is given (TI2V).
+    ``grid``: (frames, height, width) of the latents."""
+    frames, height, width = grid
+    mask = torch.ones(1, 1, frames, height, width)
+    if first_given:
+        mask[:, :, 0] = 0
+    return mask
