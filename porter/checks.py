@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from porter import config_values, loading, patches
+from porter import config_values, loading, lora, patches
 from porter.transforms import attention, dtypes, sharding
 from porter.errors import Problem, UsageError
 
@@ -231,7 +231,7 @@ def validate(recipe, registry, devices: int | None = None) -> list[Problem]:
     problems = model_problems(recipe, registry)
     if problems:
         return problems  # shape checks build the same model
-    problems = checkpoint_problems(recipe)
+    problems = checkpoint_problems(recipe) or lora.problems(recipe, registry)
     if problems:
         return problems
     problems = mesh_problems(recipe, devices)

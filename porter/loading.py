@@ -68,9 +68,11 @@ def load_for_port(family, recipe) -> Loaded:
     """
     from porter import checkpoints
 
+    from porter import lora
+
     kind = source_kind(recipe.model.source)
     if kind == "tiny":
-        pipe, weights = load_untouched(family, recipe), {}
+        pipe, weights = _loaded(family, recipe), {}
         checkpoint = {"source": "tiny", "variant": recipe.model.variant,
                       "config": recipe.model.config}
     else:
@@ -81,6 +83,9 @@ def load_for_port(family, recipe) -> Loaded:
         _eval(pipe)
         checkpoint = checkpoints.identity(root, recipe.model.source if kind == "hub"
                                           else None)
+    adapters = lora.apply(family, recipe, pipe, weights)  # before any dtype cast
+    if adapters:
+        checkpoint["lora"] = adapters
     dtypes.apply_all(pipe.components, recipe)
     return Loaded(pipe, weights, checkpoint)
 
@@ -100,7 +105,16 @@ def _empty_components(root: Path) -> tuple[dict, dict]:
 
 
 def load_untouched(family, recipe):
-    """The pipeline as its source gives it (dtypes not yet applied), in eval mode."""
+    """The pipeline as its source gives it, with the recipe's LoRA adapters fused
+    (dtypes not yet applied), in eval mode."""
+    from porter import lora
+
+    pipe = _loaded(family, recipe)
+    lora.apply(family, recipe, pipe, {})
+    return pipe
+
+
+def _loaded(family, recipe):
     source = recipe.model.source
     kind = source_kind(source)
     if kind == "tiny":

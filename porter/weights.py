@@ -34,6 +34,8 @@ class ComponentWeights:
 
     entries: dict[str, checkpoints.Entry]
     read_bytes: int = 0  # what this process has read so far (only its rows)
+    #: LoRA updates added as tensors are read: name -> ("weight" | "bias", lora.Delta)
+    deltas: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -53,6 +55,11 @@ class ComponentWeights:
         with self._lock:  # reads run in several threads
             self.read_bytes += data.numel()
         tensor = data.view(stored).reshape((stop - start, *shape[1:]) if shape else ())
+        if name in self.deltas:  # a LoRA update, in float32 before the cast
+            what, delta = self.deltas[name]
+            part = slice(start, stop)
+            update = delta.weight(part) if what == "weight" else delta.bias_update(part)
+            return (tensor.float() + update).to(dtype)
         return tensor if stored == dtype else tensor.to(dtype)
 
 

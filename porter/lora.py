@@ -1,0 +1,329 @@
+"""LoRA adapters fused into the weights on the host, before dtypes, sharding and compile.
+
+A recipe's ``lora`` section lists adapters. Each file is read the way the
+pipeline's own diffusers loader reads it (``lora_state_dict``: diffusers' and
+PEFT's key names, and the community formats diffusers converts), then checked
+against the model: every key must name a linear layer of the component it is
+applied to, with matching shapes. Each adapted layer gets
+
+    W += scale * alpha / rank * (B @ A)      (bias += scale * alpha / rank * b)
+
+computed in float32 from the weights as stored, before any cast, exactly what
+``pipe.load_lora_weights(...)`` then ``pipe.fuse_lora(lora_scale=scale)`` does in
+diffusers (alpha and rank from the file's adapter metadata; alpha = rank when it
+has none). Tensor names stay those of the base model, so every sharding and
+dtype rule still matches, and a LoRA costs nothing per step.
+
+Components read tensor by tensor from their files (``weights``) get their
+updates as each tensor is read; the rest are updated in place on the host.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from porter.errors import Problem, RecipeError
+
+DEFAULT_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
+KEY = re.compile(r"^(?P<component>[A-Za-z_]\w*)\.(?P<module>.+)\.lora_(?P<part>[AB])"
+                 r"\.(?P<kind>weight|bias)$")
+
+
+@dataclass
+class Delta:
+    """One layer's update: ``scaling * (B @ A)`` and, when the LoRA has one, a bias."""
+
+    down: torch.Tensor  # A: (rank, in_features)
+    up: torch.Tensor  # B: (out_features, rank)
+    scaling: float
+    bias: torch.Tensor | None = None
+
+    def weight(self, rows: slice = slice(None)) -> torch.Tensor:
+        """The weight update (rows ``rows`` of it), float32."""
+        return self.scaling * (self.up[rows].float() @ self.down.float())
+
+    def bias_update(self, rows: slice = slice(None)) -> torch.Tensor:
+        return self.scaling * self.bias[rows].float()
+
+    def plus(self, other: "Delta") -> "Delta":
+        """Two adapters on one layer: their updates side by side (rank adds up)."""
+        down = torch.cat([self.down.float() * self.scaling, other.down.float() * other.scaling])
+        up = torch.cat([self.up.float(), other.up.float()], dim=1)
+        bias = None
+        if self.bias is not None or other.bias is not None:
+            bias = sum(d.bias.float() * d.scaling for d in (self, other) if d.bias is not None)
+        return Delta(down, up, 1.0, bias)
+
+
+@dataclass
+class Adapter:
+    """One recipe adapter as read: its file, digest and per-layer updates."""
+
+    index: int
+    file: Path
+    sha256: str
+    scale: float
+    components: list[str]
+    #: component -> module name -> update
+    deltas: dict[str, dict[str, Delta]]
+
+    def record(self) -> dict:
+        """What the run record says about it."""
+        return {"file": str(self.file), "sha256": self.sha256, "scale": self.scale,
+                "components": self.components,
+                "modules": sum(len(m) for m in self.deltas.values())}
+
+
+def locate(recipe, index: int) -> Path:
+    """The adapter's safetensors file: a file, a folder holding one, or a hub id."""
+    from porter.loading import HUB_ID
+
+    spec = recipe.lora[index]
+    name = spec.weight_name or DEFAULT_WEIGHT_NAME
+    path = recipe.file_path(f"lora.{index}.file", spec.file)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        if (path / name).is_file():
+            return path / name
+        found = sorted(p.name for p in path.glob("*.safetensors"))
+        raise RecipeError([recipe.problem(
+            f"lora.{index}.weight_name", f"{str(path)!r} holds no {name!r}",
+            hint=f"weight_name: one of {', '.join(found)}" if found
+            else "that folder holds no .safetensors file")])
+    if HUB_ID.match(spec.file) and not spec.file.startswith((".", "/", "~")):
+        from huggingface_hub import hf_hub_download
+        try:
+            return Path(hf_hub_download(spec.file, name))
+        except Exception as exc:  # network, missing repository or file, offline cache
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else \
+                type(exc).__name__
+            raise RecipeError([recipe.problem(
+                f"lora.{index}.file", f"cannot fetch {name!r} from {spec.file!r}: {first}",
+                hint="download it once elsewhere and give the local file, or set "
+                     "weight_name to the file's name in that repository")]) from None
+    raise RecipeError([recipe.problem(
+        f"lora.{index}.file", f"{spec.file!r} is not a file, a folder or a hub id (org/name)",
+        hint="paths are relative to the recipe's folder")])
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read(recipe, index: int, pipeline_class, modules: dict) -> tuple[Adapter | None,
+                                                                     list[Problem]]:
+    """Adapter ``index`` read with the pipeline's own LoRA loader and checked against
+    ``modules`` (component -> torch module, weights may be on the meta device)."""
+    spec = recipe.lora[index]
+    path = locate(recipe, index)
+    where = f"lora.{index}"
+    loader = getattr(pipeline_class, "lora_state_dict", None)
+    if loader is None:
+        return None, [recipe.problem(where, f"{pipeline_class.__name__} has no LoRA loader "
+                                     "in diffusers", hint="leave lora out for this model")]
+    try:
+        state, metadata = loader(str(path), return_lora_metadata=True)
+    except Exception as exc:  # the library's message says what it could not read
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None, [recipe.problem(f"{where}.file", f"{path}: not a LoRA file diffusers "
+                                     f"can read: {first}", hint="give a LoRA .safetensors "
+                                     "file (diffusers, PEFT, or a format diffusers converts)")]
+    problems = []
+    for component in spec.components:
+        if component not in modules:
+            have = [n for n, m in modules.items() if isinstance(m, torch.nn.Module)]
+            problems.append(recipe.problem(f"{where}.components", f"the model has no "
+                                           f"component {component!r}",
+                                           hint="components: " + ", ".join(have)))
+    if problems:
+        return None, problems
+    config = _config(metadata)
+    pairs, problems = _pairs(recipe, where, path, state, config)
+    deltas: dict[str, dict[str, Delta]] = {c: {} for c in spec.components}
+    for module_name, (down, up, bias) in pairs.items():
+        for component in spec.components:
+            found = _fit_problem(modules[component], module_name, down, up, bias)
+            if found:
+                message, hint = found
+                problems.append(recipe.problem(f"{where}.file", f"{path.name}: "
+                                               f"transformer.{module_name}: {message}",
+                                               hint=hint))
+                continue
+            scaling = spec.scale * _scaling(config, module_name, down.shape[0])
+            deltas[component][module_name] = Delta(down, up, scaling, bias)
+    if problems:
+        return None, problems
+    return Adapter(index, path, sha256(path), spec.scale, list(spec.components), deltas), []
+
+
+def _config(metadata: dict | None) -> dict:
+    """The adapter's LoRA settings from the file's metadata (keys as diffusers saves
+    them: ``transformer.r``, ``transformer.lora_alpha``, ...)."""
+    if not metadata:
+        return {}
+    return {key.split(".", 1)[1] if key.startswith("transformer.") else key: value
+            for key, value in metadata.items()}
+
+
+def _scaling(config: dict, module: str, rank: int) -> float:
+    """alpha / rank for one layer, as PEFT computes it (alpha = rank without metadata)."""
+    if not config:
+        return 1.0
+    alpha = config.get("lora_alpha", config.get("r", rank))
+    for pattern, value in (config.get("alpha_pattern") or {}).items():
+        if re.match(rf"(.*\.)?({pattern})$", module):
+            alpha = value
+            break
+    if config.get("use_rslora"):
+        return alpha / math.sqrt(rank)
+    return alpha / rank
+
+
+def _pairs(recipe, where, path, state, config) -> tuple[dict, list[Problem]]:
+    """module name -> (A, B, bias or None) from a diffusers-format state dict."""
+    problems, parts = [], {}
+    if config.get("use_dora") or any("lora_magnitude_vector" in k for k in state):
+        return {}, [recipe.problem(f"{where}.file", f"{path.name}: a DoRA adapter (magnitude "
+                                   "vectors) cannot be fused as a plain update",
+                                   hint="use a LoRA without DoRA")]
+    for key, tensor in state.items():
+        match = KEY.match(key)
+        if match is None or match["component"] != "transformer":
+            problems.append(recipe.problem(
+                f"{where}.file", f"{path.name}: key {key!r} is not a transformer LoRA "
+                "weight", hint="Porter fuses LoRAs of the transformer (keys "
+                "transformer.<module>.lora_A/lora_B); text-encoder LoRAs are not supported"))
+            continue
+        if match["kind"] == "bias" and match["part"] == "A":
+            problems.append(recipe.problem(f"{where}.file", f"{path.name}: {key!r}: a bias "
+                                           "on lora_A is not a LoRA diffusers loads"))
+            continue
+        parts.setdefault(match["module"], {})[(match["part"], match["kind"])] = tensor
+    pairs = {}
+    for module, found in sorted(parts.items()):
+        down, up = found.get(("A", "weight")), found.get(("B", "weight"))
+        if down is None or up is None:
+            missing = "lora_A" if down is None else "lora_B"
+            problems.append(recipe.problem(f"{where}.file", f"{path.name}: transformer."
+                                           f"{module} has no {missing}.weight",
+                                           hint="the file is incomplete"))
+            continue
+        pairs[module] = (down, up, found.get(("B", "bias")))
+    return pairs, problems
+
+
+def _fit_problem(model, name: str, down, up, bias) -> tuple[str, str] | None:
+    """Why this LoRA layer does not fit ``model`` (message, hint), or None."""
+    modules = dict(model.named_modules())
+    layer = modules.get(name)
+    if layer is None:
+        close = difflib.get_close_matches(name, list(modules), n=1, cutoff=0.6)
+        return ("matches no module of the model",
+                f"closest module: {close[0]}" if close else "a LoRA for another model?")
+    if not isinstance(layer, torch.nn.Linear):
+        return (f"is a {type(layer).__name__}, not a Linear layer",
+                "Porter fuses LoRAs of linear layers")
+    expected = ((down.shape[0], layer.in_features), (layer.out_features, down.shape[0]))
+    if down.ndim != 2 or up.ndim != 2 or tuple(down.shape) != expected[0] \
+            or tuple(up.shape) != expected[1]:
+        return (f"shapes A {tuple(down.shape)} and B {tuple(up.shape)} do not fit a "
+                f"{layer.in_features} -> {layer.out_features} layer (want A {expected[0]}, "
+                f"B {expected[1]})", "a LoRA trained for another model size?")
+    if bias is not None:
+        if layer.bias is None:
+            return ("carries a bias update but the layer has no bias", "a LoRA for "
+                    "another model?")
+        if tuple(bias.shape) != (layer.out_features,):
+            return (f"bias shape {tuple(bias.shape)} does not fit {layer.out_features} "
+                    "outputs", "a LoRA for another model?")
+    return None
+
+
+def read_all(recipe, pipeline_class, modules: dict) -> list[Adapter]:
+    """Every adapter of the recipe, checked; every problem of every adapter at once."""
+    adapters, problems = [], []
+    for index in range(len(recipe.lora)):
+        adapter, found = read(recipe, index, pipeline_class, modules)
+        problems += found
+        if adapter is not None:
+            adapters.append(adapter)
+    if problems:
+        raise RecipeError(problems)
+    return adapters
+
+
+def combined(adapters: list[Adapter]) -> dict[str, dict[str, Delta]]:
+    """component -> module -> the sum of every adapter's update for it."""
+    total: dict[str, dict[str, Delta]] = {}
+    for adapter in adapters:
+        for component, deltas in adapter.deltas.items():
+            into = total.setdefault(component, {})
+            for module, delta in deltas.items():
+                into[module] = into[module].plus(delta) if module in into else delta
+    return total
+
+
+def tensor_updates(deltas: dict[str, Delta]) -> dict[str, tuple[str, Delta]]:
+    """Updates by parameter name: ('weight' or 'bias', the layer's update)."""
+    found = {}
+    for module, delta in deltas.items():
+        found[f"{module}.weight"] = ("weight", delta)
+        if delta.bias is not None:
+            found[f"{module}.bias"] = ("bias", delta)
+    return found
+
+
+@torch.no_grad()
+def fuse_in_place(model: torch.nn.Module, deltas: dict[str, Delta]) -> None:
+    """Add each update to a module whose weights are in host memory (float32 math)."""
+    params = dict(model.named_parameters())
+    for name, (what, delta) in tensor_updates(deltas).items():
+        param = params[name]
+        update = delta.weight() if what == "weight" else delta.bias_update()
+        param.copy_((param.float() + update).to(param.dtype))
+
+
+def apply(family, recipe, pipe, weights: dict) -> list[dict]:
+    """Read and check the recipe's adapters against ``pipe`` (before any compute), then
+    fuse them: into ``weights[component]`` for components read tensor by tensor, in
+    place for the rest. Returns the run record's entries."""
+    if not recipe.lora:
+        return []
+    modules = {n: m for n, m in pipe.components.items() if isinstance(m, torch.nn.Module)}
+    adapters = read_all(recipe, family.pipeline_class(recipe), modules)
+    for component, deltas in combined(adapters).items():
+        if component in weights:
+            weights[component].deltas = tensor_updates(deltas)
+        else:
+            fuse_in_place(modules[component], deltas)
+    return [adapter.record() for adapter in adapters]
+
+
+def problems(recipe, registry) -> list[Problem]:
+    """`porter validate`: each adapter read and checked against the model's shapes
+    (built on the meta device; no model weights read)."""
+    if not recipe.lora:
+        return []
+    from porter import abstract
+
+    family = registry.family(recipe.model.family)
+    modules = abstract.components(family, recipe)
+    if modules is None:
+        return []  # an unknown hub id: only its files can tell; the run checks
+    try:
+        read_all(recipe, family.pipeline_class(recipe), modules)
+    except RecipeError as exc:
+        return exc.problems
+    return []
