@@ -2,7 +2,8 @@
 
 Each component's tensor names grouped into patterns (block numbers become
 ``*``), with shapes, dtypes and counts, and which sharding and dtype rules of
-the recipe match them now. Built on meta-device models: no weights.
+the recipe match them now, and which of its LoRA adapters change them. Built on
+meta-device models: no model weights (LoRA files are read).
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ def _first_match(rules, name: str):
     return None, None
 
 
-def component_rows(module, shard_rules, dtype_rules) -> list[dict]:
+def component_rows(module, shard_rules, dtype_rules, adapted=None) -> list[dict]:
+    """``adapted``: tensor name -> indices of the LoRA adapters that change it."""
+    adapted = adapted or {}
     groups: dict[str, dict] = {}
     for name, tensor in named_tensors(module):
         pattern = NUMBER.sub("*", name)
         group = groups.setdefault(pattern, {"pattern": pattern, "count": 0, "shapes": set(),
-                                            "dtypes": set(), "example": name})
+                                            "dtypes": set(), "example": name, "lora": set()})
         group["count"] += 1
+        group["lora"].update(adapted.get(name, ()))
         group["shapes"].add(tuple(tensor.shape))
         group["dtypes"].add(DTYPE_NAMES.get(str(tensor.dtype), str(tensor.dtype)))
     rows = []
@@ -45,7 +49,8 @@ def component_rows(module, shard_rules, dtype_rules) -> list[dict]:
             "dtype": "/".join(sorted(group["dtypes"])),
             "sharding": None if shard is None else {"rule": shard_index,
                                                     "spec": list(normalize(shard.spec))},
-            "dtype_rule": None if dtype_rule is None else dtype_index})
+            "dtype_rule": None if dtype_rule is None else dtype_index,
+            "lora": sorted(group["lora"])})
     return rows
 
 
@@ -55,9 +60,22 @@ def build(recipe, registry) -> dict:
     if modules is None:
         raise UsageError(f"cannot inspect {recipe.model.source!r} without its configuration",
                          hint="point model.source at a local diffusers directory")
+    adapted = _adapted(recipe, family, modules)
     return {name: component_rows(module, recipe.sharding.weights.get(name, []),
-                                 recipe.dtypes.overrides.get(name, []))
+                                 recipe.dtypes.overrides.get(name, []), adapted.get(name))
             for name, module in modules.items()}
+
+
+def _adapted(recipe, family, modules) -> dict[str, dict[str, list[int]]]:
+    """component -> tensor name -> the LoRA adapters (recipe indices) that change it."""
+    from porter import lora
+
+    found: dict[str, dict[str, list[int]]] = {}
+    for adapter in lora.read_all(recipe, family.pipeline_class(recipe), modules):
+        for component, deltas in adapter.deltas.items():
+            for name in lora.tensor_updates(deltas):
+                found.setdefault(component, {}).setdefault(name, []).append(adapter.index)
+    return found
 
 
 def render(result: dict) -> str:
@@ -69,6 +87,8 @@ def render(result: dict) -> str:
             where = ("replicated" if row["sharding"] is None else
                      f"rule {row['sharding']['rule']} {row['sharding']['spec']}")
             kept = "" if row["dtype_rule"] is None else f", dtype rule {row['dtype_rule']}"
+            if row["lora"]:
+                kept += ", lora " + ",".join(str(i) for i in row["lora"])
             count = f" x{row['count']}" if row["count"] > 1 else ""
             lines.append(f"  {row['pattern']:<{width}} : {row['shape']} {row['dtype']}{count}"
                          f"  -> {where}{kept}")

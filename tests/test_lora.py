@@ -222,3 +222,18 @@ def test_a_run_stops_before_compute(write, tmp_path):
         run(loaded, plugins.registry(), progress=False)
     assert caught.value.problems[0].path == "lora.0.file"
     assert not (tmp_path / "out" / "run.json").exists()
+
+
+def test_inspect_shows_what_each_adapter_touches(write, tmp_path):
+    from porter import inspection
+
+    file = make_lora(tmp_path, bias=True)
+    loaded = load(write, tmp_path, [{"file": file.name}])
+    result = inspection.build(loaded, plugins.registry())
+    touched = {row["pattern"] for row in result["transformer"] if row["lora"] == [0]}
+    assert touched == {inspection.NUMBER.sub("*", f"blocks.0.{layer}.{kind}") for layer in
+                       ("attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
+                        "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0",
+                        "ffn.net.0.proj", "ffn.net.2") for kind in ("weight", "bias")}
+    assert "lora 0" in inspection.render(result)
+    assert not any(row["lora"] for row in result["vae"])
