@@ -41,7 +41,10 @@ def test_wan14b_plan_on_8_devices_matches_hand_count():
 
 
 @pytest.mark.parametrize("name", ["wan14b.yaml", "wan1.3b.yaml", "wan22-a14b.yaml",
-                                  "wan-i2v-14b.yaml"])
+                                  "wan-i2v-14b.yaml", "wan22-i2v-a14b.yaml",
+                                  "wan22-ti2v-5b.yaml", "wan-flf2v-14b.yaml",
+                                  "wan22-i2v-tiny.yaml", "wan22-ti2v-tiny.yaml",
+                                  "wan-flf2v-tiny.yaml", "wan-lora-tiny.yaml"])
 def test_real_recipes_validate_against_official_shapes(name):
     loaded = recipe.load(RECIPES / name, ["runtime.cpu_devices=8"])
     assert checks.validate(loaded, plugins.registry()) == []
@@ -82,3 +85,12 @@ def test_wan14b_activation_estimate():
     # batch 2 (cond + uncond) split over dp=2; bfloat16; FFN columns split over tp=4
     assert est["hidden"]["bytes_per_device"] == 1 * S * 5120 * BF16
     assert est["ffn"]["bytes_per_device"] == 1 * S * 13824 * BF16 // 4
+
+
+def test_ti2v_5b_plan_is_what_its_recipe_says():
+    """The numbers in recipes/wan22-ti2v-5b.yaml's comment."""
+    built = plan.build(recipe.load(RECIPES / "wan22-ti2v-5b.yaml"), plugins.registry(),
+                       devices=8)
+    assert not built["problems"]
+    assert built["estimates"]["tokens"] == 31 * 22 * 40
+    assert round(built["weights_bytes_per_device"] / 2**30, 2) == 7.67

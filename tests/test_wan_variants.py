@@ -126,3 +126,13 @@ def test_recipes_that_ask_too_much_are_refused(variant, generate, path, message,
     problems = checks.recipe_problems(loaded, plugins.registry())
     assert [p.path for p in problems] == [path], problems
     assert message in problems[0].message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["wan22-i2v-tiny.yaml", "wan22-ti2v-tiny.yaml",
+                                  "wan-flf2v-tiny.yaml", "wan-lora-tiny.yaml"])
+def test_verify_passes_on_each_tiny_recipe(name):
+    from porter.verify import verify
+
+    result = verify(recipe.load(RECIPES / name), plugins.registry())
+    assert result["ok"] and result["output"]["max_rel"] <= 1e-5
