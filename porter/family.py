@@ -31,6 +31,9 @@ class ModelFamily:
     required_patches: tuple[str, ...] = ()
     #: the registered patch that serves rotary tables from the cache, if any
     rotary_patch: str | None = None
+    #: conditioning entries that are embeddings: ``dtypes.text_embeddings`` casts these;
+    #: the rest (masks, image latents) keep their dtype
+    embedding_keys: tuple[str, ...] = ("prompt", "negative")
     #: pipeline components compiled with jax.jit, and which of their methods
     compiled: dict[str, tuple[str, ...]] = {"transformer": ("forward",), "vae": ("decode",)}
 

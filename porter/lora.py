@@ -68,7 +68,6 @@ class Adapter:
 
     index: int
     file: Path
-    sha256: str
     scale: float
     components: list[str]
     #: component -> module name -> update
@@ -76,7 +75,7 @@ class Adapter:
 
     def record(self) -> dict:
         """What the run record says about it."""
-        return {"file": str(self.file), "sha256": self.sha256, "scale": self.scale,
+        return {"file": str(self.file), "sha256": sha256(self.file), "scale": self.scale,
                 "components": self.components,
                 "modules": sum(len(m) for m in self.deltas.values())}
 
@@ -127,12 +126,19 @@ def read(recipe, index: int, pipeline_class, modules: dict) -> tuple[Adapter | N
     """Adapter ``index`` read with the pipeline's own LoRA loader and checked against
     ``modules`` (component -> torch module, weights may be on the meta device)."""
     spec = recipe.lora[index]
-    path = locate(recipe, index)
     where = f"lora.{index}"
+    transformers = [n for n, m in modules.items()
+                    if n.startswith("transformer") and isinstance(m, torch.nn.Module)]
+    wrong = [c for c in spec.components if c not in transformers]
+    if wrong:
+        return None, [recipe.problem(f"{where}.components", f"{wrong[0]!r} is not a "
+                                     "transformer of this model",
+                                     hint="components: " + ", ".join(transformers))]
     loader = getattr(pipeline_class, "lora_state_dict", None)
     if loader is None:
         return None, [recipe.problem(where, f"{pipeline_class.__name__} has no LoRA loader "
                                      "in diffusers", hint="leave lora out for this model")]
+    path = locate(recipe, index)
     try:
         state, metadata = loader(str(path), return_lora_metadata=True)
     except Exception as exc:  # the library's message says what it could not read
@@ -140,32 +146,25 @@ def read(recipe, index: int, pipeline_class, modules: dict) -> tuple[Adapter | N
         return None, [recipe.problem(f"{where}.file", f"{path}: not a LoRA file diffusers "
                                      f"can read: {first}", hint="give a LoRA .safetensors "
                                      "file (diffusers, PEFT, or a format diffusers converts)")]
-    problems = []
-    for component in spec.components:
-        if component not in modules:
-            have = [n for n, m in modules.items() if isinstance(m, torch.nn.Module)]
-            problems.append(recipe.problem(f"{where}.components", f"the model has no "
-                                           f"component {component!r}",
-                                           hint="components: " + ", ".join(have)))
-    if problems:
-        return None, problems
     config = _config(metadata)
     pairs, problems = _pairs(recipe, where, path, state, config)
+    layers = {c: dict(modules[c].named_modules()) for c in spec.components}
     deltas: dict[str, dict[str, Delta]] = {c: {} for c in spec.components}
     for module_name, (down, up, bias) in pairs.items():
         for component in spec.components:
-            found = _fit_problem(modules[component], module_name, down, up, bias)
+            found = _fit_problem(layers[component], module_name, down, up, bias)
             if found:
                 message, hint = found
+                into = "" if component == "transformer" else f" (applied to {component})"
                 problems.append(recipe.problem(f"{where}.file", f"{path.name}: "
-                                               f"transformer.{module_name}: {message}",
+                                               f"transformer.{module_name}{into}: {message}",
                                                hint=hint))
-                continue
+                break  # one report a layer
             scaling = spec.scale * _scaling(config, module_name, down.shape[0])
             deltas[component][module_name] = Delta(down, up, scaling, bias)
     if problems:
         return None, problems
-    return Adapter(index, path, sha256(path), spec.scale, list(spec.components), deltas), []
+    return Adapter(index, path, spec.scale, list(spec.components), deltas), []
 
 
 def _config(metadata: dict | None) -> dict:
@@ -173,15 +172,15 @@ def _config(metadata: dict | None) -> dict:
     them: ``transformer.r``, ``transformer.lora_alpha``, ...)."""
     if not metadata:
         return {}
-    return {key.split(".", 1)[1] if key.startswith("transformer.") else key: value
-            for key, value in metadata.items()}
+    return {key.removeprefix("transformer."): value for key, value in metadata.items()
+            if key.startswith("transformer.")}
 
 
 def _scaling(config: dict, module: str, rank: int) -> float:
     """alpha / rank for one layer, as PEFT computes it (alpha = rank without metadata)."""
     if not config:
         return 1.0
-    alpha = config.get("lora_alpha", config.get("r", rank))
+    alpha = config.get("lora_alpha", 8)  # PEFT's LoraConfig default
     for pattern, value in (config.get("alpha_pattern") or {}).items():
         if re.match(rf"(.*\.)?({pattern})$", module):
             alpha = value
@@ -198,14 +197,18 @@ def _pairs(recipe, where, path, state, config) -> tuple[dict, list[Problem]]:
         return {}, [recipe.problem(f"{where}.file", f"{path.name}: a DoRA adapter (magnitude "
                                    "vectors) cannot be fused as a plain update",
                                    hint="use a LoRA without DoRA")]
+    foreign = [key for key in state if not _transformer_key(key)]
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        problems.append(recipe.problem(
+            f"{where}.file", f"{path.name}: key {foreign[0]!r}{more} is not a transformer "
+            "LoRA weight", hint="Porter fuses transformer LoRAs as diffusers loads them "
+            "(transformer.<module>.lora_A / lora_B, or a format diffusers converts to "
+            "that); text-encoder LoRAs and LoKr adapters are not supported"))
     for key, tensor in state.items():
-        match = KEY.match(key)
-        if match is None or match["component"] != "transformer":
-            problems.append(recipe.problem(
-                f"{where}.file", f"{path.name}: key {key!r} is not a transformer LoRA "
-                "weight", hint="Porter fuses LoRAs of the transformer (keys "
-                "transformer.<module>.lora_A/lora_B); text-encoder LoRAs are not supported"))
-            continue
+        match = _transformer_key(key)
+        if match is None:
+            continue  # reported above
         if match["kind"] == "bias" and match["part"] == "A":
             problems.append(recipe.problem(f"{where}.file", f"{path.name}: {key!r}: a bias "
                                            "on lora_A is not a LoRA diffusers loads"))
@@ -224,9 +227,14 @@ def _pairs(recipe, where, path, state, config) -> tuple[dict, list[Problem]]:
     return pairs, problems
 
 
-def _fit_problem(model, name: str, down, up, bias) -> tuple[str, str] | None:
-    """Why this LoRA layer does not fit ``model`` (message, hint), or None."""
-    modules = dict(model.named_modules())
+def _transformer_key(key: str):
+    match = KEY.match(key)
+    return match if match is not None and match["component"] == "transformer" else None
+
+
+def _fit_problem(modules: dict, name: str, down, up, bias) -> tuple[str, str] | None:
+    """Why this LoRA layer does not fit the model whose ``named_modules`` are
+    ``modules`` (message, hint), or None."""
     layer = modules.get(name)
     if layer is None:
         close = difflib.get_close_matches(name, list(modules), n=1, cutoff=0.6)

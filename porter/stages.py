@@ -38,7 +38,8 @@ def encode(family, pipe, recipe, runtime, timings: dict) -> dict:
         conditioning = family.encode(pipe, recipe)
         if recipe.dtypes.text_embeddings:  # a stage-boundary cast the recipe asks for
             target = DTYPES[recipe.dtypes.text_embeddings]
-            conditioning = {k: v.to(target) for k, v in conditioning.items()}
+            conditioning = {k: v.to(target) if k in family.embedding_keys else v
+                            for k, v in conditioning.items()}
     for value in conditioning.values():
         block(value)
     timings["encode_s"] = round(time.perf_counter() - start, 4)

@@ -21,6 +21,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/models: tiny p
 RECIPES = ROOT / "recipes"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Tests marked heavy run one at a time across the xdist workers of a run: each
+    holds a lock shared by the run's workers from its fixtures' set-up to their
+    tear-down (two real-size models side by side do not fit the machine's memory)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if item.get_closest_marker("heavy") is None or run is None:
+        yield
+        return
+    import fcntl
+
+    with open(Path(tempfile.gettempdir()) / f"porter-heavy-{run}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 @pytest.fixture
 def write(tmp_path):
     """Write a text file under tmp_path and return its path."""

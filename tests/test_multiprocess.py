@@ -14,8 +14,8 @@ from conftest import RECIPES, slow_porter
 from porter import plugins, recipe
 from porter.run import run
 
-# one at a time: see pyproject.toml
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("heavy")]
+# one heavy test at a time: see conftest.py
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 RECIPE = RECIPES / "wan-tiny-tp.yaml"  # dp=2 x tp=4: weights, latents and attention sharded
 

@@ -33,8 +33,8 @@ from safetensors.torch import load_file
 
 from conftest import RECIPES
 
-# one at a time: see pyproject.toml
-pytestmark = [pytest.mark.real_size, pytest.mark.xdist_group("heavy")]
+# one heavy test at a time: see conftest.py
+pytestmark = [pytest.mark.real_size, pytest.mark.heavy]
 
 GiB = 2**30
 TESTS = Path(__file__).resolve().parent

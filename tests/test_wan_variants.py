@@ -114,6 +114,9 @@ PROBLEMS = [
     ("t2v", "last_image: last.png", "generate.last_image", "needs a first frame"),
     ("i2v", "image: nothing.png", "generate.image", "is not a file"),
     ("t2v", "guidance_scale_2: 2.0", "generate.guidance_scale_2", "two-expert"),
+    # Wan 2.1 I2V: its CLIP tokens take one image
+    ("i2v", "image: first.png, last_image: last.png", "generate.last_image",
+     "takes no last frame"),
     ("ti2v", "", "generate.height", "multiple of 32"),
 ]
 
@@ -136,3 +139,17 @@ def test_verify_passes_on_each_tiny_recipe(name):
 
     result = verify(recipe.load(RECIPES / name), plugins.registry())
     assert result["ok"] and result["output"]["max_rel"] <= 1e-5
+
+
+def test_a_last_frame_needs_room(make):
+    loaded = make("i2v-two-experts", "image: first.png, last_image: last.png, steps: 1, "
+                  "height: 32, width: 32", "generate.frames=1")
+    [problem] = checks.recipe_problems(loaded, plugins.registry())
+    assert problem.path == "generate.frames" and "at least 5 frames" in problem.message
+
+
+def test_an_unknown_hub_model_is_not_judged_by_a_guessed_layout(make):
+    """No configuration and nothing cached: the image rules wait for the run."""
+    loaded = make("i2v", "image: first.png, steps: 1, height: 32, width: 32",
+                  "model.source=SomeOrg/some-wan-i2v-finetune")
+    assert checks.recipe_problems(loaded, plugins.registry()) == []

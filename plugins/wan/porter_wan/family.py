@@ -28,6 +28,7 @@ class WanFamily(ModelFamily):
     variants = tuple(VARIANTS)
     # Wan writes rotated q and k into strided slices: keep that out of a scatter
     rotary_patch = "wan.rope_cache"
+    embedding_keys = ("prompt", "negative", "image_embeds")
     compiled = {"transformer": ("forward",), "transformer_2": ("forward",),
                 "vae": ("decode",)}
 
@@ -36,9 +37,10 @@ class WanFamily(ModelFamily):
         given = recipe is not None and recipe.generate.image is not None
         return WanImageToVideoPipeline if given else WanPipeline
 
-    def layout(self, recipe) -> Layout:
+    def layout(self, recipe) -> Layout | None:
         """The recipe's model layout, from its configuration files (no weights read);
-        a hub id Porter has no configuration for gets Wan 2.1's until it is loaded."""
+        None for a hub id Porter has no configuration for and the cache does not hold
+        (the rules that need a layout wait for the run, which downloads it)."""
         from porter.loading import source_kind
         from porter_wan import tiny
         from porter_wan.configs import OFFICIAL, PIPELINE
@@ -51,7 +53,8 @@ class WanFamily(ModelFamily):
             return Layout.of_directory(Path(source).expanduser())
         if source in OFFICIAL:
             return Layout.of_official(OFFICIAL[source], PIPELINE.get(source, {}))
-        return Layout()
+        cached = _cached_snapshot(source)
+        return None if cached is None else Layout.of_directory(cached)
 
     def starter_generate(self):
         return {**super().starter_generate(), "max_sequence_length": 32}
@@ -81,6 +84,8 @@ class WanFamily(ModelFamily):
             if problems:
                 return problems
         layout = self.layout(recipe)
+        if layout is None:
+            return problems
         return problems + self._size_rules(recipe, layout) + self._image_rules(recipe, layout) \
             + self._guidance_rules(recipe, layout)
 
@@ -116,14 +121,18 @@ class WanFamily(ModelFamily):
                 hint="leave generate.image out, or use an image-to-video model (tiny "
                      "variants: i2v, i2v-two-experts, ti2v, flf2v)"))
         if gen.last_image is not None:
+            if gen.frames < layout.temporal + 1:
+                problems.append(recipe.problem("generate.frames", f"a first and a last frame "
+                                               f"need at least {layout.temporal + 1} frames",
+                                               hint=f"frames: {layout.temporal + 1} or more"))
             if gen.image is None:
                 problems.append(recipe.problem("generate.last_image", "a last frame needs a "
                                                "first frame", hint="set generate.image too"))
             elif not layout.takes_last_image:
                 problems.append(recipe.problem(
-                    "generate.last_image", "this model takes no last frame (only the "
-                    "image-to-video models that take the frames as extra channels do)",
-                    hint="leave generate.last_image out"))
+                    "generate.last_image", "this model takes no last frame",
+                    hint="leave generate.last_image out; first-last-frame models: Wan 2.1 "
+                         "FLF2V, Wan 2.2 I2V-A14B (tiny variants flf2v, i2v-two-experts)"))
         elif layout.needs_last_image and gen.image is not None:
             problems.append(recipe.problem(
                 "generate.last_image", "this first-last-frame model needs a last frame too",
@@ -160,7 +169,8 @@ class WanFamily(ModelFamily):
         layout = Layout.of_pipe(pipe)
         if gen.image is not None:
             from porter_wan import i2v
-            conditioning.update(i2v.conditioning(pipe, recipe, layout))
+            conditioning.update(i2v.conditioning(pipe, recipe, layout,
+                                                 self._grid(recipe, layout)))
             if "image_embeds" in conditioning:
                 conditioning["image_embeds"] = conditioning["image_embeds"].to(dtype)
         elif layout.expand_timesteps:  # text mode: every latent frame is denoised
@@ -168,6 +178,10 @@ class WanFamily(ModelFamily):
             conditioning["frame_mask"] = i2v.frame_mask(self._grid(recipe, layout),
                                                         first_given=False).to("jax")
         return conditioning
+
+    def _layout(self, recipe) -> Layout:
+        """For shapes: the recipe's layout, Wan 2.1's when no configuration is at hand."""
+        return self.layout(recipe) or Layout()
 
     @staticmethod
     def _grid(recipe, layout) -> tuple[int, int, int]:
@@ -195,7 +209,7 @@ class WanFamily(ModelFamily):
         return 2 if recipe.generate.cfg_parallel and self.guided(recipe) else 1
 
     def transformer_inputs(self, recipe, config):
-        gen, batch, layout = recipe.generate, self.batch(recipe), self.layout(recipe)
+        gen, batch, layout = recipe.generate, self.batch(recipe), self._layout(recipe)
         latent = (batch, config["in_channels"], *self._grid(recipe, layout))
         # TI2V: one timestep per token (the first frame's are 0 in image mode)
         timestep = (batch, self._tokens(recipe, config)) if layout.expand_timesteps else (batch,)
@@ -203,7 +217,7 @@ class WanFamily(ModelFamily):
                 "encoder_hidden_states": (batch, gen.max_sequence_length, config["text_dim"])}
 
     def _tokens(self, recipe, config) -> int:
-        frames, height, width = self._grid(recipe, self.layout(recipe))
+        frames, height, width = self._grid(recipe, self._layout(recipe))
         p_t, p_h, p_w = config["patch_size"]
         return (frames // p_t) * (height // p_h) * (width // p_w)
 
@@ -245,7 +259,7 @@ class WanFamily(ModelFamily):
         limit = config.get("rope_max_seq_len")
         if not limit:
             return []
-        gen, layout = recipe.generate, self.layout(recipe)
+        gen, layout = recipe.generate, self._layout(recipe)
         p_t, p_h, p_w = config["patch_size"]
         frames, height, width = self._grid(recipe, layout)
         space, time = layout.spatial, layout.temporal
@@ -291,8 +305,7 @@ class WanFamily(ModelFamily):
             model_input = torch.cat([latents, conditioning["condition"]], dim=1)
         if "frame_mask" in conditioning:  # TI2V: per-token timesteps, the given frame kept
             mask = conditioning["frame_mask"]
-            if "image_latents" in conditioning:
-                model_input = (1 - mask) * conditioning["image_latents"] + mask * latents
+            model_input = self.final_latents(pipe, latents, conditioning)
             # one timestep per token of the patch grid (patches are 2x2, as diffusers has it)
             timestep = (mask[0][0][:, ::2, ::2] * timestep).flatten().unsqueeze(0)
         model_input = model_input.to(model.dtype)
@@ -320,18 +333,29 @@ class WanFamily(ModelFamily):
                      encoder_hidden_states=text, return_dict=False, **extra)[0]
 
     def final_latents(self, pipe, latents, conditioning):
-        if "image_latents" in conditioning:  # TI2V image mode: the given first frame back
+        """TI2V image mode: the given first frame in place of the denoised one (at every
+        step's input too)."""
+        if "image_latents" in conditioning:
             mask = conditioning["frame_mask"]
             return (1 - mask) * conditioning["image_latents"] + mask * latents
         return latents
 
     def decode(self, pipe, latents, recipe):
+        from porter_wan.i2v import latent_stats
+
         vae = pipe.vae
-        z_dim = vae.config.z_dim
-        latents = latents.to(vae.dtype)
-        mean = torch.tensor(vae.config.latents_mean).view(1, z_dim, 1, 1, 1).to(vae.dtype)
-        inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1).to(vae.dtype)
-        latents = latents / inv_std + mean
+        mean, inv_std = latent_stats(vae, vae.dtype)
+        latents = latents.to(vae.dtype) / inv_std + mean
         video = to_host(vae.decode(latents.to("jax"), return_dict=False)[0])
         frames = pipe.video_processor.postprocess_video(video.float(), output_type="np")[0]
         return (frames * 255).round().clip(0, 255).astype("uint8")
+
+
+def _cached_snapshot(source: str) -> Path | None:
+    """The local copy of a hub checkpoint, when the Hugging Face cache holds one."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(source, local_files_only=True))
+    except Exception:  # not cached (or no such repository): nothing to read yet
+        return None

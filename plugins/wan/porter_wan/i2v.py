@@ -28,19 +28,20 @@ def load_image(path):
                          hint="give a PNG or JPEG file") from None
 
 
-def conditioning(pipe, recipe, layout) -> dict:
-    """The image conditioning tensors for the recipe's frame(s), by layout."""
+def conditioning(pipe, recipe, layout, grid) -> dict:
+    """The image conditioning tensors for the recipe's frame(s), by layout; ``grid``:
+    the latents' frames, height and width."""
     gen = recipe.generate
     first = load_image(recipe.file_path("generate.image", gen.image))
     last = (load_image(recipe.file_path("generate.last_image", gen.last_image))
-            if gen.last_image else None)
+            if gen.last_image is not None else None)
     found = {}
     if layout.image_dim is not None:
         found["image_embeds"] = image_embeds(pipe, first if last is None else [first, last])
     if layout.expand_timesteps:
         latents = _latents(pipe, _pixels(pipe, first, gen).unsqueeze(2))
         found["image_latents"] = latents.to("jax")
-        found["frame_mask"] = frame_mask(_latent_grid(pipe, gen)).to("jax")
+        found["frame_mask"] = frame_mask(grid).to("jax")
     else:
         found["condition"] = _concatenated(pipe, first, last, gen).to("jax")
     return found
@@ -58,18 +59,19 @@ def _pixels(pipe, image, gen):
                                            width=gen.width).to(torch.float32)
 
 
-def _latent_grid(pipe, gen) -> tuple[int, int, int]:
-    return ((gen.frames - 1) // pipe.vae_scale_factor_temporal + 1,
-            gen.height // pipe.vae_scale_factor_spatial, gen.width // pipe.vae_scale_factor_spatial)
+def latent_stats(vae, dtype=torch.float32):
+    """The VAE's per-channel latent mean and 1 / std in ``dtype``, shaped to broadcast
+    (the reciprocal taken in ``dtype``, as the pipelines take it)."""
+    shape = (1, vae.config.z_dim, 1, 1, 1)
+    return (torch.tensor(vae.config.latents_mean).view(shape).to(dtype),
+            1.0 / torch.tensor(vae.config.latents_std).view(shape).to(dtype))
 
 
 def _latents(pipe, video):
     """Normalized VAE latents (distribution mode) of a pixel video, float32 on the host."""
     vae = pipe.vae
     latent = to_host(vae.encode(video.to(vae.dtype).to("jax")).latent_dist.mode()).float()
-    z_dim = vae.config.z_dim
-    mean = torch.tensor(vae.config.latents_mean).view(1, z_dim, 1, 1, 1)
-    inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1)
+    mean, inv_std = latent_stats(vae)
     return (latent - mean) * inv_std
 
 

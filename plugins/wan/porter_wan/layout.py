@@ -45,7 +45,10 @@ class Layout:
 
     @property
     def takes_last_image(self) -> bool:
-        return self.concatenates_condition
+        """Given as latents beside the noise; with CLIP only where the image position
+        embedding covers two images (FLF2V): Wan 2.1 I2V's CLIP tokens take one."""
+        return self.concatenates_condition and (self.image_dim is None
+                                                or self.pos_embed_seq_len is not None)
 
     @property
     def needs_last_image(self) -> bool:
