@@ -47,14 +47,19 @@ class WanFamily(ModelFamily):
 
         source = recipe.model.source
         kind = source_kind(source)
-        if kind == "tiny":
-            return tiny.layout(recipe.model.variant, dict(recipe.model.config))
-        if kind == "local":
-            return Layout.of_directory(Path(source).expanduser())
-        if source in OFFICIAL:
-            return Layout.of_official(OFFICIAL[source], PIPELINE.get(source, {}))
-        cached = _cached_snapshot(source)
-        return None if cached is None else Layout.of_directory(cached)
+        try:
+            if kind == "tiny":
+                return tiny.layout(recipe.model.variant, dict(recipe.model.config))
+            if kind == "local":
+                return Layout.of_directory(Path(source).expanduser())
+            if source in OFFICIAL:
+                return Layout.of_official(OFFICIAL[source], PIPELINE.get(source, {}))
+            cached = _cached_snapshot(source)
+            return None if cached is None else Layout.of_directory(cached)
+        except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+            # configuration files that cannot be read as Wan's: the checks that build
+            # the model from them say what is wrong; the layout rules wait
+            return None
 
     def starter_generate(self):
         return {**super().starter_generate(), "max_sequence_length": 32}
