@@ -21,7 +21,6 @@ updates as each tensor is read; the rest are updated in place on the host.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pathlib import Path
 import torch
 
 from porter.errors import Problem, RecipeError
+from porter.outputs import sha256
 
 DEFAULT_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 KEY = re.compile(r"^(?P<component>[A-Za-z_]\w*)\.(?P<module>.+)\.lora_(?P<part>[AB])"
@@ -111,14 +111,6 @@ def locate(recipe, index: int) -> Path:
     raise RecipeError([recipe.problem(
         f"lora.{index}.file", f"{spec.file!r} is not a file, a folder or a hub id (org/name)",
         hint="paths are relative to the recipe's folder")])
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read(recipe, index: int, pipeline_class, modules: dict) -> tuple[Adapter | None,
