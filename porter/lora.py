@@ -32,6 +32,7 @@ from porter.errors import Problem, RecipeError
 from porter.outputs import sha256
 
 DEFAULT_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
+CHUNK = 1 << 20  # elements of one float32 temporary while adding an update (4 MiB)
 KEY = re.compile(r"^(?P<component>[A-Za-z_]\w*)\.(?P<module>.+)\.lora_(?P<part>[AB])"
                  r"\.(?P<kind>weight|bias)$")
 
@@ -45,12 +46,21 @@ class Delta:
     scaling: float
     bias: torch.Tensor | None = None
 
-    def weight(self, rows: slice = slice(None)) -> torch.Tensor:
-        """The weight update (rows ``rows`` of it), float32."""
-        return self.scaling * (self.up[rows].float() @ self.down.float())
-
-    def bias_update(self, rows: slice = slice(None)) -> torch.Tensor:
-        return self.scaling * self.bias[rows].float()
+    def added(self, what: str, tensor: torch.Tensor, dtype: torch.dtype,
+              rows: slice = slice(None)) -> torch.Tensor:
+        """``tensor`` (rows ``rows`` of the weight or bias) plus its update, computed in
+        float32 and stored in ``dtype``. A weight goes through in slices of rows: full-size
+        float32 temporaries, made in the loading threads at once, would stay with the
+        allocator as host memory (measured: +1.4 GiB peak for a rank-16 LoRA on Wan 1.3B)."""
+        out = torch.empty(tensor.shape, dtype=dtype)
+        if what == "bias":
+            return out.copy_(tensor.float().add_(self.bias[rows].float(), alpha=self.scaling))
+        up, down = self.up[rows].float(), self.down.float()
+        step = max(1, CHUNK // max(1, tensor.shape[1]))
+        for start in range(0, tensor.shape[0], step):
+            part = slice(start, start + step)
+            out[part] = tensor[part].float().addmm_(up[part], down, alpha=self.scaling)
+        return out
 
     def plus(self, other: "Delta") -> "Delta":
         """Two adapters on one layer: their updates side by side (rank adds up)."""
@@ -291,8 +301,7 @@ def fuse_in_place(model: torch.nn.Module, deltas: dict[str, Delta]) -> None:
     params = dict(model.named_parameters())
     for name, (what, delta) in tensor_updates(deltas).items():
         param = params[name]
-        update = delta.weight() if what == "weight" else delta.bias_update()
-        param.copy_((param.float() + update).to(param.dtype))
+        param.copy_(delta.added(what, param, param.dtype))
 
 
 def apply(family, recipe, pipe, weights: dict) -> list[dict]:

@@ -57,9 +57,7 @@ class ComponentWeights:
         tensor = data.view(stored).reshape((stop - start, *shape[1:]) if shape else ())
         if name in self.deltas:  # a LoRA update, in float32 before the cast
             what, delta = self.deltas[name]
-            part = slice(start, stop)
-            update = delta.weight(part) if what == "weight" else delta.bias_update(part)
-            return (tensor.float() + update).to(dtype)
+            return delta.added(what, tensor, dtype, slice(start, stop))
         return tensor if stored == dtype else tensor.to(dtype)
 
 
