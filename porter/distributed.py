@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from porter.errors import UsageError
+from porter.errors import UsageError, first_line
 
 COORDINATOR, PROCESSES, PROCESS_ID = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
                                       "JAX_PROCESS_ID")
@@ -70,8 +70,7 @@ def initialize() -> None:
     try:
         jax.distributed.initialize(**settings)
     except (RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot join the multi-process run: {first}",
+        raise UsageError(f"cannot join the multi-process run: {first_line(exc)}",
                          hint="start every process with the same coordinator address and "
                               "process count, and distinct process ids") from None
 

@@ -26,6 +26,12 @@ class PorterError(Exception):
         return text
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's first message line (its type's name when it has no message)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class UsageError(PorterError):
     """The user asked for something that cannot work as asked (bad input)."""
 

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from porter.errors import LoadError, Problem
+from porter.errors import LoadError, Problem, first_line
 from porter.transforms import dtypes
 
 TINY = "tiny"
@@ -66,9 +66,7 @@ def load_for_port(family, recipe) -> Loaded:
     loaded on the host as before. The recipe's dtypes are applied to both (free on
     the meta device), so each tensor's dtype is the one it is placed in.
     """
-    from porter import checkpoints
-
-    from porter import lora
+    from porter import checkpoints, lora
 
     kind = source_kind(recipe.model.source)
     if kind == "tiny":
@@ -166,8 +164,8 @@ def _load_error(cls, source: str, exc: Exception) -> LoadError:
     hint = ("the files must be in the local Hugging Face cache when HF_HUB_OFFLINE=1"
             if offline else "no network? download once elsewhere and point "
             "model.source at the local directory")
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return LoadError(f"cannot load {source!r} as {cls.__name__}: {first}", hint=hint)
+    return LoadError(f"cannot load {source!r} as {cls.__name__}: {first_line(exc)}",
+                     hint=hint)
 
 
 def _eval(pipe) -> None:

@@ -8,14 +8,14 @@ applied to, with matching shapes. Each adapted layer gets
 
     W += scale * alpha / rank * (B @ A)      (bias += scale * alpha / rank * b)
 
-computed in float32 from the weights as stored, before any cast, exactly what
-``pipe.load_lora_weights(...)`` then ``pipe.fuse_lora(lora_scale=scale)`` does in
-diffusers (alpha and rank from the file's adapter metadata; alpha = rank when it
-has none). Tensor names stay those of the base model, so every sharding and
+computed in float32: the update ``pipe.load_lora_weights(...)`` then
+``pipe.fuse_lora(lora_scale=scale)`` adds in diffusers (alpha and rank from the
+file's adapter metadata; alpha = rank when it has none). Tensor names stay those of the base model, so every sharding and
 dtype rule still matches, and a LoRA costs nothing per step.
 
 Components read tensor by tensor from their files (``weights``) get their
-updates as each tensor is read; the rest are updated in place on the host.
+updates as each tensor is read, before its cast to the recipe's dtype; the rest
+(already in that dtype) are updated in place on the host.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from porter.errors import Problem, RecipeError
+from porter.errors import Problem, RecipeError, first_line
 from porter.outputs import sha256
 
 DEFAULT_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
@@ -112,10 +112,9 @@ def locate(recipe, index: int) -> Path:
         try:
             return Path(hf_hub_download(spec.file, name))
         except Exception as exc:  # network, missing repository or file, offline cache
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else \
-                type(exc).__name__
             raise RecipeError([recipe.problem(
-                f"lora.{index}.file", f"cannot fetch {name!r} from {spec.file!r}: {first}",
+                f"lora.{index}.file", f"cannot fetch {name!r} from {spec.file!r}: "
+                f"{first_line(exc)}",
                 hint="download it once elsewhere and give the local file, or set "
                      "weight_name to the file's name in that repository")]) from None
     raise RecipeError([recipe.problem(
@@ -144,9 +143,8 @@ def read(recipe, index: int, pipeline_class, modules: dict) -> tuple[Adapter | N
     try:
         state, metadata = loader(str(path), return_lora_metadata=True)
     except Exception as exc:  # the library's message says what it could not read
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return None, [recipe.problem(f"{where}.file", f"{path}: not a LoRA file diffusers "
-                                     f"can read: {first}", hint="give a LoRA .safetensors "
+                                     f"can read: {first_line(exc)}", hint="give a LoRA .safetensors "
                                      "file (diffusers, PEFT, or a format diffusers converts)")]
     config = _config(metadata)
     pairs, problems = _pairs(recipe, where, path, state, config)
