@@ -101,7 +101,7 @@ def _reference_device(runtime) -> torch.device:
 
 
 def bench(recipe, registry, steps: int = 5) -> dict:
-    from porter.run import attention_installed, port, selected_patches
+    from porter.porting import attention_installed, port, selected_patches
     from porter.verify import cast, random_inputs
 
     family = checks.checked_family(recipe, registry)

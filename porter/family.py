@@ -127,8 +127,9 @@ class ModelFamily:
         """
         return {}
 
-    def generate(self, pipe, recipe) -> np.ndarray:
-        """Unstaged families: the whole pipeline call, returning uint8 frames."""
+    def generate(self, pipe, recipe) -> tuple[np.ndarray, Any]:
+        """Unstaged families: the whole pipeline call, returning uint8 frames and the
+        final latents (a torch tensor, or None where the pipeline does not show them)."""
         raise NotImplementedError
 
     def decode(self, pipe, latents, recipe) -> np.ndarray:

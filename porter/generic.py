@@ -18,24 +18,31 @@ from porter.errors import UsageError
 from porter.family import ModelFamily
 
 
-def _finite_latents_check(pipe, total: int) -> dict:
-    """Arguments that make the pipeline's own loop check its latents after each step
-    (``callback_on_step_end``, which diffusers pipelines call with the latents), so a
-    run that goes NaN stops there instead of decoding a black video. {} for a pipeline
-    without that callback."""
-    import inspect
+class _StepWatch:
+    """The pipeline's own step callback (``callback_on_step_end``, which diffusers
+    pipelines call with the latents after each step): stops a run whose latents go
+    NaN or infinite at that step (not after decoding a black video), and keeps the
+    last latents, the run's final ones. Not every pipeline has the callback:
+    ``kwargs`` is then empty and ``latents`` stays None."""
 
-    if "callback_on_step_end" not in inspect.signature(type(pipe).__call__).parameters \
-            or "latents" not in getattr(pipe, "_callback_tensor_inputs", ()):
-        return {}
-    from porter import finite
-    from porter.stages import NonFinite
+    def __init__(self, pipe, total: int):
+        import inspect
 
-    def check(pipe, step, timestep, tensors):
+        self.total, self.latents = total, None
+        self.kwargs = {}
+        if "callback_on_step_end" in inspect.signature(type(pipe).__call__).parameters \
+                and "latents" in getattr(pipe, "_callback_tensor_inputs", ()):
+            self.kwargs = {"callback_on_step_end": self,
+                           "callback_on_step_end_tensor_inputs": ["latents"]}
+
+    def __call__(self, pipe, step, timestep, tensors):
+        from porter import finite
+        from porter.stages import NonFinite
+
         if not finite.on_device(tensors["latents"]):
-            raise NonFinite(step + 1, total, None, staged=False)
+            raise NonFinite(step + 1, self.total, None, staged=False)
+        self.latents = tensors["latents"]
         return tensors
-    return {"callback_on_step_end": check, "callback_on_step_end_tensor_inputs": ["latents"]}
 
 
 class GenericFamily(ModelFamily):
@@ -105,8 +112,8 @@ class GenericFamily(ModelFamily):
         return call_args.kwargs(recipe, cls)
 
     def generate(self, pipe, recipe):
-        out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)),
-                   **_finite_latents_check(pipe, recipe.generate.steps))
+        watch = _StepWatch(pipe, recipe.generate.steps)
+        out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)), **watch.kwargs)
         frames = out.frames[0]
         frames = np.asarray(frames.jax() if hasattr(frames, "jax") else frames)
-        return (frames * 255).round().clip(0, 255).astype("uint8")
+        return (frames * 255).round().clip(0, 255).astype("uint8"), watch.latents

@@ -43,6 +43,22 @@ def terminate_raises():
         signal.signal(signal.SIGTERM, previous)
 
 
+_requested: int | None = None  # a stop asked for by code (a server shutting down)
+
+
+def request_stop(signum: int = signal.SIGTERM) -> None:
+    """Ask the denoising loop under way (in any thread) to stop after its current
+    step, as the signal ``signum`` would: it saves a checkpoint and raises
+    ``Interrupted``. Stays asked until ``clear_stop``."""
+    global _requested
+    _requested = signum
+
+
+def clear_stop() -> None:
+    global _requested
+    _requested = None
+
+
 class StopRequest:
     """Set by the first SIGINT/SIGTERM while deferred; checked between steps."""
 
@@ -61,12 +77,13 @@ class StopRequest:
         leave the others waiting in the next step's collectives."""
         from porter import distributed
 
+        signum = self.signum or _requested
         if distributed.process_count() == 1:
-            return self.signum
+            return signum
         import numpy as np
         from jax.experimental import multihost_utils
 
-        every = multihost_utils.process_allgather(np.int32(self.signum or 0))
+        every = multihost_utils.process_allgather(np.int32(signum or 0))
         return int(np.max(every)) or None
 
 

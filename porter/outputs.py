@@ -26,6 +26,7 @@ from porter.errors import UsageError, environment_problem, is_environment_error
 
 LOCK = ".porter.lock"
 RECORD, VIDEO = "run.json", "video.mp4"
+FRAMES_DIR, FRAMES_NPY, LATENTS = "frames", "frames.npy", "latents.safetensors"
 _PARTIAL = ".partial"
 
 
@@ -116,7 +117,7 @@ def owned(directory: Path):
 
     prepare(directory)
     path = directory / LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # less the umask
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -148,11 +149,69 @@ def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) ->
     denoising checkpoints unless the run continues from them."""
     from porter import artifacts, progress
 
-    for name in (RECORD, VIDEO):
+    for name in (RECORD, VIDEO, FRAMES_NPY, LATENTS):
         (directory / name).unlink(missing_ok=True)
+    if (directory / FRAMES_DIR).is_dir():
+        for frame in (directory / FRAMES_DIR).glob("*.png"):
+            frame.unlink()
     first = artifacts.STAGES.index(stages[0]) if stages else len(artifacts.STAGES)
     for stage in artifacts.STAGES[first:]:
         artifacts.remove(directory, stage)
     if not keep_progress and "denoise" in artifacts.STAGES[first:]:
         progress.discard(directory)
     remove_partials(directory)
+
+
+def write_results(directory: Path, recipe, frames, latents) -> dict:
+    """Write what the recipe's ``output`` asks for: the video (``output.video``),
+    lossless frames (``output.frames``: png or npy) and the final latents
+    (``output.latents``). Returns the names written (None for what was not) and
+    ``files``: each file's SHA-256, for the record."""
+    from porter import notices, video
+
+    output = recipe.output
+    files: dict = {}
+    written = {"video": None, "lossless_frames": None, "latents": None, "files": files}
+    if output.video:
+        files[VIDEO] = video.write_mp4(directory / VIDEO, frames, output.fps)
+        written["video"] = VIDEO
+    if output.frames == "png":
+        (directory / FRAMES_DIR).mkdir(exist_ok=True)
+        for index, frame in enumerate(frames):
+            name = f"{FRAMES_DIR}/{index:05d}.png"
+            files[name] = write_bytes(directory / name, _png(frame))
+        written["lossless_frames"] = FRAMES_DIR + "/"
+    elif output.frames == "npy":
+        files[FRAMES_NPY] = write_bytes(directory / FRAMES_NPY, _npy(frames))
+        written["lossless_frames"] = FRAMES_NPY
+    if output.latents:
+        if latents is None:
+            notices.warn("output.latents: this pipeline does not report its latents "
+                         "(no callback_on_step_end); none written")
+        else:
+            from safetensors.torch import save
+
+            files[LATENTS] = write_bytes(directory / LATENTS, save(
+                {"latents": latents.detach().cpu().contiguous()}))
+            written["latents"] = LATENTS
+    return written
+
+
+def _png(frame) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(frame).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _npy(frames) -> bytes:
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(frames, dtype=np.uint8))
+    return buffer.getvalue()

@@ -323,6 +323,19 @@ def validate_data(data: dict, locations: dict, path: Path | None = None) -> Reci
     return recipe
 
 
+def with_values(recipe: Recipe, section: str, values: dict, source: str,
+                line: int | None = None) -> Recipe:
+    """``recipe`` with keys of one section set (``Port.generate``'s settings, a batch
+    line, a server request), validated by the same schema; problems name ``source``
+    (and ``line``) as where the values came from."""
+    data = recipe.resolved()
+    locations = dict(recipe._locations)
+    for key, value in values.items():
+        data.setdefault(section, {})[key] = value
+        locations[(section, key)] = (source, line)
+    return validate_data(data, locations, recipe.path)
+
+
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
     """Load, merge, override and validate a recipe file."""
     path = Path(path)

@@ -239,6 +239,13 @@ class OutputSection(Section):
     dir: PathText | None = Field(
         None, description="run directory; default outputs/<recipe name>")
     fps: int = Field(16, ge=1, le=240)
+    video: bool = Field(True, description="write video.mp4 (false: only the lossless "
+                        "outputs below)")
+    frames: Literal["png", "npy"] | None = Field(
+        None, description="also write the frames losslessly: png (frames/00000.png, ...) "
+        "or npy (frames.npy, uint8 (count, height, width, 3))")
+    latents: bool = Field(False, description="also write the final latents "
+                          "(latents.safetensors, key 'latents')")
     checkpoint_every: int = Field(10, ge=0, description="save denoising progress every N "
                                   "steps, for --resume; 0: only when interrupted")
 

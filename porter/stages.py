@@ -47,13 +47,15 @@ def encode(family, pipe, recipe, runtime, timings: dict) -> dict:
 
 
 def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
-            progress: bool = True, *, start: Progress | None = None, save=None):
+            progress: bool = True, *, start: Progress | None = None, save=None,
+            on_step=None):
     """Run the denoising steps (from ``start`` when resuming); the transformer compiles
     on the first one.
 
     ``save(Progress)`` is called every ``output.checkpoint_every`` steps and,
     when a signal asks the run to stop, after the step under way; then
-    ``Interrupted`` is raised. Latents that turn NaN or infinite stop the run
+    ``Interrupted`` is raised (a signal, or ``interrupt.request_stop`` from another
+    thread). ``on_step(done, total)`` is called after each step. Latents that turn NaN or infinite stop the run
     (``NonFinite``) at the step that made them; nothing of that step is saved.
     """
     from tqdm import tqdm
@@ -89,6 +91,8 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
                 bar.set_postfix_str(f"{step_times[-1]:.2f} s/step")
                 bar.update()
                 completed = index + 1
+                if on_step is not None:
+                    on_step(completed, total)
                 due = every and completed % every == 0 and completed < total
                 signum = stop.agreed()
                 if save is not None and (due or signum):

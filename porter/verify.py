@@ -80,7 +80,7 @@ def _single_device(runtime):
 
 def _ported(family, recipe, registry, runtime):
     """The recipe's pipeline ported to ``runtime``; returns (pipe, eager transformer)."""
-    from porter.run import port
+    from porter.porting import port
     pipe = loading.load_untouched(family, recipe)
     host = copy.deepcopy(pipe.transformer)  # before the recipe's dtypes: the reference
     dtypes.apply_all(pipe.components, recipe)
@@ -90,7 +90,7 @@ def _ported(family, recipe, registry, runtime):
 
 def _run_ported(module, compiled, inputs, recipe, registry, runtime, dtype):
     """Module outputs (eager, hooked) and the compiled final output, on the host."""
-    from porter.run import attention_installed
+    from porter.porting import attention_installed
 
     placed = {k: to_device(v, runtime) for k, v in cast(inputs, dtype).items()}
     outputs: dict = {}
@@ -108,7 +108,7 @@ def _run_ported(module, compiled, inputs, recipe, registry, runtime, dtype):
 def verify(recipe, registry, sharded: bool = False) -> dict:
     """Compare the port with PyTorch (or, ``sharded``, with itself on one device)."""
     family = checks.checked_family(recipe, registry)
-    from porter.run import selected_patches
+    from porter.porting import selected_patches
     runtime = runtime_mod.start(recipe)
     with patches.applied(selected_patches(recipe, registry, family)):
         pipe, module, host = _ported(family, recipe, registry, runtime)

@@ -10,7 +10,7 @@ import torch
 
 from porter import checks, plan, plugins, recipe, runtime
 from porter.interop import to_device, to_host
-from porter.run import attention_installed, port, selected_patches
+from porter.porting import attention_installed, port, selected_patches
 from porter.transforms.attention import AttentionBackend, kernels
 
 from conftest import RECIPES

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from porter import abstract, loading, plan, plugins, recipe, runtime, weights
-from porter.run import port
+from porter.porting import port
 from porter.transforms import placement
 
 from conftest import RECIPES, TINY_RECIPE

@@ -6,7 +6,7 @@ import torch
 
 from porter import patches, plugins, recipe, runtime
 from porter.interop import to_device, to_host
-from porter.run import port, selected_patches
+from porter.porting import port, selected_patches
 
 from conftest import RECIPES, lowered_text
 

@@ -12,7 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from porter import plugins, recipe, runtime, video
-from porter.run import port, run
+from porter.porting import port
+from porter.run import run
 
 from conftest import RECIPES, TINY_RECIPE, diffusers_latents
 

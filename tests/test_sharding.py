@@ -7,7 +7,7 @@ import torch
 
 from porter import checks, plan, plugins, recipe, runtime
 from porter.interop import to_device, to_host
-from porter.run import port
+from porter.porting import port
 
 from conftest import RECIPES, TINY_RECIPE, diffusers_latents, lowered_text
 
@@ -85,7 +85,7 @@ def test_batch_of_one_cannot_split_over_data_axis():
 
 def transformer_output(mesh: str, rules_from=None, batch=2, extra=()):
     """The tiny transformer's output with the weights and mesh of a recipe."""
-    from porter.run import attention_installed
+    from porter.porting import attention_installed
     from porter_wan.tiny import build_pipeline
 
     overrides = ([f"mesh={mesh}"] if mesh else []) + list(extra)

@@ -1,0 +1,358 @@
+"""Porter as a library: load and port a recipe's pipeline once, generate many times.
+
+``porter.load(recipe)`` validates, loads, ports and prepares the pipeline and
+returns a ``Port``; ``Port.generate(prompt=..., seed=..., ...)`` makes one
+video with any generation setting changed for that call, and returns a
+``Generation`` (frames, final latents, run record; ``.save(directory)``).
+A call whose shapes match an earlier one compiles nothing. ``porter run``, its
+``--prompts`` batches and ``porter serve`` all run on a ``Port``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from porter import artifacts, checks, distributed, loading, patches, porting, record
+from porter import runtime as runtime_mod
+from porter import progress as saved_progress
+from porter import schedulers, stages, tracing
+from porter.errors import RecipeError
+from porter.interop import to_device, to_host
+
+#: where per-call settings come from, in error messages (not a file: relative paths
+#: in them start from the current directory)
+CALL = "Port.generate"
+
+
+def load(recipe, *overrides: str, cpu_devices: int | None = None,
+         progress: bool = False) -> "Port":
+    """Validate, load, port and prepare the recipe's pipeline.
+
+    ``recipe``: a recipe file (path) or a loaded ``porter.recipe.Recipe``;
+    ``overrides``: ``"generate.steps=4"``-style strings, as on the command line;
+    ``cpu_devices``: run on N virtual CPU devices (must come before JAX starts);
+    ``progress``: print what is being done to stderr.
+
+    Raises what the CLI reports: ``RecipeError`` (every problem, with file:line),
+    ``UsageError``, ``LoadError`` (all ``porter.errors.PorterError``).
+    """
+    from porter import plugins
+    from porter import recipe as recipe_mod
+
+    if isinstance(recipe, (str, Path)):
+        overrides = list(overrides)
+        if cpu_devices is not None:
+            overrides.append(f"runtime.cpu_devices={cpu_devices}")
+        recipe = recipe_mod.load(recipe, overrides)
+    elif overrides or cpu_devices is not None:
+        raise TypeError("overrides and cpu_devices go with a recipe path, not a loaded "
+                        "Recipe (load it with them instead)")
+    registry = plugins.registry()
+    family = checks.checked_family(recipe, registry)
+    distributed.initialize()
+    return Port.open(recipe, registry, family, say=_say if progress else _quiet)
+
+
+def _say(message: str) -> None:
+    import sys
+
+    print(f"porter: {distributed.label()}{message}", file=sys.stderr, flush=True)
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+@dataclass
+class Outcome:
+    """What one generation produced, before anything is written."""
+    latents: object  # CPU torch tensor, or None (encode only; a pipeline that hides them)
+    frames: object  # uint8 array (count, height, width, 3), or None (before decode)
+    timings: dict
+    history: list = field(default_factory=list)
+
+
+@dataclass
+class Generation:
+    """One video made by ``Port.generate``: ``frames`` (uint8, (count, height, width,
+    3)), ``latents`` (CPU torch tensor: the final latents) and ``record`` (what
+    ``run.json`` holds, less the files)."""
+    frames: object
+    latents: object
+    record: dict
+    recipe: object = field(repr=False, default=None)
+
+    def save(self, directory) -> Path:
+        """Write the video (and the frames and latents the recipe's ``output`` asks
+        for) and ``run.json`` to ``directory``, as ``porter run`` does; returns the
+        record's path."""
+        from porter import outputs
+
+        directory = Path(directory)
+        with outputs.owned(directory):
+            outputs.invalidate(directory, artifacts.STAGES, keep_progress=False)
+            written = outputs.write_results(directory, self.recipe, self.frames,
+                                            self.latents)
+            data = dict(self.record)
+            data["outputs"] = {**data["outputs"], **written}
+            return record.write_json(directory / outputs.RECORD, data)
+
+
+class Port:
+    """A recipe's pipeline, loaded, placed on the mesh and compiled on first use.
+
+    ``pipeline`` and ``transformer`` (and any ``component(name)``) are the ported
+    modules; ``as_torch(name)`` calls one with torch tensors in and out.
+    """
+
+    def __init__(self, recipe, registry, family, runtime, pipe, ported, chosen,
+                 checkpoint, load_timings: dict):
+        self.recipe = recipe
+        self.registry = registry
+        self.family = family
+        self.runtime = runtime
+        self.pipe = pipe
+        self.ported = ported
+        self.chosen = chosen  # the patches applied around every use
+        self.checkpoint = checkpoint
+        self.load_timings = load_timings
+        self.calls = 0
+        self._monitor = runtime_mod.compile_monitor()
+        self._compile_mark = load_timings.pop("_compile_mark")
+        self._traces_mark = (0, 0)
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def open(cls, recipe, registry, family, say=_quiet) -> "Port":
+        """Start the runtime, check shapes, load and port (see ``porter.load``)."""
+        from porter.transforms import attention
+        from porter.transforms import setup as setup_transform
+
+        runtime = runtime_mod.start(recipe)
+        say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
+            f"mesh {runtime.axes}" + (f", {distributed.process_count()} processes; "
+                                      "process 0 writes the outputs"
+                                      if distributed.process_count() > 1 else ""))
+        problems = checks.shape_problems(recipe, registry)  # before any weight is read
+        problems += attention.platform_problems(recipe, registry, runtime.platform)
+        if problems:
+            raise RecipeError(problems)
+        chosen = porting.selected_patches(recipe, registry, family)
+        timings = {"_compile_mark": runtime_mod.compile_monitor().summary()}
+        with patches.applied(chosen), tracing.explained():
+            say(f"loading {family.name} from {recipe.model.source} ({recipe.model.dtype})")
+            start = time.perf_counter()
+            pipe, weights, checkpoint = loading.load_for_port(family, recipe)
+            timings["load_s"] = round(time.perf_counter() - start, 4)
+            set_up = setup_transform.apply(pipe, recipe)
+            if set_up:
+                say(f"set up: {', '.join(set_up)}")
+            say("placing weights on the mesh" + (
+                f" ({', '.join(weights)} read from the checkpoint tensor by tensor)"
+                if weights else ""))
+            start = time.perf_counter()
+            ported = porting.port(pipe, family, runtime, recipe, weights)
+            timings["to_jax_s"] = round(time.perf_counter() - start, 4)
+        return cls(recipe, registry, family, runtime, pipe, ported, chosen, checkpoint,
+                   timings)
+
+    # ------------------------------------------------------------------ components
+
+    @property
+    def pipeline(self):
+        return self.pipe
+
+    @property
+    def transformer(self):
+        return self.pipe.transformer
+
+    def component(self, name: str):
+        return getattr(self.pipe, name)
+
+    @contextlib.contextmanager
+    def active(self):
+        """The port's patches, attention backend and torchax environment, for calling
+        its components directly (``generate`` and ``as_torch`` enter it themselves)."""
+        with patches.applied(self.chosen), tracing.explained(), \
+                porting.attention_installed(self.recipe, self.registry, self.runtime), \
+                schedulers.on_device(getattr(self.pipe, "scheduler", None), self.runtime):
+            yield self.runtime.env
+
+    def as_torch(self, name: str = "transformer"):
+        """The ported component ``name`` as a function of CPU torch tensors: arguments
+        are moved onto the mesh, the compiled component runs, tensors in the result
+        come back as CPU torch tensors (a teacher inside a PyTorch training loop)."""
+        import torch
+
+        module = self.component(name)
+
+        def call(*args, **kwargs):
+            with self.active() as env, env:
+                moved = torch.utils._pytree.tree_map(self._to_mesh, (args, kwargs))
+                out = module(*moved[0], **moved[1])
+            return torch.utils._pytree.tree_map(
+                lambda v: to_host(v) if isinstance(v, torch.Tensor) else v, out)
+        return call
+
+    def _to_mesh(self, value):
+        import torch
+
+        if isinstance(value, torch.Tensor) and not hasattr(value, "jax"):
+            return to_device(value, self.runtime)
+        return value
+
+    # ------------------------------------------------------------------ generating
+
+    def settings(self, source: str = CALL, line: int | None = None, **values):
+        """The port's recipe with ``generate`` settings changed, checked as ``porter
+        validate`` checks them (``RecipeError``); ``source``/``line`` name where the
+        values came from in messages (relative image paths start from that file's
+        folder when it is one)."""
+        from porter import recipe as recipe_mod
+
+        values = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+        if line is None:  # not from a file: relative image paths start here
+            values.update({k: str(Path(values[k]).expanduser().absolute())
+                           for k in ("image", "last_image") if isinstance(values.get(k), str)})
+        changed = recipe_mod.with_values(self.recipe, "generate", values, source, line)
+        problems = checks.recipe_problems(changed, self.registry)
+        if not problems and _shape_keys_changed(self.recipe, changed):
+            problems = checks.shape_problems(changed, self.registry)
+        if problems:
+            raise RecipeError(problems)
+        return changed
+
+    def generate(self, prompt: str | None = None, **settings) -> Generation:
+        """One video; any ``generate`` setting of the recipe may be given (prompt,
+        negative_prompt, seed, image, last_image, height, width, frames, steps,
+        guidance_scale, ...). Returns a ``Generation``; nothing is written."""
+        if prompt is not None:
+            settings["prompt"] = prompt
+        recipe = self.settings(**settings)
+        outcome = self.run(recipe)
+        return Generation(outcome.frames, outcome.latents, self.record(recipe, outcome),
+                          recipe)
+
+    def run(self, recipe, *, wanted: tuple[str, ...] = artifacts.STAGES, directory=None,
+            resumed=None, progress: bool = False, on_step=None, say=_quiet) -> Outcome:
+        """Run the wanted stages of ``recipe`` (this port's recipe or one from
+        ``settings``). With a ``directory``, each stage's output and the denoising
+        checkpoints are saved there and ``resumed`` (``porter.run.Resumed``) says
+        what to continue from; ``on_step(done, total)`` follows denoising."""
+        self.calls += 1
+        timings: dict = {k: v for k, v in self.load_timings.items()}
+        family, runtime, pipe = self.family, self.runtime, self.pipe
+        conditioning = latents = frames = None
+        previous = resumed.previous if resumed else None
+        history = list(previous["meta"].get("history") or []) if previous else []
+        with self.active():
+            if not family.staged:
+                say("running the pipeline")
+                start = time.perf_counter()
+                with runtime.env:
+                    frames, latents = family.generate(pipe, recipe)
+                timings["generate_s"] = round(time.perf_counter() - start, 4)
+                history.append(record.segment(runtime, "generate"))
+                latents = to_host(latents) if latents is not None else None
+                wanted = ()
+            if "encode" in wanted:
+                say("encoding the prompt")
+                conditioning = stages.encode(family, pipe, recipe, runtime, timings)
+                history.append(record.segment(runtime, "encode"))
+                if directory is not None:
+                    artifacts.save(directory, "encode", conditioning, recipe,
+                                   extra={"history": history})
+            if "denoise" in wanted:
+                if conditioning is None:
+                    conditioning = {k: to_device(v, runtime)
+                                    for k, v in previous["tensors"].items()}
+                latents, history = self._denoise(recipe, conditioning, timings, history,
+                                                 directory, resumed, progress, on_step, say)
+            if "decode" in wanted:
+                if latents is None:
+                    latents = previous["tensors"]["latents"]
+                say("decoding latents to frames")
+                frames = stages.decode(family, pipe, latents, recipe, runtime, timings)
+                history.append(record.segment(runtime, "decode"))
+        timings["compile"] = self._compile_since_last()
+        timings["stages"] = list(wanted) if family.staged else ["generate"]
+        timings["port_call"] = self.calls
+        return Outcome(latents, frames, timings, history)
+
+    def _denoise(self, recipe, conditioning, timings, history, directory, resumed,
+                 progress, on_step, say):
+        start = resumed.progress if resumed else None
+        if start is not None:
+            say(f"continuing denoising after step {start.step}")
+            history = list(start.history) or history
+        first_step = start.step if start else 0
+        runtime = self.runtime
+
+        def ran(done: int) -> list:
+            return history + [record.segment(runtime, "denoise", steps=[first_step, done])]
+
+        save = None
+        if directory is not None:
+            def save(done):
+                done.history = ran(done.step)
+                saved_progress.save(directory, done, recipe)
+        latents = stages.denoise(self.family, self.pipe, conditioning, recipe, runtime,
+                                 timings, progress, start=start, save=save, on_step=on_step)
+        history = ran(first_step + len(timings["steps_s"]))
+        if directory is not None:
+            artifacts.save(directory, "denoise", {"latents": latents}, recipe,
+                           extra={"history": history})
+            saved_progress.discard(directory)
+        return latents, history
+
+    def _compile_since_last(self) -> dict:
+        """Compilation since the previous call (the first call counts loading's)."""
+        now = self._monitor.summary()
+        spent = {key: round(now[key] - self._compile_mark[key], 4) for key in now}
+        self._compile_mark = now
+        traces = self.ported.traces
+        if traces is not None:
+            loaded, exported = traces.loaded, traces.exported
+            spent.update(traces_loaded=loaded - self._traces_mark[0],
+                         traces_saved=exported - self._traces_mark[1])
+            self._traces_mark = (loaded, exported)
+        split = {name: s.report() for name, s in self.ported.splits.items() if s.report()}
+        if split:
+            spent["split"] = split
+        return spent
+
+    def record(self, recipe, outcome: Outcome, written: dict | None = None) -> dict:
+        """The run record of one generation (``run.json``); ``written``: what
+        ``outputs.write_results`` wrote."""
+        described = {}
+        if outcome.frames is not None:
+            frames = outcome.frames
+            described = {"frames": int(frames.shape[0]), "height": int(frames.shape[1]),
+                         "width": int(frames.shape[2])}
+        described.update(written or {})
+        return record.build(recipe, self.runtime, outcome.timings, described, self.chosen,
+                            self.ported.weights, self.checkpoint, outcome.history)
+
+    def close(self) -> None:
+        """Let go of the pipeline (its device memory goes when nothing else holds it)."""
+        self.pipe = None
+        self.ported = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+#: generate settings that decide tensor shapes (checked against the model when changed)
+SHAPE_KEYS = ("height", "width", "frames", "image", "last_image", "max_sequence_length",
+              "cfg_parallel", "guidance_scale")
+
+
+def _shape_keys_changed(before, after) -> bool:
+    return any(getattr(before.generate, k) != getattr(after.generate, k) for k in SHAPE_KEYS)

@@ -1,0 +1,153 @@
+"""Porting a loaded pipeline: weights onto the mesh, rotary tables, compiled components,
+the patches and attention backend a run applies, and the stored traces they reuse."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from porter import distributed, patches, record
+from porter.errors import LoadError
+from porter.transforms import compile as compile_transform
+from porter.transforms import attention, placement, rotary
+from porter.transforms import sharding as shard_transform
+
+
+@dataclass
+class Ported:
+    traces: object  # the TraceCache used (None when the compile cache is off)
+    weights: dict  # component -> where its weights came from and what each device holds
+    splits: dict  # component -> autosplit.Split: what could not be compiled whole
+
+
+def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
+    """Place every component's tensors on the mesh, sharded by the recipe (read from
+    ``weights``, component -> ComponentWeights, where given); cache rotary tables;
+    compile what the family (or the recipe) names. Weights holding NaN or infinity
+    are refused (``model.allow_nonfinite``: a warning)."""
+    sharding = recipe.sharding
+    weights = weights or {}
+    modules = {n: c for n, c in pipe.components.items() if isinstance(c, torch.nn.Module)}
+    placed, unsharded, nonfinite = {}, set(), {}
+    for name, component in modules.items():
+        found: dict = {}
+        assignments = placement.apply(component, runtime, sharding.weights.get(name, []),
+                                      weights.get(name), found)
+        nonfinite.update({f"{name}.{tensor}": count for tensor, count in found.items()})
+        placed[name] = placement.report(component, assignments, runtime.axes,
+                                        weights.get(name))
+        activations = sharding.activations.get(name, [])
+        shard_transform.constrain_activations(component, runtime, activations)
+        if placement.unsharded(assignments, activations):
+            unsharded.add(name)
+    _refuse_nonfinite(nonfinite, recipe)
+    if recipe.rotary.precompute:
+        rotary.apply(pipe, family, recipe, runtime)
+    compiled = compile_transform.rules(recipe, family)
+    traces = trace_cache(recipe, family, runtime)
+    splits: dict = {}
+    for name, component in modules.items():
+        if name in compiled:
+            component = compile_transform.apply(component, compiled[name], traces, name,
+                                                runtime.xla_options, splits)
+            if name.startswith("transformer") and sharding.inputs:
+                component = shard_transform.ShardedInputs(component, sharding.inputs, runtime)
+            elif name in unsharded and runtime.mesh.devices.size > 1 \
+                    and compiled[name].modules is None:
+                placement.on_one_device(component, runtime)
+        if name in recipe.attention.skip:
+            component = attention.Skipped(component)
+        setattr(pipe, name, component)
+    return Ported(traces, placed, splits)
+
+
+def _refuse_nonfinite(found: dict, recipe) -> None:
+    """NaN or infinity in the weights (``found``: tensor -> count, this process's rows)
+    is an error on every process, decided together so that none runs on alone."""
+    from porter import notices
+
+    if not distributed.anywhere(bool(found)):
+        return
+    shown = ", ".join(f"{name} ({count})" for name, count in list(found.items())[:6])
+    more = f" and {len(found) - 6} more" if len(found) > 6 else ""
+    what = (f"NaN or infinite values in {len(found)} weight tensor(s): {shown}{more}"
+            if found else "NaN or infinite values in weights another process read")
+    if recipe.model.allow_nonfinite:
+        notices.warn(what + " (allowed by model.allow_nonfinite)")
+        return
+    raise LoadError(what, hint="the checkpoint is damaged, was saved from a diverged model, "
+                    "or holds values too large for model.dtype (float16 ends at 65504); "
+                    "re-download or re-save it, or use a wider dtype (model.allow_nonfinite:"
+                    " true loads it anyway)")
+
+
+#: recipe keys that never reach a traced program: what a video is made from (its
+#: values enter as inputs, their shapes are in every trace key anyway) and where
+#: the results go. Changing them keeps the stored traces.
+NOT_TRACED = ("output", "verify", "generate.prompt", "generate.negative_prompt",
+              "generate.seed", "generate.image", "generate.last_image",
+              # fused into the weights before tracing: the programs take weights as inputs
+              "lora")
+
+
+def traced_settings(recipe) -> str:
+    """The recipe's settings that a traced program may depend on, as canonical JSON."""
+    import json
+
+    data = recipe.resolved()
+    for dotted in NOT_TRACED:
+        *parents, last = dotted.split(".")
+        owner = data
+        for parent in parents:
+            owner = owner.get(parent) or {}
+        owner.pop(last, None)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def trace_cache(recipe, family, runtime):
+    """Traced programs beside the compile cache (none when the cache is off)."""
+    import hashlib
+
+    from porter.transforms.trace_cache import TraceCache, code_fingerprint
+    if runtime.cache is None:
+        return None
+    from porter import plugins
+
+    # the code a trace runs: Porter, the family, and whatever plugins patch or attend with
+    registry = plugins.registry()
+    registry_modules = [type(family).__module__,
+                        *(p.replacement.__module__ for p in registry.patches.values()),
+                        *(b.kernel.__module__ for b in registry.attention.values())]
+    parts = [traced_settings(recipe), repr(record.versions()), repr(runtime.axes),
+             code_fingerprint(["porter", *registry_modules])]
+    return TraceCache(runtime.cache / "porter-traces",
+                      hashlib.sha256("\n".join(parts).encode()).hexdigest())
+
+
+#: patches every run applies: they make torchax behave as PyTorch does
+CORE_PATCHES = ("core.setitem",)
+
+
+def selected_patches(recipe, registry, family):
+    """The recipe's patches, plus the core's (``CORE_PATCHES``), the family's required
+    ones and its rotary patch when tables are precomputed."""
+    extra = CORE_PATCHES + family.required_patches
+    if recipe.rotary.precompute:
+        extra += (family.rotary_patch_for(recipe),)
+    return patches.selected(recipe, registry, extra)
+
+
+@contextlib.contextmanager
+def attention_installed(recipe, registry, runtime):
+    """The recipe's attention backend in place of torchax's lowering, for the block."""
+    if recipe.attention.backend is None:
+        yield
+        return
+    undo = attention.install(runtime.env, recipe.attention, registry.attention, runtime.mesh,
+                             runtime.platform)
+    try:
+        yield
+    finally:
+        undo()
