@@ -208,23 +208,8 @@ class Port:
     # ------------------------------------------------------------------ generating
 
     def settings(self, source: str = CALL, line: int | None = None, **values):
-        """The port's recipe with ``generate`` settings changed, checked as ``porter
-        validate`` checks them (``RecipeError``); ``source``/``line`` name where the
-        values came from in messages (relative image paths start from that file's
-        folder when it is one)."""
-        from porter import recipe as recipe_mod
-
-        values = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
-        if line is None:  # not from a file: relative image paths start here
-            values.update({k: str(Path(values[k]).expanduser().absolute())
-                           for k in ("image", "last_image") if isinstance(values.get(k), str)})
-        changed = recipe_mod.with_values(self.recipe, "generate", values, source, line)
-        problems = checks.recipe_problems(changed, self.registry)
-        if not problems and _shape_keys_changed(self.recipe, changed):
-            problems = checks.shape_problems(changed, self.registry)
-        if problems:
-            raise RecipeError(problems)
-        return changed
+        """The port's recipe with ``generate`` settings changed (``checked_settings``)."""
+        return checked_settings(self.recipe, self.registry, values, source, line)
 
     def generate(self, prompt: str | None = None, **settings) -> Generation:
         """One video; any ``generate`` setting of the recipe may be given (prompt,
@@ -347,6 +332,27 @@ class Port:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def checked_settings(recipe, registry, values: dict, source: str = CALL,
+                     line: int | None = None):
+    """``recipe`` with ``generate`` settings changed, checked as ``porter validate``
+    checks them, without weights (``RecipeError``, every problem); ``source`` and
+    ``line`` name where the values came from in messages. Relative image paths start
+    from that file's folder when there is a line, else from the current directory."""
+    from porter import recipe as recipe_mod
+
+    values = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+    if line is None:
+        values.update({k: str(Path(values[k]).expanduser().absolute())
+                       for k in ("image", "last_image") if isinstance(values.get(k), str)})
+    changed = recipe_mod.with_values(recipe, "generate", values, source, line)
+    problems = checks.recipe_problems(changed, registry)
+    if not problems and _shape_keys_changed(recipe, changed):
+        problems = checks.shape_problems(changed, registry)
+    if problems:
+        raise RecipeError(problems)
+    return changed
 
 
 #: generate settings that decide tensor shapes (checked against the model when changed)

@@ -16,6 +16,8 @@ examples:
   porter run recipes/wan-tiny.yaml generate.steps=8 mesh.dp=2 --cpu-devices 2
   porter run recipes/wan-tiny.yaml --stage encode   then --stage denoise, --stage decode
   porter run recipes/wan-tiny.yaml --resume outputs/wan-tiny   continue where it stopped
+  porter run recipes/wan-tiny.yaml --prompts prompts.txt   many videos, one load and compile
+  porter serve recipes/wan-tiny.yaml --port 8000    an HTTP service (API at /docs)
   porter run R --coordinator host0:1234 --num-processes 2 --process-id 0   (and 1 elsewhere)
   porter validate recipes/wan-tiny.yaml             every check that needs no weights
   porter validate recipes/wan14b.yaml --devices 8   ... for an 8-chip machine, from here
@@ -77,7 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run one stage; its input comes from the run directory")
     run.add_argument("--resume", metavar="DIR",
                      help="continue the run in DIR after its last complete stage or "
-                          "denoising checkpoint")
+                          "denoising checkpoint (with --prompts: the batch in DIR)")
+    run.add_argument("--prompts", metavar="FILE",
+                     help="a batch on one load and compile: one prompt a line, or JSON "
+                          "Lines (.jsonl) of generate settings and an optional name; each "
+                          "item goes to its own folder of output.dir, with batch.json")
     group = run.add_argument_group(
         "multi-process runs", "Start one `porter run` per process (per host), each with "
         "the same recipe and coordinator; the mesh spans every process's devices and "
@@ -191,6 +197,8 @@ def cmd_run(args) -> int:
     distributed.request(args.coordinator, args.num_processes, args.process_id,
                         auto=args.multi_process)
     loaded = _load_recipe(args)
+    if args.prompts:
+        return _batch(args, loaded)
     result = run(loaded, plugins.registry(), progress=not args.no_progress,
                  stage=args.stage, resume=bool(args.resume))
     timings = result.data["timings"]
@@ -213,6 +221,28 @@ def cmd_run(args) -> int:
             parts.append(f"{label} {timings[key]:.2f} s")
     print(", ".join(parts))
     return 0
+
+
+def _batch(args, loaded) -> int:
+    from pathlib import Path
+
+    from porter import batch, distributed, plugins
+    from porter.errors import UsageError
+    from porter.run import output_dir
+
+    if args.stage:
+        raise UsageError("--stage and --prompts do not go together",
+                         hint="a batch runs every stage of each item")
+    summary = batch.run_batch(loaded, plugins.registry(), Path(args.prompts),
+                              progress=not args.no_progress, resume=bool(args.resume))
+    if not distributed.writes():
+        return 0
+    counts = summary["counts"]
+    shown = ", ".join(f"{n} {status}" for status, n in counts.items())
+    print(f"batch of {len(summary['items'])}: {shown}; "
+          f"{summary['timings']['total_s']:.1f} s in all; "
+          f"see {batch.SUMMARY} in {output_dir(loaded)}")
+    return 2 if counts.get("failed") else 0
 
 
 def cmd_validate(args) -> int:

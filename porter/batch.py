@@ -1,0 +1,255 @@
+"""``porter run R --prompts FILE``: many videos from one load and compile.
+
+FILE is a text file (one prompt a line; blank lines and lines starting with
+``#`` are skipped) or JSON Lines (``.jsonl``; one object a line with any
+``generate`` settings, and an optional ``name`` for the item's folder). Each
+item runs on the same ``Port`` and writes to its own folder of ``output.dir``,
+exactly as ``porter run`` writes a run directory; ``batch.json`` beside them
+says how each item went. A failed item is reported and the batch goes on;
+``--resume`` skips finished items and continues an interrupted one from its
+last stage or denoising checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from porter import api, distributed, interrupt, outputs, record
+from porter import run as run_mod
+from porter.errors import PorterError, RecipeError, UsageError
+
+SUMMARY = "batch.json"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+@dataclass
+class Item:
+    index: int  # 1-based, in file order
+    line: int
+    name: str  # the item's folder in output.dir
+    settings: dict
+    recipe: object = None  # the batch's recipe with these settings, once checked
+    problem: str | None = None  # why it cannot run (found before loading)
+    status: str = "pending"  # pending, done, failed, skipped (done before --resume)
+    error: str | None = None
+    seconds: float | None = None
+    compile_s: float | None = None
+    steps_s: list = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {"name": self.name, "line": self.line,
+                "prompt": self.settings.get("prompt"), "status": self.status,
+                "error": self.error or self.problem, "seconds": self.seconds,
+                "compile_s": self.compile_s}
+
+
+def read_items(path: Path) -> list[Item]:
+    """The items of a prompts file, in order; lines that cannot be items carry a
+    ``problem`` (the batch reports them and runs the rest)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--prompts {path}: cannot read it: {exc}",
+                         hint="one prompt a line, or JSON Lines (.jsonl)") from None
+    lines = [(number, raw.strip()) for number, raw in enumerate(text.splitlines(), 1)]
+    lines = [(n, s) for n, s in lines if s and not s.startswith("#")]
+    if not lines:
+        raise UsageError(f"--prompts {path}: no prompts in it",
+                         hint="one prompt a line, or JSON Lines (.jsonl)")
+    as_json = path.suffix.lower() in (".jsonl", ".ndjson") or \
+        (path.suffix.lower() != ".txt" and lines[0][1].startswith("{"))
+    items, names = [], set()
+    for index, (number, content) in enumerate(lines, 1):
+        item = Item(index, number, f"{index:04d}", {})
+        if as_json:
+            _json_item(item, content)
+        else:
+            item.settings = {"prompt": content}
+        if item.name in names:
+            item.problem = item.problem or f"name {item.name!r} is used by an earlier item"
+        names.add(item.name)
+        items.append(item)
+    return items
+
+
+def _json_item(item: Item, content: str) -> None:
+    try:
+        data = json.loads(content)
+    except ValueError as exc:
+        item.problem = f"not JSON: {exc}"
+        return
+    if not isinstance(data, dict):
+        item.problem = f"expected an object of generate settings, got {type(data).__name__}"
+        return
+    name = data.pop("name", None)
+    if name is not None:
+        if not isinstance(name, str) or not _NAME.match(name):
+            item.problem = (f"name {name!r} is not a folder name (letters, digits, '.', "
+                            "'_', '-'; at most 100)")
+        else:
+            item.name = name
+    item.settings = data
+
+
+def check_items(items: list[Item], recipe, registry, path: Path) -> None:
+    """Each item's recipe, checked without weights; a bad item gets its problem."""
+    for item in items:
+        if item.problem:
+            continue
+        try:
+            item.recipe = api.checked_settings(recipe, registry, item.settings,
+                                               str(path), item.line)
+        except RecipeError as exc:
+            item.problem = "; ".join(f"{p.path}: {p.message}" for p in exc.problems)
+
+
+def run_batch(recipe, registry, prompts: Path, progress: bool = True,
+              resume: bool = False) -> dict:
+    """Run every item of ``prompts`` on one port; returns the batch summary."""
+    from porter import checks
+
+    family = checks.checked_family(recipe, registry)
+    say = run_mod._status if progress else (lambda message: None)
+    directory = run_mod.output_dir(recipe)
+    run_mod._resume_problem(directory, resume)
+    items = read_items(prompts)
+    check_items(items, recipe, registry, prompts)
+    bad = [item for item in items if item.problem]
+    if len(bad) == len(items):
+        raise UsageError(f"--prompts {prompts}: no item can run: line {bad[0].line}: "
+                         f"{bad[0].problem}" + (f" (and {len(bad) - 1} more)"
+                                                if len(bad) > 1 else ""))
+    for item in bad:
+        item.status = "failed"
+        say(f"{prompts}:{item.line}: item {item.name} cannot run: {item.problem}")
+    distributed.initialize()
+    with contextlib.ExitStack() as owner:
+        if distributed.writes():
+            owner.enter_context(outputs.owned(directory))
+        return _owned_batch(family, recipe, registry, items, prompts, directory, say,
+                            progress and distributed.writes(), resume)
+
+
+def _owned_batch(family, recipe, registry, items, prompts, directory, say, progress,
+                 resume) -> dict:
+    from tqdm import tqdm
+
+    started = time.perf_counter()
+    if resume:
+        for item in items:
+            if not item.problem and _finished(directory / item.name, item.recipe):
+                item.status = "skipped"
+        say(f"resuming in {directory}: {sum(i.status == 'skipped' for i in items)} of "
+            f"{len(items)} items already done")
+    port = api.Port.open(recipe, registry, family, say)
+    summary = _Summary(directory, prompts, port, started)
+    todo = [item for item in items if item.status == "pending"]
+    bar = tqdm(total=len(items), initial=len(items) - len(todo), desc="batch",
+               unit="video", file=sys.stderr, disable=not progress, dynamic_ncols=True)
+    with bar:
+        for item in todo:
+            bar.set_postfix_str(item.name)
+
+            def on_step(done, total, name=item.name):
+                bar.set_postfix_str(f"{name}: step {done}/{total}")
+            try:
+                _run_item(port, item, directory / item.name, resume, on_step, say)
+            except interrupt.Interrupted:
+                item.status, item.error = "interrupted", "stopped by a signal"
+                summary.write(items)
+                raise
+            except PorterError as exc:
+                item.status, item.error = "failed", exc.message
+                say(f"item {item.name} failed: {exc.message}")
+            except Exception as exc:  # a Porter bug in one item: say so, go on
+                item.status = "failed"
+                item.error = f"internal error: {type(exc).__name__}: {exc}"
+                say(f"item {item.name} failed: {item.error} (a Porter bug: report it)")
+            bar.update()
+            summary.write(items)
+    return summary.write(items)
+
+
+def _run_item(port, item: Item, directory: Path, resume: bool, on_step, say) -> None:
+    begin = time.perf_counter()
+    outcome = run_into(port, item.recipe, directory, resume, on_step, say, item.name)
+    item.status = "done"
+    item.seconds = round(time.perf_counter() - begin, 4)
+    item.compile_s = outcome.timings["compile"]["seconds"]
+    item.steps_s = outcome.timings.get("steps_s", [])
+
+
+def run_into(port, recipe, directory: Path, resume: bool, on_step=None, say=None,
+             name: str = "item"):
+    """One generation into its own run directory, as ``porter run`` (``--resume``)
+    writes one: owned while it runs, every stage saved, video and record at the end.
+    With ``resume``, it continues after the directory's last complete stage or
+    checkpoint; files left by other settings start it over. Returns the Outcome."""
+    say = say or (lambda message: None)
+    with contextlib.ExitStack() as owner:
+        if distributed.writes():
+            owner.enter_context(outputs.owned(directory))
+        wanted, inputs = _continuation(port, recipe, directory, resume, say, name)
+        if distributed.writes():
+            outputs.invalidate(directory, wanted, keep_progress=inputs.progress is not None)
+        outcome = port.run(recipe, wanted=wanted, directory=directory, resumed=inputs,
+                           on_step=on_step)
+        run_mod.finish(port, recipe, outcome, directory)
+    return outcome
+
+
+def _continuation(port, recipe, directory, resume, say, name):
+    staged = port.family.staged
+    if not (resume and staged and directory.is_dir()):
+        return (run_mod.stages_to_run(directory, None, False) if staged else ()), \
+            run_mod.Resumed()
+    wanted = run_mod.stages_to_run(directory, None, True)
+    try:
+        return wanted, run_mod._inputs(directory, wanted, recipe, True)
+    except UsageError as exc:
+        say(f"{name}: starting over ({exc.message})")
+        return run_mod.stages_to_run(directory, None, False), run_mod.Resumed()
+
+
+def _finished(directory: Path, recipe) -> bool:
+    """Does ``directory`` hold a complete run of this item (same model, generation
+    settings, dtypes and LoRA, as a stage file is judged)?"""
+    from porter import artifacts
+
+    try:
+        data = json.loads((directory / outputs.RECORD).read_text())
+        made = data["recipe"]
+        made = {"model": made["model"], "generate": made["generate"],
+                "dtypes": made["dtypes"], **({"lora": made["lora"]} if made.get("lora")
+                                             else {})}
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return made == artifacts.settings(recipe)
+
+
+class _Summary:
+    """``batch.json``: per item its status and timings, rewritten after each item (an
+    interrupted batch leaves a true one)."""
+
+    def __init__(self, directory: Path, prompts: Path, port, started: float):
+        self.directory, self.prompts, self.port, self.started = directory, prompts, port, started
+
+    def write(self, items: list[Item]) -> dict:
+        counts = {}
+        for item in items:
+            counts[item.status] = counts.get(item.status, 0) + 1
+        data = {"prompts": str(self.prompts), "recipe": str(self.port.recipe.path),
+                "counts": counts,
+                "timings": {**{k: v for k, v in self.port.load_timings.items()},
+                            "total_s": round(time.perf_counter() - self.started, 4)},
+                "items": [item.summary() for item in items]}
+        if distributed.writes():
+            record.write_json(self.directory / SUMMARY, data)
+        return data
