@@ -96,6 +96,25 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--multi-process", action="store_true",
                        help="let JAX detect the processes (TPU pods, SLURM, Open MPI)")
 
+    serve = commands.add_parser(
+        "serve", help="serve the recipe's model over HTTP (a JSON API of jobs)",
+        description="Load and port the recipe's model once, then take jobs over HTTP: "
+        "POST /jobs with any generate settings (JSON), GET /jobs/ID for status and step, "
+        "GET /jobs/ID/video and /record for results, DELETE /jobs/ID to cancel a queued "
+        "job; the API is described at /docs. Jobs run one at a time in submission order "
+        "and live in output.dir/jobs. SIGTERM or Ctrl-C stops after the running job's "
+        "next step with a checkpoint; started again on the same output.dir, the server "
+        "serves what is done and continues the rest.")
+    _recipe_args(serve)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1: this machine only; "
+                            "anything else needs a token)")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    serve.add_argument("--token", help="bearer token every request must carry (default: "
+                       "the PORTER_TOKEN environment variable)")
+    serve.add_argument("--queue", type=_positive, default=16, metavar="N",
+                       help="jobs that may wait (default 16; more are refused with 429)")
+
     validate = commands.add_parser(
         "validate", help="check a recipe without loading weights",
         description="Schema, plugin, source, mesh and sharding checks; prints every "
@@ -245,6 +264,18 @@ def _batch(args, loaded) -> int:
     return 2 if counts.get("failed") else 0
 
 
+def cmd_serve(args) -> int:
+    from porter import plugins, serve
+
+    loaded = _load_recipe(args)
+    state = serve.serve(loaded, plugins.registry(), args.host, args.port, args.token,
+                        args.queue, say=lambda message: print(f"porter: {message}",
+                                                              file=sys.stderr, flush=True))
+    print("stopped" + (f"; {state['queued']} job(s) left queued for the next start"
+                       if state["queued"] else ""), file=sys.stderr)
+    return 0
+
+
 def cmd_validate(args) -> int:
     from porter import checks, plugins
     from porter.errors import RecipeError
@@ -362,7 +393,7 @@ def cmd_patches(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plan": cmd_plan,
+COMMANDS = {"run": cmd_run, "serve": cmd_serve, "validate": cmd_validate, "plan": cmd_plan,
             "verify": cmd_verify, "bench": cmd_bench, "inspect": cmd_inspect, "new": cmd_new,
             "plugins": cmd_plugins, "patches": cmd_patches}
 

@@ -1,0 +1,228 @@
+"""The job queue behind ``porter serve``: one port, jobs run one at a time in
+submission order, every job kept on disk.
+
+Each job is a folder ``<output.dir>/jobs/<id>/`` holding ``job.json`` (its
+settings and status) and, once it runs, a run directory's files (stages,
+checkpoints, video, ``run.json``). A server started again on the same folder
+serves the finished jobs and queues the unfinished ones again in their order;
+the one that was running continues from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from pathlib import Path
+
+from porter import api, interrupt, outputs, record
+from porter.errors import PorterError, UsageError
+
+JOB = "job.json"
+#: what a job can be; queued and running jobs are picked up again after a restart
+FINISHED = ("done", "failed", "cancelled")
+
+
+class QueueFull(UsageError):
+    """The queue holds as many jobs as it may."""
+
+
+class Conflict(UsageError):
+    """The job is not in a state that allows this."""
+
+
+class Closing(UsageError):
+    """The server is shutting down."""
+
+
+class Job:
+    def __init__(self, id: str, seq: int, settings: dict, **state):
+        self.id, self.seq, self.settings = id, seq, settings
+        self.status = state.get("status", "queued")
+        self.submitted = state.get("submitted", time.time())
+        self.started = state.get("started")
+        self.finished = state.get("finished")
+        self.error = state.get("error")
+        self.step, self.steps = state.get("step", 0), state.get("steps")
+        self.resumed = state.get("resumed", 0)  # times it continued after a restart
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "seq": self.seq, "status": self.status,
+                "settings": self.settings, "submitted": self.submitted,
+                "started": self.started, "finished": self.finished, "error": self.error,
+                "step": self.step, "steps": self.steps, "resumed": self.resumed}
+
+
+class Jobs:
+    """Submitted jobs and the worker thread that runs them on ``port``."""
+
+    def __init__(self, port, directory: Path, max_queue: int = 16, say=None):
+        self.port, self.max_queue = port, max_queue
+        self.directory = Path(directory) / "jobs"
+        self.say = say or (lambda message: None)
+        self._lock = threading.Condition()
+        self._jobs: dict[str, Job] = {}
+        self._queue: collections.deque[str] = collections.deque()
+        self._closing = False
+        self._running: str | None = None
+        self._thread: threading.Thread | None = None
+        self._load()
+
+    # ------------------------------------------------------------------ disk
+
+    def _load(self) -> None:
+        """Jobs an earlier server left: finished ones are served, the rest queued again
+        in submission order."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        found = []
+        for path in self.directory.glob(f"*/{JOB}"):
+            try:
+                data = json.loads(path.read_text())
+                found.append(Job(data["id"], data["seq"], data["settings"], **{
+                    k: v for k, v in data.items() if k not in ("id", "seq", "settings")}))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                self.say(f"ignoring {path}: {exc}")
+        for job in sorted(found, key=lambda j: j.seq):
+            self._jobs[job.id] = job
+            if job.status not in FINISHED:
+                if job.status == "running":
+                    job.resumed += 1
+                job.status = "queued"
+                self._queue.append(job.id)
+                self._save(job)
+        if self._queue:
+            self.say(f"{len(self._queue)} unfinished job(s) queued again")
+
+    def _save(self, job: Job) -> None:
+        folder = self.directory / job.id
+        folder.mkdir(exist_ok=True)
+        record.write_json(folder / JOB, job.to_dict())
+
+    def folder(self, job_id: str) -> Path:
+        return self.directory / self.get(job_id).id
+
+    # ------------------------------------------------------------------ requests
+
+    def submit(self, settings: dict) -> Job:
+        """Queue a job; its settings are checked first (``RecipeError``, as ``porter
+        validate`` reports them)."""
+        if not isinstance(settings, dict):
+            raise UsageError("a job is a JSON object of generate settings",
+                             hint='e.g. {"prompt": "a red fox", "seed": 3}')
+        api.checked_settings(self.port.recipe, self.port.registry, settings, "request")
+        with self._lock:
+            if self._closing:
+                raise Closing("the server is shutting down", hint="submit it again after "
+                              "the server restarts")
+            if len(self._queue) >= self.max_queue:
+                raise QueueFull(f"the queue is full ({self.max_queue} jobs waiting)",
+                                hint="try again when a job has finished")
+            seq = max((j.seq for j in self._jobs.values()), default=0) + 1
+            job = Job(f"{seq:06d}", seq, settings)
+            self._jobs[job.id] = job
+            self._save(job)
+            self._queue.append(job.id)
+            self._lock.notify_all()
+        return job
+
+    def get(self, job_id: str) -> Job:
+        with self._lock:
+            if job_id not in self._jobs:
+                raise KeyError(job_id)
+            return self._jobs[job_id]
+
+    def list(self) -> list[Job]:
+        with self._lock:
+            return list(self._jobs.values())
+
+    def cancel(self, job_id: str) -> Job:
+        with self._lock:
+            job = self.get(job_id)
+            if job.status != "queued":
+                raise Conflict(f"job {job_id} is {job.status}: only a queued job can be "
+                               "cancelled")
+            self._queue.remove(job_id)
+            job.status, job.finished = "cancelled", time.time()
+            self._save(job)
+            return job
+
+    def state(self) -> dict:
+        with self._lock:
+            return {"queued": len(self._queue), "running": self._running,
+                    "closing": self._closing, "max_queue": self.max_queue}
+
+    # ------------------------------------------------------------------ worker
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._work, name="porter-jobs", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Take no more jobs; the running one stops at its next step end with a
+        checkpoint (it stays queued for the next server); wait for it."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+        interrupt.request_stop()
+        if self._thread is not None:
+            self._thread.join()
+        interrupt.clear_stop()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._closing:
+                    self._lock.wait()
+                if self._closing:
+                    return
+                job = self._jobs[self._queue[0]]
+                self._running = job.id
+                job.status, job.started, job.error = "running", time.time(), None
+                self._save(job)
+            try:
+                stop = self._run(job)
+            finally:
+                with self._lock:
+                    self._running = None
+                    if not stop:  # a stopped job stays first in line
+                        self._queue.popleft()
+                    self._save(job)
+            if stop:
+                return
+
+    def _run(self, job: Job) -> bool:
+        """Run one job; True when the server is stopping (the job stays queued)."""
+        from porter import batch
+
+        def on_step(done, total):
+            job.step, job.steps = done, total
+        try:
+            recipe = api.checked_settings(self.port.recipe, self.port.registry,
+                                          job.settings, "request")
+            job.steps = recipe.generate.steps
+            batch.run_into(self.port, recipe, self.directory / job.id, resume=True,
+                           on_step=on_step, say=self.say, name=f"job {job.id}")
+            job.status = "done"
+        except interrupt.Interrupted as exc:
+            job.status = "queued"
+            self.say(f"job {job.id} stopped" + (f"; kept: {exc.saved}" if exc.saved else ""))
+            return True
+        except PorterError as exc:
+            job.status, job.error = "failed", exc.render()
+        except Exception as exc:  # a Porter bug in one job: the server goes on
+            job.status = "failed"
+            job.error = f"internal error: {type(exc).__name__}: {exc} (a Porter bug)"
+        job.finished = time.time()
+        self.say(f"job {job.id} {job.status}")
+        return False
+
+    def video(self, job_id: str) -> Path | None:
+        path = self.folder(job_id) / outputs.VIDEO
+        return path if self.get(job_id).status == "done" and path.exists() else None
+
+    def record_of(self, job_id: str) -> dict | None:
+        path = self.folder(job_id) / outputs.RECORD
+        if self.get(job_id).status != "done" or not path.exists():
+            return None
+        return json.loads(path.read_text())

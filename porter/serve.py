@@ -1,0 +1,216 @@
+"""``porter serve R``: the recipe's port behind an HTTP JSON API (FastAPI, uvicorn).
+
+One model in memory; jobs (any generate settings) run one at a time in
+submission order from a bounded queue (``porter.jobs``). The API:
+
+- ``POST /jobs``: submit (201; 400 with the messages ``porter validate`` gives;
+  429 when the queue is full; 503 while shutting down)
+- ``GET /jobs``, ``GET /jobs/{id}``: status, with the denoising step under way
+- ``GET /jobs/{id}/video``, ``GET /jobs/{id}/record``: the results of a done job
+- ``DELETE /jobs/{id}``: cancel a queued job (409 once it runs)
+- ``GET /health``; the OpenAPI description at ``/openapi.json``, pages at ``/docs``
+
+With a token (``--token`` or ``PORTER_TOKEN``) every request needs
+``Authorization: Bearer <token>``; the server refuses to listen beyond this
+machine without one. SIGTERM (or Ctrl-C) stops taking jobs, lets the running job
+reach its next step end and save a checkpoint, and exits; a server started again
+on the same ``output.dir`` serves what is done and continues the rest.
+"""
+
+
+# no ``from __future__ import annotations``: FastAPI reads the handlers' annotations
+# (``Request``) at run time, from names local to ``build_app``
+import asyncio
+import contextlib
+import ipaddress
+import os
+import secrets
+
+from porter.errors import RecipeError, UsageError
+
+TOKEN_ENV = "PORTER_TOKEN"
+
+
+def build_app(jobs, token: str | None = None):
+    """The FastAPI application serving ``jobs`` (a ``porter.jobs.Jobs``)."""
+    from fastapi import Depends, FastAPI, HTTPException, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import FileResponse, JSONResponse
+
+    from porter import jobs as jobs_mod
+    from porter.schema import GenerateSection
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        jobs.start()
+        yield
+        await asyncio.to_thread(jobs.shutdown)  # the running job checkpoints first
+
+    async def authorized(request: Request):
+        if token is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not secrets.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            raise HTTPException(401, "missing or wrong bearer token",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    recipe = jobs.port.recipe
+    app = FastAPI(title="Porter", version=_version(), lifespan=lifespan,
+                  dependencies=[Depends(authorized)],
+                  description=f"Videos from `{recipe.path}` ({recipe.model.family}, "
+                  f"{recipe.model.source}); jobs run one at a time in submission order.")
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request, exc):
+        return JSONResponse({"error": "malformed request", "detail": str(exc)}, 400)
+
+    def missing(job_id):
+        return HTTPException(404, f"no job {job_id!r}")
+
+    body = _body_schema(GenerateSection)
+
+    @app.post("/jobs", status_code=201, summary="submit a job",
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": body}}}})
+    async def submit(request: Request):
+        try:
+            settings = await request.json()
+        except ValueError as exc:
+            return JSONResponse({"error": f"the body is not JSON: {exc}"}, 400)
+        try:
+            job = await asyncio.to_thread(jobs.submit, settings)
+        except RecipeError as exc:
+            return JSONResponse({"error": exc.render(), "problems": [
+                {"path": p.path, "message": p.message, "hint": p.hint}
+                for p in exc.problems]}, 400)
+        except jobs_mod.QueueFull as exc:
+            return JSONResponse({"error": exc.message, "hint": exc.hint}, 429)
+        except jobs_mod.Closing as exc:
+            return JSONResponse({"error": exc.message, "hint": exc.hint}, 503)
+        except UsageError as exc:
+            return JSONResponse({"error": exc.message, "hint": exc.hint}, 400)
+        return _described(job)
+
+    @app.get("/jobs", summary="every job, in submission order")
+    async def listing():
+        return {"jobs": [_described(job) for job in jobs.list()]}
+
+    @app.get("/jobs/{job_id}", summary="a job's status and step")
+    async def status(job_id: str):
+        try:
+            return _described(jobs.get(job_id))
+        except KeyError:
+            raise missing(job_id) from None
+
+    @app.delete("/jobs/{job_id}", summary="cancel a queued job")
+    async def cancel(job_id: str):
+        try:
+            return _described(jobs.cancel(job_id))
+        except KeyError:
+            raise missing(job_id) from None
+        except jobs_mod.Conflict as exc:
+            return JSONResponse({"error": exc.message}, 409)
+
+    @app.get("/jobs/{job_id}/video", summary="the video of a done job (mp4)",
+             response_class=FileResponse)
+    async def video(job_id: str):
+        try:
+            path = jobs.video(job_id)
+        except KeyError:
+            raise missing(job_id) from None
+        if path is None:
+            return JSONResponse({"error": f"job {job_id} has no video (status "
+                                 f"{jobs.get(job_id).status})"}, 404)
+        return FileResponse(path, media_type="video/mp4", filename=f"{job_id}.mp4")
+
+    @app.get("/jobs/{job_id}/record", summary="the run record of a done job (run.json)")
+    async def run_record(job_id: str):
+        try:
+            data = jobs.record_of(job_id)
+        except KeyError:
+            raise missing(job_id) from None
+        if data is None:
+            return JSONResponse({"error": f"job {job_id} has no record yet (status "
+                                 f"{jobs.get(job_id).status})"}, 404)
+        return data
+
+    @app.get("/health", summary="the server, its model and its queue")
+    async def health():
+        return {"status": "ok", "recipe": str(recipe.path), "family": recipe.model.family,
+                **jobs.state()}
+
+    return app
+
+
+def _described(job) -> dict:
+    data = job.to_dict()
+    done = job.status == "done"
+    data["video"] = f"/jobs/{job.id}/video" if done else None
+    data["record"] = f"/jobs/{job.id}/record" if done else None
+    return data
+
+
+def _body_schema(section) -> dict:
+    """The request body's OpenAPI schema: the recipe's ``generate`` keys, all optional
+    (the recipe gives the rest)."""
+    schema = section.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("required", None)
+    schema.pop("$defs", None)
+    schema["description"] = ("generate settings for this job; what is left out comes "
+                             "from the recipe")
+    return schema
+
+
+def _version() -> str:
+    import porter
+
+    return porter.__version__
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def token_for(host: str, given: str | None) -> str | None:
+    """The bearer token (``--token``, else ``PORTER_TOKEN``); beyond loopback one is
+    required."""
+    token = given or os.environ.get(TOKEN_ENV) or None
+    if token is None and not is_loopback(host):
+        raise UsageError(f"--host {host} listens beyond this machine without a token",
+                         hint=f"set --token or {TOKEN_ENV} (clients then send "
+                              "'Authorization: Bearer <token>'), or listen on 127.0.0.1")
+    return token
+
+
+def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
+          token: str | None = None, max_queue: int = 16, say=print) -> dict:
+    """Load the port, then serve until SIGTERM/Ctrl-C; returns the queue's state at
+    the end."""
+    import uvicorn
+
+    from porter import api, checks, distributed, interrupt, jobs as jobs_mod, outputs
+    from porter.run import output_dir
+
+    token = token_for(host, token)
+    family = checks.checked_family(recipe, registry)
+    directory = output_dir(recipe)
+    distributed.initialize()
+    if distributed.process_count() > 1:
+        raise UsageError("porter serve runs in one process",
+                         hint="serve from one host; use `porter run --prompts` across hosts")
+    with outputs.owned(directory):
+        port_ = api.Port.open(recipe, registry, family, say)
+        queue = jobs_mod.Jobs(port_, directory, max_queue, say)
+        app = build_app(queue, token)
+        say(f"serving {recipe.path} on http://{host}:{port} (API description: /docs); "
+            f"jobs in {queue.directory}")
+        try:
+            uvicorn.run(app, host=host, port=port, log_level="warning")
+        except interrupt.Interrupted:
+            pass  # uvicorn passes the signal on once it has shut down: that was the plan
+        return queue.state()
