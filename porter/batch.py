@@ -128,7 +128,7 @@ def run_batch(recipe, registry, prompts: Path, progress: bool = True,
                                                 if len(bad) > 1 else ""))
     for item in bad:
         item.status = "failed"
-        say(f"{prompts}:{item.line}: item {item.name} cannot run: {item.problem}")
+        _report(f"{prompts}:{item.line}: item {item.name} cannot run: {item.problem}")
     distributed.initialize()
     with contextlib.ExitStack() as owner:
         if distributed.writes():
@@ -167,14 +167,20 @@ def _owned_batch(family, recipe, registry, items, prompts, directory, say, progr
                 raise
             except PorterError as exc:
                 item.status, item.error = "failed", exc.message
-                say(f"item {item.name} failed: {exc.message}")
+                _report(f"item {item.name} failed: {exc.message}")
             except Exception as exc:  # a Porter bug in one item: say so, go on
                 item.status = "failed"
                 item.error = f"internal error: {type(exc).__name__}: {exc}"
-                say(f"item {item.name} failed: {item.error} (a Porter bug: report it)")
+                _report(f"item {item.name} failed: {item.error} (a Porter bug: report it)")
             bar.update()
             summary.write(items)
     return summary.write(items)
+
+
+def _report(message: str) -> None:
+    """A failed item is said even with --no-progress (status lines are not)."""
+    if distributed.writes():
+        print(f"porter: {message}", file=sys.stderr, flush=True)
 
 
 def _run_item(port, item: Item, directory: Path, resume: bool, on_step, say) -> None:

@@ -45,7 +45,7 @@ class Job:
         self.finished = state.get("finished")
         self.error = state.get("error")
         self.step, self.steps = state.get("step", 0), state.get("steps")
-        self.resumed = state.get("resumed", 0)  # times it continued after a restart
+        self.resumed = state.get("resumed", 0)  # times it continued after a stop
 
     def to_dict(self) -> dict:
         return {"id": self.id, "seq": self.seq, "status": self.status,
@@ -86,8 +86,6 @@ class Jobs:
         for job in sorted(found, key=lambda j: j.seq):
             self._jobs[job.id] = job
             if job.status not in FINISHED:
-                if job.status == "running":
-                    job.resumed += 1
                 job.status = "queued"
                 self._queue.append(job.id)
                 self._save(job)
@@ -115,7 +113,7 @@ class Jobs:
             if self._closing:
                 raise Closing("the server is shutting down", hint="submit it again after "
                               "the server restarts")
-            if len(self._queue) >= self.max_queue:
+            if self._waiting() >= self.max_queue:
                 raise QueueFull(f"the queue is full ({self.max_queue} jobs waiting)",
                                 hint="try again when a job has finished")
             seq = max((j.seq for j in self._jobs.values()), default=0) + 1
@@ -147,9 +145,13 @@ class Jobs:
             self._save(job)
             return job
 
+    def _waiting(self) -> int:
+        """Jobs in line behind the running one (that one is first in the queue)."""
+        return len(self._queue) - (self._running is not None)
+
     def state(self) -> dict:
         with self._lock:
-            return {"queued": len(self._queue), "running": self._running,
+            return {"queued": self._waiting(), "running": self._running,
                     "closing": self._closing, "max_queue": self.max_queue}
 
     # ------------------------------------------------------------------ worker
@@ -178,6 +180,8 @@ class Jobs:
                     return
                 job = self._jobs[self._queue[0]]
                 self._running = job.id
+                if job.started is not None:  # it ran before a stop: it continues
+                    job.resumed += 1
                 job.status, job.started, job.error = "running", time.time(), None
                 self._save(job)
             try:

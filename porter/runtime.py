@@ -138,10 +138,13 @@ class CompileMonitor:
 
     seconds: Counter = field(default_factory=Counter)
     events: Counter = field(default_factory=Counter)
+    programs: int = 0  # programs JAX built (traced to MLIR), eager ops' included
 
     def on_duration(self, event: str, duration: float, **_) -> None:
         if event.startswith(("/jax/core/compile", "/jax/compilation_cache")):
             self.seconds[event.rsplit("/", 1)[-1]] += duration
+        if event.endswith("jaxpr_to_mlir_module_duration"):
+            self.programs += 1
 
     def on_event(self, event: str, **_) -> None:
         if event.startswith("/jax/compilation_cache"):
@@ -153,7 +156,7 @@ class CompileMonitor:
         return sum(self.seconds[k] for k in keys)
 
     def summary(self) -> dict:
-        return {"seconds": round(self.total_seconds(), 4),
+        return {"seconds": round(self.total_seconds(), 4), "programs": self.programs,
                 "cache_hits": self.events["cache_hits"],
                 "cache_misses": self.events["cache_misses"]}
 

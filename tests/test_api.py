@@ -1,0 +1,124 @@
+"""Porter as a library: porter.load -> Port; generate many times on one compile."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import porter
+from porter.errors import RecipeError
+
+from conftest import ROOT, TINY_RECIPE, diffusers_latents
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def port(tmp_path_factory):
+    path = tmp_path_factory.mktemp("api") / "tiny.yaml"
+    path.write_text(TINY_RECIPE)
+    with porter.load(path, "generate.guidance_scale=4.0") as loaded:
+        yield loaded
+
+
+def test_generate_matches_diffusers_and_compiles_once(port):
+    first = port.generate(prompt="a dog", seed=3)
+    again = port.generate(prompt="a dog", seed=3)
+    other = port.generate(prompt="a dog", seed=4)
+    reference = diffusers_latents(port.settings(prompt="a dog", seed=3))
+    assert first.frames.dtype == np.uint8 and first.frames.shape == (9, 32, 32, 3)
+    assert (first.latents - reference).abs().max() < 1e-4
+    assert torch.equal(first.latents, again.latents)
+    assert not torch.equal(first.latents, other.latents)
+    # the later calls have the first one's shapes: nothing compiles, and the record says so
+    for later in (again, other):
+        compiled = later.record["timings"]["compile"]
+        assert compiled["seconds"] == 0 and compiled["programs"] == 0
+    assert again.record["seed"] == 3 and again.record["recipe"]["generate"]["prompt"] == "a dog"
+
+
+def test_new_shapes_compile_and_bad_settings_are_recipe_errors(port):
+    longer = port.generate(frames=13)
+    assert longer.frames.shape[0] == 13
+    assert longer.record["timings"]["compile"]["seconds"] > 0
+    with pytest.raises(RecipeError, match="4n\\+1"):
+        port.generate(frames=10)
+    with pytest.raises(RecipeError, match="did you mean 'frames'"):
+        port.generate(framez=9)
+    with pytest.raises(RecipeError, match="Port.generate: generate.steps"):
+        port.generate(steps=0)
+
+
+def test_save_writes_video_record_lossless_frames_and_latents(port, tmp_path):
+    result = port.generate(prompt="a fox")
+    npy = result.save(tmp_path / "npy")
+    data = json.loads(npy.read_text())
+    assert data["outputs"]["video"] == "video.mp4"
+    assert (tmp_path / "npy" / "video.mp4").stat().st_size > 0
+    recipe = port.recipe  # its output section decides what is written
+    for frames in ("npy", "png"):
+        result.recipe = recipe.model_copy(update={"output": recipe.output.model_copy(
+            update={"frames": frames, "latents": True, "video": False})})
+        folder = tmp_path / frames
+        data = json.loads(result.save(folder).read_text())
+        outputs = data["outputs"]
+        assert outputs["video"] is None and not (folder / "video.mp4").exists()
+        assert outputs["latents"] == "latents.safetensors"
+        from safetensors.torch import load_file
+        assert torch.equal(load_file(folder / "latents.safetensors")["latents"],
+                           result.latents)
+        if frames == "npy":
+            assert np.array_equal(np.load(folder / "frames.npy"), result.frames)
+        else:
+            from PIL import Image
+            pngs = sorted((folder / "frames").glob("*.png"))
+            assert len(pngs) == 9 and outputs["lossless_frames"] == "frames/"
+            assert np.array_equal(np.asarray(Image.open(pngs[4])), result.frames[4])
+        for name, digest in outputs["files"].items():
+            import hashlib
+            assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest
+
+
+def test_transformer_as_a_torch_teacher(port):
+    """The ported transformer called on CPU torch tensors (inside a training loop, say)
+    answers as the PyTorch transformer does."""
+    from porter import loading
+
+    reference = loading.load_pipeline(port.family, port.recipe).transformer
+    teacher = port.as_torch("transformer")
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 16, 3, 4, 4, generator=generator)  # (batch, channels, frames, h, w)
+    text = torch.randn(1, 16, 32, generator=generator)
+    t = torch.tensor([500.0])
+    with torch.no_grad():
+        want = reference(hidden_states=x, timestep=t, encoder_hidden_states=text,
+                         return_dict=False)[0]
+    got = teacher(hidden_states=x, timestep=t, encoder_hidden_states=text,
+                  return_dict=False)[0]
+    assert isinstance(got, torch.Tensor) and got.device.type == "cpu"
+    assert (got - want).abs().max() < 1e-4
+
+
+def test_written_files_follow_the_umask(tmp_path):
+    """Every file a run writes (stages, record, video, lossless frames, latents) gets
+    the user's umask, as the files of any other program do."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(TINY_RECIPE)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", "import os, sys; os.umask(0o027); from porter.cli import "
+         "main; sys.exit(main(sys.argv[1:]))", "run", str(recipe), f"output.dir={out}",
+         "output.frames=png", "output.latents=true", "--no-progress"],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) > 9
+    for path in files:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640, path
+    assert stat.S_IMODE((out / "frames").stat().st_mode) == 0o750

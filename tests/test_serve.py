@@ -1,0 +1,162 @@
+"""porter serve: a real server process on loopback, a real HTTP client (httpx)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from conftest import ROOT, TINY_RECIPE
+
+pytestmark = pytest.mark.slow
+TOKEN = "s3cret"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``porter serve`` in a fresh process, and a client that carries the token."""
+
+    def __init__(self, recipe, out, queue=2):
+        self.port = free_port()
+        self.log = open(out.parent / f"serve-{self.port}.log", "w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "porter.cli", "serve", str(recipe), f"output.dir={out}",
+             "--port", str(self.port), "--queue", str(queue)],
+            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+            env={**os.environ, "PORTER_TOKEN": TOKEN})
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.client = httpx.Client(base_url=self.url, timeout=30,
+                                   headers={"Authorization": f"Bearer {TOKEN}"})
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            assert self.process.poll() is None, self.output()
+            try:
+                if self.client.get("/health").status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.5)
+        raise AssertionError("the server did not start: " + self.output())
+
+    def output(self) -> str:
+        self.log.flush()
+        return open(self.log.name).read()
+
+    def wait(self, job_id, until=("done", "failed", "cancelled"), step=None, seconds=300):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            job = self.client.get(f"/jobs/{job_id}").json()
+            if job["status"] in until or (step is not None and job["step"] >= step):
+                return job
+            time.sleep(0.2)
+        raise AssertionError(f"job {job_id} stuck: {job}")
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=120)
+        self.client.close()
+        self.log.close()
+        return code
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory):
+    path = tmp_path_factory.mktemp("serve") / "tiny.yaml"
+    path.write_text(TINY_RECIPE + "output: {checkpoint_every: 5}\n")
+    return path
+
+
+def test_jobs_over_http_and_a_restart_mid_job(recipe, tmp_path):
+    out = tmp_path / "out"
+    server = Server(recipe, out)
+    client = server.client
+    try:
+        assert httpx.get(server.url + "/health").status_code == 401  # no token
+        schema = client.get("/openapi.json").json()
+        body = schema["paths"]["/jobs"]["post"]["requestBody"]["content"]
+        assert {"prompt", "seed", "frames"} <= set(body["application/json"]["schema"]
+                                                   ["properties"])
+
+        # malformed requests: 400 with validate's messages, nothing queued
+        assert client.post("/jobs", content=b"{not json").status_code == 400
+        assert client.post("/jobs", json=[1, 2]).status_code == 400
+        bad = client.post("/jobs", json={"prompt": "x", "framez": 9})
+        assert bad.status_code == 400 and "did you mean 'frames'" in bad.json()["error"]
+        bad = client.post("/jobs", json={"prompt": "x", "frames": 10})
+        assert bad.status_code == 400 and bad.json()["problems"][0]["path"] == "generate.frames"
+        assert client.get("/jobs").json() == {"jobs": []}
+
+        # concurrent submissions: all taken, in one order, run one at a time
+        answers = [None] * 2
+
+        def submit(i):
+            answers[i] = client.post("/jobs", json={"prompt": f"fox {i}", "seed": i})
+        threads = [threading.Thread(target=submit, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(a.status_code for a in answers) == [201, 201]
+        ids = sorted(a.json()["id"] for a in answers)
+        for job_id in ids:
+            assert server.wait(job_id)["status"] == "done"
+        first = client.get(f"/jobs/{ids[0]}").json()
+        video = client.get(first["video"])
+        assert video.status_code == 200 and video.headers["content-type"] == "video/mp4"
+        assert video.content[4:8] == b"ftyp"
+        assert client.get(first["record"]).json()["recipe"]["generate"]["prompt"] \
+            .startswith("fox")
+
+        # a long job runs; one waits and is cancelled; the queue (2) refuses a third
+        long = client.post("/jobs", json={"prompt": "long", "steps": 400}).json()
+        server.wait(long["id"], step=1)
+        waiting = client.post("/jobs", json={"prompt": "waits"}).json()
+        more = [client.post("/jobs", json={"prompt": "more"}) for _ in range(2)]
+        assert [r.status_code for r in more] == [201, 429]
+        assert client.delete(f"/jobs/{waiting['id']}").json()["status"] == "cancelled"
+        assert client.delete(f"/jobs/{long['id']}").status_code == 409  # running
+        assert client.delete("/jobs/nope").status_code == 404
+        assert client.get(f"/jobs/{long['id']}/video").status_code == 404
+
+        # SIGTERM mid-job: the job stops at a step end with a checkpoint; exit 0
+        at = server.wait(long["id"], step=12)["step"]
+    finally:
+        code = server.stop()
+    assert code == 0, server.output()
+    saved = json.loads((out / "jobs" / long["id"] / "job.json").read_text())
+    assert saved["status"] == "queued" and saved["step"] >= at
+    assert list((out / "jobs" / long["id"]).glob("progress-*.json"))
+
+    # restarted: finished jobs are served, the interrupted job continues, then the rest
+    again = Server(recipe, out)
+    try:
+        assert again.client.get(f"/jobs/{ids[0]}/video").status_code == 200
+        done = again.wait(long["id"], seconds=600)
+        assert done["status"] == "done" and done["resumed"] == 1
+        record = again.client.get(f"/jobs/{long['id']}/record").json()
+        segments = [s for s in record["history"] if s["stage"] == "denoise"]
+        assert len(segments) == 2 and segments[0]["steps"][1] == segments[1]["steps"][0] > 0
+        assert again.wait(more[0].json()["id"])["status"] == "done"
+        statuses = {j["id"]: j["status"] for j in again.client.get("/jobs").json()["jobs"]}
+        assert statuses[waiting["id"]] == "cancelled"
+    finally:
+        assert again.stop() == 0
+
+
+def test_listening_beyond_loopback_needs_a_token(recipe, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PORTER_TOKEN"}
+    done = subprocess.run([sys.executable, "-m", "porter.cli", "serve", str(recipe),
+                           "--host", "0.0.0.0", f"output.dir={tmp_path}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2 and "without a token" in done.stderr
+    assert "Traceback" not in done.stderr
