@@ -24,7 +24,7 @@ COMPILING = Patch(
         "it keeps for graph capture (diffusers skips value-dependent checks and "
         "data-dependent shortcuts under it), which also cannot run under JAX tracing.",
     replacement=_always(True),
-    fits="torch>=2.3",
+    fits="torch>=2.3,<2.14",
 )
 
 NO_TORCH_ASSERT = Patch(
@@ -33,7 +33,7 @@ NO_TORCH_ASSERT = Patch(
     doc="Turn torch._assert into a no-op: asserts on tensor values need a concrete value, "
         "which a traced (compiled) program does not have.",
     replacement=_always(None),
-    fits="torch>=1.8",
+    fits="torch>=1.8,<2.14",
 )
 
 SETITEM = Patch(
@@ -44,7 +44,7 @@ SETITEM = Patch(
         "(out[..., 0::2] = a) is an elementwise pad + select that XLA fuses, instead of a "
         "scatter, same result. Applied on every run.",
     replacement=setitem.setitem,
-    fits="torchax>=0.0.11",
+    fits="torchax>=0.0.11,<0.0.14",
 )
 
 

@@ -384,6 +384,9 @@ def cmd_patches(args) -> int:
             state = "target found"
         except PatchError:
             state = "TARGET MISSING in the installed version"
+        library, found, fits = patch.installed_fits()
+        if fits is not None:
+            state += f"; {library} {found} " + ("fits" if fits else "IS OUTSIDE what it fits")
         params = ", ".join(f"{k}={v!r}" for k, v in patch.params.items())
         print(f"{name}  (from {registry.owners[('patch', name)]}; {state})")
         print(f"    target: {patch.target}   fits: {patch.fits or '?'}"

@@ -33,6 +33,23 @@ class Patch:
     fits: str = ""  # versions known to fit, e.g. "diffusers>=0.35,<0.43"
     params: dict[str, Any] = field(default_factory=dict)  # accepted params and defaults
 
+    def installed_fits(self) -> tuple[str, str | None, bool | None]:
+        """(library, installed version, whether ``fits`` admits it); None where the
+        patch names no versions or the library is not installed."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        try:
+            wanted = Requirement(self.fits)
+        except InvalidRequirement:
+            return "", None, None
+        try:
+            found = version(wanted.name)
+        except PackageNotFoundError:
+            return wanted.name, None, None
+        return wanted.name, found, wanted.specifier.contains(found, prereleases=True)
+
     def locate(self) -> tuple[Any, str, Any]:
         """(owner, attribute name, current value); PatchError if it does not exist."""
         from porter.compat import import_module

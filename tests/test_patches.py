@@ -113,3 +113,33 @@ def test_wan_patch_reusable_in_a_plain_pipeline():
     with ROPE_CACHE.applied():
         got = rope(x)  # nothing cached: falls back to the original computation
     assert all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+def test_install_bounds_agree_with_what_the_patches_fit():
+    """pyproject.toml admits only versions every patch fits (an upper bound on each
+    patched library), and what is installed (constraints.txt) is inside both."""
+    import tomllib
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    from porter import plugins
+    from conftest import ROOT
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {Requirement(d).name: Requirement(d).specifier for d in project["dependencies"]}
+    pinned = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text()
+                  .splitlines() if "==" in line and not line.startswith("#"))
+    patches = plugins.registry().patches.values()
+    assert all(p.fits for p in patches)
+    for patch in patches:
+        wanted = Requirement(patch.fits)
+        declared_spec = declared[wanted.name]
+        uppers = [s for s in declared_spec if s.operator == "<"]
+        assert uppers, f"{wanted.name} is patched ({patch.name}) but has no upper bound"
+        for spec in uppers:  # no declared version beyond what the patch fits
+            fit_upper = [s for s in wanted.specifier if s.operator == "<"]
+            assert fit_upper and fit_upper[0].version == spec.version, (patch.name, spec)
+        assert wanted.specifier.contains(version(wanted.name), prereleases=True)
+        assert declared_spec.contains(pinned[wanted.name], prereleases=True)
+        assert patch.installed_fits()[2] is True

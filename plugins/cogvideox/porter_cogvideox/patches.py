@@ -28,12 +28,12 @@ ROTARY = Patch(
     doc="Build CogVideoX's 3D rotary tables on the host (PyTorch, CPU) once per "
         "resolution and frame count, then hand them to the device: they arrive at the "
         "compiled transformer as inputs.",
-    replacement=_host_rotary, fits="diffusers>=0.30")
+    replacement=_host_rotary, fits="diffusers>=0.30,<0.43")
 
 ROTARY_I2V = Patch(
     name="cogvideox.rope_cache_i2v",
     target="diffusers:CogVideoXImageToVideoPipeline._prepare_rotary_positional_embeddings",
     doc="The same for CogVideoXImageToVideoPipeline.",
-    replacement=_host_rotary, fits="diffusers>=0.30")
+    replacement=_host_rotary, fits="diffusers>=0.30,<0.43")
 
 ALL = (ROTARY, ROTARY_I2V)

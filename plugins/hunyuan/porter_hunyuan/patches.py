@@ -13,7 +13,7 @@ ROPE_CACHE = Patch(
         "the device, every step). Serve them from tables built once on the host for the "
         "recipe's latent grid (recipe: rotary.precompute: true); other grids fall back.",
     replacement=rotary.cached_forward,
-    fits="diffusers>=0.32",
+    fits="diffusers>=0.32,<0.43",
 )
 
 ROPE_CACHE_15 = Patch(
@@ -22,5 +22,5 @@ ROPE_CACHE_15 = Patch(
            "HunyuanVideo15RotaryPosEmbed.forward",
     doc="The same for HunyuanVideo 1.5's rotary module.",
     replacement=rotary.cached_forward,
-    fits="diffusers>=0.36",
+    fits="diffusers>=0.36,<0.43",
 )

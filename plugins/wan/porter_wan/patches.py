@@ -13,5 +13,5 @@ ROPE_CACHE = Patch(
         "recipe's latent shape (recipe: rotary.precompute: true); shapes not in the cache "
         "fall back to the original computation.",
     replacement=rotary.cached_forward,
-    fits="diffusers>=0.33",
+    fits="diffusers>=0.33,<0.43",
 )
