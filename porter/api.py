@@ -211,6 +211,17 @@ class Port:
         """The port's recipe with ``generate`` settings changed (``checked_settings``)."""
         return checked_settings(self.recipe, self.registry, values, source, line)
 
+    def encode(self, prompt: str | None = None, **settings) -> dict:
+        """The family's conditioning for a prompt (the encode stage: text embeddings for
+        the prompt and the negative prompt, image latents for image-to-video), as CPU
+        torch tensors by name (e.g. ``prompt``, ``negative``)."""
+        if prompt is not None:
+            settings["prompt"] = prompt
+        recipe = self.settings(**settings)
+        with self.active():
+            found = stages.encode(self.family, self.pipe, recipe, self.runtime, {})
+        return {name: to_host(value) for name, value in found.items()}
+
     def generate(self, prompt: str | None = None, **settings) -> Generation:
         """One video; any ``generate`` setting of the recipe may be given (prompt,
         negative_prompt, seed, image, last_image, height, width, frames, steps,

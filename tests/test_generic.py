@@ -41,14 +41,22 @@ def test_validates_and_plans_from_the_checkpoint_config(checkpoint, write):
 @pytest.mark.slow
 def test_tiny_ltx_end_to_end_matches_diffusers(checkpoint, write, tmp_path):
     loaded = recipe.load(write("ltx.yaml", GENERIC.format(source=checkpoint)),
-                         [f"output.dir={tmp_path / 'out'}"])
+                         [f"output.dir={tmp_path / 'out'}", "output.latents=true"])
     result = run(loaded, plugins.registry(), progress=False)
-    expected = build_ltx_pipeline()(  # no negative_prompt: the recipe leaves it to LTX
+    settings = dict(  # no negative_prompt: the recipe leaves it to LTX
         prompt="a cat", height=32, width=32, num_frames=9,
-        num_inference_steps=2, guidance_scale=3.0, max_sequence_length=16,
-        generator=torch.Generator().manual_seed(0), output_type="np").frames[0]
+        num_inference_steps=2, guidance_scale=3.0, max_sequence_length=16)
+    expected = build_ltx_pipeline()(**settings, generator=torch.Generator().manual_seed(0),
+                                    output_type="np").frames[0]
     assert result.frames.shape == (9, 32, 32, 3) and result.video.exists()
     assert np.abs((expected * 255).round() - result.frames).max() <= 1
+    # the final latents, caught by the pipeline's step callback, are diffusers' own
+    latents = build_ltx_pipeline()(**settings, generator=torch.Generator().manual_seed(0),
+                                   output_type="latent").frames
+    from safetensors.torch import load_file
+    written = load_file(tmp_path / "out" / "latents.safetensors")["latents"]
+    assert result.data["outputs"]["latents"] == "latents.safetensors"
+    assert written.shape == latents.shape and (written - latents).abs().max() < 1e-3
 
 
 def test_generic_mistakes(checkpoint, write):
