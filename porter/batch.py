@@ -17,7 +17,7 @@ import json
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from porter import api, distributed, interrupt, outputs, record
@@ -40,7 +40,6 @@ class Item:
     error: str | None = None
     seconds: float | None = None
     compile_s: float | None = None
-    steps_s: list = field(default_factory=list)
 
     def summary(self) -> dict:
         return {"name": self.name, "line": self.line,
@@ -189,7 +188,6 @@ def _run_item(port, item: Item, directory: Path, resume: bool, on_step, say) -> 
     item.status = "done"
     item.seconds = round(time.perf_counter() - begin, 4)
     item.compile_s = outcome.timings["compile"]["seconds"]
-    item.steps_s = outcome.timings.get("steps_s", [])
 
 
 def run_into(port, recipe, directory: Path, resume: bool, on_step=None, say=None,
