@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import sys
 import time
@@ -119,6 +120,10 @@ def run_batch(recipe, registry, prompts: Path, progress: bool = True,
     directory = run_mod.output_dir(recipe)
     run_mod._resume_problem(directory, resume)
     items = read_items(prompts)
+    distributed.initialize()
+    summary_name = SUMMARY
+    if distributed.process_count() > 1:
+        recipe, items, summary_name = _split(recipe, items, say)
     check_items(items, recipe, registry, prompts)
     bad = [item for item in items if item.problem]
     if len(bad) == len(items):
@@ -128,16 +133,52 @@ def run_batch(recipe, registry, prompts: Path, progress: bool = True,
     for item in bad:
         item.status = "failed"
         _report(f"{prompts}:{item.line}: item {item.name} cannot run: {item.problem}")
-    distributed.initialize()
     with contextlib.ExitStack() as owner:
-        if distributed.writes():
+        if distributed.writes() and not distributed.alone():  # alone: items are owned
             owner.enter_context(outputs.owned(directory))
         return _owned_batch(family, recipe, registry, items, prompts, directory, say,
-                            progress and distributed.writes(), resume)
+                            progress and distributed.writes(), resume, summary_name)
+
+
+def replica_mesh(mesh: dict, processes: int, local: int, total: int) -> dict | None:
+    """The mesh each process uses on its own devices when a batch can be split between
+    data-parallel replicas: ``dp`` divides among the processes and one process's share
+    of replicas fits its own devices. None: the batch runs on the whole mesh."""
+    others = {axis: size for axis, size in mesh.items() if axis != "dp"}
+    if processes < 2 or "dp" not in mesh or "auto" in others.values():
+        return None
+    rest = math.prod(others.values())
+    dp = total // rest if mesh["dp"] == "auto" else mesh["dp"]
+    if dp % processes or rest * (dp // processes) > local:
+        return None
+    return {**mesh, "dp": dp // processes}
+
+
+def _split(recipe, items: list[Item], say):
+    """With several processes, each takes every P-th item and runs it on its own
+    devices, when the mesh allows (``replica_mesh``); else every process runs every
+    item on the whole mesh, one after another. Returns (recipe, items, summary name)."""
+    import jax
+
+    from porter import recipe as recipe_mod
+
+    count, index = jax.process_count(), jax.process_index()
+    mesh = replica_mesh(dict(recipe.mesh), count, jax.local_device_count(),
+                        jax.device_count())
+    if mesh is None:
+        say("the mesh spans the processes: every item runs on the whole mesh")
+        return recipe, items, SUMMARY
+    distributed.work_alone()
+    mine = [item for item in items if (item.index - 1) % count == index]
+    say(f"split between {count} replica sets: this process runs {len(mine)} of "
+        f"{len(items)} items on its own devices, mesh {mesh}")
+    recipe = recipe_mod.with_values(recipe, "mesh", mesh, "--prompts (split between "
+                                    "processes)")
+    return recipe, mine, f"batch-{index}.json"
 
 
 def _owned_batch(family, recipe, registry, items, prompts, directory, say, progress,
-                 resume) -> dict:
+                 resume, summary_name) -> dict:
     from tqdm import tqdm
 
     started = time.perf_counter()
@@ -148,7 +189,7 @@ def _owned_batch(family, recipe, registry, items, prompts, directory, say, progr
         say(f"resuming in {directory}: {sum(i.status == 'skipped' for i in items)} of "
             f"{len(items)} items already done")
     port = api.Port.open(recipe, registry, family, say)
-    summary = _Summary(directory, prompts, port, started)
+    summary = _Summary(directory / summary_name, prompts, port, started)
     todo = [item for item in items if item.status == "pending"]
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc="batch",
                unit="video", file=sys.stderr, disable=not progress, dynamic_ncols=True)
@@ -242,8 +283,8 @@ class _Summary:
     """``batch.json``: per item its status and timings, rewritten after each item (an
     interrupted batch leaves a true one)."""
 
-    def __init__(self, directory: Path, prompts: Path, port, started: float):
-        self.directory, self.prompts, self.port, self.started = directory, prompts, port, started
+    def __init__(self, path: Path, prompts: Path, port, started: float):
+        self.path, self.prompts, self.port, self.started = path, prompts, port, started
 
     def write(self, items: list[Item]) -> dict:
         counts = {}
@@ -255,5 +296,5 @@ class _Summary:
                             "total_s": round(time.perf_counter() - self.started, 4)},
                 "items": [item.summary() for item in items]}
         if distributed.writes():
-            record.write_json(self.directory / SUMMARY, data)
+            record.write_json(self.path, data)
         return data

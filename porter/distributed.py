@@ -75,6 +75,22 @@ def initialize() -> None:
                               "process count, and distinct process ids") from None
 
 
+_alone = False  # this process works on its own devices only (see ``work_alone``)
+
+
+def work_alone() -> None:
+    """From now on this process computes on its own devices only and writes its own
+    files: a batch split between data-parallel replicas, one replica set per process.
+    The multi-process runtime stays joined, but nothing Porter does waits on the
+    other processes (no collectives), and the helpers below answer as for one process."""
+    global _alone
+    _alone = True
+
+
+def alone() -> bool:
+    return _alone
+
+
 def _jax_started() -> bool:
     return "jax" in sys.modules
 
@@ -91,14 +107,14 @@ def _single() -> bool:
 
 
 def process_index() -> int:
-    if _single():
+    if _single() or _alone:
         return 0
     import jax
     return jax.process_index()
 
 
 def process_count() -> int:
-    if _single():
+    if _single() or _alone:
         return 1
     import jax
     return jax.process_count()
@@ -121,5 +137,8 @@ def writes() -> bool:
 
 def label() -> str:
     """'' for one process; '[process 1/2] ' when several speak."""
+    if _alone:
+        import jax
+        return f"[process {jax.process_index()}/{jax.process_count()}] "
     count = process_count()
     return f"[process {process_index()}/{count}] " if count > 1 else ""

@@ -264,7 +264,8 @@ def start(recipe) -> Runtime:
     options = xla_options(recipe.runtime.xla_options, platform)
     directory = enable_compile_cache(cache_dir(recipe.runtime.compile_cache))
     compile_monitor()
-    devices = jax.devices()
+    # a process working alone (a batch split between replicas) meshes its own devices
+    devices = jax.local_devices() if distributed.alone() else jax.devices()
     axes = resolve_mesh(recipe.mesh, len(devices))
     used = np.array(devices[: math.prod(axes.values())]).reshape(tuple(axes.values()))
     mesh = jax.sharding.Mesh(used, tuple(axes))

@@ -108,3 +108,15 @@ def test_a_file_with_no_runnable_item_stops_before_loading(tmp_path):
     done = porter_cli("run", recipe, "--prompts", prompts, f"output.dir={tmp_path / 'o'}")
     assert done.returncode == 2 and "no item can run" in done.stderr
     assert "loading" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_when_a_batch_can_be_split_between_replica_sets():
+    from porter.batch import replica_mesh
+
+    # 2 processes x 4 devices: dp=2 x tp=4 splits into one replica set each
+    assert replica_mesh({"dp": 2, "tp": 4}, 2, 4, 8) == {"dp": 1, "tp": 4}
+    assert replica_mesh({"dp": "auto", "tp": 2}, 2, 4, 8) == {"dp": 2, "tp": 2}
+    assert replica_mesh({"dp": 1, "tp": 8}, 2, 4, 8) is None  # a replica spans processes
+    assert replica_mesh({"dp": 3, "tp": 1}, 2, 4, 8) is None  # dp does not divide
+    assert replica_mesh({"tp": 8}, 2, 4, 8) is None  # no dp axis
+    assert replica_mesh({"dp": 2, "tp": 4}, 1, 8, 8) is None  # one process

@@ -171,3 +171,34 @@ def test_a_signal_to_one_process_stops_all_at_the_same_step(tmp_path):
     saved = sorted(p.name for p in out.glob("progress-*.json"))
     assert len(saved) == 1 and saved != ["progress-000008.json"], saved
     assert not (out / "denoise.json").exists()
+
+
+def test_a_batch_is_split_between_replica_sets(tmp_path):
+    """Two processes x 4 devices and a dp=2 x tp=4 mesh: each process holds a whole
+    replica set, so each runs its share of the items alone on its own 4 devices
+    (items 1 and 3 on process 0, item 2 on process 1) and writes them itself."""
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a red fox\na blue bird\na green frog\n")
+    out, port = tmp_path / "out", free_port()
+    children = [subprocess.Popen(
+        [sys.executable, "-m", "porter.cli", "run", str(RECIPE), "--prompts", str(prompts),
+         f"output.dir={out}", "--cpu-devices", "4", "--coordinator", f"127.0.0.1:{port}",
+         "--num-processes", "2", "--process-id", str(i), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    for child in children:
+        _, stderr = child.communicate(timeout=600)
+        assert child.returncode == 0, stderr[-3000:]
+    import json
+    shares = [json.loads((out / f"batch-{i}.json").read_text()) for i in range(2)]
+    assert [[item["name"] for item in share["items"]] for share in shares] == \
+        [["0001", "0003"], ["0002"]]
+    assert all(item["status"] == "done" for share in shares for item in share["items"])
+    second = json.loads((out / "0002" / "run.json").read_text())
+    assert second["mesh"] == {"dp": 1, "tp": 4} and second["device"]["count"] == 4
+    # the item is what one process makes with that prompt on a dp=1 x tp=4 mesh
+    single = run(recipe.load(RECIPE, [f"output.dir={tmp_path / 'single'}", "mesh.dp=1",
+                                      "generate.prompt=a blue bird"]),
+                 plugins.registry(), progress=False)
+    latents = load_file(str(out / "0002" / "denoise.safetensors"))["latents"]
+    error = (latents - single.latents).abs().max().item()
+    assert error <= 1e-5 * single.latents.abs().max().item(), error
