@@ -130,10 +130,10 @@ def fresh_porter(*args):
 
 
 @pytest.mark.parametrize("args", [
-    ["plugins"], ["patches"], ["--help"], ["run", "--help"],
+    ["plugins"], ["patches"], ["--help"], ["run", "--help"], ["serve", "--help"],
     ["validate", str(RECIPES / "wan14b.yaml"), "--devices", "8"],
     ["plan", str(RECIPES / "wan1.3b.yaml"), "--devices", "8"],
-    ["inspect", str(RECIPES / "wan-tiny-tp.yaml")]], ids=lambda a: " ".join(a[:1]))
+    ["inspect", str(RECIPES / "wan-tiny-tp.yaml")]], ids=lambda a: " ".join(a[:2]))
 def test_commands_in_a_fresh_process(args):
     out = fresh_porter(*args)
     assert out.returncode == 0, out.stderr
