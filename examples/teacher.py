@@ -21,7 +21,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
 
-    port = porter.load(args.recipe)  # loaded, ported and compiled once
+    port = porter.load(args.recipe)  # loaded and ported once; compiled on first use
     teacher = port.as_torch("transformer")  # torch tensors in, torch tensors out
     config = port.transformer.config  # the diffusers config of the ported model
     gen = port.recipe.generate

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from porter import artifacts, checks, distributed, loading, patches, porting, record
+from porter import artifacts, checks, distributed, loading, notices, patches, porting, record
 from porter import runtime as runtime_mod
 from porter import progress as saved_progress
 from porter import schedulers, stages, tracing
@@ -53,10 +53,11 @@ def load(recipe, *overrides: str, cpu_devices: int | None = None,
     registry = plugins.registry()
     family = checks.checked_family(recipe, registry)
     distributed.initialize()
-    return Port.open(recipe, registry, family, say=_say if progress else _quiet)
+    return Port.open(recipe, registry, family, say=status if progress else _quiet)
 
 
-def _say(message: str) -> None:
+def status(message: str) -> None:
+    """A status line on stderr (what is being done), labelled with the process."""
     import sys
 
     print(f"porter: {distributed.label()}{message}", file=sys.stderr, flush=True)
@@ -73,6 +74,7 @@ class Outcome:
     frames: object  # uint8 array (count, height, width, 3), or None (before decode)
     timings: dict
     history: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)  # given while loading and in this call
 
 
 @dataclass
@@ -123,6 +125,7 @@ class Port:
         self._monitor = runtime_mod.compile_monitor()
         self._compile_mark = load_timings.pop("_compile_mark")
         self._traces_mark = (0, 0)
+        self._load_warnings = notices.given()  # the load's: every record carries them
 
     # ------------------------------------------------------------------ building
 
@@ -240,7 +243,18 @@ class Port:
         checkpoints are saved there and ``resumed`` (``porter.run.Resumed``) says
         what to continue from; ``on_step(done, total)`` follows denoising."""
         self.calls += 1
-        timings: dict = {k: v for k, v in self.load_timings.items()}
+        # loading is paid once: the first call's record carries it
+        timings: dict = dict(self.load_timings) if self.calls == 1 else {}
+        warned = len(notices.given())
+        try:
+            outcome = self._run(recipe, timings, wanted, directory, resumed, progress,
+                                on_step, say)
+        finally:  # compilation a failed call paid is not charged to the next one
+            timings["compile"] = self._compile_since_last()
+        outcome.warnings = self._load_warnings + notices.given()[warned:]
+        return outcome
+
+    def _run(self, recipe, timings, wanted, directory, resumed, progress, on_step, say):
         family, runtime, pipe = self.family, self.runtime, self.pipe
         conditioning = latents = frames = None
         previous = resumed.previous if resumed else None
@@ -274,7 +288,6 @@ class Port:
                 say("decoding latents to frames")
                 frames = stages.decode(family, pipe, latents, recipe, runtime, timings)
                 history.append(record.segment(runtime, "decode"))
-        timings["compile"] = self._compile_since_last()
         timings["stages"] = list(wanted) if family.staged else ["generate"]
         timings["port_call"] = self.calls
         return Outcome(latents, frames, timings, history)
@@ -331,7 +344,8 @@ class Port:
                          "width": int(frames.shape[2])}
         described.update(written or {})
         return record.build(recipe, self.runtime, outcome.timings, described, self.chosen,
-                            self.ported.weights, self.checkpoint, outcome.history)
+                            self.ported.weights, self.checkpoint, outcome.history,
+                            outcome.warnings)
 
     def close(self) -> None:
         """Let go of the pipeline (its device memory goes when nothing else holds it)."""
@@ -358,12 +372,26 @@ def checked_settings(recipe, registry, values: dict, source: str = CALL,
         values.update({k: str(Path(values[k]).expanduser().absolute())
                        for k in ("image", "last_image") if isinstance(values.get(k), str)})
     changed = recipe_mod.with_values(recipe, "generate", values, source, line)
-    problems = checks.recipe_problems(changed, registry)
+    problems = checks.recipe_problems(changed, registry) or _pipeline_problems(
+        recipe, changed, registry)
     if not problems and _shape_keys_changed(recipe, changed):
         problems = checks.shape_problems(changed, registry)
     if problems:
         raise RecipeError(problems)
     return changed
+
+
+def _pipeline_problems(recipe, changed, registry) -> list:
+    """Settings that need another pipeline than the one the port loaded (an image for
+    a port loaded for text-to-video, or none for an image-to-video one)."""
+    family = registry.family(recipe.model.family)
+    loaded, wanted = family.pipeline_class(recipe), family.pipeline_class(changed)
+    if loaded is wanted:
+        return []
+    return [changed.problem("generate.image", f"needs {wanted.__name__}, but this port "
+                            f"loaded {loaded.__name__} for its recipe", hint="load a recipe "
+                            "that sets generate.image for image-to-video, or leave image "
+                            "out for text-to-video")]
 
 
 #: generate settings that decide tensor shapes (checked against the model when changed)

@@ -116,20 +116,24 @@ def run_batch(recipe, registry, prompts: Path, progress: bool = True,
     from porter import checks
 
     family = checks.checked_family(recipe, registry)
-    say = run_mod._status if progress else (lambda message: None)
+    say = api.status if progress else (lambda message: None)
     directory = run_mod.output_dir(recipe)
     run_mod._resume_problem(directory, resume)
     items = read_items(prompts)
     distributed.initialize()
-    summary_name = SUMMARY
+    summary_name, share = SUMMARY, None
     if distributed.process_count() > 1:
-        recipe, items, summary_name = _split(recipe, items, say)
+        recipe, share, summary_name = _split(recipe, say)
+    # every item is checked on every process, so all of them agree on what can run
     check_items(items, recipe, registry, prompts)
     bad = [item for item in items if item.problem]
     if len(bad) == len(items):
         raise UsageError(f"--prompts {prompts}: no item can run: line {bad[0].line}: "
                          f"{bad[0].problem}" + (f" (and {len(bad) - 1} more)"
                                                 if len(bad) > 1 else ""))
+    if share is not None:
+        items = [item for item in items if share(item)]
+        bad = [item for item in bad if share(item)]
     for item in bad:
         item.status = "failed"
         _report(f"{prompts}:{item.line}: item {item.name} cannot run: {item.problem}")
@@ -154,10 +158,11 @@ def replica_mesh(mesh: dict, processes: int, local: int, total: int) -> dict | N
     return {**mesh, "dp": dp // processes}
 
 
-def _split(recipe, items: list[Item], say):
+def _split(recipe, say):
     """With several processes, each takes every P-th item and runs it on its own
     devices, when the mesh allows (``replica_mesh``); else every process runs every
-    item on the whole mesh, one after another. Returns (recipe, items, summary name)."""
+    item on the whole mesh, one after another. Returns (recipe, which items are this
+    process's (None: all), summary file name)."""
     import jax
 
     from porter import recipe as recipe_mod
@@ -167,14 +172,13 @@ def _split(recipe, items: list[Item], say):
                         jax.device_count())
     if mesh is None:
         say("the mesh spans the processes: every item runs on the whole mesh")
-        return recipe, items, SUMMARY
+        return recipe, None, SUMMARY
     distributed.work_alone()
-    mine = [item for item in items if (item.index - 1) % count == index]
-    say(f"split between {count} replica sets: this process runs {len(mine)} of "
-        f"{len(items)} items on its own devices, mesh {mesh}")
+    say(f"split between {count} replica sets: this process runs items {index + 1}, "
+        f"{index + 1 + count}, ... on its own devices, mesh {mesh}")
     recipe = recipe_mod.with_values(recipe, "mesh", mesh, "--prompts (split between "
                                     "processes)")
-    return recipe, mine, f"batch-{index}.json"
+    return recipe, lambda item: (item.index - 1) % count == index, f"batch-{index}.json"
 
 
 def _owned_batch(family, recipe, registry, items, prompts, directory, say, progress,
@@ -182,6 +186,9 @@ def _owned_batch(family, recipe, registry, items, prompts, directory, say, progr
     from tqdm import tqdm
 
     started = time.perf_counter()
+    if not items:  # more processes than items: this one has none
+        return {"summary": summary_name, "counts": {}, "items": [],
+                "timings": {"total_s": 0.0}}
     if resume:
         for item in items:
             if not item.problem and _finished(directory / item.name, item.recipe):
@@ -206,7 +213,7 @@ def _owned_batch(family, recipe, registry, items, prompts, directory, say, progr
                 summary.write(items)
                 raise
             except PorterError as exc:
-                item.status, item.error = "failed", exc.message
+                item.status, item.error = "failed", exc.render()
                 _report(f"item {item.name} failed: {exc.message}")
             except Exception as exc:  # a Porter bug in one item: say so, go on
                 item.status = "failed"
@@ -290,7 +297,8 @@ class _Summary:
         counts = {}
         for item in items:
             counts[item.status] = counts.get(item.status, 0) + 1
-        data = {"prompts": str(self.prompts), "recipe": str(self.port.recipe.path),
+        data = {"summary": self.path.name, "prompts": str(self.prompts),
+                "recipe": str(self.port.recipe.path),
                 "counts": counts,
                 "timings": {**{k: v for k, v in self.port.load_timings.items()},
                             "total_s": round(time.perf_counter() - self.started, 4)},

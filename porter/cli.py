@@ -224,13 +224,15 @@ def cmd_run(args) -> int:
     if not distributed.writes():
         print(f"{distributed.label()}done; process 0 wrote the outputs to {result.directory}")
         return 0
-    if result.video is None:
+    if result.record is None:  # stopped before decoding
         print(f"wrote {', '.join(s + '.safetensors' for s in timings['stages'])} "
               f"to {result.directory}")
         return 0
     outputs = result.data["outputs"]
-    print(f"wrote {result.video} ({outputs['frames']} frames, "
-          f"{outputs['width']}x{outputs['height']}) and {result.record.name}")
+    made = [name for name in (outputs["video"], outputs["lossless_frames"],
+                              outputs["latents"]) if name]
+    print(f"wrote {', '.join(made + [result.record.name])} to {result.directory} "
+          f"({outputs['frames']} frames, {outputs['width']}x{outputs['height']})")
     compiled = timings["compile"]
     parts = [f"step {timings['step_s']:.3f} s"] if "step_s" in timings else []
     parts += [f"compile {compiled['seconds']:.1f} s (cache: {compiled['cache_hits']} hits, "
@@ -260,7 +262,7 @@ def _batch(args, loaded) -> int:
     shown = ", ".join(f"{n} {status}" for status, n in counts.items())
     print(f"batch of {len(summary['items'])}: {shown}; "
           f"{summary['timings']['total_s']:.1f} s in all; "
-          f"see {batch.SUMMARY} in {output_dir(loaded)}")
+          f"see {summary['summary']} in {output_dir(loaded)}")
     return 2 if counts.get("failed") else 0
 
 

@@ -22,7 +22,8 @@ class _StepWatch:
     """The pipeline's own step callback (``callback_on_step_end``, which diffusers
     pipelines call with the latents after each step): stops a run whose latents go
     NaN or infinite at that step (not after decoding a black video), and keeps the
-    last latents, the run's final ones. Not every pipeline has the callback:
+    last latents, the run's final ones; stops at a step end when a stop is requested
+    (``interrupt.request_stop``: the job starts over when the server restarts). Not every pipeline has the callback:
     ``kwargs`` is then empty and ``latents`` stays None."""
 
     def __init__(self, pipe, total: int):
@@ -36,9 +37,11 @@ class _StepWatch:
                            "callback_on_step_end_tensor_inputs": ["latents"]}
 
     def __call__(self, pipe, step, timestep, tensors):
-        from porter import finite
+        from porter import finite, interrupt
         from porter.stages import NonFinite
 
+        if interrupt.requested():  # a server shutting down: no checkpoint to keep here
+            raise interrupt.Interrupted(interrupt.requested())
         if not finite.on_device(tensors["latents"]):
             raise NonFinite(step + 1, self.total, None, staged=False)
         self.latents = tensors["latents"]

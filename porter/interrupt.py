@@ -54,6 +54,11 @@ def request_stop(signum: int = signal.SIGTERM) -> None:
     _requested = signum
 
 
+def requested() -> int | None:
+    """The signal a ``request_stop`` stands for, if one was made."""
+    return _requested
+
+
 def clear_stop() -> None:
     global _requested
     _requested = None

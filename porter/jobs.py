@@ -108,7 +108,11 @@ class Jobs:
         if not isinstance(settings, dict):
             raise UsageError("a job is a JSON object of generate settings",
                              hint='e.g. {"prompt": "a red fox", "seed": 3}')
-        api.checked_settings(self.port.recipe, self.port.registry, settings, "request")
+        checked = api.checked_settings(self.port.recipe, self.port.registry, settings,
+                                       "request")
+        # image paths as checked (absolute): a restarted server may run elsewhere
+        settings = {**settings, **{k: getattr(checked.generate, k) for k in
+                                   ("image", "last_image") if settings.get(k)}}
         with self._lock:
             if self._closing:
                 raise Closing("the server is shutting down", hint="submit it again after "
@@ -116,7 +120,10 @@ class Jobs:
             if self._waiting() >= self.max_queue:
                 raise QueueFull(f"the queue is full ({self.max_queue} jobs waiting)",
                                 hint="try again when a job has finished")
-            seq = max((j.seq for j in self._jobs.values()), default=0) + 1
+            # past every folder too: one whose job.json could not be read keeps its id
+            seq = max([j.seq for j in self._jobs.values()] + [
+                int(p.name) for p in self.directory.iterdir() if p.name.isdigit()],
+                default=0) + 1
             job = Job(f"{seq:06d}", seq, settings)
             self._jobs[job.id] = job
             self._save(job)
@@ -184,19 +191,24 @@ class Jobs:
                     job.resumed += 1
                 job.status, job.started, job.error = "running", time.time(), None
                 self._save(job)
+            stop, outcome = True, ("queued", None)
             try:
-                stop = self._run(job)
+                stop, outcome = self._run(job)
             finally:
-                with self._lock:
+                with self._lock:  # readers see a job's final fields together
                     self._running = None
+                    job.status, job.error = outcome
                     if not stop:  # a stopped job stays first in line
                         self._queue.popleft()
+                        job.finished = time.time()
                     self._save(job)
+            self.say(f"job {job.id} {job.status}")
             if stop:
                 return
 
-    def _run(self, job: Job) -> bool:
-        """Run one job; True when the server is stopping (the job stays queued)."""
+    def _run(self, job: Job) -> tuple[bool, tuple[str, str | None]]:
+        """Run one job: (whether the server is stopping, (status, error)); a stopped
+        job stays queued."""
         from porter import batch
 
         def on_step(done, total):
@@ -207,19 +219,15 @@ class Jobs:
             job.steps = recipe.generate.steps
             batch.run_into(self.port, recipe, self.directory / job.id, resume=True,
                            on_step=on_step, say=self.say, name=f"job {job.id}")
-            job.status = "done"
+            return False, ("done", None)
         except interrupt.Interrupted as exc:
-            job.status = "queued"
             self.say(f"job {job.id} stopped" + (f"; kept: {exc.saved}" if exc.saved else ""))
-            return True
+            return True, ("queued", None)
         except PorterError as exc:
-            job.status, job.error = "failed", exc.render()
+            return False, ("failed", exc.render())
         except Exception as exc:  # a Porter bug in one job: the server goes on
-            job.status = "failed"
-            job.error = f"internal error: {type(exc).__name__}: {exc} (a Porter bug)"
-        job.finished = time.time()
-        self.say(f"job {job.id} {job.status}")
-        return False
+            return False, ("failed", f"internal error: {type(exc).__name__}: {exc} "
+                                     "(a Porter bug)")
 
     def video(self, job_id: str) -> Path | None:
         path = self.folder(job_id) / outputs.VIDEO

@@ -151,9 +151,13 @@ def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) ->
 
     for name in (RECORD, VIDEO, FRAMES_NPY, LATENTS):
         (directory / name).unlink(missing_ok=True)
-    if (directory / FRAMES_DIR).is_dir():
-        for frame in (directory / FRAMES_DIR).glob("*.png"):
+    frames = directory / FRAMES_DIR
+    if frames.is_dir():
+        for frame in frames.glob("*.png"):
             frame.unlink()
+        remove_partials(frames)
+        with contextlib.suppress(OSError):
+            frames.rmdir()  # when empty: a run without png frames leaves none
     first = artifacts.STAGES.index(stages[0]) if stages else len(artifacts.STAGES)
     for stage in artifacts.STAGES[first:]:
         artifacts.remove(directory, stage)

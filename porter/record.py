@@ -73,7 +73,7 @@ def weights(placed: dict, timings: dict) -> dict:
 
 def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
           placed: dict | None = None, checkpoint: dict | None = None,
-          history: list | None = None) -> dict:
+          history: list | None = None, warnings: list | None = None) -> dict:
     from porter import compat, distributed, notices
     from porter.runtime import peak_memory
     return {
@@ -97,7 +97,7 @@ def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
         "weights": weights(placed or {}, timings),
         "memory": peak_memory(runtime),
         "outputs": outputs,
-        "warnings": notices.given(),
+        "warnings": notices.given() if warnings is None else warnings,
     }
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,10 +57,6 @@ def _inputs(directory: Path, wanted: tuple[str, ...], recipe, resume: bool) -> R
     return found
 
 
-def _status(message: str) -> None:
-    print(f"porter: {distributed.label()}{message}", file=sys.stderr, flush=True)
-
-
 def _resume_problem(directory: Path, resume: bool) -> None:
     if resume and not directory.is_dir():
         raise UsageError(f"nothing to resume: {directory} does not exist"
@@ -78,7 +73,7 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
     The run owns its output directory while it runs (another run into it is
     refused), and first removes the files of an older run that its own replace."""
     family = checks.checked_family(recipe, registry)
-    say = _status if progress else (lambda message: None)
+    say = api.status if progress else (lambda message: None)
     directory = output_dir(recipe)
     if not family.staged and (stage or resume):
         raise UsageError(f"family {family.name!r} runs the pipeline in one piece: "

@@ -34,7 +34,6 @@ TOKEN_ENV = "PORTER_TOKEN"
 def build_app(jobs, token: str | None = None):
     """The FastAPI application serving ``jobs`` (a ``porter.jobs.Jobs``)."""
     from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import FileResponse, JSONResponse
 
     from porter import jobs as jobs_mod
@@ -59,10 +58,6 @@ def build_app(jobs, token: str | None = None):
                   dependencies=[Depends(authorized)],
                   description=f"Videos from `{recipe.path}` ({recipe.model.family}, "
                   f"{recipe.model.source}); jobs run one at a time in submission order.")
-
-    @app.exception_handler(RequestValidationError)
-    async def malformed(request, exc):
-        return JSONResponse({"error": "malformed request", "detail": str(exc)}, 400)
 
     def missing(job_id):
         return HTTPException(404, f"no job {job_id!r}")

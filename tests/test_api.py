@@ -52,6 +52,26 @@ def test_new_shapes_compile_and_bad_settings_are_recipe_errors(port):
         port.generate(framez=9)
     with pytest.raises(RecipeError, match="Port.generate: generate.steps"):
         port.generate(steps=0)
+    with pytest.raises(RecipeError, match="this text-to-video model takes no image"):
+        port.generate(image=ROOT / "recipes" / "assets" / "last_frame.png")
+
+
+def test_settings_that_need_another_pipeline_are_refused():
+    """TI2V-5B takes text or an image, through two pipelines: a port loaded for one
+    cannot run the other (checked without loading anything)."""
+    from porter import plugins, recipe
+    from porter.api import checked_settings
+
+    registry = plugins.registry()
+    text_mode = recipe.load(ROOT / "recipes" / "wan22-ti2v-tiny.yaml", ["generate.image=null"])
+    with pytest.raises(RecipeError, match="needs WanImageToVideoPipeline, but this port "
+                       "loaded WanPipeline"):
+        checked_settings(text_mode, registry, {"image": ROOT / "recipes" / "assets" /
+                                               "first_frame.png"})
+    image_mode = recipe.load(ROOT / "recipes" / "wan22-ti2v-tiny.yaml")
+    with pytest.raises(RecipeError, match="needs WanPipeline"):
+        checked_settings(image_mode, registry, {"image": None})
+    assert checked_settings(image_mode, registry, {"seed": 5}).generate.seed == 5
 
 
 def test_save_writes_video_record_lossless_frames_and_latents(port, tmp_path):
@@ -82,6 +102,11 @@ def test_save_writes_video_record_lossless_frames_and_latents(port, tmp_path):
         for name, digest in outputs["files"].items():
             import hashlib
             assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest
+    # saved again without png frames: the older frames go with the older record
+    result.recipe = recipe
+    result.save(tmp_path / "png")
+    assert not (tmp_path / "png" / "frames").exists()
+    assert (tmp_path / "png" / "video.mp4").exists()
 
 
 def test_transformer_as_a_torch_teacher(port):
@@ -114,9 +139,11 @@ def test_written_files_follow_the_umask(tmp_path):
     done = subprocess.run(
         [sys.executable, "-c", "import os, sys; os.umask(0o027); from porter.cli import "
          "main; sys.exit(main(sys.argv[1:]))", "run", str(recipe), f"output.dir={out}",
-         "output.frames=png", "output.latents=true", "--no-progress"],
+         "output.frames=png", "output.latents=true", "output.video=false", "--no-progress"],
         capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote frames/, latents.safetensors, run.json to {out}")
+    assert not (out / "video.mp4").exists()
     files = [p for p in out.rglob("*") if p.is_file()]
     assert len(files) > 9
     for path in files:
