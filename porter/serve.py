@@ -35,6 +35,7 @@ def build_app(jobs, token: str | None = None):
     """The FastAPI application serving ``jobs`` (a ``porter.jobs.Jobs``)."""
     from fastapi import Depends, FastAPI, HTTPException, Request
     from fastapi.responses import FileResponse, JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from porter import jobs as jobs_mod
     from porter.schema import GenerateSection
@@ -58,6 +59,10 @@ def build_app(jobs, token: str | None = None):
                   dependencies=[Depends(authorized)],
                   description=f"Videos from `{recipe.path}` ({recipe.model.family}, "
                   f"{recipe.model.source}); jobs run one at a time in submission order.")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def refused(request, exc):  # every error answers {"error": ...}, as submit's do
+        return JSONResponse({"error": exc.detail}, exc.status_code, headers=exc.headers)
 
     def missing(job_id):
         return HTTPException(404, f"no job {job_id!r}")
@@ -106,28 +111,26 @@ def build_app(jobs, token: str | None = None):
         except jobs_mod.Conflict as exc:
             return JSONResponse({"error": exc.message}, 409)
 
+    def result(job_id: str, find, what: str):
+        """A done job's result (``find(job_id)``), or 404 saying why there is none."""
+        try:
+            found = find(job_id)
+        except KeyError:
+            raise missing(job_id) from None
+        if found is None:
+            raise HTTPException(404, f"job {job_id} has no {what} yet (status "
+                                f"{jobs.get(job_id).status})")
+        return found
+
     @app.get("/jobs/{job_id}/video", summary="the video of a done job (mp4)",
              response_class=FileResponse)
     async def video(job_id: str):
-        try:
-            path = jobs.video(job_id)
-        except KeyError:
-            raise missing(job_id) from None
-        if path is None:
-            return JSONResponse({"error": f"job {job_id} has no video (status "
-                                 f"{jobs.get(job_id).status})"}, 404)
+        path = result(job_id, jobs.video, "video")
         return FileResponse(path, media_type="video/mp4", filename=f"{job_id}.mp4")
 
     @app.get("/jobs/{job_id}/record", summary="the run record of a done job (run.json)")
     async def run_record(job_id: str):
-        try:
-            data = jobs.record_of(job_id)
-        except KeyError:
-            raise missing(job_id) from None
-        if data is None:
-            return JSONResponse({"error": f"job {job_id} has no record yet (status "
-                                 f"{jobs.get(job_id).status})"}, 404)
-        return data
+        return result(job_id, jobs.record_of, "record")
 
     @app.get("/health", summary="the server, its model and its queue")
     async def health():

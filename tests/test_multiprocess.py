@@ -26,17 +26,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def two_processes(tmp_path_factory):
-    out = tmp_path_factory.mktemp("two-processes")
+def start_two(*args) -> list:
+    """`porter run RECIPE *args` as processes 0 and 1 of 2, 4 CPU devices each."""
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    children = [subprocess.Popen(
-        [sys.executable, "-m", "porter.cli", "run", str(RECIPE), f"output.dir={out}",
+    return [subprocess.Popen(
+        [sys.executable, "-m", "porter.cli", "run", str(RECIPE), *map(str, args),
          "--cpu-devices", "4", "--coordinator", f"127.0.0.1:{port}",
          "--num-processes", "2", "--process-id", str(i)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for i in range(2)]
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    out = tmp_path_factory.mktemp("two-processes")
+    children = start_two(f"output.dir={out}")
     results = []
     for child in children:
         try:
@@ -179,12 +184,8 @@ def test_a_batch_is_split_between_replica_sets(tmp_path):
     (items 1 and 3 on process 0, item 2 on process 1) and writes them itself."""
     prompts = tmp_path / "p.txt"
     prompts.write_text("a red fox\na blue bird\na green frog\n")
-    out, port = tmp_path / "out", free_port()
-    children = [subprocess.Popen(
-        [sys.executable, "-m", "porter.cli", "run", str(RECIPE), "--prompts", str(prompts),
-         f"output.dir={out}", "--cpu-devices", "4", "--coordinator", f"127.0.0.1:{port}",
-         "--num-processes", "2", "--process-id", str(i), "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    out = tmp_path / "out"
+    children = start_two("--prompts", prompts, f"output.dir={out}", "--no-progress")
     for child in children:
         _, stderr = child.communicate(timeout=600)
         assert child.returncode == 0, stderr[-3000:]

@@ -125,8 +125,9 @@ def test_jobs_over_http_and_a_restart_mid_job(recipe, tmp_path):
         assert [r.status_code for r in more] == [201, 429]
         assert client.delete(f"/jobs/{waiting['id']}").json()["status"] == "cancelled"
         assert client.delete(f"/jobs/{long['id']}").status_code == 409  # running
-        assert client.delete("/jobs/nope").status_code == 404
-        assert client.get(f"/jobs/{long['id']}/video").status_code == 404
+        assert client.delete("/jobs/nope").json() == {"error": "no job 'nope'"}
+        early = client.get(f"/jobs/{long['id']}/video")
+        assert early.status_code == 404 and "has no video yet" in early.json()["error"]
 
         # SIGTERM mid-job: the job stops at a step end with a checkpoint; exit 0
         at = server.wait(long["id"], step=12)["step"]
