@@ -53,7 +53,7 @@ def load(recipe, *overrides: str, cpu_devices: int | None = None,
     registry = plugins.registry()
     family = checks.checked_family(recipe, registry)
     distributed.initialize()
-    return Port.open(recipe, registry, family, say=status if progress else _quiet)
+    return Port.open(recipe, registry, family, say=status if progress else quiet)
 
 
 def status(message: str) -> None:
@@ -63,8 +63,8 @@ def status(message: str) -> None:
     print(f"porter: {distributed.label()}{message}", file=sys.stderr, flush=True)
 
 
-def _quiet(message: str) -> None:
-    pass
+def quiet(message: str) -> None:
+    """``say`` that says nothing."""
 
 
 @dataclass
@@ -111,7 +111,7 @@ class Port:
     """
 
     def __init__(self, recipe, registry, family, runtime, pipe, ported, chosen,
-                 checkpoint, load_timings: dict):
+                 checkpoint, load_timings: dict, compile_mark: dict):
         self.recipe = recipe
         self.registry = registry
         self.family = family
@@ -123,14 +123,14 @@ class Port:
         self.load_timings = load_timings
         self.calls = 0
         self._monitor = runtime_mod.compile_monitor()
-        self._compile_mark = load_timings.pop("_compile_mark")
+        self._compile_mark = compile_mark  # compile totals before loading began
         self._traces_mark = (0, 0)
         self._load_warnings = notices.given()  # the load's: every record carries them
 
     # ------------------------------------------------------------------ building
 
     @classmethod
-    def open(cls, recipe, registry, family, say=_quiet) -> "Port":
+    def open(cls, recipe, registry, family, say=quiet) -> "Port":
         """Start the runtime, check shapes, load and port (see ``porter.load``)."""
         from porter.transforms import attention
         from porter.transforms import setup as setup_transform
@@ -145,7 +145,7 @@ class Port:
         if problems:
             raise RecipeError(problems)
         chosen = porting.selected_patches(recipe, registry, family)
-        timings = {"_compile_mark": runtime_mod.compile_monitor().summary()}
+        compile_mark, timings = runtime_mod.compile_monitor().summary(), {}
         with patches.applied(chosen), tracing.explained():
             say(f"loading {family.name} from {recipe.model.source} ({recipe.model.dtype})")
             start = time.perf_counter()
@@ -161,7 +161,7 @@ class Port:
             ported = porting.port(pipe, family, runtime, recipe, weights)
             timings["to_jax_s"] = round(time.perf_counter() - start, 4)
         return cls(recipe, registry, family, runtime, pipe, ported, chosen, checkpoint,
-                   timings)
+                   timings, compile_mark)
 
     # ------------------------------------------------------------------ components
 
@@ -237,7 +237,7 @@ class Port:
                           recipe)
 
     def run(self, recipe, *, wanted: tuple[str, ...] = artifacts.STAGES, directory=None,
-            resumed=None, progress: bool = False, on_step=None, say=_quiet) -> Outcome:
+            resumed=None, progress: bool = False, on_step=None, say=quiet) -> Outcome:
         """Run the wanted stages of ``recipe`` (this port's recipe or one from
         ``settings``). With a ``directory``, each stage's output and the denoising
         checkpoints are saved there and ``resumed`` (``porter.run.Resumed``) says

@@ -21,7 +21,11 @@ STAGES = ("encode", "denoise", "decode")
 
 def settings(recipe) -> dict:
     """What an artifact depends on: the model and the generation settings."""
-    data = recipe.resolved()
+    return settings_of(recipe.resolved())
+
+
+def settings_of(data: dict) -> dict:
+    """``settings`` from a resolved recipe's data (a run record's ``recipe``)."""
     found = {"model": data["model"], "generate": data["generate"], "dtypes": data["dtypes"]}
     if data["lora"]:  # absent when unused: records written before LoRA stay valid
         found["lora"] = data["lora"]

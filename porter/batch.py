@@ -116,7 +116,7 @@ def run_batch(recipe, registry, prompts: Path, progress: bool = True,
     from porter import checks
 
     family = checks.checked_family(recipe, registry)
-    say = api.status if progress else (lambda message: None)
+    say = api.status if progress else api.quiet
     directory = run_mod.output_dir(recipe)
     run_mod._resume_problem(directory, resume)
     items = read_items(prompts)
@@ -244,7 +244,7 @@ def run_into(port, recipe, directory: Path, resume: bool, on_step=None, say=None
     writes one: owned while it runs, every stage saved, video and record at the end.
     With ``resume``, it continues after the directory's last complete stage or
     checkpoint; files left by other settings start it over. Returns the Outcome."""
-    say = say or (lambda message: None)
+    say = say or api.quiet
     with contextlib.ExitStack() as owner:
         if distributed.writes():
             owner.enter_context(outputs.owned(directory))
@@ -276,11 +276,8 @@ def _finished(directory: Path, recipe) -> bool:
     from porter import artifacts
 
     try:
-        data = json.loads((directory / outputs.RECORD).read_text())
-        made = data["recipe"]
-        made = {"model": made["model"], "generate": made["generate"],
-                "dtypes": made["dtypes"], **({"lora": made["lora"]} if made.get("lora")
-                                             else {})}
+        made = artifacts.settings_of(
+            json.loads((directory / outputs.RECORD).read_text())["recipe"])
     except (OSError, ValueError, KeyError, TypeError):
         return False
     return made == artifacts.settings(recipe)

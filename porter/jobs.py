@@ -60,7 +60,7 @@ class Jobs:
     def __init__(self, port, directory: Path, max_queue: int = 16, say=None):
         self.port, self.max_queue = port, max_queue
         self.directory = Path(directory) / "jobs"
-        self.say = say or (lambda message: None)
+        self.say = say or api.quiet
         self._lock = threading.Condition()
         self._jobs: dict[str, Job] = {}
         self._queue: collections.deque[str] = collections.deque()

@@ -73,7 +73,7 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
     The run owns its output directory while it runs (another run into it is
     refused), and first removes the files of an older run that its own replace."""
     family = checks.checked_family(recipe, registry)
-    say = api.status if progress else (lambda message: None)
+    say = api.status if progress else api.quiet
     directory = output_dir(recipe)
     if not family.staged and (stage or resume):
         raise UsageError(f"family {family.name!r} runs the pipeline in one piece: "
