@@ -259,7 +259,10 @@ class Port:
         conditioning = latents = frames = None
         previous = resumed.previous if resumed else None
         history = list(previous["meta"].get("history") or []) if previous else []
+        caching = self.ported.caching
         with self.active():
+            if caching is not None:
+                self._begin_cache(caching, recipe, resumed)
             if not family.staged:
                 say("running the pipeline")
                 start = time.perf_counter()
@@ -290,7 +293,18 @@ class Port:
                 history.append(record.segment(runtime, "decode"))
         timings["stages"] = list(wanted) if family.staged else ["generate"]
         timings["port_call"] = self.calls
+        if caching is not None and ("denoise" in wanted or not family.staged):
+            timings["cache"] = caching.summary(pipe)
         return Outcome(latents, frames, timings, history)
+
+    def _begin_cache(self, caching, recipe, resumed) -> None:
+        """Every cache state cold; a run continued mid-denoise starts its cache there."""
+        start = resumed.progress.step if resumed and resumed.progress else 0
+        with self.runtime.env:
+            caching.begin(self.pipe, self.family, recipe, start)
+        if start and caching.tallies:
+            notices.warn(f"continuing after step {start}: the step cache starts cold there, "
+                         "so the result can differ slightly from an uninterrupted run")
 
     def _denoise(self, recipe, conditioning, timings, history, directory, resumed,
                  progress, on_step, say):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from porter import config_values, loading, lora, patches
+from porter import cache, config_values, loading, lora, patches
 from porter.transforms import attention, dtypes, sharding
 from porter.errors import Problem, UsageError
 
@@ -64,6 +64,7 @@ def recipe_problems(recipe, registry) -> list[Problem]:
     if not problems:
         family = registry.family(recipe.model.family)
         problems += family.check(recipe)
+        problems += cache.problems(recipe, family)
         if recipe.rotary.precompute and family.rotary_patch_for(recipe) is None:
             problems.append(recipe.problem("rotary.precompute", f"family {family.name!r} "
                                            "has no rotary cache", hint="set it to false"))

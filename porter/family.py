@@ -91,6 +91,12 @@ class ModelFamily:
         """The guided noise prediction for one denoising step."""
         raise NotImplementedError
 
+    def transformer_steps(self, pipe, recipe) -> dict[str, int]:
+        """How many denoising steps each transformer component runs (a step cache
+        aims at it): every step, the one transformer, unless the family says
+        otherwise."""
+        return {"transformer": recipe.generate.steps}
+
     def final_latents(self, pipe, latents, conditioning: dict):
         """The latents after the last step, as the pipeline hands them to the VAE
         (a family that keeps given frames apart puts them back here)."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from porter import distributed, patches, record
+from porter import cache, distributed, patches, record
 from porter.errors import LoadError
 from porter.transforms import compile as compile_transform
 from porter.transforms import attention, placement, rotary
@@ -20,6 +20,7 @@ class Ported:
     traces: object  # the TraceCache used (None when the compile cache is off)
     weights: dict  # component -> where its weights came from and what each device holds
     splits: dict  # component -> autosplit.Split: what could not be compiled whole
+    caching: object = None  # porter.cache.session.Caching, with a ``cache:`` section
 
 
 def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
@@ -48,19 +49,33 @@ def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
     compiled = compile_transform.rules(recipe, family)
     traces = trace_cache(recipe, family, runtime)
     splits: dict = {}
+    in_pieces = cache.cached_components(modules, recipe)
     for name, component in modules.items():
         if name in compiled:
-            component = compile_transform.apply(component, compiled[name], traces, name,
-                                                runtime.xla_options, splits)
+            compiler = compile_transform.pieces if name in in_pieces \
+                else compile_transform.apply
+            component = compiler(component, compiled[name], traces, name,
+                                 runtime.xla_options, splits)
             if name.startswith("transformer") and sharding.inputs:
                 component = shard_transform.ShardedInputs(component, sharding.inputs, runtime)
             elif name in unsharded and runtime.mesh.devices.size > 1 \
-                    and compiled[name].modules is None:
+                    and compiled[name].modules is None and name not in in_pieces:
                 placement.on_one_device(component, runtime)
         if name in recipe.attention.skip:
             component = attention.Skipped(component)
         setattr(pipe, name, component)
-    return Ported(traces, placed, splits)
+    return Ported(traces, placed, splits, caching_for(recipe, modules, in_pieces))
+
+
+def caching_for(recipe, modules: dict, in_pieces: list):
+    """The port's step cache (None without a ``cache:`` section): hooks on the
+    components compiled in pieces."""
+    from porter.cache.session import Caching
+
+    chosen = cache.settings(recipe)
+    if chosen is None:
+        return None
+    return Caching.attach(chosen, {name: modules[name] for name in in_pieces})
 
 
 def _refuse_nonfinite(found: dict, recipe) -> None:

@@ -272,5 +272,9 @@ class RecipeSpec(Section):
     attention: AttentionSection = AttentionSection()
     compile: dict[str, CompileRule] = Field(
         default_factory=dict, description="per component; replaces the family's defaults")
+    cache: dict[str, Any] = Field(
+        default_factory=dict, description="step caching: one method and its parameters, "
+        "e.g. {method: magcache, threshold: 0.06, mag_ratios: ratios.json}; methods: "
+        "magcache, first_block, taylorseer, guidance (docs/caching.md)")
     verify: VerifySection = VerifySection()
     output: OutputSection = OutputSection()

@@ -23,6 +23,24 @@ def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=No
     and ``splits[name]`` (a ``Split``) says how. ``traces`` (a TraceCache) keeps the
     traced programs, and the splits, on disk; ``xla_options`` are XLA's compiler
     options for every program."""
+    jit_kwargs, split = _prepared(rule, traces, name, xla_options, splits)
+    if rule.modules is not None:
+        return _compile_submodules(module, rule, traces, split, jit_kwargs)
+    return _jit(module, rule, traces, split, jit_kwargs)
+
+
+def pieces(module, rule: CompileRule, traces=None, name: str = "", xla_options=None,
+           splits: dict | None = None):
+    """``module`` with each child that holds weights compiled in place (each block of
+    a block list its own program), its forward left to run on the host between them:
+    what a step cache needs to decide, between programs, which ones to run."""
+    jit_kwargs, split = _prepared(rule, traces, name, xla_options, splits)
+    autosplit.split_children(module, "", split, traces, jit_kwargs)
+    return module
+
+
+def _prepared(rule: CompileRule, traces, name: str, xla_options, splits):
+    """jax.jit's arguments for ``rule`` and the component's Split."""
     output_classes_as_pytrees()
     jit_kwargs = {"static_argnames": tuple(rule.static_argnames)}
     if rule.donate_argnames:
@@ -33,9 +51,7 @@ def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=No
                                        if traces is not None else None)
     if splits is not None:
         splits[name] = split
-    if rule.modules is not None:
-        return _compile_submodules(module, rule, traces, split, jit_kwargs)
-    return _jit(module, rule, traces, split, jit_kwargs)
+    return jit_kwargs, split
 
 
 _REGISTERED: set = set()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from porter import cache
 from porter.family import ModelFamily
 from porter.interop import to_host
 from porter.transforms import rotary
@@ -258,6 +259,18 @@ class WanFamily(ModelFamily):
         second = recipe.generate.guidance_scale_2
         return pipe.transformer_2, recipe.generate.guidance_scale if second is None else second
 
+    def transformer_steps(self, pipe, recipe):
+        """Two experts split the schedule at the boundary timestep."""
+        second = getattr(pipe, "transformer_2", None)
+        ratio = pipe.config.get("boundary_ratio")
+        if second is None or ratio is None:
+            return {"transformer": recipe.generate.steps}
+        scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config)
+        scheduler.set_timesteps(recipe.generate.steps, device="cpu")
+        boundary = ratio * scheduler.config.num_train_timesteps
+        first = sum(1 for t in scheduler.timesteps if float(t) >= boundary)
+        return {"transformer": first, "transformer_2": recipe.generate.steps - first}
+
     def size_problems(self, recipe, config):
         """Wan's rotary tables cover ``rope_max_seq_len`` positions on each axis of the
         patch grid; diffusers slices them to the grid, so a larger grid fails mid-step."""
@@ -315,19 +328,36 @@ class WanFamily(ModelFamily):
             timestep = (mask[0][0][:, ::2, ::2] * timestep).flatten().unsqueeze(0)
         model_input = model_input.to(model.dtype)
         image = conditioning.get("image_embeds")
-        guided = "negative" in conditioning
-        if guided and self.batch(recipe) == 2:
+        if "negative" not in conditioning:
+            with cache.context(model, "cond"):
+                return self._call(model, model_input, timestep, conditioning["prompt"], image)
+        reuse = getattr(pipe, "_porter_guidance", None)  # the guidance cache, if any
+        if reuse is not None and not reuse.computes_unconditional(model):
+            with cache.context(model, "cond"):
+                noise = self._call(model, model_input, timestep, conditioning["prompt"], image)
+            uncond = reuse.estimated(noise)
+        else:
+            noise, uncond = self._guided(model, model_input, timestep, conditioning, image,
+                                         recipe)
+            if reuse is not None:
+                reuse.kept(noise, uncond)
+        return uncond + scale * (noise - uncond)
+
+    def _guided(self, model, model_input, timestep, conditioning, image, recipe):
+        """Both branches' predictions: (conditional, unconditional)."""
+        if self.batch(recipe) == 2:
             # one call, batch [cond, uncond]: the data axis can split it
             both = torch.cat([model_input, model_input])
             text = torch.cat([conditioning["prompt"], conditioning["negative"]])
             images = None if image is None else torch.cat([image, image])
-            noise, uncond = self._call(model, both, timestep, text, images).chunk(2)
-        else:
+            with cache.context(model, "cond_uncond"):
+                return self._call(model, both, timestep, text, images).chunk(2)
+        # as WanPipeline: each branch keeps its own step-cache state
+        with cache.context(model, "cond"):
             noise = self._call(model, model_input, timestep, conditioning["prompt"], image)
-            if not guided:
-                return noise
+        with cache.context(model, "uncond"):
             uncond = self._call(model, model_input, timestep, conditioning["negative"], image)
-        return uncond + scale * (noise - uncond)
+        return noise, uncond
 
     @staticmethod
     def _call(model, latents, timestep, text, image=None):

@@ -1,0 +1,123 @@
+"""Step caching: skip, or predict, work a denoising step would repeat.
+
+A recipe's ``cache:`` section names one method (``porter.cache.methods``).
+Under compilation the data-dependent decisions of these methods cannot live
+inside one compiled transformer, so a cached transformer is compiled in pieces
+(each child that holds weights, each block of its block lists: one program per
+piece, the same for every step) and the decisions are taken on the host between
+them, by diffusers' own hooks (``porter.cache.hooks``): MagCache's from a
+schedule known before the loop, the first-block cache's from one scalar per
+call. The guidance cache (``porter.cache.guidance``) works one level up, in the
+family's guided prediction. A recipe without ``cache:`` is ported exactly as
+before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from porter.cache.methods import METHODS, parse
+
+#: block-list attributes diffusers' hooks look for on a transformer
+BLOCK_LISTS = ("blocks", "transformer_blocks", "single_transformer_blocks", "layers",
+               "visual_transformer_blocks", "temporal_transformer_blocks")
+
+
+def settings(recipe):
+    """The recipe's cache method (a ``porter.cache.methods`` model), or None."""
+    return parse(dict(recipe.cache)) if recipe.cache else None
+
+
+def problems(recipe, family) -> list:
+    """What is wrong with the ``cache:`` section, found without weights."""
+    if not recipe.cache:
+        return []
+    try:
+        chosen = settings(recipe)
+    except ValueError as exc:
+        return [recipe.problem(f"cache.{key}", message, hint)
+                for key, message, hint in exc.problems]
+    found = []
+    if chosen.method == "guidance":
+        if recipe.generate.guidance_scale <= 1.0:
+            found.append(recipe.problem(
+                "cache.method", "the guidance cache needs classifier-free guidance: "
+                f"guidance_scale {recipe.generate.guidance_scale} runs one branch",
+                hint="set generate.guidance_scale above 1, or another method"))
+        if not family.staged:
+            found.append(recipe.problem(
+                "cache.method", f"family {family.name!r} runs its pipeline's own loop: "
+                "Porter cannot leave out one branch of its guidance",
+                hint="methods for it: magcache, first_block, taylorseer"))
+    if chosen.method == "magcache" and not chosen.calibrate:
+        found += _ratio_problems(recipe, chosen)
+    return found
+
+
+def _ratio_problems(recipe, chosen) -> list:
+    ratios = chosen.mag_ratios
+    if ratios is None:
+        return [recipe.problem("cache.mag_ratios", "MagCache needs the model's magnitude "
+                               "ratios", hint=f"`porter calibrate {recipe.path or 'R'}` "
+                               "writes them; then cache.mag_ratios: <that file>")]
+    if isinstance(ratios, list):
+        return [] if ratios else [recipe.problem("cache.mag_ratios", "no ratios given")]
+    path = recipe.file_path("cache.mag_ratios", ratios)
+    if not path.is_file():
+        return [recipe.problem("cache.mag_ratios", f"{ratios!r} is not a file",
+                               hint="`porter calibrate` writes one; paths are relative "
+                                    "to the recipe's folder")]
+    try:
+        from porter.cache import calibration
+        calibration.read(path)
+    except ValueError as exc:
+        return [recipe.problem("cache.mag_ratios", f"{ratios}: {exc}",
+                               hint="write it again with `porter calibrate`")]
+    return []
+
+
+def ratios_file(recipe) -> Path | None:
+    chosen = settings(recipe)
+    if chosen is None or not isinstance(getattr(chosen, "mag_ratios", None), str):
+        return None
+    return recipe.file_path("cache.mag_ratios", chosen.mag_ratios)
+
+
+def block_lists(module) -> list:
+    """The module's block lists, as diffusers' hooks find them."""
+    import torch
+
+    return [getattr(module, name) for name in BLOCK_LISTS
+            if isinstance(getattr(module, name, None), torch.nn.ModuleList)]
+
+
+def cached_components(pipe_components: dict, recipe) -> list[str]:
+    """Components a cache method works on: transformers with a block list."""
+    if not recipe.cache or settings(recipe).method == "guidance":
+        return []
+    return [name for name, module in pipe_components.items()
+            if name.startswith("transformer") and block_lists(module)]
+
+
+def context(model, name: str):
+    """``model``'s calls inside the block belong to the denoising call ``name``
+    (cond, uncond): each keeps its own cache state, as diffusers' pipelines do.
+    A model without a cache: nothing happens."""
+    module = getattr(model, "module", model)  # through ShardedInputs
+    if getattr(module, "_porter_cache", None) is None:
+        return contextlib.nullcontext()
+    from diffusers.hooks.hooks import CacheContext, _set_cache_context
+
+    @contextlib.contextmanager
+    def entered():
+        _set_cache_context(module, CacheContext(name))
+        try:
+            yield
+        finally:
+            _set_cache_context(module, None)
+    return entered()
+
+
+__all__ = ["METHODS", "block_lists", "cached_components", "context", "parse", "problems",
+           "ratios_file", "settings"]

@@ -1,0 +1,214 @@
+"""Step caching: Porter's compiled pieces decide as diffusers' hooks do.
+
+Each method runs on the tiny Wan pipeline through Porter and through plain
+diffusers with the same hook configuration from the same seed: both skip the
+same steps (per guidance branch) and give the same latents.
+"""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+import porter
+from porter.errors import RecipeError
+
+pytestmark = pytest.mark.slow
+
+STEPS = 12
+SETTINGS = ("generate.steps=12", "generate.negative_prompt=blurry", "generate.seed=3")
+
+
+def load(recipe_path, *overrides):
+    return porter.load(recipe_path, *SETTINGS, *overrides)
+
+
+@pytest.fixture(scope="module")
+def recipe_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cache") / "tiny.yaml"
+    path.write_text("""\
+model: {family: wan, source: tiny}
+generate: {prompt: "a cat", height: 32, width: 32, frames: 9, steps: 3,
+           guidance_scale: 5.0, max_sequence_length: 16}
+rotary: {precompute: true}
+""")
+    return path
+
+
+def diffusers_run(recipe, config=None, calibrate_into=None):
+    """Latents and skipped steps per branch of plain diffusers' WanPipeline with
+    ``config`` (a diffusers cache config) enabled on its transformer."""
+    from porter_wan.tiny import build_pipeline
+
+    gen = recipe.generate
+    pipe = build_pipeline()
+    for module in (pipe.transformer, pipe.vae, pipe.text_encoder):
+        module.eval()
+    calls, ran = [], []
+    pipe.transformer.register_forward_pre_hook(lambda *_: calls.append(len(calls)))
+    # the last block's feed-forward runs only when the block is computed
+    pipe.transformer.blocks[-1].ffn.register_forward_hook(lambda *_: ran.append(calls[-1]))
+    if config is not None:
+        pipe.transformer.enable_cache(config)
+    if calibrate_into is not None:
+        tail = pipe.transformer.blocks[-1]._diffusers_hook.get_hook("mag_cache_block_hook")
+        original = tail._perform_calibration_step
+
+        def recorded(state, residual):
+            original(state, residual)
+            name = tail.state_manager._context.name
+            calibrate_into.setdefault(name, []).append(state.calibration_ratios[-1])
+        tail._perform_calibration_step = recorded
+    latents = pipe(gen.prompt, negative_prompt=gen.negative_prompt, height=gen.height,
+                   width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
+                   guidance_scale=gen.guidance_scale,
+                   max_sequence_length=gen.max_sequence_length,
+                   generator=torch.Generator().manual_seed(gen.seed),
+                   output_type="latent").frames
+    skipped: dict = {}
+    for call in sorted(set(calls) - set(ran)):  # WanPipeline: cond, uncond per step
+        skipped.setdefault(("cond", "uncond")[call % 2], []).append(call // 2 + 1)
+    return latents, skipped
+
+
+def porter_run(recipe_path, *overrides):
+    with load(recipe_path, *overrides) as port:
+        made = port.generate()
+    return made.latents, made.record["timings"]["cache"], port
+
+
+def same_as_diffusers(recipe_path, overrides, config):
+    latents, summary, port = porter_run(recipe_path, *overrides)
+    reference, skipped = diffusers_run(port.recipe, config)
+    assert summary["skipped_steps"] == skipped
+    assert summary["skipped_calls"] > 0, "the configuration should skip something"
+    assert (latents - reference).abs().max() < 1e-4
+    return summary
+
+
+def test_first_block_cache_matches_diffusers(recipe_path):
+    from diffusers import FirstBlockCacheConfig
+    summary = same_as_diffusers(recipe_path, ["cache.method=first_block",
+                                              "cache.threshold=0.2"],
+                                FirstBlockCacheConfig(threshold=0.2))
+    # a skipped call still runs the first block
+    assert summary["blocks_computed"] == summary["blocks_total"] - summary["skipped_calls"]
+
+
+def test_taylorseer_matches_diffusers_with_blocks_predicted(recipe_path):
+    from diffusers import TaylorSeerCacheConfig
+    summary = same_as_diffusers(
+        recipe_path, ["cache.method=taylorseer", "cache.cache_interval=3",
+                      "cache.taylor_factors_dtype=float32"],
+        TaylorSeerCacheConfig(cache_interval=3, taylor_factors_dtype=torch.float32,
+                              cache_identifiers=[r"blocks\.\d+"]))
+    assert summary["blocks_computed"] < summary["blocks_total"]
+
+
+def test_calibration_matches_diffusers_and_magcache_follows_it(recipe_path, tmp_path):
+    from diffusers import MagCacheConfig
+    from porter.cache import calibration
+
+    _, summary, port = porter_run(recipe_path, "cache.method=magcache",
+                                  "cache.calibrate=true")
+    assert summary["skipped_calls"] == 0
+    ratios = summary["ratios"]["transformer"]
+    expected: dict = {}
+    # one more step than run: diffusers' calibration would forget them at the last one
+    diffusers_run(port.recipe, MagCacheConfig(calibrate=True, num_inference_steps=STEPS + 1),
+                  calibrate_into=expected)
+    assert set(ratios) == {"cond", "uncond"} and len(ratios["cond"]) == STEPS
+    for name in ratios:
+        assert ratios[name] == pytest.approx(expected[name], rel=1e-4, abs=1e-5)
+
+    file = calibration.write(tmp_path / "ratios.json", summary["ratios"], port.recipe, STEPS)
+    overrides = ["cache.method=magcache", f"cache.mag_ratios={file}", "cache.threshold=0.5"]
+    same_as_diffusers(recipe_path, overrides, MagCacheConfig(
+        threshold=0.5, mag_ratios=ratios["cond"], num_inference_steps=STEPS))
+
+
+def test_guidance_cache_reuses_the_difference_on_its_schedule(recipe_path):
+    from porter.cache.guidance import schedule
+    from porter.cache.methods import GuidanceCache
+
+    plain, _, _ = porter_run(recipe_path, "cache.method=guidance", "cache.interval=1")
+    latents, summary, port = porter_run(recipe_path, "cache.method=guidance",
+                                        "cache.interval=3", "cache.start=0.25")
+    plan = schedule(GuidanceCache(method="guidance", interval=3, start=0.25), STEPS)
+    assert summary["skipped_steps"] == [i + 1 for i, both in enumerate(plan) if not both]
+    assert summary["skipped_steps"] == [5, 6, 8, 9, 11, 12]
+    reference, _ = diffusers_run(port.recipe)
+    assert (plain - reference).abs().max() < 1e-4  # interval 1: nothing reused
+    assert (latents - reference).abs().max() > 1e-4  # reused: not the same video
+    assert torch.isfinite(latents).all()
+
+
+@pytest.mark.parametrize("cache, message", [
+    ("{method: teacache}", "unknown method 'teacache'"),
+    ("{method: magcache, treshold: 0.1, mag_ratios: [1.0]}", "magcache takes no parameter"),
+    ("{method: first_block, threshold: -1}", "greater than or equal to 0"),
+    ("{method: magcache}", "MagCache needs the model's magnitude ratios"),
+    ("{method: magcache, mag_ratios: nowhere.json}", "'nowhere.json' is not a file"),
+    ("{method: guidance}", "needs classifier-free guidance"),
+])
+def test_bad_cache_sections_are_recipe_errors(recipe_path, cache, message):
+    from porter import recipe as recipe_mod
+    from porter.checks import recipe_problems
+    from porter.plugins import registry
+
+    overrides = [f"cache={cache}"]
+    if "guidance" in cache:
+        overrides.append("generate.guidance_scale=1.0")
+    loaded = recipe_mod.load(recipe_path, overrides)
+    problems = recipe_problems(loaded, registry())
+    assert any(message in p.message for p in problems), [str(p) for p in problems]
+    assert all(p.path.startswith("cache") for p in problems)
+
+
+def test_unknown_parameter_lists_the_accepted_ones(recipe_path):
+    from porter import recipe as recipe_mod
+    from porter.checks import recipe_problems
+    from porter.plugins import registry
+
+    loaded = recipe_mod.load(recipe_path, ["cache={method: first_block, interval: 2}"])
+    (problem,) = recipe_problems(loaded, registry())
+    assert problem.path == "cache.interval" and problem.hint == "first_block takes: threshold"
+
+
+def test_defaults_are_diffusers_defaults():
+    from diffusers import FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig
+    from porter.cache.methods import METHODS
+
+    theirs = {"magcache": MagCacheConfig, "first_block": FirstBlockCacheConfig,
+              "taylorseer": TaylorSeerCacheConfig}
+    for method, config in theirs.items():
+        defaults = {f.name: f.default for f in dataclasses.fields(config)}
+        for name, field in METHODS[method].model_fields.items():
+            if name in ("method", "mag_ratios"):
+                continue
+            expected = defaults[name]
+            if isinstance(expected, torch.dtype):
+                expected = str(expected).removeprefix("torch.")
+            assert field.default == expected, (method, name)
+
+
+def test_ratio_files_are_checked(tmp_path):
+    from porter.cache import calibration
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"kind": calibration.KIND, "ratios": {"transformer": [1]}}))
+    with pytest.raises(ValueError, match="lists of numbers per context"):
+        calibration.read(bad)
+
+
+def test_one_list_for_two_experts_is_refused(tmp_path):
+    path = tmp_path / "two.yaml"
+    path.write_text("""\
+model: {family: wan, source: tiny, variant: t2v-two-experts}
+generate: {prompt: "a cat", height: 32, width: 32, frames: 9, steps: 4,
+           max_sequence_length: 16}
+cache: {method: magcache, mag_ratios: [1.0, 1.0, 1.0, 1.0]}
+""")
+    with porter.load(path) as port, pytest.raises(RecipeError, match="2 transformers"):
+        port.generate()
