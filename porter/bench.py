@@ -1,4 +1,5 @@
-"""`porter bench`: one denoising step of the ported transformer beside PyTorch eager.
+"""`porter bench`: one denoising step of the ported transformer beside PyTorch eager
+(and, for a recipe with ``cache:``, its denoise stage with and without the cache).
 
 Measured in the same process on the same inputs: compile time (and how much
 came from the persistent cache), steady time per step for the port and for
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 from porter import checks, loading, patches, runtime as runtime_mod
+from porter.cache import measure
 from porter.interop import to_device
 from porter.stages import block
 
@@ -101,6 +103,16 @@ def _reference_device(runtime) -> torch.device:
 
 
 def bench(recipe, registry, steps: int = 5) -> dict:
+    """One step of the port beside PyTorch eager; with a ``cache:`` section, also the
+    recipe's denoise stage with the cache beside it without (``porter.cache.measure``)."""
+    result = _one_step(recipe if not recipe.cache else measure.without_cache(recipe),
+                       registry, steps)
+    if recipe.cache:
+        result["cache"] = measure.compare(recipe)
+    return result
+
+
+def _one_step(recipe, registry, steps: int) -> dict:
     from porter.porting import attention_installed, port, selected_patches
     from porter.verify import cast, random_inputs
 
@@ -188,4 +200,6 @@ def render(result: dict) -> str:
     memory = result["memory"]
     for key, value in memory.items():
         lines.append(f"  {key.replace('_', ' ')}: {value / 2**30:.2f} GiB")
+    if "cache" in result:
+        lines.append(measure.render(result["cache"]))
     return "\n".join(lines)

@@ -23,6 +23,7 @@ examples:
   porter validate recipes/wan14b.yaml --devices 8   ... for an 8-chip machine, from here
   porter plan recipes/wan-tiny-tp.yaml --devices 8  bytes per device, from shapes alone
   porter verify recipes/wan-tiny.yaml               port vs PyTorch, block by block
+  porter calibrate recipes/wan-tiny.yaml            MagCache's ratios for a cache: section
   porter inspect recipes/wan1.3b.yaml               tensor patterns to write rules for
   porter new mymodel --family wan                   a commented starter recipe
   porter plugins                                    what each installed plugin registered
@@ -149,10 +150,26 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="time one step of the port beside PyTorch eager",
         description="Compile time, steady step time of the ported transformer and of the "
         "same transformer in PyTorch eager (same device, same inputs) and their ratio, "
-        "peak memory, FLOPs per step and the fraction of a measured matmul peak.")
+        "peak memory, FLOPs per step and the fraction of a measured matmul peak. With a "
+        "cache: section, also the recipe's denoise stage (its steps) with and without "
+        "the cache: wall time, blocks computed, steps skipped, how far the latents moved.")
     _recipe_args(bench, json=True)
     bench.add_argument("--steps", type=int, default=5, metavar="N",
                        help="timed steps after the first (default 5)")
+
+    calibrate = commands.add_parser(
+        "calibrate", help="measure MagCache's magnitude ratios for the recipe's model",
+        description="Run the recipe's encode and denoise stages once, skipping nothing, "
+        "and write MagCache's magnitude ratios (each transformer's, per guidance branch) "
+        "to a JSON file that the recipe's cache section names: cache: {method: magcache, "
+        "mag_ratios: FILE}. The ratios serve any step count (resampled to it): calibrate "
+        "once, at the step count you run most. See docs/caching.md.")
+    _recipe_args(calibrate)
+    calibrate.add_argument("-o", "--output", metavar="FILE",
+                           help="where to write the ratios (default: "
+                                "<output.dir>/mag_ratios.json)")
+    calibrate.add_argument("--no-progress", action="store_true",
+                           help="hide the progress bar")
 
     inspect = commands.add_parser(
         "inspect", help="tensor name patterns, shapes and matching rules, without weights",
@@ -241,7 +258,21 @@ def cmd_run(args) -> int:
         if key in timings:
             parts.append(f"{label} {timings[key]:.2f} s")
     print(", ".join(parts))
+    if "cache" in timings:
+        print(_cache_line(timings["cache"]))
     return 0
+
+
+def _cache_line(summary: dict) -> str:
+    """One line on what the step cache did."""
+    line = (f"cache {summary['method']}: {summary['blocks_computed']} of "
+            f"{summary['blocks_total']} transformer blocks computed")
+    skipped = summary["skipped_steps"]
+    if isinstance(skipped, dict):
+        shown = "; ".join(f"{name} {steps}" for name, steps in skipped.items())
+    else:
+        shown = f"unconditional branch {skipped}"
+    return line + (f"; skipped steps: {shown}" if skipped else "; nothing skipped")
 
 
 def _batch(args, loaded) -> int:
@@ -338,6 +369,28 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    import os.path
+
+    from porter import distributed, plugins
+    from porter.cache import calibration
+
+    loaded = _load_recipe(args)
+    path, summary = calibration.calibrate(loaded, plugins.registry(), args.output,
+                                          progress=not args.no_progress)
+    if not distributed.writes():
+        return 0
+    counts = ", ".join(f"{name}: {len(next(iter(contexts.values())))} steps"
+                       for name, contexts in summary["ratios"].items())
+    folder = loaded.path.parent if loaded.path else None
+    named = os.path.relpath(path.absolute(), folder) if folder else str(path)
+    if named.startswith(".."):  # outside the recipe's folder: the full path reads better
+        named = str(path.absolute())
+    print(f"wrote {path} ({counts})")
+    print(f"use it: cache: {{method: magcache, mag_ratios: {named}}}")
+    return 0
+
+
 def cmd_inspect(args) -> int:
     import json
 
@@ -399,7 +452,8 @@ def cmd_patches(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "serve": cmd_serve, "validate": cmd_validate, "plan": cmd_plan,
-            "verify": cmd_verify, "bench": cmd_bench, "inspect": cmd_inspect, "new": cmd_new,
+            "verify": cmd_verify, "bench": cmd_bench, "calibrate": cmd_calibrate,
+            "inspect": cmd_inspect, "new": cmd_new,
             "plugins": cmd_plugins, "patches": cmd_patches}
 
 
