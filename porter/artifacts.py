@@ -29,6 +29,8 @@ def settings_of(data: dict) -> dict:
     found = {"model": data["model"], "generate": data["generate"], "dtypes": data["dtypes"]}
     if data["lora"]:  # absent when unused: records written before LoRA stay valid
         found["lora"] = data["lora"]
+    if data.get("cache"):  # a step cache changes the latents
+        found["cache"] = data["cache"]
     return found
 
 

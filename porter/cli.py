@@ -270,8 +270,8 @@ def _cache_line(summary: dict) -> str:
     skipped = summary["skipped_steps"]
     if isinstance(skipped, dict):
         shown = "; ".join(f"{name} {steps}" for name, steps in skipped.items())
-    else:
-        shown = f"unconditional branch {skipped}"
+    else:  # the guidance cache: steps that reused the unconditional branch
+        shown = f"uncond {skipped}"
     return line + (f"; skipped steps: {shown}" if skipped else "; nothing skipped")
 
 

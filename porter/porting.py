@@ -72,10 +72,16 @@ def caching_for(recipe, modules: dict, in_pieces: list):
     components compiled in pieces."""
     from porter.cache.session import Caching
 
+    from porter.cache.hooks import Misfit
+    from porter.errors import RecipeError
+
     chosen = cache.settings(recipe)
     if chosen is None:
         return None
-    return Caching.attach(chosen, {name: modules[name] for name in in_pieces})
+    try:
+        return Caching.attach(chosen, {name: modules[name] for name in in_pieces})
+    except Misfit as exc:
+        raise RecipeError([recipe.problem(f"cache.{exc.key}", str(exc), exc.hint)]) from None
 
 
 def _refuse_nonfinite(found: dict, recipe) -> None:
@@ -104,7 +110,10 @@ def _refuse_nonfinite(found: dict, recipe) -> None:
 NOT_TRACED = ("output", "verify", "generate.prompt", "generate.negative_prompt",
               "generate.seed", "generate.image", "generate.last_image",
               # fused into the weights before tracing: the programs take weights as inputs
-              "lora")
+              "lora",
+              # decided between programs: a cached transformer's pieces are programs of
+              # their own names (transformer.blocks.0.forward, ...), whatever the method
+              "cache")
 
 
 def traced_settings(recipe) -> str:

@@ -36,21 +36,24 @@ rotary: {precompute: true}
     return path
 
 
-def diffusers_run(recipe, config=None, calibrate_into=None):
+def diffusers_run(recipe, config=None, calibrate_into=None, experts: int = 1):
     """Latents and skipped steps per branch of plain diffusers' WanPipeline with
-    ``config`` (a diffusers cache config) enabled on its transformer."""
+    ``config`` (a diffusers cache config, or one per transformer) enabled."""
     from porter_wan.tiny import build_pipeline
 
     gen = recipe.generate
-    pipe = build_pipeline()
-    for module in (pipe.transformer, pipe.vae, pipe.text_encoder):
+    pipe = build_pipeline(experts=experts)
+    models = [pipe.transformer] + ([pipe.transformer_2] if experts == 2 else [])
+    for module in (*models, pipe.vae, pipe.text_encoder):
         module.eval()
     calls, ran = [], []
-    pipe.transformer.register_forward_pre_hook(lambda *_: calls.append(len(calls)))
-    # the last block's feed-forward runs only when the block is computed
-    pipe.transformer.blocks[-1].ffn.register_forward_hook(lambda *_: ran.append(calls[-1]))
-    if config is not None:
-        pipe.transformer.enable_cache(config)
+    configs = config if isinstance(config, list) else [config] * len(models)
+    for model, each in zip(models, configs):
+        model.register_forward_pre_hook(lambda *_: calls.append(len(calls)))
+        # the last block's feed-forward runs only when the block is computed
+        model.blocks[-1].ffn.register_forward_hook(lambda *_: ran.append(calls[-1]))
+        if each is not None:
+            model.enable_cache(each)
     if calibrate_into is not None:
         tail = pipe.transformer.blocks[-1]._diffusers_hook.get_hook("mag_cache_block_hook")
         original = tail._perform_calibration_step
@@ -133,6 +136,9 @@ def test_guidance_cache_reuses_the_difference_on_its_schedule(recipe_path):
     from porter.cache.methods import GuidanceCache
 
     plain, _, _ = porter_run(recipe_path, "cache.method=guidance", "cache.interval=1")
+    with load(recipe_path) as port:
+        uncached = port.generate().latents
+    assert torch.equal(plain, uncached)  # interval 1 reuses nothing: the same run, bit for bit
     latents, summary, port = porter_run(recipe_path, "cache.method=guidance",
                                         "cache.interval=3", "cache.start=0.25")
     plan = schedule(GuidanceCache(method="guidance", interval=3, start=0.25), STEPS)
@@ -212,3 +218,104 @@ cache: {method: magcache, mag_ratios: [1.0, 1.0, 1.0, 1.0]}
 """)
     with porter.load(path) as port, pytest.raises(RecipeError, match="2 transformers"):
         port.generate()
+
+
+def test_taylorseer_hooks_inside_a_compiled_block_are_refused(recipe_path):
+    with pytest.raises(RecipeError, match="inside a compiled block, e.g. 'blocks.0.attn1'"):
+        load(recipe_path, "cache={method: taylorseer, cache_identifiers: ['^blocks.*attn1']}")
+
+
+def test_calibrate_then_run_as_a_user_does(recipe_path, tmp_path):
+    """`porter calibrate` and a cached `porter run`, each in a fresh process."""
+    from test_cli import fresh_porter
+
+    ratios = tmp_path / "ratios.json"
+    made = fresh_porter("calibrate", str(recipe_path), "generate.steps=6", "-o", str(ratios),
+                        "--no-progress")
+    assert made.returncode == 0, made.stderr
+    assert f"wrote {ratios} (transformer: 6 steps)" in made.stdout
+    assert "use it: cache: {method: magcache, mag_ratios:" in made.stdout
+    out = tmp_path / "run"
+    ran = fresh_porter("run", str(recipe_path), "generate.steps=10", f"output.dir={out}",
+                       f"cache={{method: magcache, mag_ratios: {ratios}, threshold: 0.5}}",
+                       "--no-progress")
+    assert ran.returncode == 0, ran.stderr
+    assert "cache magcache:" in ran.stdout and "transformer blocks computed" in ran.stdout
+    record = json.loads((out / "run.json").read_text())
+    assert record["timings"]["cache"]["calls"] == 20  # 10 steps, two branches
+    assert record["recipe"]["cache"]["method"] == "magcache"
+    bad = fresh_porter("run", str(recipe_path), "cache={method: magcache}", "--no-progress")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "MagCache needs the model's magnitude ratios" in bad.stderr
+
+
+def test_pipelines_own_loop_caches_as_diffusers_does():
+    """HunyuanVideo runs its pipeline's own loop (one call a step, in the cond
+    context, over two block lists): the first-block cache decides as diffusers'
+    does."""
+    from diffusers import FirstBlockCacheConfig
+    from porter_hunyuan.tiny import build_pipeline
+
+    from conftest import RECIPES
+
+    with porter.load(RECIPES / "hunyuan-tiny.yaml", "generate.steps=10",
+                     "cache={method: first_block, threshold: 0.3}") as port:
+        made = port.generate()
+    summary, gen = made.record["timings"]["cache"], port.recipe.generate
+    pipe = build_pipeline()
+    for module in (pipe.transformer, pipe.vae, pipe.text_encoder, pipe.text_encoder_2):
+        module.eval()
+    calls, ran = [], []
+    pipe.transformer.register_forward_pre_hook(lambda *_: calls.append(len(calls)))
+    pipe.transformer.single_transformer_blocks[-1].proj_mlp.register_forward_hook(
+        lambda *_: ran.append(calls[-1]))
+    pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=0.3))
+    reference = pipe(gen.prompt, height=gen.height, width=gen.width, num_frames=gen.frames,
+                     num_inference_steps=gen.steps, guidance_scale=gen.guidance_scale,
+                     max_sequence_length=16, generator=torch.Generator().manual_seed(gen.seed),
+                     output_type="latent").frames
+    skipped = [call + 1 for call in sorted(set(calls) - set(ran))]
+    assert summary["skipped_steps"] == {"cond": skipped} and skipped
+    assert summary["blocks_total"] == 2 * gen.steps
+    assert (made.latents - reference).abs().max() < 1e-4
+
+
+def test_the_first_block_cache_needs_two_blocks():
+    from conftest import RECIPES
+
+    with pytest.raises(RecipeError, match="needs two blocks or more; this transformer has 1"):
+        porter.load(RECIPES / "cogvideox-tiny.yaml", "cache={method: first_block}")
+
+
+def test_two_experts_each_follow_their_own_ratios(tmp_path):
+    """Wan 2.2 A14B's layout: each expert calibrated, then cached with its own ratios
+    resampled to the steps it runs, as diffusers with one config per expert."""
+    from diffusers import MagCacheConfig
+    from porter.cache import calibration
+
+    path = tmp_path / "two.yaml"
+    path.write_text("""\
+model: {family: wan, source: tiny, variant: t2v-two-experts}
+generate: {prompt: "a cat", negative_prompt: blurry, height: 32, width: 32, frames: 9,
+           steps: 16, guidance_scale: 4.0, max_sequence_length: 16, seed: 1}
+""")
+    with porter.load(path, "cache={method: magcache, calibrate: true}") as port:
+        calibrated = port.generate(steps=12).record["timings"]["cache"]["ratios"]
+        steps = port.family.transformer_steps(port.pipe, port.recipe)
+    assert steps["transformer"] + steps["transformer_2"] == 16 and steps["transformer_2"]
+    # each expert's calls of the 12-step calibration run, in each branch
+    assert sum(len(r["cond"]) for r in calibrated.values()) == 12
+    assert all(r["cond"] and len(r["uncond"]) == len(r["cond"]) for r in calibrated.values())
+    file = calibration.write(tmp_path / "ratios.json", calibrated, port.recipe, 12)
+    with porter.load(path, f"cache={{method: magcache, mag_ratios: {file}, "
+                           "threshold: 0.5, retention_ratio: 0.1}") as port:
+        made = port.generate()
+    summary = made.record["timings"]["cache"]
+    configs = [MagCacheConfig(threshold=0.5, retention_ratio=0.1,
+                              mag_ratios=calibrated[name]["cond"],
+                              num_inference_steps=steps[name])
+               for name in ("transformer", "transformer_2")]
+    reference, skipped = diffusers_run(port.recipe, configs, experts=2)
+    assert summary["skipped_steps"] == skipped and summary["skipped_calls"] > 0
+    assert any(step > steps["transformer"] for step in skipped["cond"])  # the second expert
+    assert (made.latents - reference).abs().max() < 1e-4

@@ -131,6 +131,7 @@ def fresh_porter(*args):
 
 @pytest.mark.parametrize("args", [
     ["plugins"], ["patches"], ["--help"], ["run", "--help"], ["serve", "--help"],
+    ["calibrate", "--help"],
     ["validate", str(RECIPES / "wan14b.yaml"), "--devices", "8"],
     ["plan", str(RECIPES / "wan1.3b.yaml"), "--devices", "8"],
     ["inspect", str(RECIPES / "wan-tiny-tp.yaml")]], ids=lambda a: " ".join(a[:2]))

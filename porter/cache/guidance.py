@@ -23,6 +23,7 @@ def schedule(chosen, total: int) -> list[bool]:
 class GuidanceCache:
     def __init__(self, chosen, total: int, start: int = 0):
         self.plan = schedule(chosen, total)
+        self.start = start  # a resumed run's first step (0-based)
         self.step = start  # the step the next prediction is for
         self.difference = None
         self.expert = None

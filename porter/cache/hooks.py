@@ -95,6 +95,10 @@ def install(module, chosen, blocks_per_call: int | None = None) -> Tally:
         apply_mag_cache(module, config)
         tally.config = config
     elif method == "first_block":
+        if tally.blocks_per_call < 2:
+            raise Misfit("method", f"the first-block cache needs two blocks or more; this "
+                         f"transformer has {tally.blocks_per_call}",
+                         hint="another method: magcache or taylorseer")
         from diffusers.hooks import FirstBlockCacheConfig, apply_first_block_cache
         apply_first_block_cache(module, FirstBlockCacheConfig(threshold=chosen.threshold))
     elif method == "taylorseer":
@@ -104,11 +108,46 @@ def install(module, chosen, blocks_per_call: int | None = None) -> Tally:
         values["taylor_factors_dtype"] = DTYPES[chosen.taylor_factors_dtype]
         if values["cache_identifiers"] is None and not chosen.use_lite_mode:
             values["cache_identifiers"] = block_patterns(module)
-        apply_taylorseer_cache(module, TaylorSeerCacheConfig(**values))
+        config = TaylorSeerCacheConfig(**values)
+        _hooked_whole(module, config)
+        apply_taylorseer_cache(module, config)
     else:
         raise ValueError(f"no hooks for cache method {method!r}")
     module._porter_cache = tally
     return tally
+
+
+class Misfit(ValueError):
+    """The method cannot work on this transformer as configured; ``key`` is the
+    ``cache`` key to change."""
+
+    def __init__(self, key: str, message: str, hint: str):
+        super().__init__(message)
+        self.key, self.hint = key, hint
+
+
+def _hooked_whole(module, config) -> None:
+    """TaylorSeer's identifiers may name only what is compiled as one piece: a child
+    of the transformer or a block of a block list."""
+    import re
+
+    from diffusers.hooks.taylorseer_cache import _resolve_patterns
+
+    inactive, active = _resolve_patterns(config)
+    if config.use_lite_mode:
+        return  # proj_out and whole blocks
+    patterns = inactive + (active or [])
+    pieces = {name for name, _ in module.named_children()}
+    pieces |= {f"{name}.{index}" for name, child in module.named_children()
+               if isinstance(child, torch.nn.ModuleList) for index in range(len(child))}
+    inside = [name for name, _ in module.named_modules()
+              if name and name not in pieces and any(re.fullmatch(p, name) for p in patterns)]
+    if inside:  # there its Python would run once, at tracing, and never again
+        raise Misfit("cache_identifiers", f"{len(inside)} module(s) inside a compiled "
+                     f"block, e.g. {inside[0]!r}: a step cache can hook whole blocks or "
+                     "the transformer's children only",
+                     hint=r"e.g. cache_identifiers: ['blocks\.\d+'] (the default), or "
+                          "leave it out; `porter inspect` lists module names")
 
 
 def block_patterns(module) -> list[str]:
@@ -120,14 +159,19 @@ def block_patterns(module) -> list[str]:
             if isinstance(getattr(module, name, None), torch.nn.ModuleList)]
 
 
-def retarget(tally: Tally, ratios, steps: int) -> None:
-    """Point MagCache at this run: ``ratios`` (resampled by diffusers to ``steps``,
-    the calls per context this transformer will get)."""
+def retarget(tally: Tally, ratios, steps: int, done: int = 0) -> None:
+    """Point MagCache at this run: ``ratios`` resampled (nearest neighbour, as
+    diffusers does) to ``steps``, the calls per context this transformer gets in a
+    whole run, of which a resumed run has ``done`` already."""
     from diffusers.hooks import MagCacheConfig
+    from diffusers.hooks.mag_cache import nearest_interp
+
+    left = steps - done
+    curve = nearest_interp(torch.tensor(ratios), steps)[done:] if left > 0 else [1.0]
     fresh = MagCacheConfig(threshold=tally.config.threshold,
                            max_skip_steps=tally.config.max_skip_steps,
                            retention_ratio=tally.config.retention_ratio,
-                           mag_ratios=list(ratios), num_inference_steps=max(steps, 1))
+                           mag_ratios=list(curve), num_inference_steps=max(left, 1))
     for item in dataclasses.fields(fresh):
         setattr(tally.config, item.name, getattr(fresh, item.name))
 

@@ -18,6 +18,7 @@ class Caching:
         self.calibrating = chosen.method == "magcache" and chosen.calibrate
         self.calibration: dict = {}
         self.steps: dict[str, int] = {}
+        self.done: dict[str, int] = {}
         self.guidance: GuidanceCache | None = None
 
     @classmethod
@@ -30,6 +31,11 @@ class Caching:
     def begin(self, pipe, family, recipe, start_step: int = 0) -> None:
         """Before a run: every state cold; MagCache aimed at this run's steps."""
         self.steps = family.transformer_steps(pipe, recipe)
+        # a resumed run: the steps each transformer ran before ``start_step``
+        self.done, before = {}, start_step
+        for name, count in self.steps.items():
+            self.done[name] = min(before, count)
+            before -= self.done[name]
         for name, tally in self.tallies.items():
             module = _unwrapped(getattr(pipe, name))
             hooks.reset(module)
@@ -37,7 +43,8 @@ class Caching:
                 tally.listeners.clear()
                 self.calibration[name] = hooks.Calibration(tally)
             elif self.chosen.method == "magcache":
-                hooks.retarget(tally, self._ratios(recipe, name), self.steps.get(name, 0))
+                hooks.retarget(tally, self._ratios(recipe, name), self.steps.get(name, 0),
+                               self.done.get(name, 0))
         self.guidance = None
         if self.chosen.method == "guidance":
             self.guidance = GuidanceCache(settings(recipe), recipe.generate.steps, start_step)
@@ -65,26 +72,20 @@ class Caching:
         """What the cache did in the last run, for the run record."""
         method = self.chosen.method
         if method == "guidance":
-            blocks = sum(len(b) for b in _block_lists(pipe))
-            reused = self.guidance.reused if self.guidance else []
-            return {"method": method, "skipped_steps": reused,
-                    "transformer_calls_saved": len(reused),
-                    "blocks_computed": (2 * len(self.guidance.plan) - len(reused)) * blocks
-                    if self.guidance else 0,
-                    "blocks_total": 2 * len(self.guidance.plan) * blocks
-                    if self.guidance else 0}
+            return self._guidance_summary(pipe)
         computed = total = calls = 0
         skipped: dict = {}
         offset = 0
         for name, tally in self.tallies.items():
             per_context: dict[str, int] = {}
+            first = offset + self.done.get(name, 0)  # the step before this one's first call
             for context, ran in tally.calls:
                 per_context[context] = per_context.get(context, 0) + 1
                 calls += 1
                 computed += ran
                 total += tally.blocks_per_call
                 if ran < tally.blocks_per_call:  # some block was skipped or predicted
-                    skipped.setdefault(context, []).append(offset + per_context[context])
+                    skipped.setdefault(context, []).append(first + per_context[context])
             offset += self.steps.get(name, 0)
         found = {"method": method + (" (calibrating)" if self.calibrating else ""),
                  "calls": calls, "blocks_computed": computed,
@@ -94,6 +95,15 @@ class Caching:
         if self.calibrating:
             found["ratios"] = self.calibrated()
         return found
+
+    def _guidance_summary(self, pipe) -> dict:
+        guidance = self.guidance
+        blocks = sum(len(b) for b in _block_lists(pipe))
+        calls = 2 * (len(guidance.plan) - guidance.start)  # two branches a step run
+        reused = guidance.reused
+        return {"method": "guidance", "calls": calls - len(reused),
+                "blocks_computed": (calls - len(reused)) * blocks, "blocks_total": calls * blocks,
+                "skipped_calls": len(reused), "skipped_steps": reused}
 
     def calibrated(self) -> dict:
         """Calibration runs: component -> context -> ratios."""
