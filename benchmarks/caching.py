@@ -1,7 +1,7 @@
 """Step caching on the CPU bench transformer: denoise time, blocks computed, and how far
 each method moves the latents from the uncached run.
 
-    python benchmarks/caching.py                  # measure (about 15 minutes on 2 cores)
+    python benchmarks/caching.py                  # measure (about 17 minutes on 2 cores)
     python benchmarks/caching.py --plot-only      # redraw from the saved results
 
 The Wan-shaped 2-block bench recipe (recipes/bench/wan-block-2k.yaml: width
@@ -43,6 +43,8 @@ def runs(ratios: Path) -> list[tuple[str, tuple[str, ...], str]]:
           "max_skip_steps: 6}",), "uncached"),
         ("first_block (defaults)", ("cache={method: first_block}",), "uncached"),
         ("first_block threshold 0.2", ("cache={method: first_block, threshold: 0.2}",),
+         "uncached"),
+        ("first_block threshold 0.5", ("cache={method: first_block, threshold: 0.5}",),
          "uncached"),
         ("taylorseer (defaults)", ("cache={method: taylorseer}",), "uncached"),
         ("uncached, guided", GUIDED, "uncached, guided"),

@@ -261,7 +261,7 @@ class Port:
         history = list(previous["meta"].get("history") or []) if previous else []
         caching = self.ported.caching
         with self.active():
-            if caching is not None:
+            if caching is not None and ("denoise" in wanted or not family.staged):
                 self._begin_cache(caching, recipe, resumed)
             if not family.staged:
                 say("running the pipeline")
@@ -294,7 +294,7 @@ class Port:
         timings["stages"] = list(wanted) if family.staged else ["generate"]
         timings["port_call"] = self.calls
         if caching is not None and ("denoise" in wanted or not family.staged):
-            timings["cache"] = caching.summary(pipe)
+            timings["cache"] = caching.summary()
         return Outcome(latents, frames, timings, history)
 
     def _begin_cache(self, caching, recipe, resumed) -> None:
@@ -302,9 +302,10 @@ class Port:
         start = resumed.progress.step if resumed and resumed.progress else 0
         with self.runtime.env:
             caching.begin(self.pipe, self.family, recipe, start)
-        if start and caching.tallies:
-            notices.warn(f"continuing after step {start}: the step cache starts cold there, "
-                         "so the result can differ slightly from an uninterrupted run")
+        if start:
+            notices.warn(f"continuing after step {start}: the step cache starts cold there "
+                         "(and TaylorSeer counts its steps from there), so the result can "
+                         "differ slightly from an uninterrupted run")
 
     def _denoise(self, recipe, conditioning, timings, history, directory, resumed,
                  progress, on_step, say):

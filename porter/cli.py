@@ -372,12 +372,11 @@ def cmd_bench(args) -> int:
 def cmd_calibrate(args) -> int:
     import os.path
 
-    from porter import distributed, plugins
+    from porter import distributed
     from porter.cache import calibration
 
     loaded = _load_recipe(args)
-    path, summary = calibration.calibrate(loaded, plugins.registry(), args.output,
-                                          progress=not args.no_progress)
+    path, summary = calibration.calibrate(loaded, args.output, progress=not args.no_progress)
     if not distributed.writes():
         return 0
     counts = ", ".join(f"{name}: {len(next(iter(contexts.values())))} steps"

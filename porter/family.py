@@ -34,6 +34,9 @@ class ModelFamily:
     #: conditioning entries that are embeddings: ``dtypes.text_embeddings`` casts these;
     #: the rest (masks, image latents) keep their dtype
     embedding_keys: tuple[str, ...] = ("prompt", "negative")
+    #: True: ``predict`` reads ``pipe._porter_guidance`` (porter.cache.guidance) and
+    #: leaves out the unconditional branch where it says so
+    guidance_cache: bool = False
     #: pipeline components compiled with jax.jit, and which of their methods
     compiled: dict[str, tuple[str, ...]] = {"transformer": ("forward",), "vae": ("decode",)}
 

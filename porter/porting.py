@@ -10,6 +10,7 @@ import torch
 
 from porter import cache, distributed, patches, record
 from porter.errors import LoadError
+from porter.family import ModelFamily
 from porter.transforms import compile as compile_transform
 from porter.transforms import attention, placement, rotary
 from porter.transforms import sharding as shard_transform
@@ -31,6 +32,7 @@ def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
     sharding = recipe.sharding
     weights = weights or {}
     modules = {n: c for n, c in pipe.components.items() if isinstance(c, torch.nn.Module)}
+    in_pieces = cached_components(recipe, family, modules)  # before any weight moves
     placed, unsharded, nonfinite = {}, set(), {}
     for name, component in modules.items():
         found: dict = {}
@@ -49,7 +51,6 @@ def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
     compiled = compile_transform.rules(recipe, family)
     traces = trace_cache(recipe, family, runtime)
     splits: dict = {}
-    in_pieces = cache.cached_components(modules, recipe)
     for name, component in modules.items():
         if name in compiled:
             compiler = compile_transform.pieces if name in in_pieces \
@@ -64,24 +65,41 @@ def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
         if name in recipe.attention.skip:
             component = attention.Skipped(component)
         setattr(pipe, name, component)
-    return Ported(traces, placed, splits, caching_for(recipe, modules, in_pieces))
+    caching = None
+    if recipe.cache:
+        from porter.cache.session import Caching
+        caching = Caching(cache.settings(recipe), {n: modules[n] for n in in_pieces}, recipe)
+    return Ported(traces, placed, splits, caching)
 
 
-def caching_for(recipe, modules: dict, in_pieces: list):
-    """The port's step cache (None without a ``cache:`` section): hooks on the
-    components compiled in pieces."""
-    from porter.cache.session import Caching
-
-    from porter.cache.hooks import Misfit
+def cached_components(recipe, family, modules: dict) -> list[str]:
+    """The components a ``cache:`` section's method works on (compiled in pieces),
+    checked against the method: a ``RecipeError`` where it cannot work."""
+    from porter.cache import hooks
     from porter.errors import RecipeError
 
     chosen = cache.settings(recipe)
-    if chosen is None:
-        return None
-    try:
-        return Caching.attach(chosen, {name: modules[name] for name in in_pieces})
-    except Misfit as exc:
-        raise RecipeError([recipe.problem(f"cache.{exc.key}", str(exc), exc.hint)]) from None
+    if chosen is None or chosen.method == "guidance":
+        return []
+    names = [name for name, module in modules.items()
+             if name.startswith("transformer") and cache.block_lists(module)]
+    problem = None
+    if not names:
+        problem = ("cache.method", f"{chosen.method} works on a transformer's block list; "
+                   "this pipeline's transformer has none",
+                   "leave the cache section out for this model")
+    elif len(names) > 1 and type(family).transformer_steps is ModelFamily.transformer_steps:
+        problem = ("cache.method", f"family {family.name!r} does not say which steps each "
+                   f"of {', '.join(names)} runs", "a plugin's transformer_steps says it")
+    for name in names if problem is None else ():
+        try:
+            hooks.check(modules[name], chosen)
+        except hooks.Misfit as exc:
+            problem = (f"cache.{exc.key}", f"{name}: {exc}", exc.hint)
+            break
+    if problem is not None:
+        raise RecipeError([recipe.problem(*problem)])
+    return names
 
 
 def _refuse_nonfinite(found: dict, recipe) -> None:

@@ -216,8 +216,8 @@ generate: {prompt: "a cat", height: 32, width: 32, frames: 9, steps: 4,
            max_sequence_length: 16}
 cache: {method: magcache, mag_ratios: [1.0, 1.0, 1.0, 1.0]}
 """)
-    with porter.load(path) as port, pytest.raises(RecipeError, match="2 transformers"):
-        port.generate()
+    with pytest.raises(RecipeError, match="one list of ratios, 2 transformers"):
+        porter.load(path)  # refused when porting, before anything is compiled
 
 
 def test_taylorseer_hooks_inside_a_compiled_block_are_refused(recipe_path):
@@ -319,3 +319,26 @@ generate: {prompt: "a cat", negative_prompt: blurry, height: 32, width: 32, fram
     assert summary["skipped_steps"] == skipped and summary["skipped_calls"] > 0
     assert any(step > steps["transformer"] for step in skipped["cond"])  # the second expert
     assert (made.latents - reference).abs().max() < 1e-4
+
+
+def test_models_the_hooks_cannot_serve_are_recipe_errors(recipe_path):
+    from porter import recipe as recipe_mod
+    from porter.cache import hooks, settings
+    from porter.plugins import registry
+    from porter.porting import cached_components
+
+    loaded = recipe_mod.load(recipe_path, ["cache={method: first_block}"])
+    wan = registry().family("wan")
+    with pytest.raises(RecipeError, match="has none"):  # no block list at all
+        cached_components(loaded, wan, {"transformer": torch.nn.Linear(2, 2)})
+
+    class Unknown(torch.nn.Module):  # a block class diffusers' registry does not know
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
+
+    with pytest.raises(RecipeError, match="do not know the block class Linear") as caught:
+        cached_components(loaded, wan, {"transformer": Unknown()})
+    assert caught.value.problems[0].path == "cache.method"
+    with pytest.raises(hooks.Misfit):
+        hooks.check(Unknown(), settings(loaded))

@@ -19,11 +19,6 @@ from pathlib import Path
 
 from porter.cache.methods import METHODS, parse
 
-#: block-list attributes diffusers' hooks look for on a transformer
-BLOCK_LISTS = ("blocks", "transformer_blocks", "single_transformer_blocks", "layers",
-               "visual_transformer_blocks", "temporal_transformer_blocks")
-
-
 def settings(recipe):
     """The recipe's cache method (a ``porter.cache.methods`` model), or None."""
     return parse(dict(recipe.cache)) if recipe.cache else None
@@ -40,16 +35,31 @@ def problems(recipe, family) -> list:
                 for key, message, hint in exc.problems]
     found = []
     if chosen.method == "guidance":
+        if chosen.start >= chosen.end:
+            found.append(recipe.problem("cache.start", f"the window starts ({chosen.start}) "
+                                        f"at or after its end ({chosen.end})",
+                                        hint="start < end, as fractions of the steps"))
         if recipe.generate.guidance_scale <= 1.0:
             found.append(recipe.problem(
                 "cache.method", "the guidance cache needs classifier-free guidance: "
                 f"guidance_scale {recipe.generate.guidance_scale} runs one branch",
                 hint="set generate.guidance_scale above 1, or another method"))
-        if not family.staged:
+        if not family.guidance_cache:
             found.append(recipe.problem(
-                "cache.method", f"family {family.name!r} runs its pipeline's own loop: "
-                "Porter cannot leave out one branch of its guidance",
+                "cache.method", f"family {family.name!r} does not let Porter leave out "
+                "one branch of its guidance (a pipeline's own loop, or a plugin without it)",
                 hint="methods for it: magcache, first_block, taylorseer"))
+        if recipe.generate.cfg_parallel:
+            found.append(recipe.problem(
+                "cache.method", "the guidance cache runs the branches apart: with "
+                "cfg_parallel they are one batched call", hint="generate.cfg_parallel: false"))
+    else:
+        for name, rule in recipe.compile.items():
+            if name.startswith("transformer") and rule.modules is not None:
+                found.append(recipe.problem(
+                    f"compile.{name}.modules", f"a {chosen.method} cache compiles {name} in "
+                    "pieces of its own (each child and each block)",
+                    hint="leave compile.<component>.modules out with a cache"))
     if chosen.method == "magcache" and not chosen.calibrate:
         found += _ratio_problems(recipe, chosen)
     return found
@@ -85,26 +95,26 @@ def ratios_file(recipe) -> Path | None:
 
 
 def block_lists(module) -> list:
-    """The module's block lists, as diffusers' hooks find them."""
+    """The module's block lists as (name, ModuleList), in the order diffusers' hooks
+    find them (its children's order, the names diffusers knows)."""
     import torch
+    from diffusers.hooks._common import _ALL_TRANSFORMER_BLOCK_IDENTIFIERS
 
-    return [getattr(module, name) for name in BLOCK_LISTS
-            if isinstance(getattr(module, name, None), torch.nn.ModuleList)]
+    return [(name, child) for name, child in module.named_children()
+            if name in _ALL_TRANSFORMER_BLOCK_IDENTIFIERS
+            and isinstance(child, torch.nn.ModuleList)]
 
 
-def cached_components(pipe_components: dict, recipe) -> list[str]:
-    """Components a cache method works on: transformers with a block list."""
-    if not recipe.cache or settings(recipe).method == "guidance":
-        return []
-    return [name for name, module in pipe_components.items()
-            if name.startswith("transformer") and block_lists(module)]
+def unwrapped(model):
+    """The transformer module behind Porter's input-sharding wrapper."""
+    return getattr(model, "module", model)
 
 
 def context(model, name: str):
     """``model``'s calls inside the block belong to the denoising call ``name``
     (cond, uncond): each keeps its own cache state, as diffusers' pipelines do.
     A model without a cache: nothing happens."""
-    module = getattr(model, "module", model)  # through ShardedInputs
+    module = unwrapped(model)
     if getattr(module, "_porter_cache", None) is None:
         return contextlib.nullcontext()
     from diffusers.hooks.hooks import CacheContext, _set_cache_context
@@ -119,5 +129,5 @@ def context(model, name: str):
     return entered()
 
 
-__all__ = ["METHODS", "block_lists", "cached_components", "context", "parse", "problems",
-           "ratios_file", "settings"]
+__all__ = ["METHODS", "block_lists", "context", "parse", "problems",
+           "ratios_file", "settings", "unwrapped"]

@@ -53,7 +53,7 @@ def write(path: Path, ratios: dict, recipe, steps: int) -> Path:
     return path
 
 
-def calibrate(recipe, registry, output: Path | None = None, progress: bool = True):
+def calibrate(recipe, output: Path | None = None, progress: bool = True):
     """Run ``recipe``'s encode and denoise stages with MagCache calibrating (nothing
     skipped) and write the ratios to ``output`` (default: output.dir/mag_ratios.json).
     Returns (the file, the run's cache summary)."""
@@ -69,6 +69,13 @@ def calibrate(recipe, registry, output: Path | None = None, progress: bool = Tru
         outcome = port.run(calibrating, wanted=("encode", "denoise"), progress=progress,
                            say=api.status if progress else api.quiet)
     summary = outcome.timings["cache"]
+    idle = [name for name, contexts in summary["ratios"].items() if not contexts]
+    if idle:
+        from porter.errors import RecipeError
+        raise RecipeError([recipe.problem(
+            "generate.steps", f"{', '.join(idle)} ran no step of {recipe.generate.steps}: "
+            "nothing to calibrate it with", hint="calibrate with more steps (the ratios "
+            "are resampled to any step count)")])
     if distributed.writes():
         write(path, summary["ratios"], recipe, recipe.generate.steps)
     return path, summary

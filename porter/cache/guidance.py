@@ -28,13 +28,16 @@ class GuidanceCache:
         self.difference = None
         self.expert = None
         self.reused: list[int] = []  # 1-based steps that reused the difference
+        self.steps: list[tuple] = []  # per step run: (expert, both branches computed)
 
     def computes_unconditional(self, expert) -> bool:
         """Whether this step computes the unconditional branch (called once a step)."""
         fresh = expert is not self.expert
         self.expert = expert
-        return (fresh or self.difference is None or self.step >= len(self.plan)
+        both = (fresh or self.difference is None or self.step >= len(self.plan)
                 or self.plan[self.step])
+        self.steps.append((expert, both))
+        return both
 
     def kept(self, cond, uncond):
         """After a step that computed both: remember their difference."""

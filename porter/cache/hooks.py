@@ -21,9 +21,9 @@ from porter.cache import block_lists
 
 
 def _diffusers_hooks():
-    from diffusers.hooks.hooks import (BaseState, CacheContext, HookRegistry, ModelHook,
-                                       StateManager, _set_cache_context)
-    return BaseState, CacheContext, HookRegistry, ModelHook, StateManager, _set_cache_context
+    from diffusers.hooks.hooks import (CacheContext, HookRegistry, ModelHook, StateManager,
+                                       _set_cache_context)
+    return CacheContext, HookRegistry, ModelHook, StateManager, _set_cache_context
 
 
 class Tally:
@@ -32,11 +32,11 @@ class Tally:
     gives them (the first-block cache would otherwise refuse them)."""
 
     def __init__(self, module):
-        _, CacheContext, HookRegistry, ModelHook, StateManager, set_context = _diffusers_hooks()
+        CacheContext, HookRegistry, ModelHook, StateManager, set_context = _diffusers_hooks()
         tally = self
         self.calls: list[list] = []  # [context, blocks computed]
         self.current: list | None = None
-        self.listeners: list = []  # f(event, context, ...) for a Calibration
+        self.listeners: list = []  # f(index, context, args, kwargs, output): Calibration
 
         class Root(ModelHook):
             _is_stateful = True  # so that cache_context(name) reaches our state manager
@@ -59,13 +59,15 @@ class Tally:
                     set_context(module, None)
                 return output
 
-            def reset_state(self, module):  # the pipeline's reset keeps the log
+            def reset_state(self, module):  # forget a call cut short; the log stays
+                self.state_manager.reset()
+                tally.current = None
                 return module
 
         HookRegistry.check_if_exists_or_initialize(module).register_hook(Root(), "porter_tally")
-        blocks = [block for blocks in block_lists(module) for block in blocks]
-        self.blocks_per_call = len(blocks)
-        for index, block in enumerate(blocks):
+        self.blocks = [block for _, blocks in block_lists(module) for block in blocks]
+        self.blocks_per_call = len(self.blocks)
+        for index, block in enumerate(self.blocks):
             block.forward = self._counted(block.forward, index)
 
     def _counted(self, forward, index: int):
@@ -80,9 +82,33 @@ class Tally:
         return call
 
 
-def install(module, chosen, blocks_per_call: int | None = None) -> Tally:
-    """Diffusers' hooks for ``chosen`` (a methods model) on ``module``; returns the
-    Tally. MagCache's ratios and step count are set per run (``retarget``)."""
+class Misfit(ValueError):
+    """The method cannot work on this transformer as configured; ``key`` is the
+    ``cache`` key to change."""
+
+    def __init__(self, key: str, message: str, hint: str):
+        super().__init__(message)
+        self.key, self.hint = key, hint
+
+
+def check(module, chosen) -> None:
+    """``Misfit`` where ``chosen`` cannot work on ``module`` (found before placing
+    weights: only the module's structure is read)."""
+    blocks = [block for _, blocks in block_lists(module) for block in blocks]
+    if chosen.method in ("magcache", "first_block"):
+        _blocks_known(blocks)
+    if chosen.method == "first_block" and len(blocks) < 2:
+        raise Misfit("method", f"the first-block cache needs two blocks or more; this "
+                     f"transformer has {len(blocks)}",
+                     hint="another method: magcache or taylorseer")
+    if chosen.method == "taylorseer":
+        _hooked_whole(module, taylorseer_config(module, chosen))
+
+
+def install(module, chosen) -> Tally:
+    """Diffusers' hooks for ``chosen`` (a methods model, ``check``ed) on ``module``;
+    returns the Tally. MagCache's ratios and step count are set per run
+    (``retarget``)."""
     tally = Tally(module)
     method = chosen.method
     if method == "magcache" and chosen.calibrate:
@@ -93,37 +119,33 @@ def install(module, chosen, blocks_per_call: int | None = None) -> Tally:
                                 retention_ratio=chosen.retention_ratio, mag_ratios=[1.0],
                                 num_inference_steps=1)
         apply_mag_cache(module, config)
-        tally.config = config
+        tally.config, tally.retention_ratio = config, chosen.retention_ratio
     elif method == "first_block":
-        if tally.blocks_per_call < 2:
-            raise Misfit("method", f"the first-block cache needs two blocks or more; this "
-                         f"transformer has {tally.blocks_per_call}",
-                         hint="another method: magcache or taylorseer")
         from diffusers.hooks import FirstBlockCacheConfig, apply_first_block_cache
         apply_first_block_cache(module, FirstBlockCacheConfig(threshold=chosen.threshold))
     elif method == "taylorseer":
-        from diffusers.hooks import TaylorSeerCacheConfig, apply_taylorseer_cache
-        from porter.transforms.dtypes import DTYPES
-        values = chosen.model_dump(exclude={"method"})
-        values["taylor_factors_dtype"] = DTYPES[chosen.taylor_factors_dtype]
-        if values["cache_identifiers"] is None and not chosen.use_lite_mode:
-            values["cache_identifiers"] = block_patterns(module)
-        config = TaylorSeerCacheConfig(**values)
-        _hooked_whole(module, config)
-        apply_taylorseer_cache(module, config)
+        from diffusers.hooks import apply_taylorseer_cache
+        apply_taylorseer_cache(module, taylorseer_config(module, chosen))
     else:
         raise ValueError(f"no hooks for cache method {method!r}")
     module._porter_cache = tally
     return tally
 
 
-class Misfit(ValueError):
-    """The method cannot work on this transformer as configured; ``key`` is the
-    ``cache`` key to change."""
+def taylorseer_config(module, chosen):
+    """diffusers' TaylorSeerCacheConfig for ``chosen``; no identifiers (or an empty
+    list, which diffusers reads as its own default): every block of the block lists
+    (diffusers' default names attention modules, which live inside a block's
+    compiled program)."""
+    from diffusers.hooks import TaylorSeerCacheConfig
 
-    def __init__(self, key: str, message: str, hint: str):
-        super().__init__(message)
-        self.key, self.hint = key, hint
+    from porter.transforms.dtypes import DTYPES
+
+    values = chosen.model_dump(exclude={"method"})
+    values["taylor_factors_dtype"] = DTYPES[chosen.taylor_factors_dtype]
+    if not values["cache_identifiers"] and not chosen.use_lite_mode:
+        values["cache_identifiers"] = [rf"{name}\.\d+" for name, _ in block_lists(module)]
+    return TaylorSeerCacheConfig(**values)
 
 
 def _hooked_whole(module, config) -> None:
@@ -133,13 +155,13 @@ def _hooked_whole(module, config) -> None:
 
     from diffusers.hooks.taylorseer_cache import _resolve_patterns
 
-    inactive, active = _resolve_patterns(config)
     if config.use_lite_mode:
         return  # proj_out and whole blocks
-    patterns = inactive + (active or [])
+    inactive, active = _resolve_patterns(config)
+    patterns = inactive + active
     pieces = {name for name, _ in module.named_children()}
-    pieces |= {f"{name}.{index}" for name, child in module.named_children()
-               if isinstance(child, torch.nn.ModuleList) for index in range(len(child))}
+    pieces |= {f"{name}.{index}" for name, blocks in block_lists(module)
+               for index in range(len(blocks))}
     inside = [name for name, _ in module.named_modules()
               if name and name not in pieces and any(re.fullmatch(p, name) for p in patterns)]
     if inside:  # there its Python would run once, at tracing, and never again
@@ -150,13 +172,23 @@ def _hooked_whole(module, config) -> None:
                           "leave it out; `porter inspect` lists module names")
 
 
-def block_patterns(module) -> list[str]:
-    """Regexes of every block of the module's block lists: TaylorSeer's default on a
-    transformer compiled in pieces (diffusers' own default names attention modules,
-    which live inside a block's program)."""
-    from porter.cache import BLOCK_LISTS
-    return [rf"{name}\.\d+" for name in BLOCK_LISTS
-            if isinstance(getattr(module, name, None), torch.nn.ModuleList)]
+def _blocks_known(blocks) -> None:
+    """MagCache and the first-block cache read a block's arguments and outputs from
+    diffusers' registry of block classes."""
+    for block in blocks:
+        try:
+            block_metadata(block)
+        except ValueError:
+            raise Misfit("method", f"diffusers' cache hooks do not know the block class "
+                         f"{type(block).__name__} (where hidden states go in and out)",
+                         hint="taylorseer needs no such knowledge; or register the class "
+                              "with diffusers' TransformerBlockRegistry in a plugin") from None
+
+
+def block_metadata(block):
+    """Where ``block`` takes and returns its hidden states (diffusers' registry)."""
+    from diffusers.hooks._helpers import TransformerBlockRegistry
+    return TransformerBlockRegistry.get(type(block))
 
 
 def retarget(tally: Tally, ratios, steps: int, done: int = 0) -> None:
@@ -168,16 +200,19 @@ def retarget(tally: Tally, ratios, steps: int, done: int = 0) -> None:
 
     left = steps - done
     curve = nearest_interp(torch.tensor(ratios), steps)[done:] if left > 0 else [1.0]
+    retention = tally.retention_ratio
+    if done and left > 0:  # the steps always computed are counted over the whole run
+        retention = max(0, int(retention * steps + 0.5) - done) / left
     fresh = MagCacheConfig(threshold=tally.config.threshold,
                            max_skip_steps=tally.config.max_skip_steps,
-                           retention_ratio=tally.config.retention_ratio,
+                           retention_ratio=retention,
                            mag_ratios=list(curve), num_inference_steps=max(left, 1))
     for item in dataclasses.fields(fresh):
         setattr(tally.config, item.name, getattr(fresh, item.name))
 
 
 def reset(module) -> None:
-    """Forget every hook's state (a new video starts cold) and the tally."""
+    """Forget every hook's state (a new video starts cold) and the tally's log."""
     registry = getattr(module, "_diffusers_hook", None)
     if registry is not None:
         registry.reset_stateful_hooks(recurse=True)
@@ -190,8 +225,9 @@ class Calibration:
     last block's output minus the first block's input (1.0 at the first call)."""
 
     def __init__(self, tally: Tally):
-        self.tally = tally
         self.last = tally.blocks_per_call - 1
+        self.first_block = block_metadata(tally.blocks[0])
+        self.last_block = block_metadata(tally.blocks[-1])
         self.head: dict = {}
         self.previous: dict = {}
         self.ratios: dict[str, list[float]] = {}
@@ -199,10 +235,12 @@ class Calibration:
 
     def _seen(self, index, context, args, kwargs, output):
         if index == 0:
-            self.head[context] = kwargs.get("hidden_states", args[0] if args else None)
+            self.head[context] = self.first_block._get_parameter_from_args_kwargs(
+                self.first_block.hidden_states_argument_name, args, kwargs)
         if index != self.last:
             return
-        out = output[0] if isinstance(output, tuple) else output
+        out = output[self.last_block.return_hidden_states_index] \
+            if isinstance(output, tuple) else output
         head = self.head[context]
         residual = (out - head if out.shape == head.shape
                     else out[:, -head.shape[1]:] - head)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from porter.schema import Dtype, PathText, Section
 
@@ -30,6 +30,15 @@ class MagCache(Section):
         "(relative to the recipe), or one list for a one-transformer model")
     calibrate: bool = Field(False, description="skip nothing; record the ratios "
                             "(`porter calibrate` sets it and writes them to a file)")
+
+    @field_validator("mag_ratios", mode="before")
+    @classmethod
+    def _file_or_numbers(cls, value):
+        numbers = isinstance(value, list) and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+        if value is None or isinstance(value, str) or numbers:
+            return [float(x) for x in value] if numbers else value
+        raise ValueError("expected a file `porter calibrate` wrote, or a list of numbers")
 
 
 class FirstBlockCache(Section):
@@ -75,7 +84,6 @@ class GuidanceCache(Section):
     end: float = Field(1.0, ge=0, le=1, description="fraction of the steps where the "
                        "window ends")
 
-
 METHODS: dict[str, type[Section]] = {
     "magcache": MagCache, "first_block": FirstBlockCache, "taylorseer": TaylorSeer,
     "guidance": GuidanceCache}
@@ -95,12 +103,15 @@ def parse(values: dict) -> Section:
         found = []
         accepted = ", ".join(k for k in model.model_fields if k != "method")
         for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "method"
+            key = str(err["loc"][0]) if err["loc"] else "method"
+            message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 found.append((key, f"{method} takes no parameter {err['loc'][0]!r}",
                                f"{method} takes: {accepted}"))
+            elif err["type"] == "value_error":
+                found.append((key, message, None))
             else:
-                found.append((key, f"{err['msg']} (got {err['input']!r})", None))
+                found.append((key, f"{message} (got {err['input']!r})", None))
         raise _Invalid(found) from None
 
 

@@ -3,42 +3,40 @@ summarised in each run's record."""
 
 from __future__ import annotations
 
-from porter.cache import hooks, settings
+from porter.cache import block_lists, hooks, settings, unwrapped
 from porter.cache.guidance import GuidanceCache
 from porter.errors import RecipeError
 
 
 class Caching:
-    """The cache of one port: ``tallies`` (component -> hooks.Tally) for block
-    methods, a GuidanceCache per run for the guidance method."""
+    """The cache of one port: hooks on each cached component (``modules``: name ->
+    transformer compiled in pieces, ``hooks.check``ed), or a GuidanceCache per run
+    for the guidance method."""
 
-    def __init__(self, chosen, tallies: dict):
+    def __init__(self, chosen, modules: dict, recipe):
         self.chosen = chosen
-        self.tallies = tallies
+        self.modules = modules
         self.calibrating = chosen.method == "magcache" and chosen.calibrate
+        if chosen.method == "magcache" and not self.calibrating:
+            for name in modules:
+                self._ratios(recipe, name)  # a file that cannot serve is refused now
+            _foreign_ratios(recipe, modules)
+        self.tallies = {name: hooks.install(module, chosen) for name, module in modules.items()}
         self.calibration: dict = {}
         self.steps: dict[str, int] = {}
         self.done: dict[str, int] = {}
         self.guidance: GuidanceCache | None = None
 
-    @classmethod
-    def attach(cls, chosen, modules: dict) -> "Caching":
-        """Hooks on each cached component (``modules``: name -> module compiled in
-        pieces)."""
-        return cls(chosen, {name: hooks.install(module, chosen)
-                            for name, module in modules.items()})
-
     def begin(self, pipe, family, recipe, start_step: int = 0) -> None:
-        """Before a run: every state cold; MagCache aimed at this run's steps."""
+        """Before a run: every state cold; MagCache aimed at this run's steps (a
+        resumed run's remaining ones from ``start_step``)."""
         self.steps = family.transformer_steps(pipe, recipe)
-        # a resumed run: the steps each transformer ran before ``start_step``
         self.done, before = {}, start_step
-        for name, count in self.steps.items():
+        for name, count in self.steps.items():  # what each transformer ran before
             self.done[name] = min(before, count)
             before -= self.done[name]
         for name, tally in self.tallies.items():
-            module = _unwrapped(getattr(pipe, name))
-            hooks.reset(module)
+            hooks.reset(self.modules[name])
             if self.calibrating:
                 tally.listeners.clear()
                 self.calibration[name] = hooks.Calibration(tally)
@@ -55,9 +53,9 @@ class Caching:
 
         given = settings(recipe).mag_ratios
         if isinstance(given, list):
-            if len(self.tallies) > 1:
+            if len(self.modules) > 1:
                 raise RecipeError([recipe.problem(
-                    "cache.mag_ratios", f"one list of ratios, {len(self.tallies)} "
+                    "cache.mag_ratios", f"one list of ratios, {len(self.modules)} "
                     "transformers", hint="`porter calibrate` writes a file with each "
                     "transformer's ratios")])
             return given
@@ -65,14 +63,13 @@ class Caching:
         if name not in ratios:
             raise RecipeError([recipe.problem(
                 "cache.mag_ratios", f"{given}: no ratios for {name}",
-                hint=f"it has {', '.join(ratios)}; calibrate this recipe's model again")])
+                hint=f"it has {', '.join(ratios)}; calibrate this recipe's model")])
         return calibration.curve(ratios[name])
 
-    def summary(self, pipe) -> dict:
+    def summary(self) -> dict:
         """What the cache did in the last run, for the run record."""
-        method = self.chosen.method
-        if method == "guidance":
-            return self._guidance_summary(pipe)
+        if self.chosen.method == "guidance":
+            return self._guidance_summary()
         computed = total = calls = 0
         skipped: dict = {}
         offset = 0
@@ -87,35 +84,45 @@ class Caching:
                 if ran < tally.blocks_per_call:  # some block was skipped or predicted
                     skipped.setdefault(context, []).append(first + per_context[context])
             offset += self.steps.get(name, 0)
-        found = {"method": method + (" (calibrating)" if self.calibrating else ""),
-                 "calls": calls, "blocks_computed": computed,
-                 "blocks_total": total,
+        found = {"method": self.chosen.method + (" (calibrating)" if self.calibrating else ""),
+                 "calls": calls, "blocks_computed": computed, "blocks_total": total,
                  "skipped_calls": sum(len(steps) for steps in skipped.values()),
                  "skipped_steps": skipped}
         if self.calibrating:
-            found["ratios"] = self.calibrated()
+            found["ratios"] = {name: dict(c.ratios) for name, c in self.calibration.items()}
         return found
 
-    def _guidance_summary(self, pipe) -> dict:
+    def _guidance_summary(self) -> dict:
         guidance = self.guidance
-        blocks = sum(len(b) for b in _block_lists(pipe))
-        calls = 2 * (len(guidance.plan) - guidance.start)  # two branches a step run
-        reused = guidance.reused
-        return {"method": "guidance", "calls": calls - len(reused),
-                "blocks_computed": (calls - len(reused)) * blocks, "blocks_total": calls * blocks,
-                "skipped_calls": len(reused), "skipped_steps": reused}
-
-    def calibrated(self) -> dict:
-        """Calibration runs: component -> context -> ratios."""
-        return {name: dict(c.ratios) for name, c in self.calibration.items()}
-
-
-def _unwrapped(module):
-    return getattr(module, "module", module)  # through ShardedInputs
+        total = computed = 0
+        for expert, both in guidance.steps:  # each step run: its expert, both branches?
+            blocks = sum(len(b) for _, b in block_lists(unwrapped(expert)))
+            total += 2 * blocks
+            computed += (2 if both else 1) * blocks
+        return {"method": "guidance", "calls": sum(2 if both else 1 for _, both in
+                                                    guidance.steps),
+                "blocks_computed": computed, "blocks_total": total,
+                "skipped_calls": len(guidance.reused), "skipped_steps": guidance.reused}
 
 
-def _block_lists(pipe):
-    from porter.cache import block_lists
-    return [blocks for name in ("transformer", "transformer_2")
-            if getattr(pipe, name, None) is not None
-            for blocks in block_lists(_unwrapped(getattr(pipe, name)))]
+def _foreign_ratios(recipe, modules: dict) -> None:
+    """Warn when a ratio file was calibrated for another model, or names transformers
+    this one lacks (ratios are the model's: another model's mislead MagCache)."""
+    from porter import notices
+    from porter.cache import calibration, ratios_file
+
+    path = ratios_file(recipe)
+    if path is None:
+        return
+    data = calibration.read(path)
+    extra = sorted(set(data["ratios"]) - set(modules))
+    if extra:
+        notices.warn(f"{path.name}: ratios for {', '.join(extra)}, which this model "
+                     "does not have: calibrated for another model?")
+    made_for = data.get("model") or {}
+    mine = {"family": recipe.model.family, "source": recipe.model.source,
+            "variant": recipe.model.variant}
+    if any(made_for.get(key) != value for key, value in mine.items()):
+        notices.warn(f"{path.name} was calibrated for {made_for.get('family')} "
+                     f"{made_for.get('source')} {made_for.get('variant') or ''}".rstrip()
+                     + f", not {recipe.model.source}: its ratios may not fit this model")

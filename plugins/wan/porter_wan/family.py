@@ -30,6 +30,7 @@ class WanFamily(ModelFamily):
     # Wan writes rotated q and k into strided slices: keep that out of a scatter
     rotary_patch = "wan.rope_cache"
     embedding_keys = ("prompt", "negative", "image_embeds")
+    guidance_cache = True
     compiled = {"transformer": ("forward",), "transformer_2": ("forward",),
                 "vae": ("decode",)}
 
@@ -250,10 +251,9 @@ class WanFamily(ModelFamily):
     def expert(self, pipe, timestep, recipe):
         """The transformer and guidance scale for this step, switched as diffusers does:
         the high-noise expert while t >= boundary_ratio * num_train_timesteps."""
-        ratio = pipe.config.get("boundary_ratio")
-        if ratio is None or getattr(pipe, "transformer_2", None) is None:
+        boundary = self._boundary(pipe)
+        if boundary is None:
             return pipe.transformer, recipe.generate.guidance_scale
-        boundary = ratio * pipe.scheduler.config.num_train_timesteps
         if to_host(timestep).item() >= boundary:
             return pipe.transformer, recipe.generate.guidance_scale
         second = recipe.generate.guidance_scale_2
@@ -261,15 +261,21 @@ class WanFamily(ModelFamily):
 
     def transformer_steps(self, pipe, recipe):
         """Two experts split the schedule at the boundary timestep."""
-        second = getattr(pipe, "transformer_2", None)
-        ratio = pipe.config.get("boundary_ratio")
-        if second is None or ratio is None:
+        boundary = self._boundary(pipe)
+        if boundary is None:
             return {"transformer": recipe.generate.steps}
         scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config)
         scheduler.set_timesteps(recipe.generate.steps, device="cpu")
-        boundary = ratio * scheduler.config.num_train_timesteps
         first = sum(1 for t in scheduler.timesteps if float(t) >= boundary)
         return {"transformer": first, "transformer_2": recipe.generate.steps - first}
+
+    @staticmethod
+    def _boundary(pipe) -> float | None:
+        """The timestep from which the high-noise expert runs (two experts), or None."""
+        ratio = pipe.config.get("boundary_ratio")
+        if ratio is None or getattr(pipe, "transformer_2", None) is None:
+            return None
+        return ratio * pipe.scheduler.config.num_train_timesteps
 
     def size_problems(self, recipe, config):
         """Wan's rotary tables cover ``rope_max_seq_len`` positions on each axis of the
