@@ -3,6 +3,8 @@ each method moves the latents from the uncached run.
 
     python benchmarks/caching.py                  # measure (about 17 minutes on 2 cores)
     python benchmarks/caching.py --plot-only      # redraw from the saved results
+    python benchmarks/caching.py --only guidance  # measure again the runs named so
+                                                  # (and their baselines), keep the rest
 
 The Wan-shaped 2-block bench recipe (recipes/bench/wan-block-2k.yaml: width
 1536, 2080 video tokens, text length 512) denoises 30 steps: first without a
@@ -63,11 +65,20 @@ def denoise(overrides: tuple[str, ...]) -> tuple[dict, object]:
             "cache": outcome.timings.get("cache")}, outcome.latents
 
 
-def measure() -> list[dict]:
+def measure(only: str | None = None) -> list[dict]:
+    """Every run, or those whose name contains ``only`` (with what they need: their
+    baselines, and the calibration for MagCache), kept beside the saved others."""
     results, latents = [], {}
     with tempfile.TemporaryDirectory() as scratch:
         ratios = Path(scratch) / "ratios.json"
-        for name, overrides, baseline in runs(ratios):
+        chosen = runs(ratios)
+        if only:
+            wanted = [r for r in chosen if only in r[0]]
+            needed = {r[2] for r in wanted} | {r[0] for r in wanted}
+            if any(r[0].startswith("magcache") for r in wanted):
+                needed.add("magcache calibrating (nothing skipped)")
+            chosen = [r for r in chosen if r[0] in needed]
+        for name, overrides, baseline in chosen:
             found, latents[name] = denoise(overrides)
             if name.startswith("magcache calibrating"):
                 from porter import recipe as recipe_mod
@@ -88,11 +99,20 @@ def measure() -> list[dict]:
                                           / latents[baseline].float().norm()),
                 latents_max_abs_diff=float(difference.abs().max()))
             results.append(found)
-            save(results)
+            save(_merged(results) if only else results)
             print(f"{name}: {found['denoise_s']:.1f} s, {found['speedup']:.2f}x, blocks "
                   f"{found['blocks_computed']}/{found['blocks_total']}, latents moved "
                   f"{found['latents_relative_l2']:.3g}", flush=True)
-    return results
+    return _merged(results) if only else results
+
+
+def _merged(fresh: list[dict]) -> list[dict]:
+    """The saved results with ``fresh`` ones in place of those of the same name."""
+    kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    names = {r["name"] for r in fresh}
+    order = [name for name, _, _ in runs(Path("ratios.json"))]
+    merged = [r for r in kept if r["name"] not in names] + fresh
+    return sorted(merged, key=lambda r: order.index(r["name"]) if r["name"] in order else 99)
 
 
 def save(results: list[dict]) -> None:
@@ -111,9 +131,10 @@ def plot(results: list[dict]) -> None:
         raise SystemExit("drawing needs matplotlib: pip install matplotlib") from None
     shown = [r for r in results if not r["name"].startswith("uncached")]
     names = [r["name"].replace(" (", "\n(").replace(", guided", "\nguided") for r in shown]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
     left.barh(names, [r["speedup"] for r in shown], color="tab:blue")
     left.axvline(1.0, color="grey", lw=1)
+    left.set_xlim(0, max(r["speedup"] for r in shown) * 1.5)  # room for the labels
     left.set_xlabel("denoise speedup vs uncached (30 steps)")
     for i, r in enumerate(shown):
         left.annotate(f"{r['speedup']:.2f}x  ({r['blocks_computed']}/{r['blocks_total']} "
@@ -122,7 +143,8 @@ def plot(results: list[dict]) -> None:
     right.barh(names, [max(r["latents_relative_l2"], 1e-8) for r in shown],
                color="tab:orange")
     right.set_xscale("log")
-    right.set_xlabel("latents' relative L2 distance from uncached (random weights)")
+    right.set_xlabel("latents' relative L2 distance from uncached\n(random weights: "
+                     "not a quality measure)")
     left.invert_yaxis()
     fig.suptitle("Step caching, Wan-shaped transformer (2 blocks, 2080 tokens), "
                  "float32, 2-core CPU")
@@ -134,8 +156,10 @@ def plot(results: list[dict]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--plot-only", action="store_true")
+    parser.add_argument("--only", metavar="TEXT",
+                        help="measure again the runs whose name contains TEXT")
     args = parser.parse_args()
-    results = json.loads(RESULTS.read_text()) if args.plot_only else measure()
+    results = json.loads(RESULTS.read_text()) if args.plot_only else measure(args.only)
     plot(results)
     return 0
 

@@ -14,7 +14,7 @@ import torch
 import porter
 from porter.errors import RecipeError
 
-pytestmark = pytest.mark.slow
+slow = pytest.mark.slow  # these compile and run models
 
 STEPS = 12
 SETTINGS = ("generate.steps=12", "generate.negative_prompt=blurry", "generate.seed=3")
@@ -33,6 +33,15 @@ generate: {prompt: "a cat", height: 32, width: 32, frames: 9, steps: 3,
            guidance_scale: 5.0, max_sequence_length: 16}
 rotary: {precompute: true}
 """)
+    return path
+
+
+def two_experts(tmp_path, generate: str, extra: str = ""):
+    """A recipe for the tiny Wan 2.2 two-expert layout; ``generate``: more settings."""
+    path = tmp_path / "two.yaml"
+    path.write_text("model: {family: wan, source: tiny, variant: t2v-two-experts}\n"
+                    "generate: {prompt: 'a cat', height: 32, width: 32, frames: 9, "
+                    f"max_sequence_length: 16, {generate}}}\n{extra}")
     return path
 
 
@@ -90,6 +99,7 @@ def same_as_diffusers(recipe_path, overrides, config):
     return summary
 
 
+@slow
 def test_first_block_cache_matches_diffusers(recipe_path):
     from diffusers import FirstBlockCacheConfig
     summary = same_as_diffusers(recipe_path, ["cache.method=first_block",
@@ -99,6 +109,7 @@ def test_first_block_cache_matches_diffusers(recipe_path):
     assert summary["blocks_computed"] == summary["blocks_total"] - summary["skipped_calls"]
 
 
+@slow
 def test_taylorseer_matches_diffusers_with_blocks_predicted(recipe_path):
     from diffusers import TaylorSeerCacheConfig
     summary = same_as_diffusers(
@@ -109,6 +120,7 @@ def test_taylorseer_matches_diffusers_with_blocks_predicted(recipe_path):
     assert summary["blocks_computed"] < summary["blocks_total"]
 
 
+@slow
 def test_calibration_matches_diffusers_and_magcache_follows_it(recipe_path, tmp_path):
     from diffusers import MagCacheConfig
     from porter.cache import calibration
@@ -131,19 +143,17 @@ def test_calibration_matches_diffusers_and_magcache_follows_it(recipe_path, tmp_
         threshold=0.5, mag_ratios=ratios["cond"], num_inference_steps=STEPS))
 
 
+@slow
 def test_guidance_cache_reuses_the_difference_on_its_schedule(recipe_path):
-    from porter.cache.guidance import schedule
-    from porter.cache.methods import GuidanceCache
-
     plain, _, _ = porter_run(recipe_path, "cache.method=guidance", "cache.interval=1")
     with load(recipe_path) as port:
         uncached = port.generate().latents
     assert torch.equal(plain, uncached)  # interval 1 reuses nothing: the same run, bit for bit
     latents, summary, port = porter_run(recipe_path, "cache.method=guidance",
                                         "cache.interval=3", "cache.start=0.25")
-    plan = schedule(GuidanceCache(method="guidance", interval=3, start=0.25), STEPS)
-    assert summary["skipped_steps"] == [i + 1 for i, both in enumerate(plan) if not both]
+    # 12 steps, the window from step 4 (0.25 x 12, 1-based: 4): steps 4, 7, 10 compute both
     assert summary["skipped_steps"] == [5, 6, 8, 9, 11, 12]
+    assert summary["blocks_computed"] == summary["blocks_total"] - 6 * 2  # 2 blocks a call
     reference, _ = diffusers_run(port.recipe)
     assert (plain - reference).abs().max() < 1e-4  # interval 1: nothing reused
     assert (latents - reference).abs().max() > 1e-4  # reused: not the same video
@@ -157,6 +167,8 @@ def test_guidance_cache_reuses_the_difference_on_its_schedule(recipe_path):
     ("{method: magcache}", "MagCache needs the model's magnitude ratios"),
     ("{method: magcache, mag_ratios: nowhere.json}", "'nowhere.json' is not a file"),
     ("{method: guidance}", "needs classifier-free guidance"),
+    ("{method: guidance, start: 0.5, end: 0.5}", "the window starts (0.5) at or after"),
+    ("{method: magcache, mag_ratios: {a: 1}}", "a file `porter calibrate` wrote, or a list"),
 ])
 def test_bad_cache_sections_are_recipe_errors(recipe_path, cache, message):
     from porter import recipe as recipe_mod
@@ -164,7 +176,7 @@ def test_bad_cache_sections_are_recipe_errors(recipe_path, cache, message):
     from porter.plugins import registry
 
     overrides = [f"cache={cache}"]
-    if "guidance" in cache:
+    if cache == "{method: guidance}":
         overrides.append("generate.guidance_scale=1.0")
     loaded = recipe_mod.load(recipe_path, overrides)
     problems = recipe_problems(loaded, registry())
@@ -208,23 +220,21 @@ def test_ratio_files_are_checked(tmp_path):
         calibration.read(bad)
 
 
+@slow
 def test_one_list_for_two_experts_is_refused(tmp_path):
-    path = tmp_path / "two.yaml"
-    path.write_text("""\
-model: {family: wan, source: tiny, variant: t2v-two-experts}
-generate: {prompt: "a cat", height: 32, width: 32, frames: 9, steps: 4,
-           max_sequence_length: 16}
-cache: {method: magcache, mag_ratios: [1.0, 1.0, 1.0, 1.0]}
-""")
+    path = two_experts(tmp_path, "steps: 4",
+                       "cache: {method: magcache, mag_ratios: [1.0, 1.0, 1.0, 1.0]}\n")
     with pytest.raises(RecipeError, match="one list of ratios, 2 transformers"):
         porter.load(path)  # refused when porting, before anything is compiled
 
 
+@slow
 def test_taylorseer_hooks_inside_a_compiled_block_are_refused(recipe_path):
     with pytest.raises(RecipeError, match="inside a compiled block, e.g. 'blocks.0.attn1'"):
         load(recipe_path, "cache={method: taylorseer, cache_identifiers: ['^blocks.*attn1']}")
 
 
+@slow
 def test_calibrate_then_run_as_a_user_does(recipe_path, tmp_path):
     """`porter calibrate` and a cached `porter run`, each in a fresh process."""
     from test_cli import fresh_porter
@@ -249,6 +259,7 @@ def test_calibrate_then_run_as_a_user_does(recipe_path, tmp_path):
     assert "MagCache needs the model's magnitude ratios" in bad.stderr
 
 
+@slow
 def test_pipelines_own_loop_caches_as_diffusers_does():
     """HunyuanVideo runs its pipeline's own loop (one call a step, in the cond
     context, over two block lists): the first-block cache decides as diffusers'
@@ -280,6 +291,7 @@ def test_pipelines_own_loop_caches_as_diffusers_does():
     assert (made.latents - reference).abs().max() < 1e-4
 
 
+@slow
 def test_the_first_block_cache_needs_two_blocks():
     from conftest import RECIPES
 
@@ -287,18 +299,15 @@ def test_the_first_block_cache_needs_two_blocks():
         porter.load(RECIPES / "cogvideox-tiny.yaml", "cache={method: first_block}")
 
 
+@slow
 def test_two_experts_each_follow_their_own_ratios(tmp_path):
     """Wan 2.2 A14B's layout: each expert calibrated, then cached with its own ratios
     resampled to the steps it runs, as diffusers with one config per expert."""
     from diffusers import MagCacheConfig
     from porter.cache import calibration
 
-    path = tmp_path / "two.yaml"
-    path.write_text("""\
-model: {family: wan, source: tiny, variant: t2v-two-experts}
-generate: {prompt: "a cat", negative_prompt: blurry, height: 32, width: 32, frames: 9,
-           steps: 16, guidance_scale: 4.0, max_sequence_length: 16, seed: 1}
-""")
+    path = two_experts(tmp_path, "negative_prompt: blurry, steps: 16, guidance_scale: 4.0, "
+                                 "seed: 1")
     with porter.load(path, "cache={method: magcache, calibrate: true}") as port:
         calibrated = port.generate(steps=12).record["timings"]["cache"]["ratios"]
         steps = port.family.transformer_steps(port.pipe, port.recipe)
@@ -342,3 +351,76 @@ def test_models_the_hooks_cannot_serve_are_recipe_errors(recipe_path):
     assert caught.value.problems[0].path == "cache.method"
     with pytest.raises(hooks.Misfit):
         hooks.check(Unknown(), settings(loaded))
+
+
+def test_guidance_cache_and_cfg_parallel_are_refused_together(recipe_path):
+    from porter import recipe as recipe_mod
+    from porter.checks import recipe_problems
+    from porter.plugins import registry
+
+    loaded = recipe_mod.load(recipe_path, ["cache={method: guidance}",
+                                           "generate.cfg_parallel=true"])
+    (problem,) = recipe_problems(loaded, registry())
+    assert "one batched call" in problem.message and problem.hint == \
+        "generate.cfg_parallel: false"
+
+
+def test_a_cache_section_keeps_the_stored_traces(recipe_path):
+    """Cached pieces are programs of their own names: the trace cache's key is the
+    same with and without a cache section."""
+    from porter import recipe as recipe_mod
+    from porter.porting import traced_settings
+
+    plain = recipe_mod.load(recipe_path)
+    cached = recipe_mod.load(recipe_path, ["cache={method: first_block}"])
+    assert traced_settings(plain) == traced_settings(cached)
+
+
+@slow
+def test_bench_compares_a_pipeline_loop_with_and_without_its_cache():
+    from porter import recipe as recipe_mod
+    from porter.cache import measure
+
+    from conftest import RECIPES
+
+    loaded = recipe_mod.load(RECIPES / "hunyuan-tiny.yaml",
+                             ["generate.steps=10", "cache={method: first_block, threshold: 0.3}"])
+    result = measure.compare(loaded)
+    assert result["method"] == "first_block" and result["blocks_total"] == 20
+    assert result["denoise_s"]["cached"] > 0 and result["denoise_s"]["uncached"] > 0
+    assert result["blocks_computed"] == 16 and result["latents_relative_l2"] > 0  # 4 skipped
+    assert "cache first_block: denoise" in measure.render(result)
+
+
+@slow
+def test_calibrating_an_expert_that_runs_no_step_is_refused(tmp_path):
+    from porter import recipe as recipe_mod
+    from porter.cache import calibration
+
+    path = two_experts(tmp_path, "steps: 1")
+    with pytest.raises(RecipeError, match="transformer_2 ran no step of 1"):
+        calibration.calibrate(recipe_mod.load(path), tmp_path / "ratios.json", progress=False)
+    assert not (tmp_path / "ratios.json").exists()
+
+
+@slow
+def test_sharded_batched_guidance_keeps_working_with_a_cache():
+    """wan-tiny-tp: weights over tp=4, the [cond, uncond] batch over dp=2, blockwise
+    attention. A cache that skips nothing gives the uncached latents; MagCache with
+    flat ratios skips on its schedule (retention 2 of 8 steps, at most 2 in a row)."""
+    from conftest import RECIPES
+
+    tp = RECIPES / "wan-tiny-tp.yaml"
+    with porter.load(tp, "generate.steps=8") as port:
+        plain = port.generate().latents
+    with porter.load(tp, "generate.steps=8", "cache={method: first_block, threshold: 0.0}") \
+            as port:
+        made = port.generate()
+    summary = made.record["timings"]["cache"]
+    assert summary["calls"] == 8 and summary["skipped_calls"] == 0
+    assert (made.latents - plain).abs().max() < 1e-5
+    with porter.load(tp, "generate.steps=8",
+                     "cache={method: magcache, mag_ratios: [1.0], max_skip_steps: 2}") as port:
+        made = port.generate()
+    assert made.record["timings"]["cache"]["skipped_steps"] == {"cond_uncond": [3, 4, 6, 7]}
+    assert torch.isfinite(made.latents).all()

@@ -106,8 +106,11 @@ def block_lists(module) -> list:
 
 
 def unwrapped(model):
-    """The transformer module behind Porter's input-sharding wrapper."""
-    return getattr(model, "module", model)
+    """The transformer module behind Porter's wrappers: input sharding
+    (ShardedInputs.module) and whole-program compilation (torchax's
+    JittableModule._model)."""
+    model = getattr(model, "module", model)
+    return getattr(model, "_model", model)
 
 
 def context(model, name: str):
