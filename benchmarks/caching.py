@@ -23,6 +23,8 @@ import json
 import tempfile
 from pathlib import Path
 
+import results_io  # benchmarks/, beside this script
+
 HERE = Path(__file__).resolve().parent
 RECIPE = HERE.parent / "recipes" / "bench" / "wan-block-2k.yaml"
 RESULTS = HERE / "results" / "caching.json"
@@ -116,19 +118,11 @@ def _merged(fresh: list[dict]) -> list[dict]:
 
 
 def save(results: list[dict]) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    partial = RESULTS.with_suffix(".partial")
-    partial.write_text(json.dumps(results, indent=1) + "\n")
-    partial.replace(RESULTS)
+    results_io.save(RESULTS, results)
 
 
 def plot(results: list[dict]) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit("drawing needs matplotlib: pip install matplotlib") from None
+    plt = results_io.pyplot()
     shown = [r for r in results if not r["name"].startswith("uncached")]
     names = [r["name"].replace(" (", "\n(").replace(", guided", "\nguided") for r in shown]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import results_io  # benchmarks/, beside this script
+
 HERE = Path(__file__).resolve().parent
 RECIPE = HERE.parent / "recipes" / "bench" / "wan-block-2k.yaml"
 RESULTS = HERE / "results" / "cpu-sweep.json"
@@ -35,19 +37,11 @@ def measure(frames: int, steps: int) -> dict:
 
 
 def save(results: list[dict]) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    partial = RESULTS.with_suffix(".partial")
-    partial.write_text(json.dumps(results, indent=2) + "\n")
-    partial.replace(RESULTS)
+    results_io.save(RESULTS, results)
 
 
 def plot(results: list[dict]) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit("drawing needs matplotlib: pip install matplotlib") from None
+    plt = results_io.pyplot()
     results = sorted(results, key=lambda r: r["tokens"])
     tokens = [r["tokens"] for r in results]
     fig, ax = plt.subplots(figsize=(6, 4))
