@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from porter import checks, loading, patches, runtime as runtime_mod
-from porter.cache import measure
+from porter.cache import measure, without_cache
 from porter.interop import to_device
 from porter.stages import block
 
@@ -105,8 +105,7 @@ def _reference_device(runtime) -> torch.device:
 def bench(recipe, registry, steps: int = 5) -> dict:
     """One step of the port beside PyTorch eager; with a ``cache:`` section, also the
     recipe's denoise stage with the cache beside it without (``porter.cache.measure``)."""
-    result = _one_step(recipe if not recipe.cache else measure.without_cache(recipe),
-                       registry, steps)
+    result = _one_step(without_cache(recipe), registry, steps)
     if recipe.cache:
         result["cache"] = measure.compare(recipe)
     return result

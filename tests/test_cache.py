@@ -424,3 +424,13 @@ def test_sharded_batched_guidance_keeps_working_with_a_cache():
         made = port.generate()
     assert made.record["timings"]["cache"]["skipped_steps"] == {"cond_uncond": [3, 4, 6, 7]}
     assert torch.isfinite(made.latents).all()
+
+
+@slow
+def test_verify_checks_the_port_of_a_cached_recipe(recipe_path):
+    from porter import recipe as recipe_mod
+    from porter import verify
+    from porter.plugins import registry
+
+    loaded = recipe_mod.load(recipe_path, ["cache={method: first_block, threshold: 0.9}"])
+    assert verify.verify(loaded, registry())["ok"]

@@ -87,6 +87,18 @@ def _ratio_problems(recipe, chosen) -> list:
     return []
 
 
+def without_cache(recipe):
+    """The recipe with its ``cache:`` section removed: what `porter verify` checks and
+    `porter bench` times a step of (the port's numbers, not what a cache skips)."""
+    if not recipe.cache:
+        return recipe
+    from porter import recipe as recipe_mod
+
+    data = recipe.resolved()
+    data.pop("cache", None)
+    return recipe_mod.validate_data(data, dict(recipe._locations), recipe.path)
+
+
 def ratios_file(recipe) -> Path | None:
     chosen = settings(recipe)
     if chosen is None or not isinstance(getattr(chosen, "mag_ratios", None), str):
@@ -133,4 +145,4 @@ def context(model, name: str):
 
 
 __all__ = ["METHODS", "block_lists", "context", "parse", "problems",
-           "ratios_file", "settings", "unwrapped"]
+           "ratios_file", "settings", "unwrapped", "without_cache"]

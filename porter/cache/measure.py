@@ -9,14 +9,7 @@ loop runs twice and the second, warm, call is timed.
 
 from __future__ import annotations
 
-
-def without_cache(recipe):
-    """The recipe with its ``cache:`` section removed."""
-    from porter import recipe as recipe_mod
-
-    data = recipe.resolved()
-    data.pop("cache", None)
-    return recipe_mod.validate_data(data, dict(recipe._locations), recipe.path)
+from porter.cache import without_cache
 
 
 def _denoised(recipe):
