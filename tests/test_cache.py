@@ -434,3 +434,37 @@ def test_verify_checks_the_port_of_a_cached_recipe(recipe_path):
 
     loaded = recipe_mod.load(recipe_path, ["cache={method: first_block, threshold: 0.9}"])
     assert verify.verify(loaded, registry())["ok"]
+
+
+@slow
+def test_a_resumed_cached_run_picks_up_its_schedule(recipe_path, tmp_path):
+    """Stopped after step 4 of 8 and resumed: the cache starts cold at step 5, with a
+    warning; MagCache's schedule goes on from there (flat ratios: at most 2 skipped in
+    a row; retention, 2 of 8 steps, already past), and skipped steps keep the run's
+    numbering."""
+    from porter import interrupt, plugins
+    from porter import recipe as recipe_mod
+    from porter.run import run
+
+    out = tmp_path / "run"
+    loaded = recipe_mod.load(recipe_path, [
+        "generate.steps=8", f"output.dir={out}",
+        "cache={method: magcache, mag_ratios: [1.0], max_skip_steps: 2}"])
+
+    def stop_after_four(done, total):
+        if done == 4:
+            interrupt.request_stop()
+
+    with porter.load(loaded) as port:
+        whole = port.generate().record["timings"]["cache"]
+        try:
+            with pytest.raises(interrupt.Interrupted):
+                port.run(loaded, directory=out, on_step=stop_after_four)
+        finally:
+            interrupt.clear_stop()
+    assert whole["skipped_steps"] == {"cond": [3, 4, 6, 7], "uncond": [3, 4, 6, 7]}
+    resumed = run(loaded, plugins.registry(), progress=False, resume=True)
+    summary = resumed.data["timings"]["cache"]
+    assert summary["skipped_steps"] == {"cond": [6, 7], "uncond": [6, 7]}
+    assert summary["calls"] == 8  # the four steps left, two branches each
+    assert any("the step cache starts cold there" in w for w in resumed.data["warnings"])
