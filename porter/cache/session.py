@@ -17,9 +17,9 @@ class Caching:
         self.chosen = chosen
         self.modules = modules
         self.calibrating = chosen.method == "magcache" and chosen.calibrate
+        self.ratios: dict[str, list[float]] = {}  # MagCache's, read once (refused now)
         if chosen.method == "magcache" and not self.calibrating:
-            for name in modules:
-                self._ratios(recipe, name)  # a file that cannot serve is refused now
+            self.ratios = {name: self._ratios(recipe, name) for name in modules}
             _foreign_ratios(recipe, modules)
         self.tallies = {name: hooks.install(module, chosen) for name, module in modules.items()}
         self.calibration: dict = {}
@@ -41,7 +41,7 @@ class Caching:
                 tally.listeners.clear()
                 self.calibration[name] = hooks.Calibration(tally)
             elif self.chosen.method == "magcache":
-                hooks.retarget(tally, self._ratios(recipe, name), self.steps.get(name, 0),
+                hooks.retarget(tally, self.ratios[name], self.steps.get(name, 0),
                                self.done.get(name, 0))
         self.guidance = None
         if self.chosen.method == "guidance":
