@@ -259,9 +259,10 @@ class Port:
         conditioning = latents = frames = None
         previous = resumed.previous if resumed else None
         history = list(previous["meta"].get("history") or []) if previous else []
-        caching = self.ported.caching
+        # a step cache serves runs that denoise (a pipeline's own loop always does)
+        caching = self.ported.caching if "denoise" in wanted or not family.staged else None
         with self.active():
-            if caching is not None and ("denoise" in wanted or not family.staged):
+            if caching is not None:
                 self._begin_cache(caching, recipe, resumed)
             if not family.staged:
                 say("running the pipeline")
@@ -293,7 +294,7 @@ class Port:
                 history.append(record.segment(runtime, "decode"))
         timings["stages"] = list(wanted) if family.staged else ["generate"]
         timings["port_call"] = self.calls
-        if caching is not None and ("denoise" in wanted or not family.staged):
+        if caching is not None:
             timings["cache"] = caching.summary()
         return Outcome(latents, frames, timings, history)
 
