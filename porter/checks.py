@@ -139,10 +139,11 @@ def model_problems(recipe, registry) -> list[Problem]:
     return []
 
 
-def mesh_problems(recipe, devices: int | None = None) -> list[Problem]:
+def mesh_problems(recipe, devices: int | None = None,
+                  platform: str | None = None) -> list[Problem]:
     """Does the mesh fit the devices JAX sees (imports JAX), or ``devices`` devices
     (checked as if: no JAX devices needed, nor the platform, unless the recipe names
-    it)? And does the attention backend run on the platform?"""
+    it or ``platform`` is given)? And does the attention backend run on the platform?"""
     from porter import plugins, runtime
 
     if devices is None:
@@ -150,7 +151,7 @@ def mesh_problems(recipe, devices: int | None = None) -> list[Problem]:
         import jax
         count, platform = jax.device_count(), jax.default_backend()
     else:
-        count, platform = devices, recipe.runtime.platform
+        count, platform = devices, platform or recipe.runtime.platform
     try:
         runtime.resolve_mesh(recipe.mesh, count, given=devices is not None)
     except UsageError as exc:

@@ -22,6 +22,7 @@ examples:
   porter validate recipes/wan-tiny.yaml             every check that needs no weights
   porter validate recipes/wan14b.yaml --devices 8   ... for an 8-chip machine, from here
   porter plan recipes/wan-tiny-tp.yaml --devices 8  bytes per device, from shapes alone
+  porter compile recipes/wan14b.yaml --target v6e-8   will it fit? the TPU compiler says
   porter verify recipes/wan-tiny.yaml               port vs PyTorch, block by block
   porter calibrate recipes/wan-tiny.yaml            MagCache's ratios for a cache: section
   porter inspect recipes/wan1.3b.yaml               tensor patterns to write rules for
@@ -135,6 +136,27 @@ def build_parser() -> argparse.ArgumentParser:
     _devices_arg(plan, "plan for N devices (none need exist here; default: the devices "
                  "JAX sees)")
 
+    compile_ = commands.add_parser(
+        "compile", help="compile every program of a run for a TPU, without a TPU or weights",
+        description="Build the recipe's port for a TPU slice with every weight and input "
+        "abstract (shapes and shardings, no values) and have the TPU's own compiler (libtpu, "
+        "no TPU needed) compile each program a run compiles: text encoder, transformer(s) "
+        "with the guidance passes as the run batches them, VAE. Prints per program and per "
+        "chip the memory XLA's TPU memory analysis gives (weights of every component stay "
+        "resident) against the chip's HBM, FLOPs, bytes accessed, collectives and compile "
+        "time, and a lower bound on a denoising step's time. Exit code 2 when a program "
+        "does not fit (or cannot be compiled), naming it and what to change. Needs "
+        "libtpu: pip install 'porter[tpu]'.",
+        epilog="targets: " + ", ".join(_target_names()) + "  (v4/v5p: the number counts "
+        "TensorCores, two per chip; v5e/v6e: chips)")
+    compile_.add_argument("recipe", help="path to a recipe YAML file")
+    compile_.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                          help="override recipe keys, type-checked (e.g. mesh.tp=8)")
+    compile_.add_argument("--target", required=True, metavar="TPU",
+                          help="the slice to compile for, as Cloud TPU names it (v6e-8, "
+                               "v5e-8 or v5litepod-8, v5p-8, v4-8, v6e-16, ...)")
+    compile_.add_argument("--json", action="store_true", help="print the report as JSON")
+
     verify = commands.add_parser(
         "verify", help="compare the port with PyTorch, module by module",
         description="Run the recipe's transformer as ported (dtypes, sharding, patches, "
@@ -192,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Each patch: its target, the versions it is known to "
                         "fit, whether the target exists in what is installed, and its doc.")
     return parser
+
+
+def _target_names() -> list[str]:
+    from porter.aot.targets import TARGETS
+
+    return list(TARGETS)
 
 
 def _load_recipe(args):
@@ -347,6 +375,28 @@ def cmd_plan(args) -> int:
     return 2 if built["problems"] else 0
 
 
+def cmd_compile(args) -> int:
+    import json
+
+    from porter import plugins, recipe
+    from porter.aot import report, targets
+
+    target = targets.named(args.target)
+    # the host compiles: JAX runs on the CPU; libtpu only describes the target
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    targets.quiet_libtpu()
+    loaded = recipe.load(args.recipe, list(args.overrides))
+    built = report.build(loaded, plugins.registry(), target.name, say=lambda message: print(
+        f"porter: {message}", file=sys.stderr, flush=True))
+    print(json.dumps(built, indent=2) if args.json else report.render(built))
+    verdict = built["verdict"]
+    if verdict["fits"]:
+        return 0
+    print(f"error: {verdict['message']}" + (f"\n  hint: {verdict['hint']}"
+                                             if verdict["hint"] else ""), file=sys.stderr)
+    return 2
+
+
 def cmd_verify(args) -> int:
     import json
 
@@ -451,7 +501,7 @@ def cmd_patches(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "serve": cmd_serve, "validate": cmd_validate, "plan": cmd_plan,
-            "verify": cmd_verify, "bench": cmd_bench, "calibrate": cmd_calibrate,
+            "compile": cmd_compile, "verify": cmd_verify, "bench": cmd_bench, "calibrate": cmd_calibrate,
             "inspect": cmd_inspect, "new": cmd_new,
             "plugins": cmd_plugins, "patches": cmd_patches}
 

@@ -136,6 +136,15 @@ class ModelFamily:
         """
         return {}
 
+    def programs(self, recipe, modules: dict) -> list | None:
+        """The compiled programs one video runs, at the recipe's shapes: a list of
+        ``porter.aot.programs.Program`` (component, method, the ``Input``s and static
+        values it is called with, calls per video), in the order a run calls them.
+        ``modules``: the components on the meta device (configurations, no weights).
+        None: the family cannot say before running (``porter compile`` reports it).
+        A test should hold them to what a run calls (``porter.aot.programs.recorded``)."""
+        return None
+
     def generate(self, pipe, recipe) -> tuple[np.ndarray, Any]:
         """Unstaged families: the whole pipeline call, returning uint8 frames and the
         final latents (a torch tensor, or None where the pipeline does not show them)."""

@@ -63,7 +63,9 @@ def porter_register_attention(register: Callable) -> None:
             ``kernel(q, k, v, keep, *, scale, block_q, block_kv)`` on JAX arrays laid
             out (batch, heads, sequence, head_dim) where ``keep`` is None or a
             boolean mask (False: the key gets zero weight), a doc line, and the
-            platforms it runs on.
+            platforms it runs on. A kernel that also takes ``platform`` gets the
+            platform its program is compiled for ("tpu" for ``porter compile
+            --target v6e-8`` on a CPU host), to choose its code path by.
 
     Returns nothing. Every plugin's implementation is called; a name already
     taken (or ``auto``, reserved) raises ``PluginError``. The core shards the

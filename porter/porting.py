@@ -10,6 +10,7 @@ import torch
 
 from porter import cache, distributed, patches, record
 from porter.errors import LoadError
+from porter.interop import to_device
 from porter.family import ModelFamily
 from porter.transforms import compile as compile_transform
 from porter.transforms import attention, placement, rotary
@@ -47,7 +48,7 @@ def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
             unsharded.add(name)
     _refuse_nonfinite(nonfinite, recipe)
     if recipe.rotary.precompute:
-        rotary.apply(pipe, family, recipe, runtime)
+        rotary.apply(pipe, family, recipe, lambda table: to_device(table, runtime))
     compiled = compile_transform.rules(recipe, family)
     traces = trace_cache(recipe, family, runtime)
     splits: dict = {}

@@ -85,29 +85,33 @@ DEFAULT_XLA_OPTIONS = {
 }
 
 
-def xla_options(setting: dict | None, platform: str) -> dict:
+def xla_options(setting: dict | None, platform: str, device=None) -> dict:
     """The compiler options for this run: the recipe's, checked, or the platform's
-    defaults where this XLA knows them."""
+    defaults where this XLA knows them. Checked by the compiler of ``device`` (default:
+    JAX's first device), the one the programs are compiled for."""
     if setting is None:  # each default this XLA knows (an older one lacks some)
         return {key: value for key, value in DEFAULT_XLA_OPTIONS.get(platform, {}).items()
-                if _refusal(((key, value),)) is None}
+                if _refusal(((key, value),), device) is None}
     options = dict(setting)
-    refused = _refusal(tuple(sorted(options.items()))) if options else None
+    refused = _refusal(tuple(sorted(options.items())), device) if options else None
     if refused is None:
         return options
     raise UsageError(f"runtime.xla_options: {refused}",
                      hint="names are XLA debug options of the installed jaxlib (xla_cpu_*, "
-                          "xla_gpu_*, ...); enum values take their full upper-case names")
+                          "xla_gpu_*, xla_tpu_*, ...); enum values take their full "
+                          "upper-case names")
 
 
 @functools.cache
-def _refusal(options: tuple) -> str | None:
-    """XLA's complaint about these options, from compiling a one-op program (once
-    per process, before the compile cache is on, so no run counts it)."""
+def _refusal(options: tuple, device=None) -> str | None:
+    """XLA's complaint about these options, from compiling a one-op program for
+    ``device`` (once per process, before the compile cache is on, so no run counts it)."""
     import jax
 
+    value = 0.0 if device is None else jax.ShapeDtypeStruct(
+        (), "float32", sharding=jax.sharding.SingleDeviceSharding(device))
     try:
-        jax.jit(lambda x: x, compiler_options=dict(options)).lower(0.0).compile()
+        jax.jit(lambda x: x, compiler_options=dict(options)).lower(value).compile()
     except Exception as exc:  # XLA names the option it refuses
         return str(exc).splitlines()[0]
     return None

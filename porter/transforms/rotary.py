@@ -14,14 +14,14 @@ import torch
 CACHE_ATTR = "_porter_rotary_cache"
 
 
-def install(module: torch.nn.Module, key: tuple, tables, runtime, dtype: torch.dtype) -> None:
-    from porter.interop import to_device
-
+def install(module: torch.nn.Module, key: tuple, tables, place, dtype: torch.dtype) -> None:
+    """Register ``tables`` (cast to ``dtype``, then ``place``d: onto the mesh, or as a
+    meta tensor for an abstract port) as buffers of ``module``, looked up by ``key``."""
     cache = module.__dict__.setdefault(CACHE_ATTR, {})
     names = []
     for index, table in enumerate(tables):
         name = f"porter_rotary_{'x'.join(map(str, key))}_{index}"
-        module.register_buffer(name, to_device(table.to(dtype), runtime), persistent=False)
+        module.register_buffer(name, place(table.to(dtype)), persistent=False)
         names.append(name)
     cache[key] = tuple(names)
 
@@ -54,9 +54,10 @@ def host_tables(module: torch.nn.Module, shape: tuple) -> tuple:
         return module(SimpleNamespace(shape=torch.Size(shape), device=torch.device("cpu")))
 
 
-def apply(pipe, family, recipe, runtime) -> int:
-    """Install every table the family offers; returns how many sets were cached."""
+def apply(pipe, family, recipe, place) -> int:
+    """Install every table the family offers, each ``place``d (a host tensor in, what the
+    module holds out); returns how many sets were cached."""
     entries = family.rotary_tables(pipe, recipe)
     for module, key, tables, dtype in entries:
-        install(module, key, tables, runtime, dtype)
+        install(module, key, tables, place, dtype)
     return len(entries)

@@ -31,8 +31,9 @@ class WanFamily(ModelFamily):
     rotary_patch = "wan.rope_cache"
     embedding_keys = ("prompt", "negative", "image_embeds")
     guidance_cache = True
-    compiled = {"transformer": ("forward",), "transformer_2": ("forward",),
-                "vae": ("decode",)}
+    compiled = {"text_encoder": ("forward",), "image_encoder": ("forward",),
+                "transformer": ("forward",), "transformer_2": ("forward",),
+                "vae": ("decode", "_encode")}
 
     def pipeline_class(self, recipe=None):
         from diffusers import WanImageToVideoPipeline, WanPipeline
@@ -214,6 +215,10 @@ class WanFamily(ModelFamily):
 
     def batch(self, recipe) -> int:
         return 2 if recipe.generate.cfg_parallel and self.guided(recipe) else 1
+
+    def programs(self, recipe, modules):
+        from porter_wan.programs import programs
+        return programs(self, recipe, modules)
 
     def transformer_inputs(self, recipe, config):
         gen, batch, layout = recipe.generate, self.batch(recipe), self._layout(recipe)

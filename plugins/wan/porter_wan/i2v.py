@@ -70,7 +70,10 @@ def latent_stats(vae, dtype=torch.float32):
 def _latents(pipe, video):
     """Normalized VAE latents (distribution mode) of a pixel video, float32 on the host."""
     vae = pipe.vae
-    latent = to_host(vae.encode(video.to(vae.dtype).to("jax")).latent_dist.mode()).float()
+    # the encoder's moments (mean, log-variance): the distribution's mode is the mean;
+    # ``_encode`` is the compiled method (``encode`` wraps it in a distribution object)
+    moments = vae._encode(video.to(vae.dtype).to("jax"))
+    latent = to_host(moments[:, : vae.config.z_dim]).float()
     mean, inv_std = latent_stats(vae)
     return (latent - mean) * inv_std
 

@@ -66,8 +66,8 @@ def build(variant: str | None = None, image: bool = False, seed: int = 0,
           transformer_config_overrides: dict | None = None):
     """The tiny pipeline of ``variant``; ``image``: as WanImageToVideoPipeline (always
     for the layouts that need an image)."""
-    from diffusers import (AutoencoderKLWan, FlowMatchEulerDiscreteScheduler,
-                           WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel)
+    from diffusers import (AutoencoderKLWan, WanImageToVideoPipeline, WanPipeline,
+                           WanTransformer3DModel)
     from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
 
     spec = _spec(variant)
@@ -85,13 +85,20 @@ def build(variant: str | None = None, image: bool = False, seed: int = 0,
             extra = _clip()
         transformer_2 = WanTransformer3DModel(**config) if spec.get("experts") == 2 else None
     common = dict(tokenizer=ByT5Tokenizer(), text_encoder=text_encoder, transformer=transformer,
-                  vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
+                  vae=vae, scheduler=scheduler(),
                   transformer_2=transformer_2, **spec.get("pipeline", {}))
     if image or layout(variant, transformer_config_overrides).needs_image:
         extra.setdefault("image_encoder", None)
         extra.setdefault("image_processor", None)
         return WanImageToVideoPipeline(**common, **extra)
     return WanPipeline(**common)
+
+
+def scheduler():
+    """The tiny pipelines' scheduler."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    return FlowMatchEulerDiscreteScheduler(shift=7.0)
 
 
 def _clip() -> dict:

@@ -22,6 +22,7 @@ from porter.transforms.attention.backends import BUILTIN, AttentionBackend
 __all__ = ["AttentionBackend", "BUILTIN", "install", "disabled", "attend"]
 
 _disabled = contextvars.ContextVar("porter_attention_disabled", default=False)
+_tally = contextvars.ContextVar("porter_attention_flops", default=None)
 
 SDPA_OPS = (torch.nn.functional.scaled_dot_product_attention,
             torch.ops.aten.scaled_dot_product_attention)
@@ -35,6 +36,20 @@ def disabled():
         yield
     finally:
         _disabled.reset(token)
+
+
+@contextlib.contextmanager
+def counted():
+    """Inside, each attention call traced adds its FLOPs per device (the scores and the
+    weighted sum: 4 x batch x heads x queries x keys x head_dim, divided among the
+    devices the kernel is sharded over) to the list this yields: the work a kernel
+    that the compiler sees as an opaque call (Pallas, cuDNN) does out of its sight."""
+    found: list[float] = []
+    token = _tally.set(found)
+    try:
+        yield found
+    finally:
+        _tally.reset(token)
 
 
 def _keep_mask(attn_mask, is_causal: bool, q_len: int, k_len: int):
@@ -59,6 +74,11 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
                              batch_heads=q.shape[0] * q.shape[1])
     options = dict(scale=scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]),
                    block_q=config["block_q"], block_kv=config["block_kv"])
+    if backends.takes_platform(chosen.kernel):  # compiled for this platform, wherever
+        options["platform"] = platform  # the host is (a TPU target from a CPU host)
+    if _tally.get() is not None:
+        _tally.get().append(4 * math.prod(q.shape) * k.shape[2] / sharded.split(
+            mesh, q.shape, config["data_axis"], config["head_axis"]))
     return sharded.run(chosen.kernel, mesh, q, k, v, keep, data_axis=config["data_axis"],
                        head_axis=config["head_axis"], **options)
 

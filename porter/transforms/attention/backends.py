@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -38,6 +40,15 @@ BUILTIN = (
 # program out of JAX's persistent compile cache. Small attention (tiny models,
 # cross-attention to text) stays in XLA, so those programs are cached.
 AUTO_TORCH_FROM_BYTES = 2**26
+
+
+@functools.cache
+def takes_platform(kernel) -> bool:
+    """Does ``kernel`` take ``platform=`` (the platform its program is compiled for)?"""
+    try:
+        return "platform" in inspect.signature(kernel).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def choose(name: str, platform: str, q_len: int, k_len: int, registry: dict,

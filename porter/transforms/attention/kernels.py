@@ -131,8 +131,9 @@ def key_padding(keep, batch: int, k_len: int):
 
 
 def splash(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv: int = 512,
-           interpret: bool | None = None, **_):
-    """The Pallas TPU splash-attention kernel (interpret mode off TPU).
+           platform: str | None = None, **_):
+    """The Pallas TPU splash-attention kernel: compiled by Mosaic for a TPU (``platform``,
+    the one the program is compiled for, whatever the host), interpreted elsewhere.
 
     Key-padding masks become segment ids (padded and masked keys in segment 0,
     every query in segment 1); any other mask falls back to ``blockwise``.
@@ -145,8 +146,7 @@ def splash(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv: in
     padding = key_padding(keep, batch, k_len)
     if padding is None:
         return blockwise(q, k, v, keep, scale=scale, block_q=block_q, block_kv=block_kv)
-    if interpret is None:
-        interpret = jax.default_backend() != "tpu"
+    interpret = (platform or jax.default_backend()) != "tpu"
     # splash wants block multiples of 128 (the TPU lane width)
     block_q = min(block_q, _round_up(q_len, 128))
     block_kv = min(block_kv, _round_up(k_len, 128))

@@ -7,6 +7,7 @@ takes a slice of the queries and all keys and values (gathered).
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 from porter.transforms.attention import kernels
@@ -26,6 +27,13 @@ def layout(mesh, shape_q, data_axis, head_axis):
     if fits(head_axis, q_len):
         return use_batch, None, head_axis
     return use_batch, None, None
+
+
+def split(mesh, shape_q, data_axis, head_axis) -> int:
+    """Into how many shares attention of queries ``shape_q`` is cut across the mesh."""
+    sizes = dict(mesh.shape)
+    return max(1, math.prod(sizes[axis] for axis in layout(mesh, shape_q, data_axis, head_axis)
+                            if axis is not None))
 
 
 def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, **options):

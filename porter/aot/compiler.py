@@ -1,0 +1,212 @@
+"""One declared program lowered with abstract values and compiled by the target's
+compiler: its memory, cost and collectives per chip, or the compiler's refusal."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from porter.aot import hlo
+from porter.aot.programs import Input, Program
+
+
+@dataclass
+class Compiled:
+    """What the target's compiler made of one program (bytes and costs per chip)."""
+
+    program: Program
+    trace_s: float = 0.0  # tracing the model to a JAX program (on this host)
+    compile_s: float = 0.0  # the target's compiler
+    weights_bytes: int = 0  # this program's weights on one chip (the plan's figure)
+    memory: dict = field(default_factory=dict)  # XLA's memory analysis, bytes
+    flops: float = 0.0  # XLA's count, and attention kernels' it cannot see inside
+    kernel_flops: float = 0.0  # attention's, counted while tracing
+    bytes_accessed: float = 0.0
+    collectives: dict = field(default_factory=dict)  # kind -> hlo.Collective
+    refused: str | None = None  # the compiler's reason, when it would not compile it
+    failed: str | None = None  # why it could not be traced (model code), when it was not
+
+    @property
+    def peak_bytes(self) -> int:
+        """The program's own peak on its busiest chip: arguments (weights and inputs),
+        outputs and temporaries, less what outputs reuse of donated inputs, and its
+        code."""
+        m = self.memory
+        return (m.get("argument", 0) + m.get("output", 0) + m.get("temporary", 0)
+                - m.get("alias", 0) + m.get("generated_code", 0))
+
+
+def compile_program(port, program: Program) -> Compiled:
+    """Lower ``program`` on ``port``'s component with abstract weights and inputs, in
+    the shardings a run uses, and compile it for the target."""
+    import jax
+
+    from porter.compat import import_torchax
+    from porter.transforms import attention
+    from porter.transforms import compile as compile_transform
+
+    interop = import_torchax().interop
+    component = port.components[program.component]
+    result = Compiled(program, weights_bytes=component.weights_bytes_per_chip)
+    template, leaves = _split((program.args, program.kwargs))
+    shardings = _input_shardings(port, component, program)
+    abstract_leaves = [_abstract(leaf, shardings.get(path)) for path, leaf in leaves]
+    jittable = component.jittable
+
+    def call(params, buffers, values):
+        args, kwargs = _join(template, values)
+        if component.attention_skipped:
+            with attention.disabled():
+                return jittable.functional_call(program.method, params, buffers, *args,
+                                                 **kwargs)
+        return jittable.functional_call(program.method, params, buffers, *args, **kwargs)
+
+    compile_transform.output_classes_as_pytrees()
+    options = {"compiler_options": dict(port.runtime.xla_options)} \
+        if port.runtime.xla_options else {}
+    start = time.perf_counter()
+    with port.active(), attention.counted() as kernel_flops:
+        try:
+            lowered = jax.jit(interop.jax_view(call), **options).lower(
+                *component.state, abstract_leaves)
+        except Exception as exc:  # noqa: BLE001 - model code that cannot be traced
+            result.failed = _traced_failure(exc)
+            return result
+    result.trace_s = time.perf_counter() - start
+    result.kernel_flops = sum(kernel_flops)
+    start = time.perf_counter()
+    try:
+        executable = lowered.compile()
+    except Exception as exc:  # noqa: BLE001 - the compiler's refusal, in its words
+        result.compile_s = time.perf_counter() - start
+        result.refused = _refusal(exc)
+        return result
+    result.compile_s = time.perf_counter() - start
+    _read(executable, result, port.runtime.mesh.devices.size)
+    return result
+
+
+def _read(executable, result: Compiled, devices: int) -> None:
+    analysis = executable.memory_analysis()
+    result.memory = {
+        "argument": int(analysis.argument_size_in_bytes),
+        "output": int(analysis.output_size_in_bytes),
+        "alias": int(analysis.alias_size_in_bytes),
+        "temporary": int(analysis.temp_size_in_bytes),
+        "generated_code": int(analysis.generated_code_size_in_bytes)}
+    cost = executable.cost_analysis() or {}
+    if isinstance(cost, list):  # older JAX: one dict per computation
+        cost = cost[0] if cost else {}
+    text = executable.as_text()
+    result.flops = float(cost.get("flops", 0.0))
+    if hlo.opaque_kernels(text):  # the compiler counts none of a custom kernel's FLOPs
+        result.flops += result.kernel_flops
+    result.bytes_accessed = float(cost.get("bytes accessed", 0.0))
+    result.collectives = hlo.collectives(text, devices)
+
+
+def _input_shardings(port, component, program: Program) -> dict:
+    """Path of an input -> its sharding in a run: the recipe's ``sharding.inputs`` for a
+    transformer's keyword inputs (``ShardedInputs``), one device for a component run
+    on one device, else replicated (what ``to_device`` gives host values)."""
+    from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+
+    from porter.transforms.sharding import partition_spec
+
+    mesh = port.runtime.mesh
+    if component.one_device:
+        return _Everywhere(SingleDeviceSharding(mesh.devices.flat[0]))
+    found = _Everywhere(NamedSharding(mesh, PartitionSpec()))
+    if program.component.startswith("transformer"):
+        for key, spec in port.recipe.sharding.inputs.items():
+            found[("kwargs", key)] = NamedSharding(mesh, partition_spec(spec))
+    return found
+
+
+class _Everywhere(dict):
+    """A dict with a default for every path it was not given."""
+
+    def __init__(self, default):
+        super().__init__()
+        self.default = default
+
+    def get(self, key, default=None):
+        return super().get(key, self.default)
+
+
+def _split(value, path=()):
+    """(template, [(path, Input)]): ``value`` with each Input replaced by its index."""
+    leaves: list = []
+
+    def walk(v, where):
+        if isinstance(v, Input):
+            leaves.append((where, v))
+            return _Slot(len(leaves) - 1)
+        if isinstance(v, dict):
+            return {k: walk(x, where + (k,)) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return type(v)(walk(x, where + (i,)) for i, x in enumerate(v))
+        return v
+
+    template = walk(value, path)
+    # a keyword input's path: ("kwargs", name); a positional one's ("args", index)
+    named = [((("args", "kwargs")[p[0]],) + p[1:2], leaf) for p, leaf in leaves]
+    return template, named
+
+
+@dataclass(frozen=True)
+class _Slot:
+    index: int
+
+
+def _join(template, values):
+    def walk(v):
+        if isinstance(v, _Slot):
+            return values[v.index]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return type(v)(walk(x) for x in v)
+        return v
+    return walk(template)
+
+
+def _abstract(leaf: Input, sharding):
+    import jax
+
+    from porter.aot.port import jax_dtype
+
+    return jax.ShapeDtypeStruct(leaf.shape, jax_dtype(leaf.dtype), sharding=sharding)
+
+
+_NEEDED = re.compile(r"required for ([\w ]+?) \(([\d.]+)([KMGT]?)\) exceeds available HBM "
+                     r"\(([\d.]+)([KMGT]?)\)")
+
+
+def _refusal(exc: Exception) -> str:
+    text = str(exc)
+    lines = [l for l in text.splitlines() if l.strip()]
+    first = next((l for l in lines if "RESOURCE_EXHAUSTED" in l), lines[0] if lines else
+                 type(exc).__name__)
+    return first.strip()
+
+
+def needed_bytes(refusal: str) -> tuple[int, int] | None:
+    """(bytes needed, bytes available) from the compiler's out-of-memory message."""
+    found = _NEEDED.search(refusal)
+    if not found:
+        return None
+    scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    return (int(float(found.group(2)) * scale[found.group(3)]),
+            int(float(found.group(4)) * scale[found.group(5)]))
+
+
+def _traced_failure(exc: Exception) -> str:
+    """Why model code could not be traced with abstract values, with its file:line."""
+    from porter.tracing import model_frame
+
+    where = model_frame(exc)
+    reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+    return reason + (f" at {where}" if where else "")
+

@@ -1,0 +1,127 @@
+"""What a family says each compiled program of a run is called with, at a recipe's
+shapes: ``Program``s of ``Input``s. ``porter compile`` lowers them with abstract values
+in place of every tensor; ``recorded`` captures the same description from the calls
+a real run makes, so a test holds each family's declarations to what it runs.
+
+Inputs are described as they reach the program: a tensor's shape and the dtype it
+has on a JAX device (int64 arrives as int32, float64 as float32); a value that holds
+no tensor is passed as it is (a static argument, e.g. ``return_dict=False``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class Input:
+    """A tensor argument: its shape and its dtype on the device."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def __repr__(self) -> str:
+        return f"Input({list(self.shape)}, {str(self.dtype).removeprefix('torch.')})"
+
+
+@dataclass
+class Program:
+    """One compiled call: ``component``'s ``method`` with ``args`` and ``kwargs`` (each
+    an ``Input``, a structure holding ``Input``s, or a static value), made ``calls``
+    times in one video, in ``stage`` (encode, denoise or decode). A denoising step
+    runs one transformer component (two experts take turns), ``per_step`` times."""
+
+    component: str
+    method: str = "forward"
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    calls: int | None = 1  # None: not known before the run (a share of the steps)
+    stage: str = "denoise"
+    note: str = ""  # what sets this call apart: "cond and uncond batched", "steps 1-35"
+    per_step: int = 0  # denoise: calls in each step this program runs in
+
+    @property
+    def name(self) -> str:
+        return f"{self.component}.{self.method}"
+
+    def signature(self) -> tuple:
+        """What decides the compiled program: the same signature, the same program."""
+        return (self.component, self.method, _frozen(self.args), _frozen(self.kwargs))
+
+
+def _frozen(value):
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def described(value):
+    """A call's argument as a declaration describes it: tensors as ``Input``s."""
+    from porter.transforms.sharding import jax_dtype
+
+    if isinstance(value, torch.Tensor):
+        return Input(tuple(value.shape), jax_dtype(value.dtype))
+    if isinstance(value, (list, tuple)):
+        return type(value)(described(v) for v in value)
+    if isinstance(value, dict):
+        return {k: described(v) for k, v in value.items()}
+    return value
+
+
+def unique(programs: list[Program]) -> list[Program]:
+    """Programs with distinct signatures, each with the calls of all its copies."""
+    merged: dict = {}
+    for program in programs:
+        key = program.signature()
+        if key in merged:
+            known = None not in (merged[key].calls, program.calls)
+            merged[key].calls = merged[key].calls + program.calls if known else None
+        else:
+            merged[key] = dataclasses.replace(program, kwargs=dict(program.kwargs))
+    return list(merged.values())
+
+
+@contextlib.contextmanager
+def recorded(pipe, compiled: dict):
+    """Every call of the compiled methods of ``pipe``'s components (``compiled``:
+    component -> CompileRule, as a run compiles them), as ``Program``s appended to
+    the list this yields, in call order."""
+    calls: list[Program] = []
+    undo = []
+    for name, rule in compiled.items():
+        module = _jittable(getattr(pipe, name, None))
+        if module is None:
+            continue
+        for method in rule.methods:
+            original = module._jitted.get(method)
+            if original is None:
+                continue
+
+            def record(*args, _call=original, _name=name, _method=method, **kwargs):
+                calls.append(Program(_name, _method, described(args), described(kwargs)))
+                return _call(*args, **kwargs)
+
+            module._jitted[method] = record
+            undo.append((module, method, original))
+    try:
+        yield calls
+    finally:
+        for module, method, original in undo:
+            module._jitted[method] = original
+
+
+def _jittable(component):
+    """The torchax JittableModule inside a ported component's wrappers, if any."""
+    seen = 0
+    while component is not None and seen < 4:
+        if hasattr(component, "_jitted"):
+            return component
+        component = getattr(component, "module", None) or getattr(component, "_target", None)
+        seen += 1
+    return None

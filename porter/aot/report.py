@@ -1,0 +1,248 @@
+"""``porter compile``: the recipe's port built for a target, every program a run compiles
+compiled by the target's compiler, and what that says: memory per chip against the
+chip's HBM, cost, collectives, compile time, and a lower bound on a step's time."""
+
+from __future__ import annotations
+
+import math
+
+from porter.aot import compiler, roofline, targets
+from porter.aot import port as abstract_port
+from porter.aot.programs import Input, unique
+from porter.errors import RecipeError, UsageError
+from porter.transforms.sharding import human_bytes
+
+
+class DoesNotFit(UsageError):
+    """A program needs more memory per chip than the target has (exit 2)."""
+
+    def __init__(self, report: dict):
+        self.report = report
+        worst = report["verdict"]
+        super().__init__(worst["message"], hint=worst["hint"])
+
+
+def build(recipe, registry, target_name: str, say=lambda message: None) -> dict:
+    """Compile every program of ``recipe``'s run for ``target_name``; the report (see
+    ``render``). Raises what ``porter validate`` would for a recipe that cannot run."""
+    target = targets.named(target_name)
+    _check(recipe, registry, target)
+    say(f"building the port for {target.name} ({target.chips} x {target.facts.name}, "
+        f"libtpu's {target.topology}), every weight abstract")
+    port = abstract_port.build(recipe, registry, target)
+    modules = {name: c.module for name, c in port.components.items()}
+    declared = port.family.programs(recipe, modules)
+    programs = unique(declared) if declared is not None else []
+    results = []
+    for index, program in enumerate(programs, 1):
+        say(f"[{index}/{len(programs)}] {program.name}: tracing, then the {target.name} "
+            "compiler")
+        results.append(compiler.compile_program(port, program))
+    return _report(recipe, port, target, results, declared is None)
+
+
+def _check(recipe, registry, target) -> None:
+    """What ``porter validate --devices N`` checks, for the target's chips and platform."""
+    from porter import checks
+
+    problems = checks.recipe_problems(recipe, registry) or checks.model_problems(recipe,
+                                                                                 registry)
+    if not problems:
+        problems = checks.mesh_problems(recipe, target.chips, platform=target.platform)
+    if not problems:
+        problems = checks.shape_problems(recipe, registry, target.chips)
+    if problems:
+        raise RecipeError(problems)
+
+
+def _report(recipe, port, target, results, undeclared: bool) -> dict:
+    chip = target.facts
+    resident = {name: c.weights_bytes_per_chip for name, c in port.components.items()}
+    total = sum(resident.values())
+    rows = [_program_row(result, total, chip.usable_hbm_bytes) for result in results]
+    compiled = {r.program.component for r in results}
+    left_out = _left_out(port, compiled, undeclared)
+    bound = roofline.step(results, target)
+    anchors = [roofline.implied(bound, a, target) for a in roofline.anchors_for(recipe, target)] \
+        if bound else []
+    report = {
+        "recipe": recipe.name, "target": _target_row(target), "mesh": port.runtime.axes,
+        "attention_backend": recipe.attention.backend,
+        "weights_per_chip": {"components": resident, "total": total},
+        "programs": rows, "not_compiled": left_out,
+        "compile_s": round(sum(r.trace_s + r.compile_s for r in results), 2),
+        "roofline": bound, "anchors": anchors}
+    report["verdict"] = _verdict(report, chip)
+    return report
+
+
+def _target_row(target) -> dict:
+    chip = target.facts
+    return {"name": target.name, "chip": chip.name, "chips": target.chips,
+            "hosts": target.hosts, "topology": target.topology,
+            "hbm_bytes": chip.hbm_bytes, "usable_hbm_bytes": chip.usable_hbm_bytes,
+            "peak_bf16_flops": chip.peak_bf16_flops, "hbm_bytes_per_s": chip.hbm_bytes_per_s,
+            "ici_bytes_per_s": chip.ici_bytes_per_s, "source": chip.source}
+
+
+def _program_row(result, resident_total: int, usable: int) -> dict:
+    program = result.program
+    row = {"program": program.name, "component": program.component,
+           "method": program.method, "stage": program.stage, "calls": program.calls,
+           "per_step": program.per_step, "note": program.note,
+           "inputs": _inputs(program), "trace_s": round(result.trace_s, 2),
+           "compile_s": round(result.compile_s, 2),
+           "weights_bytes_per_chip": result.weights_bytes}
+    if result.failed:
+        return {**row, "status": "not traced", "reason": result.failed}
+    if result.refused:
+        found = compiler.needed_bytes(result.refused)
+        needed = None if found is None else resident_total - result.weights_bytes + found[0]
+        return {**row, "status": "refused", "reason": result.refused,
+                "peak_bytes_per_chip": needed, "fits": False}
+    # every component's weights stay on each chip; this program's are among its arguments
+    peak = resident_total - result.weights_bytes + result.peak_bytes
+    return {**row, "status": "compiled", "memory": result.memory,
+            "program_peak_bytes": result.peak_bytes, "peak_bytes_per_chip": peak,
+            "fits": peak <= usable, "flops": result.flops,
+            "bytes_accessed": result.bytes_accessed,
+            "collectives": {kind: {"count": c.count, "bytes": c.bytes,
+                                   "bytes_sent_per_chip": c.traffic_bytes}
+                            for kind, c in result.collectives.items()}}
+
+
+def _inputs(program) -> dict:
+    """The program's inputs, shapes and dtypes as text (static values as given)."""
+    def text(value):
+        if isinstance(value, Input):
+            return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+        if isinstance(value, (list, tuple)):
+            return [text(v) for v in value]
+        if isinstance(value, dict):
+            return {k: text(v) for k, v in value.items()}
+        return repr(value)
+    found = {f"arg{i}": text(v) for i, v in enumerate(program.args)}
+    found.update({k: text(v) for k, v in program.kwargs.items()})
+    return found
+
+
+def _left_out(port, compiled: set, undeclared: bool) -> dict:
+    """Components a run compiles that no program here covers, with why."""
+    found = {}
+    for name, component in port.components.items():
+        if component.rule is None or name in compiled:
+            continue
+        if undeclared:
+            why = (f"family {port.family.name!r} does not declare the calls its run makes "
+                   "(ModelFamily.programs), so they cannot be compiled before running")
+        elif component.rule.modules is not None:
+            why = (f"compile.{name}.modules compiles submodules whose inputs only a run "
+                   "knows")
+        else:
+            why = "no call of it in this recipe's run"
+        found[name] = why
+    return found
+
+
+def _verdict(report: dict, chip) -> dict:
+    """Does every program fit? If not, the worst one, what it needs and what to change."""
+    usable = chip.usable_hbm_bytes
+    failed = [row for row in report["programs"] if row["status"] == "not traced"]
+    over = [row for row in report["programs"] if row.get("fits") is False]
+    if not report["programs"]:
+        return {"fits": None, "message": "no program compiled", "hint": next(
+            iter(report["not_compiled"].values()), "nothing in this recipe is compiled")}
+    if over:
+        worst = max(over, key=lambda row: row.get("peak_bytes_per_chip") or math.inf)
+        need = worst.get("peak_bytes_per_chip")
+        amount = f"about {human_bytes(need)}" if need else "more than it has"
+        return {"fits": False, "program": worst["program"], "needed_bytes": need,
+                "available_bytes": usable,
+                "message": f"{worst['program']} does not fit a {report['target']['name']} "
+                           f"chip: it needs {amount} per chip (weights of every component "
+                           f"{human_bytes(report['weights_per_chip']['total'])}), "
+                           f"{human_bytes(usable)} are available",
+                "hint": _hint(worst, report)}
+    if failed:
+        row = failed[0]
+        return {"fits": None, "program": row["program"],
+                "message": f"{row['program']} could not be traced with abstract values: "
+                           f"{row['reason']}",
+                "hint": "a patch for that code (see docs/authoring-recipes.md) lets the "
+                        "compiler see it"}
+    peak = max(row["peak_bytes_per_chip"] for row in report["programs"])
+    return {"fits": True, "peak_bytes_per_chip": peak, "available_bytes": usable,
+            "message": f"every program fits: peak {human_bytes(peak)} of "
+                       f"{human_bytes(usable)} per chip", "hint": None}
+
+
+def _hint(row: dict, report: dict) -> str:
+    """What to change, from what dominates the program's memory."""
+    weights = report["weights_per_chip"]["total"]
+    memory = row.get("memory") or {}
+    temporary = memory.get("temporary", max(0, (row.get("peak_bytes_per_chip") or 0) - weights))
+    tips = []
+    if row["component"].startswith("vae"):
+        tips.append(f"decode tile by tile (setup: {{{row['component']}: [enable_tiling]}})")
+    elif temporary >= weights and row["component"].startswith("transformer"):
+        if report["attention_backend"] in (None, "reference", "blockwise"):
+            tips.append("attention.backend: auto (splash on TPU) keeps attention in blocks")
+        tips.append("smaller attention.block_q / block_kv, or more chips on the head axis")
+    if weights >= temporary or not tips:
+        tips.append("shard more weights: rules with spec [tp, ...] for the biggest "
+                    "replicated tensors, or FSDP-style [[dp, tp], ...] to split them over "
+                    "dp too (`porter plan` lists them)")
+        tips.append("or a target with more memory per chip or more chips")
+    return "; ".join(tips)
+
+
+def render(report: dict) -> str:
+    t = report["target"]
+    mesh = " x ".join(f"{a}={s}" for a, s in report["mesh"].items())
+    lines = [f"compiled {report['recipe']} for {t['name']}: {t['chips']} x {t['chip']} "
+             f"({human_bytes(t['usable_hbm_bytes'])} usable HBM each), mesh {mesh}, "
+             f"attention {report['attention_backend']}"]
+    weights = report["weights_per_chip"]
+    shown = ", ".join(f"{n} {human_bytes(b)}" for n, b in weights["components"].items())
+    lines.append(f"weights per chip: {human_bytes(weights['total'])} ({shown}); every "
+                 "component stays resident while a run goes on")
+    for row in report["programs"]:
+        calls = "?" if row["calls"] is None else row["calls"]
+        head = f"\n{row['program']} [{row['stage']}, {calls} call(s); {row['note']}]" \
+            if row["note"] else f"\n{row['program']} [{row['stage']}, {calls} call(s)]"
+        lines.append(head)
+        lines.append(f"  inputs: {_short(row['inputs'])}")
+        if row["status"] != "compiled":
+            lines.append(f"  {row['status'].upper()}: {row['reason']}")
+            continue
+        m = row["memory"]
+        lines.append(f"  per chip: arguments {human_bytes(m['argument'])}, outputs "
+                     f"{human_bytes(m['output'])}, temporaries {human_bytes(m['temporary'])}, "
+                     f"code {human_bytes(m['generated_code'])}; peak with every weight "
+                     f"{human_bytes(row['peak_bytes_per_chip'])} of "
+                     f"{human_bytes(t['usable_hbm_bytes'])} "
+                     f"({'fits' if row['fits'] else 'DOES NOT FIT'})")
+        moved = ", ".join(f"{k} x{c['count']} ({human_bytes(c['bytes'])})"
+                          for k, c in row["collectives"].items()) or "none"
+        lines.append(f"  {row['flops'] / 1e12:.3g} TFLOP and "
+                     f"{human_bytes(int(row['bytes_accessed']))} accessed per chip and call; "
+                     f"collectives: {moved}")
+        lines.append(f"  traced in {row['trace_s']:.1f} s, compiled in {row['compile_s']:.1f} s")
+    for name, why in report["not_compiled"].items():
+        lines.append(f"\n{name}: not compiled here: {why}")
+    bound = report["roofline"]
+    if bound:
+        lines.append(f"\none denoising step ({bound['component']}), a lower bound: "
+                     f"{bound['bound_s']:.3g} s ({bound['limited_by']}; compute "
+                     f"{bound['compute_s']:.3g} s, HBM {bound['memory_s']:.3g} s, "
+                     f"interconnect {bound['interconnect_s']:.3g} s)")
+        for anchor in report["anchors"]:
+            lines.append(f"  published: {anchor['seconds_per_step']} s/step ({anchor['how']}):"
+                         f" {anchor['times_bound']:.1f}x the bound, MFU "
+                         f"{anchor['mfu']:.0%}; {anchor['url']}")
+    lines.append(f"\n{report['verdict']['message']} (compile {report['compile_s']:.0f} s)")
+    return "\n".join(lines)
+
+
+def _short(inputs: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in inputs.items())

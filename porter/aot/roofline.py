@@ -1,0 +1,87 @@
+"""A lower bound on a denoising step's time on the target, from what its compiler
+reports: FLOPs over the chip's peak, bytes accessed over its HBM bandwidth, and bytes
+sent between chips over its interconnect. A step takes at least the largest of the
+three (they can overlap, at best entirely); it is a bound, not a prediction.
+
+Published measurements of the same models on the same slices sit beside it, with
+the model FLOPs utilisation (MFU) each implies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A published time per denoising step."""
+
+    source: str  # the recipe's model.source it applies to
+    target: str
+    height: int
+    width: int
+    frames: int
+    seconds_per_step: float
+    how: str
+    url: str
+
+
+#: whole-video wall time divided by the steps (text encoder and VAE included), on
+#: TPU v6e-8 through torchax with splash attention
+ANCHORS = (
+    Anchor("Wan-AI/Wan2.1-T2V-14B-Diffusers", "v6e-8", 720, 1280, 81, 4.59,
+           "229.29 s for 50 steps, torchax, dp=2 x tp=4",
+           "https://github.com/yangwhale/gpu-tpu-pedia/blob/main/tpu/Wan2.1/README.md"),
+    Anchor("THUDM/CogVideoX1.5-5B", "v6e-8", 720, 1280, 81, 2.13,
+           "106.47 s for 50 steps, torchax, dp=2 x tp=4",
+           "https://github.com/yangwhale/gpu-tpu-pedia/blob/main/tpu/CogVideoX/README.md"),
+    Anchor("hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-720p_t2v", "v6e-8", 720, 1280,
+           121, 5.81, "4.8 min for 50 steps, torchax, custom splash kernel",
+           "https://github.com/yangwhale/gpu-tpu-pedia/blob/main/tpu/HunyuanVideo-1.5/"
+           "README.md"),
+)
+
+
+def anchors_for(recipe, target) -> list[Anchor]:
+    gen = recipe.generate
+    return [a for a in ANCHORS if a.source == recipe.model.source and a.target == target.name
+            and (a.height, a.width, a.frames) == (gen.height, gen.width, gen.frames)]
+
+
+def step(results: list, target) -> dict | None:
+    """The bound for one denoising step from the compiled denoise programs (each with
+    its ``per_step`` calls): the busiest transformer's, since a step runs one."""
+    per_component: dict = {}
+    for result in results:
+        program = result.program
+        if program.stage != "denoise" or result.memory == {}:
+            continue
+        sums = per_component.setdefault(program.component, [0.0, 0.0, 0.0])
+        calls = max(1, program.per_step)
+        sums[0] += result.flops * calls
+        sums[1] += result.bytes_accessed * calls
+        sums[2] += sum(c.traffic_bytes for c in result.collectives.values()) * calls
+    if not per_component:
+        return None
+    chip = target.facts
+    rows = []
+    for component, (flops, accessed, sent) in per_component.items():
+        times = {"compute_s": flops / chip.peak_bf16_flops,
+                 "memory_s": accessed / chip.hbm_bytes_per_s,
+                 "interconnect_s": sent / chip.ici_bytes_per_s}
+        rows.append({"component": component, "flops_per_chip": flops,
+                     "bytes_accessed_per_chip": accessed, "bytes_sent_per_chip": sent,
+                     **times, "bound_s": max(times.values()),
+                     "limited_by": max(times, key=times.get).removesuffix("_s")})
+    return max(rows, key=lambda row: row["bound_s"])
+
+
+def implied(bound: dict, anchor: Anchor, target) -> dict:
+    """What a published time per step implies: the fraction of peak FLOP/s it reaches
+    (MFU, counting the FLOPs the compiler reports for the step) and its ratio to the
+    bound."""
+    useful = bound["flops_per_chip"] / target.facts.peak_bf16_flops
+    return {"seconds_per_step": anchor.seconds_per_step, "how": anchor.how,
+            "url": anchor.url, "mfu": useful / anchor.seconds_per_step,
+            "times_bound": anchor.seconds_per_step / bound["bound_s"]
+            if bound["bound_s"] else None}

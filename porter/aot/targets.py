@@ -1,0 +1,156 @@
+"""The hardware ``porter compile --target`` compiles for: TPU slices by the names their
+users rent them under, each chip's public facts, and its deviceless devices.
+
+Names follow Cloud TPU's accelerator types: the number after the version counts
+TensorCores for v4 and v5p (two per chip, one JAX device per chip in megacore
+mode: a v5p-8 is 4 chips) and chips for v5e and v6e (one TensorCore each: a
+v6e-8 is 8 chips).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from porter.errors import UsageError
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One chip's public facts (per chip; sources in ``source``)."""
+
+    name: str  # as XLA names the device kind
+    hbm_bytes: int  # HBM capacity as published
+    usable_hbm_bytes: int  # what the compiler lets a program use (its refusals say so)
+    peak_bf16_flops: float  # dense bfloat16 FLOP/s
+    hbm_bytes_per_s: float
+    ici_bytes_per_s: float  # inter-chip interconnect, per chip, as published
+    source: str
+
+
+CHIPS = {
+    "v4": Chip("TPU v4", 32 * GiB, int(30.75 * GiB), 275e12, 1200e9, 2400e9 / 8,
+               "https://cloud.google.com/tpu/docs/v4 (275 TFLOP/s bf16; 32 GiB, "
+               "1200 GBps); ICI 2400 Gbps per chip: https://cloud.google.com/blog/products/"
+               "ai-machine-learning/introducing-cloud-tpu-v5p-and-ai-hypercomputer"),
+    "v5e": Chip("TPU v5 lite", 16 * GiB, int(15.75 * GiB), 197e12, 819e9, 400e9,
+                "https://cloud.google.com/tpu/docs/v5e (197 TFLOP/s bf16; 16 GB, 819 GBps;"
+                " 400 GBps bidirectional ICI per chip)"),
+    "v5p": Chip("TPU v5", 95 * GiB, int(95.74 * GiB), 459e12, 2765e9, 4800e9 / 8,
+                "https://cloud.google.com/tpu/docs/v5p (459 TFLOP/s bf16; 95 GB, "
+                "2765 GBps; ICI 4800 Gbps per chip)"),
+    "v6e": Chip("TPU v6 lite", 32 * GiB, int(31.25 * GiB), 918e12, 1638e9, 800e9,
+                "https://cloud.google.com/tpu/docs/v6e (918 TFLOP/s bf16; 32 GB, "
+                "1638 GBps; 800 GBps bidirectional ICI per chip)"),
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A slice: ``chips`` devices of ``chip`` in libtpu's ``topology``."""
+
+    name: str
+    chip: str  # key of CHIPS
+    topology: str  # libtpu's name, e.g. "v6e:2x4"
+    chips: int
+    hosts: int
+    options: tuple = ()  # get_topology_desc keyword arguments, as (key, value) pairs
+
+    @property
+    def facts(self) -> Chip:
+        return CHIPS[self.chip]
+
+    @property
+    def platform(self) -> str:
+        return "tpu"
+
+
+# chips_per_host_bounds (2, 4, 1): v5e and v6e serve from 8-chip hosts (ct5lp-hightpu-8t,
+# ct6e-standard-8t); megacore: one device per v4/v5p chip, as JAX uses them
+_EIGHT = (("chips_per_host_bounds", (2, 4, 1)),)
+_MEGACORE = (("chip_config_name", "megacore"),)
+
+TARGETS = {t.name: t for t in (
+    Target("v4-8", "v4", "v4:2x2x1", 4, 1, _MEGACORE),
+    Target("v4-16", "v4", "v4:2x2x2", 8, 2, _MEGACORE),
+    Target("v5e-1", "v5e", "v5e:1x1", 1, 1),
+    Target("v5e-4", "v5e", "v5e:2x2", 4, 1),
+    Target("v5e-8", "v5e", "v5e:2x4", 8, 1, _EIGHT),
+    Target("v5e-16", "v5e", "v5e:4x4", 16, 2, _EIGHT),
+    Target("v5p-8", "v5p", "v5:2x2x1", 4, 1, _MEGACORE),
+    Target("v5p-16", "v5p", "v5:2x2x2", 8, 2, _MEGACORE),
+    Target("v6e-1", "v6e", "v6e:1x1", 1, 1),
+    Target("v6e-4", "v6e", "v6e:2x2", 4, 1),
+    Target("v6e-8", "v6e", "v6e:2x4", 8, 1, _EIGHT),
+    Target("v6e-16", "v6e", "v6e:4x4", 16, 2, _EIGHT),
+)}
+
+#: other names the same slices go by
+ALIASES = {"v5litepod-1": "v5e-1", "v5litepod-4": "v5e-4", "v5litepod-8": "v5e-8",
+           "v5litepod-16": "v5e-16"}
+
+
+def named(name: str) -> Target:
+    """The target called ``name`` (UsageError naming the known ones otherwise)."""
+    import difflib
+
+    key = ALIASES.get(name.lower(), name.lower())
+    if key in TARGETS:
+        return TARGETS[key]
+    close = difflib.get_close_matches(key, list(TARGETS) + list(ALIASES), n=1)
+    raise UsageError(f"unknown target {name!r}",
+                     hint=(f"did you mean {close[0]!r}? " if close else "")
+                     + f"targets: {', '.join(TARGETS)}")
+
+
+def quiet_libtpu(accelerator: str = "v5litepod-1") -> None:
+    """libtpu asks the cloud metadata server for the TPU it runs on and logs an error
+    when there is none (any machine but a TPU VM). These settings answer for it; they
+    are only set where the environment does not already say (a real TPU VM does)."""
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", accelerator)
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+
+
+def libtpu_missing() -> str | None:
+    """Why this machine cannot compile for a TPU (None: it can)."""
+    import importlib.util
+
+    if importlib.util.find_spec("libtpu") is None:
+        return "libtpu is not installed"
+    return None
+
+
+def devices(target: Target) -> list:
+    """The target's devices, compile-only (no TPU needed): ``libtpu`` describes them."""
+    why = libtpu_missing()
+    if why:
+        raise UsageError(f"cannot compile for {target.name}: {why}",
+                         hint="pip install 'porter[tpu]' (libtpu, the version this JAX "
+                              "pins; about 700 MB)")
+    quiet_libtpu()
+    from jax.experimental import topologies
+
+    found = topologies.get_topology_desc(topology_name=target.topology, platform="tpu",
+                                         **dict(target.options)).devices
+    if len(found) != target.chips:  # the table and libtpu disagree: a Porter bug
+        raise RuntimeError(f"{target.topology} gave {len(found)} devices, not "
+                           f"{target.chips}")
+    return list(found)
+
+
+def mesh(target: Target, axes: dict[str, int]):
+    """A mesh of the target's devices with ``axes`` (sizes multiply to at most its chips),
+    laid out by JAX's mesh utilities so that inner axes are neighbours on the torus."""
+    import numpy as np
+    from jax.experimental import mesh_utils
+    from jax.sharding import Mesh
+
+    found = devices(target)
+    count = math.prod(axes.values())
+    chosen = mesh_utils.create_device_mesh(tuple(axes.values()), found[:count]) \
+        if count == len(found) else np.array(found[:count]).reshape(tuple(axes.values()))
+    return Mesh(chosen, tuple(axes))
