@@ -37,6 +37,10 @@ class ModelFamily:
     #: True: ``predict`` reads ``pipe._porter_guidance`` (porter.cache.guidance) and
     #: leaves out the unconditional branch where it says so
     guidance_cache: bool = False
+    #: True: the transformers' block lists run one after another, each block's outputs
+    #: the next one's first inputs, so each list compiles as one scan over its blocks
+    #: (``compile.<component>.scan`` in a recipe decides otherwise)
+    scan_blocks: bool = False
     #: pipeline components compiled with jax.jit, and which of their methods
     compiled: dict[str, tuple[str, ...]] = {"transformer": ("forward",), "vae": ("decode",)}
 

@@ -68,6 +68,25 @@ def configure(platform: str, cpu_devices: int | None) -> None:
         os.environ["JAX_PLATFORMS"] = {"gpu": "cuda"}.get(platform, platform)
     if cpu_devices:
         request_cpu_devices(cpu_devices)
+    if not _tpu_attached():
+        from porter.aot.targets import quiet_libtpu
+        quiet_libtpu()
+
+
+def _tpu_attached() -> bool:
+    """Does this machine have TPU chips (as JAX finds them: on its PCI bus)? Where libtpu
+    is installed (``porter compile`` needs it) but no TPU is, JAX still starts libtpu,
+    which logs errors unless told there is nothing to find."""
+    import importlib.util
+
+    if importlib.util.find_spec("libtpu") is None:
+        return True  # nothing to quiet
+    try:
+        from jax._src import hardware_utils
+
+        return hardware_utils.num_available_tpu_chips_and_device_id()[0] > 0
+    except (ImportError, AttributeError, OSError):
+        return True  # cannot tell: leave libtpu as it is
 
 
 #: XLA compiler options Porter passes when a recipe sets none, per platform. On CPU:

@@ -225,6 +225,11 @@ class CompileRule(Section):
         None, description="regex of submodules to compile one by one (e.g. blocks) instead "
         "of the whole component: the glue between them runs eagerly, so value-dependent "
         "Python in the top-level forward keeps working")
+    scan: bool | None = Field(
+        None, description="run each list of identical blocks as one lax.scan over their "
+        "stacked weights: traced and compiled once, whatever the depth (default: the "
+        "family's say for its transformers; exact only where blocks run one after "
+        "another, each one's outputs the next one's inputs)")
 
 
 class VerifySection(Section):

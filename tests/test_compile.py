@@ -19,7 +19,8 @@ compile:
 """))
     family = plugins.registry().family("wan")
     rules = compile_transform.rules(loaded, family)
-    assert set(rules) == {"transformer", "transformer_2", "text_encoder"}  # vae: eager
+    assert set(rules) == {"transformer", "transformer_2", "text_encoder",
+                          "image_encoder"}  # vae: eager
     assert rules["transformer"].methods == ["forward"]
     assert rules["text_encoder"].static_argnames == ["return_dict", "output_hidden_states"]
 

@@ -123,13 +123,14 @@ def test_weights_are_placed_by_rule():
     rt = runtime.start(loaded)
     pipe = build_pipeline()
     port(pipe, plugins.registry().family("wan"), rt, loaded)
-    inner = pipe.transformer.module._model  # ShardedInputs -> JittableModule -> model
-    q = inner.blocks[0].attn1.to_q.weight.jax()
-    assert q.sharding.spec[0] == "tp"
-    assert q.addressable_shards[0].data.shape == (6, 24)
-    out = inner.blocks[0].attn1.to_out[0].weight.jax()
-    assert out.addressable_shards[0].data.shape == (24, 6)
-    assert inner.proj_out.weight.jax().sharding.is_fully_replicated
+    compiled = pipe.transformer.module  # ShardedInputs -> JittableModule
+    # the blocks' weights are stacked for the scan: each block's sharding, one axis up
+    q = compiled.params["blocks.*.attn1.to_q.weight"].jax()
+    assert tuple(q.sharding.spec)[:2] == (None, "tp")
+    assert q.addressable_shards[0].data.shape == (2, 6, 24)
+    out = compiled.params["blocks.*.attn1.to_out.0.weight"].jax()
+    assert out.addressable_shards[0].data.shape == (2, 24, 6)
+    assert compiled._model.proj_out.weight.jax().sharding.is_fully_replicated
 
 
 @pytest.mark.slow
@@ -176,13 +177,17 @@ def test_activation_constraints_reach_the_compiled_graph(write):
 
     # inputs split over dp in both: a component nothing shards runs on one device
     inputs = "sharding:\n  inputs: {hidden_states: [dp, null, null, null, null]}\n"
-    plain = constraints(inputs)
-    constrained = constraints(inputs + r"""  activations:
+    rule = r"""  activations:
     transformer:
       - {module: 'blocks\.\d+', spec: [dp, tp, null]}
-""")
+"""
+    unrolled = "compile: {transformer: {scan: false}}\n"
     marker = "sharding_constraint"
-    assert constrained.count(marker) == plain.count(marker) + 2  # one per block
+    plain = constraints(inputs + unrolled).count(marker)
+    assert constraints(inputs + rule + unrolled).count(marker) == plain + 2  # one per block
+    # blocks as one scan: the loop body holds the block's constraint once, for every block
+    plain = constraints(inputs).count(marker)
+    assert constraints(inputs + rule).count(marker) == plain + 1
 
 
 def test_large_replicated_tensors_are_reported():

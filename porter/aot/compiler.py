@@ -24,6 +24,8 @@ class Compiled:
     kernel_flops: float = 0.0  # attention's, counted while tracing
     bytes_accessed: float = 0.0
     collectives: dict = field(default_factory=dict)  # kind -> hlo.Collective
+    scanned: dict = field(default_factory=dict)  # block list -> blocks, run as one scan
+    probe_s: float = 0.0  # compiling a scanned program's blocks one by one, for its costs
     refused: str | None = None  # the compiler's reason, when it would not compile it
     failed: str | None = None  # why it could not be traced (model code), when it was not
 
@@ -39,42 +41,18 @@ class Compiled:
 
 def compile_program(port, program: Program) -> Compiled:
     """Lower ``program`` on ``port``'s component with abstract weights and inputs, in
-    the shardings a run uses, and compile it for the target."""
-    import jax
-
-    from porter.compat import import_torchax
-    from porter.transforms import attention
-    from porter.transforms import compile as compile_transform
-
-    interop = import_torchax().interop
+    the shardings a run uses, and compile it for the target. A program whose blocks run
+    as a scan has its FLOPs and bytes completed from compiles of its blocks one by one
+    (the compiler's cost analysis counts a loop's body once)."""
     component = port.components[program.component]
     result = Compiled(program, weights_bytes=component.weights_bytes_per_chip)
-    template, leaves = _split((program.args, program.kwargs))
-    shardings = _input_shardings(port, component, program)
-    abstract_leaves = [_abstract(leaf, shardings.get(path)) for path, leaf in leaves]
-    jittable = component.jittable
-
-    def call(params, buffers, values):
-        args, kwargs = _join(template, values)
-        if component.attention_skipped:
-            with attention.disabled():
-                return jittable.functional_call(program.method, params, buffers, *args,
-                                                 **kwargs)
-        return jittable.functional_call(program.method, params, buffers, *args, **kwargs)
-
-    compile_transform.output_classes_as_pytrees()
-    options = {"compiler_options": dict(port.runtime.xla_options)} \
-        if port.runtime.xla_options else {}
     start = time.perf_counter()
-    with port.active(), attention.counted() as kernel_flops:
-        try:
-            lowered = jax.jit(interop.jax_view(call), **options).lower(
-                *component.state, abstract_leaves)
-        except Exception as exc:  # noqa: BLE001 - model code that cannot be traced
-            result.failed = _traced_failure(exc)
-            return result
+    try:
+        lowered, kernel_flops = _lower(port, component, program)
+    except Exception as exc:  # noqa: BLE001 - model code that cannot be traced
+        result.failed = _traced_failure(exc)
+        return result
     result.trace_s = time.perf_counter() - start
-    result.kernel_flops = sum(kernel_flops)
     start = time.perf_counter()
     try:
         executable = lowered.compile()
@@ -83,27 +61,96 @@ def compile_program(port, program: Program) -> Compiled:
         result.refused = _refusal(exc)
         return result
     result.compile_s = time.perf_counter() - start
-    _read(executable, result, port.runtime.mesh.devices.size)
+    text = executable.as_text()
+    result.memory = _memory(executable)
+    result.flops, result.bytes_accessed = _costs(executable, text, kernel_flops)
+    result.kernel_flops = kernel_flops
+    result.collectives = hlo.collectives(text, port.runtime.mesh.devices.size)
+    if component.scanned:
+        result.scanned = {name: len(component.module._modules[name])
+                          for name in component.scanned}
+        start = time.perf_counter()
+        result.flops, result.bytes_accessed = _unrolled_costs(port, component, program)
+        result.probe_s = time.perf_counter() - start
     return result
 
 
-def _read(executable, result: Compiled, devices: int) -> None:
+def _lower(port, component, program: Program, unroll: dict | None = None):
+    """(the lowered program, attention FLOPs per chip counted while tracing it)."""
+    import jax
+
+    from porter.compat import import_torchax
+    from porter.transforms import attention, scan
+    from porter.transforms import compile as compile_transform
+
+    interop = import_torchax().interop
+    template, leaves = _split((program.args, program.kwargs))
+    shardings = _input_shardings(port, component, program)
+    abstract_leaves = [_abstract(leaf, shardings.get(path)) for path, leaf in leaves]
+    jittable = component.jittable
+    functional = scan.scanned_call(jittable.functional_call, component.module,
+                                   component.scanned, unroll) \
+        if component.scanned else jittable.functional_call
+
+    def call(params, buffers, values):
+        args, kwargs = _join(template, values)
+        with attention.disabled() if component.attention_skipped else _nothing():
+            return functional(program.method, params, buffers, *args, **kwargs)
+
+    compile_transform.output_classes_as_pytrees()
+    options = {"compiler_options": dict(port.runtime.xla_options)} \
+        if port.runtime.xla_options else {}
+    with port.active(), attention.counted() as kernel_flops:
+        lowered = jax.jit(interop.jax_view(call), **options).lower(
+            *component.state, abstract_leaves)
+    return lowered, sum(kernel_flops)
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _unrolled_costs(port, component, program: Program) -> tuple[float, float]:
+    """FLOPs and bytes accessed of a scanned program as if unrolled: the program with
+    one block of each list, plus, per list, what a second block adds, times the
+    blocks after the first."""
+    counts = {name: len(component.module._modules[name]) for name in component.scanned}
+    base = _probe(port, component, program, {name: 1 for name in counts})
+    flops, accessed = base
+    for name, count in counts.items():
+        more = _probe(port, component, program, {**{n: 1 for n in counts}, name: 2})
+        flops += (count - 1) * (more[0] - base[0])
+        accessed += (count - 1) * (more[1] - base[1])
+    return flops, accessed
+
+
+def _probe(port, component, program, unroll: dict) -> tuple[float, float]:
+    lowered, kernel_flops = _lower(port, component, program, unroll)
+    executable = lowered.compile()
+    return _costs(executable, executable.as_text(), kernel_flops)
+
+
+def _memory(executable) -> dict:
     analysis = executable.memory_analysis()
-    result.memory = {
-        "argument": int(analysis.argument_size_in_bytes),
-        "output": int(analysis.output_size_in_bytes),
-        "alias": int(analysis.alias_size_in_bytes),
-        "temporary": int(analysis.temp_size_in_bytes),
-        "generated_code": int(analysis.generated_code_size_in_bytes)}
+    return {"argument": int(analysis.argument_size_in_bytes),
+            "output": int(analysis.output_size_in_bytes),
+            "alias": int(analysis.alias_size_in_bytes),
+            "temporary": int(analysis.temp_size_in_bytes),
+            "generated_code": int(analysis.generated_code_size_in_bytes)}
+
+
+def _costs(executable, text: str, kernel_flops: float) -> tuple[float, float]:
+    """(FLOPs, bytes accessed) per chip and call: XLA's counts, with the attention
+    kernels' FLOPs it cannot see inside (custom calls) added."""
     cost = executable.cost_analysis() or {}
     if isinstance(cost, list):  # older JAX: one dict per computation
         cost = cost[0] if cost else {}
-    text = executable.as_text()
-    result.flops = float(cost.get("flops", 0.0))
-    if hlo.opaque_kernels(text):  # the compiler counts none of a custom kernel's FLOPs
-        result.flops += result.kernel_flops
-    result.bytes_accessed = float(cost.get("bytes accessed", 0.0))
-    result.collectives = hlo.collectives(text, devices)
+    flops = float(cost.get("flops", 0.0))
+    if hlo.opaque_kernels(text):
+        flops += kernel_flops
+    return flops, float(cost.get("bytes accessed", 0.0))
 
 
 def _input_shardings(port, component, program: Program) -> dict:

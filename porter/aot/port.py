@@ -22,7 +22,7 @@ from porter.errors import UsageError
 from porter.runtime import Runtime, resolve_mesh
 from porter.transforms import attention, placement
 from porter.transforms import compile as compile_transform
-from porter.transforms import rotary
+from porter.transforms import rotary, scan
 from porter.transforms import setup as setup_transform
 from porter.transforms import sharding as shard_transform
 
@@ -40,6 +40,8 @@ class Component:
     assignments: list  # sharding.Assignment of every parameter and buffer
     one_device: bool  # unsharded and compiled whole: runs on one device per process
     attention_skipped: bool  # the recipe's attention.skip names it
+    axes: dict = field(default_factory=dict)  # the mesh's
+    scanned: list = field(default_factory=list)  # block lists compiled as one scan each
     jittable: object = None  # torchax JittableModule: its params and buffers, by name
     state: tuple = ()  # (params, buffers): name -> jax.ShapeDtypeStruct
 
@@ -47,8 +49,6 @@ class Component:
     def weights_bytes_per_chip(self) -> int:
         """What each chip holds of this component: ``porter plan``'s figure."""
         return sum(a.bytes_per_device(self.axes) for a in self.assignments)
-
-    axes: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -123,7 +123,8 @@ def build(recipe, registry, target: targets.Target) -> AbstractPort:
                 name, module, rules.get(name), assignments,
                 one_device=whole and runtime.mesh.devices.size > 1
                 and placement.unsharded(assignments, activations),
-                attention_skipped=name in recipe.attention.skip, axes=runtime.axes)
+                attention_skipped=name in recipe.attention.skip, axes=runtime.axes,
+                scanned=scan.identical_lists(module) if whole and rules[name].scan else [])
         if recipe.rotary.precompute:  # buffers of the rotary modules: shapes only here
             rotary.apply(pipe, family, recipe, lambda table: table.to("meta"))
     for component in components.values():
@@ -151,8 +152,12 @@ def _abstract_state(component: Component, runtime):
         return NamedSharding(runtime.mesh, shard_transform.partition_spec(specs.get(name, ())))
 
     def abstract_of(store: dict) -> dict:
-        return {name: jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype), sharding=sharded(name))
-                for name, t in store.items()}
+        found = {name: jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype),
+                                            sharding=sharded(name))
+                 for name, t in store.items()}
+        # stacked as a run stacks them (porter.transforms.scan)
+        return scan.stacked(found, scan.groups(found, component.scanned),
+                            scan.stack_abstract)
     return jittable, (abstract_of(jittable.params), abstract_of(jittable.buffers))
 
 

@@ -70,7 +70,7 @@ def _report(recipe, port, target, results, undeclared: bool) -> dict:
         "attention_backend": recipe.attention.backend,
         "weights_per_chip": {"components": resident, "total": total},
         "programs": rows, "not_compiled": left_out,
-        "compile_s": round(sum(r.trace_s + r.compile_s for r in results), 2),
+        "compile_s": round(sum(r.trace_s + r.compile_s + r.probe_s for r in results), 2),
         "roofline": bound, "anchors": anchors}
     report["verdict"] = _verdict(report, chip)
     return report
@@ -91,7 +91,8 @@ def _program_row(result, resident_total: int, usable: int) -> dict:
            "method": program.method, "stage": program.stage, "calls": program.calls,
            "per_step": program.per_step, "note": program.note,
            "inputs": _inputs(program), "trace_s": round(result.trace_s, 2),
-           "compile_s": round(result.compile_s, 2),
+           "compile_s": round(result.compile_s, 2), "probe_s": round(result.probe_s, 2),
+           "scanned_blocks": result.scanned,
            "weights_bytes_per_chip": result.weights_bytes}
     if result.failed:
         return {**row, "status": "not traced", "reason": result.failed}
@@ -227,7 +228,10 @@ def render(report: dict) -> str:
         lines.append(f"  {row['flops'] / 1e12:.3g} TFLOP and "
                      f"{human_bytes(int(row['bytes_accessed']))} accessed per chip and call; "
                      f"collectives: {moved}")
-        lines.append(f"  traced in {row['trace_s']:.1f} s, compiled in {row['compile_s']:.1f} s")
+        scanned = ", ".join(f"{n} x{c}" for n, c in row["scanned_blocks"].items())
+        lines.append(f"  traced in {row['trace_s']:.1f} s, compiled in {row['compile_s']:.1f} s"
+                     + (f" (blocks as one scan: {scanned}; their costs from {row['probe_s']:.1f}"
+                        " s of compiling one and two blocks unrolled)" if scanned else ""))
     for name, why in report["not_compiled"].items():
         lines.append(f"\n{name}: not compiled here: {why}")
     bound = report["roofline"]

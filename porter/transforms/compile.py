@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 from porter.schema import CompileRule
-from porter.transforms import autosplit
+from porter.transforms import autosplit, scan
 
 
 def rules(recipe, family) -> dict[str, CompileRule]:
-    """Component -> how to compile it: the family's defaults, then the recipe's."""
+    """Component -> how to compile it: the family's defaults, then the recipe's. Whether
+    a transformer's blocks compile as a scan is the family's say unless the recipe's."""
     plan = {name: CompileRule(methods=list(methods))
             for name, methods in family.compiled.items()}
     plan.update(recipe.compile)
-    return {name: rule for name, rule in plan.items() if rule.methods}
+    resolved = {}
+    for name, rule in plan.items():
+        if rule.scan is None:
+            default = family.scan_blocks and name.startswith("transformer") \
+                and rule.modules is None and name not in _cached(recipe)
+            rule = rule.model_copy(update={"scan": default})
+        resolved[name] = rule
+    return {name: rule for name, rule in resolved.items() if rule.methods}
+
+
+def _cached(recipe) -> tuple:
+    """A step cache runs a transformer in pieces, block by block: no scan there."""
+    from porter import cache
+
+    chosen = cache.settings(recipe)
+    if chosen is None or chosen.method == "guidance":
+        return ()
+    return ("transformer", "transformer_2")
 
 
 def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=None,
@@ -63,6 +81,8 @@ def output_classes_as_pytrees() -> None:
     it calls ``vae.decode(x)`` without ``return_dict=False``). Both libraries register
     them as PyTorch pytrees; JAX, which sees a jitted function's outputs, needs them
     too. Classes defined so far are registered, each once."""
+    import json
+
     import jax
     from diffusers.utils import BaseOutput
     from transformers.utils import ModelOutput
@@ -77,6 +97,11 @@ def output_classes_as_pytrees() -> None:
         jax.tree_util.register_pytree_node(
             cls, lambda out: (tuple(out.values()), tuple(out.keys())),
             lambda keys, values, cls=cls: cls(**dict(zip(keys, values))))
+        # and for jax.export, so the trace cache keeps programs that return them
+        jax.export.register_pytree_node_serialization(
+            cls, serialized_name=f"{cls.__module__}.{cls.__qualname__}",
+            serialize_auxdata=lambda keys: json.dumps(list(keys)).encode(),
+            deserialize_auxdata=lambda data: tuple(json.loads(data)))
 
 
 def _compile_submodules(module, rule: CompileRule, traces, split, jit_kwargs: dict):
@@ -90,20 +115,26 @@ def _compile_submodules(module, rule: CompileRule, traces, split, jit_kwargs: di
 
 def _jit(module, rule: CompileRule, traces, split, jit_kwargs: dict):
     """torchax's JittableModule for ``module`` (weights as inputs of every program),
-    each of ``rule.methods`` a call that splits the module if it cannot be traced."""
+    each of ``rule.methods`` a call that splits the module if it cannot be traced; with
+    ``rule.scan``, each list of identical blocks stacked and run as one scan."""
     from porter.compat import import_torchax
 
     torchax = import_torchax()
     compiled = torchax.compile(module, torchax.CompileOptions(methods_to_compile=[]))
+    lists = scan.identical_lists(module) if rule.scan else []
+    if lists:  # the module's functional call now takes the stacked weights
+        scan.stack_in_place(compiled, lists)
+        compiled.functional_call = scan.scanned_call(compiled.functional_call, module, lists)
     for method in rule.methods:
-        compiled._jitted[method] = _whole(compiled, method, traces, split, jit_kwargs)
+        compiled._jitted[method] = _whole(compiled, method, traces, split, jit_kwargs, lists)
     return compiled
 
 
-def _whole(compiled, method: str, traces, split, jit_kwargs: dict):
+def _whole(compiled, method: str, traces, split, jit_kwargs: dict, lists: list[str]):
     """One compiled method of a JittableModule: jitted per set of static arguments
     (trace-cached where ``traces`` is given); eager, with its submodules compiled,
-    once it proves untraceable."""
+    once it proves untraceable. With ``lists`` (scanned block lists), a failure to
+    trace is the recipe's to settle: the blocks' weights are stacked."""
     import functools
 
     function = getattr(type(compiled._model), method)
@@ -117,6 +148,8 @@ def _whole(compiled, method: str, traces, split, jit_kwargs: dict):
         return compiled.functional_call(method, compiled.params, compiled.buffers,
                                         *args, **kwargs)
 
+    if lists:
+        return scan.refusing(traced, split.component, signature_of=function)
     return autosplit.splitting_call(compiled._model, "", split, traces, jit_kwargs,
                                     signature_of=function, traced=traced, eager=eager)
 

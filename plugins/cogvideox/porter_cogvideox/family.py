@@ -23,7 +23,9 @@ class CogVideoXFamily(GenericFamily):
     variants = ("v1", "v1.5", "v1-i2v")
     rotary_patch = "cogvideox.rope_cache"
     # the VAE decode too: eager, it runs op by op (and on every device of the mesh)
-    compiled = {"transformer": ("forward",), "vae": ("decode",)}
+    compiled = {"text_encoder": ("forward",), "transformer": ("forward",),
+                "vae": ("decode",)}
+    scan_blocks = True  # each block's outputs are the next one's inputs
 
     @staticmethod
     def is_i2v(recipe) -> bool:
@@ -98,6 +100,10 @@ class CogVideoXFamily(GenericFamily):
                 problems.append(recipe.problem(f"generate.{key}", "CogVideoX needs a "
                                                "multiple of 16 (VAE 8 x patch 2)"))
         return problems
+
+    def programs(self, recipe, modules):
+        from porter_cogvideox.programs import programs
+        return programs(self, recipe, modules)
 
     @staticmethod
     def text_length(recipe) -> int:

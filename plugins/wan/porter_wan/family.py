@@ -31,6 +31,7 @@ class WanFamily(ModelFamily):
     rotary_patch = "wan.rope_cache"
     embedding_keys = ("prompt", "negative", "image_embeds")
     guidance_cache = True
+    scan_blocks = True  # each block's output is the next one's input
     compiled = {"text_encoder": ("forward",), "image_encoder": ("forward",),
                 "transformer": ("forward",), "transformer_2": ("forward",),
                 "vae": ("decode", "_encode")}

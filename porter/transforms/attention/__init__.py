@@ -23,6 +23,7 @@ __all__ = ["AttentionBackend", "BUILTIN", "install", "disabled", "attend"]
 
 _disabled = contextvars.ContextVar("porter_attention_disabled", default=False)
 _tally = contextvars.ContextVar("porter_attention_flops", default=None)
+_repeats = contextvars.ContextVar("porter_attention_repeats", default=1)
 
 SDPA_OPS = (torch.nn.functional.scaled_dot_product_attention,
             torch.ops.aten.scaled_dot_product_attention)
@@ -52,6 +53,16 @@ def counted():
         _tally.reset(token)
 
 
+@contextlib.contextmanager
+def repeated(times: int):
+    """Inside, attention traced once runs ``times`` times (a loop body: a scan)."""
+    token = _repeats.set(_repeats.get() * times)
+    try:
+        yield
+    finally:
+        _repeats.reset(token)
+
+
 def _keep_mask(attn_mask, is_causal: bool, q_len: int, k_len: int):
     import jax.numpy as jnp
     keep = attn_mask
@@ -77,8 +88,8 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
     if backends.takes_platform(chosen.kernel):  # compiled for this platform, wherever
         options["platform"] = platform  # the host is (a TPU target from a CPU host)
     if _tally.get() is not None:
-        _tally.get().append(4 * math.prod(q.shape) * k.shape[2] / sharded.split(
-            mesh, q.shape, config["data_axis"], config["head_axis"]))
+        shares = sharded.split(mesh, q.shape, config["data_axis"], config["head_axis"])
+        _tally.get().append(4 * math.prod(q.shape) * k.shape[2] * _repeats.get() / shares)
     return sharded.run(chosen.kernel, mesh, q, k, v, keep, data_axis=config["data_axis"],
                        head_axis=config["head_axis"], **options)
 

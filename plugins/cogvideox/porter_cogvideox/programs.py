@@ -1,0 +1,60 @@
+"""The compiled programs of one CogVideoX video, at a recipe's shapes: what diffusers'
+``CogVideoXPipeline`` (and its image-to-video sibling) calls each compiled component
+with (``porter compile`` lowers them; tests hold them to what a tiny run calls).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from porter.aot.programs import Input, Program
+from porter.transforms.dtypes import component_dtype
+
+
+def programs(family, recipe, modules: dict) -> list[Program]:
+    gen = recipe.generate
+    config = modules["transformer"].config
+    guided = gen.guidance_scale > 1.0
+    batch = 2 if guided else 1  # the pipeline batches the two guidance passes
+    dtype = component_dtype(recipe, "transformer")
+    text = family.text_length(recipe)
+    frames, height, width = _latent_grid(recipe, modules)
+    padded = frames + (-frames % config["patch_size_t"] if config.get("patch_size_t") else 0)
+    found = [Program("text_encoder", "forward", (Input((1, text), torch.int32),),
+                     calls=2 if guided else 1, stage="encode",
+                     note="the prompt, then the negative prompt" if guided else "the prompt")]
+    kwargs = {"hidden_states": Input((batch, padded, config["in_channels"], height, width),
+                                     dtype),
+              "encoder_hidden_states": Input((batch, text, config["text_embed_dim"]), dtype),
+              "timestep": Input((batch,), torch.int32)}
+    if family.is_i2v(recipe):  # CogVideoX1.5-I2V's frame-rate embedding, or None
+        kwargs["ofs"] = Input((1,), dtype) if config.get("ofs_embed_dim") else None
+    kwargs["image_rotary_emb"] = _rotary(config, padded, height, width)
+    kwargs.update(attention_kwargs=None, return_dict=False)
+    found.append(Program("transformer", "forward", (), kwargs, calls=gen.steps,
+                         note="cond and uncond batched" if guided else "one pass",
+                         per_step=1))
+    found.append(Program("vae", "decode", (Input((1, modules["vae"].config["latent_channels"],
+                                                  frames, height, width),
+                                                 component_dtype(recipe, "vae")),),
+                         stage="decode"))
+    return found
+
+
+def _latent_grid(recipe, modules) -> tuple[int, int, int]:
+    gen = recipe.generate
+    vae = modules["vae"].config
+    spatial = 2 ** (len(vae["block_out_channels"]) - 1)
+    temporal = vae["temporal_compression_ratio"]
+    return (gen.frames - 1) // temporal + 1, gen.height // spatial, gen.width // spatial
+
+
+def _rotary(config, frames: int, height: int, width: int):
+    """The rotary tables the pipeline hands the transformer: (cos, sin), one row per
+    token of the patch grid; None where the model has no rotary embedding."""
+    if not config.get("use_rotary_positional_embeddings"):
+        return None
+    patch, patch_t = config["patch_size"], config.get("patch_size_t") or 1
+    tokens = (frames // patch_t) * (height // patch) * (width // patch)
+    table = Input((tokens, config["attention_head_dim"]), torch.float32)
+    return (table, table)
