@@ -139,8 +139,8 @@ def model_problems(recipe, registry) -> list[Problem]:
     return []
 
 
-def mesh_problems(recipe, devices: int | None = None,
-                  platform: str | None = None) -> list[Problem]:
+def mesh_problems(recipe, devices: int | None = None, platform: str | None = None,
+                  target: str | None = None) -> list[Problem]:
     """Does the mesh fit the devices JAX sees (imports JAX), or ``devices`` devices
     (checked as if: no JAX devices needed, nor the platform, unless the recipe names
     it or ``platform`` is given)? And does the attention backend run on the platform?"""
@@ -153,7 +153,7 @@ def mesh_problems(recipe, devices: int | None = None,
     else:
         count, platform = devices, platform or recipe.runtime.platform
     try:
-        runtime.resolve_mesh(recipe.mesh, count, given=devices is not None)
+        runtime.resolve_mesh(recipe.mesh, count, given=devices is not None, target=target)
     except UsageError as exc:
         return [recipe.problem("mesh", exc.message, hint=exc.hint)]
     if platform == "auto":
@@ -224,9 +224,11 @@ def checkpoint_problems(recipe) -> list[Problem]:
                                                           .expanduser())]
 
 
-def validate(recipe, registry, devices: int | None = None) -> list[Problem]:
+def validate(recipe, registry, devices: int | None = None,
+             target=None) -> list[Problem]:
     """Every check that needs no weights; mesh and sharding for ``devices`` devices
-    when given (as if: none need exist), else for the devices JAX sees."""
+    when given (as if: none need exist; of a TPU slice ``target``, a
+    ``porter.aot.targets.Target``, with its platform), else for the devices JAX sees."""
     problems = recipe_problems(recipe, registry)
     if problems:
         return problems  # shape checks need a sound recipe
@@ -236,7 +238,10 @@ def validate(recipe, registry, devices: int | None = None) -> list[Problem]:
     problems = checkpoint_problems(recipe) or lora.problems(recipe, registry)
     if problems:
         return problems
-    problems = mesh_problems(recipe, devices)
+    if target is not None:
+        devices = target.chips
+    problems = mesh_problems(recipe, devices, target and target.platform,
+                             target and target.name)
     return problems or shape_problems(recipe, registry, devices) + path_write_problems(recipe)
 
 

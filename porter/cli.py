@@ -54,6 +54,27 @@ def _devices_arg(parser: argparse.ArgumentParser, text: str) -> None:
     parser.add_argument("--devices", type=_positive, metavar="N", help=text)
 
 
+def _target_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", metavar="TPU",
+                        help="as --devices, for the chips of a TPU slice and its platform "
+                             "(v6e-8, v5e-8, v5p-8, v4-8, ...; `porter compile --help` "
+                             "lists them)")
+
+
+def _devices_for(args) -> tuple[int | None, object]:
+    """(devices, target) from --devices / --target."""
+    from porter.aot import targets
+    from porter.errors import UsageError
+
+    if not getattr(args, "target", None):
+        return args.devices, None
+    target = targets.named(args.target)
+    if args.devices is not None and args.devices != target.chips:
+        raise UsageError(f"--devices {args.devices} and --target {target.name} "
+                         f"({target.chips} chips) disagree", hint="give one of them")
+    return target.chips, target
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -126,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     _recipe_args(validate)
     _devices_arg(validate, "check the mesh and sharding rules for N devices (none need "
                  "exist here; default: the devices JAX sees)")
+    _target_arg(validate)
 
     plan = commands.add_parser(
         "plan", help="where each weight goes and bytes per device, without weights",
@@ -135,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     _recipe_args(plan, json=True)
     _devices_arg(plan, "plan for N devices (none need exist here; default: the devices "
                  "JAX sees)")
+    _target_arg(plan)
 
     compile_ = commands.add_parser(
         "compile", help="compile every program of a run for a TPU, without a TPU or weights",
@@ -155,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("--target", required=True, metavar="TPU",
                           help="the slice to compile for, as Cloud TPU names it (v6e-8, "
                                "v5e-8 or v5litepod-8, v5p-8, v4-8, v6e-16, ...)")
+    compile_.add_argument("--program", action="append", metavar="NAME",
+                          help="compile only this program (e.g. transformer.forward, "
+                               "vae.decode; repeat for more); every weight still counts")
     compile_.add_argument("--json", action="store_true", help="print the report as JSON")
 
     verify = commands.add_parser(
@@ -342,11 +368,13 @@ def cmd_validate(args) -> int:
     from porter.errors import RecipeError
 
     loaded = _load_recipe(args)
-    problems = checks.validate(loaded, plugins.registry(), args.devices)
+    devices, target = _devices_for(args)
+    problems = checks.validate(loaded, plugins.registry(), devices, target)
     if problems:
         print(RecipeError(problems).render(), file=sys.stderr)
         return 2
-    where = f" on {args.devices} devices" if args.devices else ""
+    where = f" on {target.name} ({devices} chips)" if target else \
+        f" on {devices} devices" if devices else ""
     print(f"{args.recipe}: ok ({loaded.model.family}, mesh {dict(loaded.mesh)}{where})")
     return 0
 
@@ -370,7 +398,8 @@ def cmd_plan(args) -> int:
     from porter import plan
 
     loaded, registry = _checked_recipe(args)
-    built = plan.build(loaded, registry, args.devices)
+    devices, target = _devices_for(args)
+    built = plan.build(loaded, registry, devices, target)
     print(json.dumps(plan.to_json(built), indent=2) if args.json else plan.render(built))
     return 2 if built["problems"] else 0
 
@@ -378,16 +407,17 @@ def cmd_plan(args) -> int:
 def cmd_compile(args) -> int:
     import json
 
-    from porter import plugins, recipe
+    from porter import plugins, recipe, runtime
     from porter.aot import report, targets
 
     target = targets.named(args.target)
     # the host compiles: JAX runs on the CPU; libtpu only describes the target
     os.environ["JAX_PLATFORMS"] = "cpu"
-    targets.quiet_libtpu()
+    runtime.quiet_libtpu()
     loaded = recipe.load(args.recipe, list(args.overrides))
-    built = report.build(loaded, plugins.registry(), target.name, say=lambda message: print(
-        f"porter: {message}", file=sys.stderr, flush=True))
+    built = report.build(loaded, plugins.registry(), target.name, only=args.program,
+                         say=lambda message: print(f"porter: {message}", file=sys.stderr,
+                                                   flush=True))
     print(json.dumps(built, indent=2) if args.json else report.render(built))
     verdict = built["verdict"]
     if verdict["fits"]:

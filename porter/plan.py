@@ -43,7 +43,9 @@ def component_plan(name: str, module, rules, axes: dict[str, int]) -> dict:
             "rules": rows, "assignments": assignments}
 
 
-def build(recipe, registry, devices: int | None = None) -> dict:
+def build(recipe, registry, devices: int | None = None, target=None) -> dict:
+    """Where every weight goes for ``devices`` devices (default: the devices JAX sees);
+    with a ``target`` (porter.aot.targets.Target), also against its chips' memory."""
     family = registry.family(recipe.model.family)
     modules = abstract.components(family, recipe)
     if modules is None:
@@ -69,10 +71,14 @@ def build(recipe, registry, devices: int | None = None) -> dict:
         problems += sharding.input_problems(recipe, shapes, axes)
         problems += family.size_problems(recipe, transformer.config)
         estimates = costs(recipe, family.estimates(recipe, transformer.config), axes)
-    return {"recipe": recipe.name, "mesh": axes, "devices": math.prod(axes.values()), "components": components,
-            "weights_bytes_per_device": sum(c["bytes_per_device"] for c in components),
-            "estimates": estimates,
-            "problems": problems}
+    found = {"recipe": recipe.name, "mesh": axes, "devices": math.prod(axes.values()),
+             "components": components,
+             "weights_bytes_per_device": sum(c["bytes_per_device"] for c in components),
+             "estimates": estimates, "problems": problems}
+    if target is not None:
+        found["target"] = {"name": target.name, "chip": target.facts.name,
+                           "usable_hbm_bytes": target.facts.usable_hbm_bytes}
+    return found
 
 
 def unknown_components(recipe, modules: dict) -> list:
@@ -137,6 +143,12 @@ def render(plan: dict) -> str:
             lines.append(f"  {row['tensors']:5d} tensors {human_bytes(row['bytes']):>11} "
                          f"-> {human_bytes(row['bytes_per_device']):>11}/device  {label}{spec}")
     lines.append(f"\nweights per device: {human_bytes(plan['weights_bytes_per_device'])}")
+    if plan.get("target"):
+        t = plan["target"]
+        share = plan["weights_bytes_per_device"] / t["usable_hbm_bytes"]
+        lines.append(f"on {t['name']}: {share:.0%} of a chip's {human_bytes(t['usable_hbm_bytes'])}"
+                     " usable HBM before any activation; `porter compile --target "
+                     f"{t['name']}` compiles every program for the rest")
     est = plan.get("estimates")
     if est:
         lines.append(f"one denoising step: {est['tokens']} video tokens, "

@@ -49,7 +49,7 @@ def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
     _refuse_nonfinite(nonfinite, recipe)
     if recipe.rotary.precompute:
         rotary.apply(pipe, family, recipe, lambda table: to_device(table, runtime))
-    compiled = compile_transform.rules(recipe, family)
+    compiled = compile_transform.rules(recipe, family, runtime.platform)
     traces = trace_cache(recipe, family, runtime)
     splits: dict = {}
     for name, component in modules.items():
@@ -58,10 +58,10 @@ def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
                 else compile_transform.apply
             component = compiler(component, compiled[name], traces, name,
                                  runtime.xla_options, splits)
-            if name.startswith("transformer") and sharding.inputs:
+            if takes_sharded_inputs(name, recipe):
                 component = shard_transform.ShardedInputs(component, sharding.inputs, runtime)
-            elif name in unsharded and runtime.mesh.devices.size > 1 \
-                    and compiled[name].modules is None and name not in in_pieces:
+            elif runs_on_one_device(name, recipe, compiled[name], runtime.mesh.devices.size,
+                                    name in unsharded, name in in_pieces):
                 placement.on_one_device(component, runtime)
         if name in recipe.attention.skip:
             component = attention.Skipped(component)
@@ -171,6 +171,21 @@ def trace_cache(recipe, family, runtime):
 
 #: patches every run applies: they make torchax behave as PyTorch does
 CORE_PATCHES = ("core.setitem",)
+
+
+def takes_sharded_inputs(name: str, recipe) -> bool:
+    """Are the component's inputs placed by the recipe's ``sharding.inputs`` (the
+    transformers' are)?"""
+    return name.startswith("transformer") and bool(recipe.sharding.inputs)
+
+
+def runs_on_one_device(name: str, recipe, rule, devices: int, unsharded: bool,
+                       in_pieces: bool) -> bool:
+    """Does a compiled component run on one device of the mesh: nothing shards it (no
+    weight rule, no activation rule, no input sharding), it is compiled whole, and the
+    mesh has more than one device?"""
+    return unsharded and devices > 1 and rule.modules is None and not in_pieces \
+        and not takes_sharded_inputs(name, recipe)
 
 
 def selected_patches(recipe, registry, family):

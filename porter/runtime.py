@@ -69,8 +69,43 @@ def configure(platform: str, cpu_devices: int | None) -> None:
     if cpu_devices:
         request_cpu_devices(cpu_devices)
     if not _tpu_attached():
-        from porter.aot.targets import quiet_libtpu
         quiet_libtpu()
+    return_freed_memory()
+
+
+MMAP_THRESHOLD = 1 << 20
+
+
+def return_freed_memory() -> None:
+    """Large buffers freed go back to the system at once. glibc serves an allocation
+    from its heap unless it is over a threshold that grows with every large block
+    freed (up to 32 MiB); a heap block freed is kept for reuse. Porter frees many
+    large blocks as it loads, fuses LoRA updates and stacks block weights (per-block
+    arrays freed as their stack is made), so the heap grew to hold them all: a Wan
+    1.3B run on one CPU device peaked at 6.45 GiB where its weights and stacks need
+    4.1 GiB, and at 5.43 GiB with blocks over 1 MiB always mapped (measured). Only
+    where the environment does not choose (MALLOC_MMAP_THRESHOLD_)."""
+    import ctypes
+    import ctypes.util
+
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD (glibc's malloc.h)
+    except (OSError, AttributeError):  # another C library: its own policy
+        pass
+
+
+def quiet_libtpu() -> None:
+    """libtpu asks the cloud metadata server for the TPU it runs on and logs an error
+    when there is none (any machine but a TPU VM). These settings answer for it; they
+    are only set where the environment does not already say (a real TPU VM does)."""
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-1")
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    # no TPU is opened: other processes compiling for a TPU at once do not conflict
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 def _tpu_attached() -> bool:
@@ -136,13 +171,20 @@ def _refusal(options: tuple, device=None) -> str | None:
     return None
 
 
-def resolve_mesh(axes: dict, device_count: int, given: bool = False) -> dict[str, int]:
+def resolve_mesh(axes: dict, device_count: int, given: bool = False,
+                 target: str | None = None) -> dict[str, int]:
     """Fill an 'auto' axis and check the mesh fits ``device_count`` devices (that
-    exist, or that ``given`` by --devices)."""
+    exist, that ``given`` by --devices, or the chips of the TPU slice ``target``)."""
     fixed = math.prod(size for size in axes.values() if size != "auto")
     if fixed > device_count:
         shape = " x ".join(f"{a}={s}" for a, s in axes.items())
-        have = f"--devices gives {device_count}" if given else f"{device_count} exist"
+        have = (f"{target} has {device_count} chips" if target else
+                f"--devices gives {device_count}" if given else f"{device_count} exist")
+        if target:
+            raise UsageError(f"mesh {shape} needs {fixed} devices but {have}",
+                             hint="shrink the mesh (e.g. mesh.dp=1) or choose a larger "
+                                  "target (v4 and v5p count two TensorCores a chip: a "
+                                  "v5p-8 is 4 chips)")
         raise UsageError(f"mesh {shape} needs {fixed} devices but {have}",
                          hint="shrink the mesh (e.g. mesh.dp=1)" + (
                              f" or give --devices {fixed}" if given else

@@ -116,7 +116,7 @@ def unscanned(recipe, registry):
     family = registry.families.get(recipe.model.family)
     if family is None:
         return recipe
-    rules = compile_transform.rules(recipe, family)
+    rules = compile_transform.rules(recipe, family, None)
     scanned = {name: rule for name, rule in rules.items() if rule.scan}
     if not scanned:
         return recipe

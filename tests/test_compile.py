@@ -18,7 +18,7 @@ compile:
   text_encoder: {methods: [forward], static_argnames: [return_dict, output_hidden_states]}
 """))
     family = plugins.registry().family("wan")
-    rules = compile_transform.rules(loaded, family)
+    rules = compile_transform.rules(loaded, family, "cpu")
     assert set(rules) == {"transformer", "transformer_2", "text_encoder",
                           "image_encoder"}  # vae: eager
     assert rules["transformer"].methods == ["forward"]

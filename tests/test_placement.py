@@ -99,9 +99,8 @@ def test_no_component_is_ever_moved_whole_to_jax(monkeypatch):
     rt = runtime.start(loaded)
     pipe = build_pipeline()
     port(pipe, plugins.registry().family("wan"), rt, loaded)
-    # the blocks' weights, stacked for the scan (porter.transforms.scan), stay sharded
-    q = pipe.transformer.module.params["blocks.*.attn1.to_q.weight"].jax()
-    assert q.addressable_shards[0].data.shape == (2, 6, 24)
+    q = pipe.transformer.module._model.blocks[0].attn1.to_q.weight.jax()
+    assert q.addressable_shards[0].data.shape == (6, 24)
 
 
 def test_tied_weights_stay_one_tensor():

@@ -2,6 +2,7 @@
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -123,14 +124,33 @@ def test_weights_are_placed_by_rule():
     rt = runtime.start(loaded)
     pipe = build_pipeline()
     port(pipe, plugins.registry().family("wan"), rt, loaded)
+    inner = pipe.transformer.module._model  # ShardedInputs -> JittableModule -> model
+    q = inner.blocks[0].attn1.to_q.weight.jax()
+    assert q.sharding.spec[0] == "tp"
+    assert q.addressable_shards[0].data.shape == (6, 24)
+    out = inner.blocks[0].attn1.to_out[0].weight.jax()
+    assert out.addressable_shards[0].data.shape == (24, 6)
+    assert inner.proj_out.weight.jax().sharding.is_fully_replicated
+
+
+def test_stacked_blocks_keep_each_blocks_sharding_and_values():
+    """Blocks compiled as one scan (porter.transforms.scan): each tensor of the blocks
+    stacked on a new leading axis, sharded as the block's tensor was."""
+    from porter_wan.tiny import build_pipeline
+
+    loaded = load_tp("compile.transformer.scan=true")
+    rt = runtime.start(loaded)
+    pipe = build_pipeline()
+    expected = [b.attn1.to_q.weight.detach().numpy().copy() for b in pipe.transformer.blocks]
+    port(pipe, plugins.registry().family("wan"), rt, loaded)
     compiled = pipe.transformer.module  # ShardedInputs -> JittableModule
-    # the blocks' weights are stacked for the scan: each block's sharding, one axis up
     q = compiled.params["blocks.*.attn1.to_q.weight"].jax()
     assert tuple(q.sharding.spec)[:2] == (None, "tp")
     assert q.addressable_shards[0].data.shape == (2, 6, 24)
+    for index, block in enumerate(expected):
+        assert np.array_equal(np.asarray(q[index]), block)
     out = compiled.params["blocks.*.attn1.to_out.0.weight"].jax()
     assert out.addressable_shards[0].data.shape == (2, 24, 6)
-    assert compiled._model.proj_out.weight.jax().sharding.is_fully_replicated
 
 
 @pytest.mark.slow
@@ -181,13 +201,13 @@ def test_activation_constraints_reach_the_compiled_graph(write):
     transformer:
       - {module: 'blocks\.\d+', spec: [dp, tp, null]}
 """
-    unrolled = "compile: {transformer: {scan: false}}\n"
+    scanned = "compile: {transformer: {scan: true}}\n"
     marker = "sharding_constraint"
-    plain = constraints(inputs + unrolled).count(marker)
-    assert constraints(inputs + rule + unrolled).count(marker) == plain + 2  # one per block
-    # blocks as one scan: the loop body holds the block's constraint once, for every block
     plain = constraints(inputs).count(marker)
-    assert constraints(inputs + rule).count(marker) == plain + 1
+    assert constraints(inputs + rule).count(marker) == plain + 2  # one per block
+    # blocks as one scan: the loop body holds the block's constraint once, for every block
+    plain = constraints(inputs + scanned).count(marker)
+    assert constraints(inputs + rule + scanned).count(marker) == plain + 1
 
 
 def test_large_replicated_tensors_are_reported():

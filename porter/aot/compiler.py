@@ -25,7 +25,6 @@ class Compiled:
     bytes_accessed: float = 0.0
     collectives: dict = field(default_factory=dict)  # kind -> hlo.Collective
     scanned: dict = field(default_factory=dict)  # block list -> blocks, run as one scan
-    probe_s: float = 0.0  # compiling a scanned program's blocks one by one, for its costs
     refused: str | None = None  # the compiler's reason, when it would not compile it
     failed: str | None = None  # why it could not be traced (model code), when it was not
 
@@ -41,9 +40,7 @@ class Compiled:
 
 def compile_program(port, program: Program) -> Compiled:
     """Lower ``program`` on ``port``'s component with abstract weights and inputs, in
-    the shardings a run uses, and compile it for the target. A program whose blocks run
-    as a scan has its FLOPs and bytes completed from compiles of its blocks one by one
-    (the compiler's cost analysis counts a loop's body once)."""
+    the shardings a run uses, and compile it for the target."""
     component = port.components[program.component]
     result = Compiled(program, weights_bytes=component.weights_bytes_per_chip)
     start = time.perf_counter()
@@ -63,19 +60,16 @@ def compile_program(port, program: Program) -> Compiled:
     result.compile_s = time.perf_counter() - start
     text = executable.as_text()
     result.memory = _memory(executable)
-    result.flops, result.bytes_accessed = _costs(executable, text, kernel_flops)
+    result.flops, result.bytes_accessed = _costs(executable, text, kernel_flops,
+                                                 result.weights_bytes)
     result.kernel_flops = kernel_flops
     result.collectives = hlo.collectives(text, port.runtime.mesh.devices.size)
-    if component.scanned:
-        result.scanned = {name: len(component.module._modules[name])
-                          for name in component.scanned}
-        start = time.perf_counter()
-        result.flops, result.bytes_accessed = _unrolled_costs(port, component, program)
-        result.probe_s = time.perf_counter() - start
+    result.scanned = {name: len(component.module._modules[name])
+                      for name in component.scanned}
     return result
 
 
-def _lower(port, component, program: Program, unroll: dict | None = None):
+def _lower(port, component, program: Program):
     """(the lowered program, attention FLOPs per chip counted while tracing it)."""
     import jax
 
@@ -89,7 +83,7 @@ def _lower(port, component, program: Program, unroll: dict | None = None):
     abstract_leaves = [_abstract(leaf, shardings.get(path)) for path, leaf in leaves]
     jittable = component.jittable
     functional = scan.scanned_call(jittable.functional_call, component.module,
-                                   component.scanned, unroll) \
+                                   component.scanned) \
         if component.scanned else jittable.functional_call
 
     def call(params, buffers, values):
@@ -112,26 +106,6 @@ def _nothing():
     return contextlib.nullcontext()
 
 
-def _unrolled_costs(port, component, program: Program) -> tuple[float, float]:
-    """FLOPs and bytes accessed of a scanned program as if unrolled: the program with
-    one block of each list, plus, per list, what a second block adds, times the
-    blocks after the first."""
-    counts = {name: len(component.module._modules[name]) for name in component.scanned}
-    base = _probe(port, component, program, {name: 1 for name in counts})
-    flops, accessed = base
-    for name, count in counts.items():
-        more = _probe(port, component, program, {**{n: 1 for n in counts}, name: 2})
-        flops += (count - 1) * (more[0] - base[0])
-        accessed += (count - 1) * (more[1] - base[1])
-    return flops, accessed
-
-
-def _probe(port, component, program, unroll: dict) -> tuple[float, float]:
-    lowered, kernel_flops = _lower(port, component, program, unroll)
-    executable = lowered.compile()
-    return _costs(executable, executable.as_text(), kernel_flops)
-
-
 def _memory(executable) -> dict:
     analysis = executable.memory_analysis()
     return {"argument": int(analysis.argument_size_in_bytes),
@@ -141,16 +115,20 @@ def _memory(executable) -> dict:
             "generated_code": int(analysis.generated_code_size_in_bytes)}
 
 
-def _costs(executable, text: str, kernel_flops: float) -> tuple[float, float]:
-    """(FLOPs, bytes accessed) per chip and call: XLA's counts, with the attention
-    kernels' FLOPs it cannot see inside (custom calls) added."""
+def _costs(executable, text: str, kernel_flops: float,
+           weights: int) -> tuple[float, float]:
+    """(FLOPs, bytes accessed) per chip and call. XLA's counts, completed where they
+    fall short: the attention kernels' FLOPs it cannot see inside (custom calls), the
+    matmuls and arithmetic of every trip of a loop after the first (it counts a loop's body once:
+    a scan over 40 blocks, one block), and at least the program's weights read once
+    (a scan's body reads one block's)."""
     cost = executable.cost_analysis() or {}
     if isinstance(cost, list):  # older JAX: one dict per computation
         cost = cost[0] if cost else {}
-    flops = float(cost.get("flops", 0.0))
+    flops = float(cost.get("flops", 0.0)) + hlo.repeated_flops(text)
     if hlo.opaque_kernels(text):
         flops += kernel_flops
-    return flops, float(cost.get("bytes accessed", 0.0))
+    return flops, max(float(cost.get("bytes accessed", 0.0)), float(weights))
 
 
 def _input_shardings(port, component, program: Program) -> dict:

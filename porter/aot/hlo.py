@@ -105,8 +105,9 @@ def _trips(line: str, callees: dict, computations: dict) -> int:
     return 1
 
 
-def _multipliers(computations: dict, entry: str) -> dict[str, int]:
-    """How many times each computation runs per call of the entry computation."""
+def _multipliers(computations: dict, entry: str, trips: bool = True) -> dict[str, int]:
+    """How many times each computation runs per call of the entry computation (with
+    ``trips`` false: as if each loop ran once, as XLA's cost analysis counts them)."""
     times = {name: 0 for name in computations}
 
     def visit(name: str, count: int, depth: int = 0) -> None:
@@ -115,7 +116,7 @@ def _multipliers(computations: dict, entry: str) -> dict[str, int]:
         times[name] += count
         for line in computations[name]:
             callees = _CALLEES.findall(line)
-            repeat = _trips(line, dict(callees), computations)
+            repeat = _trips(line, dict(callees), computations) if trips else 1
             for key, value in callees:
                 for callee in re.findall(r"%?([\w.\-]+)", value.strip("{}")):
                     visit(callee, count * (repeat if key in ("body", "condition") else 1),
@@ -157,3 +158,105 @@ OPAQUE_TARGETS = ("tpu_custom_call", "__cudnn$fmha")
 def opaque_kernels(text: str) -> int:
     """How many custom-call kernels the program runs whose FLOPs XLA cannot count."""
     return sum(text.count(f'custom_call_target="{target}') for target in OPAQUE_TARGETS)
+
+
+_PARAM = re.compile(r"%?([\w.\-]+):\s*((?:\w+\[[0-9,]*\])|\([^)]*\))")
+_RESULT = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\S+)\s")
+_OPERANDS = re.compile(r"\b(?:convolution|dot)\(([^)]*)\)")
+_LABELS = re.compile(r"dim_labels=([\w]+)_([\w]+)->([\w]+)")
+_WINDOW = re.compile(r"window=\{size=([0-9x]+)")
+_DILATE = re.compile(r"window=\{[^}]*lhs_dilate=([0-9x]+)")
+_GROUPS = re.compile(r"feature_group_count=(\d+)")
+_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([0-9,]*)\}")
+
+
+def _dims(shape: str) -> list[int]:
+    found = _ARRAY.search(shape)
+    return [int(d) for d in found.group(2).split(",") if d] if found else []
+
+
+def _matmul_flops(line: str, shapes: dict) -> float:
+    """FLOPs of one convolution or dot instruction (2 per multiply-add)."""
+    result = _RESULT.match(line)
+    operands = _OPERANDS.search(line)
+    if result is None or operands is None:
+        return 0.0
+    names = [n.strip().lstrip("%") for n in operands.group(1).split(",")]
+    lhs = _dims(shapes.get(names[0], "")) if names else []
+    out = math.prod(_dims(result.group(2)))
+    labels = _LABELS.search(line)
+    if labels and lhs:  # convolution: lhs feature dim, times the window
+        feature = lhs[labels.group(1).index("f")] if "f" in labels.group(1) else 1
+        groups = int(_GROUPS.search(line).group(1)) if _GROUPS.search(line) else 1
+        return 2.0 * out * feature / groups * _taps(line)
+    contracting = _CONTRACTING.search(line)
+    if contracting and lhs:
+        return 2.0 * out * math.prod(lhs[int(i)] for i in contracting.group(1).split(",") if i)
+    return 0.0
+
+
+def _taps(line: str) -> int:
+    """Window positions that meet an input value, per output element: a window of k
+    over an input dilated by d meets k / d of them (XLA writes a batched matmul as a
+    convolution whose batch is a window over an input dilated by its size: one tap)."""
+    window = _WINDOW.search(line)
+    if window is None:
+        return 1
+    sizes = [int(n) for n in window.group(1).split("x")]
+    dilate = _DILATE.search(line)
+    dilations = [int(n) for n in dilate.group(1).split("x")] if dilate else [1] * len(sizes)
+    return math.prod(max(1, math.ceil(k / d)) for k, d in zip(sizes, dilations))
+
+
+#: elementwise operations XLA's cost analysis counts as one FLOP per element
+#: (transcendentals, exp or tanh, it counts apart, not as FLOPs)
+ELEMENTWISE = frozenset({
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "abs",
+    "compare", "select", "clamp", "and", "or", "xor", "not", "convert", "remainder",
+    "sign", "floor", "ceil", "round-nearest-even", "round-nearest-afz"})
+
+
+def repeated_flops(text: str) -> float:
+    """The FLOPs that loops add beyond one trip of each: what XLA's cost analysis, which
+    counts a loop body once, leaves out (a scan over 40 blocks: 39 blocks). Matmuls and
+    convolutions, and elementwise arithmetic; reductions are left out (within 2% of
+    the unrolled program's count on a tiny Wan, where they weigh most)."""
+    computations, entry = _computations(text)
+    if entry is None:
+        return 0.0
+    headers = _headers(text)
+    times = _multipliers(computations, entry)
+    once = _multipliers(computations, entry, trips=False)
+    extra = 0.0
+    for name, lines in computations.items():
+        surplus = times.get(name, 0) - once.get(name, 0)
+        if surplus <= 0:
+            continue
+        shapes = dict(headers.get(name, {}))
+        for line in lines:
+            result = _RESULT.match(line)
+            if result:
+                shapes[result.group(1)] = result.group(2)
+        extra += surplus * sum(_matmul_flops(line, shapes) for line in lines
+                               if " convolution(" in line or " dot(" in line)
+        extra += surplus * sum(_elementwise_flops(line) for line in lines)
+    return extra
+
+
+def _elementwise_flops(line: str) -> float:
+    match = _INSTRUCTION.match(line)
+    if match is None or match.group(2) not in ELEMENTWISE:
+        return 0.0
+    arrays = _ARRAY.findall(match.group(1))
+    return float(math.prod(int(d) for d in arrays[0][1].split(",") if d)) if arrays else 0.0
+
+
+def _headers(text: str) -> dict[str, dict[str, str]]:
+    """Computation -> its parameters' shapes, from its header line."""
+    found = {}
+    for line in text.splitlines():
+        header = _HEADER.match(line)
+        if header and "=" not in line.split("{")[0].split("(")[0]:
+            inside = line[line.find("(") + 1:line.rfind("->")]
+            found[header.group(2)] = dict(_PARAM.findall(inside))
+    return found

@@ -44,6 +44,9 @@ class Component:
     scanned: list = field(default_factory=list)  # block lists compiled as one scan each
     jittable: object = None  # torchax JittableModule: its params and buffers, by name
     state: tuple = ()  # (params, buffers): name -> jax.ShapeDtypeStruct
+    #: bytes a chip holds of the weights as the compiler is given them (each abstract
+    #: weight's shard in its sharding): ``weights_bytes_per_chip``, by another road
+    sharded_bytes_per_chip: int = 0
 
     @property
     def weights_bytes_per_chip(self) -> int:
@@ -72,10 +75,10 @@ class AbstractPort:
             yield
 
     @property
-    def resident_bytes_per_chip(self) -> int:
-        """Weights every chip holds while a run goes on: each component is placed when
-        the port is built and stays until it ends."""
-        return sum(c.weights_bytes_per_chip for c in self.components.values())
+    def resident_bytes_per_chip(self) -> dict[str, int]:
+        """Each component's weights on every chip while a run goes on: each is placed
+        when the port is built and stays until it ends."""
+        return {name: c.weights_bytes_per_chip for name, c in self.components.items()}
 
 
 def target_runtime(recipe, target: targets.Target) -> Runtime:
@@ -83,13 +86,7 @@ def target_runtime(recipe, target: targets.Target) -> Runtime:
     from porter import runtime as runtime_mod
     from porter.compat import import_torchax
 
-    try:
-        axes = resolve_mesh(recipe.mesh, target.chips, given=True)
-    except UsageError as exc:
-        raise UsageError(exc.message.replace(f"--devices gives {target.chips}",
-                                             f"{target.name} has {target.chips} chips"),
-                         hint="shrink the mesh (e.g. mesh.dp=1), or choose a larger "
-                              "target") from None
+    axes = resolve_mesh(recipe.mesh, target.chips, given=True, target=target.name)
     mesh = targets.mesh(target, axes)
     device = mesh.devices.flat[0]
     options = runtime_mod.xla_options(recipe.runtime.xla_options, target.platform, device)
@@ -109,7 +106,7 @@ def build(recipe, registry, target: targets.Target) -> AbstractPort:
     pipe = SimpleNamespace(**modules)
     setup_transform.apply(pipe, recipe)
     chosen = porting.selected_patches(recipe, registry, family)
-    rules = compile_transform.rules(recipe, family)
+    rules = compile_transform.rules(recipe, family, runtime.platform)
     in_pieces = porting.cached_components(recipe, family, modules)
     components = {}
     with patches.applied(chosen):
@@ -121,20 +118,24 @@ def build(recipe, registry, target: targets.Target) -> AbstractPort:
             whole = name in rules and rules[name].modules is None and name not in in_pieces
             components[name] = Component(
                 name, module, rules.get(name), assignments,
-                one_device=whole and runtime.mesh.devices.size > 1
-                and placement.unsharded(assignments, activations),
+                one_device=name in rules and porting.runs_on_one_device(
+                    name, recipe, rules[name], runtime.mesh.devices.size,
+                    placement.unsharded(assignments, activations), name in in_pieces),
                 attention_skipped=name in recipe.attention.skip, axes=runtime.axes,
                 scanned=scan.identical_lists(module) if whole and rules[name].scan else [])
         if recipe.rotary.precompute:  # buffers of the rotary modules: shapes only here
             rotary.apply(pipe, family, recipe, lambda table: table.to("meta"))
     for component in components.values():
-        component.jittable, component.state = _abstract_state(component, runtime)
+        component.jittable, component.state, component.sharded_bytes_per_chip = \
+            _abstract_state(component, runtime)
     return AbstractPort(recipe, registry, family, target, runtime, components, chosen)
 
 
 def _abstract_state(component: Component, runtime):
     """torchax's view of the module (what a compiled call passes as params and buffers)
-    with each tensor abstract, in the sharding a run places it in."""
+    with each tensor abstract, in the sharding a run places it in (found by the tensor
+    itself: torchax may name a tied weight otherwise than the rules do); and the bytes
+    a chip holds of the planned weights in those shardings."""
     import jax
     from jax.sharding import NamedSharding, SingleDeviceSharding
 
@@ -143,22 +144,40 @@ def _abstract_state(component: Component, runtime):
     torchax = import_torchax()
     jittable = torchax.compile(component.module,
                                torchax.CompileOptions(methods_to_compile=[]))
-    specs = {a.name: a.spec for a in component.assignments}
+    slots = shard_transform.tensor_slots(component.module)
+    specs = {id(store[key]): a.spec for a in component.assignments
+             for store, key in slots[a.name][:1]}
     first = runtime.mesh.devices.flat[0]
 
-    def sharded(name: str):
+    def sharding(tensor):
         if component.one_device:
             return SingleDeviceSharding(first)
-        return NamedSharding(runtime.mesh, shard_transform.partition_spec(specs.get(name, ())))
+        return NamedSharding(runtime.mesh,
+                             shard_transform.partition_spec(specs.get(id(tensor), ())))
 
     def abstract_of(store: dict) -> dict:
-        found = {name: jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype),
-                                            sharding=sharded(name))
-                 for name, t in store.items()}
-        # stacked as a run stacks them (porter.transforms.scan)
+        return {name: jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype),
+                                           sharding=sharding(t))
+                for name, t in store.items()}
+
+    def stacked(found: dict) -> dict:  # as a run stacks them (porter.transforms.scan)
         return scan.stacked(found, scan.groups(found, component.scanned),
                             scan.stack_abstract)
-    return jittable, (abstract_of(jittable.params), abstract_of(jittable.buffers))
+
+    tensors = {**jittable.params, **jittable.buffers}
+    planned = {id(t): name for name, t in tensors.items() if id(t) in specs}
+    abstract = abstract_of(tensors)
+    held = sum(_shard_bytes(abstract[name]) for name in planned.values())
+    return (jittable, (stacked(abstract_of(jittable.params)),
+                       stacked(abstract_of(jittable.buffers))), held)
+
+
+def _shard_bytes(value) -> int:
+    """Bytes one device holds of an abstract array in its sharding (the first device's
+    share: shards of one array are the same size)."""
+    import math
+
+    return math.prod(value.sharding.shard_shape(value.shape)) * value.dtype.itemsize
 
 
 def jax_dtype(dtype: torch.dtype):

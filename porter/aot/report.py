@@ -4,6 +4,7 @@ chip's HBM, cost, collectives, compile time, and a lower bound on a step's time.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from porter.aot import compiler, roofline, targets
@@ -13,18 +14,11 @@ from porter.errors import RecipeError, UsageError
 from porter.transforms.sharding import human_bytes
 
 
-class DoesNotFit(UsageError):
-    """A program needs more memory per chip than the target has (exit 2)."""
-
-    def __init__(self, report: dict):
-        self.report = report
-        worst = report["verdict"]
-        super().__init__(worst["message"], hint=worst["hint"])
-
-
-def build(recipe, registry, target_name: str, say=lambda message: None) -> dict:
-    """Compile every program of ``recipe``'s run for ``target_name``; the report (see
-    ``render``). Raises what ``porter validate`` would for a recipe that cannot run."""
+def build(recipe, registry, target_name: str, only: list[str] | None = None,
+          say=lambda message: None) -> dict:
+    """Compile every program of ``recipe``'s run (``only``: those named, e.g.
+    ``transformer.forward``) for ``target_name``; the report (see ``render``). Raises
+    what ``porter validate`` would for a recipe that cannot run."""
     target = targets.named(target_name)
     _check(recipe, registry, target)
     say(f"building the port for {target.name} ({target.chips} x {target.facts.name}, "
@@ -33,12 +27,36 @@ def build(recipe, registry, target_name: str, say=lambda message: None) -> dict:
     modules = {name: c.module for name, c in port.components.items()}
     declared = port.family.programs(recipe, modules)
     programs = unique(declared) if declared is not None else []
-    results = []
+    if only:
+        unknown = sorted(set(only) - {p.name for p in programs})
+        if unknown:
+            raise UsageError(f"no program {', '.join(unknown)} in this recipe's run",
+                             hint="programs: " + (", ".join(p.name for p in programs)
+                                                  or "none"))
+        programs = [p for p in programs if p.name in only]
+    results, done = [], {}
     for index, program in enumerate(programs, 1):
+        same = _identity(port, program)
+        if same in done:  # two experts of one shape: one program for the compiler
+            say(f"[{index}/{len(programs)}] {program.name}: the program of "
+                f"{done[same].program.name}")
+            results.append(dataclasses.replace(done[same], program=program))
+            continue
         say(f"[{index}/{len(programs)}] {program.name}: tracing, then the {target.name} "
             "compiler")
-        results.append(compiler.compile_program(port, program))
-    return _report(recipe, port, target, results, declared is None)
+        results.append(done.setdefault(same, compiler.compile_program(port, program)))
+    return _report(recipe, port, target, results, declared is None, bool(only))
+
+
+def _identity(port, program) -> tuple:
+    """What decides a compiled program: its module's class and abstract weights, its
+    method, its inputs (two components of one shape and sharding, one program)."""
+    component = port.components[program.component]
+    state = tuple((name, value.shape, str(value.dtype), str(value.sharding))
+                  for part in component.state for name, value in sorted(part.items()))
+    activations = repr(port.recipe.sharding.activations.get(program.component, []))
+    return (type(component.module), state, activations, component.one_device,
+            component.attention_skipped) + program.signature()[1:]
 
 
 def _check(recipe, registry, target) -> None:
@@ -48,20 +66,23 @@ def _check(recipe, registry, target) -> None:
     problems = checks.recipe_problems(recipe, registry) or checks.model_problems(recipe,
                                                                                  registry)
     if not problems:
-        problems = checks.mesh_problems(recipe, target.chips, platform=target.platform)
+        problems = checks.mesh_problems(recipe, target.chips, target.platform, target.name)
     if not problems:
         problems = checks.shape_problems(recipe, registry, target.chips)
     if problems:
         raise RecipeError(problems)
 
 
-def _report(recipe, port, target, results, undeclared: bool) -> dict:
+def _report(recipe, port, target, results, undeclared: bool, chosen: bool) -> dict:
     chip = target.facts
-    resident = {name: c.weights_bytes_per_chip for name, c in port.components.items()}
+    resident = port.resident_bytes_per_chip
     total = sum(resident.values())
+    given = {name: c.sharded_bytes_per_chip for name, c in port.components.items()}
+    if given != resident:  # the plan's rules and the shardings the compiler got disagree
+        raise RuntimeError(f"weights per chip: planned {resident}, compiled {given}")
     rows = [_program_row(result, total, chip.usable_hbm_bytes) for result in results]
     compiled = {r.program.component for r in results}
-    left_out = _left_out(port, compiled, undeclared)
+    left_out = _left_out(port, compiled, undeclared, chosen)
     bound = roofline.step(results, target)
     anchors = [roofline.implied(bound, a, target) for a in roofline.anchors_for(recipe, target)] \
         if bound else []
@@ -70,7 +91,7 @@ def _report(recipe, port, target, results, undeclared: bool) -> dict:
         "attention_backend": recipe.attention.backend,
         "weights_per_chip": {"components": resident, "total": total},
         "programs": rows, "not_compiled": left_out,
-        "compile_s": round(sum(r.trace_s + r.compile_s + r.probe_s for r in results), 2),
+        "compile_s": round(sum(r.trace_s + r.compile_s for r in results), 2),
         "roofline": bound, "anchors": anchors}
     report["verdict"] = _verdict(report, chip)
     return report
@@ -91,8 +112,7 @@ def _program_row(result, resident_total: int, usable: int) -> dict:
            "method": program.method, "stage": program.stage, "calls": program.calls,
            "per_step": program.per_step, "note": program.note,
            "inputs": _inputs(program), "trace_s": round(result.trace_s, 2),
-           "compile_s": round(result.compile_s, 2), "probe_s": round(result.probe_s, 2),
-           "scanned_blocks": result.scanned,
+           "compile_s": round(result.compile_s, 2), "scanned_blocks": result.scanned,
            "weights_bytes_per_chip": result.weights_bytes}
     if result.failed:
         return {**row, "status": "not traced", "reason": result.failed}
@@ -127,8 +147,9 @@ def _inputs(program) -> dict:
     return found
 
 
-def _left_out(port, compiled: set, undeclared: bool) -> dict:
-    """Components a run compiles that no program here covers, with why."""
+def _left_out(port, compiled: set, undeclared: bool, chosen: bool) -> dict:
+    """Components a run compiles that no program here covers, with why (``chosen``:
+    the programs were named with --program)."""
     found = {}
     for name, component in port.components.items():
         if component.rule is None or name in compiled:
@@ -139,6 +160,8 @@ def _left_out(port, compiled: set, undeclared: bool) -> dict:
         elif component.rule.modules is not None:
             why = (f"compile.{name}.modules compiles submodules whose inputs only a run "
                    "knows")
+        elif chosen:
+            why = "not asked for (--program)"
         else:
             why = "no call of it in this recipe's run"
         found[name] = why
@@ -230,8 +253,7 @@ def render(report: dict) -> str:
                      f"collectives: {moved}")
         scanned = ", ".join(f"{n} x{c}" for n, c in row["scanned_blocks"].items())
         lines.append(f"  traced in {row['trace_s']:.1f} s, compiled in {row['compile_s']:.1f} s"
-                     + (f" (blocks as one scan: {scanned}; their costs from {row['probe_s']:.1f}"
-                        " s of compiling one and two blocks unrolled)" if scanned else ""))
+                     + (f" (blocks as one scan: {scanned})" if scanned else ""))
     for name, why in report["not_compiled"].items():
         lines.append(f"\n{name}: not compiled here: {why}")
     bound = report["roofline"]

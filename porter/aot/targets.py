@@ -10,10 +10,10 @@ v6e-8 is 8 chips).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 from porter.errors import UsageError
+from porter.runtime import quiet_libtpu
 
 GiB = 2**30
 
@@ -71,18 +71,19 @@ class Target:
 # chips_per_host_bounds (2, 4, 1): v5e and v6e serve from 8-chip hosts (ct5lp-hightpu-8t,
 # ct6e-standard-8t); megacore: one device per v4/v5p chip, as JAX uses them
 _EIGHT = (("chips_per_host_bounds", (2, 4, 1)),)
+_ONE = (("chips_per_host_bounds", (1, 1, 1)),)
 _MEGACORE = (("chip_config_name", "megacore"),)
 
 TARGETS = {t.name: t for t in (
     Target("v4-8", "v4", "v4:2x2x1", 4, 1, _MEGACORE),
     Target("v4-16", "v4", "v4:2x2x2", 8, 2, _MEGACORE),
-    Target("v5e-1", "v5e", "v5e:1x1", 1, 1),
+    Target("v5e-1", "v5e", "v5e:1x1", 1, 1, _ONE),
     Target("v5e-4", "v5e", "v5e:2x2", 4, 1),
     Target("v5e-8", "v5e", "v5e:2x4", 8, 1, _EIGHT),
     Target("v5e-16", "v5e", "v5e:4x4", 16, 2, _EIGHT),
     Target("v5p-8", "v5p", "v5:2x2x1", 4, 1, _MEGACORE),
     Target("v5p-16", "v5p", "v5:2x2x2", 8, 2, _MEGACORE),
-    Target("v6e-1", "v6e", "v6e:1x1", 1, 1),
+    Target("v6e-1", "v6e", "v6e:1x1", 1, 1, _ONE),
     Target("v6e-4", "v6e", "v6e:2x2", 4, 1),
     Target("v6e-8", "v6e", "v6e:2x4", 8, 1, _EIGHT),
     Target("v6e-16", "v6e", "v6e:4x4", 16, 2, _EIGHT),
@@ -104,15 +105,6 @@ def named(name: str) -> Target:
     raise UsageError(f"unknown target {name!r}",
                      hint=(f"did you mean {close[0]!r}? " if close else "")
                      + f"targets: {', '.join(TARGETS)}")
-
-
-def quiet_libtpu(accelerator: str = "v5litepod-1") -> None:
-    """libtpu asks the cloud metadata server for the TPU it runs on and logs an error
-    when there is none (any machine but a TPU VM). These settings answer for it; they
-    are only set where the environment does not already say (a real TPU VM does)."""
-    os.environ.setdefault("TPU_ACCELERATOR_TYPE", accelerator)
-    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
-    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 
 
 def libtpu_missing() -> str | None:

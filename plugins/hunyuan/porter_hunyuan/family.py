@@ -20,6 +20,9 @@ class HunyuanFamily(GenericFamily):
                "(HunyuanVideo15Pipeline, variant v1.5) text-to-video")
     variants = ("v1", "v1.5")
     rotary_patch = "hunyuan.rope_cache"
+    # the text encoders run op by op: Llama and Qwen return a key-value cache object
+    # from forward, which a compiled program cannot return
+    scan_blocks = True  # each block's outputs are the next one's inputs
 
     @staticmethod
     def is_15(recipe) -> bool:
@@ -48,6 +51,10 @@ class HunyuanFamily(GenericFamily):
         if self.is_15(recipe):
             pipe.guider.guidance_scale = recipe.generate.guidance_scale
         return super().generate(pipe, recipe)
+
+    def programs(self, recipe, modules):
+        from porter_hunyuan.programs import programs
+        return programs(self, recipe, modules)
 
     def official_configs(self, source):
         from porter_hunyuan.configs import OFFICIAL

@@ -87,7 +87,7 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
                    block_q=config["block_q"], block_kv=config["block_kv"])
     if backends.takes_platform(chosen.kernel):  # compiled for this platform, wherever
         options["platform"] = platform  # the host is (a TPU target from a CPU host)
-    if _tally.get() is not None:
+    if _tally.get() is not None and _repeats.get():  # 0: traced for shapes only
         shares = sharded.split(mesh, q.shape, config["data_axis"], config["head_axis"])
         _tally.get().append(4 * math.prod(q.shape) * k.shape[2] * _repeats.get() / shares)
     return sharded.run(chosen.kernel, mesh, q, k, v, keep, data_axis=config["data_axis"],

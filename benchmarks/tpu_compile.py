@@ -1,0 +1,144 @@
+"""Every shipped real-size recipe compiled for the TPU its comment names, by the TPU
+compiler (no TPU, no weights): weights and peak HBM per chip against the chip's,
+compile time, FLOPs per step, the roofline bound and the published anchor; and the
+Wan 14B transformer compiled unrolled beside compiled as a scan.
+
+    python benchmarks/tpu_compile.py                 # every recipe (an hour or more)
+    python benchmarks/tpu_compile.py wan14b.yaml     # some of them
+    python benchmarks/tpu_compile.py --scan-vs-unrolled [wan1.3b.yaml [KEY=VALUE ...]]
+    python benchmarks/tpu_compile.py --table         # the README table from the results
+
+Each recipe runs ``porter compile R --target T --json`` in a fresh process, and its
+report is kept in results/tpu-compile.json as it arrives (a rerun skips recipes
+already there unless named).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from results_io import save
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results" / "tpu-compile.json"
+
+#: recipe -> the TPU its comment names (generic recipes: no configuration without the
+#: checkpoint, see the table)
+RECIPES = {
+    "wan1.3b.yaml": "v6e-8", "wan14b.yaml": "v6e-8", "wan22-a14b.yaml": "v6e-8",
+    "wan-i2v-14b.yaml": "v6e-8", "wan22-i2v-a14b.yaml": "v6e-8",
+    "wan22-ti2v-5b.yaml": "v6e-8", "wan-flf2v-14b.yaml": "v6e-8",
+    "cogvideox-2b.yaml": "v6e-8", "cogvideox-5b.yaml": "v6e-8",
+    "cogvideox1.5-5b.yaml": "v6e-8", "cogvideox-5b-i2v.yaml": "v6e-8",
+    "hunyuan.yaml": "v6e-8", "hunyuan15.yaml": "v6e-8",
+    "ltx-video.yaml": "v6e-1", "mochi.yaml": "v5p-8", "latte.yaml": "v6e-1",
+    "allegro.yaml": "v5p-8",
+}
+
+
+def compile_one(name: str, target: str, *overrides: str) -> dict:
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "porter.cli", "compile",
+                          str(ROOT / "recipes" / name), "--target", target, "--json",
+                          *overrides], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    row = {"recipe": name, "target": target, "overrides": list(overrides),
+           "exit_code": out.returncode, "wall_s": round(time.perf_counter() - start, 1)}
+    try:
+        row["report"] = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        row["error"] = (out.stderr.strip().splitlines() or ["?"])[-1]
+    return row
+
+
+def run(names: list[str]) -> None:
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    done = {r["recipe"] for r in results}
+    for name in names or [n for n in RECIPES if n not in done]:
+        print(f"{name} for {RECIPES[name]} ...", flush=True)
+        row = compile_one(name, RECIPES[name])
+        results = [r for r in results if r["recipe"] != name] + [row]
+        save(RESULTS, results)
+        verdict = row.get("report", {}).get("verdict", {}).get("message", row.get("error"))
+        print(f"  exit {row['exit_code']} in {row['wall_s']} s: {verdict}", flush=True)
+
+
+def scan_vs_unrolled(name: str, *overrides: str) -> None:
+    """A recipe's transformer compiled for v6e-8 as a scan and unrolled, side by side:
+    wall time and the compiling process's peak memory (an unrolled 40-block Wan 14B at
+    720p needs more than this 24 GiB machine has)."""
+    path = RESULTS.with_name("tpu-scan-vs-unrolled.json")
+    rows = json.loads(path.read_text()) if path.exists() else []
+    for scan in (True, False):
+        start = time.perf_counter()
+        out = subprocess.run(
+            ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "porter.cli", "compile",
+             str(ROOT / "recipes" / name), "--target", "v6e-8", "--program",
+             "transformer.forward", "--json", f"compile.transformer.scan={str(scan).lower()}",
+             *overrides],
+            capture_output=True, text=True, cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        row = {"recipe": name, "overrides": list(overrides), "scan": scan,
+               "exit_code": out.returncode,
+               "wall_s": round(time.perf_counter() - start, 1),
+               "peak_rss_gib": round(int(out.stderr.strip().splitlines()[-1]) / 2**20, 1)}
+        if out.returncode == 0:
+            program = json.loads(out.stdout)["programs"][0]
+            row.update(trace_s=program["trace_s"], compile_s=program["compile_s"],
+                       tflops_per_chip=round(program["flops"] / 1e12, 1),
+                       memory=program["memory"])
+        rows = [r for r in rows if (r["recipe"], r.get("overrides", []), r["scan"])
+                != (name, list(overrides), scan)] + [row]
+        save(path, rows)
+        print(row, flush=True)
+
+
+def gib(n) -> str:
+    return f"{n / 2**30:.1f}" if n is not None else "-"
+
+
+def table() -> str:
+    results = {r["recipe"]: r for r in json.loads(RESULTS.read_text())}
+    lines = ["| recipe | target | weights / chip (GiB) | peak / chip (GiB) | HBM (GiB) | fits "
+             "| compile (s) | TFLOP / step / chip | bound (s/step) | published (s/step, MFU) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name in RECIPES:
+        row = results.get(name)
+        if row is None:
+            continue
+        report = row.get("report")
+        if report is None:
+            lines.append(f"| `{name}` | {row['target']} | | | | no: {row.get('error')} "
+                         "| | | | |")
+            continue
+        verdict, bound = report["verdict"], report["roofline"]
+        peaks = [p.get("peak_bytes_per_chip") for p in report["programs"]]
+        peak = max((p for p in peaks if p), default=None)
+        fits = {True: "yes", False: f"**no**: {verdict.get('program')}",
+                None: verdict["message"]}[verdict["fits"]]
+        anchor = "; ".join(f"{a['seconds_per_step']} ({a['mfu']:.0%})"
+                           for a in report["anchors"]) or ""
+        lines.append(
+            f"| `{name}` | {row['target']} | {gib(report['weights_per_chip']['total'])} | "
+            f"{gib(peak)} | {gib(report['target']['usable_hbm_bytes'])} | {fits} | "
+            f"{report['compile_s']:.0f} | "
+            f"{bound['flops_per_chip'] / 1e12:.0f} | {bound['bound_s']:.2f} "
+            f"({bound['limited_by']}) | {anchor} |" if bound else
+            f"| `{name}` | {row['target']} | {gib(report['weights_per_chip']['total'])} | "
+            f"{gib(peak)} | {gib(report['target']['usable_hbm_bytes'])} | {fits} | "
+            f"{report['compile_s']:.0f} | | | |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args == ["--table"]:
+        print(table())
+    elif args[:1] == ["--scan-vs-unrolled"]:
+        scan_vs_unrolled(*(args[1:] or ["wan14b.yaml"]))
+    else:
+        run(args)
