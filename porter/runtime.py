@@ -178,19 +178,19 @@ def resolve_mesh(axes: dict, device_count: int, given: bool = False,
     fixed = math.prod(size for size in axes.values() if size != "auto")
     if fixed > device_count:
         shape = " x ".join(f"{a}={s}" for a, s in axes.items())
-        have = (f"{target} has {device_count} chips" if target else
-                f"--devices gives {device_count}" if given else f"{device_count} exist")
         if target:
-            raise UsageError(f"mesh {shape} needs {fixed} devices but {have}",
-                             hint="shrink the mesh (e.g. mesh.dp=1) or choose a larger "
-                                  "target (v4 and v5p count two TensorCores a chip: a "
-                                  "v5p-8 is 4 chips)")
+            have, more = f"{target} has {device_count} chips", (
+                " or choose a larger target (v4 and v5p count two TensorCores a chip: a "
+                "v5p-8 is 4 chips)")
+        elif given:
+            have, more = f"--devices gives {device_count}", f" or give --devices {fixed}"
+        else:
+            have, more = f"{device_count} exist", (
+                f"; to check or plan for a machine with {fixed} devices from here, add "
+                f"--devices {fixed}; to run on {fixed} virtual CPU devices, --cpu-devices "
+                f"{fixed}")
         raise UsageError(f"mesh {shape} needs {fixed} devices but {have}",
-                         hint="shrink the mesh (e.g. mesh.dp=1)" + (
-                             f" or give --devices {fixed}" if given else
-                             f"; to check or plan for a machine with {fixed} devices from "
-                             f"here, add --devices {fixed}; to run on {fixed} virtual CPU "
-                             f"devices, --cpu-devices {fixed}"))
+                         hint="shrink the mesh (e.g. mesh.dp=1)" + more)
     resolved = {}
     for axis, size in axes.items():
         resolved[axis] = device_count // fixed if size == "auto" else size

@@ -200,9 +200,9 @@ def _join(template, values):
 def _abstract(leaf: Input, sharding):
     import jax
 
-    from porter.aot.port import jax_dtype
+    from porter.transforms.sharding import array_dtype
 
-    return jax.ShapeDtypeStruct(leaf.shape, jax_dtype(leaf.dtype), sharding=sharding)
+    return jax.ShapeDtypeStruct(leaf.shape, array_dtype(leaf.dtype), sharding=sharding)
 
 
 _NEEDED = re.compile(r"required for ([\w ]+?) \(([\d.]+)([KMGT]?)\) exceeds available HBM "

@@ -156,7 +156,7 @@ def _abstract_state(component: Component, runtime):
                              shard_transform.partition_spec(specs.get(id(tensor), ())))
 
     def abstract_of(store: dict) -> dict:
-        return {name: jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype),
+        return {name: jax.ShapeDtypeStruct(tuple(t.shape), shard_transform.array_dtype(t.dtype),
                                            sharding=sharding(t))
                 for name, t in store.items()}
 
@@ -180,11 +180,4 @@ def _shard_bytes(value) -> int:
     return math.prod(value.sharding.shard_shape(value.shape)) * value.dtype.itemsize
 
 
-def jax_dtype(dtype: torch.dtype):
-    """The JAX dtype a torch tensor of ``dtype`` has on a device (x64 disabled)."""
-    from torchax.ops import mappings
-
-    return mappings.t2j_dtype(shard_transform.jax_dtype(dtype))
-
-
-__all__ = ["AbstractPort", "Component", "build", "target_runtime", "jax_dtype"]
+__all__ = ["AbstractPort", "Component", "build", "target_runtime"]

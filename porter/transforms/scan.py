@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from porter.transforms.sharding import array_dtype
+
 STACKED = "*"  # the block index's place in a stacked entry's name: blocks.*.attn1...
 
 
@@ -177,6 +179,8 @@ class ScanList(torch.nn.Module):
         super().__init__()
         object.__setattr__(self, "_template", blocks[0])  # not a child: no tensors here
         object.__setattr__(self, "_weights", weights)  # suffix -> stacked torchax tensor
+        self._dtypes = {name: array_dtype(t.dtype) for name, t in  # each block's own
+                        [*blocks[0].named_parameters(), *blocks[0].named_buffers()]}
         self._count = len(blocks)
         self._last = None  # what the scan returned, handed on by the later blocks
 
@@ -264,21 +268,13 @@ class ScanList(torch.nn.Module):
         carry = interop.torch_view(final)
         return carry if len(carried) > 1 else carry[0]
 
-
     def _as_computed(self, weights: dict) -> dict:
         """One block's slices of the stacks (jax arrays) in the block's own dtypes
         (``stored_dtype``)."""
         import jax
 
-        from porter.compat import import_torchax
-        from porter.transforms.sharding import jax_dtype
-
-        import_torchax()
-        from torchax.ops.mappings import t2j_dtype
-
-        dtypes = {name: t2j_dtype(jax_dtype(t.dtype)) for name, t in
-                  [*self._template.named_parameters(), *self._template.named_buffers()]}
-        return {k: v if v.dtype == dtypes[k] else jax.lax.bitcast_convert_type(v, dtypes[k])
+        return {k: v if v.dtype == self._dtypes[k]
+                else jax.lax.bitcast_convert_type(v, self._dtypes[k])
                 for k, v in weights.items()}
 
 

@@ -27,6 +27,16 @@ def jax_dtype(dtype: torch.dtype) -> torch.dtype:
     return NARROWED.get(dtype, dtype)
 
 
+def array_dtype(dtype: torch.dtype):
+    """The JAX dtype of the array a torch tensor of ``dtype`` becomes on a device."""
+    from porter.compat import import_torchax
+
+    import_torchax()
+    from torchax.ops.mappings import t2j_dtype
+
+    return t2j_dtype(jax_dtype(dtype))
+
+
 @dataclass(frozen=True)
 class Assignment:
     """Which rule placed one tensor, and how."""
