@@ -137,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "the PORTER_TOKEN environment variable)")
     serve.add_argument("--queue", type=_positive, default=16, metavar="N",
                        help="jobs that may wait (default 16; more are refused with 429)")
+    serve.add_argument("--inputs", metavar="DIR",
+                       help="folder whose image files jobs may name (\"image\": "
+                            "\"frame.png\"; links may not lead out of it). Without it, "
+                            "jobs send images as data URLs; the server opens no other path "
+                            "a request names")
 
     validate = commands.add_parser(
         "validate", help="check a recipe without loading weights",
@@ -357,7 +362,8 @@ def cmd_serve(args) -> int:
     loaded = _load_recipe(args)
     state = serve.serve(loaded, plugins.registry(), args.host, args.port, args.token,
                         args.queue, say=lambda message: print(f"porter: {message}",
-                                                              file=sys.stderr, flush=True))
+                                                              file=sys.stderr, flush=True),
+                        inputs=args.inputs)
     print("stopped" + (f"; {state['queued']} job(s) left queued for the next start"
                        if state["queued"] else ""), file=sys.stderr)
     return 0

@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import collections
 import json
+import os
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
 
-from porter import api, interrupt, outputs, record
+from porter import api, interrupt, outputs, record, uploads
 from porter.errors import PorterError, UsageError
 
 JOB = "job.json"
+#: a job's images, in its folder (``porter.uploads``)
+INPUTS = "inputs"
+#: a submitted job's images while its settings are checked
+STAGING = ".incoming-"
 #: what a job can be; queued and running jobs are picked up again after a restart
 FINISHED = ("done", "failed", "cancelled")
 
@@ -57,9 +64,11 @@ class Job:
 class Jobs:
     """Submitted jobs and the worker thread that runs them on ``port``."""
 
-    def __init__(self, port, directory: Path, max_queue: int = 16, say=None):
+    def __init__(self, port, directory: Path, max_queue: int = 16, say=None,
+                 inputs: Path | None = None):
         self.port, self.max_queue = port, max_queue
         self.directory = Path(directory) / "jobs"
+        self.inputs = inputs  # the folder clients may name images in (None: none)
         self.say = say or api.quiet
         self._lock = threading.Condition()
         self._jobs: dict[str, Job] = {}
@@ -75,6 +84,8 @@ class Jobs:
         """Jobs an earlier server left: finished ones are served, the rest queued again
         in submission order."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        for staged in self.directory.glob(f"{STAGING}*"):  # a submit cut short
+            shutil.rmtree(staged, ignore_errors=True)
         found = []
         for path in self.directory.glob(f"*/{JOB}"):
             try:
@@ -104,15 +115,26 @@ class Jobs:
 
     def submit(self, settings: dict) -> Job:
         """Queue a job; its settings are checked first (``RecipeError``, as ``porter
-        validate`` reports them)."""
+        validate`` reports them). Its images (``porter.uploads``) are copied into the
+        job's folder: a job reads nothing outside it, and runs the same after a restart."""
         if not isinstance(settings, dict):
             raise UsageError("a job is a JSON object of generate settings",
                              hint='e.g. {"prompt": "a red fox", "seed": 3}')
-        checked = api.checked_settings(self.port.recipe, self.port.registry, settings,
-                                       "request")
-        # image paths as checked (absolute): a restarted server may run elsewhere
-        settings = {**settings, **{k: getattr(checked.generate, k) for k in
-                                   ("image", "last_image") if settings.get(k)}}
+        images = uploads.take(settings, self.inputs)
+        staging = Path(tempfile.mkdtemp(prefix=STAGING, dir=self.directory))
+        try:
+            names = {key: f"{INPUTS}/{key}{suffix}" for key, (_, suffix) in images.items()}
+            for key, (data, _) in images.items():
+                outputs.write_bytes(staging / Path(names[key]).name, data)
+            api.checked_settings(self.port.recipe, self.port.registry, {
+                **settings, **{k: str(staging / Path(n).name) for k, n in names.items()}},
+                "request")
+            return self._queued({**settings, **names}, staging)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _queued(self, settings: dict, staging: Path) -> Job:
+        """A new job for checked ``settings``, its images moved from ``staging``."""
         with self._lock:
             if self._closing:
                 raise Closing("the server is shutting down", hint="submit it again after "
@@ -125,6 +147,9 @@ class Jobs:
                 int(p.name) for p in self.directory.iterdir() if p.name.isdigit()],
                 default=0) + 1
             job = Job(f"{seq:06d}", seq, settings)
+            (self.directory / job.id).mkdir()
+            if any(staging.iterdir()):
+                os.replace(staging, self.directory / job.id / INPUTS)
             self._jobs[job.id] = job
             self._save(job)
             self._queue.append(job.id)
@@ -215,7 +240,7 @@ class Jobs:
             job.step, job.steps = done, total
         try:
             recipe = api.checked_settings(self.port.recipe, self.port.registry,
-                                          job.settings, "request")
+                                          self._settings(job), "request")
             job.steps = recipe.generate.steps
             batch.run_into(self.port, recipe, self.directory / job.id, resume=True,
                            on_step=on_step, say=self.say, name=f"job {job.id}")
@@ -228,6 +253,12 @@ class Jobs:
         except Exception as exc:  # a Porter bug in one job: the server goes on
             return False, ("failed", f"internal error: {type(exc).__name__}: {exc} "
                                      "(a Porter bug)")
+
+    def _settings(self, job: Job) -> dict:
+        """A job's settings with its images' names made paths in its folder."""
+        folder = self.directory / job.id
+        return {**job.settings, **{key: str(folder / job.settings[key]) for key in
+                                   uploads.IMAGE_KEYS if job.settings.get(key)}}
 
     def video(self, job_id: str) -> Path | None:
         path = self.folder(job_id) / outputs.VIDEO

@@ -11,8 +11,12 @@ submission order from a bounded queue (``porter.jobs``). The API:
 - ``GET /health``; the OpenAPI description at ``/openapi.json``, pages at ``/docs``
 
 With a token (``--token`` or ``PORTER_TOKEN``) every request needs
-``Authorization: Bearer <token>``; the server refuses to listen beyond this
-machine without one. SIGTERM (or Ctrl-C) stops taking jobs, lets the running job
+``Authorization: Bearer <token>``, the API description included; the server
+refuses to listen beyond this machine without one. A job's images come in the
+request as data URLs, or as names of files in the folder ``--inputs DIR`` names;
+the server opens no other path a client gives (``porter.uploads``). A request body
+has at most ``MAX_BODY`` bytes and ``MAX_DEPTH`` levels of nesting; every refusal
+answers ``{"error": ...}``. SIGTERM (or Ctrl-C) stops taking jobs, lets the running job
 reach its next step end and save a checkpoint, and exits; a server started again
 on the same ``output.dir`` serves what is done and continues the rest.
 """
@@ -23,17 +27,25 @@ on the same ``output.dir`` serves what is done and continues the rest.
 import asyncio
 import contextlib
 import ipaddress
+import json
 import os
+import re
 import secrets
 
+from porter import uploads
 from porter.errors import RecipeError, UsageError
 
 TOKEN_ENV = "PORTER_TOKEN"
+#: bytes a request body may have: room for two largest images as data URLs
+MAX_BODY = 12 * 2**20
+#: nesting a request body may have (a job's settings nest two levels)
+MAX_DEPTH = 32
 
 
 def build_app(jobs, token: str | None = None):
     """The FastAPI application serving ``jobs`` (a ``porter.jobs.Jobs``)."""
     from fastapi import Depends, FastAPI, HTTPException, Request
+    from fastapi.openapi.docs import get_swagger_ui_html
     from fastapi.responses import FileResponse, JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -55,14 +67,30 @@ def build_app(jobs, token: str | None = None):
                                 headers={"WWW-Authenticate": "Bearer"})
 
     recipe = jobs.port.recipe
+    # the description names the recipe's file, not where it lies on the server;
+    # the API description and its pages are routes of ours, behind the token
     app = FastAPI(title="Porter", version=_version(), lifespan=lifespan,
-                  dependencies=[Depends(authorized)],
-                  description=f"Videos from `{recipe.path}` ({recipe.model.family}, "
-                  f"{recipe.model.source}); jobs run one at a time in submission order.")
+                  dependencies=[Depends(authorized)], openapi_url=None, docs_url=None,
+                  redoc_url=None,
+                  description=f"Videos from `{recipe.path.name}` ({recipe.model.family}); "
+                  "jobs run one at a time in submission order.")
 
     @app.exception_handler(StarletteHTTPException)
     async def refused(request, exc):  # every error answers {"error": ...}, as submit's do
         return JSONResponse({"error": exc.detail}, exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def failed(request, exc):  # a Porter bug: still JSON, and the server goes on
+        return JSONResponse({"error": f"internal error: {type(exc).__name__} (a Porter "
+                                      "bug; the server log has more)"}, 500)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi():
+        return app.openapi()
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="Porter API")
 
     def missing(job_id):
         return HTTPException(404, f"no job {job_id!r}")
@@ -74,9 +102,9 @@ def build_app(jobs, token: str | None = None):
                   "application/json": {"schema": body}}}})
     async def submit(request: Request):
         try:
-            settings = await request.json()
-        except ValueError as exc:
-            return JSONResponse({"error": f"the body is not JSON: {exc}"}, 400)
+            settings = await _json_body(request)
+        except _BadBody as exc:
+            return JSONResponse({"error": exc.message, "hint": exc.hint}, exc.status)
         try:
             job = await asyncio.to_thread(jobs.submit, settings)
         except RecipeError as exc:
@@ -134,10 +162,71 @@ def build_app(jobs, token: str | None = None):
 
     @app.get("/health", summary="the server, its model and its queue")
     async def health():
-        return {"status": "ok", "recipe": str(recipe.path), "family": recipe.model.family,
+        return {"status": "ok", "recipe": recipe.path.name, "family": recipe.model.family,
                 **jobs.state()}
 
     return app
+
+
+class _BadBody(UsageError):
+    def __init__(self, status: int, message: str, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.status = status
+
+
+async def _json_body(request):
+    """The request's JSON body, kept no further than ``MAX_BODY`` bytes and checked
+    for nesting before it is parsed (a parser recursing 100,000 levels deep takes the
+    server down with it)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size <= MAX_BODY:
+            chunks.append(chunk)
+        elif size > 4 * MAX_BODY:  # read on so the client hears the answer; not forever
+            break
+    if size > MAX_BODY:
+        raise _BadBody(413, f"the body is larger than the {MAX_BODY >> 20} MiB a job may "
+                       "have", hint="send images as data URLs of smaller files (a run "
+                       "resizes them to the video's size)")
+    body = b"".join(chunks)
+    if await asyncio.to_thread(nesting, body, MAX_DEPTH) > MAX_DEPTH:
+        raise _BadBody(400, f"the body nests deeper than {MAX_DEPTH} levels",
+                       hint="a job is one JSON object of generate settings")
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise _BadBody(400, f"the body is not JSON: {exc}",
+                       hint='e.g. {"prompt": "a red fox", "seed": 3}') from None
+
+
+_STRUCTURE = re.compile(rb'[\[\]{}"\\]')
+
+
+def nesting(body: bytes, stop: int) -> int:
+    """How deep ``body``'s arrays and objects nest (strings skipped), counted no
+    further than ``stop`` + 1; linear in the brackets, quotes and backslashes."""
+    depth = deepest = 0
+    in_string, escaped_at = False, -1
+    for found in _STRUCTURE.finditer(body):
+        char, at = found.group(), found.start()
+        if in_string:
+            if at == escaped_at:
+                continue
+            if char == b"\\":
+                escaped_at = at + 1
+            elif char == b'"':
+                in_string = False
+        elif char == b'"':
+            in_string = True
+        elif char in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > stop:
+                break
+        elif char in b"]}":
+            depth -= 1
+    return deepest
 
 
 def _described(job) -> dict:
@@ -156,6 +245,10 @@ def _body_schema(section) -> dict:
     schema.pop("$defs", None)
     schema["description"] = ("generate settings for this job; what is left out comes "
                              "from the recipe")
+    for key in uploads.IMAGE_KEYS:  # a server takes images' bytes, not its own paths
+        schema["properties"][key]["description"] = (
+            f"{key.replace('_', ' ')}: a data URL (data:image/png;base64,...), or the name "
+            "of a file in the folder the server's --inputs names")
     return schema
 
 
@@ -185,8 +278,22 @@ def token_for(host: str, given: str | None) -> str | None:
     return token
 
 
+def inputs_folder(given: str | None):
+    """``--inputs DIR`` as an existing folder (None: clients send images' bytes)."""
+    from pathlib import Path
+
+    if given is None:
+        return None
+    folder = Path(given).expanduser()
+    if not folder.is_dir():
+        raise UsageError(f"--inputs {given}: not a folder",
+                         hint="name the folder whose image files clients may name")
+    return folder.resolve()
+
+
 def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
-          token: str | None = None, max_queue: int = 16, say=print) -> dict:
+          token: str | None = None, max_queue: int = 16, say=print,
+          inputs: str | None = None) -> dict:
     """Load the port, then serve until SIGTERM/Ctrl-C; returns the queue's state at
     the end."""
     import uvicorn
@@ -195,6 +302,7 @@ def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
     from porter.run import output_dir
 
     token = token_for(host, token)
+    inputs = inputs_folder(inputs)
     family = checks.checked_family(recipe, registry)
     directory = output_dir(recipe)
     distributed.initialize()
@@ -203,7 +311,7 @@ def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
                          hint="serve from one host; use `porter run --prompts` across hosts")
     with outputs.owned(directory):
         port_ = api.Port.open(recipe, registry, family, say)
-        queue = jobs_mod.Jobs(port_, directory, max_queue, say)
+        queue = jobs_mod.Jobs(port_, directory, max_queue, say, inputs)
         app = build_app(queue, token)
         say(f"serving {recipe.path} on http://{host}:{port} (API description: /docs); "
             f"jobs in {queue.directory}")

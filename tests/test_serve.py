@@ -1,5 +1,6 @@
 """porter serve: a real server process on loopback, a real HTTP client (httpx)."""
 
+import base64
 import json
 import os
 import signal
@@ -27,12 +28,12 @@ def free_port() -> int:
 class Server:
     """``porter serve`` in a fresh process, and a client that carries the token."""
 
-    def __init__(self, recipe, out, queue=2):
+    def __init__(self, recipe, out, queue=2, *options):
         self.port = free_port()
         self.log = open(out.parent / f"serve-{self.port}.log", "w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "porter.cli", "serve", str(recipe), f"output.dir={out}",
-             "--port", str(self.port), "--queue", str(queue)],
+             "--port", str(self.port), "--queue", str(queue), *options],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
             env={**os.environ, "PORTER_TOKEN": TOKEN})
         self.url = f"http://127.0.0.1:{self.port}"
@@ -161,3 +162,54 @@ def test_listening_beyond_loopback_needs_a_token(recipe, tmp_path):
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 2 and "without a token" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_client_reaches_no_file_and_no_hostile_body_harms_the_server(tmp_path):
+    """An image-to-video server: images come as bytes or from --inputs only; the API
+    description is behind the token; deep, huge and broken bodies get JSON 4xx."""
+    inputs, outside = tmp_path / "inputs", ROOT / "recipes" / "assets" / "first_frame.png"
+    inputs.mkdir()
+    (inputs / "frame.png").write_bytes(outside.read_bytes())
+    (inputs / "link.png").symlink_to(outside)  # a PNG, but outside the folder
+    server = Server(ROOT / "recipes" / "wan22-i2v-tiny.yaml", tmp_path / "out", 4,
+                    "--inputs", str(inputs))
+    client = server.client
+    try:
+        for path in ("/openapi.json", "/docs"):
+            assert httpx.get(server.url + path).status_code == 401
+            assert client.get(path).status_code == 200
+        assert str(ROOT) not in client.get("/openapi.json").text
+        assert str(ROOT) not in client.get("/health").text
+
+        answers = {path: client.post("/jobs", json={"image": path}) for path in (
+            "/etc/passwd", "/etc/shadow", "/proc/self/environ", "../../../../etc/passwd",
+            "link.png", "missing.png", str(outside))}
+        assert {a.status_code for a in answers.values()} == {400}
+        # the same answer whether the path exists or not: nothing learnt about the disk
+        assert {a.json()["error"].replace(repr(p), "NAME") for p, a in answers.items()} \
+            == {"image: no image file NAME in this server's inputs folder"}
+
+        for body in (b"[" * 100_000, b'{"a":' * 100_000, b'{"prompt": "x"' + b"}" * 9):
+            answer = client.post("/jobs", content=body)
+            assert answer.status_code == 400 and "error" in answer.json()
+        huge = client.post("/jobs", content=b'{"prompt": "' + b"x" * (16 << 20) + b'"}')
+        assert huge.status_code == 413 and "larger than" in huge.json()["error"]
+        assert client.get("/health").json()["status"] == "ok"
+        assert client.get("/jobs").json() == {"jobs": []}
+
+        sent = outside.read_bytes()
+        by_bytes = client.post("/jobs", json={
+            "image": "data:image/png;base64," + base64.b64encode(sent).decode()})
+        by_name = client.post("/jobs", json={"image": "frame.png"})
+        assert (by_bytes.status_code, by_name.status_code) == (201, 201), by_bytes.text
+        jobs = [server.wait(a.json()["id"]) for a in (by_bytes, by_name)]
+        assert [j["status"] for j in jobs] == ["done", "done"], jobs
+        assert all(j["settings"]["image"] == "inputs/image.png" for j in jobs)
+        folders = [tmp_path / "out" / "jobs" / j["id"] for j in jobs]
+        assert all((f / "inputs" / "image.png").read_bytes() == sent for f in folders)
+        # the same first frame both ways: the same latents
+        records = [client.get(j["record"]).json() for j in jobs]
+        assert records[0]["outputs"]["files"]["denoise.safetensors"] == \
+            records[1]["outputs"]["files"]["denoise.safetensors"]
+    finally:
+        assert server.stop() == 0, server.output()
