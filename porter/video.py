@@ -16,7 +16,11 @@ def write_mp4(path: Path, frames: np.ndarray, fps: int) -> str:
 
 
 def encode_mp4(frames: np.ndarray, fps: int) -> bytes:
-    """H.264 in MP4, in memory (a video is small beside the model that made it)."""
+    """H.264 in MP4, in memory (a video is small beside the model that made it).
+
+    The bytes are a function of the frames (the run record hashes them): the
+    conversion to YUV is swscale's bit-exact one, and libx264 runs with a fixed
+    thread count and without its AVX-512 code (``_x264_options``)."""
     import io
 
     import av
@@ -30,11 +34,55 @@ def encode_mp4(frames: np.ndarray, fps: int) -> bytes:
         stream = container.add_stream("libx264", rate=fps)
         stream.width, stream.height = width, height
         stream.pix_fmt = "yuv420p"
-        stream.options = {"crf": "18"}
+        stream.options = {"crf": "18", **_x264_options()}
         for frame in frames:
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
+            container.mux(stream.encode(_yuv420(frame)))
         container.mux(stream.encode())
     return buffer.getvalue()
+
+
+def _yuv420(frame: np.ndarray):
+    """One RGB frame as the encoder's YUV 4:2:0, converted here rather than by the
+    encoder: swscale's bit-exact arithmetic (its SIMD paths may otherwise round
+    differently from one CPU to another), one thread."""
+    import av
+    from av.video.reformatter import Interpolation
+
+    rgb = av.VideoFrame.from_ndarray(frame, format="rgb24")
+    return rgb.reformat(format="yuv420p", threads=1, interpolation=Interpolation.BILINEAR
+                        | Interpolation.ACCURATE_RND | Interpolation.BITEXACT)
+
+
+#: x264's frame threads give repeatable output for a given thread count, but "auto"
+#: takes the count from the CPUs the process may use: a fixed one keeps the bytes the
+#: same on every machine (and under taskset).
+X264_THREADS = 4
+
+
+def _x264_options() -> dict:
+    """libx264 options that make its output a function of its input. On CPUs with
+    AVX-512, x264 (core 165, as PyAV ships it) gives other bytes from run to run for
+    the same frames, even single-threaded (measured on an AMD EPYC: 13 different files
+    from 40 encodes of one 17-frame 320x240 clip, up to 25/255 apart once decoded; one
+    file with mbtree off, or with its AVX-512 code off): its instruction set is capped
+    at AVX2, which every AVX-512 CPU has (AVX2 code is bit-exact with x264's C)."""
+    options = {"threads": str(X264_THREADS)}
+    if _has_avx512():
+        options["x264-params"] = "asm=AVX2"
+    return options
+
+
+def _has_avx512() -> bool:
+    """Would x264 use AVX-512 here? numpy's CPU detection asks the CPU and the OS,
+    as x264's does."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # numpy 1
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__ as features
+        except ImportError:
+            return False
+    return bool(features.get("AVX512F"))
 
 
 def read_mp4(path: Path) -> tuple[np.ndarray, float]:
