@@ -18,7 +18,7 @@ from pathlib import Path
 from porter import artifacts, checks, distributed, loading, notices, patches, porting, record
 from porter import runtime as runtime_mod
 from porter import progress as saved_progress
-from porter import schedulers, stages, tracing
+from porter import out_of_memory, schedulers, stages, tracing
 from porter.errors import RecipeError
 from porter.interop import to_device, to_host
 
@@ -146,7 +146,8 @@ class Port:
             raise RecipeError(problems)
         chosen = porting.selected_patches(recipe, registry, family)
         compile_mark, timings = runtime_mod.compile_monitor().summary(), {}
-        with patches.applied(chosen), tracing.explained():
+        with out_of_memory.explained(recipe, registry), patches.applied(chosen), \
+                tracing.explained():
             say(f"loading {family.name} from {recipe.model.source} ({recipe.model.dtype})")
             start = time.perf_counter()
             pipe, weights, checkpoint = loading.load_for_port(family, recipe)
@@ -247,8 +248,9 @@ class Port:
         timings: dict = dict(self.load_timings) if self.calls == 1 else {}
         warned = len(notices.given())
         try:
-            outcome = self._run(recipe, timings, wanted, directory, resumed, progress,
-                                on_step, say)
+            with out_of_memory.explained(recipe, self.registry):
+                outcome = self._run(recipe, timings, wanted, directory, resumed, progress,
+                                    on_step, say)
         finally:  # compilation a failed call paid is not charged to the next one
             timings["compile"] = self._compile_since_last()
         outcome.warnings = self._load_warnings + notices.given()[warned:]
@@ -279,7 +281,7 @@ class Port:
                 history.append(record.segment(runtime, "encode"))
                 if directory is not None:
                     artifacts.save(directory, "encode", conditioning, recipe,
-                                   extra={"history": history})
+                                   extra={"history": history}, inputs=self.inputs)
             if "denoise" in wanted:
                 if conditioning is None:
                     conditioning = {k: to_device(v, runtime)
@@ -324,15 +326,21 @@ class Port:
         if directory is not None:
             def save(done):
                 done.history = ran(done.step)
-                saved_progress.save(directory, done, recipe)
+                saved_progress.save(directory, done, recipe, self.inputs)
         latents = stages.denoise(self.family, self.pipe, conditioning, recipe, runtime,
                                  timings, progress, start=start, save=save, on_step=on_step)
         history = ran(first_step + len(timings["steps_s"]))
         if directory is not None:
             artifacts.save(directory, "denoise", {"latents": latents}, recipe,
-                           extra={"history": history})
+                           extra={"history": history}, inputs=self.inputs)
             saved_progress.discard(directory)
         return latents, history
+
+    @property
+    def inputs(self) -> dict:
+        """The files what this port makes is made from (``artifacts.inputs_of``): each
+        saved stage records them, so a resumed run can tell they are the same."""
+        return artifacts.inputs_of(self.checkpoint)
 
     def _compile_since_last(self) -> dict:
         """Compilation since the previous call (the first call counts loading's)."""

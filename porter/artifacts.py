@@ -3,9 +3,12 @@
 Each stage writes ``<stage>.safetensors`` and then ``<stage>.json``; both go
 through a temporary name and an atomic rename, and the JSON is written last,
 so a stage counts as complete only when its JSON exists. The JSON records the
-model and generation settings the tensors were made with, and the SHA-256 of
-the tensors file: loading them for a recipe that differs there, or from a file
-changed since, is refused, and so are tensors holding NaN or infinity.
+model and generation settings the tensors were made with, the files they were
+made from (each LoRA adapter's SHA-256, the checkpoint's files by their header
+digests) and the SHA-256 of the tensors file: loading them for a recipe that
+differs there, with an adapter or checkpoint file replaced since, or from a
+tensors file changed since, is refused, and so are tensors holding NaN or
+infinity.
 """
 
 from __future__ import annotations
@@ -34,8 +37,30 @@ def settings_of(data: dict) -> dict:
     return found
 
 
-def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None = None) -> None:
-    """Write the stage's tensors, then its JSON record (plus ``extra`` keys), atomically."""
+def inputs_of(checkpoint: dict | None) -> dict:
+    """The files a stage is made from, beyond the recipe's settings, from the identity
+    a run loaded (``loading.Loaded.checkpoint``, the run record's ``checkpoint``): the
+    checkpoint's files (not where they lie) and each LoRA adapter's file and SHA-256."""
+    checkpoint = checkpoint or {}
+    return {"checkpoint_files": checkpoint.get("files"),
+            "lora": [{"file": a["file"], "sha256": a["sha256"]}
+                     for a in checkpoint.get("lora") or []]}
+
+
+def inputs_now(recipe) -> dict:
+    """``inputs_of`` as the files are on disk now, with no weight loaded: each adapter
+    hashed, the checkpoint's headers (a hub checkpoint's when it is in the cache)."""
+    from porter import loading, lora
+
+    return {"checkpoint_files": loading.checkpoint_files(recipe),
+            "lora": lora.digests(recipe)}
+
+
+def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None = None,
+         inputs: dict | None = None) -> None:
+    """Write the stage's tensors, then its JSON record (plus ``extra`` keys), atomically.
+    ``inputs``: what the port that made them loaded (``inputs_of``); without it, the
+    files as they are now."""
     from safetensors.torch import save
 
     from porter import outputs
@@ -50,6 +75,7 @@ def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None 
     data = save(host)
     digest = outputs.write_bytes(directory / f"{stage}.safetensors", data)
     meta = {"stage": stage, "recipe_sha256": recipe.digest(), "settings": settings(recipe),
+            "inputs": inputs if inputs is not None else inputs_now(recipe),
             "sha256": digest, "bytes": len(data),
             "tensors": {n: {"shape": list(t.shape), "dtype": str(t.dtype)} for n, t in
                         host.items()}, **(extra or {})}
@@ -104,7 +130,44 @@ def check(directory: Path, stage: str, recipe) -> dict:
     problems = _header_problems(tensors, meta)
     if problems:
         raise UsageError(f"{tensors}: " + "; ".join(problems), hint=REDO)
+    _check_inputs(tensors, meta, inputs_now(recipe))
     return meta
+
+
+def _check_inputs(path: Path, meta: dict, now: dict) -> None:
+    """The stage was made from the files this run would read: each LoRA adapter (by
+    SHA-256) and the checkpoint (by its files' header digests). A record written
+    before Porter kept them vouches for neither."""
+    made = meta.get("inputs") if isinstance(meta.get("inputs"), dict) else {}
+    what = str(path) + (f" (denoising progress after step {meta['step']})"
+                        if isinstance(meta.get("step"), int) else "")
+    hint = ("restore the file it was made with; or make it again: run without --resume "
+            "and --stage, or into another output.dir")
+    recorded = made.get("lora") if isinstance(made.get("lora"), list) else []
+    for index, adapter in enumerate(now["lora"]):
+        entry = recorded[index] if index < len(recorded) else None
+        then = entry.get("sha256") if isinstance(entry, dict) else None
+        if then != adapter["sha256"]:
+            was = (f"SHA-256 {then[:12]}..." if isinstance(then, str)
+                   else "no record of the adapter's digest")
+            raise UsageError(f"{what} was made with another LoRA adapter: lora.{index}.file "
+                             f"{adapter['file']} has SHA-256 {adapter['sha256'][:12]}... now; "
+                             f"its record says {was}", hint=hint)
+    files = now["checkpoint_files"]
+    if files is not None and made.get("checkpoint_files") != files:
+        then = made.get("checkpoint_files")
+        raise UsageError(f"{what} was made from other checkpoint files: "
+                         f"{_changed_files(then, files)}", hint=hint)
+
+
+def _changed_files(then, now: dict) -> str:
+    """The checkpoint files that differ, named (the first few)."""
+    if not isinstance(then, dict):
+        return "its record names none (written before Porter kept them)"
+    names = sorted(name for name in set(then) | set(now) if then.get(name) != now.get(name))
+    said = [f"{name} " + ("is new" if name not in then else "is gone" if name not in now
+                          else "has changed") for name in names[:4]]
+    return ", ".join(said) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
 def _check_digest(path: Path, meta: dict, digest: str) -> None:

@@ -7,7 +7,10 @@ item runs on the same ``Port`` and writes to its own folder of ``output.dir``,
 exactly as ``porter run`` writes a run directory; ``batch.json`` beside them
 says how each item went. A failed item is reported and the batch goes on;
 ``--resume`` skips finished items and continues an interrupted one from its
-last stage or denoising checkpoint.
+last stage or denoising checkpoint. Without it, a folder already holding a batch
+is refused (its items would be replaced without a word), and so is an item named
+like a file Porter writes there itself. The prompts file is read under a recipe's
+bounds (``yamlio.read_text``).
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from porter import api, distributed, interrupt, outputs, record
+from porter import api, artifacts, distributed, interrupt, outputs, record
 from porter import run as run_mod
-from porter.errors import PorterError, RecipeError, UsageError
+from porter.errors import RecipeError, UsageError, failure
 
 SUMMARY = "batch.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_SUMMARIES = re.compile(r"^batch(-\d+)?\.json$")  # batch.json; batch-K.json per process
+HINT = "one prompt a line, or JSON Lines (.jsonl)"
 
 
 @dataclass
@@ -53,16 +58,11 @@ def read_items(path: Path) -> list[Item]:
     """The items of a prompts file, in order; lines that cannot be items carry a
     ``problem`` (the batch reports them and runs the rest)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--prompts {path}: cannot read it: {exc}",
-                         hint="one prompt a line, or JSON Lines (.jsonl)") from None
+    text = _prompts_text(path)
     lines = [(number, raw.strip()) for number, raw in enumerate(text.splitlines(), 1)]
     lines = [(n, s) for n, s in lines if s and not s.startswith("#")]
     if not lines:
-        raise UsageError(f"--prompts {path}: no prompts in it",
-                         hint="one prompt a line, or JSON Lines (.jsonl)")
+        raise UsageError(f"--prompts {path}: no prompts in it", hint=HINT)
     as_json = path.suffix.lower() in (".jsonl", ".ndjson") or \
         (path.suffix.lower() != ".txt" and lines[0][1].startswith("{"))
     items, names = [], set()
@@ -79,6 +79,35 @@ def read_items(path: Path) -> list[Item]:
     return items
 
 
+def _prompts_text(path: Path) -> str:
+    """The file's text, under a recipe's bounds (a regular file of at most
+    ``yamlio.MAX_BYTES``, UTF-8): /dev/zero or a FIFO is refused before it is read."""
+    from porter import yamlio
+
+    try:
+        return yamlio.read_text(path, what="prompts file")
+    except RecipeError as exc:
+        reason = exc.problems[0].message
+        raise UsageError(f"--prompts {path}: {reason}", hint=HINT) from None
+
+
+def porter_name(name: str) -> bool:
+    """Is ``name`` one Porter writes in an output directory itself (a run's files,
+    stage and progress files, batch summaries, `porter serve`'s jobs folder,
+    `porter calibrate`'s ratios)? An item's folder of that name would take its place:
+    an item named batch.json made the summary unwritable. Compared ignoring case, as
+    some filesystems do."""
+    from porter import artifacts, progress
+
+    name = name.lower()
+    own = {outputs.RECORD, outputs.VIDEO, outputs.FRAMES_DIR, outputs.FRAMES_NPY,
+           outputs.LATENTS, outputs.LOCK, "jobs", "mag_ratios.json"}
+    own |= {f"{stage}.{suffix}" for stage in artifacts.STAGES
+            for suffix in ("json", "safetensors")}
+    return name in own or bool(_SUMMARIES.match(name)) or \
+        name.startswith(f"{progress.PROGRESS}-")
+
+
 def _json_item(item: Item, content: str) -> None:
     try:
         data = json.loads(content)
@@ -93,6 +122,10 @@ def _json_item(item: Item, content: str) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             item.problem = (f"name {name!r} is not a folder name (letters, digits, '.', "
                             "'_', '-'; at most 100)")
+        elif porter_name(name):
+            item.problem = (f"name {name!r} is a file Porter writes in output.dir itself "
+                            "(batch.json, run.json, stage and progress files, ...): "
+                            "choose another name")
         else:
             item.name = name
     item.settings = data
@@ -119,6 +152,8 @@ def run_batch(recipe, registry, prompts: Path, progress: bool = True,
     say = api.status if progress else api.quiet
     directory = run_mod.output_dir(recipe)
     run_mod._resume_problem(directory, resume)
+    if not resume:
+        _earlier_batch_problem(directory)
     items = read_items(prompts)
     distributed.initialize()
     summary_name, share = SUMMARY, None
@@ -142,6 +177,19 @@ def run_batch(recipe, registry, prompts: Path, progress: bool = True,
             owner.enter_context(outputs.owned(directory))
         return _owned_batch(family, recipe, registry, items, prompts, directory, say,
                             progress and distributed.writes(), resume, summary_name)
+
+
+def _earlier_batch_problem(directory: Path) -> None:
+    """A new batch into a directory holding another batch would replace its items
+    without a word and leave the ones it does not list: refuse it."""
+    found = sorted(path.name for path in directory.glob("batch*.json")
+                   if _SUMMARIES.match(path.name)) if directory.is_dir() else []
+    if found:
+        raise UsageError(f"{directory} holds an earlier batch ({found[0]}); a new batch "
+                         "there would replace its items",
+                         hint=f"continue it with --resume {directory} (finished items are "
+                              f"kept), or start over: delete {directory}, or choose "
+                              "another output.dir")
 
 
 def replica_mesh(mesh: dict, processes: int, local: int, total: int) -> dict | None:
@@ -190,13 +238,15 @@ def _owned_batch(family, recipe, registry, items, prompts, directory, say, progr
         return {"summary": summary_name, "counts": {}, "items": [],
                 "timings": {"total_s": 0.0}}
     if resume:
+        made_from = artifacts.inputs_now(recipe)  # the files every item is made from
         for item in items:
-            if not item.problem and _finished(directory / item.name, item.recipe):
+            if not item.problem and _finished(directory / item.name, item.recipe, made_from):
                 item.status = "skipped"
         say(f"resuming in {directory}: {sum(i.status == 'skipped' for i in items)} of "
             f"{len(items)} items already done")
     port = api.Port.open(recipe, registry, family, say)
     summary = _Summary(directory / summary_name, prompts, port, started)
+    summary.write(items)  # from now on the directory says it holds a batch
     todo = [item for item in items if item.status == "pending"]
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc="batch",
                unit="video", file=sys.stderr, disable=not progress, dynamic_ncols=True)
@@ -212,13 +262,10 @@ def _owned_batch(family, recipe, registry, items, prompts, directory, say, progr
                 item.status, item.error = "interrupted", "stopped by a signal"
                 summary.write(items)
                 raise
-            except PorterError as exc:
-                item.status, item.error = "failed", exc.render()
-                _report(f"item {item.name} failed: {exc.message}")
-            except Exception as exc:  # a Porter bug in one item: say so, go on
-                item.status = "failed"
-                item.error = f"internal error: {type(exc).__name__}: {exc}"
-                _report(f"item {item.name} failed: {item.error} (a Porter bug: report it)")
+            except Exception as exc:  # one item failed: say why, go on
+                problem = failure(exc)
+                item.status, item.error = "failed", problem.render()
+                _report(f"item {item.name} failed: {problem.message}")
             bar.update()
             summary.write(items)
     return summary.write(items)
@@ -270,17 +317,18 @@ def _continuation(port, recipe, directory, resume, say, name):
         return run_mod.stages_to_run(directory, None, False), run_mod.Resumed()
 
 
-def _finished(directory: Path, recipe) -> bool:
+def _finished(directory: Path, recipe, made_from: dict) -> bool:
     """Does ``directory`` hold a complete run of this item (same model, generation
-    settings, dtypes and LoRA, as a stage file is judged)?"""
-    from porter import artifacts
-
+    settings, dtypes and LoRA, as a stage file is judged), made from the files
+    ``made_from`` names (``artifacts.inputs_now``: a replaced adapter or checkpoint
+    file makes it again)?"""
     try:
-        made = artifacts.settings_of(
-            json.loads((directory / outputs.RECORD).read_text())["recipe"])
-    except (OSError, ValueError, KeyError, TypeError):
+        data = json.loads((directory / outputs.RECORD).read_text())
+        made = artifacts.settings_of(data["recipe"])
+        inputs = artifacts.inputs_of(data["checkpoint"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
-    return made == artifacts.settings(recipe)
+    return made == artifacts.settings(recipe) and inputs == made_from
 
 
 class _Summary:
@@ -301,5 +349,7 @@ class _Summary:
                             "total_s": round(time.perf_counter() - self.started, 4)},
                 "items": [item.summary() for item in items]}
         if distributed.writes():
+            # a process running its own items holds no lock that made the folder
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             record.write_json(self.path, data)
         return data

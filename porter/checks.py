@@ -119,7 +119,7 @@ def model_problems(recipe, registry) -> list[Problem]:
     family = registry.family(recipe.model.family)
     try:
         with _call_budget(MAX_BUILD_CALLS[kind]):
-            abstract.components(family, recipe)
+            built = abstract.components(family, recipe)
     except _TooLarge:
         return [recipe.problem(key, f"{what} builds a model too large to check (over "
                                f"{MAX_BUILD_CALLS[kind]} torch calls)",
@@ -136,7 +136,26 @@ def model_problems(recipe, registry) -> list[Problem]:
                                hint="check the values' types and sizes" if kind == "tiny"
                                else "is it a complete diffusers directory, as written by "
                                     "save_pretrained?")]
-    return []
+    return tiny_config_problems(recipe, built) if kind == "tiny" else []
+
+
+def tiny_config_problems(recipe, built: dict) -> list[Problem]:
+    """``model.config`` values the transformer builds from but cannot be right, judged
+    as a checkpoint's config.json is (``num_layers: -3`` builds a model of no blocks)."""
+    transformer = (built or {}).get("transformer")
+    if transformer is None:
+        return []
+    return [recipe.problem(f"model.config.{key}", why, hint="check the values' types "
+                           "and sizes") for key, why in config_values.value_problems(
+                               dict(recipe.model.config), "diffusers", type(transformer))]
+
+
+def input_problems(recipe, registry) -> list[Problem]:
+    """The recipe, then the model it names built from its configuration (a tiny
+    model's ``model.config``, a local checkpoint's config files) on the meta device:
+    what `validate` checks first and what every command that loads a model checks
+    before loading, so that both refuse the same input with the same message."""
+    return recipe_problems(recipe, registry) or model_problems(recipe, registry)
 
 
 def mesh_problems(recipe, devices: int | None = None, platform: str | None = None,
@@ -190,26 +209,41 @@ def memory_problems(recipe, built: dict) -> list[Problem]:
     if recipe.attention.backend not in (None, "reference"):
         return []
     memory = device_memory(built["devices"])
-    attention_costs = (built.get("estimates") or {}).get("attention", {})
-    if memory is None or not attention_costs:
-        return []
-    name, worst = max(attention_costs.items(),
-                      key=lambda item: item[1]["reference_bytes_per_device"])
-    # the plan counts float32 scores (Porter's reference kernel); torchax's own
-    # lowering (no backend) keeps them in the model's dtype
-    itemsize = 4 if recipe.attention.backend == "reference" else \
-        {"float32": 4}.get(recipe.model.dtype, 2)
-    scores = worst["reference_bytes_per_device"] * itemsize // 4
-    need = built["weights_bytes_per_device"] + MATERIALISED_COPIES * scores
-    if need <= memory:
+    need = attention_need(recipe, built)
+    if memory is None or need is None or need["bytes"] <= memory.bytes:
         return []
     human = plan_mod.human_bytes
     return [recipe.problem(
-        "attention.backend", f"{name}-attention scores at this size take "
-        f"{human(scores)} per layer and device ({worst['shape']}); twice that (scores "
-        f"and softmax) with the weights is about {human(need)}, more than the "
-        f"{human(memory)} a device has", hint="use attention.backend: blockwise (memory ~ "
-        "block_q x block_kv) or auto, or a smaller size; `porter plan` shows the numbers")]
+        "attention.backend", f"{need['attention']}-attention scores at this size take "
+        f"{human(need['scores'])} per layer and device ({need['shape']}); twice that "
+        f"(scores and softmax) with the weights is about {human(need['bytes'])}, more "
+        f"than the {human(memory.bytes)} a device has (set by {memory.source})",
+        hint="use attention.backend: blockwise (memory ~ block_q x block_kv) or auto, or "
+             "a smaller size; `porter plan` shows the numbers")]
+
+
+def attention_need(recipe, built: dict) -> dict | None:
+    """What a device needs for the weights and the largest attention's scores of one
+    layer (``plan.build``'s estimates), as the recipe's backend keeps them: every score,
+    twice (scores and softmax) where materialised (torchax's default, ``reference``);
+    blocks of them (the blockwise kernels). None where the plan has no attention."""
+    costs = (built.get("estimates") or {}).get("attention", {})
+    if not costs:
+        return None
+    name, worst = max(costs.items(), key=lambda item: item[1]["reference_bytes_per_device"])
+    materialised = recipe.attention.backend in (None, "reference")
+    if materialised:
+        # the plan counts float32 scores (Porter's reference kernel); torchax's own
+        # lowering (no backend) keeps them in the model's dtype
+        itemsize = 4 if recipe.attention.backend == "reference" else \
+            {"float32": 4}.get(recipe.model.dtype, 2)
+        scores = worst["reference_bytes_per_device"] * itemsize // 4
+    else:
+        scores = worst["blockwise_bytes_per_device"]
+    copies = MATERIALISED_COPIES if materialised else 1
+    return {"attention": name, "shape": worst["shape"], "scores": scores,
+            "materialised": materialised, "weights": built["weights_bytes_per_device"],
+            "bytes": built["weights_bytes_per_device"] + copies * scores}
 
 
 def checkpoint_problems(recipe) -> list[Problem]:
@@ -229,12 +263,9 @@ def validate(recipe, registry, devices: int | None = None,
     """Every check that needs no weights; mesh and sharding for ``devices`` devices
     when given (as if: none need exist; of a TPU slice ``target``, a
     ``porter.aot.targets.Target``, with its platform), else for the devices JAX sees."""
-    problems = recipe_problems(recipe, registry)
+    problems = input_problems(recipe, registry)
     if problems:
-        return problems  # shape checks need a sound recipe
-    problems = model_problems(recipe, registry)
-    if problems:
-        return problems  # shape checks build the same model
+        return problems  # shape checks need a sound recipe and build the same model
     problems = checkpoint_problems(recipe) or lora.problems(recipe, registry)
     if problems:
         return problems
@@ -269,13 +300,14 @@ def path_write_problems(recipe) -> list[Problem]:
 
 
 def checked_family(recipe, registry):
-    """Set up JAX's platform and devices (before JAX starts), run the checks that need
-    no weights, and return the recipe's family; RecipeError lists every problem."""
+    """Set up JAX's platform and devices (before JAX starts), run `validate`'s checks
+    of the recipe and the model's configuration (``input_problems``), and return the
+    recipe's family; RecipeError lists every problem."""
     from porter import runtime
     from porter.errors import RecipeError
 
     runtime.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
-    problems = recipe_problems(recipe, registry)
+    problems = input_problems(recipe, registry)
     if problems:
         raise RecipeError(problems)
     return registry.family(recipe.model.family)

@@ -386,13 +386,14 @@ def cmd_validate(args) -> int:
 
 
 def _checked_recipe(args):
-    """The recipe and the registry, after the checks that need neither weights nor JAX."""
+    """The recipe and the registry, after the checks that need neither weights nor JAX
+    (the model built from its configuration, as `validate` and `run` build it)."""
     from porter import checks, plugins
     from porter.errors import RecipeError
 
     loaded = _load_recipe(args)
     registry = plugins.registry()
-    problems = checks.recipe_problems(loaded, registry)
+    problems = checks.input_problems(loaded, registry)
     if problems:
         raise RecipeError(problems)
     return loaded, registry

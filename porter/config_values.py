@@ -62,6 +62,18 @@ def _signature_defaults(library: str, cls: type) -> dict:
             if p.default is not inspect.Parameter.empty and p.default is not None}
 
 
+def value_problems(config: dict, library: str, cls: type) -> list[tuple[str, str]]:
+    """(key, 'VALUE is why') for each value of ``config`` that cannot be right for
+    ``cls`` (a ``library`` model class)."""
+    defaults = _signature_defaults(library, cls)
+    found = []
+    for key, value in config.items():
+        why = _fits(value, defaults[key]) if key in defaults else None
+        if why:
+            found.append((key, f"{value!r} is {why}"))
+    return found
+
+
 def problems(root: Path) -> list[str]:
     """'component/config.json: key: why' for each value that cannot be right."""
     from porter import abstract
@@ -76,10 +88,6 @@ def problems(root: Path) -> list[str]:
         if not isinstance(config, dict):
             found.append(f"{name}/config.json: not a JSON object")
             continue
-        defaults = _signature_defaults(library, cls)
-        for key, value in config.items():
-            if key in defaults:
-                why = _fits(value, defaults[key])
-                if why:
-                    found.append(f"{name}/config.json: {key}: {value!r} is {why}")
+        found += [f"{name}/config.json: {key}: {why}"
+                  for key, why in value_problems(config, library, cls)]
     return found

@@ -89,8 +89,40 @@ class EnvironmentProblem(UsageError):
     input, by the user."""
 
 
+class OutOfMemory(EnvironmentProblem):
+    """The run asked the devices or the host for more memory than they have: fixed by
+    asking for less (the message says what it needs and the hint what to change)."""
+
+
+# what an allocation that failed says: JAX on an accelerator or at compile
+# (RESOURCE_EXHAUSTED), XLA's CPU client ("Out of memory allocating N bytes", under
+# INTERNAL when a dispatched computation fails), torch's CPU allocator, CUDA
+_OUT_OF_MEMORY = ("resource_exhausted", "out of memory", "can't allocate memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """An allocation the machine refused: ``MemoryError``, or a runtime error saying so
+    (``jax.errors.JaxRuntimeError``, jaxlib's XlaRuntimeError, is a RuntimeError), in
+    ``exc`` or what it was raised from."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and any(
+                words in str(exc).lower() for words in _OUT_OF_MEMORY)):
+            return True
+        exc = exc.__cause__
+    return False
+
+
+class WriteFailed(OSError):
+    """The machine refused a write, naming the file being written: ``write()`` on a
+    full disk raises an OSError naming none. Still an OSError, so code that goes on
+    without a cache catches it as before."""
+
+
 _ERRNO_HINTS = {
-    "ENOSPC": "the disk is full: free space there, or point the path at another disk",
+    "ENOSPC": "the disk is full: free space there, or point the path at another disk "
+              "(output.dir=... for a run's files)",
     "EDQUOT": "the disk quota is used up: free space there, or point the path elsewhere",
     "EFBIG": "the file is larger than this system allows (a file size limit)",
     "EACCES": "permission denied: choose a path you can write, or fix its permissions",
@@ -112,13 +144,32 @@ def is_environment_error(exc: BaseException) -> bool:
         errno.errorcode.get(exc.errno) in _ERRNO_HINTS
 
 
-def environment_problem(exc: OSError, doing: str | None = None) -> EnvironmentProblem:
-    """The OSError as what failed, where, and what to do."""
+def environment_problem(exc: OSError, doing: str | None = None,
+                        path=None) -> EnvironmentProblem:
+    """The OSError as what failed, where (its file, else ``path``), and what to do."""
     import errno
     import os
 
     reason = exc.strerror or os.strerror(exc.errno or 0) or str(exc)
-    where = exc.filename if exc.filename is not None else "?"
+    where = exc.filename if exc.filename is not None else path
     what = f"{doing}: " if doing else ""
-    return EnvironmentProblem(f"{what}{reason}: {where}",
-                              hint=_ERRNO_HINTS.get(errno.errorcode.get(exc.errno or 0, "")))
+    if where is None:
+        text = f"{what}{reason}"
+    elif isinstance(exc, WriteFailed):
+        text = f"{what}{reason} writing {where}"
+    else:
+        text = f"{what}{reason}: {where}"
+    code = errno.errorcode.get(exc.errno or 0, "")
+    return EnvironmentProblem(text, hint=_ERRNO_HINTS.get(code))
+
+
+def failure(exc: Exception) -> PorterError:
+    """What one failed batch item or server job reports, the rest going on: a
+    PorterError as it is; the machine's refusal (a full disk) as what failed and where;
+    anything else as a Porter bug."""
+    if isinstance(exc, PorterError):
+        return exc
+    if is_environment_error(exc):
+        return environment_problem(exc)
+    return PorterError(f"internal error: {type(exc).__name__}: {exc} (a Porter bug: "
+                       "report it)")

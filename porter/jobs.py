@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from porter import api, interrupt, outputs, record, uploads
-from porter.errors import PorterError, UsageError
+from porter.errors import UsageError, failure
 
 JOB = "job.json"
 #: a job's images, in its folder (``porter.uploads``)
@@ -248,11 +248,8 @@ class Jobs:
         except interrupt.Interrupted as exc:
             self.say(f"job {job.id} stopped" + (f"; kept: {exc.saved}" if exc.saved else ""))
             return True, ("queued", None)
-        except PorterError as exc:
-            return False, ("failed", exc.render())
-        except Exception as exc:  # a Porter bug in one job: the server goes on
-            return False, ("failed", f"internal error: {type(exc).__name__}: {exc} "
-                                     "(a Porter bug)")
+        except Exception as exc:  # one job failed: the server goes on
+            return False, ("failed", failure(exc).render())
 
     def _settings(self, job: Job) -> dict:
         """A job's settings with its images' names made paths in its folder."""

@@ -88,6 +88,27 @@ def load_for_port(family, recipe) -> Loaded:
     return Loaded(pipe, weights, checkpoint)
 
 
+def checkpoint_files(recipe) -> dict | None:
+    """The ``files`` of the checkpoint's identity (``checkpoints.identity``) as they are
+    on disk now, from headers, without loading: None for a tiny model, or a hub
+    checkpoint that is not in the local cache yet."""
+    from porter import checkpoints
+
+    source = recipe.model.source
+    kind = source_kind(source)
+    if kind == "local":
+        root = Path(source).expanduser()
+    elif kind == "hub":
+        from huggingface_hub import snapshot_download
+        try:
+            root = Path(snapshot_download(source, local_files_only=True))
+        except Exception:  # not cached (or no such repository): nothing to compare yet
+            return None
+    else:
+        return None
+    return checkpoints.identity(root)["files"]
+
+
 def _empty_components(root: Path) -> tuple[dict, dict]:
     """Components whose weights can be read tensor by tensor: built empty, with
     where each tensor lies."""

@@ -78,14 +78,15 @@ class Adapter:
 
     index: int
     file: Path
+    sha256: str  # of the file as it was read
     scale: float
     components: list[str]
     #: component -> module name -> update
     deltas: dict[str, dict[str, Delta]]
 
     def record(self) -> dict:
-        """What the run record says about it."""
-        return {"file": str(self.file), "sha256": sha256(self.file), "scale": self.scale,
+        """What the run record (and each stage made with it) says about it."""
+        return {"file": str(self.file), "sha256": self.sha256, "scale": self.scale,
                 "components": self.components,
                 "modules": sum(len(m) for m in self.deltas.values())}
 
@@ -141,11 +142,15 @@ def read(recipe, index: int, pipeline_class, modules: dict) -> tuple[Adapter | N
                                      "in diffusers", hint="leave lora out for this model")]
     path = locate(recipe, index)
     try:
+        digest = sha256(path)  # before reading: the record must name what was read
         state, metadata = loader(str(path), return_lora_metadata=True)
     except Exception as exc:  # the library's message says what it could not read
         return None, [recipe.problem(f"{where}.file", f"{path}: not a LoRA file diffusers "
                                      f"can read: {first_line(exc)}", hint="give a LoRA .safetensors "
                                      "file (diffusers, PEFT, or a format diffusers converts)")]
+    problems = _content_problems(recipe, where, path, state)
+    if problems:
+        return None, problems
     config = _config(metadata)
     pairs, problems = _pairs(recipe, where, path, state, config)
     layers = {c: dict(modules[c].named_modules()) for c in spec.components}
@@ -164,7 +169,31 @@ def read(recipe, index: int, pipeline_class, modules: dict) -> tuple[Adapter | N
             deltas[component][module_name] = Delta(down, up, scaling, bias)
     if problems:
         return None, problems
-    return Adapter(index, path, spec.scale, list(spec.components), deltas), []
+    return Adapter(index, path, digest, spec.scale, list(spec.components), deltas), []
+
+
+def _content_problems(recipe, where, path, state: dict) -> list[Problem]:
+    """An adapter that would change nothing (no tensors), or whose values are NaN or
+    infinite: fused, those would be blamed on the checkpoint's weights."""
+    from porter import finite
+
+    if not state:
+        return [recipe.problem(f"{where}.file", f"{path}: holds no tensors, so the "
+                               "adapter would change nothing",
+                               hint="the file is empty or was saved without its weights: "
+                                    "save the adapter again, or leave it out")]
+    bad = {key: (count, tensor.numel()) for key, tensor in state.items()
+           if isinstance(tensor, torch.Tensor) and (count := finite.count(tensor))}
+    if not bad:
+        return []
+    shown = ", ".join(f"{key} ({count} of {total})" for key, (count, total)
+                      in list(bad.items())[:4])
+    more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
+    return [recipe.problem(f"{where}.file", f"{path}: NaN or infinite values in {len(bad)} "
+                           f"tensor(s) of the adapter: {shown}{more}",
+                           hint="the adapter file is damaged or was saved from a diverged "
+                                "training run; model.allow_nonfinite covers the checkpoint's "
+                                "weights, not an adapter's")]
 
 
 def _config(metadata: dict | None) -> dict:
@@ -257,6 +286,20 @@ def _fit_problem(modules: dict, name: str, down, up, bias) -> tuple[str, str] | 
             return (f"bias shape {tuple(bias.shape)} does not fit {layer.out_features} "
                     "outputs", "a LoRA for another model?")
     return None
+
+
+def digests(recipe) -> list[dict]:
+    """Each adapter's file and SHA-256 as it is on disk now (nothing else read): what
+    a saved stage made with the adapters is checked against."""
+    found = []
+    for index in range(len(recipe.lora)):
+        path = locate(recipe, index)
+        try:
+            found.append({"file": str(path), "sha256": sha256(path)})
+        except OSError as exc:
+            raise RecipeError([recipe.problem(f"lora.{index}.file", f"{path}: cannot be "
+                                              f"read: {exc.strerror or exc}")]) from None
+    return found
 
 
 def read_all(recipe, pipeline_class, modules: dict) -> list[Adapter]:

@@ -22,7 +22,7 @@ import socket
 import time
 from pathlib import Path
 
-from porter.errors import UsageError, environment_problem, is_environment_error
+from porter.errors import UsageError, WriteFailed, environment_problem, is_environment_error
 
 LOCK = ".porter.lock"
 RECORD, VIDEO = "run.json", "video.mp4"
@@ -38,15 +38,19 @@ def temporary(path: Path) -> Path:
 
 def write_bytes(path: Path, data: bytes) -> str:
     """Write ``data`` to ``path`` atomically; returns its SHA-256. A failed write
-    (disk full, ...) leaves no temporary file behind."""
+    (disk full, ...) leaves no temporary file behind and raises ``WriteFailed``, an
+    OSError naming ``path`` (not the temporary name; a full disk's write() names
+    none)."""
     path = Path(path)
     partial = temporary(path)
     try:
         with open(partial, "wb") as f:
             f.write(data)
         os.replace(partial, path)
-    except BaseException:
+    except BaseException as exc:
         partial.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not isinstance(exc, WriteFailed):
+            raise WriteFailed(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
     return hashlib.sha256(data).hexdigest()
 
@@ -102,7 +106,8 @@ def prepare(directory: Path) -> None:
         probe(directory)
     except OSError as exc:
         if is_environment_error(exc):
-            raise environment_problem(exc, "cannot write the output directory") from None
+            raise environment_problem(exc, "cannot write the output directory",
+                                      directory) from None
         raise
 
 

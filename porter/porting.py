@@ -117,10 +117,15 @@ def _refuse_nonfinite(found: dict, recipe) -> None:
     if recipe.model.allow_nonfinite:
         notices.warn(what + " (allowed by model.allow_nonfinite)")
         return
+    # an adapter's own values were checked when it was read (finite): fused, its update
+    # can still overflow the weights' dtype
+    fused = "".join(f"; or LoRA adapter lora.{i}.file ({spec.file}) at scale {spec.scale} "
+                    "overflows them when fused: try a lower scale"
+                    for i, spec in enumerate(recipe.lora))
     raise LoadError(what, hint="the checkpoint is damaged, was saved from a diverged model, "
                     "or holds values too large for model.dtype (float16 ends at 65504); "
                     "re-download or re-save it, or use a wider dtype (model.allow_nonfinite:"
-                    " true loads it anyway)")
+                    f" true loads it anyway){fused}")
 
 
 #: recipe keys that never reach a traced program: what a video is made from (its

@@ -78,11 +78,15 @@ def _unsupported(scheduler, name, value) -> UsageError:
 
 
 def restore_scheduler(scheduler, tensors: dict, description: dict, to_jax,
-                      source=None) -> None:
+                      source=None, step: int | None = None) -> None:
     """Put saved state back; tensors that lived on JAX go back through ``to_jax``.
     Each saved attribute must be one the scheduler has, of the kind it holds now
-    (after ``set_timesteps``); UsageError naming ``source`` and the key if not."""
+    (after ``set_timesteps``), and its step counter must agree with ``step`` (the
+    steps completed, when given); UsageError naming ``source`` and the key if not."""
     _check_kinds(scheduler, tensors, description, source)
+    if step is not None:
+        _check_counters(description["attributes"], step,
+                        source or "the denoising checkpoint")
     on_jax = set(description["on_jax"])
 
     def placed(key):
@@ -126,6 +130,10 @@ def _check_kinds(scheduler, tensors: dict, description: dict, source) -> None:
         if current is not None and saved is not None and saved != _kind(current):
             raise UsageError(f"{where}: {key}: {saved} where {type(scheduler).__name__} "
                              f"holds {_kind(current)}", hint=REDO)
+        # an index or a count with a fraction fails deep in the scheduler's step
+        if isinstance(current, int) and isinstance(entry.get("value"), float):
+            raise UsageError(f"{where}: {key}: {entry['value']!r} is a fraction where "
+                             f"{type(scheduler).__name__} holds a whole number", hint=REDO)
 
 
 REDO = ("delete the progress-*.json and .safetensors files to start denoising over, "
@@ -155,11 +163,58 @@ def _check_record(meta: dict, tensors: dict, path) -> None:
         if "tensors" in entry and not isinstance(entry["tensors"], list):
             raise UsageError(f"{path}: {key}.tensors: expected a list", hint=REDO)
         for tensor_key in keys:
-            if tensor_key is not None and f"scheduler.{tensor_key}" not in tensors:
+            if tensor_key is None and "tensor" not in entry:
+                continue  # an empty slot of a list (UniPC's model outputs at first)
+            if not isinstance(tensor_key, str):
+                raise UsageError(f"{path}: {key}: {tensor_key!r} is not a tensor's name",
+                                 hint=REDO)
+            if f"scheduler.{tensor_key}" not in tensors:
                 raise UsageError(f"{path}: {key}: names tensor {tensor_key!r}, which the "
                                  "file does not hold", hint=REDO)
         if "value" in entry and not _plain(entry["value"]):
             raise UsageError(f"{path}: {key}.value: not a plain value", hint=REDO)
+    for tensor_key in description["on_jax"]:
+        if not isinstance(tensor_key, str) or f"scheduler.{tensor_key}" not in tensors:
+            raise UsageError(f"{path}: scheduler.on_jax: {tensor_key!r} is not a tensor "
+                             "the file holds", hint=REDO)
+    for name in _COUNTERS:
+        _count(attributes, name, path)
+
+
+#: diffusers schedulers count the steps they took: ``_step_index`` starts at
+#: ``_begin_index`` (or, without one, where the first timestep lies in the schedule:
+#: 0, or 1 when it is repeated) and grows by one a step
+_COUNTERS = ("_begin_index", "_step_index")
+
+
+def _check_counters(attributes: dict, step: int, path) -> None:
+    """The loop goes on at the record's ``step`` (checked against the schedule by
+    now): a step counter that disagrees would index the schedule elsewhere (out of
+    range, JAX clamps: no error, wrong values)."""
+    begin, index = (_count(attributes, name, path) for name in _COUNTERS)
+    if index is None:
+        return
+    expected = (begin + step,) if begin is not None else (step, step + 1)
+    if index not in expected:
+        raise UsageError(f"{path}: scheduler.attributes._step_index: {index} does not "
+                         f"follow from step {step}" + (f" and _begin_index {begin}"
+                                                       if begin is not None else ""),
+                         hint=REDO)
+
+
+def _count(attributes: dict, name: str, path) -> int | None:
+    """A step counter's saved value (None: absent or unset); UsageError if it is not
+    a count."""
+    entry = attributes.get(name)
+    if entry is None or entry.get("value", 0) is None:
+        return None
+    value = entry.get("value")
+    if "value" not in entry or isinstance(value, bool) or not isinstance(value, int) \
+            or value < 0:
+        shown = repr(value) if "value" in entry else f"a {next(iter(entry))} entry"
+        raise UsageError(f"{path}: scheduler.attributes.{name}: {shown} is not a count of "
+                         "steps (0 or more)", hint=REDO)
+    return value
 
 
 def _stage(step: int) -> str:
@@ -178,8 +233,9 @@ def _saved_steps(directory) -> list[int]:
     return sorted(steps, reverse=True)
 
 
-def save(directory, progress: Progress, recipe) -> None:
-    """Write a checkpoint for ``progress.step``, then drop older ones.
+def save(directory, progress: Progress, recipe, inputs: dict | None = None) -> None:
+    """Write a checkpoint for ``progress.step``, then drop older ones (``inputs``: the
+    files the port that made it loaded, ``artifacts.inputs_of``).
 
     Each checkpoint has its own files, so a kill at any moment leaves the last
     complete one intact (overwriting one pair in place would not).
@@ -190,7 +246,7 @@ def save(directory, progress: Progress, recipe) -> None:
                **{f"scheduler.{k}": v for k, v in progress.scheduler_tensors.items()}}
     artifacts.save(directory, _stage(progress.step), tensors, recipe,
                    extra={"step": progress.step, "scheduler": progress.scheduler_description,
-                          "history": progress.history})
+                          "history": progress.history}, inputs=inputs)
     if not distributed.writes():
         return
     for step in _saved_steps(directory):

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from porter import distributed
+from porter import distributed, memory
 from porter.errors import UsageError
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -275,29 +275,25 @@ class Runtime:
         return NamedSharding(self.mesh, PartitionSpec())
 
 
-def host_memory() -> int:
-    """Bytes of memory this process may use: the machine's, or its cgroup's limit."""
-    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit.isdigit():
-            total = min(total, int(limit))
-    except OSError:
-        pass
-    return total
-
-
-def device_memory(mesh_devices: int) -> int | None:
-    """Bytes one device of a ``mesh_devices`` mesh can hold, where known: an
-    accelerator's own limit; on CPU, the host's memory shared by the virtual devices
-    this process runs (each holds its own copy of what it holds)."""
+def device_memory(mesh_devices: int) -> memory.Limit | None:
+    """What one device of a ``mesh_devices`` mesh can hold, where known, and which
+    limit says so: an accelerator's own limit; on CPU, what this process may use
+    (``memory.host_limit``: the machine's, its cgroup's or its address-space limit)
+    shared by the virtual devices it runs (each holds its own copy of what it holds)."""
     import jax
 
     device = jax.local_devices()[0]
     if device.platform != "cpu":
         stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-        return int(stats["bytes_limit"]) if stats and stats.get("bytes_limit") else None
-    return host_memory() // max(1, min(mesh_devices, jax.local_device_count()))
+        if not (stats and stats.get("bytes_limit")):
+            return None
+        return memory.Limit(int(stats["bytes_limit"]), f"the {device.device_kind}'s memory")
+    host = memory.host_limit()
+    shared = max(1, min(mesh_devices, jax.local_device_count()))
+    if shared == 1:
+        return host
+    return memory.Limit(host.bytes // shared,
+                        f"{host.source}, shared by {shared} virtual CPU devices")
 
 
 def peak_memory(runtime) -> dict:

@@ -74,7 +74,7 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
             latents, done = to_device(start.latents, runtime), start.step
             restore_scheduler(pipe.scheduler, start.scheduler_tensors,
                               start.scheduler_description, lambda t: to_device(t, runtime),
-                              start.source)
+                              start.source, start.step)
         saved_at = done if start is not None else None
         bar = tqdm(total=total, initial=done, desc="denoise", unit="step", file=sys.stderr,
                    disable=not progress, dynamic_ncols=True)

@@ -48,9 +48,6 @@ def _hint(exc: BaseException, where: str) -> str:
     if where.split("): ", 1)[-1].startswith("raise "):  # the library's own check
         return ("the model library refused the call: check the recipe's generate settings "
                 "(and generate.extra) against what the message asks for")
-    if "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower():
-        return ("the devices ran out of memory: `porter plan` shows the bytes per device; "
-                "shard over more devices, or lower the resolution or frame count")
     if isinstance(exc, (AssertionError, AttributeError)) and (
             "mixed math" in text or "_env" in text):
         return ("a host (CPU) tensor met a JAX tensor: the model builds a tensor on the CPU "
@@ -97,10 +94,10 @@ def explained():
                  "section 6), or compile smaller modules (compile.<component>.modules) so "
                  "the code around them runs eagerly") from exc
     except Exception as exc:
-        from porter.errors import is_environment_error
+        from porter.errors import is_environment_error, is_out_of_memory
 
         # the machine's refusals (disk full, out of memory) are reported as such
-        where = None if is_environment_error(exc) or isinstance(exc, MemoryError) \
+        where = None if is_environment_error(exc) or is_out_of_memory(exc) \
             else _failure_site(exc)
         if where is None:
             raise

@@ -104,3 +104,39 @@ diffusers.{scheduler}.step = slow
 from porter.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+
+
+#: Source of a child process that runs the porter CLI on a disk that is full for one
+#: file: the first argument is part of its name; writing it fails with ENOSPC.
+FULL_DISK = """\
+import builtins, errno, sys
+
+opened = builtins.open
+
+
+class Full:
+    '''A file on a disk that is full: write() fails as the kernel's does, naming no
+    file.'''
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def full_open(file, mode="r", *args, **kwargs):
+    handle = opened(file, mode, *args, **kwargs)
+    return Full(handle) if "w" in mode and FULL in str(file) else handle
+
+
+FULL = sys.argv.pop(1)  # the file whose writes fail
+builtins.open = full_open
+from porter.cli import main
+sys.exit(main(sys.argv[1:]))
+"""

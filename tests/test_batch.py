@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from porter.batch import read_items
 
-from conftest import ROOT, TINY_RECIPE
+from conftest import FULL_DISK, ROOT, TINY_RECIPE
 
 pytestmark = pytest.mark.slow
 
@@ -120,3 +120,131 @@ def test_when_a_batch_can_be_split_between_replica_sets():
     assert replica_mesh({"dp": 3, "tp": 1}, 2, 4, 8) is None  # dp does not divide
     assert replica_mesh({"tp": 8}, 2, 4, 8) is None  # no dp axis
     assert replica_mesh({"dp": 2, "tp": 4}, 1, 8, 8) is None  # one process
+
+
+def test_item_names_porter_writes_itself_are_refused(tmp_path):
+    """An item's folder named like a file Porter keeps in output.dir would take its
+    place (an item named batch.json made the summary unwritable and lost the batch)."""
+    lines = tmp_path / "p.jsonl"
+    own = ["batch.json", "batch-1.json", "Run.json", "video.mp4", "frames", "jobs",
+           "encode.safetensors", "denoise.json", "progress-000002.json",
+           "latents.safetensors", "mag_ratios.json"]
+    lines.write_text("".join(json.dumps({"prompt": "x", "name": name}) + "\n"
+                             for name in own + ["batch-of-foxes", "runs.json"]))
+    items = read_items(lines)
+    for item in items[:len(own)]:
+        assert "is a file Porter writes in output.dir itself" in item.problem, item.name
+    assert [item.name for item in items[len(own):] if not item.problem] == \
+        ["batch-of-foxes", "runs.json"]
+
+
+def test_a_reserved_item_name_is_refused_and_an_earlier_batch_is_kept(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(TINY_RECIPE)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "fox", "name": "batch.json"}\n'
+                       '{"prompt": "bird", "name": "bird"}\n')
+    out = tmp_path / "batch"
+    done = porter_cli("run", recipe, "--prompts", prompts, f"output.dir={out}",
+                      "--no-progress", "generate.steps=1")
+    assert done.returncode == 2 and "1 failed, 1 done" in done.stdout, done.stderr
+    assert f"{prompts}:1: item 0001 cannot run: name 'batch.json' is a file Porter " \
+        "writes" in done.stderr
+    summary = json.loads((out / "batch.json").read_text())
+    assert [i["status"] for i in summary["items"]] == ["failed", "done"]
+    kept = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+
+    # another batch into the same folder (fewer items) would replace 'bird' and leave
+    # items it does not list: refused before anything is read or written
+    prompts.write_text("a cat\n")
+    again = porter_cli("run", recipe, "--prompts", prompts, f"output.dir={out}",
+                       "--no-progress", "generate.steps=1")
+    assert again.returncode == 2, again.stderr
+    assert f"{out} holds an earlier batch (batch.json)" in again.stderr
+    assert f"--resume {out}" in again.stderr and "choose another output.dir" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == kept
+
+
+PROMPTS_GUARD = """\
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+from porter.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "FIFO", "BIG", "DIR"])
+def test_endless_or_huge_prompt_files_are_refused_in_a_guarded_process(tmp_path, target):
+    """A prompts file is read under a recipe's bounds: /dev/zero read until a
+    MemoryError, a FIFO blocked. A child with a memory cap and a timeout, so a
+    regression fails instead of eating the machine."""
+    import os
+
+    reason = {"/dev/zero": "is not a regular file (a device, pipe or socket)",
+              "FIFO": "is not a regular file", "DIR": "is a directory",
+              "BIG": "is 1200000 bytes; a prompts file is at most 1000000"}[target]
+    if target == "FIFO":
+        os.mkfifo(tmp_path / "fifo")
+        target = tmp_path / "fifo"
+    elif target == "BIG":
+        target = tmp_path / "big.txt"
+        target.write_text("a cat\n" * 200_000)
+    elif target == "DIR":
+        target = tmp_path
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(TINY_RECIPE)
+    done = subprocess.run([sys.executable, "-c", PROMPTS_GUARD, "run", str(recipe),
+                           "--prompts", str(target), f"output.dir={tmp_path / 'out'}"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert f"--prompts {target}: {reason}" in done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+
+
+def test_an_item_on_a_full_disk_fails_naming_the_file_and_the_batch_goes_on(tmp_path):
+    """A full disk is the machine's refusal, not "an internal error (a Porter bug)"."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(TINY_RECIPE)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a red fox\na blue bird\n")
+    out = tmp_path / "batch"
+    done = subprocess.run([sys.executable, "-c", FULL_DISK, "0001/.run.json", "run",
+                           str(recipe), "--prompts", str(prompts), f"output.dir={out}",
+                           "--no-progress", "generate.steps=1"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert done.returncode == 2 and "1 failed, 1 done" in done.stdout, done.stderr
+    written = out / "0001" / "run.json"
+    assert f"item 0001 failed: No space left on device writing {written}" in done.stderr
+    assert "Porter bug" not in done.stderr and "internal error" not in done.stderr
+    failed = json.loads((out / "batch.json").read_text())["items"][0]
+    assert "the disk is full" in failed["error"]
+
+
+def test_resume_makes_again_the_items_made_with_a_replaced_adapter(tmp_path):
+    """`--resume` skips finished items only when they were made from the same files:
+    an adapter replaced since (same name, other weights) makes every item again, and
+    each run.json names the new file's SHA-256."""
+    import hashlib
+
+    from test_lora import make_lora
+
+    adapter = make_lora(tmp_path, seed=1)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(TINY_RECIPE + f"lora: [{{file: {adapter.name}}}]\n")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a red fox\na blue bird\n")
+    out = tmp_path / "batch"
+    first = porter_cli("run", recipe, "--prompts", prompts, f"output.dir={out}",
+                       "--no-progress", "generate.steps=1")
+    assert first.returncode == 0, first.stderr
+    make_lora(tmp_path, seed=2)  # other weights, same file
+    again = porter_cli("run", recipe, "--prompts", prompts, "--resume", out,
+                       "--no-progress", "generate.steps=1")
+    assert again.returncode == 0, again.stderr
+    summary = json.loads((out / "batch.json").read_text())
+    assert [i["status"] for i in summary["items"]] == ["done", "done"]
+    digest = hashlib.sha256(adapter.read_bytes()).hexdigest()
+    for name in ("0001", "0002"):
+        [used] = json.loads((out / name / "run.json").read_text())["checkpoint"]["lora"]
+        assert used["sha256"] == digest

@@ -22,7 +22,7 @@ from porter import artifacts, outputs, plugins, recipe
 from porter.errors import UsageError
 from porter.run import run
 
-from conftest import RECIPES, slow_porter
+from conftest import FULL_DISK, RECIPES, slow_porter
 
 pytestmark = pytest.mark.slow
 
@@ -241,6 +241,51 @@ def test_scheduler_state_of_the_wrong_kind_is_refused(interrupted, tmp_path, att
     assert str(record) in info.value.message
 
 
+def _set_attribute(name, entry):
+    return lambda meta: meta["scheduler"]["attributes"].update({name: entry})
+
+
+@pytest.mark.parametrize("edit, message", [
+    # a fraction for the step counter failed in diffusers' step, blamed as a porting gap
+    (_set_attribute("_step_index", {"value": 1.5}),
+     r"scheduler.attributes._step_index: 1.5 is not a count of steps"),
+    # out of the schedule, JAX clamps the index: no error, wrong sigmas
+    (_set_attribute("_step_index", {"value": 99}),
+     r"scheduler.attributes._step_index: 99 does not follow from step 1"),
+    (_set_attribute("_begin_index", {"value": "x"}),
+     r"scheduler.attributes._begin_index: 'x' is not a count of steps"),
+    (_set_attribute("num_inference_steps", {"value": 2.5}),
+     r"scheduler.attributes.num_inference_steps: 2.5 is a fraction where .* holds a whole"),
+    (_set_attribute("sigmas", {"tensor": None}),  # was a KeyError (internal error)
+     r"scheduler.attributes.sigmas: None is not a tensor's name"),
+    (lambda meta: meta["scheduler"].update(on_jax=[["sigmas"]]),  # was a TypeError
+     r"scheduler.on_jax: \['sigmas'\] is not a tensor the file holds"),
+])
+def test_scheduler_state_that_cannot_be_resumed_is_refused(interrupted, tmp_path, edit,
+                                                           message):
+    out, record = _edited_progress(interrupted, tmp_path, edit)
+    with pytest.raises(UsageError, match=f"{record}: {message}") as info:
+        run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3"), plugins.registry(),
+            progress=False, resume=True)
+    assert "delete the progress" in info.value.hint
+
+
+def test_an_edited_progress_record_is_named_not_blamed_on_the_model(interrupted, tmp_path):
+    """`porter run --resume` on a record whose step counter was edited: exit 2 naming
+    the file and the key, before loading; it was a 'porting gap' in the scheduler."""
+    out, record = _edited_progress(interrupted, tmp_path,
+                                   _set_attribute("_step_index", {"value": 1.5}))
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE.format(source="tiny", out=out))
+    done = porter_process("run", str(path), "generate.steps=3", "--resume", str(out),
+                          "--no-progress")
+    assert done.returncode == 2, done.stderr
+    assert f"{record}: scheduler.attributes._step_index: 1.5" in done.stderr
+    assert "delete the progress" in done.stderr
+    assert "porting gap" not in done.stderr and "model code" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 # --- non-finite values --------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -447,6 +492,84 @@ def test_unreadable_jax_cache_entries_are_replaced(tmp_path):
     assert not list(cache.glob(".*.partial"))
 
 
+def test_swapped_jax_cache_entries_are_replaced_and_the_traces_kept(tmp_path):
+    """Two JAX cache entries with their contents exchanged. JAX trusts the file name:
+    it loaded the other program, every later run exited 1 (``safe_zip()``) and the
+    trace cache threw away its healthy entry for it. Each entry's seal names its key:
+    the two are removed, compiled again and stored anew, the stored traces kept."""
+    from safetensors.torch import load_file
+
+    from porter import compile_cache
+    cache = tmp_path / "cache"
+
+    def run_into(out: str):
+        done = porter_process("run", str(RECIPES / "wan-tiny.yaml"), "generate.steps=1",
+                              f"output.dir={tmp_path / out}", "--no-progress",
+                              env={"PORTER_CACHE_DIR": str(cache)})
+        assert done.returncode == 0, done.stderr
+        return done, load_file(str(tmp_path / out / "denoise.safetensors"))["latents"]
+
+    _, latents = run_into("first")
+    traces = {p.name: p.read_bytes() for p in (cache / "porter-traces").glob("*.exported")}
+    first, second = sorted(cache.glob("*-cache"), key=lambda p: p.stat().st_size)[-2:]
+    a, b = first.read_bytes(), second.read_bytes()  # two programs of the model
+    first.write_bytes(b)
+    second.write_bytes(a)
+    done, again = run_into("second")
+    assert done.stderr.count("removed a compile cache entry that is not its key's") == 2
+    assert "discarded a stored traced program" not in done.stderr
+    assert torch.equal(latents, again)
+    assert {p.name: p.read_bytes()
+            for p in (cache / "porter-traces").glob("*.exported")} == traces
+    for entry in (first, second):  # stored anew, each under its own key
+        assert compile_cache._unseal(entry.name.removesuffix("-cache"), entry.read_bytes())[0]
+    compiled = json.loads((tmp_path / "second" / "run.json").read_text())["timings"]["compile"]
+    assert (compiled["cache_misses"], compiled["traces_loaded"]) == (2, 3)
+
+
+SAME_SIGNATURE = """\
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from porter import runtime
+
+runtime.enable_compile_cache(Path(sys.argv[1]))
+
+
+@jax.jit
+def double(x):
+    return x * 2
+
+
+@jax.jit
+def triple(x):
+    return x * 3
+
+
+print(double(jnp.arange(3.0)).tolist(), triple(jnp.arange(3.0)).tolist())
+"""
+
+
+def test_swapped_jax_cache_entries_of_one_signature_never_run(tmp_path):
+    """Two programs taking the same arguments: swapped, JAX alone silently runs the
+    other one (``double`` gives 3x). Their seals refuse them."""
+    cache = tmp_path / "cache"
+    first = porter_process(str(cache), script=SAME_SIGNATURE)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split("\n")[-2] == "[0.0, 2.0, 4.0] [0.0, 3.0, 6.0]"
+    (double,), (triple,) = cache.glob("jit_double-*"), cache.glob("jit_triple-*")
+    a, b = double.read_bytes(), triple.read_bytes()
+    double.write_bytes(b)
+    triple.write_bytes(a)
+    swapped = porter_process(str(cache), script=SAME_SIGNATURE)
+    assert swapped.returncode == 0, swapped.stderr
+    assert swapped.stdout == first.stdout
+    assert swapped.stderr.count("removed a compile cache entry that is not its key's") == 2
+
+
 # --- the machine refuses: exit 2 with what, where and a hint ------------------------
 
 def _unshare_available() -> bool:
@@ -468,6 +591,23 @@ def in_small_filesystem(tmp_path, command: str, options: str):
 
 
 PORTER = f"{sys.executable} -m porter.cli"
+
+
+@pytest.mark.parametrize("name", ["encode.safetensors", "progress-000001.json", "run.json"])
+def test_a_full_disk_names_the_file_being_written(tmp_path, name):
+    """write() on a full disk raises ENOSPC naming no file: the message said
+    'No space left on device: ?'. It names the file a stage, a checkpoint or the
+    record was being written to, with what to do."""
+    out = tmp_path / "out"
+    done = porter_process(name, "run", str(RECIPES / "wan-tiny.yaml"), "generate.steps=2",
+                          "output.checkpoint_every=1", f"output.dir={out}", "--no-progress",
+                          script=FULL_DISK)
+    assert done.returncode == 2, done.stderr
+    assert f"error: No space left on device writing {out / name}\n" in done.stderr
+    assert "the disk is full" in done.stderr and "output.dir" in done.stderr
+    assert "?" not in done.stderr.split("error:")[-1]
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+    assert not list(out.glob(".*.partial"))
 
 
 @needs_namespaces
@@ -549,6 +689,70 @@ def test_a_resumed_run_records_each_mesh_it_ran_on(tmp_path):
     assert result.data["history"][1]["steps"] == [0, 2]
 
 
+def address_space_limited(gib: int) -> list[str]:
+    """A command prefix running a program under `ulimit -v` (the shell sets it: a
+    preexec_fn would run Python in a fork of this process's JAX threads)."""
+    return ["sh", "-c", f'ulimit -v {gib << 20} && exec "$0" "$@"', sys.executable]
+
+
+def test_a_run_out_of_memory_exits_2_with_the_estimate(tmp_path):
+    """A run past its memory (`ulimit -v 3G`) while denoising: exit 2 with the estimate
+    (2.64 GiB: within the limit, so validate let it run; the process itself takes the
+    rest) and what to change, not an internal error."""
+    done = subprocess.run(
+        [*address_space_limited(3), "-m", "porter.cli", "run", str(RECIPES / "wan-tiny.yaml"),
+         "mesh.dp=1", "mesh.tp=1", "attention.backend=reference", "generate.frames=49",
+         "generate.height=512", "generate.width=512", "generate.steps=1",
+         f"output.dir={tmp_path / 'out'}", "--no-progress"],
+        capture_output=True, text=True, timeout=600,
+        # glibc reserves address space per thread arena: as few on any core count
+        env={**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache"),
+             "MALLOC_ARENA_MAX": "2"})
+    assert done.returncode == 2, done.stderr
+    assert "error: out of memory running the model (" in done.stderr
+    assert ("estimated per device: weights 296.68 KiB and self-attention scores 1.32 GiB "
+            "per layer, kept twice (scores and softmax): about 2.64 GiB, of the 3.00 GiB a "
+            "device has (set by the address-space limit RLIMIT_AS") in done.stderr
+    assert "attention.backend: blockwise or auto" in done.stderr
+    assert "generate.height, width or frames" in done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out" / "video.mp4").exists()
+
+
+def test_out_of_memory_is_classified_from_what_jax_and_python_raise(tmp_path):
+    """The exception JAX raises (JaxRuntimeError, RESOURCE_EXHAUSTED: 256 TiB cannot be
+    mapped, whatever the machine overcommits), a MemoryError, either as the cause of
+    another error: OutOfMemory, exit 2, with the plan's estimate. Other errors pass."""
+    import jax
+    import jax.numpy as jnp
+
+    from porter import out_of_memory
+    from porter.errors import OutOfMemory, is_out_of_memory
+    loaded = tiny_recipe(tmp_path, tmp_path / "out", "tiny", "attention.backend=blockwise")
+    with pytest.raises(jax.errors.JaxRuntimeError) as raised:
+        jnp.zeros((2**46,), jnp.float32).block_until_ready()
+    assert "RESOURCE_EXHAUSTED" in str(raised.value)
+    wrapped = RuntimeError("a step failed")
+    wrapped.__cause__ = raised.value
+    for exc in (raised.value, MemoryError(), wrapped):
+        assert is_out_of_memory(exc)
+        with pytest.raises(OutOfMemory) as refused:
+            with out_of_memory.explained(loaded, plugins.registry()):
+                raise exc
+        assert refused.value.exit_code == 2 and refused.value.__cause__ is exc
+        assert "estimated per device: weights" in refused.value.message
+        assert "attention scores" in refused.value.message
+        assert "(blocks)" in refused.value.message
+        assert "attention.backend" not in refused.value.hint  # already blockwise
+    assert "RESOURCE_EXHAUSTED: Out of memory" in str(out_of_memory.refused(
+        raised.value, loaded, plugins.registry()))
+    for other in (RuntimeError("shapes do not match"), ValueError("out of memory")):
+        assert not is_out_of_memory(other)
+        with pytest.raises(type(other)):
+            with out_of_memory.explained(loaded, plugins.registry()):
+                raise other
+
+
 # --- validate checks what can be known without weights ------------------------------
 
 @pytest.fixture(scope="module")
@@ -593,6 +797,35 @@ def test_a_valid_checkpoint_config_has_no_value_problems(saved_tiny):
         assert config_values.problems(directory) == []
 
 
+@pytest.mark.parametrize("case", ["config.json not JSON", "model.config num_layers -3"])
+def test_run_and_plan_refuse_what_validate_refuses_with_its_message(saved_tiny, tmp_path,
+                                                                   case):
+    """`run` (and `plan`) check the model's configuration as `validate` does, on one
+    code path: they reached an internal error (OSError, TypeError) or ran a model of
+    no blocks. Exit 2 with validate's message, before anything is loaded or written."""
+    out = tmp_path / "out"
+    args = [str(RECIPES / "wan-tiny.yaml"), f"output.dir={out}"]
+    if case == "config.json not JSON":
+        source = tmp_path / "ckpt"
+        shutil.copytree(saved_tiny, source)
+        (source / "transformer" / "config.json").write_text("{not json")
+        args.append(f"model.source={source}")
+        expected = "config.json' is not a valid JSON file"
+    else:
+        args.append("model.config={num_layers: -3}")
+        expected = "model.config.num_layers: -3 is a negative count or size"
+    checked = porter_process("validate", *args)
+    assert checked.returncode == 2 and expected in checked.stderr, checked.stderr
+    message = checked.stderr[checked.stderr.index("error:"):]
+    for command in ("run", "plan"):
+        done = porter_process(command, *args, *(["--no-progress"] if command == "run"
+                                                else []))
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.endswith(message), done.stderr
+        assert "internal error" not in done.stderr and "loading" not in done.stderr
+    assert not out.exists()
+
+
 def test_seed_beyond_torch_range_fails_validate(capsys):
     from porter import cli
     code = cli.main(["validate", str(RECIPES / "wan-tiny.yaml"), f"generate.seed={2**64}"])
@@ -612,8 +845,9 @@ def test_sizes_beyond_the_rotary_tables_fail_validate(capsys):
 def test_attention_too_large_for_the_device_fails_validate(capsys, monkeypatch):
     """Wan 1.3B at 480x832, 81 frames, on one 64 GiB device: with every score
     materialised (reference: float32, 96 GiB per layer) it cannot fit; blockwise can."""
-    from porter import cli, runtime
-    monkeypatch.setattr(runtime, "device_memory", lambda devices: 64 * 2**30)
+    from porter import cli, memory, runtime
+    monkeypatch.setattr(runtime, "device_memory",
+                        lambda devices: memory.Limit(64 * 2**30, "the machine's memory"))
     code = cli.main(["validate", str(RECIPES / "wan1.3b.yaml"), "mesh.dp=1", "mesh.tp=1",
                      "attention.backend=reference"])
     err = capsys.readouterr().err
@@ -621,6 +855,55 @@ def test_attention_too_large_for_the_device_fails_validate(capsys, monkeypatch):
     assert "more than the 64.00 GiB a device has" in err and "blockwise" in err
     assert cli.main(["validate", str(RECIPES / "wan1.3b.yaml"), "mesh.dp=1", "mesh.tp=1",
                      "attention.backend=blockwise"]) == 0
+
+
+BIG_ATTENTION = ("validate", str(RECIPES / "wan-tiny.yaml"), "mesh.dp=1", "mesh.tp=1",
+                 "attention.backend=reference", "generate.frames=65",
+                 "generate.height=512", "generate.width=512")  # scores x 2: 4.52 GiB
+
+
+def test_attention_beyond_the_address_space_limit_fails_validate(tmp_path):
+    """A process under `ulimit -v` (3 GiB) on a machine with more: validate compares
+    with the 3 GiB it may use, and says which limit that is."""
+    from porter import memory
+
+    done = subprocess.run([*address_space_limited(3), "-m", "porter.cli", *BIG_ATTENTION],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "about 4.52 GiB, more than the 3.00 GiB a device has" in done.stderr
+    assert "set by the address-space limit RLIMIT_AS, `ulimit -v`" in done.stderr
+    if memory.host_limit().bytes > 5 << 30:  # without the limit, the same recipe fits
+        assert porter_process(*BIG_ATTENTION).returncode == 0
+
+
+def test_the_memory_limit_is_the_least_of_machine_cgroup_and_address_space(tmp_path,
+                                                                          monkeypatch):
+    """This process's own cgroup (from /proc/self/cgroup, below its mount's root) and
+    its parents, cgroup v2 and v1; "max" and v1's 2**63 are no limit."""
+    from porter import memory
+    monkeypatch.setattr(memory, "physical",
+                        lambda: memory.Limit(64 << 30, "the machine's memory"))
+    monkeypatch.setattr(memory, "address_space", lambda: [])
+    v2, v1 = tmp_path / "unified", tmp_path / "memory"
+    (v2 / "job" / "step").mkdir(parents=True)
+    (v2 / "job" / "memory.max").write_text("8589934592\n")  # 8 GiB: the parent's
+    (v2 / "job" / "step" / "memory.max").write_text("max\n")
+    (v1 / "step").mkdir(parents=True)
+    (v1 / "step" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    cgroup, mountinfo = tmp_path / "cgroup", tmp_path / "mountinfo"
+    cgroup.write_text("4:memory:/outer/step\n1:cpu:/elsewhere\n0::/host/job/step\n")
+    mountinfo.write_text(
+        f"40 31 0:38 /host {v2} rw,relatime shared:9 - cgroup2 cgroup2 rw\n"
+        f"35 31 0:32 /outer {v1} rw,relatime - cgroup cgroup rw,memory\n"
+        f"32 31 0:29 / {tmp_path / 'cpu'} rw,relatime - cgroup cgroup rw,cpu\n")
+    limit = memory.host_limit(cgroup, mountinfo)
+    assert limit == memory.Limit(8 << 30, f"the cgroup limit in {v2 / 'job' / 'memory.max'}")
+    (v1 / "step" / "memory.limit_in_bytes").write_text("2147483648\n")  # v1: 2 GiB
+    assert memory.host_limit(cgroup, mountinfo).bytes == 2 << 30
+    monkeypatch.setattr(memory, "address_space", lambda: [memory.Limit(1 << 30, "as")])
+    assert memory.host_limit(cgroup, mountinfo) == memory.Limit(1 << 30, "as")
+    assert memory.host_limit(tmp_path / "none", mountinfo).bytes == 1 << 30  # no cgroup file
 
 
 def test_unwritable_output_and_cache_paths_fail_validate(tmp_path, capsys, monkeypatch):

@@ -237,3 +237,110 @@ def test_inspect_shows_what_each_adapter_touches(write, tmp_path):
                         "ffn.net.0.proj", "ffn.net.2") for kind in ("weight", "bias")}
     assert "lora 0" in inspection.render(result)
     assert not any(row["lora"] for row in result["vae"])
+
+
+def porter_process(*args):
+    """`porter ARGS` in a new process (the environment conftest set: 8 CPU devices)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "porter.cli", *args], capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_an_adapter_with_no_tensors_is_refused(write, tmp_path):
+    save_file({}, tmp_path / "empty.safetensors")
+    [problem] = problems_of(write, tmp_path, [{"file": "empty.safetensors"}])
+    assert problem.path == "lora.0.file"
+    assert "empty.safetensors" in problem.message and "no tensors" in problem.message
+
+
+def test_nan_in_an_adapter_is_refused_naming_the_adapter(write, tmp_path):
+    file = make_lora(tmp_path)
+    state = load_file(file)
+    key = "transformer.blocks.0.attn1.to_q.lora_B.weight"
+    state[key][0, :3] = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    save_file(state, tmp_path / "nan.safetensors")
+    [problem] = problems_of(write, tmp_path, [{"file": "nan.safetensors"}])
+    assert problem.path == "lora.0.file" and "nan.safetensors" in problem.message
+    assert f"{key} (3 of {state[key].numel()})" in problem.message
+    assert "adapter" in problem.hint
+
+
+@pytest.mark.parametrize("broken", ["empty", "nan"])
+def test_porter_run_refuses_a_broken_adapter_naming_it(write, tmp_path, broken):
+    """Through a real `porter run`: exit 2, the adapter's file named, no traceback, and
+    nothing written (it was a no-op, or NaN blamed on the checkpoint's weights)."""
+    state = {}
+    if broken == "nan":
+        state = load_file(make_lora(tmp_path))
+        next(iter(state.values()))[0, 0] = float("nan")
+    save_file(state, tmp_path / f"{broken}.safetensors")
+    path = write("r.yaml", BASE.format(source="tiny", variant="t2v", steps=2, lora=json.dumps(
+        [{"file": f"{broken}.safetensors"}])))
+    done = porter_process("run", str(path), f"output.dir={tmp_path / 'out'}")
+    assert done.returncode == 2, done.stderr
+    assert f"{broken}.safetensors" in done.stderr and "lora.0.file" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out" / "run.json").exists()
+
+
+@pytest.mark.slow
+def test_stages_made_with_another_adapter_are_refused(write, tmp_path, monkeypatch):
+    """An adapter file replaced after a run saved its stages (or its progress, stopped
+    mid-denoise): `--resume` and `--stage decode` refuse them, naming the file (real
+    processes); the same file put back resumes to the uninterrupted latents, bit for
+    bit, and run.json names its SHA-256."""
+    import hashlib
+    import signal
+
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from porter import progress as saved_progress
+    from porter.errors import UsageError
+    from porter.interrupt import Interrupted
+
+    file = make_lora(tmp_path, seed=1)
+    original = file.read_bytes()
+    path = write("r.yaml", BASE.format(source="tiny", variant="t2v", steps=4, lora=json.dumps(
+        [{"file": file.name, "scale": 0.8}])))
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    uninterrupted = run(recipe.load(path, [f"output.dir={whole}"]), plugins.registry(),
+                        progress=False)
+
+    step, calls = FlowMatchEulerDiscreteScheduler.step, []
+
+    def signalled(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            signal.raise_signal(signal.SIGINT)  # step 2 finishes, is saved, the run stops
+        return step(self, *args, **kwargs)
+
+    loaded = recipe.load(path, [f"output.dir={stopped}"])
+    monkeypatch.setattr(FlowMatchEulerDiscreteScheduler, "step", signalled)
+    with pytest.raises(Interrupted):
+        run(loaded, plugins.registry(), progress=False)
+    monkeypatch.setattr(FlowMatchEulerDiscreteScheduler, "step", step)
+    kept = sorted(p.name for p in stopped.iterdir())
+    assert "progress-000002.json" in kept
+
+    make_lora(tmp_path, seed=2)  # other weights, same file
+    assert file.read_bytes() != original
+    for args in (["--resume", str(stopped)],
+                 ["--stage", "decode", f"output.dir={whole}"]):
+        done = porter_process("run", str(path), *args)
+        assert done.returncode == 2, done.stderr
+        assert "another LoRA adapter" in done.stderr and str(file) in done.stderr
+        assert "Traceback" not in done.stderr
+    assert "denoise.safetensors" in done.stderr  # the stage decode would have read
+    with pytest.raises(UsageError, match=r"progress-000002\.safetensors \(denoising "
+                       r"progress after step 2\) was made with another LoRA adapter"):
+        saved_progress.load(stopped, loaded)
+    assert sorted(p.name for p in stopped.iterdir()) == kept  # refused: nothing removed
+
+    file.write_bytes(original)
+    resumed = run(loaded, plugins.registry(), progress=False, resume=True)
+    assert resumed.data["timings"]["resumed_from_step"] == 2
+    assert torch.equal(resumed.latents, uninterrupted.latents)
+    [adapter] = json.loads(resumed.record.read_text())["checkpoint"]["lora"]
+    assert adapter["sha256"] == hashlib.sha256(original).hexdigest()

@@ -80,3 +80,34 @@ def test_corrupt_artifact_is_a_clear_error(uninterrupted, write, tmp_path):
     loaded = load(write, directory)
     with pytest.raises(UsageError, match="cannot be read"):
         artifacts.load(directory, "denoise", loaded)
+
+
+def test_a_stage_made_from_other_checkpoint_files_is_refused(write, tmp_path):
+    """A local checkpoint re-saved (here the transformer in another dtype) after a stage
+    was made from it: the stage is refused before any weight is loaded, naming the
+    file; the same files give the latents of one uninterrupted run."""
+    from porter_wan.tiny import build_pipeline
+    from safetensors.torch import load_file, save_file
+
+    source = tmp_path / "checkpoint"
+    build_pipeline().save_pretrained(source)
+    path = write("r.yaml", TINY_RECIPE.replace("source: tiny", f"source: {source}"))
+    loaded = recipe.load(path, [f"output.dir={tmp_path / 'out'}", "generate.steps=2"])
+    run(loaded, plugins.registry(), progress=False, stage="encode")
+    weights = source / "transformer" / "diffusion_pytorch_model.safetensors"
+    original = weights.read_bytes()
+    state = load_file(weights)
+    save_file({name: tensor.half() for name, tensor in state.items()}, weights,
+              metadata={"format": "pt"})
+    with pytest.raises(UsageError) as info:
+        run(loaded, plugins.registry(), progress=False, resume=True)
+    assert "encode.safetensors was made from other checkpoint files: " \
+           "transformer/diffusion_pytorch_model.safetensors has changed" in info.value.message
+    assert "restore the file" in info.value.hint
+
+    weights.write_bytes(original)
+    resumed = run(loaded, plugins.registry(), progress=False, resume=True)
+    assert resumed.data["timings"]["stages"] == ["denoise", "decode"]
+    whole = run(recipe.load(path, [f"output.dir={tmp_path / 'whole'}", "generate.steps=2"]),
+                plugins.registry(), progress=False)
+    assert torch.equal(resumed.latents, whole.latents)

@@ -63,8 +63,7 @@ def _check(recipe, registry, target) -> None:
     """What ``porter validate --devices N`` checks, for the target's chips and platform."""
     from porter import checks
 
-    problems = checks.recipe_problems(recipe, registry) or checks.model_problems(recipe,
-                                                                                 registry)
+    problems = checks.input_problems(recipe, registry)
     if not problems:
         problems = checks.mesh_problems(recipe, target.chips, target.platform, target.name)
     if not problems:

@@ -1,0 +1,109 @@
+"""How much memory this process may use, and which limit says so.
+
+The machine's memory is not what a process may use: its cgroup (v2
+``memory.max``, v1 ``memory.limit_in_bytes``; its own or a parent's) or an
+address-space limit (``ulimit -v``, RLIMIT_AS) can allow less, and a run past
+them is killed (cgroup) or fails to allocate (RLIMIT_AS). A check that compares
+an estimate with memory takes the least of these and names it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Limit:
+    bytes: int
+    source: str  # which limit: "set by {source}" in a message
+
+
+def host_limit(proc_cgroup: Path = Path("/proc/self/cgroup"),
+               mountinfo: Path = Path("/proc/self/mountinfo")) -> Limit:
+    """The least of the machine's memory, this process's cgroup limits and its
+    address-space limit (the paths are parameters so a test can fake them)."""
+    limits = [physical(), *cgroup_limits(proc_cgroup, mountinfo), *address_space()]
+    return min(limits, key=lambda limit: limit.bytes)
+
+
+def physical() -> Limit:
+    return Limit(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"),
+                 "the machine's memory")
+
+
+def address_space() -> list[Limit]:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return []
+    return [Limit(soft, "the address-space limit RLIMIT_AS, `ulimit -v`")]
+
+
+def cgroup_limits(proc_cgroup: Path, mountinfo: Path) -> list[Limit]:
+    """The memory limits of this process's cgroup and of its parents (a parent's
+    limit holds for its children), cgroup v2 and v1."""
+    try:
+        memberships = proc_cgroup.read_text()
+        mounts = mountinfo.read_text()
+    except OSError:
+        return []
+    found = []
+    for directory, mount, name in _cgroup_directories(memberships, mounts):
+        while True:
+            found += _read_limit(directory / name)
+            if directory == mount or mount not in directory.parents:
+                break
+            directory = directory.parent
+    return found
+
+
+def _read_limit(path: Path) -> list[Limit]:
+    try:
+        text = path.read_text().strip()
+    except OSError:  # the root cgroup has no limit file
+        return []
+    # v2 says "max" for no limit; v1 a number near 2**63, larger than any machine
+    return [Limit(int(text), f"the cgroup limit in {path}")] if text.isdigit() else []
+
+
+def _cgroup_directories(memberships: str, mounts: str) -> list[tuple[Path, Path, str]]:
+    """(this process's cgroup directory, its mount point, the limit file's name) for the
+    cgroup v2 hierarchy and the v1 memory hierarchy, where mounted."""
+    paths = {}
+    for line in memberships.splitlines():
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and not controllers:
+            paths["cgroup2"] = path
+        elif "memory" in controllers.split(","):
+            paths["cgroup"] = path
+    found = []
+    for line in mounts.splitlines():
+        fields = line.split()
+        if "-" not in fields[6:]:
+            continue
+        tail = fields[fields.index("-", 6) + 1:]
+        fstype, options = tail[0], (tail[2] if len(tail) > 2 else "")
+        if fstype not in paths or (fstype == "cgroup" and "memory" not in options.split(",")):
+            continue
+        root, mount = _unescape(fields[3]), Path(_unescape(fields[4]))
+        name = "memory.max" if fstype == "cgroup2" else "memory.limit_in_bytes"
+        found.append((mount / _below(paths[fstype], root), mount, name))
+    return found
+
+
+def _below(path: str, root: str) -> str:
+    """``path`` (as /proc/self/cgroup names it) relative to the mount's root; "" when
+    the mount does not show it (a cgroup namespace: the mount is the process's own)."""
+    root = root.rstrip("/")
+    if path == root or path.startswith(root + "/"):
+        return path[len(root):].lstrip("/")
+    return ""
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes a space, tab, newline or backslash in a path as octal."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
