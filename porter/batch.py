@@ -29,6 +29,8 @@ from porter import run as run_mod
 from porter.errors import RecipeError, UsageError, failure
 
 SUMMARY = "batch.json"
+#: a prompts file's bytes: tens of thousands of prompts, not an endless stream
+MAX_PROMPTS_BYTES = 64 * 2**20
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _SUMMARIES = re.compile(r"^batch(-\d+)?\.json$")  # batch.json; batch-K.json per process
 HINT = "one prompt a line, or JSON Lines (.jsonl)"
@@ -85,7 +87,7 @@ def _prompts_text(path: Path) -> str:
     from porter import yamlio
 
     try:
-        return yamlio.read_text(path, what="prompts file")
+        return yamlio.read_text(path, what="prompts file", limit=MAX_PROMPTS_BYTES)
     except RecipeError as exc:
         reason = exc.problems[0].message
         raise UsageError(f"--prompts {path}: {reason}", hint=HINT) from None
@@ -237,14 +239,14 @@ def _owned_batch(family, recipe, registry, items, prompts, directory, say, progr
     if not items:  # more processes than items: this one has none
         return {"summary": summary_name, "counts": {}, "items": [],
                 "timings": {"total_s": 0.0}}
-    if resume:
-        made_from = artifacts.inputs_now(recipe)  # the files every item is made from
+    port = api.Port.open(recipe, registry, family, say)
+    if resume:  # an item is done if made from the files this port loaded
         for item in items:
-            if not item.problem and _finished(directory / item.name, item.recipe, made_from):
+            if not item.problem and _finished(directory / item.name, item.recipe,
+                                              port.inputs):
                 item.status = "skipped"
         say(f"resuming in {directory}: {sum(i.status == 'skipped' for i in items)} of "
             f"{len(items)} items already done")
-    port = api.Port.open(recipe, registry, family, say)
     summary = _Summary(directory / summary_name, prompts, port, started)
     summary.write(items)  # from now on the directory says it holds a batch
     todo = [item for item in items if item.status == "pending"]
@@ -320,7 +322,7 @@ def _continuation(port, recipe, directory, resume, say, name):
 def _finished(directory: Path, recipe, made_from: dict) -> bool:
     """Does ``directory`` hold a complete run of this item (same model, generation
     settings, dtypes and LoRA, as a stage file is judged), made from the files
-    ``made_from`` names (``artifacts.inputs_now``: a replaced adapter or checkpoint
+    ``made_from`` names (the port's ``inputs``: a replaced adapter or checkpoint
     file makes it again)?"""
     try:
         data = json.loads((directory / outputs.RECORD).read_text())

@@ -33,7 +33,7 @@ import re
 import secrets
 
 from porter import uploads
-from porter.errors import RecipeError, UsageError
+from porter.errors import RecipeError, UsageError, failure
 
 TOKEN_ENV = "PORTER_TOKEN"
 #: bytes a request body may have: room for two largest images as data URLs
@@ -117,6 +117,9 @@ def build_app(jobs, token: str | None = None):
             return JSONResponse({"error": exc.message, "hint": exc.hint}, 503)
         except UsageError as exc:
             return JSONResponse({"error": exc.message, "hint": exc.hint}, 400)
+        except OSError as exc:  # the server's disk refused the job's files
+            problem = failure(exc)
+            return JSONResponse({"error": problem.message, "hint": problem.hint}, 507)
         return _described(job)
 
     @app.get("/jobs", summary="every job, in submission order")
@@ -189,8 +192,11 @@ async def _json_body(request):
         raise _BadBody(413, f"the body is larger than the {MAX_BODY >> 20} MiB a job may "
                        "have", hint="send images as data URLs of smaller files (a run "
                        "resizes them to the video's size)")
-    body = b"".join(chunks)
-    if await asyncio.to_thread(nesting, body, MAX_DEPTH) > MAX_DEPTH:
+    return await asyncio.to_thread(_parsed, b"".join(chunks))  # off the event loop
+
+
+def _parsed(body: bytes):
+    if nesting(body, MAX_DEPTH) > MAX_DEPTH:
         raise _BadBody(400, f"the body nests deeper than {MAX_DEPTH} levels",
                        hint="a job is one JSON object of generate settings")
     try:

@@ -25,7 +25,7 @@ MAX_IMAGE_BYTES = 4 * 2**20
 #: pixels one image may have: decoding costs memory before any check on its size
 MAX_PIXELS = 8192 * 8192
 #: image formats a run reads (PIL's names)
-FORMATS = {"PNG": ".png", "JPEG": ".jpg", "WEBP": ".webp", "BMP": ".bmp"}
+FORMATS = {"PNG": ".png", "JPEG": ".jpg", "MPO": ".jpg", "WEBP": ".webp", "BMP": ".bmp"}
 
 _DATA_URL = re.compile(r"data:(?:image/[A-Za-z0-9.+-]+)?(?:;[^,;]*)*;base64,", re.ASCII)
 _SEND_BYTES = "send the image's bytes as a data URL: \"data:image/png;base64,<the file " \
@@ -83,16 +83,25 @@ def _from_inputs(key: str, name: str, inputs: Path) -> bytes:
         raise refused from None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):  # a folder, a FIFO, a device
-            raise refused
+        if not stat.S_ISREG(info.st_mode) or not _opened_in(fd, root):
+            raise refused  # a folder, a FIFO, a device; or a folder on the way swapped
         if info.st_size > MAX_IMAGE_BYTES:
             raise UsageError(f"{key}: {name!r} is larger than {MAX_IMAGE_BYTES >> 20} MiB",
                              hint="use a smaller image (a run resizes it to the video's "
                                   "size)")
         with os.fdopen(os.dup(fd), "rb") as file:
-            return file.read(MAX_IMAGE_BYTES + 1)
+            return file.read(MAX_IMAGE_BYTES + 1)  # _suffix refuses a cut image
     finally:
         os.close(fd)
+
+
+def _opened_in(fd: int, root: Path) -> bool:
+    """The file ``fd`` opened lies in ``root`` (O_NOFOLLOW guards the last name only:
+    a folder on the way could have become a link after resolve())."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}")).is_relative_to(root)
+    except OSError:  # no /proc: resolve() was the check
+        return True
 
 
 def _suffix(key: str, data: bytes) -> str:

@@ -174,7 +174,8 @@ def _refuse_file(file: str, message: str, hint: str | None = None) -> RecipeErro
     return RecipeError([Problem("", message, file=file, hint=hint)])
 
 
-def _check_kind(mode: int, size: int, file: str, what: str) -> None:
+def _check_kind(mode: int, size: int, file: str, what: str,
+                limit: int = MAX_BYTES) -> None:
     named = what if what.endswith(" file") else f"{what} file"
     if stat.S_ISDIR(mode):
         raise _refuse_file(file, f"is a directory, not a {named}",
@@ -182,28 +183,29 @@ def _check_kind(mode: int, size: int, file: str, what: str) -> None:
     if not stat.S_ISREG(mode):  # /dev/zero never ends, a FIFO blocks until written
         raise _refuse_file(file, "is not a regular file (a device, pipe or socket)",
                            "a recipe, and what it extends, must be a YAML file")
-    if size > MAX_BYTES:
-        raise _refuse_file(file, f"is {size} bytes; a {what} is at most {MAX_BYTES}",
+    if size > limit:
+        raise _refuse_file(file, f"is {size} bytes; a {what} is at most {limit}",
                            "is this the right file?")
 
 
-def read_text(path: Path, what: str = "recipe") -> str:
-    """The text of a recipe file: a regular file of at most MAX_BYTES, UTF-8. Other
-    input files Porter reads whole (``what``: "prompts file") take the same bounds;
-    the RecipeError's hints are a recipe's, for their caller to replace."""
+def read_text(path: Path, what: str = "recipe", limit: int = MAX_BYTES) -> str:
+    """The text of a recipe file: a regular file of at most ``limit`` bytes, UTF-8.
+    Other input files Porter reads whole (``what``: "prompts file") take the same
+    checks with their own limit; the RecipeError's hints are a recipe's, for their
+    caller to replace."""
     file = str(path)
     named = what if what.endswith(" file") else f"{what} file"
     try:
         info = os.stat(path)
-        _check_kind(info.st_mode, info.st_size, file, what)
+        _check_kind(info.st_mode, info.st_size, file, what, limit)
         # O_NONBLOCK: if the file was swapped for a FIFO since the stat, open
         # returns at once and the fstat below refuses it.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
-            _check_kind(info.st_mode, info.st_size, file, what)
-            data = handle.read(MAX_BYTES + 1)  # it may have grown since the stat
-        _check_kind(stat.S_IFREG, len(data), file, what)
+            _check_kind(info.st_mode, info.st_size, file, what, limit)
+            data = handle.read(limit + 1)  # it may have grown since the stat
+        _check_kind(stat.S_IFREG, len(data), file, what, limit)
         return data.decode("utf-8")
     except FileNotFoundError:
         raise _refuse_file(file, f"{named} not found",

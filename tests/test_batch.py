@@ -181,15 +181,19 @@ def test_endless_or_huge_prompt_files_are_refused_in_a_guarded_process(tmp_path,
     regression fails instead of eating the machine."""
     import os
 
+    from porter.batch import MAX_PROMPTS_BYTES
+
     reason = {"/dev/zero": "is not a regular file (a device, pipe or socket)",
               "FIFO": "is not a regular file", "DIR": "is a directory",
-              "BIG": "is 1200000 bytes; a prompts file is at most 1000000"}[target]
+              "BIG": f"is {MAX_PROMPTS_BYTES + 1} bytes; a prompts file is at most "
+                     f"{MAX_PROMPTS_BYTES}"}[target]
     if target == "FIFO":
         os.mkfifo(tmp_path / "fifo")
         target = tmp_path / "fifo"
     elif target == "BIG":
         target = tmp_path / "big.txt"
-        target.write_text("a cat\n" * 200_000)
+        target.write_text("a cat\n")
+        os.truncate(target, MAX_PROMPTS_BYTES + 1)  # sparse: its size is what is refused
     elif target == "DIR":
         target = tmp_path
     recipe = tmp_path / "r.yaml"

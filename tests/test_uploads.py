@@ -112,3 +112,13 @@ def test_nesting_is_counted_outside_strings_and_no_deeper_than_asked(body, depth
     assert nesting(body, 32) == depth
     if depth <= 32:
         assert json.loads(body) is not None
+
+
+def test_a_camera_jpeg_is_taken():
+    """Phones and cameras write JPEGs with an MPF marker, which PIL names MPO."""
+    buffer = io.BytesIO()
+    frames = [Image.new("RGB", (8, 8), c) for c in ((1, 2, 3), (4, 5, 6))]
+    frames[0].save(buffer, format="MPO", save_all=True, append_images=frames[1:])
+    assert Image.open(io.BytesIO(buffer.getvalue())).format == "MPO"
+    assert uploads.take({"image": data_url(buffer.getvalue(), "image/jpeg")},
+                        None)["image"][1] == ".jpg"
