@@ -196,10 +196,6 @@ def shape_problems(recipe, registry, devices: int | None = None) -> list[Problem
     return problems
 
 
-#: attention that materialises every score holds at least the scores and their softmax
-MATERIALISED_COPIES = 2
-
-
 def memory_problems(recipe, built: dict) -> list[Problem]:
     """Attention scores that cannot fit beside the weights on a device, with a backend
     that materialises them all (torchax's default, ``reference``)."""
@@ -209,7 +205,7 @@ def memory_problems(recipe, built: dict) -> list[Problem]:
     if recipe.attention.backend not in (None, "reference"):
         return []
     memory = device_memory(built["devices"])
-    need = attention_need(recipe, built)
+    need = plan_mod.attention_need(recipe, built)
     if memory is None or need is None or need["bytes"] <= memory.bytes:
         return []
     human = plan_mod.human_bytes
@@ -220,30 +216,6 @@ def memory_problems(recipe, built: dict) -> list[Problem]:
         f"than the {human(memory.bytes)} a device has (set by {memory.source})",
         hint="use attention.backend: blockwise (memory ~ block_q x block_kv) or auto, or "
              "a smaller size; `porter plan` shows the numbers")]
-
-
-def attention_need(recipe, built: dict) -> dict | None:
-    """What a device needs for the weights and the largest attention's scores of one
-    layer (``plan.build``'s estimates), as the recipe's backend keeps them: every score,
-    twice (scores and softmax) where materialised (torchax's default, ``reference``);
-    blocks of them (the blockwise kernels). None where the plan has no attention."""
-    costs = (built.get("estimates") or {}).get("attention", {})
-    if not costs:
-        return None
-    name, worst = max(costs.items(), key=lambda item: item[1]["reference_bytes_per_device"])
-    materialised = recipe.attention.backend in (None, "reference")
-    if materialised:
-        # the plan counts float32 scores (Porter's reference kernel); torchax's own
-        # lowering (no backend) keeps them in the model's dtype
-        itemsize = 4 if recipe.attention.backend == "reference" else \
-            {"float32": 4}.get(recipe.model.dtype, 2)
-        scores = worst["reference_bytes_per_device"] * itemsize // 4
-    else:
-        scores = worst["blockwise_bytes_per_device"]
-    copies = MATERIALISED_COPIES if materialised else 1
-    return {"attention": name, "shape": worst["shape"], "scores": scores,
-            "materialised": materialised, "weights": built["weights_bytes_per_device"],
-            "bytes": built["weights_bytes_per_device"] + copies * scores}
 
 
 def checkpoint_problems(recipe) -> list[Problem]:

@@ -49,11 +49,11 @@ def _reason(exc: BaseException) -> str:
 def _estimate(recipe, registry) -> str | None:
     """The weights and the largest attention per device, against what a device has
     (None when the model's configuration is not at hand, e.g. a hub id offline)."""
-    from porter import checks, plan, runtime
+    from porter import plan, runtime
 
     try:
         built = plan.build(recipe, registry)
-        need = checks.attention_need(recipe, built)
+        need = plan.attention_need(recipe, built)
         memory = runtime.device_memory(built["devices"])
     except Exception:  # noqa: BLE001 - the estimate is extra; the refusal stands alone
         return None

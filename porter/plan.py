@@ -165,3 +165,31 @@ def render(plan: dict) -> str:
         lines.append(f"\n{len(plan['problems'])} problems:")
         lines += ["  " + p.render() for p in plan["problems"]]
     return "\n".join(lines)
+
+
+#: attention that materialises every score holds at least the scores and their softmax
+MATERIALISED_COPIES = 2
+
+
+def attention_need(recipe, built: dict) -> dict | None:
+    """What a device needs for the weights and the largest attention's scores of one
+    layer (``plan.build``'s estimates), as the recipe's backend keeps them: every score,
+    twice (scores and softmax) where materialised (torchax's default, ``reference``);
+    blocks of them (the blockwise kernels). None where the plan has no attention."""
+    costs = (built.get("estimates") or {}).get("attention", {})
+    if not costs:
+        return None
+    name, worst = max(costs.items(), key=lambda item: item[1]["reference_bytes_per_device"])
+    materialised = recipe.attention.backend in (None, "reference")
+    if materialised:
+        # the plan counts float32 scores (Porter's reference kernel); torchax's own
+        # lowering (no backend) keeps them in the model's dtype
+        itemsize = 4 if recipe.attention.backend == "reference" else \
+            {"float32": 4}.get(recipe.model.dtype, 2)
+        scores = worst["reference_bytes_per_device"] * itemsize // 4
+    else:
+        scores = worst["blockwise_bytes_per_device"]
+    copies = MATERIALISED_COPIES if materialised else 1
+    return {"attention": name, "shape": worst["shape"], "scores": scores,
+            "materialised": materialised, "weights": built["weights_bytes_per_device"],
+            "bytes": built["weights_bytes_per_device"] + copies * scores}
