@@ -286,8 +286,10 @@ class Port:
                 if conditioning is None:
                     conditioning = {k: to_device(v, runtime)
                                     for k, v in previous["tensors"].items()}
+                reuse = caching.guidance if caching is not None else None
                 latents, history = self._denoise(recipe, conditioning, timings, history,
-                                                 directory, resumed, progress, on_step, say)
+                                                 directory, resumed, progress, on_step, say,
+                                                 reuse)
             if "decode" in wanted:
                 if latents is None:
                     latents = previous["tensors"]["latents"]
@@ -311,7 +313,7 @@ class Port:
                          "differ slightly from an uninterrupted run")
 
     def _denoise(self, recipe, conditioning, timings, history, directory, resumed,
-                 progress, on_step, say):
+                 progress, on_step, say, reuse):
         start = resumed.progress if resumed else None
         if start is not None:
             say(f"continuing denoising after step {start.step}")
@@ -328,7 +330,8 @@ class Port:
                 done.history = ran(done.step)
                 saved_progress.save(directory, done, recipe, self.inputs)
         latents = stages.denoise(self.family, self.pipe, conditioning, recipe, runtime,
-                                 timings, progress, start=start, save=save, on_step=on_step)
+                                 timings, progress, start=start, save=save, on_step=on_step,
+                                 reuse=reuse)
         history = ran(first_step + len(timings["steps_s"]))
         if directory is not None:
             artifacts.save(directory, "denoise", {"latents": latents}, recipe,

@@ -14,6 +14,8 @@ from __future__ import annotations
 import difflib
 import inspect
 
+from porter.images import load_image
+
 #: recipe setting (generate.KEY) -> the names pipelines give it, the first one found
 #: in the signature wins
 NAMES = {
@@ -100,8 +102,7 @@ def kwargs(recipe, cls) -> dict:
             continue  # validate refused it; a pipeline with **kwargs takes the first name
         value = getattr(gen, key)
         if key in ("image", "last_image"):
-            from PIL import Image
-            value = Image.open(recipe.file_path(f"generate.{key}", value)).convert("RGB")
+            value = load_image(recipe.file_path(f"generate.{key}", value))
         call[name] = value
     if taken is None or "generator" in taken:
         call["generator"] = torch.Generator("cpu").manual_seed(gen.seed)

@@ -34,9 +34,10 @@ class ModelFamily:
     #: conditioning entries that are embeddings: ``dtypes.text_embeddings`` casts these;
     #: the rest (masks, image latents) keep their dtype
     embedding_keys: tuple[str, ...] = ("prompt", "negative")
-    #: True: ``predict`` reads ``pipe._porter_guidance`` (porter.cache.guidance) and
-    #: leaves out the unconditional branch where it says so
-    guidance_cache: bool = False
+    #: conditioning entries of the conditional branch -> the unconditional branch's
+    #: (``porter.guidance`` hands ``call`` one side, or both batched); ``encode`` leaves
+    #: the unconditional ones out when the recipe does not guide
+    guidance_pairs: dict[str, str] = {"prompt": "negative"}
     #: True: the transformers' block lists run one after another, each block's outputs
     #: the next one's first inputs, so each list compiles as one scan over its blocks
     #: (``compile.<component>.scan`` in a recipe decides otherwise)
@@ -86,17 +87,37 @@ class ModelFamily:
         """Text conditioning on the JAX device (runs inside the torchax env)."""
         raise NotImplementedError
 
-    def initial_latents(self, pipe, recipe):
-        """Seeded initial noise as a CPU torch tensor (identical on every platform)."""
+    def initial_latents(self, pipe, recipe, generator):
+        """The initial noise as a CPU torch tensor, drawn from ``generator`` (the run's
+        CPU generator, seeded with ``generate.seed``) as the pipeline draws it: the same
+        on every platform."""
         raise NotImplementedError
 
     def timesteps(self, pipe, recipe):
         """Prepare ``pipe.scheduler`` and return the timesteps to iterate."""
         raise NotImplementedError
 
-    def predict(self, pipe, latents, timestep, conditioning: dict, recipe):
-        """The guided noise prediction for one denoising step."""
+    def denoiser(self, pipe, timestep, sampling, recipe):
+        """The transformer that predicts this step and its guidance scale (two experts
+        switch at a boundary; a schedule may vary the scale). ``sampling``:
+        ``porter.sampling.Sampling`` (the step's index, the schedule)."""
+        return pipe.transformer, recipe.generate.guidance_scale
+
+    def model_input(self, pipe, latents, timestep, conditioning: dict, model):
+        """The transformer's latent input for one branch (given frames or image latents
+        joined to the noise, in the transformer's dtype)."""
+        return latents.to(model.dtype)
+
+    def call(self, model, model_input, timestep, branch: dict, conditioning: dict):
+        """One transformer call: the noise prediction for ``model_input`` (batch 1, or 2
+        when ``porter.guidance`` batches both branches). ``branch``: the entries of
+        ``guidance_pairs``' keys for this call (the conditional or unconditional ones,
+        or both concatenated); ``conditioning``: everything ``encode`` made."""
         raise NotImplementedError
+
+    def step(self, pipe, noise, timestep, latents, sampling):
+        """The scheduler's step from the guided prediction to the next latents."""
+        return pipe.scheduler.step(noise, timestep, latents, return_dict=False)[0]
 
     def transformer_steps(self, pipe, recipe) -> dict[str, int]:
         """How many denoising steps each transformer component runs (a step cache

@@ -28,6 +28,7 @@ class Progress:
     scheduler_description: dict
     source: object = None  # the record it was read from (a Path), for errors
     history: list = field(default_factory=list)  # where the steps so far ran
+    sampling: dict = field(default_factory=dict)  # ``Sampling.state()``: random stream, carry
 
 
 def _is_tensor(value) -> bool:
@@ -243,7 +244,8 @@ def save(directory, progress: Progress, recipe, inputs: dict | None = None) -> N
     from porter import artifacts
 
     tensors = {"latents": progress.latents,
-               **{f"scheduler.{k}": v for k, v in progress.scheduler_tensors.items()}}
+               **{f"scheduler.{k}": v for k, v in progress.scheduler_tensors.items()},
+               **{f"sampling.{k}": v for k, v in progress.sampling.items()}}
     artifacts.save(directory, _stage(progress.step), tensors, recipe,
                    extra={"step": progress.step, "scheduler": progress.scheduler_description,
                           "history": progress.history}, inputs=inputs)
@@ -269,8 +271,11 @@ def load(directory, recipe) -> Progress | None:
     prefix = "scheduler."
     saved = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
     history = meta.get("history") if isinstance(meta.get("history"), list) else []
+    sampling = {k[len("sampling."):]: v for k, v in tensors.items()
+                if k.startswith("sampling.")}
     return Progress(step=meta["step"], latents=tensors["latents"], scheduler_tensors=saved,
-                    scheduler_description=meta["scheduler"], source=path, history=history)
+                    scheduler_description=meta["scheduler"], source=path, history=history,
+                    sampling=sampling)
 
 
 def discard(directory) -> None:

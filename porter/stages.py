@@ -5,11 +5,12 @@ from __future__ import annotations
 import sys
 import time
 
-from porter import finite, interrupt
+from porter import finite, guidance, interrupt
 from porter.errors import UsageError
 from porter.interop import to_device, to_host
 from porter.progress import REDO as progress_redo
 from porter.progress import Progress, restore_scheduler, scheduler_state
+from porter.sampling import Sampling
 from porter.transforms.dtypes import DTYPES
 
 
@@ -48,9 +49,10 @@ def encode(family, pipe, recipe, runtime, timings: dict) -> dict:
 
 def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
             progress: bool = True, *, start: Progress | None = None, save=None,
-            on_step=None):
+            on_step=None, reuse=None):
     """Run the denoising steps (from ``start`` when resuming); the transformer compiles
-    on the first one.
+    on the first one. Each step is ``guidance.predict`` (``reuse``: the run's guidance
+    cache, if any), then the family's ``step``.
 
     ``save(Progress)`` is called every ``output.checkpoint_every`` steps and,
     when a signal asks the run to stop, after the step under way; then
@@ -60,11 +62,13 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
     """
     from tqdm import tqdm
 
-    latents = to_device(family.initial_latents(pipe, recipe), runtime)
+    sampling = Sampling.seeded(recipe.generate.seed)
+    latents = to_device(family.initial_latents(pipe, recipe, sampling.generator), runtime)
     step_times = []
     every = recipe.output.checkpoint_every
     with runtime.env:
         timesteps = family.timesteps(pipe, recipe)
+        sampling.timesteps = timesteps
         total, done = len(timesteps), 0
         if start is not None:
             if start.step > total:
@@ -75,15 +79,18 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
             restore_scheduler(pipe.scheduler, start.scheduler_tensors,
                               start.scheduler_description, lambda t: to_device(t, runtime),
                               start.source, start.step)
+            sampling.restore(start.sampling, lambda t: to_device(t, runtime))
         saved_at = done if start is not None else None
         bar = tqdm(total=total, initial=done, desc="denoise", unit="step", file=sys.stderr,
                    disable=not progress, dynamic_ncols=True)
         with bar, interrupt.deferred() as stop:
             for index in range(done, total):
                 t = timesteps[index]
+                sampling.index = index
                 begin = time.perf_counter()
-                noise = family.predict(pipe, latents, t, conditioning, recipe)
-                latents = pipe.scheduler.step(noise, t, latents, return_dict=False)[0]
+                noise = guidance.predict(family, pipe, latents, t, conditioning, recipe,
+                                         sampling, reuse)
+                latents = family.step(pipe, noise, t, latents, sampling)
                 block(latents)
                 if not finite.on_device(latents):
                     raise NonFinite(index + 1, total, saved_at)
@@ -96,7 +103,8 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
                 due = every and completed % every == 0 and completed < total
                 signum = stop.agreed()
                 if save is not None and (due or signum):
-                    save(Progress(completed, latents, *scheduler_state(pipe.scheduler)))
+                    save(Progress(completed, latents, *scheduler_state(pipe.scheduler),
+                                  sampling=sampling.state()))
                     saved_at = completed
                 if signum:
                     raise interrupt.Interrupted(

@@ -94,9 +94,10 @@ def slow_porter(scheduler: str) -> str:
     """Source of a child process that runs the porter CLI with ``scheduler``'s step
     slowed down, so a signal sent after a checkpoint lands mid-denoising."""
     return f"""\
-import sys, time
+import functools, sys, time
 import diffusers
 step = diffusers.{scheduler}.step
+@functools.wraps(step)  # the same signature: pipelines pass what it names (generator)
 def slow(self, *args, **kwargs):
     time.sleep(0.5)
     return step(self, *args, **kwargs)

@@ -44,10 +44,10 @@ def problems(recipe, family) -> list:
                 "cache.method", "the guidance cache needs classifier-free guidance: "
                 f"guidance_scale {recipe.generate.guidance_scale} runs one branch",
                 hint="set generate.guidance_scale above 1, or another method"))
-        if not family.guidance_cache:
+        if not family.staged:
             found.append(recipe.problem(
-                "cache.method", f"family {family.name!r} does not let Porter leave out "
-                "one branch of its guidance (a pipeline's own loop, or a plugin without it)",
+                "cache.method", f"family {family.name!r} runs the pipeline's own loop: "
+                "Porter cannot leave out one branch of its guidance",
                 hint="methods for it: magcache, first_block, taylorseer"))
         if recipe.generate.cfg_parallel:
             found.append(recipe.problem(

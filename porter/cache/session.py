@@ -46,7 +46,6 @@ class Caching:
         self.guidance = None
         if self.chosen.method == "guidance":
             self.guidance = GuidanceCache(settings(recipe), recipe.generate.steps, start_step)
-        pipe._porter_guidance = self.guidance
 
     def _ratios(self, recipe, name: str) -> list[float]:
         from porter.cache import calibration, ratios_file

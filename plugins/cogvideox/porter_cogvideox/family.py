@@ -1,22 +1,34 @@
-"""CogVideoX 1.0 (2b, 5b) and 1.5 text-to-video.
+"""CogVideoX 1.0 (2b, 5b) and 1.5, text-to-video and image-to-video, split into the
+steps Porter drives.
 
-The pipeline's own __call__ runs (as for the generic family): it already
-batches the two guidance passes, so the data axis splits them. What this
-plugin adds: tiny models, official configurations, frame-count rules, and
-rotary tables built on the host. Its schedulers (CogVideoXDDIM, CogVideoXDPM)
-need nothing of their own: ``porter.schedulers`` serves every scheduler.
+Each step mirrors ``diffusers.CogVideoXPipeline.__call__`` (and
+``CogVideoXImageToVideoPipeline``'s) so that a Porter run and a plain diffusers
+run from the same seed agree: one CPU generator draws the noise (after the
+image's latent sample, for image-to-video) and, with CogVideoX's DPM-Solver, a
+fresh draw at every step; CogVideoX 1.5 pads the latent frames to its temporal
+patch and drops the padding before decoding. Rotary tables are built on the host
+once (the ``cogvideox.rope_cache`` patch) and kept with the conditioning.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
-from porter.generic import GenericFamily
+import torch
+
+from porter import guidance
+from porter.family import ModelFamily
+from porter.interop import to_host
 from porter.loading import source_kind
+from porter.transforms.dtypes import DTYPES
+
+#: ``generate.extra`` keys this family reads (the pipeline's own arguments)
+EXTRA = ("use_dynamic_cfg",)
 
 
-class CogVideoXFamily(GenericFamily):
+class CogVideoXFamily(ModelFamily):
     name = "cogvideox"
     summary = ("CogVideoX 1.0 (2b, 5b) and 1.5 text-to-video (CogVideoXPipeline); "
                "image-to-video (variant v1-i2v, CogVideoXImageToVideoPipeline)")
@@ -52,7 +64,7 @@ class CogVideoXFamily(GenericFamily):
 
     def starter_generate(self):
         return {**super().starter_generate(), "height": 16, "width": 16, "frames": 9,
-                "guidance_scale": 6.0, "max_sequence_length": 16}
+                "guidance_scale": 6.0, "max_sequence_length": 16, "cfg_parallel": True}
 
     def version(self, recipe) -> str | None:
         """'1.5' when the transformer patches time (patch_size_t), else '1.0'."""
@@ -70,13 +82,27 @@ class CogVideoXFamily(GenericFamily):
         return "1.5" if configs["transformer"][2].get("patch_size_t") else "1.0"
 
     def check(self, recipe):
-        problems = [p for p in super().check(recipe) if p.path != "model.source"]
-        image = recipe.generate.image
+        problems = super().check(recipe)
+        gen = recipe.generate
+        image = gen.image
         if self.is_i2v(recipe) and not (image and recipe.file_path("generate.image",
                                                                     image).is_file()):
             problems.append(recipe.problem("generate.image", "image-to-video needs an "
                                            "existing image file",
                                            hint="generate.image: path/to/first_frame.png"))
+        if image is not None and not self.is_i2v(recipe):
+            problems.append(recipe.problem("generate.image", "CogVideoX text-to-video takes "
+                                           "no image", hint="for image-to-video: "
+                                           "model.variant: v1-i2v"))
+        for key in ("last_image", "guidance_scale_2"):
+            if getattr(gen, key) is not None:
+                problems.append(recipe.problem(f"generate.{key}", "CogVideoX takes no "
+                                               f"{key.replace('_', ' ')}",
+                                               hint=f"leave generate.{key} out"))
+        for key in sorted(set(gen.extra) - set(EXTRA)):
+            problems.append(recipe.problem(f"generate.extra.{key}", f"CogVideoX reads no "
+                                           f"{key!r} from generate.extra",
+                                           hint="it reads: " + ", ".join(EXTRA)))
         frames, version = recipe.generate.frames, self.version(recipe)
         if version == "1.5" and ((frames - 1) % 4 or ((frames - 1) // 4 + 1) % 2 == 0):
             below = max(9, frames - (frames - 1) % 8)
@@ -100,6 +126,134 @@ class CogVideoXFamily(GenericFamily):
                 problems.append(recipe.problem(f"generate.{key}", "CogVideoX needs a "
                                                "multiple of 16 (VAE 8 x patch 2)"))
         return problems
+
+
+    # ------------------------------------------------------------------ the steps
+
+    def _frames(self, pipe, recipe) -> tuple[int, int]:
+        """(latent frames, latent frames after CogVideoX 1.5's padding to its temporal
+        patch)."""
+        frames = (recipe.generate.frames - 1) // pipe.vae_scale_factor_temporal + 1
+        patch = pipe.transformer.config.patch_size_t
+        return frames, frames + (-frames % patch if patch else 0)
+
+    @staticmethod
+    def _latent_dtype(pipe, recipe):
+        """The latents' dtype: the prompt embeddings' (the pipeline's ``prompt_embeds
+        .dtype``), the text encoder's unless ``dtypes.text_embeddings`` casts them."""
+        cast = recipe.dtypes.text_embeddings
+        return DTYPES[cast] if cast else pipe.text_encoder.dtype
+
+    def encode(self, pipe, recipe):
+        gen = recipe.generate
+        device = torch.device("jax")
+        prompt, negative = pipe.encode_prompt(
+            gen.prompt, gen.negative_prompt, do_classifier_free_guidance=guidance.guided(recipe),
+            num_videos_per_prompt=1, max_sequence_length=self.text_length(recipe),
+            device=device)
+        conditioning = {"prompt": prompt}
+        if negative is not None:
+            conditioning["negative"] = negative
+        _, padded = self._frames(pipe, recipe)
+        if pipe.transformer.config.use_rotary_positional_embeddings:
+            cos, sin = pipe._prepare_rotary_positional_embeddings(gen.height, gen.width,
+                                                                  padded, device)
+            conditioning.update(rotary_cos=cos, rotary_sin=sin)
+        if self.is_i2v(recipe):
+            conditioning["image_latents"] = self._image_latents(pipe, recipe, padded, device)
+        return conditioning
+
+    def _image_latents(self, pipe, recipe, padded: int, device):
+        """The given frame's latents, as the image-to-video pipeline makes them: sampled
+        from the VAE's distribution with the run's generator (before the noise is
+        drawn), then zero frames after it."""
+        from porter.images import load_image
+
+        gen, dtype = recipe.generate, self._latent_dtype(pipe, recipe)
+        image = load_image(recipe.file_path("generate.image", gen.image))
+        pixels = pipe.video_processor.preprocess(image, height=gen.height, width=gen.width)
+        generator = torch.Generator("cpu").manual_seed(gen.seed)
+        frames = (padded - 1) * pipe.vae_scale_factor_temporal + 1
+        _, image_latents = pipe.prepare_latents(
+            pixels.to(device, dtype=dtype), 1, pipe.transformer.config.in_channels // 2,
+            frames, gen.height, gen.width, dtype, device, generator)
+        return image_latents
+
+    def initial_latents(self, pipe, recipe, generator):
+        from diffusers.utils.torch_utils import randn_tensor
+
+        gen, config = recipe.generate, pipe.transformer.config
+        spatial = pipe.vae_scale_factor_spatial
+        height, width = gen.height // spatial, gen.width // spatial
+        channels = config.in_channels
+        if self.is_i2v(recipe):
+            channels //= 2  # the other half are the image latents
+            # the image's latent sample came first from the same stream: draw it again
+            randn_tensor((1, pipe.vae.config.latent_channels, 1, height, width),
+                         generator=generator, device=torch.device("cpu"),
+                         dtype=pipe.vae.dtype)
+        _, padded = self._frames(pipe, recipe)
+        latents = randn_tensor((1, padded, channels, height, width), generator=generator,
+                               device=torch.device("cpu"),
+                               dtype=self._latent_dtype(pipe, recipe))
+        return latents * pipe.scheduler.init_noise_sigma
+
+    def timesteps(self, pipe, recipe):
+        pipe.scheduler.set_timesteps(recipe.generate.steps, device="jax")
+        return pipe.scheduler.timesteps
+
+    def denoiser(self, pipe, timestep, sampling, recipe):
+        """CogVideoX's dynamic guidance (``generate.extra.use_dynamic_cfg``) grows the
+        scale along a cosine as the timestep falls."""
+        scale, steps = recipe.generate.guidance_scale, recipe.generate.steps
+        if recipe.generate.extra.get("use_dynamic_cfg"):
+            t = to_host(timestep).item()
+            scale = 1 + scale * ((1 - math.cos(math.pi * ((steps - t) / steps) ** 5.0)) / 2)
+        return pipe.transformer, scale
+
+    def model_input(self, pipe, latents, timestep, conditioning, model):
+        latents = pipe.scheduler.scale_model_input(latents, timestep)
+        if "image_latents" in conditioning:  # noise and the image's latents side by side
+            latents = torch.cat([latents, conditioning["image_latents"]], dim=2)
+        return latents
+
+    def call(self, model, model_input, timestep, branch, conditioning):
+        rotary = None
+        if "rotary_cos" in conditioning:
+            rotary = (conditioning["rotary_cos"], conditioning["rotary_sin"])
+        extra = {}
+        if "image_latents" in conditioning:  # CogVideoX1.5-I2V's frame-rate embedding
+            extra["ofs"] = (None if model.config.ofs_embed_dim is None
+                            else model_input.new_full((1,), fill_value=2.0))
+        noise = model(hidden_states=model_input, encoder_hidden_states=branch["prompt"],
+                      timestep=timestep.expand(model_input.shape[0]), **extra,
+                      image_rotary_emb=rotary, attention_kwargs=None, return_dict=False)[0]
+        return noise.float()
+
+    def step(self, pipe, noise, timestep, latents, sampling):
+        from diffusers import CogVideoXDPMScheduler
+
+        dtype = latents.dtype
+        extra = pipe.prepare_extra_step_kwargs(sampling.generator, 0.0)
+        if not isinstance(pipe.scheduler, CogVideoXDPMScheduler):
+            latents = pipe.scheduler.step(noise, timestep, latents, **extra,
+                                          return_dict=False)[0]
+        else:  # DPM-Solver: the previous step's clean-sample prediction rides along
+            index = sampling.index
+            back = sampling.timesteps[index - 1] if index > 0 else None
+            latents, sampling.carry["old_pred_original_sample"] = pipe.scheduler.step(
+                noise, sampling.carry.get("old_pred_original_sample"), timestep, back,
+                latents, **extra, return_dict=False)
+        return latents.to(dtype)
+
+    def decode(self, pipe, latents, recipe):
+        """CogVideoX 1.5's padding frames dropped (at the front, as diffusers does), then
+        the VAE; the latents keep them, as the pipeline's last step has them."""
+        frames, padded = self._frames(pipe, recipe)
+        video = pipe.decode_latents(latents[:, padded - frames:].to("jax"))
+        frames = pipe.video_processor.postprocess_video(video=to_host(video).float(),
+                                                        output_type="np")[0]
+        return (frames * 255).round().clip(0, 255).astype("uint8")
 
     def programs(self, recipe, modules):
         from porter_cogvideox.programs import programs
@@ -137,7 +291,7 @@ class CogVideoXFamily(GenericFamily):
 
     def transformer_inputs(self, recipe, config):
         gen = recipe.generate
-        batch = 2 if gen.guidance_scale > 1.0 else 1  # the pipeline batches the passes
+        batch = guidance.batch(recipe)
         frames = (gen.frames - 1) // 4 + 1
         if config.get("patch_size_t"):
             frames += frames % config["patch_size_t"]  # the pipeline pads to the patch

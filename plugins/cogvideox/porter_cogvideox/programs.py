@@ -1,12 +1,13 @@
-"""The compiled programs of one CogVideoX video, at a recipe's shapes: what diffusers'
-``CogVideoXPipeline`` (and its image-to-video sibling) calls each compiled component
-with (``porter compile`` lowers them; tests hold them to what a tiny run calls).
+"""The compiled programs of one CogVideoX video, at a recipe's shapes: what a run calls
+each compiled component with (``porter compile`` lowers them; tests hold them to what a
+tiny run calls).
 """
 
 from __future__ import annotations
 
 import torch
 
+from porter import guidance
 from porter.aot.programs import Input, Program
 from porter.transforms.dtypes import component_dtype
 
@@ -14,8 +15,8 @@ from porter.transforms.dtypes import component_dtype
 def programs(family, recipe, modules: dict) -> list[Program]:
     gen = recipe.generate
     config = modules["transformer"].config
-    guided = gen.guidance_scale > 1.0
-    batch = 2 if guided else 1  # the pipeline batches the two guidance passes
+    guided, batch = guidance.guided(recipe), guidance.batch(recipe)
+    passes = 2 if guided and batch == 1 else 1
     dtype = component_dtype(recipe, "transformer")
     text = family.text_length(recipe)
     frames, height, width = _latent_grid(recipe, modules)
@@ -31,9 +32,10 @@ def programs(family, recipe, modules: dict) -> list[Program]:
         kwargs["ofs"] = Input((1,), dtype) if config.get("ofs_embed_dim") else None
     kwargs["image_rotary_emb"] = _rotary(config, padded, height, width)
     kwargs.update(attention_kwargs=None, return_dict=False)
-    found.append(Program("transformer", "forward", (), kwargs, calls=gen.steps,
-                         note="cond and uncond batched" if guided else "one pass",
-                         per_step=1))
+    note = ("cond and uncond batched" if batch == 2 else
+            "cond and uncond, one call each" if passes == 2 else "one pass")
+    found.append(Program("transformer", "forward", (), kwargs, calls=gen.steps * passes,
+                         note=note, per_step=passes))
     found.append(Program("vae", "decode", (Input((1, modules["vae"].config["latent_channels"],
                                                   frames, height, width),
                                                  component_dtype(recipe, "vae")),),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from porter import cache
+from porter import guidance
 from porter.family import ModelFamily
 from porter.interop import to_host
 from porter.transforms import rotary
@@ -30,7 +30,6 @@ class WanFamily(ModelFamily):
     # Wan writes rotated q and k into strided slices: keep that out of a scatter
     rotary_patch = "wan.rope_cache"
     embedding_keys = ("prompt", "negative", "image_embeds")
-    guidance_cache = True
     scan_blocks = True  # each block's output is the next one's input
     compiled = {"text_encoder": ("forward",), "image_encoder": ("forward",),
                 "transformer": ("forward",), "transformer_2": ("forward",),
@@ -162,14 +161,10 @@ class WanFamily(ModelFamily):
                 "every step")]
         return []
 
-    @staticmethod
-    def guided(recipe) -> bool:
-        return recipe.generate.guidance_scale > 1.0
-
     def encode(self, pipe, recipe):
         gen = recipe.generate
         prompt, negative = pipe.encode_prompt(
-            gen.prompt, gen.negative_prompt, do_classifier_free_guidance=self.guided(recipe),
+            gen.prompt, gen.negative_prompt, do_classifier_free_guidance=guidance.guided(recipe),
             max_sequence_length=gen.max_sequence_length, device="jax")
         dtype = self.experts(pipe)[0].dtype
         conditioning = {"prompt": prompt.to(dtype)}
@@ -199,10 +194,9 @@ class WanFamily(ModelFamily):
         return ((gen.frames - 1) // layout.temporal + 1, gen.height // layout.spatial,
                 gen.width // layout.spatial)
 
-    def initial_latents(self, pipe, recipe):
+    def initial_latents(self, pipe, recipe, generator):
         from diffusers.utils.torch_utils import randn_tensor
 
-        generator = torch.Generator("cpu").manual_seed(recipe.generate.seed)
         # the noise is drawn first, exactly as both Wan pipelines draw it
         shape = (1, pipe.vae.config.z_dim, *self._grid(recipe, Layout.of_pipe(pipe)))
         return randn_tensor(shape, generator=generator, device=torch.device("cpu"),
@@ -214,15 +208,12 @@ class WanFamily(ModelFamily):
         pipe.scheduler.set_begin_index(0)
         return pipe.scheduler.timesteps
 
-    def batch(self, recipe) -> int:
-        return 2 if recipe.generate.cfg_parallel and self.guided(recipe) else 1
-
     def programs(self, recipe, modules):
         from porter_wan.programs import programs
         return programs(self, recipe, modules)
 
     def transformer_inputs(self, recipe, config):
-        gen, batch, layout = recipe.generate, self.batch(recipe), self._layout(recipe)
+        gen, batch, layout = recipe.generate, guidance.batch(recipe), self._layout(recipe)
         latent = (batch, config["in_channels"], *self._grid(recipe, layout))
         # TI2V: one timestep per token (the first frame's are 0 in image mode)
         timestep = (batch, self._tokens(recipe, config)) if layout.expand_timesteps else (batch,)
@@ -254,7 +245,7 @@ class WanFamily(ModelFamily):
         return [m for m in (pipe.transformer, getattr(pipe, "transformer_2", None))
                 if m is not None]
 
-    def expert(self, pipe, timestep, recipe):
+    def denoiser(self, pipe, timestep, sampling, recipe):
         """The transformer and guidance scale for this step, switched as diffusers does:
         the high-noise expert while t >= boundary_ratio * num_train_timesteps."""
         boundary = self._boundary(pipe)
@@ -317,8 +308,8 @@ class WanFamily(ModelFamily):
                      + 2 * text * width * width * 2          # cross-attention k, v
                      + 2 * 2 * tokens * text * width         # cross scores and sum
                      + 2 * tokens * width * ffn * 2)         # FFN in and out
-        passes = 2 if self.guided(recipe) else 1
-        heads, batch = config["num_attention_heads"], self.batch(recipe)
+        passes = 2 if guidance.guided(recipe) else 1
+        heads, batch = config["num_attention_heads"], guidance.batch(recipe)
         return {"tokens": tokens,
                 "flops_per_step": passes * config["num_layers"] * per_block,
                 # per transformer call (both passes in one batch only with cfg_parallel):
@@ -328,56 +319,26 @@ class WanFamily(ModelFamily):
                 "attention": {"self": (batch, heads, tokens, tokens),
                               "cross": (batch, heads, tokens, text)}}
 
-    def predict(self, pipe, latents, timestep, conditioning, recipe):
-        model, scale = self.expert(pipe, timestep, recipe)
-        model_input = latents
+    def model_input(self, pipe, latents, timestep, conditioning, model):
         if "condition" in conditioning:  # image-to-video: noise + mask + given frames
-            model_input = torch.cat([latents, conditioning["condition"]], dim=1)
-        if "frame_mask" in conditioning:  # TI2V: per-token timesteps, the given frame kept
-            mask = conditioning["frame_mask"]
-            model_input = self.final_latents(pipe, latents, conditioning)
-            # one timestep per token of the patch grid (patches are 2x2, as diffusers has it)
+            latents = torch.cat([latents, conditioning["condition"]], dim=1)
+        elif "frame_mask" in conditioning:  # TI2V: the given frame kept at every step
+            latents = self.final_latents(pipe, latents, conditioning)
+        return latents.to(model.dtype)
+
+    def call(self, model, model_input, timestep, branch, conditioning):
+        batch = model_input.shape[0]
+        if "frame_mask" in conditioning:  # TI2V: one timestep per token of the patch grid
+            mask = conditioning["frame_mask"]  # (patches are 2x2, as diffusers has it)
             timestep = (mask[0][0][:, ::2, ::2] * timestep).flatten().unsqueeze(0)
-        model_input = model_input.to(model.dtype)
-        image = conditioning.get("image_embeds")
-        if "negative" not in conditioning:
-            with cache.context(model, "cond"):
-                return self._call(model, model_input, timestep, conditioning["prompt"], image)
-        reuse = getattr(pipe, "_porter_guidance", None)  # the guidance cache, if any
-        if reuse is not None and not reuse.computes_unconditional(model):
-            with cache.context(model, "cond"):
-                noise = self._call(model, model_input, timestep, conditioning["prompt"], image)
-            uncond = reuse.estimated(noise)
-        else:
-            noise, uncond = self._guided(model, model_input, timestep, conditioning, image,
-                                         recipe)
-            if reuse is not None:
-                reuse.kept(noise, uncond)
-        return uncond + scale * (noise - uncond)
-
-    def _guided(self, model, model_input, timestep, conditioning, image, recipe):
-        """Both branches' predictions: (conditional, unconditional)."""
-        if self.batch(recipe) == 2:
-            # one call, batch [cond, uncond]: the data axis can split it
-            both = torch.cat([model_input, model_input])
-            text = torch.cat([conditioning["prompt"], conditioning["negative"]])
-            images = None if image is None else torch.cat([image, image])
-            with cache.context(model, "cond_uncond"):
-                return self._call(model, both, timestep, text, images).chunk(2)
-        # as WanPipeline: each branch keeps its own step-cache state
-        with cache.context(model, "cond"):
-            noise = self._call(model, model_input, timestep, conditioning["prompt"], image)
-        with cache.context(model, "uncond"):
-            uncond = self._call(model, model_input, timestep, conditioning["negative"], image)
-        return noise, uncond
-
-    @staticmethod
-    def _call(model, latents, timestep, text, image=None):
-        extra = {} if image is None else {"encoder_hidden_states_image": image}
         # (batch,) or, with per-token timesteps, (batch, tokens)
-        timestep = timestep.expand(latents.shape[0], *timestep.shape[1:])
-        return model(hidden_states=latents, timestep=timestep,
-                     encoder_hidden_states=text, return_dict=False, **extra)[0]
+        timestep = timestep.expand(batch, *timestep.shape[1:])
+        extra = {}
+        if "image_embeds" in conditioning:
+            image = conditioning["image_embeds"]
+            extra["encoder_hidden_states_image"] = torch.cat([image] * batch)
+        return model(hidden_states=model_input, timestep=timestep,
+                     encoder_hidden_states=branch["prompt"], return_dict=False, **extra)[0]
 
     def final_latents(self, pipe, latents, conditioning):
         """TI2V image mode: the given first frame in place of the denoised one (at every

@@ -14,18 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from porter.errors import UsageError
+from porter.images import load_image
 from porter.interop import to_host
-
-
-def load_image(path):
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        return Image.open(path).convert("RGB")
-    except (OSError, UnidentifiedImageError) as exc:
-        raise UsageError(f"cannot read image {str(path)!r}: {exc}",
-                         hint="give a PNG or JPEG file") from None
 
 
 def conditioning(pipe, recipe, layout, grid) -> dict:

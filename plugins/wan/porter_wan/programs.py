@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from porter import guidance
 from porter.aot.programs import Input, Program
 from porter.transforms.dtypes import component_dtype
 
@@ -50,8 +51,8 @@ def _encode(recipe, modules, layout) -> list[Program]:
 
 def _denoise(family, recipe, modules, layout) -> list[Program]:
     gen = recipe.generate
-    batch = family.batch(recipe)
-    passes = 2 if family.guided(recipe) and batch == 1 else 1
+    batch = guidance.batch(recipe)
+    passes = 2 if guidance.guided(recipe) and batch == 1 else 1
     found = []
     for name, steps in _expert_steps(family, recipe, layout).items():
         config = modules[name].config
