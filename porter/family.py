@@ -97,6 +97,12 @@ class ModelFamily:
         """Prepare ``pipe.scheduler`` and return the timesteps to iterate."""
         raise NotImplementedError
 
+    def cfg_scale(self, recipe) -> float:
+        """The classifier-free guidance scale the recipe asks for: above 1, both branches
+        run (a guidance-distilled model that takes its scale as an input says 1 unless
+        the recipe asks for true guidance too)."""
+        return recipe.generate.guidance_scale
+
     def denoiser(self, pipe, timestep, sampling, recipe):
         """The transformer that predicts this step and its guidance scale (two experts
         switch at a boundary; a schedule may vary the scale). ``sampling``:

@@ -5,7 +5,8 @@ and which conditioning entries belong to which branch
 (``ModelFamily.guidance_pairs``: conditional entry -> unconditional entry); the
 core decides how the branches run:
 
-- unguided (``guidance_scale`` <= 1, no unconditional entries): one call;
+- unguided (``ModelFamily.cfg_scale`` <= 1: ``encode`` made no unconditional
+  entries): one call;
 - ``generate.cfg_parallel``: both branches as one batch of 2, [cond, uncond]
   (the data axis can split it);
 - otherwise two calls, each with its own step-cache state (``cond``, ``uncond``);
@@ -23,14 +24,14 @@ import torch
 from porter import cache
 
 
-def guided(recipe) -> bool:
-    """Whether the recipe asks for classifier-free guidance."""
-    return recipe.generate.guidance_scale > 1.0
+def guided(family, recipe) -> bool:
+    """Whether the recipe asks for classifier-free guidance (two branches)."""
+    return family.cfg_scale(recipe) > 1.0
 
 
-def batch(recipe) -> int:
+def batch(family, recipe) -> int:
     """The transformer's batch: 2 when both branches run as one call."""
-    return 2 if recipe.generate.cfg_parallel and guided(recipe) else 1
+    return 2 if recipe.generate.cfg_parallel and guided(family, recipe) else 1
 
 
 def predict(family, pipe, latents, timestep, conditioning: dict, recipe, sampling,
@@ -39,7 +40,8 @@ def predict(family, pipe, latents, timestep, conditioning: dict, recipe, samplin
     if the recipe has one."""
     model, scale = family.denoiser(pipe, timestep, sampling, recipe)
     model_input = family.model_input(pipe, latents, timestep, conditioning, model)
-    pairs = family.guidance_pairs
+    pairs = {key: negative for key, negative in family.guidance_pairs.items()
+             if key in conditioning}  # a family may pair entries only some models make
     cond = {key: conditioning[key] for key in pairs}
     if not all(negative in conditioning for negative in pairs.values()):
         with cache.context(model, "cond"):
@@ -49,7 +51,7 @@ def predict(family, pipe, latents, timestep, conditioning: dict, recipe, samplin
         with cache.context(model, "cond"):
             noise = family.call(model, model_input, timestep, cond, conditioning)
         return _combined(noise, reuse.estimated(noise), scale)
-    if batch(recipe) == 2:
+    if batch(family, recipe) == 2:
         both = {key: torch.cat([cond[key], uncond[key]]) for key in pairs}
         with cache.context(model, "cond_uncond"):
             noise, unguided = family.call(model, torch.cat([model_input, model_input]),

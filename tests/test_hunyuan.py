@@ -156,3 +156,57 @@ def test_real_15_recipe_plans():
     assert 15 * 2**30 < transformer["bytes"] < 16 * 2**30  # 8.3 B parameters in bf16
     glyph = next(c for c in built["components"] if c["component"] == "text_encoder_2")
     assert glyph["bytes"] % 4 == 0 and glyph["bytes"] > 800 * 2**20  # float32 ByT5
+
+
+@pytest.mark.slow
+def test_true_guidance_matches_diffusers(tmp_path):
+    """HunyuanVideo is guidance-distilled; ``true_cfg_scale`` adds real classifier-free
+    guidance: two branches, batched over the data axis here."""
+    from porter_hunyuan.tiny import build_pipeline
+
+    loaded = recipe.load(TINY, ["generate.steps=2", "generate.negative_prompt=blurry",
+                                "generate.extra={true_cfg_scale: 3.0}", "mesh.dp=2",
+                                "generate.cfg_parallel=true", f"output.dir={tmp_path}"])
+    result = run_recipe(loaded)
+    pipe = build_pipeline()
+    for module in (pipe.transformer, pipe.vae, pipe.text_encoder, pipe.text_encoder_2):
+        module.eval()
+    gen = loaded.generate
+    expected = pipe(gen.prompt, negative_prompt=gen.negative_prompt, true_cfg_scale=3.0,
+                    height=gen.height, width=gen.width, num_frames=gen.frames,
+                    num_inference_steps=gen.steps, guidance_scale=gen.guidance_scale,
+                    max_sequence_length=16, generator=torch.Generator().manual_seed(gen.seed),
+                    output_type="np").frames[0]
+    assert np.abs((expected * 255).round() - result.frames).max() <= 1
+    unguided = run_recipe(recipe.load(TINY, ["generate.steps=2", "generate.negative_prompt="
+                                             "blurry", f"output.dir={tmp_path / 'one'}"]))
+    assert np.abs(unguided.frames.astype(int) - result.frames).max() > 1  # it guided
+
+
+@pytest.mark.slow
+def test_15_interrupted_run_resumes_bit_identically(tmp_path, monkeypatch):
+    import signal
+
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from porter.interrupt import Interrupted
+    from porter.run import run
+
+    whole = run_recipe(recipe.load(TINY_15, [f"output.dir={tmp_path / 'whole'}"]))
+    loaded = recipe.load(TINY_15, [f"output.dir={tmp_path / 'part'}"])
+    step, calls = FlowMatchEulerDiscreteScheduler.step, []
+
+    def signalled(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            signal.raise_signal(signal.SIGINT)  # a real signal, to this process
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(FlowMatchEulerDiscreteScheduler, "step", signalled)
+    with pytest.raises(Interrupted):
+        run(loaded, plugins.registry(), progress=False)
+    monkeypatch.setattr(FlowMatchEulerDiscreteScheduler, "step", step)
+    resumed = run(loaded, plugins.registry(), progress=False, resume=True)
+    assert resumed.data["timings"]["resumed_from_step"] == 2
+    assert torch.equal(resumed.latents, whole.latents)
+    assert (resumed.frames == whole.frames).all()

@@ -39,16 +39,16 @@ def problems(recipe, family) -> list:
             found.append(recipe.problem("cache.start", f"the window starts ({chosen.start}) "
                                         f"at or after its end ({chosen.end})",
                                         hint="start < end, as fractions of the steps"))
-        if recipe.generate.guidance_scale <= 1.0:
-            found.append(recipe.problem(
-                "cache.method", "the guidance cache needs classifier-free guidance: "
-                f"guidance_scale {recipe.generate.guidance_scale} runs one branch",
-                hint="set generate.guidance_scale above 1, or another method"))
         if not family.staged:
             found.append(recipe.problem(
                 "cache.method", f"family {family.name!r} runs the pipeline's own loop: "
                 "Porter cannot leave out one branch of its guidance",
                 hint="methods for it: magcache, first_block, taylorseer"))
+        elif family.cfg_scale(recipe) <= 1.0:
+            found.append(recipe.problem(
+                "cache.method", "the guidance cache needs classifier-free guidance: a "
+                f"scale of {family.cfg_scale(recipe)} runs one branch",
+                hint="set generate.guidance_scale above 1, or another method"))
         if recipe.generate.cfg_parallel:
             found.append(recipe.problem(
                 "cache.method", "the guidance cache runs the branches apart: with "

@@ -148,7 +148,7 @@ class CogVideoXFamily(ModelFamily):
         gen = recipe.generate
         device = torch.device("jax")
         prompt, negative = pipe.encode_prompt(
-            gen.prompt, gen.negative_prompt, do_classifier_free_guidance=guidance.guided(recipe),
+            gen.prompt, gen.negative_prompt, do_classifier_free_guidance=guidance.guided(self, recipe),
             num_videos_per_prompt=1, max_sequence_length=self.text_length(recipe),
             device=device)
         conditioning = {"prompt": prompt}
@@ -291,7 +291,7 @@ class CogVideoXFamily(ModelFamily):
 
     def transformer_inputs(self, recipe, config):
         gen = recipe.generate
-        batch = guidance.batch(recipe)
+        batch = guidance.batch(self, recipe)
         frames = (gen.frames - 1) // 4 + 1
         if config.get("patch_size_t"):
             frames += frames % config["patch_size_t"]  # the pipeline pads to the patch

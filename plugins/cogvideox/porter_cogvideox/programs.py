@@ -15,7 +15,7 @@ from porter.transforms.dtypes import component_dtype
 def programs(family, recipe, modules: dict) -> list[Program]:
     gen = recipe.generate
     config = modules["transformer"].config
-    guided, batch = guidance.guided(recipe), guidance.batch(recipe)
+    guided, batch = guidance.guided(family, recipe), guidance.batch(family, recipe)
     passes = 2 if guided and batch == 1 else 1
     dtype = component_dtype(recipe, "transformer")
     text = family.text_length(recipe)

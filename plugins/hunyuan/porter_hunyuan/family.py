@@ -1,20 +1,34 @@
-"""HunyuanVideo text-to-video.
+"""HunyuanVideo and HunyuanVideo 1.5 text-to-video, split into the steps Porter drives.
 
-The pipeline's own __call__ runs (as for the generic family); the plugin adds a
-tiny model, official configurations, shape rules and the rotary cache. The
-joint attention's text padding mask reaches attention as a boolean key mask,
-which every Porter attention backend applies exactly.
+Each step mirrors ``diffusers.HunyuanVideoPipeline.__call__`` (and
+``HunyuanVideo15Pipeline``'s) so that a Porter run and a plain diffusers run from
+the same seed agree. HunyuanVideo is guidance-distilled: ``guidance_scale`` reaches
+the transformer as an input, and two branches run only for true guidance
+(``generate.extra.true_cfg_scale`` above 1). HunyuanVideo 1.5 guides as its guider
+component does (classifier-free guidance at ``guidance_scale``). The joint
+attention's text padding mask reaches attention as a boolean key mask, which every
+Porter attention backend applies exactly.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from porter.generic import GenericFamily
+from porter import guidance
+from porter.errors import UsageError
+from porter.family import ModelFamily
+from porter.interop import to_host
 from porter.transforms import rotary
 
+#: ``generate.extra`` keys each model reads (HunyuanVideoPipeline's own arguments)
+EXTRA = {"v1": ("true_cfg_scale",), "v1.5": ()}
 
-class HunyuanFamily(GenericFamily):
+#: HunyuanVideoPipeline's own text length (tokens kept after its prompt template)
+TEXT_TOKENS = 256
+
+
+class HunyuanFamily(ModelFamily):
     name = "hunyuan"
     summary = ("HunyuanVideo (HunyuanVideoPipeline) and HunyuanVideo 1.5 "
                "(HunyuanVideo15Pipeline, variant v1.5) text-to-video")
@@ -41,16 +55,18 @@ class HunyuanFamily(GenericFamily):
             return build_pipeline_15(guidance_scale=recipe.generate.guidance_scale)
         return build_pipeline()
 
-    def call_kwargs(self, recipe, cls):
-        kwargs = super().call_kwargs(recipe, cls)
-        if self.is_15(recipe):
-            kwargs.pop("guidance_scale", None)  # 1.5 guides through its guider component
-        return kwargs
+    #: conditional -> unconditional entries: the text embeddings, their masks and
+    #: (HunyuanVideo) the pooled CLIP embedding or (1.5) the glyph encoder's
+    guidance_pairs = {"prompt": "negative", "prompt_mask": "negative_mask",
+                      "prompt_pooled": "negative_pooled", "prompt_2": "negative_2",
+                      "prompt_mask_2": "negative_mask_2"}
+    embedding_keys = ("prompt", "negative", "prompt_pooled", "negative_pooled", "prompt_2",
+                      "negative_2")
 
-    def generate(self, pipe, recipe):
+    def cfg_scale(self, recipe):
         if self.is_15(recipe):
-            pipe.guider.guidance_scale = recipe.generate.guidance_scale
-        return super().generate(pipe, recipe)
+            return recipe.generate.guidance_scale
+        return float(recipe.generate.extra.get("true_cfg_scale", 1.0))
 
     def programs(self, recipe, modules):
         from porter_hunyuan.programs import programs
@@ -65,7 +81,18 @@ class HunyuanFamily(GenericFamily):
                 "guidance_scale": 6.0, "max_sequence_length": 16}
 
     def check(self, recipe):
-        problems = [p for p in super().check(recipe) if p.path != "model.source"]
+        problems = super().check(recipe)
+        gen = recipe.generate
+        for key in ("image", "last_image", "guidance_scale_2"):
+            if getattr(gen, key) is not None:
+                problems.append(recipe.problem(f"generate.{key}", "HunyuanVideo text-to-video "
+                                               f"takes no {key.replace('_', ' ')}",
+                                               hint=f"leave generate.{key} out"))
+        known = EXTRA["v1.5" if self.is_15(recipe) else "v1"]
+        for key in sorted(set(gen.extra) - set(known)):
+            problems.append(recipe.problem(f"generate.extra.{key}", f"this HunyuanVideo reads "
+                                           f"no {key!r} from generate.extra",
+                                           hint="it reads: " + (", ".join(known) or "none")))
         frames = recipe.generate.frames
         if (frames - 1) % 4:
             below = frames - (frames - 1) % 4
@@ -79,12 +106,11 @@ class HunyuanFamily(GenericFamily):
         return problems
 
     def transformer_inputs(self, recipe, config):
-        gen = recipe.generate
+        gen, batch = recipe.generate, guidance.batch(self, recipe)
         if self.is_15(recipe):  # the tiny 1.5 VAE compresses 2 x 4; the real one 4 x 16
             time, space = (2, 4) if recipe.model.source == "tiny" else (4, 16)
-            batch = 2 if gen.guidance_scale > 1.0 else 1  # the guider batches the passes
         else:
-            time, space, batch = 4, 8, 1  # guidance is an embedded scale: one pass
+            time, space = 4, 8
         return {"hidden_states": (batch, config["in_channels"], (gen.frames - 1) // time + 1,
                                   gen.height // space, gen.width // space),
                 "timestep": (batch,)}
@@ -95,3 +121,112 @@ class HunyuanFamily(GenericFamily):
         fresh = type(rope)(rope.patch_size, rope.patch_size_t, rope.rope_dim, rope.theta)
         shape = self.transformer_inputs(recipe, pipe.transformer.config)["hidden_states"]
         return [(rope, tuple(shape[2:]), rotary.host_tables(fresh, shape), torch.float32)]
+
+    # ------------------------------------------------------------------ the steps
+
+    @staticmethod
+    def text_length(recipe) -> int:
+        """Text tokens per prompt: the recipe's, or the pipeline's own default."""
+        if recipe.sets("generate.max_sequence_length"):
+            return recipe.generate.max_sequence_length
+        return TEXT_TOKENS
+
+    def encode(self, pipe, recipe):
+        gen, device = recipe.generate, torch.device("jax")
+        dtype = pipe.transformer.dtype
+        texts = [("prompt", gen.prompt)]
+        if guidance.guided(self, recipe):
+            texts.append(("negative", gen.negative_prompt))
+        if self.is_15(recipe):
+            self._check_guider(pipe, recipe)
+            # no image: zero image embeddings, as the text-to-video pipeline passes them
+            found = {"image_embeds": torch.zeros(1, pipe.vision_num_semantic_tokens,
+                                                 pipe.vision_states_dim, dtype=dtype,
+                                                 device=device)}
+        else:  # guidance-distilled: the scale is an input (x 1000, as the pipeline has it)
+            found = {"guidance": torch.tensor([gen.guidance_scale], dtype=dtype,
+                                              device=device) * 1000.0}
+        for name, text in texts:
+            if self.is_15(recipe):
+                embeds, mask, embeds_2, mask_2 = pipe.encode_prompt(
+                    prompt=text, device=device, dtype=dtype, batch_size=1,
+                    num_videos_per_prompt=1)
+                found.update({name: embeds, f"{name}_mask": mask, f"{name}_2": embeds_2,
+                              f"{name}_mask_2": mask_2})
+            else:
+                embeds, pooled, mask = pipe.encode_prompt(
+                    prompt=text, num_videos_per_prompt=1, device=device,
+                    max_sequence_length=self.text_length(recipe))
+                found.update({name: embeds.to(dtype), f"{name}_mask": mask.to(dtype),
+                              f"{name}_pooled": pooled.to(dtype)})
+        return found
+
+    @staticmethod
+    def _check_guider(pipe, recipe) -> None:
+        """1.5 guides through its guider component: Porter's guidance is its plain
+        classifier-free guidance (the checkpoint's guider, with the recipe's scale)."""
+        from diffusers import ClassifierFreeGuidance
+
+        guider = pipe.guider
+        plain = (type(guider) is ClassifierFreeGuidance and not guider.guidance_rescale
+                 and not guider.use_original_formulation and guider._start == 0.0
+                 and guider._stop == 1.0 and guider._enabled)
+        if not plain:
+            raise UsageError(f"{recipe.model.source}: its guider ({type(guider).__name__}, "
+                             f"{dict(guider.config)}) is not plain classifier-free guidance, "
+                             "which Porter's staged loop runs",
+                             hint="guidance_rescale 0, start 0, stop 1, enabled")
+
+    def initial_latents(self, pipe, recipe, generator):
+        gen = recipe.generate
+        channels = (pipe.num_channels_latents if self.is_15(recipe)
+                    else pipe.transformer.config.in_channels)
+        dtype = pipe.transformer.dtype if self.is_15(recipe) else torch.float32
+        return pipe.prepare_latents(1, channels, gen.height, gen.width, gen.frames, dtype,
+                                    torch.device("cpu"), generator)
+
+    def timesteps(self, pipe, recipe):
+        from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import retrieve_timesteps
+
+        steps = recipe.generate.steps
+        sigmas = np.linspace(1.0, 0.0, steps + 1)[:-1]
+        timesteps, _ = retrieve_timesteps(pipe.scheduler, steps, "jax", sigmas=sigmas)
+        # A fixed start index avoids a value-dependent lookup in scheduler.step.
+        pipe.scheduler.set_begin_index(0)
+        return timesteps
+
+    def denoiser(self, pipe, timestep, sampling, recipe):
+        return pipe.transformer, self.cfg_scale(recipe)
+
+    def model_input(self, pipe, latents, timestep, conditioning, model):
+        if not hasattr(pipe, "guider"):  # HunyuanVideo: the latents alone
+            return latents.to(model.dtype)
+        # 1.5 text-to-video: no conditioning frames (zeros) and a zero mask beside them
+        batch, channels, frames, height, width = latents.shape
+        return torch.cat([latents, latents.new_zeros(batch, channels, frames, height, width),
+                          latents.new_zeros(batch, 1, frames, height, width)], dim=1)
+
+    def call(self, model, model_input, timestep, branch, conditioning):
+        batch = model_input.shape[0]
+        if "prompt_2" in branch:  # 1.5
+            image = conditioning["image_embeds"].expand(batch, -1, -1)
+            return model(hidden_states=model_input, image_embeds=image,
+                         timestep=timestep.expand(batch).to(model_input.dtype),
+                         attention_kwargs=None, return_dict=False,
+                         encoder_hidden_states=branch["prompt"],
+                         encoder_attention_mask=branch["prompt_mask"],
+                         encoder_hidden_states_2=branch["prompt_2"],
+                         encoder_attention_mask_2=branch["prompt_mask_2"])[0]
+        return model(hidden_states=model_input, timestep=timestep.expand(batch).float(),
+                     encoder_hidden_states=branch["prompt"],
+                     encoder_attention_mask=branch["prompt_mask"],
+                     pooled_projections=branch["prompt_pooled"],
+                     guidance=conditioning["guidance"].expand(batch), attention_kwargs=None,
+                     return_dict=False)[0]
+
+    def decode(self, pipe, latents, recipe):
+        vae = pipe.vae
+        latents = latents.to("jax").to(vae.dtype) / vae.config.scaling_factor
+        video = to_host(vae.decode(latents, return_dict=False)[0])
+        frames = pipe.video_processor.postprocess_video(video.float(), output_type="np")[0]
+        return (frames * 255).round().clip(0, 255).astype("uint8")

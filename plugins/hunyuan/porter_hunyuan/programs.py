@@ -1,6 +1,6 @@
-"""The compiled programs of one HunyuanVideo video, at a recipe's shapes: what
-diffusers' ``HunyuanVideoPipeline`` calls the transformer and the VAE with (``porter
-compile`` lowers them; tests hold them to what a tiny run calls).
+"""The compiled programs of one HunyuanVideo video, at a recipe's shapes: what a run
+calls the transformer and the VAE with (``porter compile`` lowers them; tests hold them
+to what a tiny run calls).
 
 HunyuanVideo 1.5's transformer is compiled block by block (its top-level forward
 reorders text tokens by their mask's values), each block's inputs made by that
@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from porter import guidance
 from porter.aot.programs import Input, Program
 from porter.transforms.dtypes import component_dtype
-
-#: HunyuanVideoPipeline's own text length (tokens kept after its prompt template)
-TEXT_TOKENS = 256
 
 
 def programs(family, recipe, modules: dict) -> list[Program]:
@@ -26,17 +24,20 @@ def programs(family, recipe, modules: dict) -> list[Program]:
     if not family.is_15(recipe):
         config = modules["transformer"].config
         dtype = component_dtype(recipe, "transformer")
-        text = gen.max_sequence_length if recipe.sets("generate.max_sequence_length") \
-            else TEXT_TOKENS
+        text, batch = family.text_length(recipe), guidance.batch(family, recipe)
+        passes = 2 if guidance.guided(family, recipe) and batch == 1 else 1
+        note = ("true guidance: cond and uncond batched" if batch == 2 else
+                "true guidance: cond and uncond, one call each" if passes == 2 else
+                "one pass (guidance is an embedded scale)")
         found.append(Program("transformer", "forward", (), {
             "hidden_states": Input(shape, dtype),
-            "timestep": Input((1,), torch.float32),
-            "encoder_hidden_states": Input((1, text, config["text_embed_dim"]), dtype),
-            "encoder_attention_mask": Input((1, text), dtype),
-            "pooled_projections": Input((1, config["pooled_projection_dim"]), dtype),
-            "guidance": Input((1,), dtype),
+            "timestep": Input((batch,), torch.float32),
+            "encoder_hidden_states": Input((batch, text, config["text_embed_dim"]), dtype),
+            "encoder_attention_mask": Input((batch, text), dtype),
+            "pooled_projections": Input((batch, config["pooled_projection_dim"]), dtype),
+            "guidance": Input((batch,), dtype),
             "attention_kwargs": None, "return_dict": False},
-            calls=gen.steps, note="one pass (guidance is an embedded scale)", per_step=1))
+            calls=gen.steps * passes, note=note, per_step=passes))
     found.append(Program("vae", "decode", (Input(latents, component_dtype(recipe, "vae")),),
                          {"return_dict": False}, stage="decode"))
     return found

@@ -164,7 +164,7 @@ class WanFamily(ModelFamily):
     def encode(self, pipe, recipe):
         gen = recipe.generate
         prompt, negative = pipe.encode_prompt(
-            gen.prompt, gen.negative_prompt, do_classifier_free_guidance=guidance.guided(recipe),
+            gen.prompt, gen.negative_prompt, do_classifier_free_guidance=guidance.guided(self, recipe),
             max_sequence_length=gen.max_sequence_length, device="jax")
         dtype = self.experts(pipe)[0].dtype
         conditioning = {"prompt": prompt.to(dtype)}
@@ -213,7 +213,7 @@ class WanFamily(ModelFamily):
         return programs(self, recipe, modules)
 
     def transformer_inputs(self, recipe, config):
-        gen, batch, layout = recipe.generate, guidance.batch(recipe), self._layout(recipe)
+        gen, batch, layout = recipe.generate, guidance.batch(self, recipe), self._layout(recipe)
         latent = (batch, config["in_channels"], *self._grid(recipe, layout))
         # TI2V: one timestep per token (the first frame's are 0 in image mode)
         timestep = (batch, self._tokens(recipe, config)) if layout.expand_timesteps else (batch,)
@@ -308,8 +308,8 @@ class WanFamily(ModelFamily):
                      + 2 * text * width * width * 2          # cross-attention k, v
                      + 2 * 2 * tokens * text * width         # cross scores and sum
                      + 2 * tokens * width * ffn * 2)         # FFN in and out
-        passes = 2 if guidance.guided(recipe) else 1
-        heads, batch = config["num_attention_heads"], guidance.batch(recipe)
+        passes = 2 if guidance.guided(self, recipe) else 1
+        heads, batch = config["num_attention_heads"], guidance.batch(self, recipe)
         return {"tokens": tokens,
                 "flops_per_step": passes * config["num_layers"] * per_block,
                 # per transformer call (both passes in one batch only with cfg_parallel):

@@ -51,8 +51,8 @@ def _encode(recipe, modules, layout) -> list[Program]:
 
 def _denoise(family, recipe, modules, layout) -> list[Program]:
     gen = recipe.generate
-    batch = guidance.batch(recipe)
-    passes = 2 if guidance.guided(recipe) and batch == 1 else 1
+    batch = guidance.batch(family, recipe)
+    passes = 2 if guidance.guided(family, recipe) and batch == 1 else 1
     found = []
     for name, steps in _expert_steps(family, recipe, layout).items():
         config = modules[name].config
