@@ -17,7 +17,6 @@ from pathlib import Path
 
 from porter import artifacts, checks, distributed, loading, notices, patches, porting, record
 from porter import runtime as runtime_mod
-from porter import progress as saved_progress
 from porter import out_of_memory, schedulers, stages, tracing
 from porter.errors import RecipeError
 from porter.interop import to_device, to_host
@@ -241,7 +240,7 @@ class Port:
             resumed=None, progress: bool = False, on_step=None, say=quiet) -> Outcome:
         """Run the wanted stages of ``recipe`` (this port's recipe or one from
         ``settings``). With a ``directory``, each stage's output and the denoising
-        checkpoints are saved there and ``resumed`` (``porter.run.Resumed``) says
+        checkpoints are saved there and ``resumed`` (``porter.runners.Resumed``) says
         what to continue from; ``on_step(done, total)`` follows denoising."""
         self.calls += 1
         # loading is paid once: the first call's record carries it
@@ -257,46 +256,20 @@ class Port:
         return outcome
 
     def _run(self, recipe, timings, wanted, directory, resumed, progress, on_step, say):
-        family, runtime, pipe = self.family, self.runtime, self.pipe
-        conditioning = latents = frames = None
+        runner = self.family.runner
         previous = resumed.previous if resumed else None
         history = list(previous["meta"].get("history") or []) if previous else []
         # a step cache serves runs that denoise (a pipeline's own loop always does)
-        caching = self.ported.caching if "denoise" in wanted or not family.staged else None
+        caching = self.ported.caching if "denoise" in wanted or not runner.resumable \
+            else None
         with self.active():
             if caching is not None:
                 self._begin_cache(caching, recipe, resumed)
-            if not family.staged:
-                say("running the pipeline")
-                start = time.perf_counter()
-                with runtime.env:
-                    frames, latents = family.generate(pipe, recipe)
-                timings["generate_s"] = round(time.perf_counter() - start, 4)
-                history.append(record.segment(runtime, "generate"))
-                latents = to_host(latents) if latents is not None else None
-                wanted = ()
-            if "encode" in wanted:
-                say("encoding the prompt")
-                conditioning = stages.encode(family, pipe, recipe, runtime, timings)
-                history.append(record.segment(runtime, "encode"))
-                if directory is not None:
-                    artifacts.save(directory, "encode", conditioning, recipe,
-                                   extra={"history": history}, inputs=self.inputs)
-            if "denoise" in wanted:
-                if conditioning is None:
-                    conditioning = {k: to_device(v, runtime)
-                                    for k, v in previous["tensors"].items()}
-                reuse = caching.guidance if caching is not None else None
-                latents, history = self._denoise(recipe, conditioning, timings, history,
-                                                 directory, resumed, progress, on_step, say,
-                                                 reuse)
-            if "decode" in wanted:
-                if latents is None:
-                    latents = previous["tensors"]["latents"]
-                say("decoding latents to frames")
-                frames = stages.decode(family, pipe, latents, recipe, runtime, timings)
-                history.append(record.segment(runtime, "decode"))
-        timings["stages"] = list(wanted) if family.staged else ["generate"]
+            reuse = caching.guidance if caching is not None else None
+            latents, frames, history = runner.generate(
+                self, recipe, timings, history, wanted, directory, resumed, progress,
+                on_step, say, reuse)
+        timings["stages"] = list(wanted) if runner.resumable else list(runner.stages)
         timings["port_call"] = self.calls
         if caching is not None:
             timings["cache"] = caching.summary()
@@ -311,33 +284,6 @@ class Port:
             notices.warn(f"continuing after step {start}: the step cache starts cold there "
                          "(and TaylorSeer counts its steps from there), so the result can "
                          "differ slightly from an uninterrupted run")
-
-    def _denoise(self, recipe, conditioning, timings, history, directory, resumed,
-                 progress, on_step, say, reuse):
-        start = resumed.progress if resumed else None
-        if start is not None:
-            say(f"continuing denoising after step {start.step}")
-            history = list(start.history) or history
-        first_step = start.step if start else 0
-        runtime = self.runtime
-
-        def ran(done: int) -> list:
-            return history + [record.segment(runtime, "denoise", steps=[first_step, done])]
-
-        save = None
-        if directory is not None:
-            def save(done):
-                done.history = ran(done.step)
-                saved_progress.save(directory, done, recipe, self.inputs)
-        latents = stages.denoise(self.family, self.pipe, conditioning, recipe, runtime,
-                                 timings, progress, start=start, save=save, on_step=on_step,
-                                 reuse=reuse)
-        history = ran(first_step + len(timings["steps_s"]))
-        if directory is not None:
-            artifacts.save(directory, "denoise", {"latents": latents}, recipe,
-                           extra={"history": history}, inputs=self.inputs)
-            saved_progress.discard(directory)
-        return latents, history
 
     @property
     def inputs(self) -> dict:

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from porter import api, artifacts, distributed, interrupt, outputs, record
+from porter import api, artifacts, distributed, interrupt, outputs, record, runners
 from porter import run as run_mod
 from porter.errors import RecipeError, UsageError, failure
 
@@ -152,7 +152,7 @@ def run_batch(recipe, registry, prompts: Path, progress: bool = True,
 
     family = checks.checked_family(recipe, registry)
     say = api.status if progress else api.quiet
-    directory = run_mod.output_dir(recipe)
+    directory = outputs.output_dir(recipe)
     run_mod._resume_problem(directory, resume)
     if not resume:
         _earlier_batch_problem(directory)
@@ -307,16 +307,15 @@ def run_into(port, recipe, directory: Path, resume: bool, on_step=None, say=None
 
 
 def _continuation(port, recipe, directory, resume, say, name):
-    staged = port.family.staged
-    if not (resume and staged and directory.is_dir()):
-        return (run_mod.stages_to_run(directory, None, False) if staged else ()), \
-            run_mod.Resumed()
-    wanted = run_mod.stages_to_run(directory, None, True)
+    runner = port.family.runner
+    if not (resume and runner.resumable and directory.is_dir()):
+        return runner.stages_to_run(directory, None, False), runners.Resumed()
+    wanted = runner.stages_to_run(directory, None, True)
     try:
-        return wanted, run_mod._inputs(directory, wanted, recipe, True)
+        return wanted, runner.continuation(directory, wanted, recipe, True)
     except UsageError as exc:
         say(f"{name}: starting over ({exc.message})")
-        return run_mod.stages_to_run(directory, None, False), run_mod.Resumed()
+        return runner.stages_to_run(directory, None, False), runners.Resumed()
 
 
 def _finished(directory: Path, recipe, made_from: dict) -> bool:

@@ -253,7 +253,7 @@ def path_write_problems(recipe) -> list[Problem]:
     anything, `validate` before the run). The compile cache is optional, as in a run:
     an unwritable one is a warning."""
     from porter import notices, outputs, runtime
-    from porter.run import output_dir
+    from porter.outputs import output_dir
 
     problems = []
     why = outputs.writable_problem(output_dir(recipe))

@@ -339,7 +339,7 @@ def _batch(args, loaded) -> int:
 
     from porter import batch, distributed, plugins
     from porter.errors import UsageError
-    from porter.run import output_dir
+    from porter.outputs import output_dir
 
     if args.stage:
         raise UsageError("--stage and --prompts do not go together",
@@ -460,10 +460,10 @@ def cmd_calibrate(args) -> int:
     import os.path
 
     from porter import distributed
-    from porter.cache import calibration
+    from porter.cache.calibrate import calibrate
 
     loaded = _load_recipe(args)
-    path, summary = calibration.calibrate(loaded, args.output, progress=not args.no_progress)
+    path, summary = calibrate(loaded, args.output, progress=not args.no_progress)
     if not distributed.writes():
         return 0
     counts = ", ".join(f"{name}: {len(next(iter(contexts.values())))} steps"

@@ -1,10 +1,15 @@
 """What a plugin teaches the core about one model family.
 
-A family turns a recipe into a diffusers pipeline (tiny, local or hub) and
-splits generation into the steps the core drives: encode the prompt, make the
-initial latents, predict noise for one step, decode latents to frames. The
-core owns the loop, devices, compilation, timing and files, so a family
-carries only what is specific to its model.
+``ModelFamily`` is what every family declares: how a recipe becomes a diffusers
+pipeline (tiny, local or hub), its checks, configurations, shapes, rotary tables,
+plan estimates and compiled programs. How it generates is its runner
+(``porter.runners``), one of two:
+
+- ``StagedFamily``: the core's loop (``porter.stages``) drives the steps the family
+  splits generation into (encode, initial latents, timesteps, one transformer call,
+  the scheduler step, decode) and owns guidance (``porter.guidance``), stages,
+  checkpoints and resuming. Wan, CogVideoX and HunyuanVideo are staged.
+- ``porter.generic.GenericFamily``: the pipeline's own ``__call__``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from porter import runners
 from porter.errors import Problem
 
 
@@ -23,21 +29,14 @@ class ModelFamily:
     summary: str = ""
     #: layouts ``build_tiny`` can build (``model.variant``); the first is the default
     variants: tuple[str, ...] = ()
-    #: False: the family runs the pipeline's own __call__ (``generate``), not the
-    #: core's encode / denoise / decode stages
-    staged: bool = True
+    #: how the family generates (``porter.runners``): set by ``StagedFamily`` and
+    #: ``GenericFamily``, the two a plugin subclasses
+    runner = None
     #: registered patches every run of this family gets, to trace or to run fast
     #: (applied before the recipe's)
     required_patches: tuple[str, ...] = ()
     #: the registered patch that serves rotary tables from the cache, if any
     rotary_patch: str | None = None
-    #: conditioning entries that are embeddings: ``dtypes.text_embeddings`` casts these;
-    #: the rest (masks, image latents) keep their dtype
-    embedding_keys: tuple[str, ...] = ("prompt", "negative")
-    #: conditioning entries of the conditional branch -> the unconditional branch's
-    #: (``porter.guidance`` hands ``call`` one side, or both batched); ``encode`` leaves
-    #: the unconditional ones out when the recipe does not guide
-    guidance_pairs: dict[str, str] = {"prompt": "negative"}
     #: True: the transformers' block lists run one after another, each block's outputs
     #: the next one's first inputs, so each list compiles as one scan over its blocks
     #: (``compile.<component>.scan`` in a recipe decides otherwise)
@@ -83,6 +82,67 @@ class ModelFamily:
         """A small random-weight pipeline built in code (``model.source: tiny``)."""
         raise NotImplementedError
 
+    def transformer_steps(self, pipe, recipe) -> dict[str, int]:
+        """How many denoising steps each transformer component runs (a step cache
+        aims at it): every step, the one transformer, unless the family says
+        otherwise."""
+        return {"transformer": recipe.generate.steps}
+
+    def transformer_inputs(self, recipe, config) -> dict[str, tuple[int, ...]]:
+        """Shapes of the transformer's keyword inputs for this recipe (for sharding checks).
+
+        ``config`` is the transformer's configuration (from weights or a meta model).
+        """
+        return {}
+
+    def rotary_tables(self, pipe, recipe) -> list:
+        """Rotary tables for the recipe's shapes, computed on the host.
+
+        Returns ``(module, key, tables, dtype)`` entries: ``module`` is the rotary
+        module whose forward ``rotary_patch`` replaces, ``key`` the shape key
+        that forward looks up, ``tables`` host tensors, ``dtype`` their cast.
+        """
+        return []
+
+    def size_problems(self, recipe, config) -> list[Problem]:
+        """Sizes (frames, height, width) the transformer with ``config`` cannot take:
+        beyond its positional tables, or other than a fixed size it was trained at.
+        Found without weights, before a run loads them."""
+        return []
+
+    def estimates(self, recipe, config) -> dict:
+        """Analytic costs of one denoising step from the transformer's config.
+
+        Keys: ``tokens``, ``flops_per_step`` (every guidance pass), ``attention``:
+        the shapes attention runs at, as (batch, heads, q_len, k_len) tuples, and
+        ``activations``: the widest activations as (batch, tokens, width) tuples.
+        """
+        return {}
+
+    def programs(self, recipe, modules: dict) -> list | None:
+        """The compiled programs one video runs, at the recipe's shapes: a list of
+        ``porter.aot.programs.Program`` (component, method, the ``Input``s and static
+        values it is called with, calls per video), in the order a run calls them.
+        ``modules``: the components on the meta device (configurations, no weights).
+        None: the family cannot say before running (``porter compile`` reports it).
+        A test should hold them to what a run calls (``porter.aot.programs.recorded``)."""
+        return None
+
+
+class StagedFamily(ModelFamily):
+    """A family whose generation the core's loop drives (``porter.stages``): each method
+    mirrors a piece of the pipeline's ``__call__``, so a run and a plain diffusers run
+    from the same seed agree."""
+
+    runner = runners.STAGED
+    #: conditioning entries that are embeddings: ``dtypes.text_embeddings`` casts these;
+    #: the rest (masks, image latents) keep their dtype
+    embedding_keys: tuple[str, ...] = ("prompt", "negative")
+    #: conditioning entries of the conditional branch -> the unconditional branch's
+    #: (``porter.guidance`` hands ``call`` one side, or both batched); ``encode`` leaves
+    #: the unconditional ones out when the recipe does not guide
+    guidance_pairs: dict[str, str] = {"prompt": "negative"}
+
     def encode(self, pipe, recipe) -> dict[str, Any]:
         """Text conditioning on the JAX device (runs inside the torchax env)."""
         raise NotImplementedError
@@ -125,61 +185,10 @@ class ModelFamily:
         """The scheduler's step from the guided prediction to the next latents."""
         return pipe.scheduler.step(noise, timestep, latents, return_dict=False)[0]
 
-    def transformer_steps(self, pipe, recipe) -> dict[str, int]:
-        """How many denoising steps each transformer component runs (a step cache
-        aims at it): every step, the one transformer, unless the family says
-        otherwise."""
-        return {"transformer": recipe.generate.steps}
-
     def final_latents(self, pipe, latents, conditioning: dict):
         """The latents after the last step, as the pipeline hands them to the VAE
         (a family that keeps given frames apart puts them back here)."""
         return latents
-
-    def transformer_inputs(self, recipe, config) -> dict[str, tuple[int, ...]]:
-        """Shapes of the transformer's keyword inputs for this recipe (for sharding checks).
-
-        ``config`` is the transformer's configuration (from weights or a meta model).
-        """
-        return {}
-
-    def rotary_tables(self, pipe, recipe) -> list:
-        """Rotary tables for the recipe's shapes, computed on the host.
-
-        Returns ``(module, key, tables, dtype)`` entries: ``module`` is the rotary
-        module whose forward ``rotary_patch`` replaces, ``key`` the shape key
-        that forward looks up, ``tables`` host tensors, ``dtype`` their cast.
-        """
-        return []
-
-    def size_problems(self, recipe, config) -> list[Problem]:
-        """Sizes (frames, height, width) the transformer with ``config`` cannot take:
-        beyond its positional tables, or other than a fixed size it was trained at.
-        Found without weights, before a run loads them."""
-        return []
-
-    def estimates(self, recipe, config) -> dict:
-        """Analytic costs of one denoising step from the transformer's config.
-
-        Keys: ``tokens``, ``flops_per_step`` (every guidance pass), ``attention``:
-        the shapes attention runs at, as (batch, heads, q_len, k_len) tuples, and
-        ``activations``: the widest activations as (batch, tokens, width) tuples.
-        """
-        return {}
-
-    def programs(self, recipe, modules: dict) -> list | None:
-        """The compiled programs one video runs, at the recipe's shapes: a list of
-        ``porter.aot.programs.Program`` (component, method, the ``Input``s and static
-        values it is called with, calls per video), in the order a run calls them.
-        ``modules``: the components on the meta device (configurations, no weights).
-        None: the family cannot say before running (``porter compile`` reports it).
-        A test should hold them to what a run calls (``porter.aot.programs.recorded``)."""
-        return None
-
-    def generate(self, pipe, recipe) -> tuple[np.ndarray, Any]:
-        """Unstaged families: the whole pipeline call, returning uint8 frames and the
-        final latents (a torch tensor, or None where the pipeline does not show them)."""
-        raise NotImplementedError
 
     def decode(self, pipe, latents, recipe) -> np.ndarray:
         """Latents (CPU torch tensor) to frames: uint8 array (frames, height, width, 3)."""

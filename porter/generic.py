@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from porter import call_args
+from porter import call_args, runners
 from porter.errors import UsageError
 from porter.family import ModelFamily
 
@@ -51,7 +51,7 @@ class _StepWatch:
 class GenericFamily(ModelFamily):
     name = "generic"
     summary = "any diffusers video pipeline, run by its own __call__ (no plugin needed)"
-    staged = False
+    runner = runners.PIPELINE
     # the VAE's decode too: a VAE that cannot be traced whole is split automatically
     compiled = {"transformer": ("forward",), "vae": ("decode",)}
 

@@ -24,6 +24,11 @@ from pathlib import Path
 
 from porter.errors import UsageError, WriteFailed, environment_problem, is_environment_error
 
+
+def output_dir(recipe) -> Path:
+    """The recipe's run directory: ``output.dir``, or outputs/<recipe name>."""
+    return Path(recipe.output.dir or Path("outputs") / recipe.name)
+
 LOCK = ".porter.lock"
 RECORD, VIDEO = "run.json", "video.mp4"
 FRAMES_DIR, FRAMES_NPY, LATENTS = "frames", "frames.npy", "latents.safetensors"

@@ -42,6 +42,11 @@ class Registry:
         self.owners[(kind, name)] = plugin
 
     def add_family(self, family, *, plugin: str) -> None:
+        if getattr(family, "runner", None) is None:
+            raise PluginError(
+                f"plugin {plugin!r} registered family {getattr(family, 'name', family)!r} "
+                "with no way to generate", hint="subclass porter.family.StagedFamily (the "
+                "core's loop) or porter.generic.GenericFamily (the pipeline's own)")
         self._add("family", self.families, family, plugin=plugin)
 
     def add_patch(self, patch, *, plugin: str) -> None:

@@ -6,8 +6,7 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from porter import api, artifacts, checks, distributed, outputs, record
-from porter import progress as saved_progress
+from porter import api, checks, distributed, outputs, record
 from porter.errors import UsageError
 
 
@@ -19,42 +18,6 @@ class RunResult:
     latents: object  # CPU torch tensor: the final latents (None after encode only)
     frames: object  # uint8 array (count, height, width, 3), or None
     data: dict  # the run record
-
-
-def output_dir(recipe) -> Path:
-    return Path(recipe.output.dir or Path("outputs") / recipe.name)
-
-
-def stages_to_run(directory: Path, stage: str | None, resume: bool) -> tuple[str, ...]:
-    """One named stage; after the last complete one (resume); or all three."""
-    if stage is not None:
-        return (stage,)
-    if resume:
-        done = [s for s in artifacts.STAGES[:-1] if artifacts.complete(directory, s)]
-        start = artifacts.STAGES.index(done[-1]) + 1 if done else 0
-        return artifacts.STAGES[start:]
-    return artifacts.STAGES
-
-
-@dataclass
-class Resumed:
-    """What a run continues from: the stage before its first (record and tensors) and
-    the denoising checkpoint, both read and checked before any weight is loaded."""
-    previous: dict | None = None  # {"meta": record, "tensors": {...}}
-    progress: object = None  # porter.progress.Progress
-
-
-def _inputs(directory: Path, wanted: tuple[str, ...], recipe, resume: bool) -> Resumed:
-    """The inputs on disk this run needs, checked now: a bad file fails before loading."""
-    found = Resumed()
-    first = artifacts.STAGES.index(wanted[0]) if wanted else 0
-    if first:
-        meta, tensors = artifacts.load_with_record(directory, artifacts.STAGES[first - 1],
-                                                   recipe)
-        found.previous = {"meta": meta, "tensors": tensors}
-    if resume and "denoise" in wanted:
-        found.progress = saved_progress.load(directory, recipe)
-    return found
 
 
 def _resume_problem(directory: Path, resume: bool) -> None:
@@ -74,8 +37,8 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
     refused), and first removes the files of an older run that its own replace."""
     family = checks.checked_family(recipe, registry)
     say = api.status if progress else api.quiet
-    directory = output_dir(recipe)
-    if not family.staged and (stage or resume):
+    directory = outputs.output_dir(recipe)
+    if not family.runner.resumable and (stage or resume):
         raise UsageError(f"family {family.name!r} runs the pipeline in one piece: "
                          "--stage and --resume need a family with stages",
                          hint="run it without --stage/--resume")
@@ -97,8 +60,9 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
 
 
 def _owned_run(family, recipe, registry, say, progress, stage, resume, directory):
-    wanted = stages_to_run(directory, stage, resume) if family.staged else ()
-    inputs = _inputs(directory, wanted, recipe, resume)  # before anything is removed
+    runner = family.runner
+    wanted = runner.stages_to_run(directory, stage, resume)
+    inputs = runner.continuation(directory, wanted, recipe, resume)  # before any removal
     if distributed.writes():
         outputs.invalidate(directory, wanted, keep_progress=inputs.progress is not None)
     if resume:
@@ -122,22 +86,9 @@ def finish(port, recipe, outcome, directory: Path) -> RunResult:
         return RunResult(directory, None, None, outcome.latents, outcome.frames,
                          port.record(recipe, outcome))
     written = outputs.write_results(directory, recipe, outcome.frames, outcome.latents)
-    if port.family.staged:
-        written["files"].update(stage_digests(directory))
+    written["files"].update(port.family.runner.stage_digests(directory))
     data = port.record(recipe, outcome, written)
     record_path = record.write_json(directory / outputs.RECORD, data)
     video_path = directory / written["video"] if written["video"] else None
     return RunResult(directory, video_path, record_path, outcome.latents, outcome.frames,
                      data)
-
-
-def stage_digests(directory: Path) -> dict:
-    """SHA-256 of each stage file in the directory, from its record."""
-    import json
-
-    found = {}
-    for stage in artifacts.STAGES[:-1]:
-        if artifacts.complete(directory, stage):
-            meta = json.loads((directory / f"{stage}.json").read_text())
-            found[f"{stage}.safetensors"] = meta.get("sha256")
-    return found

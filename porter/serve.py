@@ -305,7 +305,7 @@ def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
     import uvicorn
 
     from porter import api, checks, distributed, interrupt, jobs as jobs_mod, outputs
-    from porter.run import output_dir
+    from porter.outputs import output_dir
 
     token = token_for(host, token)
     inputs = inputs_folder(inputs)

@@ -395,11 +395,11 @@ def test_bench_compares_a_pipeline_loop_with_and_without_its_cache():
 @slow
 def test_calibrating_an_expert_that_runs_no_step_is_refused(tmp_path):
     from porter import recipe as recipe_mod
-    from porter.cache import calibration
+    from porter.cache.calibrate import calibrate
 
     path = two_experts(tmp_path, "steps: 1")
     with pytest.raises(RecipeError, match="transformer_2 ran no step of 1"):
-        calibration.calibrate(recipe_mod.load(path), tmp_path / "ratios.json", progress=False)
+        calibrate(recipe_mod.load(path), tmp_path / "ratios.json", progress=False)
     assert not (tmp_path / "ratios.json").exists()
 
 

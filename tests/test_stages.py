@@ -5,7 +5,8 @@ import torch
 
 from porter import artifacts, plugins, recipe
 from porter.errors import UsageError
-from porter.run import run, stages_to_run
+from porter.run import run
+from porter.runners import STAGED
 
 from conftest import TINY_RECIPE
 
@@ -39,7 +40,7 @@ def test_stage_by_stage_equals_uninterrupted(uninterrupted, write, tmp_path):
 def test_resume_after_encode(uninterrupted, write, tmp_path):
     loaded = load(write, tmp_path / "resumed")
     run(loaded, plugins.registry(), progress=False, stage="encode")
-    assert stages_to_run(tmp_path / "resumed", None, True) == ("denoise", "decode")
+    assert STAGED.stages_to_run(tmp_path / "resumed", None, True) == ("denoise", "decode")
     result = run(loaded, plugins.registry(), progress=False, resume=True)
     assert result.data["timings"]["stages"] == ["denoise", "decode"]
     assert torch.equal(result.latents, uninterrupted.latents)
@@ -67,7 +68,7 @@ def test_half_written_stage_is_not_complete(uninterrupted, tmp_path):
         (directory / name).write_bytes((uninterrupted.directory / name).read_bytes())
     (directory / "denoise.safetensors.partial").write_bytes(b"\0" * 100)
     (directory / "denoise.safetensors").write_bytes(b"\0" * 100)  # no denoise.json
-    assert stages_to_run(directory, None, True) == ("denoise", "decode")
+    assert STAGED.stages_to_run(directory, None, True) == ("denoise", "decode")
 
 
 def test_corrupt_artifact_is_a_clear_error(uninterrupted, write, tmp_path):

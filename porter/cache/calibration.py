@@ -51,31 +51,3 @@ def write(path: Path, ratios: dict, recipe, steps: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     outputs.write_bytes(path, (json.dumps(data, indent=1) + "\n").encode())
     return path
-
-
-def calibrate(recipe, output: Path | None = None, progress: bool = True):
-    """Run ``recipe``'s encode and denoise stages with MagCache calibrating (nothing
-    skipped) and write the ratios to ``output`` (default: output.dir/mag_ratios.json).
-    Returns (the file, the run's cache summary)."""
-    from porter import api, distributed
-    from porter import recipe as recipe_mod
-    from porter.run import output_dir
-
-    data = recipe.resolved()
-    data["cache"] = {"method": "magcache", "calibrate": True}
-    calibrating = recipe_mod.validate_data(data, dict(recipe._locations), recipe.path)
-    path = Path(output) if output is not None else output_dir(recipe) / "mag_ratios.json"
-    with api.load(calibrating, progress=progress) as port:
-        outcome = port.run(calibrating, wanted=("encode", "denoise"), progress=progress,
-                           say=api.status if progress else api.quiet)
-    summary = outcome.timings["cache"]
-    idle = [name for name, contexts in summary["ratios"].items() if not contexts]
-    if idle:
-        from porter.errors import RecipeError
-        raise RecipeError([recipe.problem(
-            "generate.steps", f"{', '.join(idle)} ran no step of {recipe.generate.steps}: "
-            "nothing to calibrate it with", hint="calibrate with more steps (the ratios "
-            "are resampled to any step count)")])
-    if distributed.writes():
-        write(path, summary["ratios"], recipe, recipe.generate.steps)
-    return path, summary

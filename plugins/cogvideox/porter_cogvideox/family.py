@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from porter import guidance
-from porter.family import ModelFamily
+from porter.family import StagedFamily
 from porter.interop import to_host
 from porter.loading import source_kind
 from porter.transforms.dtypes import DTYPES
@@ -28,7 +28,7 @@ from porter.transforms.dtypes import DTYPES
 EXTRA = ("use_dynamic_cfg",)
 
 
-class CogVideoXFamily(ModelFamily):
+class CogVideoXFamily(StagedFamily):
     name = "cogvideox"
     summary = ("CogVideoX 1.0 (2b, 5b) and 1.5 text-to-video (CogVideoXPipeline); "
                "image-to-video (variant v1-i2v, CogVideoXImageToVideoPipeline)")

@@ -17,7 +17,7 @@ import torch
 
 from porter import guidance
 from porter.errors import UsageError
-from porter.family import ModelFamily
+from porter.family import StagedFamily
 from porter.interop import to_host
 from porter.transforms import rotary
 
@@ -28,7 +28,7 @@ EXTRA = {"v1": ("true_cfg_scale",), "v1.5": ()}
 TEXT_TOKENS = 256
 
 
-class HunyuanFamily(ModelFamily):
+class HunyuanFamily(StagedFamily):
     name = "hunyuan"
     summary = ("HunyuanVideo (HunyuanVideoPipeline) and HunyuanVideo 1.5 "
                "(HunyuanVideo15Pipeline, variant v1.5) text-to-video")

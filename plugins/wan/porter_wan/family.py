@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from porter import guidance
-from porter.family import ModelFamily
+from porter.family import StagedFamily
 from porter.interop import to_host
 from porter.transforms import rotary
 
@@ -22,7 +22,7 @@ from porter_wan.layout import Layout
 from porter_wan.tiny import VARIANTS
 
 
-class WanFamily(ModelFamily):
+class WanFamily(StagedFamily):
     name = "wan"
     summary = ("Wan 2.1 and 2.2: text-to-video, two-expert A14B (text and image), "
                "image-to-video, first-last-frame, TI2V-5B (text and image)")
