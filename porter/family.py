@@ -61,6 +61,11 @@ class ModelFamily:
     def check(self, recipe) -> list[Problem]:
         """Problems a recipe has for this family, found without weights."""
         variant = recipe.model.variant
+        if variant is not None and recipe.model.source != "tiny":
+            return [recipe.problem("model.variant", "a variant picks the layout of a tiny "
+                                   "model; a checkpoint's layout comes from its "
+                                   "configuration files", hint="leave model.variant out "
+                                   "(or set model.source: tiny)")]
         if variant is not None and variant not in self.variants:
             return [recipe.problem("model.variant", f"family {self.name!r} has no variant "
                                    f"{variant!r}", hint="variants: "

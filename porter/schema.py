@@ -49,8 +49,9 @@ class ModelSection(Section):
     )
     dtype: Dtype = Field("float32", description="compute dtype of the model's weights")
     variant: str | None = Field(
-        None, description="with source 'tiny': which of the family's layouts to build "
-        "(`porter plugins` lists them)")
+        None, description="with source 'tiny' only: which of the family's layouts to "
+        "build (`porter plugins` lists them); a checkpoint's layout comes from its "
+        "configuration files")
     config: dict[str, Any] = Field(
         default_factory=dict, description="with source 'tiny': transformer configuration "
         "overrides (e.g. real widths and heads with few layers, for benchmarks)")

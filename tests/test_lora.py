@@ -14,7 +14,7 @@ from porter.run import run
 
 TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj", "ffn.net.2"]
 BASE = """\
-model: {{family: wan, source: {source}, variant: {variant}}}
+model: {{family: wan, source: {source}{variant}}}
 generate: {{prompt: "a cat", height: 32, width: 32, frames: 9, steps: {steps},
            max_sequence_length: 16}}
 lora: {lora}
@@ -56,6 +56,8 @@ def diffusers_latents(pipe, gen):
 
 
 def load(write, tmp_path, lora, source="tiny", variant="t2v", steps=2):
+    # a variant picks a tiny layout; a checkpoint's comes from its configuration
+    variant = f", variant: {variant}" if source == "tiny" else ""
     path = write("r.yaml", BASE.format(source=source, variant=variant, steps=steps,
                                        lora=json.dumps(lora)))
     return recipe.load(path, [f"output.dir={tmp_path / 'out'}"])
@@ -276,7 +278,7 @@ def test_porter_run_refuses_a_broken_adapter_naming_it(write, tmp_path, broken):
         state = load_file(make_lora(tmp_path))
         next(iter(state.values()))[0, 0] = float("nan")
     save_file(state, tmp_path / f"{broken}.safetensors")
-    path = write("r.yaml", BASE.format(source="tiny", variant="t2v", steps=2, lora=json.dumps(
+    path = write("r.yaml", BASE.format(source="tiny", variant=", variant: t2v", steps=2, lora=json.dumps(
         [{"file": f"{broken}.safetensors"}])))
     done = porter_process("run", str(path), f"output.dir={tmp_path / 'out'}")
     assert done.returncode == 2, done.stderr
@@ -302,7 +304,7 @@ def test_stages_made_with_another_adapter_are_refused(write, tmp_path, monkeypat
 
     file = make_lora(tmp_path, seed=1)
     original = file.read_bytes()
-    path = write("r.yaml", BASE.format(source="tiny", variant="t2v", steps=4, lora=json.dumps(
+    path = write("r.yaml", BASE.format(source="tiny", variant=", variant: t2v", steps=4, lora=json.dumps(
         [{"file": file.name, "scale": 0.8}])))
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     uninterrupted = run(recipe.load(path, [f"output.dir={whole}"]), plugins.registry(),

@@ -84,12 +84,12 @@ def test_guidance_free_runs_one_pass_per_step(make, monkeypatch):
 
     loaded = make("t2v", "steps: 3, height: 32, width: 32, guidance_scale: 1.0")
     calls = []
-    original = WanFamily._call
+    original = WanFamily.call
 
-    def counting(model, *args, **kwargs):
+    def counting(self, model, *args, **kwargs):
         calls.append(1)
-        return original(model, *args, **kwargs)
-    monkeypatch.setattr(WanFamily, "_call", staticmethod(counting))
+        return original(self, model, *args, **kwargs)
+    monkeypatch.setattr(WanFamily, "call", counting)
     result = run(loaded, plugins.registry(), progress=False)
     assert len(calls) == 3
     assert (result.latents - diffusers_latents(loaded)).abs().max() <= 1e-4
@@ -151,5 +151,5 @@ def test_a_last_frame_needs_room(make):
 def test_an_unknown_hub_model_is_not_judged_by_a_guessed_layout(make):
     """No configuration and nothing cached: the image rules wait for the run."""
     loaded = make("i2v", "image: first.png, steps: 1, height: 32, width: 32",
-                  "model.source=SomeOrg/some-wan-i2v-finetune")
+                  "model.source=SomeOrg/some-wan-i2v-finetune", "model.variant=null")
     assert checks.recipe_problems(loaded, plugins.registry()) == []

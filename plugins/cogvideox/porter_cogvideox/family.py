@@ -12,9 +12,7 @@ once (the ``cogvideox.rope_cache`` patch) and kept with the conditioning.
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import torch
 
@@ -22,6 +20,7 @@ from porter import guidance
 from porter.family import StagedFamily
 from porter.interop import to_host
 from porter.loading import source_kind
+from porter.model_configs import component_config
 from porter.transforms.dtypes import DTYPES
 
 #: ``generate.extra`` keys this family reads (the pipeline's own arguments)
@@ -32,6 +31,7 @@ class CogVideoXFamily(StagedFamily):
     name = "cogvideox"
     summary = ("CogVideoX 1.0 (2b, 5b) and 1.5 text-to-video (CogVideoXPipeline); "
                "image-to-video (variant v1-i2v, CogVideoXImageToVideoPipeline)")
+    #: tiny layouts (``source: tiny``); a checkpoint's own come from its configuration
     variants = ("v1", "v1.5", "v1-i2v")
     rotary_patch = "cogvideox.rope_cache"
     # the VAE decode too: eager, it runs op by op (and on every device of the mesh)
@@ -39,9 +39,16 @@ class CogVideoXFamily(StagedFamily):
                 "vae": ("decode",)}
     scan_blocks = True  # each block's outputs are the next one's inputs
 
-    @staticmethod
-    def is_i2v(recipe) -> bool:
-        return recipe is not None and recipe.model.variant == "v1-i2v"
+    def is_i2v(self, recipe) -> bool:
+        """Image-to-video: the transformer takes the image's latents beside the noise
+        (twice the channels it gives out), from the checkpoint's configuration; a tiny
+        model's ``model.variant: v1-i2v``."""
+        if recipe is None:
+            return False
+        config = component_config(self, recipe, "transformer")
+        if config is None:
+            return recipe.model.variant == "v1-i2v"
+        return config.get("in_channels", 16) != config.get("out_channels", 16)
 
     def rotary_patch_for(self, recipe):
         return "cogvideox.rope_cache_i2v" if self.is_i2v(recipe) else self.rotary_patch
@@ -67,19 +74,14 @@ class CogVideoXFamily(StagedFamily):
                 "guidance_scale": 6.0, "max_sequence_length": 16, "cfg_parallel": True}
 
     def version(self, recipe) -> str | None:
-        """'1.5' when the transformer patches time (patch_size_t), else '1.0'."""
-        source, kind = recipe.model.source, source_kind(recipe.model.source)
-        if kind == "tiny":
+        """'1.5' when the transformer patches time (patch_size_t), else '1.0'; None where
+        no configuration is at hand."""
+        if source_kind(recipe.model.source) == "tiny":
             return "1.5" if recipe.model.variant == "v1.5" else "1.0"
-        if kind == "local":
-            config = Path(source).expanduser() / "transformer" / "config.json"
-            if not config.exists():
-                return None
-            return "1.5" if json.loads(config.read_text()).get("patch_size_t") else "1.0"
-        configs = self.official_configs(source)
-        if configs is None:
+        config = component_config(self, recipe, "transformer")
+        if config is None:
             return None
-        return "1.5" if configs["transformer"][2].get("patch_size_t") else "1.0"
+        return "1.5" if config.get("patch_size_t") else "1.0"
 
     def check(self, recipe):
         problems = super().check(recipe)

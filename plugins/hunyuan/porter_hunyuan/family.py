@@ -19,7 +19,10 @@ from porter import guidance
 from porter.errors import UsageError
 from porter.family import StagedFamily
 from porter.interop import to_host
+from porter.model_configs import component_config, setting
 from porter.transforms import rotary
+
+from porter_hunyuan.tiny import VAE_15 as TINY_VAE_15
 
 #: ``generate.extra`` keys each model reads (HunyuanVideoPipeline's own arguments)
 EXTRA = {"v1": ("true_cfg_scale",), "v1.5": ()}
@@ -32,15 +35,33 @@ class HunyuanFamily(StagedFamily):
     name = "hunyuan"
     summary = ("HunyuanVideo (HunyuanVideoPipeline) and HunyuanVideo 1.5 "
                "(HunyuanVideo15Pipeline, variant v1.5) text-to-video")
+    #: tiny layouts (``source: tiny``); a checkpoint's own come from its configuration
     variants = ("v1", "v1.5")
     rotary_patch = "hunyuan.rope_cache"
     # the text encoders run op by op: Llama and Qwen return a key-value cache object
     # from forward, which a compiled program cannot return
     scan_blocks = True  # each block's outputs are the next one's inputs
 
-    @staticmethod
-    def is_15(recipe) -> bool:
-        return recipe is not None and recipe.model.variant == "v1.5"
+    def is_15(self, recipe) -> bool:
+        """HunyuanVideo 1.5, from the checkpoint's transformer class; a tiny model's
+        ``model.variant: v1.5``."""
+        if recipe is None:
+            return False
+        config = component_config(self, recipe, "transformer")
+        if config is None:
+            return recipe.model.variant == "v1.5"
+        return config.get("_class_name") == "HunyuanVideo15Transformer3DModel"
+
+    def _compression(self, recipe) -> tuple[int, int]:
+        """(time, space): how much the VAE compresses, from its configuration."""
+        from diffusers import AutoencoderKLHunyuanVideo, AutoencoderKLHunyuanVideo15
+
+        cls = AutoencoderKLHunyuanVideo15 if self.is_15(recipe) else AutoencoderKLHunyuanVideo
+        config = component_config(self, recipe, "vae")
+        if config is None:  # a tiny model
+            config = TINY_VAE_15 if self.is_15(recipe) else {}
+        return (setting(config, cls, "temporal_compression_ratio"),
+                setting(config, cls, "spatial_compression_ratio"))
 
     def rotary_patch_for(self, recipe):
         return "hunyuan.rope_cache_15" if self.is_15(recipe) else self.rotary_patch
@@ -107,10 +128,7 @@ class HunyuanFamily(StagedFamily):
 
     def transformer_inputs(self, recipe, config):
         gen, batch = recipe.generate, guidance.batch(self, recipe)
-        if self.is_15(recipe):  # the tiny 1.5 VAE compresses 2 x 4; the real one 4 x 16
-            time, space = (2, 4) if recipe.model.source == "tiny" else (4, 16)
-        else:
-            time, space = 4, 8
+        time, space = self._compression(recipe)
         return {"hidden_states": (batch, config["in_channels"], (gen.frames - 1) // time + 1,
                                   gen.height // space, gen.width // space),
                 "timestep": (batch,)}

@@ -49,6 +49,12 @@ CHAT_TEMPLATE = (
     "{% endfor %}")
 
 
+#: the tiny 1.5 VAE (compresses time 2x and space 4x; the real one 4x and 16x)
+VAE_15 = dict(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(16, 16),
+              layers_per_block=1, spatial_compression_ratio=4, temporal_compression_ratio=2,
+              downsample_match_channel=False, upsample_match_channel=False)
+
+
 def build_pipeline_15(seed: int = 0, guidance_scale: float = 6.0):
     """A tiny HunyuanVideo 1.5 (shapes as in diffusers' own tests): Qwen2.5-VL text
     encoder, ByT5 glyph encoder, classifier-free guider."""
@@ -65,10 +71,7 @@ def build_pipeline_15(seed: int = 0, guidance_scale: float = 6.0):
             num_layers=1, num_refiner_layers=1, mlp_ratio=2.0, patch_size=1, patch_size_t=1,
             text_embed_dim=16, text_embed_2_dim=32, image_embed_dim=12,
             rope_axes_dim=(2, 2, 4), target_size=16, task_type="t2v")
-        vae = AutoencoderKLHunyuanVideo15(
-            in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(16, 16),
-            layers_per_block=1, spatial_compression_ratio=4, temporal_compression_ratio=2,
-            downsample_match_channel=False, upsample_match_channel=False)
+        vae = AutoencoderKLHunyuanVideo15(**VAE_15)
         text_encoder = Qwen2_5_VLTextModel(Qwen2_5_VLTextConfig(
             hidden_size=16, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
             num_key_value_heads=2, vocab_size=384, bos_token_id=None, eos_token_id=None,

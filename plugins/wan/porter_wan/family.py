@@ -16,6 +16,7 @@ import torch
 from porter import guidance
 from porter.family import StagedFamily
 from porter.interop import to_host
+from porter.model_configs import cached_snapshot
 from porter.transforms import rotary
 
 from porter_wan.layout import Layout
@@ -57,7 +58,7 @@ class WanFamily(StagedFamily):
                 return Layout.of_directory(Path(source).expanduser())
             if source in OFFICIAL:
                 return Layout.of_official(OFFICIAL[source], PIPELINE.get(source, {}))
-            cached = _cached_snapshot(source)
+            cached = cached_snapshot(source)
             return None if cached is None else Layout.of_directory(cached)
         except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
             # configuration files that cannot be read as Wan's: the checks that build
@@ -357,13 +358,3 @@ class WanFamily(StagedFamily):
         video = to_host(vae.decode(latents.to("jax"), return_dict=False)[0])
         frames = pipe.video_processor.postprocess_video(video.float(), output_type="np")[0]
         return (frames * 255).round().clip(0, 255).astype("uint8")
-
-
-def _cached_snapshot(source: str) -> Path | None:
-    """The local copy of a hub checkpoint, when the Hugging Face cache holds one."""
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(source, local_files_only=True))
-    except Exception:  # not cached (or no such repository): nothing to read yet
-        return None

@@ -5,12 +5,12 @@ weights; tests hold them to what a tiny run calls).
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 
 from porter import guidance
 from porter.aot.programs import Input, Program
+from porter.model_configs import checkpoint_root
 from porter.transforms.dtypes import component_dtype
 
 from porter_wan.layout import Layout
@@ -128,10 +128,7 @@ def _scheduler(recipe):
     kind = source_kind(recipe.model.source)
     if kind == "tiny":
         return tiny.scheduler()
-    root = Path(recipe.model.source).expanduser() if kind == "local" else None
-    if root is None:
-        from porter_wan.family import _cached_snapshot
-        root = _cached_snapshot(recipe.model.source)
+    root = checkpoint_root(recipe.model.source)
     path = root / "scheduler" / "scheduler_config.json" if root is not None else None
     if path is None or not path.is_file():
         return None
