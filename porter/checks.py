@@ -192,20 +192,20 @@ def shape_problems(recipe, registry, devices: int | None = None) -> list[Problem
         return []  # no configuration to check against (e.g. a hub id, offline)
     problems = built["problems"]
     if devices is None:
-        problems += memory_problems(recipe, built)
+        problems += memory_problems(recipe, registry, built)
     return problems
 
 
-def memory_problems(recipe, built: dict) -> list[Problem]:
+def memory_problems(recipe, registry, built: dict) -> list[Problem]:
     """Attention scores that cannot fit beside the weights on a device, with a backend
     that materialises them all (torchax's default, ``reference``)."""
     from porter import plan as plan_mod
     from porter.runtime import device_memory
 
-    if recipe.attention.backend not in (None, "reference"):
+    if not attention.backends.materialises(recipe.attention.backend, registry.attention):
         return []
     memory = device_memory(built["devices"])
-    need = plan_mod.attention_need(recipe, built)
+    need = plan_mod.attention_need(recipe, registry, built)
     if memory is None or need is None or need["bytes"] <= memory.bytes:
         return []
     human = plan_mod.human_bytes

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 
 from porter.errors import OutOfMemory, PorterError, is_out_of_memory
+from porter.transforms.attention import backends
 
 
 @contextlib.contextmanager
@@ -32,7 +33,7 @@ def refused(exc: BaseException, recipe, registry) -> OutOfMemory:
     need = _estimate(recipe, registry)
     return OutOfMemory(f"out of memory running the model ({_reason(exc)})"
                        + (f"; estimated per device: {need}" if need else ""),
-                       hint=_hint(recipe))
+                       hint=_hint(recipe, registry))
 
 
 def _reason(exc: BaseException) -> str:
@@ -53,7 +54,7 @@ def _estimate(recipe, registry) -> str | None:
 
     try:
         built = plan.build(recipe, registry)
-        need = plan.attention_need(recipe, built)
+        need = plan.attention_need(recipe, registry, built)
         memory = runtime.device_memory(built["devices"])
     except Exception:  # noqa: BLE001 - the estimate is extra; the refusal stands alone
         return None
@@ -68,9 +69,9 @@ def _estimate(recipe, registry) -> str | None:
     return text
 
 
-def _hint(recipe) -> str:
+def _hint(recipe, registry) -> str:
     changes = ["attention.backend: blockwise or auto (scores block by block)"] \
-        if recipe.attention.backend in (None, "reference") else []
+        if backends.materialises(recipe.attention.backend, registry.attention) else []
     changes += ["more devices or sharding rules (mesh, sharding) to split the weights "
                 "and activations", "decoding tile by tile (setup: {vae: [enable_tiling]})",
                 "a lower generate.height, width or frames"]

@@ -10,6 +10,7 @@ from porter.runtime import resolve_mesh
 from porter.transforms import compile as compile_transform
 from porter.transforms import setup as setup_transform
 from porter.transforms import dtypes, sharding
+from porter.transforms.attention import backends
 from porter.transforms.sharding import human_bytes
 
 
@@ -171,7 +172,7 @@ def render(plan: dict) -> str:
 MATERIALISED_COPIES = 2
 
 
-def attention_need(recipe, built: dict) -> dict | None:
+def attention_need(recipe, registry, built: dict) -> dict | None:
     """What a device needs for the weights and the largest attention's scores of one
     layer (``plan.build``'s estimates), as the recipe's backend keeps them: every score,
     twice (scores and softmax) where materialised (torchax's default, ``reference``);
@@ -180,11 +181,11 @@ def attention_need(recipe, built: dict) -> dict | None:
     if not costs:
         return None
     name, worst = max(costs.items(), key=lambda item: item[1]["reference_bytes_per_device"])
-    materialised = recipe.attention.backend in (None, "reference")
+    materialised = backends.materialises(recipe.attention.backend, registry.attention)
     if materialised:
         # the plan counts float32 scores (Porter's reference kernel); torchax's own
         # lowering (no backend) keeps them in the model's dtype
-        itemsize = 4 if recipe.attention.backend == "reference" else \
+        itemsize = 4 if recipe.attention.backend is not None else \
             {"float32": 4}.get(recipe.model.dtype, 2)
         scores = worst["reference_bytes_per_device"] * itemsize // 4
     else:

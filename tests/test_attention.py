@@ -166,3 +166,22 @@ def test_auto_choice():
     assert choose("auto", "cpu", 2080, 512, registry, batch_heads=12).name == "reference"
     assert choose("auto", "cpu", 2080, 2080, registry, batch_heads=12).name == "torch-cpu"
     assert choose("splash", "cpu", 1, 1, registry).name == "splash"
+
+
+def test_auto_asks_the_backends_so_a_plugins_backend_can_be_chosen():
+    """A backend declares where auto may pick it and whether it materialises every
+    score; the choice and the memory checks read that, not names."""
+    from porter.transforms.attention.backends import AttentionBackend, choose, materialises
+
+    mine = AttentionBackend("my-tpu-kernel", kernels.blockwise, "a plugin's kernel",
+                            platforms=("tpu",), auto={"tpu": 20})
+    dense = AttentionBackend("my-dense", kernels.reference, "every score",
+                             materialises=True)
+    registry = {b.name: b for b in (*attention.BUILTIN, mine, dense)}
+    assert choose("auto", "tpu", 10, 10, registry).name == "my-tpu-kernel"
+    assert choose("auto", "gpu", 10, 10, registry).name == "cudnn"
+    assert materialises("my-dense", registry) and materialises("reference", registry)
+    assert materialises(None, registry)  # torchax's own lowering
+    assert not materialises("my-tpu-kernel", registry) and not materialises("auto", registry)
+    with pytest.raises(LookupError):
+        choose("auto", "cpu", 10, 10, {"my-tpu-kernel": mine})

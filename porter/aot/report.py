@@ -208,7 +208,7 @@ def _hint(row: dict, report: dict) -> str:
     if row["component"].startswith("vae"):
         tips.append(f"decode tile by tile (setup: {{{row['component']}: [enable_tiling]}})")
     elif temporary >= weights and row["component"].startswith("transformer"):
-        if report["attention_backend"] in (None, "reference", "blockwise"):
+        if report["attention_backend"] != "auto":
             tips.append("attention.backend: auto (splash on TPU) keeps attention in blocks")
         tips.append("smaller attention.block_q / block_kv, or more chips on the head axis")
     if weights >= temporary or not tips:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from porter.transforms.attention import kernels
@@ -16,30 +16,42 @@ class AttentionBackend:
     kernel: Callable  # kernel(q, k, v, keep, *, scale, block_q, block_kv) on (B, H, S, D)
     doc: str
     platforms: tuple[str, ...] = ("cpu", "gpu", "tpu")  # where it can run
+    #: every score of a call is in memory at once (memory ~ S^2): the plan and the
+    #: memory checks count them; False: blocks of them
+    materialises: bool = False
+    #: platform -> preference: ``auto`` picks, among the backends that name the
+    #: platform here, the most preferred (absent: never picked automatically)
+    auto: dict = field(default_factory=dict, hash=False)
+    #: ``auto`` picks it only for attention whose float32 scores would take at least
+    #: this many bytes
+    auto_from_bytes: int = 0
 
-
-BUILTIN = (
-    AttentionBackend("reference", kernels.reference,
-                     "softmax(QK^T)V in XLA; every score materialised (memory ~ S^2)"),
-    AttentionBackend("blockwise", kernels.blockwise,
-                     "pure-JAX online softmax over key/value blocks; memory ~ block_q x "
-                     "block_kv; runs everywhere"),
-    AttentionBackend("splash", kernels.splash,
-                     "Pallas TPU splash attention (interpret mode off TPU: slow, for tests)"),
-    AttentionBackend("cudnn", kernels.cudnn,
-                     "cuDNN fused attention via jax.nn.dot_product_attention; GPU, "
-                     "bfloat16/float16", platforms=("gpu",)),
-    AttentionBackend("torch-cpu", kernels.torch_cpu,
-                     "PyTorch's fused CPU attention called from XLA on the host; CPU only; "
-                     "programs using it are not kept in the persistent compile cache",
-                     platforms=("cpu",)),
-)
 
 # On CPU, PyTorch's fused attention beats both XLA formulations once the
 # scores are large (benchmarks/README.md), but a host callback keeps the whole
 # program out of JAX's persistent compile cache. Small attention (tiny models,
 # cross-attention to text) stays in XLA, so those programs are cached.
 AUTO_TORCH_FROM_BYTES = 2**26
+
+BUILTIN = (
+    AttentionBackend("reference", kernels.reference,
+                     "softmax(QK^T)V in XLA; every score materialised (memory ~ S^2)",
+                     materialises=True, auto={"cpu": 1}),
+    AttentionBackend("blockwise", kernels.blockwise,
+                     "pure-JAX online softmax over key/value blocks; memory ~ block_q x "
+                     "block_kv; runs everywhere"),
+    AttentionBackend("splash", kernels.splash,
+                     "Pallas TPU splash attention (interpret mode off TPU: slow, for tests)",
+                     auto={"tpu": 10}),
+    AttentionBackend("cudnn", kernels.cudnn,
+                     "cuDNN fused attention via jax.nn.dot_product_attention; GPU, "
+                     "bfloat16/float16", platforms=("gpu",), auto={"gpu": 10}),
+    AttentionBackend("torch-cpu", kernels.torch_cpu,
+                     "PyTorch's fused CPU attention called from XLA on the host; CPU only; "
+                     "programs using it are not kept in the persistent compile cache",
+                     platforms=("cpu",), auto={"cpu": 2},
+                     auto_from_bytes=AUTO_TORCH_FROM_BYTES),
+)
 
 
 @functools.cache
@@ -53,12 +65,23 @@ def takes_platform(kernel) -> bool:
 
 def choose(name: str, platform: str, q_len: int, k_len: int, registry: dict,
            batch_heads: int = 1):
-    """The backend to run: ``name`` itself, or what ``auto`` picks for the platform."""
+    """The backend to run: ``name`` itself, or what ``auto`` picks for the platform: the
+    registered backend (a plugin's too) that prefers it most (``AttentionBackend.auto``)
+    among those whose size threshold the scores reach."""
     if name != "auto":
         return registry[name]
-    if platform == "tpu":
-        return registry["splash"]
-    if platform == "gpu":
-        return registry["cudnn"]
     scores = batch_heads * q_len * k_len * 4
-    return registry["torch-cpu" if scores >= AUTO_TORCH_FROM_BYTES else "reference"]
+    candidates = [b for b in registry.values()
+                  if platform in b.auto and scores >= b.auto_from_bytes]
+    if not candidates:
+        raise LookupError(f"no attention backend is chosen automatically on {platform}")
+    return max(candidates, key=lambda b: b.auto[platform])
+
+
+def materialises(name: str | None, registry: dict) -> bool:
+    """Does the recipe's ``attention.backend`` keep every score in memory? None (no
+    backend: torchax's own lowering) does; ``auto`` picks blocks where it matters."""
+    if name is None:
+        return True
+    backend = registry.get(name)
+    return backend is not None and backend.materialises
