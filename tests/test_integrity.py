@@ -331,26 +331,33 @@ def test_latents_going_nonfinite_stop_the_run_at_that_step(nan_checkpoint, tmp_p
 
 
 def test_a_pipeline_run_in_one_piece_stops_at_nonfinite_latents(tmp_path, monkeypatch):
-    """Families that run the pipeline's own loop (CogVideoX here) check the latents
-    through the pipeline's step callback."""
-    import porter_cogvideox.tiny as tiny
+    """A CogVideoX whose transformer makes NaN stops at the step that made it: run in
+    Porter's stages (keeping the encode stage), and as ``family: generic``, whose
+    pipeline runs its own loop and is checked through the pipeline's step callback."""
+    from porter_cogvideox.tiny import build_pipeline
 
     from porter.stages import NonFinite
-    build = tiny.build_pipeline
 
-    def poisoned(*args, **kwargs):
-        pipe = build(*args, **kwargs)
-        with torch.no_grad():
-            pipe.transformer.proj_out.weight[0, 0] = float("nan")
-        return pipe
-    monkeypatch.setattr(tiny, "build_pipeline", poisoned)
-    out = tmp_path / "out"
-    loaded = recipe.load(RECIPES / "cogvideox-tiny.yaml", [f"output.dir={out}",
-                                                           "model.allow_nonfinite=true"])
+    pipe = build_pipeline()
+    with torch.no_grad():
+        pipe.transformer.proj_out.weight[0, 0] = float("nan")
+    pipe.save_pretrained(tmp_path / "nan")
+    staged_out, generic_out = tmp_path / "staged", tmp_path / "generic"
+    staged = recipe.load(RECIPES / "cogvideox-tiny.yaml", [
+        f"model.source={tmp_path / 'nan'}", f"output.dir={staged_out}",
+        "model.allow_nonfinite=true"])
+    with pytest.raises(NonFinite, match=r"denoising step 1 of \d+ made NaN or infinite "
+                                        r"latents: stopped; kept: the encode stage$"):
+        run(staged, plugins.registry(), progress=False)
+    assert artifacts.complete(staged_out, "encode")
+    loaded = recipe.load(RECIPES / "cogvideox-tiny.yaml", [
+        "model.family=generic", f"model.source={tmp_path / 'nan'}", "rotary.precompute=false",
+        f"output.dir={generic_out}", "model.allow_nonfinite=true"])
     with pytest.raises(NonFinite, match=r"denoising step 1 of \d+ made NaN or infinite "
                                         r"latents: stopped$"):
         run(loaded, plugins.registry(), progress=False)
-    assert not (out / "video.mp4").exists() and not (out / "run.json").exists()
+    for out in (staged_out, generic_out):
+        assert not (out / "video.mp4").exists() and not (out / "run.json").exists()
 
 
 def test_only_parameters_are_counted_not_buffers():

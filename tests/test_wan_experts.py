@@ -41,13 +41,13 @@ def test_switch_step_and_latents_match_diffusers(write, tmp_path, monkeypatch):
 
     loaded = recipe.load(write("two.yaml", TWO_EXPERTS), [f"output.dir={tmp_path}"])
     chosen = []
-    original = WanFamily.expert
+    original = WanFamily.denoiser
 
-    def spy(self, pipe, timestep, recipe):
-        model, scale = original(self, pipe, timestep, recipe)
+    def spy(self, pipe, timestep, sampling, recipe):
+        model, scale = original(self, pipe, timestep, sampling, recipe)
         chosen.append(1 if model is pipe.transformer else 2)
         return model, scale
-    monkeypatch.setattr(WanFamily, "expert", spy)
+    monkeypatch.setattr(WanFamily, "denoiser", spy)
     result = run(loaded, plugins.registry(), progress=False)
     expected, expected_experts = diffusers_run(loaded.generate)
     assert chosen == expected_experts
