@@ -17,7 +17,7 @@ from pathlib import Path
 
 from porter import artifacts, checks, distributed, loading, notices, patches, porting, record
 from porter import runtime as runtime_mod
-from porter import out_of_memory, schedulers, stages, tracing
+from porter import out_of_memory, results, schedulers, stages, tracing
 from porter.errors import RecipeError
 from porter.interop import to_device, to_host
 
@@ -94,8 +94,8 @@ class Generation:
 
         directory = Path(directory)
         with outputs.owned(directory):
-            outputs.invalidate(directory, artifacts.STAGES, keep_progress=False)
-            written = outputs.write_results(directory, self.recipe, self.frames,
+            results.invalidate(directory, artifacts.STAGES, keep_progress=False)
+            written = results.write_results(directory, self.recipe, self.frames,
                                             self.latents)
             data = dict(self.record)
             data["outputs"] = {**data["outputs"], **written}
@@ -309,7 +309,7 @@ class Port:
 
     def record(self, recipe, outcome: Outcome, written: dict | None = None) -> dict:
         """The run record of one generation (``run.json``); ``written``: what
-        ``outputs.write_results`` wrote."""
+        ``results.write_results`` wrote."""
         described = {}
         if outcome.frames is not None:
             frames = outcome.frames

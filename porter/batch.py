@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from porter import api, artifacts, distributed, interrupt, outputs, record, runners
+from porter import api, artifacts, distributed, interrupt, outputs, record, results, runners
 from porter import run as run_mod
 from porter.errors import RecipeError, UsageError, failure
 
@@ -299,7 +299,7 @@ def run_into(port, recipe, directory: Path, resume: bool, on_step=None, say=None
             owner.enter_context(outputs.owned(directory))
         wanted, inputs = _continuation(port, recipe, directory, resume, say, name)
         if distributed.writes():
-            outputs.invalidate(directory, wanted, keep_progress=inputs.progress is not None)
+            results.invalidate(directory, wanted, keep_progress=inputs.progress is not None)
         outcome = port.run(recipe, wanted=wanted, directory=directory, resumed=inputs,
                            on_step=on_step)
         run_mod.finish(port, recipe, outcome, directory)

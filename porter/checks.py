@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from porter import cache, config_values, loading, lora, patches
+from porter import cache, config_values, loading, lora, patches, sources
 from porter.transforms import attention, dtypes, sharding
 from porter.errors import Problem, UsageError
 
@@ -48,7 +48,7 @@ def path_problems(recipe) -> list[Problem]:
     """Paths the system refuses even to look at. The other checks ask whether these
     paths exist, and for such a path that question raises instead of answering."""
     problems = []
-    if recipe.model.source != loading.TINY:
+    if recipe.model.source != sources.TINY:
         problems += _path_problem(recipe, "model.source", recipe.model.source, False)
     if recipe.generate.image:
         problems += _path_problem(recipe, "generate.image", recipe.generate.image, True)
@@ -99,7 +99,7 @@ def model_problems(recipe, registry) -> list[Problem]:
     """Build the model on the meta device, as the shape checks will, and turn a failure
     into a problem: model.config goes verbatim to the family's constructor, and a local
     checkpoint's model_index.json and config.json files are input as much as the recipe."""
-    kind = loading.source_kind(recipe.model.source)
+    kind = sources.source_kind(recipe.model.source)
     if kind == "tiny" and recipe.model.config:
         key, what = "model.config", "this configuration"
     elif kind == "local":
@@ -221,7 +221,7 @@ def memory_problems(recipe, registry, built: dict) -> list[Problem]:
 def checkpoint_problems(recipe) -> list[Problem]:
     """A local checkpoint's weight-file headers against its configs (no tensor data
     read; the configs are known to build by now): what `run` checks before loading."""
-    if loading.source_kind(recipe.model.source) != "local":
+    if sources.source_kind(recipe.model.source) != "local":
         return []
     from porter import checkpoints
     return [recipe.problem("model.source", problem, hint="re-download that component, "

@@ -84,7 +84,7 @@ class GenericFamily(ModelFamily):
 
         import diffusers
 
-        from porter.loading import source_kind
+        from porter.sources import source_kind
         if recipe.model.pipeline is not None:
             return self.pipeline_class(recipe)
         if source_kind(recipe.model.source) != "local":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from porter.transforms import placement
+
 
 def to_host(tensor) -> torch.Tensor:
     """A CPU torch tensor with the values of a torchax (or CPU) tensor."""
@@ -28,9 +30,4 @@ def _fetch(array) -> np.ndarray:
 def to_device(tensor: torch.Tensor, runtime):
     """A torchax tensor on the mesh (replicated) holding a host tensor's values,
     placed from the host on every device (not first on one device, then copied)."""
-    from torchax.tensor import Tensor
-
-    from porter.transforms import placement
-
-    host = placement.as_placed(tensor.detach().cpu())
-    return Tensor(placement.place(host, tuple(host.shape), runtime.replicated()), runtime.env)
+    return placement.replicated(tensor, runtime)

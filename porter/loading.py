@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
 from porter.errors import LoadError, Problem, first_line
+from porter.sources import source_kind
 from porter.transforms import dtypes
-
-TINY = "tiny"
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-def source_kind(source: str) -> str:
-    """'tiny', 'local' (an existing directory), 'hub' (org/name) or 'missing'."""
-    if source == TINY:
-        return "tiny"
-    if Path(source).expanduser().exists():
-        return "local"
-    if HUB_ID.match(source) and not source.startswith((".", "/", "~")):
-        return "hub"
-    return "missing"
-
 
 def source_problems(recipe) -> list[Problem]:
     source = recipe.model.source

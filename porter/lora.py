@@ -93,7 +93,7 @@ class Adapter:
 
 def locate(recipe, index: int) -> Path:
     """The adapter's safetensors file: a file, a folder holding one, or a hub id."""
-    from porter.loading import HUB_ID
+    from porter.sources import HUB_ID
 
     spec = recipe.lora[index]
     name = spec.weight_name or DEFAULT_WEIGHT_NAME

@@ -14,7 +14,7 @@ import inspect
 import json
 from pathlib import Path
 
-from porter.loading import source_kind
+from porter.sources import source_kind
 
 
 def cached_snapshot(source: str) -> Path | None:

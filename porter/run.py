@@ -6,7 +6,7 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from porter import api, checks, distributed, outputs, record
+from porter import api, checks, distributed, outputs, record, results
 from porter.errors import UsageError
 
 
@@ -64,7 +64,7 @@ def _owned_run(family, recipe, registry, say, progress, stage, resume, directory
     wanted = runner.stages_to_run(directory, stage, resume)
     inputs = runner.continuation(directory, wanted, recipe, resume)  # before any removal
     if distributed.writes():
-        outputs.invalidate(directory, wanted, keep_progress=inputs.progress is not None)
+        results.invalidate(directory, wanted, keep_progress=inputs.progress is not None)
     if resume:
         say(f"resuming in {directory}: running {', '.join(wanted)}")
     port = api.Port.open(recipe, registry, family, say)
@@ -85,7 +85,7 @@ def finish(port, recipe, outcome, directory: Path) -> RunResult:
     if not distributed.writes():
         return RunResult(directory, None, None, outcome.latents, outcome.frames,
                          port.record(recipe, outcome))
-    written = outputs.write_results(directory, recipe, outcome.frames, outcome.latents)
+    written = results.write_results(directory, recipe, outcome.frames, outcome.latents)
     written["files"].update(port.family.runner.stage_digests(directory))
     data = port.record(recipe, outcome, written)
     record_path = record.write_json(directory / outputs.RECORD, data)

@@ -17,6 +17,16 @@ class PortingError(PorterError):
     exit_code = 2
 
 
+def untraceable() -> tuple[type, ...]:
+    """JAX's errors for Python that needs a concrete value inside a traced function."""
+    import jax
+
+    return tuple(getattr(jax.errors, name) for name in (
+        "ConcretizationTypeError", "TracerArrayConversionError",
+        "TracerIntegerConversionError", "NonConcreteBooleanIndexError")
+        if hasattr(jax.errors, name))
+
+
 def model_frame(exc: BaseException) -> str | None:
     """file:line (function) of the innermost frame in a model library."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
@@ -75,8 +85,6 @@ def explained():
     """Failures inside model code as ``PortingError``: what kind, where (file:line in
     the model library) and what to do. Failures in Porter's own code pass through:
     they are bugs, reported as internal errors."""
-    from porter.transforms.autosplit import untraceable
-
     from porter.interrupt import Interrupted
 
     try:

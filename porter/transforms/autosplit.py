@@ -24,15 +24,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-def untraceable() -> tuple[type, ...]:
-    """JAX's errors for Python that needs a concrete value inside a traced function."""
-    import jax
-
-    return tuple(getattr(jax.errors, name) for name in (
-        "ConcretizationTypeError", "TracerArrayConversionError",
-        "TracerIntegerConversionError", "NonConcreteBooleanIndexError")
-        if hasattr(jax.errors, name))
+from porter.tracing import model_frame, untraceable
 
 
 def holds_tensor(value) -> bool:
@@ -96,7 +88,6 @@ class Split:
 
     def failed(self, path: str, exc: BaseException) -> None:
         from porter import notices
-        from porter.tracing import model_frame
 
         where = model_frame(exc)
         reason = type(exc).__name__ + (f" at {where}" if where else "")

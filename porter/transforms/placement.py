@@ -73,13 +73,11 @@ def _plain_attributes(module: torch.nn.Module, runtime) -> None:
     have no values to move and stay."""
     from torchax.tensor import Tensor
 
-    from porter.interop import to_device
-
     for sub in module.modules():
         for key, value in list(vars(sub).items()):
             if isinstance(value, torch.Tensor) and not isinstance(value, Tensor) \
                     and not value.is_meta:
-                setattr(sub, key, to_device(value, runtime))
+                setattr(sub, key, replicated(value, runtime))
 
 
 def _read_ahead(sizes: list[int], read):
@@ -131,6 +129,15 @@ def local_rows(shape: tuple[int, ...], sharding) -> slice:
     starts = [s.start or 0 for s in spans]
     stops = [shape[0] if s.stop is None else s.stop for s in spans]
     return slice(min(starts), max(stops))
+
+
+def replicated(tensor: torch.Tensor, runtime):
+    """A torchax tensor on the mesh (replicated) holding a host tensor's values,
+    placed from the host on every device (not first on one device, then copied)."""
+    from torchax.tensor import Tensor
+
+    host = as_placed(tensor.detach().cpu())
+    return Tensor(place(host, tuple(host.shape), runtime.replicated()), runtime.env)
 
 
 def as_placed(host: torch.Tensor) -> torch.Tensor:

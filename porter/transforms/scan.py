@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from porter.tracing import model_frame, untraceable
 from porter.transforms.sharding import array_dtype
 
 STACKED = "*"  # the block index's place in a stacked entry's name: blocks.*.attn1...
@@ -335,9 +336,7 @@ def refusing(traced, component: str, signature_of):
         try:
             return traced(autosplit.static_names(named_kwargs), *named_args,
                           **named_kwargs)
-        except (Unscannable, *autosplit.untraceable()) as exc:
-            from porter.tracing import model_frame
-
+        except (Unscannable, *untraceable()) as exc:
             where = model_frame(exc)
             raise UsageError(f"{component} cannot be compiled with its blocks as one scan:"
                              f" {exc}" + (f" (at {where})" if where else ""),

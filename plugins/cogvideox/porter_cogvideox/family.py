@@ -19,7 +19,7 @@ import torch
 from porter import guidance
 from porter.family import StagedFamily
 from porter.interop import to_host
-from porter.loading import source_kind
+from porter.sources import source_kind
 from porter.model_configs import component_config
 from porter.transforms.dtypes import DTYPES
 

@@ -45,7 +45,7 @@ class WanFamily(StagedFamily):
         """The recipe's model layout, from its configuration files (no weights read);
         None for a hub id Porter has no configuration for and the cache does not hold
         (the rules that need a layout wait for the run, which downloads it)."""
-        from porter.loading import source_kind
+        from porter.sources import source_kind
         from porter_wan import tiny
         from porter_wan.configs import OFFICIAL, PIPELINE
 

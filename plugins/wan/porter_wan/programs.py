@@ -122,7 +122,7 @@ def _scheduler(recipe):
 
     import diffusers
 
-    from porter.loading import source_kind
+    from porter.sources import source_kind
     from porter_wan import tiny
 
     kind = source_kind(recipe.model.source)

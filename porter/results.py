@@ -1,0 +1,83 @@
+"""What a finished run writes into its run directory (``write_results``), and what a
+run removes first because its own outputs replace it (``invalidate``)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from porter import artifacts, notices, outputs, progress, video
+
+
+def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) -> None:
+    """Remove what this run will write anew, and what depends on it: the record and
+    video always (record first), each stage from the first one run on, and the
+    denoising checkpoints unless the run continues from them."""
+    for name in (outputs.RECORD, outputs.VIDEO, outputs.FRAMES_NPY, outputs.LATENTS):
+        (directory / name).unlink(missing_ok=True)
+    frames = directory / outputs.FRAMES_DIR
+    if frames.is_dir():
+        for frame in frames.glob("*.png"):
+            frame.unlink()
+        outputs.remove_partials(frames)
+        with contextlib.suppress(OSError):
+            frames.rmdir()  # when empty: a run without png frames leaves none
+    first = artifacts.STAGES.index(stages[0]) if stages else len(artifacts.STAGES)
+    for stage in artifacts.STAGES[first:]:
+        artifacts.remove(directory, stage)
+    if not keep_progress and "denoise" in artifacts.STAGES[first:]:
+        progress.discard(directory)
+    outputs.remove_partials(directory)
+
+
+def write_results(directory: Path, recipe, frames, latents) -> dict:
+    """Write what the recipe's ``output`` asks for: the video (``output.video``),
+    lossless frames (``output.frames``: png or npy) and the final latents
+    (``output.latents``). Returns the names written (None for what was not) and
+    ``files``: each file's SHA-256, for the record."""
+    output = recipe.output
+    files: dict = {}
+    written = {"video": None, "lossless_frames": None, "latents": None, "files": files}
+    if output.video:
+        files[outputs.VIDEO] = video.write_mp4(directory / outputs.VIDEO, frames, output.fps)
+        written["video"] = outputs.VIDEO
+    if output.frames == "png":
+        (directory / outputs.FRAMES_DIR).mkdir(exist_ok=True)
+        for index, frame in enumerate(frames):
+            name = f"{outputs.FRAMES_DIR}/{index:05d}.png"
+            files[name] = outputs.write_bytes(directory / name, _png(frame))
+        written["lossless_frames"] = outputs.FRAMES_DIR + "/"
+    elif output.frames == "npy":
+        files[outputs.FRAMES_NPY] = outputs.write_bytes(directory / outputs.FRAMES_NPY, _npy(frames))
+        written["lossless_frames"] = outputs.FRAMES_NPY
+    if output.latents:
+        if latents is None:
+            notices.warn("output.latents: this pipeline does not report its latents "
+                         "(no callback_on_step_end); none written")
+        else:
+            from safetensors.torch import save
+
+            files[outputs.LATENTS] = outputs.write_bytes(directory / outputs.LATENTS, save(
+                {"latents": latents.detach().cpu().contiguous()}))
+            written["latents"] = outputs.LATENTS
+    return written
+
+
+def _png(frame) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(frame).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _npy(frames) -> bytes:
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(frames, dtype=np.uint8))
+    return buffer.getvalue()
