@@ -213,3 +213,28 @@ def test_a_client_reaches_no_file_and_no_hostile_body_harms_the_server(tmp_path)
             records[1]["outputs"]["files"]["denoise.safetensors"]
     finally:
         assert server.stop() == 0, server.output()
+
+
+def test_a_cogvideox_job_continues_after_a_restart(tmp_path):
+    """CogVideoX runs in Porter's stages, so a server job killed mid-denoise continues
+    from its last checkpoint when the server comes back, as a Wan job does."""
+    recipe = tmp_path / "cogvideox.yaml"
+    recipe.write_text((ROOT / "recipes" / "cogvideox-tiny.yaml").read_text().replace(
+        "output: {fps: 8}", "output: {fps: 8, checkpoint_every: 5}"))
+    out = tmp_path / "out"
+    server = Server(recipe, out)
+    try:
+        job = server.client.post("/jobs", json={"prompt": "a fox", "steps": 300}).json()
+        at = server.wait(job["id"], step=12)["step"]
+    finally:
+        assert server.stop() == 0, server.output()
+    assert list((out / "jobs" / job["id"]).glob("progress-*.json"))
+    again = Server(recipe, out)
+    try:
+        done = again.wait(job["id"], seconds=600)
+        assert done["status"] == "done" and done["resumed"] == 1
+        record = again.client.get(f"/jobs/{job['id']}/record").json()
+        segments = [s for s in record["history"] if s["stage"] == "denoise"]
+        assert len(segments) == 2 and segments[1]["steps"][0] >= at - at % 5 > 0
+    finally:
+        assert again.stop() == 0
