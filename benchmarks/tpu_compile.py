@@ -52,8 +52,17 @@ def compile_one(name: str, target: str, *overrides: str) -> dict:
     try:
         row["report"] = json.loads(out.stdout)
     except json.JSONDecodeError:
-        row["error"] = (out.stderr.strip().splitlines() or ["?"])[-1]
+        row["error"] = _why(out)
     return row
+
+
+def _why(out) -> str:
+    """The failure in a few words: Porter's error line, or how the process died."""
+    if out.returncode in (-9, 137):
+        return "the compiling process was killed (out of host memory on this machine)"
+    lines = out.stderr.strip().splitlines()
+    errors = [line.removeprefix("error: ") for line in lines if line.startswith("error:")]
+    return (errors or lines or ["?"])[-1]
 
 
 def run(names: list[str]) -> None:
@@ -62,6 +71,8 @@ def run(names: list[str]) -> None:
     for name in names or [n for n in RECIPES if n not in done]:
         print(f"{name} for {RECIPES[name]} ...", flush=True)
         row = compile_one(name, RECIPES[name])
+        # read again: another run of this script may have saved rows meanwhile
+        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
         results = [r for r in results if r["recipe"] != name] + [row]
         save(RESULTS, results)
         verdict = row.get("report", {}).get("verdict", {}).get("message", row.get("error"))

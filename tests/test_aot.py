@@ -164,6 +164,42 @@ def test_tiny_wan_compiled_for_v5e_holds_the_plans_weights(tmp_path):
 
 
 @needs_libtpu
+def test_float16_attention_compiles_as_a_mosaic_kernel_for_tpu():
+    """Mosaic has no float16 vector loads ("Invalid vector type for load"): splash
+    computes float16 attention in float32 inside the kernel, so a float16 recipe
+    (CogVideoX-2b's) compiles for a TPU."""
+    out = user_porter("compile", str(RECIPES / "wan-tiny-tp.yaml"), "--target", "v6e-8",
+                      "--program", "transformer.forward", "model.dtype=float16",
+                      "attention.backend=auto", "--json")
+    assert out.returncode == 0, out.stderr
+    [row] = json.loads(out.stdout)["programs"]
+    assert row["status"] == "compiled" and row["fits"]
+
+
+def test_a_program_the_compiler_cannot_build_is_not_called_out_of_memory():
+    """A refusal that is not the compiler's out-of-memory (a kernel it cannot build)
+    says the program cannot be compiled, and what to change; "does not fit" is kept
+    for memory (the float16 kernel above was reported as not fitting)."""
+    import types
+
+    from porter.aot import report as report_mod
+    from porter.aot.compiler import Compiled
+    from porter.aot.programs import Program
+
+    program = Program("transformer", "forward", (), {}, calls=1, per_step=1)
+    row = report_mod._program_row(Compiled(program, refused="INTERNAL: Mosaic failed to "
+                                           "compile TPU kernel: Invalid vector type for "
+                                           "load"), 2**30, 2**34)
+    assert row["status"] == "not compiled" and "fits" not in row
+    report = {"programs": [row], "target": {"name": "v6e-8"},
+              "weights_per_chip": {"total": 2**30}, "not_compiled": {}}
+    verdict = report_mod._verdict(report, types.SimpleNamespace(usable_hbm_bytes=2**34))
+    assert verdict["fits"] is None
+    assert verdict["message"].startswith("transformer.forward cannot be compiled for v6e-8")
+    assert "attention.backend blockwise" in verdict["hint"]
+
+
+@needs_libtpu
 def test_a_program_that_cannot_fit_is_refused_with_the_compilers_numbers():
     """One 14B-wide Wan block at 480p with attention that materialises every score:
     the TPU compiler refuses it; exit 2 names the program, what it needs and what the

@@ -115,6 +115,10 @@ def _program_row(result, resident_total: int, usable: int) -> dict:
            "weights_bytes_per_chip": result.weights_bytes}
     if result.failed:
         return {**row, "status": "not traced", "reason": result.failed}
+    if result.refused and "RESOURCE_EXHAUSTED" not in result.refused:
+        # the compiler could not build the program at all (a kernel that cannot take
+        # this dtype or shape): no verdict on its memory
+        return {**row, "status": "not compiled", "reason": result.refused}
     if result.refused:
         found = compiler.needed_bytes(result.refused)
         needed = None if found is None else resident_total - result.weights_bytes + found[0]
@@ -170,7 +174,8 @@ def _left_out(port, compiled: set, undeclared: bool, chosen: bool) -> dict:
 def _verdict(report: dict, chip) -> dict:
     """Does every program fit? If not, the worst one, what it needs and what to change."""
     usable = chip.usable_hbm_bytes
-    failed = [row for row in report["programs"] if row["status"] == "not traced"]
+    failed = [row for row in report["programs"]
+              if row["status"] in ("not traced", "not compiled")]
     over = [row for row in report["programs"] if row.get("fits") is False]
     if not report["programs"]:
         return {"fits": None, "message": "no program compiled", "hint": next(
@@ -188,6 +193,14 @@ def _verdict(report: dict, chip) -> dict:
                 "hint": _hint(worst, report)}
     if failed:
         row = failed[0]
+        if row["status"] == "not compiled":
+            return {"fits": None, "program": row["program"],
+                    "message": f"{row['program']} cannot be compiled for "
+                               f"{report['target']['name']}: {row['reason']}",
+                    "hint": "the TPU compiler refused the program itself, not its memory: "
+                            "a kernel that cannot take this dtype or shape; try "
+                            "attention.backend blockwise (pure JAX) or model.dtype "
+                            "bfloat16"}
         return {"fits": None, "program": row["program"],
                 "message": f"{row['program']} could not be traced with abstract values: "
                            f"{row['reason']}",

@@ -150,8 +150,11 @@ def splash(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv: in
     # splash wants block multiples of 128 (the TPU lane width)
     block_q = min(block_q, _round_up(q_len, 128))
     block_kv = min(block_kv, _round_up(k_len, 128))
-    qp = _pad(q * jnp.asarray(scale, q.dtype), 2, block_q)  # splash does not scale q
-    kp, vp = _pad(k, 2, block_kv), _pad(v, 2, block_kv)
+    # Mosaic has no float16 vector loads on TPU ("Invalid vector type for load"):
+    # float16 attention (CogVideoX-2b's recipe) runs in float32 inside the kernel
+    wide = jnp.float32 if q.dtype == jnp.float16 else q.dtype
+    qp = _pad((q * jnp.asarray(scale, q.dtype)).astype(wide), 2, block_q)  # splash does
+    kp, vp = _pad(k.astype(wide), 2, block_kv), _pad(v.astype(wide), 2, block_kv)  # not scale q
     segments = kernel_lib.SegmentIds(
         q=jnp.ones((batch, qp.shape[2]), jnp.int32),
         kv=_pad(padding.astype(jnp.int32), 1, block_kv))
