@@ -148,6 +148,20 @@ class StagedFamily(ModelFamily):
     #: the unconditional ones out when the recipe does not guide
     guidance_pairs: dict[str, str] = {"prompt": "negative"}
 
+    def extra_keys(self, recipe) -> tuple[str, ...]:
+        """``generate.extra`` keys this family reads (its pipeline's own arguments, such
+        as CogVideoX's ``use_dynamic_cfg``); any other is refused, not ignored."""
+        return ()
+
+    def check(self, recipe) -> list[Problem]:
+        problems = super().check(recipe)
+        known = self.extra_keys(recipe)
+        for key in sorted(set(recipe.generate.extra) - set(known)):
+            problems.append(recipe.problem(
+                f"generate.extra.{key}", f"family {self.name!r} reads no {key!r} from "
+                "generate.extra", hint="it reads: " + (", ".join(known) or "none")))
+        return problems
+
     def encode(self, pipe, recipe) -> dict[str, Any]:
         """Text conditioning on the JAX device (runs inside the torchax env)."""
         raise NotImplementedError

@@ -8,6 +8,7 @@ resumed, and what a run directory holds. Nothing else tells the two apart.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,8 +121,6 @@ class StagedLoop:
     @staticmethod
     def stage_digests(directory) -> dict:
         """SHA-256 of each stage file in the directory, from its record."""
-        import json
-
         found = {}
         for stage in artifacts.STAGES[:-1]:
             if artifacts.complete(directory, stage):

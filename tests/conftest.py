@@ -90,6 +90,36 @@ def lowered_text(module, runtime, **inputs) -> str:
             return_dict=False, **interop.jax_view(inputs)).as_text()
 
 
+def interrupt_at_step(monkeypatch, scheduler, step: int) -> None:
+    """``scheduler.step`` raises a real SIGINT in this process at its ``step``-th call
+    (that step finishes, is saved, the run stops); ``monkeypatch.undo()`` or the end of
+    the test puts it back."""
+    import signal
+
+    original, calls = scheduler.step, []
+
+    def signalled(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == step:
+            signal.raise_signal(signal.SIGINT)
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(scheduler, "step", signalled)
+
+
+def terminate_after(child, path: Path, seconds: float) -> str:
+    """SIGTERM to ``child`` once ``path`` exists (a checkpoint written); its stderr."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, f"no {path.name} within {seconds} s"
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    return child.communicate(timeout=120)[1]
+
+
 def slow_porter(scheduler: str) -> str:
     """Source of a child process that runs the porter CLI with ``scheduler``'s step
     slowed down, so a signal sent after a checkpoint lands mid-denoising."""

@@ -80,3 +80,17 @@ def test_tiny_image_to_video_matches_diffusers(tmp_path):
                     generator=torch.Generator().manual_seed(gen.seed),
                     output_type="np").frames[0]
     assert np.abs((expected * 255).round() - result.frames).max() <= 1
+
+
+def test_generate_extra_is_read_only_where_a_family_reads_it():
+    """A staged family refuses the generate.extra keys it does not read (Wan ignored
+    them silently); CogVideoX reads use_dynamic_cfg."""
+    registry = plugins.registry()
+    assert checks.recipe_problems(recipe.load(TINY, ["generate.extra={use_dynamic_cfg: true}"]),
+                                  registry) == []
+    [problem] = checks.recipe_problems(recipe.load(TINY, ["generate.extra={eta: 0.5}"]),
+                                       registry)
+    assert problem.path == "generate.extra.eta" and problem.hint == "it reads: use_dynamic_cfg"
+    [problem] = checks.recipe_problems(recipe.load(RECIPES / "wan-tiny.yaml",
+                                                   ["generate.extra={shift: 3}"]), registry)
+    assert problem.path == "generate.extra.shift" and "family 'wan' reads no" in problem.message

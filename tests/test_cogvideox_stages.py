@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ import torch
 from porter import plugins, recipe
 from porter.run import run
 
-from conftest import slow_porter
+from conftest import slow_porter, terminate_after
 
 pytestmark = pytest.mark.slow
 
@@ -93,13 +92,7 @@ def test_killed_process_resumes_to_the_same_latents(checkpoint, uninterrupted, t
                               "run", str(path)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 300
-    while not (out / "progress-000003.json").exists():
-        assert child.poll() is None, child.communicate()
-        assert time.monotonic() < deadline, "no checkpoint within 300 s"
-        time.sleep(0.05)
-    child.send_signal(signal.SIGTERM)
-    _, stderr = child.communicate(timeout=120)
+    stderr = terminate_after(child, out / "progress-000003.json", 300)
     assert child.returncode == 128 + signal.SIGTERM, stderr
     assert "Traceback" not in stderr and "--resume" in stderr
     assert not (out / "run.json").exists()

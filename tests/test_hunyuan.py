@@ -13,7 +13,7 @@ from porter.interop import to_device, to_host
 from porter.porting import attention_installed, port, selected_patches
 from porter.transforms.attention import AttentionBackend, kernels
 
-from conftest import RECIPES
+from conftest import RECIPES, interrupt_at_step
 
 TINY = RECIPES / "hunyuan-tiny.yaml"
 
@@ -185,8 +185,6 @@ def test_true_guidance_matches_diffusers(tmp_path):
 
 @pytest.mark.slow
 def test_15_interrupted_run_resumes_bit_identically(tmp_path, monkeypatch):
-    import signal
-
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     from porter.interrupt import Interrupted
@@ -194,18 +192,10 @@ def test_15_interrupted_run_resumes_bit_identically(tmp_path, monkeypatch):
 
     whole = run_recipe(recipe.load(TINY_15, [f"output.dir={tmp_path / 'whole'}"]))
     loaded = recipe.load(TINY_15, [f"output.dir={tmp_path / 'part'}"])
-    step, calls = FlowMatchEulerDiscreteScheduler.step, []
-
-    def signalled(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            signal.raise_signal(signal.SIGINT)  # a real signal, to this process
-        return step(self, *args, **kwargs)
-
-    monkeypatch.setattr(FlowMatchEulerDiscreteScheduler, "step", signalled)
+    interrupt_at_step(monkeypatch, FlowMatchEulerDiscreteScheduler, 2)
     with pytest.raises(Interrupted):
         run(loaded, plugins.registry(), progress=False)
-    monkeypatch.setattr(FlowMatchEulerDiscreteScheduler, "step", step)
+    monkeypatch.undo()
     resumed = run(loaded, plugins.registry(), progress=False, resume=True)
     assert resumed.data["timings"]["resumed_from_step"] == 2
     assert torch.equal(resumed.latents, whole.latents)

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -19,7 +18,7 @@ from porter import artifacts, plugins, recipe
 from porter.interrupt import Interrupted
 from porter.run import run
 
-from conftest import slow_porter
+from conftest import interrupt_at_step, slow_porter, terminate_after
 
 pytestmark = pytest.mark.slow
 
@@ -78,15 +77,7 @@ def test_signal_mid_step_saves_that_step_and_resume_matches(checkpoint, uninterr
 
     loaded = recipe.load(recipe_file(tmp_path, checkpoint, tmp_path / "out"),
                          ["output.checkpoint_every=0"])  # only the interrupt saves
-    step, calls = UniPCMultistepScheduler.step, []
-
-    def signalled(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            signal.raise_signal(signal.SIGINT)  # a real signal, to this process
-        return step(self, *args, **kwargs)
-
-    monkeypatch.setattr(UniPCMultistepScheduler, "step", signalled)
+    interrupt_at_step(monkeypatch, UniPCMultistepScheduler, 3)
     with pytest.raises(Interrupted) as info:
         run(loaded, plugins.registry(), progress=False)
     assert info.value.exit_code == 130 and info.value.saved == f"3 of {STEPS} denoising steps"
@@ -94,7 +85,7 @@ def test_signal_mid_step_saves_that_step_and_resume_matches(checkpoint, uninterr
     assert progress_files(out) == ["progress-000003.json", "progress-000003.safetensors"]
     assert not artifacts.complete(out, "denoise") and not (out / "video.mp4").exists()
 
-    monkeypatch.setattr(UniPCMultistepScheduler, "step", step)
+    monkeypatch.undo()
     resumed = run(loaded, plugins.registry(), progress=False, resume=True)
     assert resumed.data["timings"]["resumed_from_step"] == 3
     assert len(resumed.data["timings"]["steps_s"]) == STEPS - 3
@@ -109,13 +100,7 @@ def test_killed_process_resumes_to_the_same_latents(checkpoint, uninterrupted, t
     child = subprocess.Popen([sys.executable, "-c", SLOW_PORTER, "run", str(path)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 240
-    while not (out / "progress-000002.json").exists():
-        assert child.poll() is None, child.communicate()
-        assert time.monotonic() < deadline, "no checkpoint within 240 s"
-        time.sleep(0.05)
-    child.send_signal(signal.SIGTERM)
-    _, stderr = child.communicate(timeout=120)
+    stderr = terminate_after(child, out / "progress-000002.json", 240)
     assert child.returncode == 128 + signal.SIGTERM, stderr
     assert "interrupted by SIGTERM" in stderr and "--resume" in stderr
     assert "Traceback" not in stderr
@@ -135,18 +120,10 @@ def test_progress_from_other_settings_is_refused(checkpoint, uninterrupted, tmp_
     from diffusers import UniPCMultistepScheduler
 
     path = recipe_file(tmp_path, checkpoint, tmp_path / "out")
-    step, calls = UniPCMultistepScheduler.step, []
-
-    def signalled(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            signal.raise_signal(signal.SIGINT)
-        return step(self, *args, **kwargs)
-
-    monkeypatch.setattr(UniPCMultistepScheduler, "step", signalled)
+    interrupt_at_step(monkeypatch, UniPCMultistepScheduler, 2)
     with pytest.raises(Interrupted):
         run(recipe.load(path), plugins.registry(), progress=False)
-    monkeypatch.setattr(UniPCMultistepScheduler, "step", step)
+    monkeypatch.undo()
     from porter.errors import UsageError
     with pytest.raises(UsageError, match="generate.seed: artifact 0, recipe 5"):
         run(recipe.load(path, ["generate.seed=5"]), plugins.registry(), progress=False,

@@ -18,6 +18,7 @@ import torch
 
 from porter import guidance
 from porter.family import StagedFamily
+from porter.images import load_image
 from porter.interop import to_host
 from porter.sources import source_kind
 from porter.model_configs import component_config
@@ -83,6 +84,9 @@ class CogVideoXFamily(StagedFamily):
             return None
         return "1.5" if config.get("patch_size_t") else "1.0"
 
+    def extra_keys(self, recipe):
+        return EXTRA
+
     def check(self, recipe):
         problems = super().check(recipe)
         gen = recipe.generate
@@ -101,10 +105,6 @@ class CogVideoXFamily(StagedFamily):
                 problems.append(recipe.problem(f"generate.{key}", "CogVideoX takes no "
                                                f"{key.replace('_', ' ')}",
                                                hint=f"leave generate.{key} out"))
-        for key in sorted(set(gen.extra) - set(EXTRA)):
-            problems.append(recipe.problem(f"generate.extra.{key}", f"CogVideoX reads no "
-                                           f"{key!r} from generate.extra",
-                                           hint="it reads: " + ", ".join(EXTRA)))
         frames, version = recipe.generate.frames, self.version(recipe)
         if version == "1.5" and ((frames - 1) % 4 or ((frames - 1) // 4 + 1) % 2 == 0):
             below = max(9, frames - (frames - 1) % 8)
@@ -169,8 +169,6 @@ class CogVideoXFamily(StagedFamily):
         """The given frame's latents, as the image-to-video pipeline makes them: sampled
         from the VAE's distribution with the run's generator (before the noise is
         drawn), then zero frames after it."""
-        from porter.images import load_image
-
         gen, dtype = recipe.generate, self._latent_dtype(pipe, recipe)
         image = load_image(recipe.file_path("generate.image", gen.image))
         pixels = pipe.video_processor.preprocess(image, height=gen.height, width=gen.width)
