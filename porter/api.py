@@ -11,11 +11,10 @@ A call whose shapes match an earlier one compiles nothing. ``porter run``, its
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from porter import artifacts, checks, distributed, loading, notices, patches, porting, record
+from porter import artifacts, checks, distributed, notices, passes, patches, porting, record
 from porter import runtime as runtime_mod
 from porter import out_of_memory, results, schedulers, stages, tracing
 from porter.errors import RecipeError
@@ -132,7 +131,6 @@ class Port:
     def open(cls, recipe, registry, family, say=quiet) -> "Port":
         """Start the runtime, check shapes, load and port (see ``porter.load``)."""
         from porter.transforms import attention
-        from porter.transforms import setup as setup_transform
 
         runtime = runtime_mod.start(recipe)
         say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
@@ -143,25 +141,13 @@ class Port:
         problems += attention.platform_problems(recipe, registry, runtime.platform)
         if problems:
             raise RecipeError(problems)
-        chosen = porting.selected_patches(recipe, registry, family)
-        compile_mark, timings = runtime_mod.compile_monitor().summary(), {}
-        with out_of_memory.explained(recipe, registry), patches.applied(chosen), \
+        compile_mark = runtime_mod.compile_monitor().summary()
+        building = passes.Building(recipe, registry, family, runtime, say=say)
+        with out_of_memory.explained(recipe, registry), building.stack, \
                 tracing.explained():
-            say(f"loading {family.name} from {recipe.model.source} ({recipe.model.dtype})")
-            start = time.perf_counter()
-            pipe, weights, checkpoint = loading.load_for_port(family, recipe)
-            timings["load_s"] = round(time.perf_counter() - start, 4)
-            set_up = setup_transform.apply(pipe, recipe)
-            if set_up:
-                say(f"set up: {', '.join(set_up)}")
-            say("placing weights on the mesh" + (
-                f" ({', '.join(weights)} read from the checkpoint tensor by tensor)"
-                if weights else ""))
-            start = time.perf_counter()
-            ported = porting.port(pipe, family, runtime, recipe, weights)
-            timings["to_jax_s"] = round(time.perf_counter() - start, 4)
-        return cls(recipe, registry, family, runtime, pipe, ported, chosen, checkpoint,
-                   timings, compile_mark)
+            passes.build(building)
+        return cls(recipe, registry, family, runtime, building.pipe, building.ported(),
+                   building.chosen, building.checkpoint, building.timings, compile_mark)
 
     # ------------------------------------------------------------------ components
 

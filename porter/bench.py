@@ -20,6 +20,9 @@ from pathlib import Path
 import torch
 
 from porter import checks, loading, patches, runtime as runtime_mod
+from porter.passes import ported as port
+from porter.porting import attention_installed, selected_patches
+from porter.verify import cast, random_inputs
 from porter.cache import measure, without_cache
 from porter.interop import to_device
 from porter.stages import block
@@ -112,9 +115,6 @@ def bench(recipe, registry, steps: int = 5) -> dict:
 
 
 def _one_step(recipe, registry, steps: int) -> dict:
-    from porter.porting import attention_installed, port, selected_patches
-    from porter.verify import cast, random_inputs
-
     family = checks.checked_family(recipe, registry)
     started = runtime_mod.start(recipe)
     monitor = runtime_mod.compile_monitor()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from porter import cache, config_values, loading, lora, patches, sources
-from porter.transforms import attention, dtypes, sharding
+from porter import config_values, passes, sources
+from porter.transforms import attention
 from porter.errors import Problem, UsageError
 
 # Building a model on the meta device takes no memory, but time grows with its
@@ -56,23 +56,17 @@ def path_problems(recipe) -> list[Problem]:
 
 
 def recipe_problems(recipe, registry) -> list[Problem]:
-    """Schema-level problems that need the plugins but not JAX or weights."""
+    """Schema-level problems that need the plugins but not JAX or weights: the family's
+    checks, then every pass's (``porter.passes``)."""
     problems = path_problems(recipe)
     if problems:
         return problems  # the checks below would trip over the same paths
     problems = family_problems(recipe, registry)
+    family = None
     if not problems:
         family = registry.family(recipe.model.family)
         problems += family.check(recipe)
-        problems += cache.problems(recipe, family)
-        if recipe.rotary.precompute and family.rotary_patch_for(recipe) is None:
-            problems.append(recipe.problem("rotary.precompute", f"family {family.name!r} "
-                                           "has no rotary cache", hint="set it to false"))
-    problems += patches.problems(recipe, registry)
-    problems += attention.problems(recipe, registry)
-    problems += loading.source_problems(recipe)
-    problems += sharding.rule_problems(recipe) + dtypes.rule_problems(recipe)
-    return problems
+    return problems + passes.check_problems(recipe, registry, family)
 
 
 class _TooLarge(Exception):
@@ -238,7 +232,7 @@ def validate(recipe, registry, devices: int | None = None,
     problems = input_problems(recipe, registry)
     if problems:
         return problems  # shape checks need a sound recipe and build the same model
-    problems = checkpoint_problems(recipe) or lora.problems(recipe, registry)
+    problems = checkpoint_problems(recipe)
     if problems:
         return problems
     if target is not None:

@@ -43,6 +43,9 @@ class ModelFamily:
     scan_blocks: bool = False
     #: pipeline components compiled with jax.jit, and which of their methods
     compiled: dict[str, tuple[str, ...]] = {"transformer": ("forward",), "vae": ("decode",)}
+    #: the transformer components whose steps ``transformer_steps`` counts (a step
+    #: cache is refused on one it does not)
+    stepped_transformers: tuple[str, ...] = ("transformer",)
 
     def starter_model(self) -> dict:
         """``model:`` keys (besides family) that `porter new` writes, as YAML text."""

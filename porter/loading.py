@@ -48,10 +48,11 @@ def load_for_port(family, recipe) -> Loaded:
     parameters on the meta device and returned in ``weights`` (component ->
     ``ComponentWeights``): porting reads its tensors one at a time, straight into
     their shards. The rest (tiny models, formats only the library can convert) are
-    loaded on the host as before. The recipe's dtypes are applied to both (free on
-    the meta device), so each tensor's dtype is the one it is placed in.
+    loaded on the host as before. LoRA and the recipe's dtypes are the next passes
+    (``porter.passes``): on the meta device they cost nothing, so each tensor is
+    placed in its final dtype.
     """
-    from porter import checkpoints, lora
+    from porter import checkpoints
 
     kind = source_kind(recipe.model.source)
     if kind == "tiny":
@@ -66,10 +67,6 @@ def load_for_port(family, recipe) -> Loaded:
         _eval(pipe)
         checkpoint = checkpoints.identity(root, recipe.model.source if kind == "hub"
                                           else None)
-    adapters = lora.apply(family, recipe, pipe, weights)  # before any dtype cast
-    if adapters:
-        checkpoint["lora"] = adapters
-    dtypes.apply_all(pipe.components, recipe)
     return Loaded(pipe, weights, checkpoint)
 
 

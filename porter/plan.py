@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import math
 
-from porter import abstract
+from porter import abstract, passes
 from porter.errors import UsageError
 from porter.runtime import resolve_mesh
-from porter.transforms import compile as compile_transform
-from porter.transforms import setup as setup_transform
-from porter.transforms import dtypes, sharding
+from porter.transforms import sharding
 from porter.transforms.attention import backends
 from porter.transforms.sharding import human_bytes
 
@@ -41,7 +39,7 @@ def component_plan(name: str, module, rules, axes: dict[str, int]) -> dict:
             "bytes": sum(a.nbytes for a in assignments), "bytes_per_device": per_device,
             "replicated_bytes_per_device": replicated,
             "sharded_bytes_per_device": per_device - replicated,
-            "rules": rows, "assignments": assignments}
+            "rules": rows}
 
 
 def build(recipe, registry, devices: int | None = None, target=None) -> dict:
@@ -55,43 +53,20 @@ def build(recipe, registry, devices: int | None = None, target=None) -> dict:
     axes = resolve_mesh(recipe.mesh, device_count(recipe, devices), given=devices is not None)
     components = [component_plan(name, module, recipe.sharding.weights.get(name, []), axes)
                   for name, module in modules.items()]
-    problems = []
-    problems += compile_transform.problems(recipe, family, modules)
-    problems += setup_transform.problems(recipe, modules)
-    problems += unknown_components(recipe, modules)
-    for name, module in modules.items():
-        problems += dtypes.unmatched_problems(recipe, name, module)
-    for plan in components:
-        problems += sharding.shape_problems(recipe, plan["component"], plan["assignments"],
-                                            axes)
-        del plan["assignments"]
+    problems = passes.fit_problems(recipe, family, modules, axes)
     transformer = modules.get("transformer")
     estimates = {}
     if transformer is not None:
-        shapes = family.transformer_inputs(recipe, transformer.config)
-        problems += sharding.input_problems(recipe, shapes, axes)
-        problems += family.size_problems(recipe, transformer.config)
         estimates = costs(recipe, family.estimates(recipe, transformer.config), axes)
     found = {"recipe": recipe.name, "mesh": axes, "devices": math.prod(axes.values()),
              "components": components,
              "weights_bytes_per_device": sum(c["bytes_per_device"] for c in components),
-             "estimates": estimates, "problems": problems}
+             "estimates": estimates, "passes": passes.details(recipe, registry, family, modules),
+             "problems": problems}
     if target is not None:
         found["target"] = {"name": target.name, "chip": target.facts.name,
                            "usable_hbm_bytes": target.facts.usable_hbm_bytes}
     return found
-
-
-def unknown_components(recipe, modules: dict) -> list:
-    """Rules for a component the model does not have: a typo, or the wrong model."""
-    sections = {"sharding.weights": recipe.sharding.weights,
-                "sharding.activations": recipe.sharding.activations,
-                "dtypes.overrides": recipe.dtypes.overrides,
-                "dtypes.components": recipe.dtypes.components}
-    return [recipe.problem(f"{path}.{name}", f"the model has no component {name!r}",
-                           hint=f"components: {', '.join(sorted(modules))}")
-            for path, per_component in sections.items() for name in per_component
-            if name not in modules]
 
 
 def costs(recipe, raw: dict, axes: dict[str, int]) -> dict:
@@ -132,7 +107,11 @@ def to_json(plan: dict) -> dict:
 
 def render(plan: dict) -> str:
     mesh = " x ".join(f"{a}={s}" for a, s in plan["mesh"].items())
-    lines = [f"plan for {plan['recipe']}: mesh {mesh} ({plan['devices']} devices)"]
+    lines = [f"plan for {plan['recipe']}: mesh {mesh} ({plan['devices']} devices)",
+             "\npasses, in the order a run applies them:"]
+    width = max(len(row["pass"]) for row in plan["passes"])
+    lines += [f"  {row['pass']:<{width}}  {row['detail'] if row['applies'] else '-'}"
+              for row in plan["passes"]]
     for comp in plan["components"]:
         lines.append(f"\n{comp['component']}: {comp['tensors']} tensors, "
                      f"{human_bytes(comp['bytes'])}; per device {human_bytes(comp['bytes_per_device'])} "

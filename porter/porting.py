@@ -1,109 +1,65 @@
-"""Porting a loaded pipeline: weights onto the mesh, rotary tables, compiled components,
-the patches and attention backend a run applies, and the stored traces they reuse."""
+"""What the port's passes (``porter.passes``) decide by: which patches a run applies,
+which components run on one device or compile in pieces, the stored traces they
+reuse, weights refused as non-finite, and the attention backend around each call."""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
 
-import torch
-
 from porter import cache, distributed, patches, record
 from porter.errors import LoadError
-from porter.interop import to_device
-from porter.family import ModelFamily
-from porter.transforms import compile as compile_transform
-from porter.transforms import attention, placement, rotary
-from porter.transforms import sharding as shard_transform
+from porter.transforms import attention
 
 
 @dataclass
 class Ported:
+    """A built port's records: what ``porter.passes`` leaves for the run."""
+
     traces: object  # the TraceCache used (None when the compile cache is off)
     weights: dict  # component -> where its weights came from and what each device holds
     splits: dict  # component -> autosplit.Split: what could not be compiled whole
     caching: object = None  # porter.cache.session.Caching, with a ``cache:`` section
 
 
-def port(pipe, family, runtime, recipe, weights: dict | None = None) -> Ported:
-    """Place every component's tensors on the mesh, sharded by the recipe (read from
-    ``weights``, component -> ComponentWeights, where given); cache rotary tables;
-    compile what the family (or the recipe) names. Weights holding NaN or infinity
-    are refused (``model.allow_nonfinite``: a warning)."""
-    sharding = recipe.sharding
-    weights = weights or {}
-    modules = {n: c for n, c in pipe.components.items() if isinstance(c, torch.nn.Module)}
-    in_pieces = cached_components(recipe, family, modules)  # before any weight moves
-    placed, unsharded, nonfinite = {}, set(), {}
-    for name, component in modules.items():
-        found: dict = {}
-        assignments = placement.apply(component, runtime, sharding.weights.get(name, []),
-                                      weights.get(name), found)
-        nonfinite.update({f"{name}.{tensor}": count for tensor, count in found.items()})
-        placed[name] = placement.report(component, assignments, runtime.axes,
-                                        weights.get(name))
-        activations = sharding.activations.get(name, [])
-        shard_transform.constrain_activations(component, runtime, activations)
-        if placement.unsharded(assignments, activations):
-            unsharded.add(name)
-    _refuse_nonfinite(nonfinite, recipe)
-    if recipe.rotary.precompute:
-        rotary.apply(pipe, family, recipe, lambda table: to_device(table, runtime))
-    compiled = compile_transform.rules(recipe, family, runtime.platform)
-    traces = trace_cache(recipe, family, runtime)
-    splits: dict = {}
-    for name, component in modules.items():
-        if name in compiled:
-            compiler = compile_transform.pieces if name in in_pieces \
-                else compile_transform.apply
-            component = compiler(component, compiled[name], traces, name,
-                                 runtime.xla_options, splits)
-            if takes_sharded_inputs(name, recipe):
-                component = shard_transform.ShardedInputs(component, sharding.inputs, runtime)
-            elif runs_on_one_device(name, recipe, compiled[name], runtime.mesh.devices.size,
-                                    name in unsharded, name in in_pieces):
-                placement.on_one_device(component, runtime)
-        if name in recipe.attention.skip:
-            component = attention.Skipped(component)
-        setattr(pipe, name, component)
-    caching = None
-    if recipe.cache:
-        from porter.cache.session import Caching
-        caching = Caching(cache.settings(recipe), {n: modules[n] for n in in_pieces}, recipe)
-    return Ported(traces, placed, splits, caching)
+def piece_components(recipe, modules: dict) -> list[str]:
+    """The components a ``cache:`` section's method works on: the transformers with a
+    block list, each compiled in pieces (none for the guidance cache, which skips whole
+    calls)."""
+    chosen = cache.settings(recipe)
+    if chosen is None or chosen.method == "guidance":
+        return []
+    return [name for name, module in modules.items()
+            if name.startswith("transformer") and cache.block_lists(module)]
 
 
-def cached_components(recipe, family, modules: dict) -> list[str]:
-    """The components a ``cache:`` section's method works on (compiled in pieces),
-    checked against the method: a ``RecipeError`` where it cannot work."""
+def cache_fit_problems(recipe, family, modules: dict) -> list:
+    """Can the ``cache:`` section's method work on these modules (their structure
+    only, before any weight moves)?"""
     from porter.cache import hooks
-    from porter.errors import RecipeError
 
     chosen = cache.settings(recipe)
     if chosen is None or chosen.method == "guidance":
         return []
-    names = [name for name, module in modules.items()
-             if name.startswith("transformer") and cache.block_lists(module)]
-    problem = None
+    names = piece_components(recipe, modules)
     if not names:
-        problem = ("cache.method", f"{chosen.method} works on a transformer's block list; "
-                   "this pipeline's transformer has none",
-                   "leave the cache section out for this model")
-    elif len(names) > 1 and type(family).transformer_steps is ModelFamily.transformer_steps:
-        problem = ("cache.method", f"family {family.name!r} does not say which steps each "
-                   f"of {', '.join(names)} runs", "a plugin's transformer_steps says it")
-    for name in names if problem is None else ():
+        return [recipe.problem("cache.method", f"{chosen.method} works on a transformer's "
+                               "block list; this pipeline's transformer has none",
+                               hint="leave the cache section out for this model")]
+    unstepped = [name for name in names if name not in family.stepped_transformers]
+    if unstepped:
+        return [recipe.problem("cache.method", f"family {family.name!r} does not say which "
+                               f"steps {', '.join(unstepped)} runs", hint="a plugin's "
+                               "transformer_steps and stepped_transformers say it")]
+    for name in names:
         try:
             hooks.check(modules[name], chosen)
         except hooks.Misfit as exc:
-            problem = (f"cache.{exc.key}", f"{name}: {exc}", exc.hint)
-            break
-    if problem is not None:
-        raise RecipeError([recipe.problem(*problem)])
-    return names
+            return [recipe.problem(f"cache.{exc.key}", f"{name}: {exc}", hint=exc.hint)]
+    return []
 
 
-def _refuse_nonfinite(found: dict, recipe) -> None:
+def refuse_nonfinite(found: dict, recipe) -> None:
     """NaN or infinity in the weights (``found``: tensor -> count, this process's rows)
     is an error on every process, decided together so that none runs on alone."""
     from porter import notices

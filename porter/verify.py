@@ -18,6 +18,8 @@ import numpy as np
 import torch
 
 from porter import checks, loading, patches, runtime as runtime_mod
+from porter.passes import ported as port
+from porter.porting import attention_installed, selected_patches
 from porter.cache import without_cache
 from porter.interop import to_device, to_host
 from porter.transforms import dtypes
@@ -81,7 +83,6 @@ def _single_device(runtime):
 
 def _ported(family, recipe, registry, runtime):
     """The recipe's pipeline ported to ``runtime``; returns (pipe, eager transformer)."""
-    from porter.porting import port
     pipe = loading.load_untouched(family, recipe)
     host = copy.deepcopy(pipe.transformer)  # before the recipe's dtypes: the reference
     dtypes.apply_all(pipe.components, recipe)
@@ -91,8 +92,6 @@ def _ported(family, recipe, registry, runtime):
 
 def _run_ported(module, compiled, inputs, recipe, registry, runtime, dtype):
     """Module outputs (eager, hooked) and the compiled final output, on the host."""
-    from porter.porting import attention_installed
-
     placed = {k: to_device(v, runtime) for k, v in cast(inputs, dtype).items()}
     outputs: dict = {}
     with attention_installed(recipe, registry, runtime), runtime.env:
@@ -132,7 +131,6 @@ def verify(recipe, registry, sharded: bool = False) -> dict:
     blocks are compiled one by one (``unscanned``)."""
     recipe = unscanned(without_cache(recipe), registry)
     family = checks.checked_family(recipe, registry)
-    from porter.porting import selected_patches
     runtime = runtime_mod.start(recipe)
     with patches.applied(selected_patches(recipe, registry, family)):
         pipe, module, host = _ported(family, recipe, registry, runtime)

@@ -334,7 +334,12 @@ def test_models_the_hooks_cannot_serve_are_recipe_errors(recipe_path):
     from porter import recipe as recipe_mod
     from porter.cache import hooks, settings
     from porter.plugins import registry
-    from porter.porting import cached_components
+    from porter.porting import cache_fit_problems
+
+    def cached_components(recipe, family, modules):
+        problems = cache_fit_problems(recipe, family, modules)
+        if problems:
+            raise RecipeError(problems)
 
     loaded = recipe_mod.load(recipe_path, ["cache={method: first_block}"])
     wan = registry().family("wan")

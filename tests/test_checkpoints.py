@@ -230,11 +230,11 @@ def test_every_problem_in_one_error_first_ones_shown(bad):
 
 def test_run_on_a_corrupt_checkpoint_exits_2_before_loading(bad, write, tmp_path, capsys,
                                                            monkeypatch):
-    from porter import loading, porting
+    from porter import loading, passes
 
     calls = []
     monkeypatch.setattr(loading, "_from_pretrained", lambda *a: calls.append("load"))
-    monkeypatch.setattr(porting, "port", lambda *a: calls.append("port"))
+    monkeypatch.setattr(passes, "port", lambda *a: calls.append("port"))
     rewrite(bad / TRANSFORMER, lambda t: t.update({TENSOR: torch.zeros(64, 12)}))
     path = write("r.yaml", TINY_RECIPE)
     start = time.perf_counter()

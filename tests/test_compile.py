@@ -4,7 +4,7 @@ import torch
 
 from porter import checks, plugins, recipe, runtime
 from porter.interop import to_device
-from porter.porting import port
+from porter.passes import ported as port
 from porter.transforms import compile as compile_transform
 from porter.transforms import placement
 

@@ -6,7 +6,7 @@ import torch
 
 from porter import checks, loading, plugins, recipe, runtime
 from porter.interop import to_device, to_host
-from porter.porting import port
+from porter.passes import ported as port
 
 from conftest import TINY_RECIPE
 

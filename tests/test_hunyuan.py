@@ -10,7 +10,8 @@ import torch
 
 from porter import checks, plan, plugins, recipe, runtime
 from porter.interop import to_device, to_host
-from porter.porting import attention_installed, port, selected_patches
+from porter.passes import ported as port
+from porter.porting import attention_installed, selected_patches
 from porter.transforms.attention import AttentionBackend, kernels
 
 from conftest import RECIPES, interrupt_at_step

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from porter import abstract, loading, plan, plugins, recipe, runtime, weights
-from porter.porting import port
+from porter import abstract, loading, passes, plan, plugins, recipe, runtime, weights
+from porter.passes import ported as port
 from porter.transforms import placement
 
 from conftest import RECIPES, TINY_RECIPE
@@ -136,8 +136,9 @@ def test_devices_hold_what_plan_says(name, overrides):
                for c in plan.build(loaded, registry, devices=8)["components"]}
     rt = runtime.start(loaded)
     family = registry.family(loaded.model.family)
-    pipe, found, _ = loading.load_for_port(family, loaded)
-    ported = port(pipe, family, rt, loaded, found)
+    building = passes.Building(loaded, registry, family, rt)
+    with building.stack:  # the patches, while the passes run
+        ported = passes.build(building).ported()
     for component, report in ported.weights.items():
         assert report["planned_bytes_per_device"] == planned[component], component
         assert report["bytes_per_device"] == report["min_bytes_per_device"] \

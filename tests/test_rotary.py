@@ -6,7 +6,8 @@ import torch
 
 from porter import patches, plugins, recipe, runtime
 from porter.interop import to_device, to_host
-from porter.porting import port, selected_patches
+from porter.passes import ported as port
+from porter.porting import selected_patches
 
 from conftest import RECIPES, lowered_text
 

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from porter import plugins, recipe, runtime, video
-from porter.porting import port
+from porter.passes import ported as port
 from porter.run import run
 
 from conftest import RECIPES, TINY_RECIPE, diffusers_latents

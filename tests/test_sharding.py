@@ -8,7 +8,7 @@ import torch
 
 from porter import checks, plan, plugins, recipe, runtime
 from porter.interop import to_device, to_host
-from porter.porting import port
+from porter.passes import ported as port
 
 from conftest import RECIPES, TINY_RECIPE, diffusers_latents, lowered_text
 

@@ -2,28 +2,23 @@
 tensor a compiled program takes is abstract (a ``jax.ShapeDtypeStruct`` in the
 ``NamedSharding`` the run would place it in) on a deviceless mesh of the target.
 
-The run's own steps, in its order: the recipe's dtypes (on the meta models), set-up
-calls, patches, activation constraints, rotary tables, sharding rules, the
-one-device rule for unsharded components, input shardings and the attention
-backend, all from the same functions ``porter run`` calls. LoRA adapters are fused
-into the weights a run loads: they change no shape, so nothing here depends on them.
+The run's own passes, in its order (``porter.passes``, each pass's ``abstract``
+part): patches, set-up calls, dtypes, sharding rules and activation constraints,
+rotary tables, the compile rules (one device for unsharded components, scans) and
+the attention backend. LoRA adapters are fused into the weights a run loads: they
+change no shape, so nothing here depends on them.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import torch
 
-from porter import abstract, patches, porting
-from porter.errors import UsageError
+from porter import passes, patches, porting
 from porter.runtime import Runtime, resolve_mesh
-from porter.transforms import attention, placement
-from porter.transforms import compile as compile_transform
-from porter.transforms import rotary, scan
-from porter.transforms import setup as setup_transform
+from porter.transforms import scan
 from porter.transforms import sharding as shard_transform
 
 from porter.aot import targets
@@ -95,40 +90,25 @@ def target_runtime(recipe, target: targets.Target) -> Runtime:
 
 
 def build(recipe, registry, target: targets.Target) -> AbstractPort:
-    """The recipe's port for ``target``, every tensor abstract (see the module doc)."""
+    """The recipe's port for ``target``, every tensor abstract: the passes' ``abstract``
+    parts (``porter.passes``), in the run's order."""
     family = registry.family(recipe.model.family)
-    runtime = target_runtime(recipe, target)
-    modules = abstract.components(family, recipe)  # meta models, the recipe's dtypes
-    if modules is None:
-        raise UsageError(f"cannot compile {recipe.model.source!r} without its "
-                         "configuration", hint="point model.source at a local diffusers "
-                         "directory (configuration files are enough)")
-    pipe = SimpleNamespace(**modules)
-    setup_transform.apply(pipe, recipe)
-    chosen = porting.selected_patches(recipe, registry, family)
-    rules = compile_transform.rules(recipe, family, runtime.platform)
-    in_pieces = porting.cached_components(recipe, family, modules)
+    building = passes.Building(recipe, registry, family, target_runtime(recipe, target))
+    with building.stack:  # the patches, while the passes run
+        passes.build(building, abstract=True)
     components = {}
-    with patches.applied(chosen):
-        for name, module in modules.items():
-            activations = recipe.sharding.activations.get(name, [])
-            shard_transform.constrain_activations(module, runtime, activations)
-            assignments = shard_transform.assign(shard_transform.named_tensors(module),
-                                                 recipe.sharding.weights.get(name, []))
-            whole = name in rules and rules[name].modules is None and name not in in_pieces
-            components[name] = Component(
-                name, module, rules.get(name), assignments,
-                one_device=name in rules and porting.runs_on_one_device(
-                    name, recipe, rules[name], runtime.mesh.devices.size,
-                    placement.unsharded(assignments, activations), name in in_pieces),
-                attention_skipped=name in recipe.attention.skip, axes=runtime.axes,
-                scanned=scan.identical_lists(module) if whole and rules[name].scan else [])
-        if recipe.rotary.precompute:  # buffers of the rotary modules: shapes only here
-            rotary.apply(pipe, family, recipe, lambda table: table.to("meta"))
+    for name, module in building.modules.items():
+        rule = building.rules.get(name)
+        components[name] = Component(
+            name, module, rule, building.assignments[name],
+            one_device=name in building.one_device,
+            attention_skipped=name in recipe.attention.skip,
+            axes=building.runtime.axes, scanned=building.scanned.get(name, []))
     for component in components.values():
         component.jittable, component.state, component.sharded_bytes_per_chip = \
-            _abstract_state(component, runtime)
-    return AbstractPort(recipe, registry, family, target, runtime, components, chosen)
+            _abstract_state(component, building.runtime)
+    return AbstractPort(recipe, registry, family, target, building.runtime, components,
+                        building.chosen)
 
 
 def _abstract_state(component: Component, runtime):

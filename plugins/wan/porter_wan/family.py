@@ -32,6 +32,7 @@ class WanFamily(StagedFamily):
     rotary_patch = "wan.rope_cache"
     embedding_keys = ("prompt", "negative", "image_embeds")
     scan_blocks = True  # each block's output is the next one's input
+    stepped_transformers = ("transformer", "transformer_2")  # two experts
     compiled = {"text_encoder": ("forward",), "image_encoder": ("forward",),
                 "transformer": ("forward",), "transformer_2": ("forward",),
                 "vae": ("decode", "_encode")}
