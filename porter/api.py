@@ -14,9 +14,10 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from porter import artifacts, checks, distributed, notices, passes, patches, porting, record
+from porter import checks, distributed, notices, passes, patches, porting
+from porter.rundir import artifacts, record, results
 from porter import runtime as runtime_mod
-from porter import out_of_memory, results, schedulers, stages, tracing
+from porter import out_of_memory, schedulers, stages, tracing
 from porter.errors import RecipeError
 from porter.interop import to_device, to_host
 
@@ -89,7 +90,7 @@ class Generation:
         """Write the video (and the frames and latents the recipe's ``output`` asks
         for) and ``run.json`` to ``directory``, as ``porter run`` does; returns the
         record's path."""
-        from porter import outputs
+        from porter.rundir import outputs
 
         directory = Path(directory)
         with outputs.owned(directory):
@@ -167,7 +168,7 @@ class Port:
         """The port's patches, attention backend and torchax environment, for calling
         its components directly (``generate`` and ``as_torch`` enter it themselves)."""
         with patches.applied(self.chosen), tracing.explained(), \
-                porting.attention_installed(self.recipe, self.registry, self.runtime), \
+                porting.ops_installed(self.recipe, self.registry, self.runtime), \
                 schedulers.on_device(getattr(self.pipe, "scheduler", None), self.runtime):
             yield self.runtime.env
 

@@ -3,7 +3,7 @@ attention backends."""
 
 from __future__ import annotations
 
-from porter import setitem
+from porter import setitem, torchax_fixes
 from porter.hookspecs import hookimpl
 from porter.patches import Patch
 
@@ -48,11 +48,31 @@ SETITEM = Patch(
 )
 
 
+DEEPCOPY = Patch(
+    name="core.deepcopy",
+    target="torch._tensor:Tensor.__deepcopy__",
+    doc="copy.deepcopy of tensors inside torchax's environment (a pipeline that "
+        "deep-copies its scheduler): host tensors copied by PyTorch with torchax's modes "
+        "set aside, torchax tensors around the same immutable array. Applied on every run.",
+    replacement=torchax_fixes.deepcopy,
+    fits="torchax>=0.0.11,<0.0.14",
+)
+
+VIEW_INDEX = Patch(
+    name="core.view_index",
+    target="torchax.view:View.__getitem__",
+    doc="List and tensor indexing of a torchax view (t[:5][[0, -1]]), which indexes the "
+        "view's missing array in torchax: the view is made a tensor first, as such "
+        "indexing copies in PyTorch too. Applied on every run.",
+    replacement=torchax_fixes.view_getitem,
+    fits="torchax>=0.0.11,<0.0.14",
+)
+
+
 @hookimpl
 def porter_register_patches(register):
-    register(COMPILING)
-    register(NO_TORCH_ASSERT)
-    register(SETITEM)
+    for patch in (COMPILING, NO_TORCH_ASSERT, SETITEM, DEEPCOPY, VIEW_INDEX):
+        register(patch)
 
 
 @hookimpl

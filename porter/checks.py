@@ -5,7 +5,9 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from porter import config_values, passes, sources
+from porter import passes
+from porter.loading import config_values
+from porter.recipe import sources
 from porter.transforms import attention
 from porter.errors import Problem, UsageError
 
@@ -108,7 +110,7 @@ def model_problems(recipe, registry) -> list[Problem]:
                                    "save_pretrained") for problem in values]
     else:
         return []
-    from porter import abstract
+    from porter.loading import abstract
 
     family = registry.family(recipe.model.family)
     try:
@@ -217,7 +219,7 @@ def checkpoint_problems(recipe) -> list[Problem]:
     read; the configs are known to build by now): what `run` checks before loading."""
     if sources.source_kind(recipe.model.source) != "local":
         return []
-    from porter import checkpoints
+    from porter.loading import checkpoints
     return [recipe.problem("model.source", problem, hint="re-download that component, "
                            "or re-save the pipeline with save_pretrained")
             for problem in checkpoints.directory_problems(Path(recipe.model.source)
@@ -246,8 +248,9 @@ def path_write_problems(recipe) -> list[Problem]:
     """Where the run will write, checked writable now (a run finds out before loading
     anything, `validate` before the run). The compile cache is optional, as in a run:
     an unwritable one is a warning."""
-    from porter import notices, outputs, runtime
-    from porter.outputs import output_dir
+    from porter import notices, runtime
+    from porter.rundir import outputs
+    from porter.rundir.outputs import output_dir
 
     problems = []
     why = outputs.writable_problem(output_dir(recipe))

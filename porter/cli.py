@@ -284,7 +284,7 @@ def _check_resume_target(resume: str, overrides: list[str]) -> None:
 
 def cmd_run(args) -> int:
     from porter import distributed, plugins
-    from porter.run import run
+    from porter.commands.run import run
 
     if args.resume:
         _check_resume_target(args.resume, args.overrides)
@@ -337,9 +337,10 @@ def _cache_line(summary: dict) -> str:
 def _batch(args, loaded) -> int:
     from pathlib import Path
 
-    from porter import batch, distributed, plugins
+    from porter import distributed, plugins
+    from porter.commands import batch
     from porter.errors import UsageError
-    from porter.outputs import output_dir
+    from porter.rundir.outputs import output_dir
 
     if args.stage:
         raise UsageError("--stage and --prompts do not go together",
@@ -357,7 +358,8 @@ def _batch(args, loaded) -> int:
 
 
 def cmd_serve(args) -> int:
-    from porter import plugins, serve
+    from porter import plugins
+    from porter.commands import serve
 
     loaded = _load_recipe(args)
     state = serve.serve(loaded, plugins.registry(), args.host, args.port, args.token,
@@ -437,7 +439,8 @@ def cmd_compile(args) -> int:
 def cmd_verify(args) -> int:
     import json
 
-    from porter import plugins, verify
+    from porter import plugins
+    from porter.commands import verify
 
     loaded = _load_recipe(args)
     result = verify.verify(loaded, plugins.registry(), sharded=args.sharded)
@@ -448,7 +451,8 @@ def cmd_verify(args) -> int:
 def cmd_bench(args) -> int:
     import json
 
-    from porter import bench, plugins
+    from porter import plugins
+    from porter.commands import bench
 
     loaded = _load_recipe(args)
     result = bench.bench(loaded, plugins.registry(), steps=args.steps)
@@ -480,7 +484,7 @@ def cmd_calibrate(args) -> int:
 def cmd_inspect(args) -> int:
     import json
 
-    from porter import inspection
+    from porter.commands import inspection
 
     loaded, registry = _checked_recipe(args)
     result = inspection.build(loaded, registry)
@@ -489,7 +493,8 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_new(args) -> int:
-    from porter import plugins, starter
+    from porter import plugins
+    from porter.commands import starter
 
     path = starter.write(args.name, plugins.registry().family(args.family), args.base,
                          force=args.force)

@@ -35,7 +35,7 @@ _state = {"writes": True, "guarded": False}
 
 def usable(directory: Path) -> bool:
     """Can the compile cache live in ``directory``? Warns once when it cannot."""
-    from porter import outputs
+    from porter.rundir import outputs
 
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -130,7 +130,7 @@ def _atomic_puts(cache) -> None:
         return
     from jax._src import lru_cache
 
-    from porter import outputs
+    from porter.rundir import outputs
 
     def put(key: str, value: bytes) -> None:
         path = Path(str(cache.path)) / f"{key}{lru_cache._CACHE_SUFFIX}"

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from porter import call_args, runners
+from porter import runners
+from porter.recipe import call_args
 from porter.errors import UsageError
 from porter.family import ModelFamily
 
@@ -84,7 +85,7 @@ class GenericFamily(ModelFamily):
 
         import diffusers
 
-        from porter.sources import source_kind
+        from porter.recipe.sources import source_kind
         if recipe.model.pipeline is not None:
             return self.pipeline_class(recipe)
         if source_kind(recipe.model.source) != "local":
@@ -110,7 +111,7 @@ class GenericFamily(ModelFamily):
         return cls
 
     def call_kwargs(self, recipe, cls) -> dict:
-        """Keyword arguments of the pipeline call (``porter.call_args``); families
+        """Keyword arguments of the pipeline call (``porter.recipe.call_args``); families
         built on this one add or drop their own."""
         return call_args.kwargs(recipe, cls)
 

@@ -33,12 +33,12 @@ from typing import Callable
 
 import torch
 
-from porter import abstract, cache, loading, lora, patches, porting
+from porter import cache, loading, patches, porting
+from porter.loading import abstract
+from porter.transforms import attention, dtypes, lora, placement, rotary, scan, sharding
 from porter.errors import RecipeError, UsageError
 from porter.interop import to_device
-from porter.transforms import attention, dtypes, placement, rotary, sharding
 from porter.transforms import compile as compile_transform
-from porter.transforms import scan
 from porter.transforms import setup as setup_transform
 
 
@@ -297,6 +297,7 @@ def _compile(b: Building) -> None:
                                                b.runtime)
         elif _runs_on_one_device(b, name):
             placement.on_one_device(component, b.runtime)
+            b.one_device.add(name)
         setattr(b.pipe, name, component)
 
 
@@ -328,11 +329,21 @@ def _compile_detail(recipe, registry, family, modules):
 # ---------------------------------------------------------------------------- attention
 
 def _skip_attention(b: Building) -> None:
-    """Components the recipe's ``attention.skip`` names run with torchax's own attention
-    (wrapping the compiled component: its programs are traced inside the wrapper)."""
-    for name in b.recipe.attention.skip:
-        if name in b.modules:
-            setattr(b.pipe, name, attention.Skipped(getattr(b.pipe, name)))
+    """Components the recipe's ``attention.skip`` names, and those run on one device,
+    run with torchax's own attention (wrapping the compiled component: its programs are
+    traced inside the wrapper). A backend shards attention over the mesh, which the
+    inputs of a one-device component (a CLIP image encoder) are not on."""
+    for name in attention_skipped(b):
+        setattr(b.pipe, name, attention.Skipped(getattr(b.pipe, name)))
+
+
+def attention_skipped(b: Building) -> list[str]:
+    """The components that run with torchax's own attention, not the recipe's backend
+    (none without one: nothing is wrapped)."""
+    if b.recipe.attention.backend is None:
+        return []
+    return [name for name in b.modules
+            if name in b.recipe.attention.skip or name in b.one_device]
 
 
 def _attention_detail(recipe, registry, family, modules):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from porter import abstract, passes
+from porter import passes
+from porter.loading import abstract
 from porter.errors import UsageError
 from porter.runtime import resolve_mesh
 from porter.transforms import sharding

@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from porter import cache, distributed, patches, record
+from porter import cache, distributed, lowerings, patches
+from porter.rundir import record
 from porter.errors import LoadError
 from porter.transforms import attention
 
@@ -131,7 +132,7 @@ def trace_cache(recipe, family, runtime):
 
 
 #: patches every run applies: they make torchax behave as PyTorch does
-CORE_PATCHES = ("core.setitem",)
+CORE_PATCHES = ("core.setitem", "core.deepcopy", "core.view_index")
 
 
 def takes_sharded_inputs(name: str, recipe) -> bool:
@@ -159,14 +160,16 @@ def selected_patches(recipe, registry, family):
 
 
 @contextlib.contextmanager
-def attention_installed(recipe, registry, runtime):
-    """The recipe's attention backend in place of torchax's lowering, for the block."""
-    if recipe.attention.backend is None:
-        yield
-        return
-    undo = attention.install(runtime.env, recipe.attention, registry.attention, runtime.mesh,
-                             runtime.platform)
-    try:
-        yield
-    finally:
-        undo()
+def ops_installed(recipe, registry, runtime):
+    """Porter's lowerings (``porter.lowerings``) and the recipe's attention backend in
+    place of torchax's, for the block."""
+    with lowerings.installed(runtime.env):
+        if recipe.attention.backend is None:
+            yield
+            return
+        undo = attention.install(runtime.env, recipe.attention, registry.attention,
+                                 runtime.mesh, runtime.platform)
+        try:
+            yield
+        finally:
+            undo()

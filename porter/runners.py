@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from porter import artifacts, record, stages
-from porter import progress as saved_progress
+from porter import stages
+from porter.rundir import artifacts, record
+from porter.rundir import progress as saved_progress
 from porter.interop import to_device, to_host
 
 
@@ -23,7 +24,7 @@ class Resumed:
     """What a run continues from: the stage before its first (record and tensors) and
     the denoising checkpoint, both read and checked before any weight is loaded."""
     previous: dict | None = None  # {"meta": record, "tensors": {...}}
-    progress: object = None  # porter.progress.Progress
+    progress: object = None  # porter.rundir.progress.Progress
 
 
 class StagedLoop:

@@ -8,8 +8,8 @@ import time
 from porter import finite, guidance, interrupt
 from porter.errors import UsageError
 from porter.interop import to_device, to_host
-from porter.progress import REDO as progress_redo
-from porter.progress import Progress, restore_scheduler, scheduler_state
+from porter.rundir.progress import REDO as progress_redo
+from porter.rundir.progress import Progress, restore_scheduler, scheduler_state
 from porter.sampling import Sampling
 from porter.transforms.dtypes import DTYPES
 

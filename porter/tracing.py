@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+from typing import NamedTuple
 
 from porter.errors import PorterError
 
@@ -38,24 +39,62 @@ def model_frame(exc: BaseException) -> str | None:
     return None
 
 
-def _failure_site(exc: BaseException) -> str | None:
-    """Where a failure inside model code happened: the innermost model-library frame,
-    provided no Porter frame is deeper (a Porter function the model called, such as
-    an attention backend or a patch, failing is Porter's bug, not the model's)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    for frame in reversed(frames):
-        parts = frame.filename.replace("\\", "/").split("/")
-        if "porter" in parts or any(p.startswith("porter_") for p in parts):
+#: where torchax turns PyTorch into JAX: an error raised in these is torchax's, not
+#: the model library's
+ENGINES = ("torchax", "jax", "jaxlib")
+#: Porter's code that only carries the model's call into a compiled program: what fails
+#: beneath it is the model's (or torchax's) doing, not Porter's
+CONDUITS = ("porter/transforms/autosplit.py", "porter/transforms/compile.py",
+            "porter/transforms/scan.py", "porter/transforms/sharding.py",
+            "porter/torchax_fixes.py")
+
+
+def _kind(filename: str) -> str:
+    path = filename.replace("\\", "/")
+    parts = path.split("/")
+    if any(path.endswith(conduit) for conduit in CONDUITS):
+        return "conduit"
+    if "porter" in parts or any(p.startswith("porter_") for p in parts):
+        return "porter"
+    if any(library in parts for library in LIBRARIES):
+        return "library"
+    if any(engine in parts for engine in ENGINES):
+        return "engine"
+    return "other"  # PyTorch, the standard library: they run the same in plain PyTorch
+
+
+class Site(NamedTuple):
+    where: str  # file:line (function): code, in the model library
+    in_torchax: bool  # raised by torchax or JAX beneath that line
+
+
+def _failure_site(exc: BaseException) -> Site | None:
+    """Where a failure inside model code happened: the innermost model-library frame
+    (Porter's conduits into compiled programs, torchax and JAX beneath it are passed
+    over). None when Porter's own code raised it or made the failing call: a Porter
+    function the model called (an attention backend, a patch) failing is Porter's bug."""
+    in_torchax = False
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        kind = _kind(frame.filename)
+        if kind == "porter":
             return None
-        if any(library in parts for library in LIBRARIES):
-            return model_frame(exc)
+        if kind == "engine":
+            in_torchax = True
+        elif kind == "library":
+            relative = frame.filename.replace("\\", "/").split("/")
+            for library in LIBRARIES:
+                if library in relative:
+                    relative = "/".join(relative[relative.index(library):])
+                    break
+            return Site(f"{relative}:{frame.lineno} ({frame.name}): "
+                        f"{(frame.line or '').strip()}", in_torchax)
     return None
 
 
-def _hint(exc: BaseException, where: str) -> str:
-    """What to do about a failure in model code (at ``where``), by its kind."""
-    text = str(exc)
-    if where.split("): ", 1)[-1].startswith("raise "):  # the library's own check
+def _hint(exc: BaseException, site: Site) -> str:
+    """What to do about a failure in model code, by its kind."""
+    text, where = str(exc), site.where
+    if not site.in_torchax and where.split("): ", 1)[-1].startswith("raise "):
         return ("the model library refused the call: check the recipe's generate settings "
                 "(and generate.extra) against what the message asks for")
     if isinstance(exc, (AssertionError, AttributeError)) and (
@@ -72,12 +111,17 @@ def _hint(exc: BaseException, where: str) -> str:
             word in text for word in ("shape", "broadcast", "size", "dimension")):
         return ("shapes the model did not expect: check generate.height, width and frames "
                 "against what the model takes (multiples of its VAE and patch sizes)")
-    if isinstance(exc, NotImplementedError) or "not implemented" in text.lower():
+    if isinstance(exc, NotImplementedError) or "not implemented" in text.lower() \
+            or "has no lowering" in text:
         return ("torchax has no lowering for an operation this model uses: a patch can "
                 "replace the function (docs/authoring-recipes.md, section 6)")
-    return ("if the same pipeline runs in plain diffusers, this is a porting gap: rerun with "
-            "--debug for the traceback, then patch the function "
-            "(docs/authoring-recipes.md, section 6)")
+    if site.in_torchax:  # PyTorch runs this line; torchax could not
+        return ("torchax could not run this line as PyTorch does: a porting gap. Rerun "
+                "with --debug for the traceback, then patch the function "
+                "(docs/authoring-recipes.md, section 6)")
+    return ("the library's own code raised this, not torchax: the same call is likely to "
+            "fail in plain diffusers too. Check the recipe's generate settings (and "
+            "generate.extra) against the pipeline's arguments and defaults")
 
 
 @contextlib.contextmanager
@@ -105,11 +149,11 @@ def explained():
         from porter.errors import is_environment_error, is_out_of_memory
 
         # the machine's refusals (disk full, out of memory) are reported as such
-        where = None if is_environment_error(exc) or is_out_of_memory(exc) \
+        site = None if is_environment_error(exc) or is_out_of_memory(exc) \
             else _failure_site(exc)
-        if where is None:
+        if site is None:
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise PortingError(f"model code failed under Porter ({type(exc).__name__}"
-                           + (f": {message[:300]}" if message else "") + f") at {where}",
-                           hint=_hint(exc, where)) from exc
+                           + (f": {message[:300]}" if message else "")
+                           + f") at {site.where}", hint=_hint(exc, site)) from exc

@@ -15,6 +15,7 @@ os.environ.setdefault("PORTER_CACHE_DIR", tempfile.mkdtemp(prefix="porter-test-c
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/models: tiny pipelines
@@ -171,3 +172,15 @@ builtins.open = full_open
 from porter.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+
+
+class Positions(torch.nn.Module):
+    """A module adding its input to positions a caller made on the host (a pipeline's
+    ``torch.arange(n)``): what crosses into a compiled program with no device."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x, positions):
+        return x + self.scale * positions

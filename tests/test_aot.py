@@ -61,7 +61,7 @@ def test_declared_programs_are_what_a_run_calls(name, overrides):
     real run of the same recipe: component, method, every input's shape and dtype on
     the device, the static arguments, and how many calls."""
     import porter
-    from porter import abstract
+    from porter.loading import abstract
     from porter.transforms import compile as compile_transform
 
     port = porter.load(RECIPES / name, *overrides, "generate.steps=3")
@@ -161,6 +161,26 @@ def test_tiny_wan_compiled_for_v5e_holds_the_plans_weights(tmp_path):
     assert transformer["calls"] == 4 and transformer["flops"] > 0
     assert "all-gather" in transformer["collectives"]  # weights split over tp
     assert report["verdict"]["fits"] is True and report["roofline"]["bound_s"] > 0
+
+
+@needs_libtpu
+def test_a_one_device_image_encoder_compiles_with_torchaxs_attention(monkeypatch, capsys):
+    """Wan's CLIP image encoder has no sharding rule: it runs on one device, where the
+    TPU's attention kernel, sharded over the whole mesh, cannot take its inputs. It runs
+    with torchax's attention (in a run too), and compiles: the real recipe's encoder
+    (its published configuration; about 20 s)."""
+    from porter import cli, passes
+
+    args = ["compile", str(RECIPES / "wan-i2v-14b.yaml"), "--target", "v6e-8",
+            "--program", "image_encoder.forward", "--json"]
+    assert cli.main(args) == 0
+    [row] = [r for r in json.loads(capsys.readouterr().out)["programs"]
+             if r["status"] == "compiled"]
+    assert row["program"] == "image_encoder.forward" and row["fits"]
+    # the recipe's attention in a one-device component: what failed before
+    monkeypatch.setattr(passes, "attention_skipped", lambda b: list(b.recipe.attention.skip))
+    assert cli.main(args) == 2
+    assert "Received incompatible devices" in capsys.readouterr().err
 
 
 @needs_libtpu

@@ -5,7 +5,7 @@ import torch
 
 from conftest import RECIPES
 from porter import recipe, runtime
-from porter.schema import CompileRule
+from porter.recipe.schema import CompileRule
 from porter.transforms import compile as compile_transform
 from porter.transforms import placement
 from porter.transforms.trace_cache import TraceCache

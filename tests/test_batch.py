@@ -7,7 +7,7 @@ import sys
 import pytest
 from safetensors.torch import load_file
 
-from porter.batch import read_items
+from porter.commands.batch import read_items
 
 from conftest import FULL_DISK, ROOT, TINY_RECIPE
 
@@ -111,7 +111,7 @@ def test_a_file_with_no_runnable_item_stops_before_loading(tmp_path):
 
 
 def test_when_a_batch_can_be_split_between_replica_sets():
-    from porter.batch import replica_mesh
+    from porter.commands.batch import replica_mesh
 
     # 2 processes x 4 devices: dp=2 x tp=4 splits into one replica set each
     assert replica_mesh({"dp": 2, "tp": 4}, 2, 4, 8) == {"dp": 1, "tp": 4}
@@ -181,7 +181,7 @@ def test_endless_or_huge_prompt_files_are_refused_in_a_guarded_process(tmp_path,
     regression fails instead of eating the machine."""
     import os
 
-    from porter.batch import MAX_PROMPTS_BYTES
+    from porter.commands.batch import MAX_PROMPTS_BYTES
 
     reason = {"/dev/zero": "is not a regular file (a device, pipe or socket)",
               "FIFO": "is not a regular file", "DIR": "is a directory",

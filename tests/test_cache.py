@@ -434,7 +434,7 @@ def test_sharded_batched_guidance_keeps_working_with_a_cache():
 @slow
 def test_verify_checks_the_port_of_a_cached_recipe(recipe_path):
     from porter import recipe as recipe_mod
-    from porter import verify
+    from porter.commands import verify
     from porter.plugins import registry
 
     loaded = recipe_mod.load(recipe_path, ["cache={method: first_block, threshold: 0.9}"])
@@ -449,7 +449,7 @@ def test_a_resumed_cached_run_picks_up_its_schedule(recipe_path, tmp_path):
     numbering."""
     from porter import interrupt, plugins
     from porter import recipe as recipe_mod
-    from porter.run import run
+    from porter.commands.run import run
 
     out = tmp_path / "run"
     loaded = recipe_mod.load(recipe_path, [

@@ -2,7 +2,8 @@
 
 import pytest
 
-from porter import call_args, recipe
+from porter import recipe
+from porter.recipe import call_args
 
 BASE = """\
 model: {family: generic, source: tiny}

@@ -9,7 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from porter import artifacts, checkpoints, cli, recipe
+from porter import cli, recipe
+from porter.rundir import artifacts
+from porter.loading import checkpoints
 from porter.errors import LoadError, UsageError
 
 from conftest import TINY_RECIPE

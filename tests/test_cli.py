@@ -75,7 +75,7 @@ def test_wan_shape_rules(capsys, write):
 def test_internal_failure_is_exit_1_without_traceback(capsys, monkeypatch, write):
     def explode(*args, **kwargs):
         raise ZeroDivisionError("deep inside")
-    monkeypatch.setattr("porter.run.run", explode)
+    monkeypatch.setattr("porter.commands.run.run", explode)
     code, _, err = porter(capsys, "run", str(write("r.yaml", TINY_RECIPE)))
     assert code == 1 and "internal error: ZeroDivisionError" in err and "--debug" in err
 

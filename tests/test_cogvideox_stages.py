@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from porter import plugins, recipe
-from porter.run import run
+from porter.commands.run import run
 
 from conftest import slow_porter, terminate_after
 

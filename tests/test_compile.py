@@ -49,7 +49,7 @@ def test_eager_component_still_runs_on_jax(write):
 
 
 def test_donated_input_is_consumed():
-    from porter.schema import CompileRule
+    from porter.recipe.schema import CompileRule
     from porter_wan.tiny import build_pipeline
 
     rt = runtime.start(recipe.validate_data(
@@ -72,7 +72,7 @@ def test_xla_options_reach_xla_with_and_without_the_trace_cache(tmp_path):
     import jax
     import pytest
 
-    from porter.schema import CompileRule
+    from porter.recipe.schema import CompileRule
     from porter.transforms.trace_cache import TraceCache
     from porter_wan.tiny import build_pipeline
 

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from conftest import RECIPES
 from porter import plugins, recipe
-from porter.run import run
+from porter.commands.run import run
 
 pytestmark = pytest.mark.slow
 

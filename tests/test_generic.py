@@ -6,7 +6,7 @@ import torch
 
 from porter import checks, plugins, recipe
 from porter.errors import UsageError
-from porter.run import run
+from porter.commands.run import run
 
 from models.ltx import build_ltx_pipeline
 

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from porter import checks, plugins, recipe
-from porter.run import run
+from porter.commands.run import run
 
 
 @dataclass

@@ -27,7 +27,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from porter import checks, cli, plugins, recipe, yamlio
+from porter import checks, cli, plugins, recipe
+from porter.recipe import yamlio
 from porter.errors import LoadError, RecipeError, UsageError
 
 from conftest import RECIPES, ROOT, TINY_RECIPE
@@ -806,7 +807,7 @@ def no_header_check(monkeypatch):
     """Skip the weight-header check that may run before from_pretrained: these
     checkpoints have no weights, and the question here is what from_pretrained gets."""
     try:
-        from porter import checkpoints
+        from porter.loading import checkpoints
     except ImportError:
         return
     monkeypatch.setattr(checkpoints, "check", lambda *args, **kwargs: None)

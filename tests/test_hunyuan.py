@@ -11,7 +11,7 @@ import torch
 from porter import checks, plan, plugins, recipe, runtime
 from porter.interop import to_device, to_host
 from porter.passes import ported as port
-from porter.porting import attention_installed, selected_patches
+from porter.porting import ops_installed, selected_patches
 from porter.transforms.attention import AttentionBackend, kernels
 
 from conftest import RECIPES, interrupt_at_step
@@ -38,7 +38,7 @@ def test_tiny_matches_diffusers(tmp_path):
 
 
 def run_recipe(loaded):
-    from porter.run import run
+    from porter.commands.run import run
     return run(loaded, plugins.registry(), progress=False)
 
 
@@ -74,7 +74,7 @@ def transformer_output(backend: str, registry):
             expected = reference(hidden_states=x, return_dict=False, **inputs)[0]
         port(pipe, family, rt, loaded)
         placed = {k: to_device(v, rt) for k, v in inputs.items()}
-        with attention_installed(loaded, registry, rt), rt.env:
+        with ops_installed(loaded, registry, rt), rt.env:
             got = pipe.transformer(hidden_states=to_device(x, rt), return_dict=False,
                                    **placed)[0]
     return to_host(got), expected
@@ -189,7 +189,7 @@ def test_15_interrupted_run_resumes_bit_identically(tmp_path, monkeypatch):
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     from porter.interrupt import Interrupted
-    from porter.run import run
+    from porter.commands.run import run
 
     whole = run_recipe(recipe.load(TINY_15, [f"output.dir={tmp_path / 'whole'}"]))
     loaded = recipe.load(TINY_15, [f"output.dir={tmp_path / 'part'}"])

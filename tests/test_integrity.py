@@ -18,9 +18,10 @@ import time
 import pytest
 import torch
 
-from porter import artifacts, outputs, plugins, recipe
+from porter import plugins, recipe
+from porter.rundir import artifacts, outputs
 from porter.errors import UsageError
-from porter.run import run
+from porter.commands.run import run
 
 from conftest import FULL_DISK, RECIPES, slow_porter
 
@@ -90,7 +91,7 @@ def test_a_busy_directory_is_refused_naming_the_holder(tmp_path):
 
 def test_a_killed_holder_leaves_no_stuck_lock(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
-                               "from pathlib import Path\nfrom porter import outputs\n"
+                               "from pathlib import Path\nfrom porter.rundir import outputs\n"
                                "with outputs.owned(Path(sys.argv[1])):\n"
                                "    print('held', flush=True); time.sleep(300)",
                                str(tmp_path)], stdout=subprocess.PIPE, text=True)
@@ -132,7 +133,7 @@ def test_a_new_run_never_pairs_with_an_older_record(finished, tmp_path, monkeypa
     """A run killed between writing its video and its record leaves its video alone:
     the older run's record was removed before the new run wrote anything."""
     out = copy_run(finished, tmp_path)
-    from porter import record
+    from porter.rundir import record
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt
@@ -793,7 +794,7 @@ def test_nonsense_in_a_checkpoint_config_fails_validate(saved_tiny, tmp_path, ke
 
 
 def test_a_valid_checkpoint_config_has_no_value_problems(saved_tiny):
-    from porter import config_values
+    from porter.loading import config_values
     from porter_cogvideox.tiny import build_pipeline as cogvideox
     from porter_hunyuan.tiny import build_pipeline as hunyuan
 

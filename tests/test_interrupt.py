@@ -14,9 +14,10 @@ import sys
 import pytest
 import torch
 
-from porter import artifacts, plugins, recipe
+from porter import plugins, recipe
+from porter.rundir import artifacts
 from porter.interrupt import Interrupted
-from porter.run import run
+from porter.commands.run import run
 
 from conftest import interrupt_at_step, slow_porter, terminate_after
 

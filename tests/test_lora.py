@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from porter import checks, loading, plugins, recipe
 from porter.errors import RecipeError
-from porter.run import run
+from porter.commands.run import run
 
 TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj", "ffn.net.2"]
 BASE = """\
@@ -227,7 +227,7 @@ def test_a_run_stops_before_compute(write, tmp_path):
 
 
 def test_inspect_shows_what_each_adapter_touches(write, tmp_path):
-    from porter import inspection
+    from porter.commands import inspection
 
     file = make_lora(tmp_path, bias=True)
     loaded = load(write, tmp_path, [{"file": file.name}])
@@ -298,7 +298,7 @@ def test_stages_made_with_another_adapter_are_refused(write, tmp_path, monkeypat
 
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from porter import progress as saved_progress
+    from porter.rundir import progress as saved_progress
     from porter.errors import UsageError
     from porter.interrupt import Interrupted
 

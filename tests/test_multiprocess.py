@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from conftest import RECIPES, slow_porter
 from porter import plugins, recipe
-from porter.run import run
+from porter.commands.run import run
 
 # one heavy test at a time: see conftest.py
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]

@@ -10,7 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from porter import abstract, loading, passes, plan, plugins, recipe, runtime, weights
+from porter import loading, passes, plan, plugins, recipe, runtime
+from porter.loading import abstract, weights
 from porter.passes import ported as port
 from porter.transforms import placement
 

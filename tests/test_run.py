@@ -11,9 +11,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from porter import plugins, recipe, runtime, video
+from porter import plugins, recipe, runtime
+from porter.rundir import video
 from porter.passes import ported as port
-from porter.run import run
+from porter.commands.run import run
 
 from conftest import RECIPES, TINY_RECIPE, diffusers_latents
 

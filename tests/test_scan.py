@@ -7,7 +7,7 @@ import torch
 from porter import recipe, runtime
 from porter.aot.programs import Input
 from porter.interop import to_device, to_host
-from porter.schema import CompileRule
+from porter.recipe.schema import CompileRule
 from porter.transforms import compile as compile_transform
 from porter.transforms import placement, scan
 

@@ -86,7 +86,7 @@ def test_batch_of_one_cannot_split_over_data_axis():
 
 def transformer_output(mesh: str, rules_from=None, batch=2, extra=()):
     """The tiny transformer's output with the weights and mesh of a recipe."""
-    from porter.porting import attention_installed
+    from porter.porting import ops_installed
     from porter_wan.tiny import build_pipeline
 
     overrides = ([f"mesh={mesh}"] if mesh else []) + list(extra)
@@ -99,7 +99,7 @@ def transformer_output(mesh: str, rules_from=None, batch=2, extra=()):
     text = torch.randn(batch, 16, 32, generator=generator)
     reference = copy.deepcopy(pipe.transformer)
     port(pipe, plugins.registry().family("wan"), rt, loaded)
-    with attention_installed(loaded, plugins.registry(), rt), rt.env:
+    with ops_installed(loaded, plugins.registry(), rt), rt.env:
         out = pipe.transformer(hidden_states=to_device(x, rt), timestep=to_device(t, rt),
                                encoder_hidden_states=to_device(text, rt), return_dict=False)[0]
     with torch.no_grad():
@@ -155,7 +155,7 @@ def test_stacked_blocks_keep_each_blocks_sharding_and_values():
 
 @pytest.mark.slow
 def test_sharded_cfg_parallel_run_matches_diffusers(tmp_path):
-    from porter.run import run
+    from porter.commands.run import run
 
     loaded = load_tp(f"output.dir={tmp_path}", "generate.steps=2")
     result = run(loaded, plugins.registry(), progress=False)

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from porter import artifacts, plugins, recipe
+from porter import plugins, recipe
+from porter.rundir import artifacts
 from porter.errors import UsageError
-from porter.run import run
+from porter.commands.run import run
 from porter.runners import STAGED
 
 from conftest import TINY_RECIPE

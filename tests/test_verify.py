@@ -5,7 +5,7 @@ import json
 import pytest
 
 from porter import cli, plugins, recipe
-from porter.verify import verify
+from porter.commands.verify import verify
 
 from conftest import RECIPES, TINY_RECIPE
 

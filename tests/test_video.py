@@ -14,12 +14,12 @@ import sys
 
 import numpy as np
 
-from porter import video
+from porter.rundir import video
 
 CHILD = """\
 import hashlib, os, sys
 import numpy as np
-from porter import video
+from porter.rundir import video
 cpus = [int(c) for c in sys.argv[2].split(",")]
 os.sched_setaffinity(0, cpus)  # x264's "auto" thread count follows this
 frames = np.load(sys.argv[1])

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from porter import plugins, recipe
-from porter.run import run
+from porter.commands.run import run
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from porter import checks, plugins, recipe
-from porter.run import run
+from porter.commands.run import run
 
 from conftest import RECIPES
 
@@ -135,7 +135,7 @@ def test_recipes_that_ask_too_much_are_refused(variant, generate, path, message,
 @pytest.mark.parametrize("name", ["wan22-i2v-tiny.yaml", "wan22-ti2v-tiny.yaml",
                                   "wan-flf2v-tiny.yaml", "wan-lora-tiny.yaml"])
 def test_verify_passes_on_each_tiny_recipe(name):
-    from porter.verify import verify
+    from porter.commands.verify import verify
 
     result = verify(recipe.load(RECIPES / name), plugins.registry())
     assert result["ok"] and result["output"]["max_rel"] <= 1e-5

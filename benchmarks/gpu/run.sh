@@ -189,22 +189,22 @@ print(f"porter families: {sorted(plugins.registry().families)}")
 EOF
 
 # On a GPU machine, refuse to time something other than GPU against GPU: JAX
-# must run on the GPU, and porter/bench.py must put the PyTorch reference on
+# must run on the GPU, and porter/commands/bench.py must put the PyTorch reference on
 # CUDA (at this shape a CPU reference step takes far longer than a device
 # call may run). ALLOW_CPU=1 skips both checks.
 if command -v nvidia-smi >/dev/null 2>&1 && [[ "${ALLOW_CPU:-0}" != 1 ]]; then
   (cd / && "$py" - <<'EOF') || fail "see above (ALLOW_CPU=1 runs anyway)"
 import inspect, sys
 import jax, torch
-import porter.bench
+import porter.commands.bench
 problems = []
 if jax.default_backend() != "gpu":
     problems.append(f"JAX runs on {jax.default_backend()!r}, not the GPU (is the machine's "
                     "jax-cuda plugin visible in the venv?)")
 if not torch.cuda.is_available():
     problems.append("PyTorch sees no CUDA device")
-if "cuda" not in inspect.getsource(porter.bench):
-    problems.append("porter/bench.py runs the PyTorch reference on the host CPU; it must run "
+if "cuda" not in inspect.getsource(porter.commands.bench):
+    problems.append("porter/commands/bench.py runs the PyTorch reference on the host CPU; it must run "
                     "on CUDA for a GPU comparison (see benchmarks/README.md, GPU)")
 for problem in problems:
     print(f"run.sh: error: {problem}", file=sys.stderr)
@@ -229,7 +229,7 @@ fi
 cat "$out/bench.json"
 (cd / && "$py" - "$out/bench.json" <<'EOF') 2>&1 | tee "$out/summary.txt" >&2
 import json, sys
-from porter.bench import render
+from porter.commands.bench import render
 result = json.load(open(sys.argv[1]))
 print(render(result))
 # Model FLOPs utilisation against the datasheet's dense bfloat16 peak, where known

@@ -34,7 +34,7 @@ class Component:
     rule: object  # CompileRule, or None: the run does not compile it
     assignments: list  # sharding.Assignment of every parameter and buffer
     one_device: bool  # unsharded and compiled whole: runs on one device per process
-    attention_skipped: bool  # the recipe's attention.skip names it
+    attention_skipped: bool  # runs with torchax's attention (attention.skip, one device)
     axes: dict = field(default_factory=dict)  # the mesh's
     scanned: list = field(default_factory=list)  # block lists compiled as one scan each
     jittable: object = None  # torchax JittableModule: its params and buffers, by name
@@ -65,7 +65,7 @@ class AbstractPort:
         attention backend (for the target's platform and mesh) and torchax's
         environment."""
         with patches.applied(self.chosen), \
-                porting.attention_installed(self.recipe, self.registry, self.runtime), \
+                porting.ops_installed(self.recipe, self.registry, self.runtime), \
                 self.runtime.env:
             yield
 
@@ -102,7 +102,7 @@ def build(recipe, registry, target: targets.Target) -> AbstractPort:
         components[name] = Component(
             name, module, rule, building.assignments[name],
             one_device=name in building.one_device,
-            attention_skipped=name in recipe.attention.skip,
+            attention_skipped=name in passes.attention_skipped(building),
             axes=building.runtime.axes, scanned=building.scanned.get(name, []))
     for component in components.values():
         component.jittable, component.state, component.sharded_bytes_per_chip = \

@@ -9,7 +9,7 @@ from porter import api, distributed
 from porter import recipe as recipe_mod
 from porter.cache import calibration
 from porter.errors import RecipeError
-from porter.outputs import output_dir
+from porter.rundir.outputs import output_dir
 
 
 def calibrate(recipe, output: Path | None = None, progress: bool = True):

@@ -42,7 +42,7 @@ def curve(contexts: dict) -> list[float]:
 
 
 def write(path: Path, ratios: dict, recipe, steps: int) -> Path:
-    from porter import outputs
+    from porter.rundir import outputs
 
     data = {"kind": KIND, "recipe": str(recipe.path) if recipe.path else None,
             "model": {"family": recipe.model.family, "source": recipe.model.source,

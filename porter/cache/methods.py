@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from porter.schema import Dtype, PathText, Section
+from porter.recipe.schema import Dtype, PathText, Section
 
 
 class MagCache(Section):

@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from porter import torchax_fixes
 from porter.tracing import model_frame, untraceable
 
 
@@ -107,7 +108,8 @@ class Split:
         return {"eager": dict(self.eager), "compiled": sorted(self.compiled)}
 
     def _keep(self) -> None:
-        from porter import distributed, outputs
+        from porter import distributed
+        from porter.rundir import outputs
 
         if self.store is None or not distributed.writes():
             return
@@ -185,6 +187,8 @@ def splitting_call(module, path: str, split: Split, traces, jit_kwargs: dict, *,
     with ``module``'s children compiled one by one. A split remembered from an earlier
     run is made at once."""
     def call(*args, **kwargs):
+        # a tensor the pipeline made on the host (no device given) crosses in here
+        args, kwargs = torchax_fixes.on_device((args, kwargs))
         if path in split.eager:
             return eager(*args, **kwargs)
         named_args, named_kwargs = as_keywords(signature_of, args, kwargs)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from porter.schema import CompileRule
+from porter.recipe.schema import CompileRule
 from porter.transforms import autosplit, scan
 
 

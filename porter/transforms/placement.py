@@ -29,7 +29,7 @@ def apply(module: torch.nn.Module, runtime, rules, weights=None,
           nonfinite: dict | None = None) -> list[Assignment]:
     """Place every tensor of ``module`` on the mesh by its rule (``sharding``).
 
-    A tensor's values come from ``weights`` (a ``porter.weights.ComponentWeights``)
+    A tensor's values come from ``weights`` (a ``porter.loading.weights.ComponentWeights``)
     when the checkpoint holds it, otherwise from the module's own host tensor.
     Each slot then holds the placed tensor, so the host copy is freed as soon as it
     is placed. float64 and int64 tensors arrive as float32 and int32 (JAX runs with

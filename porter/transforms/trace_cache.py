@@ -187,7 +187,8 @@ class TraceCache:
         return jax.jit(exported.call, compiler_options=compiler_options)
 
     def _write(self, path: Path, blob: bytes) -> None:
-        from porter import distributed, notices, outputs
+        from porter import distributed, notices
+        from porter.rundir import outputs
 
         if not distributed.writes() or not self.writable:
             return

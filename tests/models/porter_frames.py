@@ -8,7 +8,7 @@ import numpy as np
 
 def main(frames_file: str, recipe_file: str, *overrides: str) -> None:
     from porter import plugins, recipe, runtime
-    from porter.run import run
+    from porter.commands.run import run
 
     loaded = recipe.load(recipe_file, list(overrides))
     runtime.configure(loaded.runtime.platform, loaded.runtime.cpu_devices)

@@ -20,8 +20,8 @@ from porter import guidance
 from porter.family import StagedFamily
 from porter.images import load_image
 from porter.interop import to_host
-from porter.sources import source_kind
-from porter.model_configs import component_config
+from porter.recipe.sources import source_kind
+from porter.loading.model_configs import component_config
 from porter.transforms.dtypes import DTYPES
 
 #: ``generate.extra`` keys this family reads (the pipeline's own arguments)

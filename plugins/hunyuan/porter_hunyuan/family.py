@@ -19,7 +19,7 @@ from porter import guidance
 from porter.errors import UsageError
 from porter.family import StagedFamily
 from porter.interop import to_host
-from porter.model_configs import component_config, setting
+from porter.loading.model_configs import component_config, setting
 from porter.transforms import rotary
 
 from porter_hunyuan.tiny import VAE_15 as TINY_VAE_15

@@ -16,7 +16,7 @@ import torch
 from porter import guidance
 from porter.family import StagedFamily
 from porter.interop import to_host
-from porter.model_configs import cached_snapshot
+from porter.loading.model_configs import cached_snapshot
 from porter.transforms import rotary
 
 from porter_wan.layout import Layout
@@ -46,7 +46,7 @@ class WanFamily(StagedFamily):
         """The recipe's model layout, from its configuration files (no weights read);
         None for a hub id Porter has no configuration for and the cache does not hold
         (the rules that need a layout wait for the run, which downloads it)."""
-        from porter.sources import source_kind
+        from porter.recipe.sources import source_kind
         from porter_wan import tiny
         from porter_wan.configs import OFFICIAL, PIPELINE
 

@@ -10,7 +10,7 @@ import torch
 
 from porter import guidance
 from porter.aot.programs import Input, Program
-from porter.model_configs import checkpoint_root
+from porter.loading.model_configs import checkpoint_root
 from porter.transforms.dtypes import component_dtype
 
 from porter_wan.layout import Layout
@@ -122,7 +122,7 @@ def _scheduler(recipe):
 
     import diffusers
 
-    from porter.sources import source_kind
+    from porter.recipe.sources import source_kind
     from porter_wan import tiny
 
     kind = source_kind(recipe.model.source)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from porter import checkpoints
+from porter.loading import checkpoints
 from porter.errors import LoadError
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from porter import artifacts, notices, outputs, progress, video
+from porter import notices
+from porter.rundir import artifacts, outputs, progress, video
 
 
 def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) -> None:

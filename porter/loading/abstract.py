@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from porter.sources import source_kind
+from porter.recipe.sources import source_kind
 from porter.transforms import dtypes
 
 # model_index.json names the library of each component; only these are imported.

@@ -50,7 +50,8 @@ def inputs_of(checkpoint: dict | None) -> dict:
 def inputs_now(recipe) -> dict:
     """``inputs_of`` as the files are on disk now, with no weight loaded: each adapter
     hashed, the checkpoint's headers (a hub checkpoint's when it is in the cache)."""
-    from porter import loading, lora
+    from porter import loading
+    from porter.transforms import lora
 
     return {"checkpoint_files": loading.checkpoint_files(recipe),
             "lora": lora.digests(recipe)}
@@ -63,7 +64,7 @@ def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None 
     files as they are now."""
     from safetensors.torch import save
 
-    from porter import outputs
+    from porter.rundir import outputs
     from porter.interop import to_host
 
     host = {name: to_host(t).contiguous() for name, t in tensors.items()}  # every process
@@ -198,7 +199,7 @@ def _record(path: Path) -> dict:
 def _header_problems(path: Path, meta: dict) -> list[str]:
     """The file's header against its record: names, shapes and dtypes, and the file's
     size against its header (truncation), all before any tensor is read."""
-    from porter import checkpoints
+    from porter.loading import checkpoints
 
     try:
         header = checkpoints.read_header(path)

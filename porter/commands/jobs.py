@@ -19,11 +19,13 @@ import threading
 import time
 from pathlib import Path
 
-from porter import api, interrupt, outputs, record, uploads
+from porter import api, interrupt
+from porter.rundir import outputs, record
+from porter.commands import uploads
 from porter.errors import UsageError, failure
 
 JOB = "job.json"
-#: a job's images, in its folder (``porter.uploads``)
+#: a job's images, in its folder (``porter.commands.uploads``)
 INPUTS = "inputs"
 #: a submitted job's images while its settings are checked
 STAGING = ".incoming-"
@@ -115,7 +117,7 @@ class Jobs:
 
     def submit(self, settings: dict) -> Job:
         """Queue a job; its settings are checked first (``RecipeError``, as ``porter
-        validate`` reports them). Its images (``porter.uploads``) are copied into the
+        validate`` reports them). Its images (``porter.commands.uploads``) are copied into the
         job's folder: a job reads nothing outside it, and runs the same after a restart."""
         if not isinstance(settings, dict):
             raise UsageError("a job is a JSON object of generate settings",
@@ -234,7 +236,7 @@ class Jobs:
     def _run(self, job: Job) -> tuple[bool, tuple[str, str | None]]:
         """Run one job: (whether the server is stopping, (status, error)); a stopped
         job stays queued."""
-        from porter import batch
+        from porter.commands import batch
 
         def on_step(done, total):
             job.step, job.steps = done, total

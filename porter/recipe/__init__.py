@@ -18,8 +18,8 @@ import yaml
 from pydantic import BaseModel, PrivateAttr, ValidationError
 
 from porter.errors import Problem, RecipeError, UsageError
-from porter.schema import RecipeSpec
-from porter.yamlio import KeyPath, Location, Refused, load_mapping, parse_value
+from porter.recipe.schema import RecipeSpec
+from porter.recipe.yamlio import KeyPath, Location, Refused, load_mapping, parse_value
 
 OVERRIDE_FILE = "command line"
 # A base of a base of ...: real recipes use one or two levels.

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import torch
 
 from porter.errors import LoadError, Problem, first_line
-from porter.sources import source_kind
+from porter.recipe.sources import source_kind
 from porter.transforms import dtypes
 
 def source_problems(recipe) -> list[Problem]:
@@ -52,7 +52,7 @@ def load_for_port(family, recipe) -> Loaded:
     (``porter.passes``): on the meta device they cost nothing, so each tensor is
     placed in its final dtype.
     """
-    from porter import checkpoints
+    from porter.loading import checkpoints
 
     kind = source_kind(recipe.model.source)
     if kind == "tiny":
@@ -74,7 +74,7 @@ def checkpoint_files(recipe) -> dict | None:
     """The ``files`` of the checkpoint's identity (``checkpoints.identity``) as they are
     on disk now, from headers, without loading: None for a tiny model, or a hub
     checkpoint that is not in the local cache yet."""
-    from porter import checkpoints
+    from porter.loading import checkpoints
 
     source = recipe.model.source
     kind = source_kind(source)
@@ -94,7 +94,7 @@ def checkpoint_files(recipe) -> dict | None:
 def _empty_components(root: Path) -> tuple[dict, dict]:
     """Components whose weights can be read tensor by tensor: built empty, with
     where each tensor lies."""
-    from porter import abstract, weights as checkpoint_weights
+    from porter.loading import abstract, weights as checkpoint_weights
 
     empty, found = {}, {}
     for name, (library, cls) in abstract.module_classes(root).items():
@@ -108,7 +108,7 @@ def _empty_components(root: Path) -> tuple[dict, dict]:
 def load_untouched(family, recipe):
     """The pipeline as its source gives it, with the recipe's LoRA adapters fused
     (dtypes not yet applied), in eval mode."""
-    from porter import lora
+    from porter.transforms import lora
 
     pipe = _loaded(family, recipe)
     lora.apply(family, recipe, pipe, {})
@@ -141,7 +141,7 @@ def _torch_dtypes(recipe) -> dict:
 def _local_root(cls, source: str, kind: str) -> Path:
     """The checkpoint's directory (a hub id: its snapshot, fetched unless offline),
     its weight-file headers checked: a bad file fails here, not mid-load or mid-run."""
-    from porter import checkpoints  # imports porter.abstract, which imports this
+    from porter.loading import checkpoints  # imports porter.loading.abstract, which imports this
 
     if kind == "local":
         root = Path(source).expanduser()

@@ -2,7 +2,7 @@
 
 A safetensors file starts with an 8-byte little-endian header length and a JSON
 header giving each tensor's dtype, shape and byte range; nothing else is read
-here. Against the configuration-built meta model (porter.abstract), that is
+here. Against the configuration-built meta model (porter.loading.abstract), that is
 enough to find, before any weight is loaded or anything compiles: missing
 weight files and shards, truncated or corrupt files, tensors of the wrong
 shape or of a dtype torch cannot load into the parameter, and tensors the
@@ -237,7 +237,7 @@ def _missing(model, expected: dict, found: dict[str, Entry], folder: Path) -> li
 
 def directory_problems(root: Path) -> list[str]:
     """Every problem in the weight files of a save_pretrained directory."""
-    from porter import abstract
+    from porter.loading import abstract
 
     try:
         classes = abstract.module_classes(root)
@@ -250,7 +250,7 @@ def directory_problems(root: Path) -> list[str]:
 
 
 def component_problems(folder: Path, library: str, cls: type) -> list[str]:
-    from porter import abstract
+    from porter.loading import abstract
 
     if not (folder / "config.json").is_file():
         return [f"{folder / 'config.json'} is missing"]

@@ -28,7 +28,7 @@ def source_revision() -> dict | None:
     neither is known (an install from a wheel names its version only)."""
     import subprocess
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # porter/rundir/record.py -> checkout
     if (root / ".git").exists():
         try:
             run = functools.partial(subprocess.run, cwd=root, capture_output=True,
@@ -103,7 +103,7 @@ def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
 
 def write_json(path: Path, data: dict) -> Path:
     """Write JSON atomically: a reader never sees a half-written file."""
-    from porter import outputs
+    from porter.rundir import outputs
 
     outputs.write_bytes(Path(path), (json.dumps(data, indent=2, sort_keys=False) + "\n")
                         .encode())

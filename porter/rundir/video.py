@@ -10,7 +10,7 @@ import numpy as np
 def write_mp4(path: Path, frames: np.ndarray, fps: int) -> str:
     """Write uint8 frames (count, height, width, 3) atomically to ``path``; returns the
     file's SHA-256."""
-    from porter import outputs
+    from porter.rundir import outputs
 
     return outputs.write_bytes(Path(path), encode_mp4(frames, fps))
 

@@ -21,8 +21,8 @@ import torch
 
 from porter import checks, loading, patches, runtime as runtime_mod
 from porter.passes import ported as port
-from porter.porting import attention_installed, selected_patches
-from porter.verify import cast, random_inputs
+from porter.porting import ops_installed, selected_patches
+from porter.commands.verify import cast, random_inputs
 from porter.cache import measure, without_cache
 from porter.interop import to_device
 from porter.stages import block
@@ -131,7 +131,7 @@ def _one_step(recipe, registry, steps: int) -> dict:
         def ported():
             block(pipe.transformer(return_dict=False, **placed)[0])
 
-        with attention_installed(recipe, registry, runtime), runtime.env:
+        with ops_installed(recipe, registry, runtime), runtime.env:
             compiled = compile_cold_and_warm(ported, monitor, traces)
             step = _median_seconds(ported, steps)
 

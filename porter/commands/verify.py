@@ -19,7 +19,7 @@ import torch
 
 from porter import checks, loading, patches, runtime as runtime_mod
 from porter.passes import ported as port
-from porter.porting import attention_installed, selected_patches
+from porter.porting import ops_installed, selected_patches
 from porter.cache import without_cache
 from porter.interop import to_device, to_host
 from porter.transforms import dtypes
@@ -94,7 +94,7 @@ def _run_ported(module, compiled, inputs, recipe, registry, runtime, dtype):
     """Module outputs (eager, hooked) and the compiled final output, on the host."""
     placed = {k: to_device(v, runtime) for k, v in cast(inputs, dtype).items()}
     outputs: dict = {}
-    with attention_installed(recipe, registry, runtime), runtime.env:
+    with ops_installed(recipe, registry, runtime), runtime.env:
         handles = _record(module, recipe.verify.modules, outputs, to_host)
         try:
             module(return_dict=False, **placed)  # eager: hooks see concrete values

@@ -14,7 +14,7 @@ import inspect
 import json
 from pathlib import Path
 
-from porter.sources import source_kind
+from porter.recipe.sources import source_kind
 
 
 def cached_snapshot(source: str) -> Path | None:

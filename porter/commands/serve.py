@@ -1,7 +1,7 @@
 """``porter serve R``: the recipe's port behind an HTTP JSON API (FastAPI, uvicorn).
 
 One model in memory; jobs (any generate settings) run one at a time in
-submission order from a bounded queue (``porter.jobs``). The API:
+submission order from a bounded queue (``porter.commands.jobs``). The API:
 
 - ``POST /jobs``: submit (201; 400 with the messages ``porter validate`` gives;
   429 when the queue is full; 503 while shutting down)
@@ -14,7 +14,7 @@ With a token (``--token`` or ``PORTER_TOKEN``) every request needs
 ``Authorization: Bearer <token>``, the API description included; the server
 refuses to listen beyond this machine without one. A job's images come in the
 request as data URLs, or as names of files in the folder ``--inputs DIR`` names;
-the server opens no other path a client gives (``porter.uploads``). A request body
+the server opens no other path a client gives (``porter.commands.uploads``). A request body
 has at most ``MAX_BODY`` bytes and ``MAX_DEPTH`` levels of nesting; every refusal
 answers ``{"error": ...}``. SIGTERM (or Ctrl-C) stops taking jobs, lets the running job
 reach its next step end and save a checkpoint, and exits; a server started again
@@ -32,7 +32,7 @@ import os
 import re
 import secrets
 
-from porter import uploads
+from porter.commands import uploads
 from porter.errors import RecipeError, UsageError, failure
 
 TOKEN_ENV = "PORTER_TOKEN"
@@ -43,14 +43,14 @@ MAX_DEPTH = 32
 
 
 def build_app(jobs, token: str | None = None):
-    """The FastAPI application serving ``jobs`` (a ``porter.jobs.Jobs``)."""
+    """The FastAPI application serving ``jobs`` (a ``porter.commands.jobs.Jobs``)."""
     from fastapi import Depends, FastAPI, HTTPException, Request
     from fastapi.openapi.docs import get_swagger_ui_html
     from fastapi.responses import FileResponse, JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from porter import jobs as jobs_mod
-    from porter.schema import GenerateSection
+    from porter.commands import jobs as jobs_mod
+    from porter.recipe.schema import GenerateSection
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -304,8 +304,10 @@ def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
     the end."""
     import uvicorn
 
-    from porter import api, checks, distributed, interrupt, jobs as jobs_mod, outputs
-    from porter.outputs import output_dir
+    from porter import api, checks, distributed, interrupt
+    from porter.commands import jobs as jobs_mod
+    from porter.rundir import outputs
+    from porter.rundir.outputs import output_dir
 
     token = token_for(host, token)
     inputs = inputs_folder(inputs)

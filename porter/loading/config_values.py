@@ -76,7 +76,7 @@ def value_problems(config: dict, library: str, cls: type) -> list[tuple[str, str
 
 def problems(root: Path) -> list[str]:
     """'component/config.json: key: why' for each value that cannot be right."""
-    from porter import abstract
+    from porter.loading import abstract
 
     found = []
     for name, (library, cls) in abstract.module_classes(root).items():

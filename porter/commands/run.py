@@ -6,7 +6,8 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from porter import api, checks, distributed, outputs, record, results
+from porter import api, checks, distributed
+from porter.rundir import outputs, record, results
 from porter.errors import UsageError
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from porter.errors import Problem, RecipeError, first_line
-from porter.outputs import sha256
+from porter.rundir.outputs import sha256
 
 DEFAULT_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 CHUNK = 1 << 20  # elements of one float32 temporary while adding an update (4 MiB)
@@ -93,7 +93,7 @@ class Adapter:
 
 def locate(recipe, index: int) -> Path:
     """The adapter's safetensors file: a file, a folder holding one, or a hub id."""
-    from porter.sources import HUB_ID
+    from porter.recipe.sources import HUB_ID
 
     spec = recipe.lora[index]
     name = spec.weight_name or DEFAULT_WEIGHT_NAME

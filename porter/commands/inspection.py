@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from porter import abstract
+from porter.loading import abstract
 from porter.errors import UsageError
 from porter.transforms.sharding import named_tensors, normalize
 
@@ -68,7 +68,7 @@ def build(recipe, registry) -> dict:
 
 def _adapted(recipe, family, modules) -> dict[str, dict[str, list[int]]]:
     """component -> tensor name -> the LoRA adapters (recipe indices) that change it."""
-    from porter import lora
+    from porter.transforms import lora
 
     found: dict[str, dict[str, list[int]]] = {}
     for adapter in lora.read_all(recipe, family.pipeline_class(recipe), modules):

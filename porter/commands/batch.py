@@ -24,8 +24,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from porter import api, artifacts, distributed, interrupt, outputs, record, results, runners
-from porter import run as run_mod
+from porter import api, distributed, interrupt, runners
+from porter.rundir import artifacts, outputs, record, results
+from porter.commands import run as run_mod
 from porter.errors import RecipeError, UsageError, failure
 
 SUMMARY = "batch.json"
@@ -84,7 +85,7 @@ def read_items(path: Path) -> list[Item]:
 def _prompts_text(path: Path) -> str:
     """The file's text, under a recipe's bounds (a regular file of at most
     ``yamlio.MAX_BYTES``, UTF-8): /dev/zero or a FIFO is refused before it is read."""
-    from porter import yamlio
+    from porter.recipe import yamlio
 
     try:
         return yamlio.read_text(path, what="prompts file", limit=MAX_PROMPTS_BYTES)
@@ -99,7 +100,7 @@ def porter_name(name: str) -> bool:
     `porter calibrate`'s ratios)? An item's folder of that name would take its place:
     an item named batch.json made the summary unwritable. Compared ignoring case, as
     some filesystems do."""
-    from porter import artifacts, progress
+    from porter.rundir import artifacts, progress
 
     name = name.lower()
     own = {outputs.RECORD, outputs.VIDEO, outputs.FRAMES_DIR, outputs.FRAMES_NPY,

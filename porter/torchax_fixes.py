@@ -1,0 +1,74 @@
+"""Where torchax does not yet behave as PyTorch does, fixed for every run (besides
+``porter.setitem``): each is a core patch (``porter/builtin.py``) with the versions it
+is known to fit, and ``tests/test_torchax_fixes.py`` shows the gap it closes.
+
+- ``copy.deepcopy`` of a tensor inside torchax's environment: PyTorch copies a host
+  tensor by making an empty one and pointing it at a copy of the storage
+  (``aten::set_.source_Storage``), which torchax has no lowering for; a pipeline that
+  deep-copies its scheduler stops there. A host tensor is now copied by PyTorch with
+  torchax's modes set aside; a torchax tensor (its JAX array is immutable) by a new
+  tensor around the same array.
+- List or tensor indexing of a view (``t[:5][[0, -1]]``): torchax indexes the
+  view's parent array, which a view does not have. Such indexing copies in PyTorch
+  too, so the view is made a tensor first; plain slicing keeps the view.
+
+Tensors a pipeline makes on the host (``torch.arange(n)`` with no device) and passes
+to a compiled component are moved to the device where they cross into the program
+(``porter.transforms.autosplit``), not here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def deepcopy(original, **_):
+    """``torch.Tensor.__deepcopy__`` that works inside torchax's environment."""
+
+    def __deepcopy__(self, memo):
+        from torchax.tensor import Tensor
+
+        if isinstance(self, Tensor):
+            if id(self) not in memo:
+                memo[id(self)] = Tensor(self._elem, self._env)
+            return memo[id(self)]
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes(), torch._C.DisableTorchFunction():
+            return original(self, memo)
+
+    __deepcopy__.__doc__ = f"patched by porter: copies under torchax (was {original!r})"
+    return __deepcopy__
+
+
+def advanced(indexes) -> bool:
+    """Does an index hold a list or a tensor (indexing that copies, not a view)?"""
+    parts = indexes if isinstance(indexes, tuple) else (indexes,)
+    return any(isinstance(part, (list, torch.Tensor)) for part in parts)
+
+
+def view_getitem(original, **_):
+    """``torchax.view.View.__getitem__`` that takes list and tensor indices."""
+
+    def __getitem__(self, indexes):
+        if advanced(indexes):
+            return self.torch()[indexes]
+        return original(self, indexes)
+
+    __getitem__.__doc__ = f"patched by porter: advanced indexing of views (was {original!r})"
+    return __getitem__
+
+
+def on_device(tree):
+    """``tree`` with every host tensor (a plain ``torch.Tensor``, not torchax's) made a
+    torchax tensor: what a compiled program can take."""
+    from porter.compat import import_torchax
+
+    torchax = import_torchax()
+
+    def moved(value):
+        if type(value) is torch.Tensor and value.device.type == "cpu":
+            return torchax.default_env().to_xla(value)
+        return value
+
+    return torch.utils._pytree.tree_map(moved, tree)

@@ -1,0 +1,82 @@
+"""Where torchax does not behave as PyTorch does, fixed on every run (``porter.torchax_fixes``):
+each test shows the gap without the fix, then PyTorch's result with it."""
+
+import copy
+
+import pytest
+import torch
+
+from porter import plugins, porting
+from porter.compat import import_torchax
+from porter.patches import applied
+from porter.transforms import compile as compile_transform
+from porter.recipe.schema import CompileRule
+
+from conftest import Positions
+
+
+@pytest.fixture
+def env():
+    return import_torchax().default_env()
+
+
+def core(name):
+    return [(plugins.registry().patches[name], {})]
+
+
+def test_deepcopy_of_a_scheduler_inside_the_environment(env):
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    scheduler = FlowMatchEulerDiscreteScheduler()
+    scheduler.set_timesteps(4)
+    with env, pytest.raises(Exception, match="set_.source_Storage"):
+        copy.deepcopy(scheduler)  # the gap: no lowering for the storage swap
+    with applied(core("core.deepcopy")), env:
+        copied = copy.deepcopy(scheduler)
+        on_device = torch.arange(3, device="jax")
+        twin = copy.deepcopy(on_device)
+        assert twin is not on_device and torch.equal(twin.cpu(), on_device.cpu())
+    assert copied is not scheduler and type(copied.timesteps) is torch.Tensor
+    assert torch.equal(copied.timesteps, scheduler.timesteps)
+    assert copied.timesteps.data_ptr() != scheduler.timesteps.data_ptr()
+
+
+def test_list_indexing_of_a_view(env):
+    with env:
+        values = torch.arange(10, device="jax")
+        with pytest.raises(AttributeError, match="_elem"):
+            values[:5][[0, -1]]  # the gap
+    with applied(core("core.view_index")), env:
+        picked = values[:5][[0, -1]].cpu().tolist()
+        by_tensor = values[2:8][torch.tensor([0, 2], device="jax")].cpu().tolist()
+        narrowed = values[:5][1:3]
+        assert type(narrowed).__name__ == "View"  # slices of a view stay views
+        narrowed = narrowed.cpu().tolist()
+    assert (picked, by_tensor, narrowed) == ([0, 4], [2, 4], [1, 2])
+
+
+def test_a_host_tensor_crosses_into_a_compiled_program(env, monkeypatch):
+    from porter import torchax_fixes
+
+    def compiled():
+        with env:
+            return compile_transform.apply(Positions().to("jax"),
+                                           CompileRule(methods=["forward"]))
+
+    expected = Positions()(torch.ones(4), torch.arange(4.0)).detach()
+    module = compiled()
+    with env:
+        got = module(torch.ones(4, device="jax"), torch.arange(4.0))  # no device given
+        assert torch.equal(got.cpu(), expected)
+    monkeypatch.setattr(torchax_fixes, "on_device", lambda tree: tree)
+    module = compiled()
+    with env, pytest.raises(AssertionError):  # the gap: torchax asserts on it
+        module(torch.ones(4, device="jax"), torch.arange(4.0))
+
+
+def test_every_run_applies_the_fixes():
+    assert {"core.setitem", "core.deepcopy", "core.view_index"} <= set(porting.CORE_PATCHES)
+    for name in ("core.deepcopy", "core.view_index"):
+        patch = plugins.registry().patches[name]
+        library, version, fits = patch.installed_fits()
+        assert fits, (name, library, version)
