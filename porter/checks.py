@@ -8,7 +8,7 @@ from pathlib import Path
 from porter import passes
 from porter.loading import config_values
 from porter.recipe import sources
-from porter.transforms import attention
+from porter.transforms import attention, lora
 from porter.errors import Problem, UsageError
 
 # Building a model on the meta device takes no memory, but time grows with its
@@ -234,7 +234,7 @@ def validate(recipe, registry, devices: int | None = None,
     problems = input_problems(recipe, registry)
     if problems:
         return problems  # shape checks need a sound recipe and build the same model
-    problems = checkpoint_problems(recipe)
+    problems = checkpoint_problems(recipe) or lora.problems(recipe, registry)
     if problems:
         return problems
     if target is not None:

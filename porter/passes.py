@@ -10,8 +10,8 @@ four parts, each optional:
 - ``fit(recipe, family, modules, axes)``: problems against the model's shapes
   (``modules``: the components built on the meta device; ``axes``: the mesh).
   ``validate`` and ``plan`` run these before any weight is read, and ``build`` runs
-  the mesh passes' fits again on the model as loaded, before any weight moves (a hub
-  id with no configuration is known only then).
+  them again on the model as loaded, before any weight moves (a hub id with no
+  configuration is known only then).
 - ``apply(building)``: what ``porter run`` does, on the loaded pipeline.
 - ``abstract(building)``: what ``porter compile`` does, on meta models whose every
   tensor becomes a ``jax.ShapeDtypeStruct`` (None: the pass changes nothing a compiled
@@ -110,9 +110,7 @@ def _patches_detail(recipe, registry, family, modules):
 
 def _load(b: Building) -> None:
     b.say(f"loading {b.family.name} from {b.recipe.model.source} ({b.recipe.model.dtype})")
-    start = time.perf_counter()
     b.pipe, b.weights, b.checkpoint = loading.load_for_port(b.family, b.recipe)
-    b.timings["load_s"] = round(time.perf_counter() - start, 4)
     b.modules = _torch_components(b.pipe.components)
 
 
@@ -198,7 +196,6 @@ def _place(b: Building) -> None:
     b.say("placing weights on the mesh" + (
         f" ({', '.join(b.weights)} read from the checkpoint tensor by tensor)"
         if b.weights else ""))
-    start = time.perf_counter()
     nonfinite = {}
     for name, component in b.modules.items():
         found: dict = {}
@@ -209,7 +206,6 @@ def _place(b: Building) -> None:
                                           b.weights.get(name))
         _constrain(b, name, component, assignments)
     porting.refuse_nonfinite(nonfinite, b.recipe)
-    b.timings["to_jax_s"] = round(time.perf_counter() - start, 4)
 
 
 def _assign(b: Building) -> None:
@@ -259,11 +255,13 @@ def _placement_detail(recipe, registry, family, modules):
 # ---------------------------------------------------------------------------- rotary
 
 def _rotary(b: Building) -> None:
-    rotary.apply(b.pipe, b.family, b.recipe, lambda table: to_device(table, b.runtime))
+    if b.recipe.rotary.precompute:
+        rotary.apply(b.pipe, b.family, b.recipe, lambda table: to_device(table, b.runtime))
 
 
 def _rotary_abstract(b: Building) -> None:
-    rotary.apply(b.pipe, b.family, b.recipe, lambda table: table.to("meta"))
+    if b.recipe.rotary.precompute:  # the tables' buffers: shapes only here
+        rotary.apply(b.pipe, b.family, b.recipe, lambda table: table.to("meta"))
 
 
 def _rotary_check(recipe, registry, family):
@@ -339,11 +337,15 @@ def _skip_attention(b: Building) -> None:
 
 def attention_skipped(b: Building) -> list[str]:
     """The components that run with torchax's own attention, not the recipe's backend
-    (none without one: nothing is wrapped)."""
-    if b.recipe.attention.backend is None:
+    (none without one: nothing is wrapped). A component run on one device is among them
+    when the backend shards attention over the mesh (``data_axis``, ``head_axis``):
+    its inputs are on one device, not the mesh; unsharded, the kernel runs there."""
+    section = b.recipe.attention
+    if section.backend is None:
         return []
+    sharded = section.data_axis is not None or section.head_axis is not None
     return [name for name in b.modules
-            if name in b.recipe.attention.skip or name in b.one_device]
+            if name in section.skip or (sharded and name in b.one_device)]
 
 
 def _attention_detail(recipe, registry, family, modules):
@@ -391,8 +393,9 @@ HOST = (
     Pass("setup", ("setup",), "call the set-up methods the recipe names (VAE tiling, ...)",
          fit=lambda recipe, family, modules, axes: setup_transform.problems(recipe, modules),
          apply=_set_up, abstract=_set_up, detail=_setup_detail),
+    # its adapters are checked against the model by `validate` (checks.validate) and
+    # when fused, not in every shape check: reading them means hashing their files
     Pass("lora", ("lora",), "fuse LoRA adapters into the weights, before any dtype cast",
-         fit=lambda recipe, family, modules, axes: lora.fit_problems(recipe, family, modules),
          apply=_fuse_lora, detail=_lora_detail),
     Pass("dtypes", ("model.dtype", "dtypes"), "cast each component, keeping the tensors "
          "the overrides name in their own dtype",
@@ -454,12 +457,14 @@ def details(recipe, registry, family, modules: dict) -> list[dict]:
 
 def build(b: Building, abstract: bool = False) -> Building:
     """Every pass, in order (``abstract``: as ``porter compile`` does); the patches stay
-    applied until ``b.stack`` is closed. The mesh passes' fits run again on the model
-    as loaded, before any weight moves: where no configuration was at hand before
-    loading (a hub id), this is where they are first checked."""
+    applied until ``b.stack`` is closed. The fits run again on the model as loaded,
+    before any weight moves: where no configuration was at hand before loading (a hub
+    id), this is where they are first checked."""
+    start = time.perf_counter()
     for step in HOST:
         _apply(step, b, abstract)
-    problems = fit_problems(b.recipe, b.family, b.modules, b.runtime.axes, MESH)
+    b.timings["load_s"] = round(time.perf_counter() - start, 4)  # LoRA, dtypes too
+    problems = fit_problems(b.recipe, b.family, b.modules, b.runtime.axes)
     if problems:
         raise RecipeError(problems)
     return port(b, abstract)
@@ -470,8 +475,10 @@ def port(b: Building, abstract: bool = False) -> Building:
     if not b.modules:
         b.modules = _torch_components(b.pipe.components)
     b.in_pieces = porting.piece_components(b.recipe, b.modules)
+    start = time.perf_counter()
     for step in MESH:
         _apply(step, b, abstract)
+    b.timings["to_jax_s"] = round(time.perf_counter() - start, 4)
     return b
 
 

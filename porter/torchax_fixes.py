@@ -61,14 +61,21 @@ def view_getitem(original, **_):
 
 def on_device(tree):
     """``tree`` with every host tensor (a plain ``torch.Tensor``, not torchax's) made a
-    torchax tensor: what a compiled program can take."""
+    torchax tensor: what a compiled program can take. A 0-d one becomes a weakly typed
+    scalar: in PyTorch a 0-d tensor does not promote the dtype of a tensor with
+    dimensions (a bfloat16 ``x * torch.tensor(0.5)`` stays bfloat16), and a weak JAX
+    scalar does not either."""
     from porter.compat import import_torchax
 
     torchax = import_torchax()
 
     def moved(value):
-        if type(value) is torch.Tensor and value.device.type == "cpu":
-            return torchax.default_env().to_xla(value)
-        return value
+        if type(value) is not torch.Tensor or value.device.type != "cpu":
+            return value
+        env = torchax.default_env()
+        if value.dim() == 0:
+            import jax.numpy as jnp
+            return torchax.tensor.Tensor(jnp.asarray(value.item()), env)
+        return env.to_xla(value)
 
     return torch.utils._pytree.tree_map(moved, tree)

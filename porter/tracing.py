@@ -42,11 +42,11 @@ def model_frame(exc: BaseException) -> str | None:
 #: where torchax turns PyTorch into JAX: an error raised in these is torchax's, not
 #: the model library's
 ENGINES = ("torchax", "jax", "jaxlib")
-#: Porter's code that only carries the model's call into a compiled program: what fails
-#: beneath it is the model's (or torchax's) doing, not Porter's
+#: Porter's code that carries the model's call into a compiled program: what torchax or
+#: JAX raise beneath it is the model's (or torchax's) doing; what it raises itself is
+#: Porter's
 CONDUITS = ("porter/transforms/autosplit.py", "porter/transforms/compile.py",
-            "porter/transforms/scan.py", "porter/transforms/sharding.py",
-            "porter/torchax_fixes.py")
+            "porter/transforms/scan.py", "porter/transforms/sharding.py")
 
 
 def _kind(filename: str) -> str:
@@ -69,14 +69,15 @@ class Site(NamedTuple):
 
 
 def _failure_site(exc: BaseException) -> Site | None:
-    """Where a failure inside model code happened: the innermost model-library frame
-    (Porter's conduits into compiled programs, torchax and JAX beneath it are passed
-    over). None when Porter's own code raised it or made the failing call: a Porter
-    function the model called (an attention backend, a patch) failing is Porter's bug."""
+    """Where a failure inside model code happened: the innermost model-library frame,
+    with torchax and JAX beneath it, and Porter's conduits into compiled programs
+    when torchax or JAX raised beneath them, passed over. None when Porter's own code
+    raised it or made the failing call: a Porter function the model called (an
+    attention backend, a patch) failing is Porter's bug."""
     in_torchax = False
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         kind = _kind(frame.filename)
-        if kind == "porter":
+        if kind == "porter" or (kind == "conduit" and not in_torchax):
             return None
         if kind == "engine":
             in_torchax = True

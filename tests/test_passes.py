@@ -110,3 +110,16 @@ def test_plan_shows_the_passes_from_a_fresh_process(write):
     names = [line.split()[0] for line in listed.splitlines()[:len(passes.PASSES)]]
     assert names == [step.name for step in passes.PASSES]
     assert "  rotary     -" in listed and "  load       tiny" in listed
+
+
+@pytest.mark.parametrize("precompute", [False, True])
+def test_rotary_tables_only_where_the_recipe_asks(precompute, write):
+    from porter import runtime
+    from porter_wan.tiny import build_pipeline
+
+    loaded = recipe.load(write("r.yaml", TINY_RECIPE), [f"rotary.precompute={precompute}"])
+    pipe = build_pipeline()
+    transformer = pipe.transformer  # the module itself (porting wraps it)
+    passes.ported(pipe, plugins.registry().family("wan"), runtime.start(loaded), loaded)
+    tables = [name for name, _ in transformer.named_buffers() if "porter_rotary" in name]
+    assert bool(tables) == precompute

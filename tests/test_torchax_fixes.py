@@ -74,6 +74,27 @@ def test_a_host_tensor_crosses_into_a_compiled_program(env, monkeypatch):
         module(torch.ones(4, device="jax"), torch.arange(4.0))
 
 
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
+
+    def forward(self, x, scale):
+        return x * self.weight * scale
+
+
+def test_a_host_scalar_keeps_the_dtype_pytorch_gives(env):
+    """A 0-d host tensor does not promote a bfloat16 tensor in PyTorch; moved onto the
+    device it is a weak scalar, so the compiled program stays bfloat16 too."""
+    x, scale = torch.full((4,), 3.0, dtype=torch.bfloat16), torch.tensor(0.5)
+    expected = Scaled()(x, scale)
+    with env:
+        module = compile_transform.apply(Scaled().to("jax"), CompileRule(methods=["forward"]))
+        got = module(x.to("jax"), scale)
+        assert got.dtype == expected.dtype == torch.bfloat16
+        assert torch.equal(got.cpu(), expected.detach())
+
+
 def test_every_run_applies_the_fixes():
     assert {"core.setitem", "core.deepcopy", "core.view_index"} <= set(porting.CORE_PATCHES)
     for name in ("core.deepcopy", "core.view_index"):

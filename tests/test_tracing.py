@@ -81,3 +81,15 @@ def test_porters_own_failure_under_model_code_stays_an_internal_error(library):
     backend.__code__ = backend.__code__.replace(co_filename="/x/porter/transforms/kernel.py")
     with pytest.raises(ZeroDivisionError), explained():
         library.call_porter(backend)
+
+
+def test_a_bug_in_porters_compile_wrappers_stays_an_internal_error(library):
+    """The wrappers that carry a call into a compiled program are passed over only when
+    torchax or JAX raised beneath them; what they raise themselves is Porter's."""
+    def wrapper():
+        raise KeyError("a bug in the wrapper")
+
+    wrapper.__code__ = wrapper.__code__.replace(
+        co_filename="/x/porter/transforms/autosplit.py")
+    with pytest.raises(KeyError), explained():
+        library.call_porter(wrapper)

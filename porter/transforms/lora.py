@@ -361,11 +361,17 @@ def apply(family, recipe, pipe, weights: dict) -> list[dict]:
     return [adapter.record() for adapter in adapters]
 
 
-def fit_problems(recipe, family, modules: dict) -> list[Problem]:
-    """Each adapter read and checked against the model's shapes (``modules``: built on
-    the meta device; no model weights read)."""
+def problems(recipe, registry) -> list[Problem]:
+    """`porter validate`: each adapter read and checked against the model's shapes
+    (built on the meta device; no model weights read)."""
     if not recipe.lora:
         return []
+    from porter.loading import abstract
+
+    family = registry.family(recipe.model.family)
+    modules = abstract.components(family, recipe)
+    if modules is None:
+        return []  # an unknown hub id: only its files can tell; the run checks
     try:
         read_all(recipe, family.pipeline_class(recipe), modules)
     except RecipeError as exc:

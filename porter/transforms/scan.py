@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from porter import torchax_fixes
 from porter.tracing import model_frame, untraceable
 from porter.transforms.sharding import array_dtype
 
@@ -332,6 +333,8 @@ def refusing(traced, component: str, signature_of):
     from porter.transforms import autosplit
 
     def call(*args, **kwargs):
+        # a tensor the pipeline made on the host (no device given) crosses in here
+        args, kwargs = torchax_fixes.on_device((args, kwargs))
         named_args, named_kwargs = autosplit.as_keywords(signature_of, args, kwargs)
         try:
             return traced(autosplit.static_names(named_kwargs), *named_args,
