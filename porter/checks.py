@@ -6,10 +6,10 @@ import difflib
 from pathlib import Path
 
 from porter import passes
-from porter.loading import config_values
+from porter.loading import abstract, config_values
 from porter.recipe import sources
 from porter.transforms import attention, lora
-from porter.errors import Problem, UsageError
+from porter.errors import Problem, RecipeError, UsageError
 
 # Building a model on the meta device takes no memory, but time grows with its
 # size: num_layers: 1000000 would build for hours. Torch calls per build, by
@@ -226,6 +226,22 @@ def checkpoint_problems(recipe) -> list[Problem]:
                                                           .expanduser())]
 
 
+def lora_problems(recipe, registry) -> list[Problem]:
+    """Each LoRA adapter read and checked against the model's shapes (built on the
+    meta device; no model weights read)."""
+    if not recipe.lora:
+        return []
+    family = registry.family(recipe.model.family)
+    modules = abstract.components(family, recipe)
+    if modules is None:
+        return []  # an unknown hub id: only its files can tell; the run checks
+    try:
+        lora.read_all(recipe, family.pipeline_class(recipe), modules)
+    except RecipeError as exc:
+        return exc.problems
+    return []
+
+
 def validate(recipe, registry, devices: int | None = None,
              target=None) -> list[Problem]:
     """Every check that needs no weights; mesh and sharding for ``devices`` devices
@@ -234,7 +250,7 @@ def validate(recipe, registry, devices: int | None = None,
     problems = input_problems(recipe, registry)
     if problems:
         return problems  # shape checks need a sound recipe and build the same model
-    problems = checkpoint_problems(recipe) or lora.problems(recipe, registry)
+    problems = checkpoint_problems(recipe) or lora_problems(recipe, registry)
     if problems:
         return problems
     if target is not None:

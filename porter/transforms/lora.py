@@ -359,21 +359,3 @@ def apply(family, recipe, pipe, weights: dict) -> list[dict]:
         else:
             fuse_in_place(modules[component], deltas)
     return [adapter.record() for adapter in adapters]
-
-
-def problems(recipe, registry) -> list[Problem]:
-    """`porter validate`: each adapter read and checked against the model's shapes
-    (built on the meta device; no model weights read)."""
-    if not recipe.lora:
-        return []
-    from porter.loading import abstract
-
-    family = registry.family(recipe.model.family)
-    modules = abstract.components(family, recipe)
-    if modules is None:
-        return []  # an unknown hub id: only its files can tell; the run checks
-    try:
-        read_all(recipe, family.pipeline_class(recipe), modules)
-    except RecipeError as exc:
-        return exc.problems
-    return []
