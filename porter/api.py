@@ -19,6 +19,7 @@ from porter.rundir import artifacts, record, results
 from porter import runtime as runtime_mod
 from porter import out_of_memory, schedulers, stages, tracing
 from porter.errors import RecipeError
+from porter.images import INPUTS
 from porter.interop import to_device, to_host
 
 #: where per-call settings come from, in error messages (not a file: relative paths
@@ -214,8 +215,8 @@ class Port:
 
     def generate(self, prompt: str | None = None, **settings) -> Generation:
         """One video; any ``generate`` setting of the recipe may be given (prompt,
-        negative_prompt, seed, image, last_image, height, width, frames, steps,
-        guidance_scale, ...). Returns a ``Generation``; nothing is written."""
+        negative_prompt, seed, image, last_image, video, mask, control_video, height,
+        width, frames, steps, guidance_scale, ...). Returns a ``Generation``; nothing is written."""
         if prompt is not None:
             settings["prompt"] = prompt
         recipe = self.settings(**settings)
@@ -330,7 +331,7 @@ def checked_settings(recipe, registry, values: dict, source: str = CALL,
     values = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
     if line is None:
         values.update({k: str(Path(values[k]).expanduser().absolute())
-                       for k in ("image", "last_image") if isinstance(values.get(k), str)})
+                       for k in INPUTS if isinstance(values.get(k), str)})
     changed = recipe_mod.with_values(recipe, "generate", values, source, line)
     problems = checks.recipe_problems(changed, registry) or _pipeline_problems(
         recipe, changed, registry)
@@ -355,8 +356,8 @@ def _pipeline_problems(recipe, changed, registry) -> list:
 
 
 #: generate settings that decide tensor shapes (checked against the model when changed)
-SHAPE_KEYS = ("height", "width", "frames", "image", "last_image", "max_sequence_length",
-              "cfg_parallel", "guidance_scale")
+SHAPE_KEYS = ("height", "width", "frames", *INPUTS, "max_sequence_length", "cfg_parallel",
+              "guidance_scale")
 
 
 def _shape_keys_changed(before, after) -> bool:

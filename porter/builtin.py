@@ -68,10 +68,19 @@ VIEW_INDEX = Patch(
     fits="torchax>=0.0.11,<0.0.14",
 )
 
+TYPE_AS = Patch(
+    name="core.type_as",
+    target="torchax.tensor:Tensor.type_as",
+    doc="x.type_as(other) as PyTorch does it: a new tensor of other's dtype (torchax casts "
+        "x in place, and fails on a view as other). Applied on every run.",
+    replacement=torchax_fixes.type_as,
+    fits="torchax>=0.0.11,<0.0.14",
+)
+
 
 @hookimpl
 def porter_register_patches(register):
-    for patch in (COMPILING, NO_TORCH_ASSERT, SETITEM, DEEPCOPY, VIEW_INDEX):
+    for patch in (COMPILING, NO_TORCH_ASSERT, SETITEM, DEEPCOPY, VIEW_INDEX, TYPE_AS):
         register(patch)
 
 

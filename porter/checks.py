@@ -6,6 +6,7 @@ import difflib
 from pathlib import Path
 
 from porter import passes
+from porter.images import INPUTS
 from porter.loading import abstract, config_values
 from porter.recipe import sources
 from porter.transforms import attention, lora
@@ -31,7 +32,7 @@ def family_problems(recipe, registry) -> list[Problem]:
 def _path_problem(recipe, key: str, value: str, from_recipe: bool) -> list[Problem]:
     try:
         # where the checks below look: model.source from the current directory,
-        # generate.image from the recipe's folder
+        # an input file (generate.image, ...) from the recipe's folder
         path = recipe.file_path(key, value) if from_recipe else Path(value).expanduser()
         path.stat()
     except (FileNotFoundError, NotADirectoryError):
@@ -52,9 +53,19 @@ def path_problems(recipe) -> list[Problem]:
     problems = []
     if recipe.model.source != sources.TINY:
         problems += _path_problem(recipe, "model.source", recipe.model.source, False)
-    if recipe.generate.image:
-        problems += _path_problem(recipe, "generate.image", recipe.generate.image, True)
+    for key in INPUTS:
+        if getattr(recipe.generate, key):
+            problems += _path_problem(recipe, f"generate.{key}",
+                                      getattr(recipe.generate, key), True)
     return problems
+
+
+def required_problems(recipe, family) -> list[Problem]:
+    """generate settings the family needs that the recipe leaves out (its other checks
+    read them)."""
+    return [recipe.problem(f"generate.{key}", f"family {family.name!r} needs "
+                           f"generate.{key}", hint=f"set generate.{key}")
+            for key in family.required if getattr(recipe.generate, key) is None]
 
 
 def recipe_problems(recipe, registry) -> list[Problem]:
@@ -67,7 +78,7 @@ def recipe_problems(recipe, registry) -> list[Problem]:
     family = None
     if not problems:
         family = registry.family(recipe.model.family)
-        problems += family.check(recipe)
+        problems += required_problems(recipe, family) or family.check(recipe)
     return problems + passes.check_problems(recipe, registry, family)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from porter import runners
 from porter.errors import Problem
+from porter.images import INPUTS
 
 
 class ModelFamily:
@@ -32,6 +33,9 @@ class ModelFamily:
     #: how the family generates (``porter.runners``): set by ``StagedFamily`` and
     #: ``GenericFamily``, the two a plugin subclasses
     runner = None
+    #: generate settings the family cannot run without (the schema leaves them optional:
+    #: a generic pipeline may take no prompt); checked before ``check``
+    required: tuple[str, ...] = ()
     #: registered patches every run of this family gets, to trace or to run fast
     #: (applied before the recipe's)
     required_patches: tuple[str, ...] = ()
@@ -150,6 +154,10 @@ class StagedFamily(ModelFamily):
     #: (``porter.guidance`` hands ``call`` one side, or both batched); ``encode`` leaves
     #: the unconditional ones out when the recipe does not guide
     guidance_pairs: dict[str, str] = {"prompt": "negative"}
+    required = ("prompt", "height", "width", "frames")
+    #: input files (``porter.images.INPUTS``) the family reads (its checks say when);
+    #: any other is refused
+    inputs: tuple[str, ...] = ("image", "last_image")
 
     def extra_keys(self, recipe) -> tuple[str, ...]:
         """``generate.extra`` keys this family reads (its pipeline's own arguments, such
@@ -157,7 +165,14 @@ class StagedFamily(ModelFamily):
         return ()
 
     def check(self, recipe) -> list[Problem]:
+        gen = recipe.generate
         problems = super().check(recipe)
+        for key in INPUTS:
+            if key not in self.inputs and getattr(gen, key) is not None:
+                problems.append(recipe.problem(
+                    f"generate.{key}", f"family {self.name!r} takes no input {key}",
+                    hint="leave it out, or run the pipeline that takes it with "
+                    "model.family: generic (see docs/pipelines.md)"))
         known = self.extra_keys(recipe)
         for key in sorted(set(recipe.generate.extra) - set(known)):
             problems.append(recipe.problem(

@@ -14,9 +14,83 @@ from pathlib import Path
 import numpy as np
 
 from porter import runners
+from porter.images import INPUTS
 from porter.recipe import call_args
 from porter.errors import UsageError
 from porter.family import ModelFamily
+
+
+#: diffusers pipelines Porter cannot run from a recipe, and why (``porter validate``
+#: refuses them; docs/pipelines.md is the whole list, tests/matrix proves it)
+UNSUPPORTED: dict[str, str] = {
+    # what the run cannot do under torchax yet
+    "AnyFlowFARPipeline": "its causal attention is PyTorch's flex attention over a "
+    "BlockMask, which torchax cannot lower",
+    "StableVideoDiffusionPipeline": "its scheduler builds its timesteps with torch.Tensor "
+    "from a list of device scalars, which torchax cannot",
+    "Cosmos3OmniPipeline": "it asks its transformer for nn.Module.buffers(), which torchax's "
+    "compiled module hides behind a dict of that name",
+    "LTXI2VLongMultiPromptPipeline": "its step callback writes the unpacked latents over "
+    "the packed ones (a diffusers bug any callback triggers), and Porter watches every step "
+    "through that callback",
+    # inputs no recipe key carries
+    "WanAnimatePipeline": "it is driven by pose_video and face_video (pose renders and face "
+    "crops), which no recipe key carries yet",
+    "EasyAnimateInpaintPipeline": "it takes its video and mask_video as 5-D tensors only, "
+    "and a recipe's inputs are frames",
+    "Cosmos2_5_TransferPipeline": "its controls (a dict of control videos) have no recipe "
+    "key, and its ControlNet needs torchvision",
+    "LTX2ConditionPipeline": "its conditions are LTX2VideoCondition objects, which no recipe "
+    "key carries",
+    "LTX2HDRPipeline": "its reference_conditions are condition objects, which no recipe key "
+    "carries",
+    "LTX2InContextPipeline": "its conditions and reference_conditions are condition "
+    "objects, which no recipe key carries",
+    "LTX2DFRPipeline": "its video_tiles and keyframe latents have no recipe key",
+    "LTX2DFRTemporalRefinePipeline": "it refines another run's latents, keyframe latents "
+    "and positions, which no recipe gives",
+    # broken in diffusers itself
+    "EasyAnimateControlPipeline": "it fails in diffusers 0.42 itself: its call passes "
+    "text_encoder_index to its own encode_prompt, which takes none",
+}
+
+
+def runnable(name: str) -> type:
+    """diffusers' pipeline class ``name``; UsageError saying why when Porter cannot run
+    it (not a pipeline, a modular one, a placeholder for a missing library, or one in
+    ``UNSUPPORTED``)."""
+    import diffusers
+
+    cls = getattr(diffusers, name, None)  # only diffusers' own names: no arbitrary import
+    if isinstance(cls, type) and cls.__module__.startswith("diffusers.utils.dummy_"):
+        needs = ", ".join(getattr(cls, "_backends", ())) or "more libraries"
+        raise UsageError(f"{name} needs {needs}, and one of them is not installed here "
+                         "(diffusers put a placeholder in its place)",
+                         hint="install what is missing (e.g. opencv-python for opencv)")
+    if isinstance(cls, type) and issubclass(cls, diffusers.ModularPipeline):
+        raise UsageError(f"{name} is a modular pipeline (blocks assembled at run time); "
+                         "Porter runs DiffusionPipeline classes",
+                         hint="name the pipeline the blocks make, e.g. "
+                         "WanImageToVideoPipeline for WanImage2VideoModularPipeline")
+    if not (isinstance(cls, type) and issubclass(cls, diffusers.DiffusionPipeline)):
+        raise UsageError(f"{name!r} is not a diffusers pipeline class",
+                         hint="e.g. LTXPipeline, CogVideoXPipeline")
+    if name in UNSUPPORTED:
+        raise UsageError(f"{name}: {UNSUPPORTED[name]}",
+                         hint="docs/pipelines.md lists the pipelines Porter runs")
+    return cls
+
+
+def first_video(out):
+    """The frames of the first video in a pipeline's output: ``frames`` (a batch of
+    videos; Sana-WM's is one video), ``video`` (Cosmos 3) or ``images``
+    (Text2Video-Zero's frames)."""
+    for name in ("frames", "video", "images"):
+        video = getattr(out, name, None)
+        if video is not None:
+            break
+    batched = isinstance(video, (list, tuple)) or getattr(video, "ndim", 0) == 5
+    return video[0] if batched else video
 
 
 class _StepWatch:
@@ -67,23 +141,35 @@ class GenericFamily(ModelFamily):
             problems.append(recipe.problem("model.source", "the generic family has no tiny "
                                            "model", hint="point model.source at a saved "
                                            "diffusers pipeline or a hub id"))
-        if recipe.model.pipeline is not None:
-            try:
-                self.pipeline_class(recipe)
-            except UsageError as exc:
-                problems.append(recipe.problem("model.pipeline", exc.message, hint=exc.hint))
-                return problems
-        cls = self.concrete_class(recipe)
+        where = "model.pipeline" if recipe.model.pipeline is not None else "model.source"
+        try:
+            cls = self.concrete_class(recipe)
+        except UsageError as exc:
+            return problems + [recipe.problem(where, exc.message, hint=exc.hint)]
+        problems += self.input_problems(recipe)
         if cls is not None:
             problems += call_args.problems(recipe, cls)
         return problems
 
+    def input_problems(self, recipe):
+        """Input files (``generate.image``, ``video``, ...) that are not there."""
+        found = []
+        for key, kind in INPUTS.items():
+            value = getattr(recipe.generate, key)
+            if value is not None and not recipe.file_path(f"generate.{key}", value).exists():
+                what = {"image": "an image file", "video": "a video file or a folder of "
+                        "frames", "either": "an image, a video file or a folder of "
+                        "frames"}[kind]
+                found.append(recipe.problem(f"generate.{key}", f"no such file: {value}",
+                                            hint=f"give {what} (a relative path is read "
+                                            "from the recipe's folder)"))
+        return found
+
     def concrete_class(self, recipe):
         """The pipeline class that will run, where known without loading: the recipe's
-        ``model.pipeline``, or the one a local checkpoint's model_index.json names."""
+        ``model.pipeline``, or the one a local checkpoint's model_index.json names.
+        UsageError for a class Porter cannot run (``runnable``)."""
         import json
-
-        import diffusers
 
         from porter.recipe.sources import source_kind
         if recipe.model.pipeline is not None:
@@ -93,10 +179,10 @@ class GenericFamily(ModelFamily):
         try:
             index = json.loads((Path(recipe.model.source).expanduser() / "model_index.json")
                                .read_text())
-            cls = getattr(diffusers, index["_class_name"], None)
+            name = index["_class_name"]
         except (OSError, ValueError, KeyError, TypeError):
             return None  # the checkpoint checks say what is wrong with the file
-        return cls if isinstance(cls, type) else None
+        return runnable(name) if isinstance(name, str) else None
 
     def pipeline_class(self, recipe=None):
         import diffusers
@@ -104,11 +190,7 @@ class GenericFamily(ModelFamily):
         name = recipe.model.pipeline if recipe is not None else None
         if name is None:
             return diffusers.DiffusionPipeline  # the class named in model_index.json
-        cls = getattr(diffusers, name, None)  # only diffusers' own names: no arbitrary import
-        if not (isinstance(cls, type) and issubclass(cls, diffusers.DiffusionPipeline)):
-            raise UsageError(f"{name!r} is not a diffusers pipeline class",
-                             hint="e.g. LTXPipeline, CogVideoXPipeline")
-        return cls
+        return runnable(name)
 
     def call_kwargs(self, recipe, cls) -> dict:
         """Keyword arguments of the pipeline call (``porter.recipe.call_args``); families
@@ -118,6 +200,6 @@ class GenericFamily(ModelFamily):
     def generate(self, pipe, recipe):
         watch = _StepWatch(pipe, recipe.generate.steps)
         out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)), **watch.kwargs)
-        frames = out.frames[0]
+        frames = first_video(out)
         frames = np.asarray(frames.jax() if hasattr(frames, "jax") else frames)
         return (frames * 255).round().clip(0, 255).astype("uint8"), watch.latents

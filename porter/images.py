@@ -1,8 +1,22 @@
-"""Reading the image files a recipe names (first and last frames)."""
+"""Reading the input files a recipe names: first and last frames, input videos,
+masks and control videos (``generate.<key>``, ``INPUTS``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from porter.errors import UsageError
+
+#: generate settings that name an input file -> what it holds: an image, a video, or
+#: either (a mask: one image for every frame, or a video of masks)
+INPUTS = {"image": "image", "last_image": "image", "video": "video", "mask": "either",
+          "control_video": "video"}
+#: image files a run reads (PIL opens them); a folder of them is a video
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+#: video files a run reads (PyAV decodes them)
+VIDEO_SUFFIXES = (".mp4", ".webm", ".mov", ".mkv", ".gif")
+#: frames one input video may have (each is decoded into memory)
+MAX_FRAMES = 4096
 
 
 def load_image(path):
@@ -15,3 +29,48 @@ def load_image(path):
     except (OSError, UnidentifiedImageError) as exc:
         raise UsageError(f"cannot read image {str(path)!r}: {exc}",
                          hint="give a PNG or JPEG file") from None
+
+
+def load_video(path) -> list:
+    """The video at ``path`` as a list of RGB PIL images, the form diffusers' video
+    pipelines take: a folder's image files in name order, or a video file's frames."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise UsageError(f"{str(path)!r} holds no image frames",
+                             hint="a video folder holds its frames as PNG or JPEG files, "
+                             "in name order (00000.png, 00001.png, ...)")
+        if len(files) > MAX_FRAMES:
+            raise UsageError(f"{str(path)!r} holds {len(files)} frames, more than "
+                             f"{MAX_FRAMES}")
+        return [load_image(file) for file in files]
+    return _decoded(path)
+
+
+def _decoded(path: Path) -> list:
+    import av
+
+    frames = []
+    try:
+        with av.open(str(path)) as container:
+            for frame in container.decode(container.streams.video[0]):
+                frames.append(frame.to_image().convert("RGB"))
+                if len(frames) > MAX_FRAMES:
+                    raise UsageError(f"{str(path)!r} has more than {MAX_FRAMES} frames")
+    except (av.FFmpegError, IndexError, OSError) as exc:
+        raise UsageError(f"cannot read video {str(path)!r}: {exc}",
+                         hint="give a folder of PNG frames or an .mp4/.webm/.gif "
+                         "file") from None
+    if not frames:
+        raise UsageError(f"{str(path)!r} holds no frames")
+    return frames
+
+
+def load_input(key: str, path):
+    """``generate.<key>``'s file as its pipeline takes it: a PIL image for an image, a
+    list of them for a video (a mask given as one image stays one image)."""
+    kind = INPUTS[key]
+    if kind == "image" or (kind == "either" and Path(path).suffix.lower() in IMAGE_SUFFIXES):
+        return load_image(path)
+    return load_video(path)

@@ -10,13 +10,38 @@ decode at 720p, 81 frames, needed 69.75 GiB per v6e chip with its activations sp
 ways. Here only the channel axis is split, into ``(groups, C/groups)``, and the
 statistics reduce over the remaining axes in place: a split height or width stays
 split. The statistics are taken in float32 for 16-bit inputs, as PyTorch does.
+
+``aten._is_all_true`` (``torch._check_tensor_all``: HunyuanVideo I2V's Llava text
+encoder checks its image tokens with it), which torchax has no lowering for.
+
+Indexing with host tensors. PyTorch indexes a device tensor with a CPU index tensor
+(``table[torch.zeros(n, dtype=torch.long)]``, as SkyReels-V2's diffusion-forcing
+pipelines do with a timestep table made on the device); torchax asserts on the host
+tensor. Host index tensors are moved to the device first (``torchax_fixes.on_device``).
+A slice with 0-d tensor bounds (``alphas[t0:t1]``, Text2Video-Zero) is sliced at their
+values, as PyTorch does; torchax keeps the tensors in a view that fails when read.
+
+Attention rows with every key masked out. PyTorch's attention gives such a row zeros
+(a left-padded prompt's padding rows under a causal mask: LTX-2's Gemma text
+encoder); torchax's lowering gives NaN, which then spreads through the whole video.
+Its result is kept where a row has a key to attend to, zero elsewhere.
+
+In-place operations on views. torchax runs about thirty in-place operations
+(``addcmul_``, ``masked_fill_``, ``zero_``, ``silu_``, ...) through PyTorch's
+decompositions, which first make a view (``out[..., 0::2]``) a tensor of its own:
+the write never reaches the tensor viewed (LTX-2's rotary embedding lost its sine
+term). Each such operation is computed out of place and copied into its target
+(``copy_`` writes through a view).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import torch
+
+from porter.torchax_fixes import on_device
 
 #: the torchax versions whose group norm flattens the spatial axes
 FITS = "torchax>=0.0.11,<0.0.14"
@@ -46,16 +71,102 @@ def group_norm(input, weight, bias, N, C, HxW, group, eps=1e-5):
                                rstd.reshape(N, group).astype(x.dtype)))
 
 
+def _bound(value):
+    """A slice bound as PyTorch reads it: a 0-d tensor is its integer."""
+    return int(value) if isinstance(value, torch.Tensor) and value.dim() == 0 else value
+
+
+def _indexes(indexes):
+    if isinstance(indexes, slice):
+        return slice(_bound(indexes.start), _bound(indexes.stop), _bound(indexes.step))
+    if isinstance(indexes, tuple):
+        return tuple(_indexes(part) for part in indexes)
+    return indexes
+
+
+def host_indices(getitem):
+    """torchax's ``Tensor.__getitem__`` taking host index tensors and tensor slice
+    bounds (``alphas[t0:t1]``), as PyTorch does."""
+    def __getitem__(self, indexes):
+        return getitem(self, on_device(_indexes(indexes)))
+    return __getitem__
+
+
+def masked_rows_zero(attention):
+    """torchax's ``scaled_dot_product_attention`` giving zeros, as PyTorch does, for a
+    query whose keys are all masked out (torchax: NaN)."""
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, *args, **kwargs):
+        out = attention(query, key, value, attn_mask, *args, **kwargs)
+        if attn_mask is None:
+            return out
+        if attn_mask.dtype == torch.bool:
+            attends = attn_mask.any(-1, keepdim=True)
+        else:
+            attends = (attn_mask > float("-inf")).any(-1, keepdim=True)
+        return torch.where(attends, out, torch.zeros((), dtype=out.dtype, device=out.device))
+    return scaled_dot_product_attention
+
+
+def written_through(functional):
+    """An in-place operation as its out-of-place ``functional`` and a ``copy_`` into
+    the target, which reaches the tensor a view views."""
+    def inplace(target, *args, **kwargs):
+        source = target.torch() if type(target).__name__ == "View" else target
+        target.copy_(functional(source, *args, **kwargs))
+        return target
+    return inplace
+
+
+def is_all_true(x):
+    """``aten._is_all_true`` (``torch._check_tensor_all``, which transformers' Llava
+    text encoder calls on its image-token mask): torchax has no lowering."""
+    return torch.all(x)
+
+
 #: op -> Porter's lowering
-LOWERINGS = {torch.ops.aten.native_group_norm: group_norm}
+LOWERINGS = {torch.ops.aten.native_group_norm: group_norm,
+             torch.ops.aten._is_all_true: is_all_true}
+#: op -> a wrapper of torchax's lowering (which keeps its other properties)
+WRAPPERS = {torch.Tensor.__getitem__: host_indices,
+            torch.nn.functional.scaled_dot_product_attention: masked_rows_zero,
+            torch.ops.aten.scaled_dot_product_attention: masked_rows_zero}
+#: id(env) -> (env, its in-place operations torchax decomposes: packet -> out-of-place)
+_DECOMPOSED_INPLACE: dict = {}
+
+
+def decomposed_inplace(env) -> dict:
+    """The in-place ATen operations ``env`` runs through a decomposition (none of its
+    own lowerings), each with its out-of-place operation."""
+    key = id(env)
+    if _DECOMPOSED_INPLACE.get(key, (None,))[0] is not env:
+        found = {}
+        for name in dir(torch.ops.aten):
+            if not name.endswith("_") or name.startswith("_") \
+                    or not hasattr(torch.ops.aten, name[:-1]):
+                continue
+            packet = getattr(torch.ops.aten, name)
+            if any(env._ops.get(getattr(packet, overload)) is not None
+                   for overload in packet.overloads()) or packet in env._ops:
+                continue  # torchax's own lowering (a view op: writes through)
+            if any(env._decomps.get(getattr(packet, overload)) is not None
+                   for overload in packet.overloads()):
+                found[packet] = getattr(torch.ops.aten, name[:-1])
+        _DECOMPOSED_INPLACE[key] = (env, found)  # the env kept: its id stays its own
+    return _DECOMPOSED_INPLACE[key][1]
 
 
 @contextlib.contextmanager
 def installed(env):
     """Porter's lowerings in ``env``'s op table for the block, then torchax's again."""
-    saved = {op: env._ops.get(op) for op in LOWERINGS}
+    inplace = decomposed_inplace(env)
+    saved = {op: env._ops.get(op) for op in (*LOWERINGS, *WRAPPERS, *inplace)}
     for op, lowering in LOWERINGS.items():
         env.override_op_definition(op, lowering)
+    for op, wrapper in WRAPPERS.items():
+        if saved[op] is not None:
+            env._ops[op] = dataclasses.replace(saved[op], func=wrapper(saved[op].func))
+    for op, functional in inplace.items():
+        env.override_op_definition(op, written_through(functional), is_view_op=True)
     try:
         yield
     finally:

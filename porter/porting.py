@@ -89,7 +89,8 @@ def refuse_nonfinite(found: dict, recipe) -> None:
 #: values enter as inputs, their shapes are in every trace key anyway) and where
 #: the results go. Changing them keeps the stored traces.
 NOT_TRACED = ("output", "verify", "generate.prompt", "generate.negative_prompt",
-              "generate.seed", "generate.image", "generate.last_image",
+              "generate.seed", "generate.image", "generate.last_image", "generate.video",
+              "generate.mask", "generate.control_video",
               # fused into the weights before tracing: the programs take weights as inputs
               "lora",
               # decided between programs: a cached transformer's pieces are programs of
@@ -132,7 +133,7 @@ def trace_cache(recipe, family, runtime):
 
 
 #: patches every run applies: they make torchax behave as PyTorch does
-CORE_PATCHES = ("core.setitem", "core.deepcopy", "core.view_index")
+CORE_PATCHES = ("core.setitem", "core.deepcopy", "core.view_index", "core.type_as")
 
 
 def takes_sharded_inputs(name: str, recipe) -> bool:

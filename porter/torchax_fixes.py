@@ -8,6 +8,10 @@ is known to fit, and ``tests/test_torchax_fixes.py`` shows the gap it closes.
   deep-copies its scheduler stops there. A host tensor is now copied by PyTorch with
   torchax's modes set aside; a torchax tensor (its JAX array is immutable) by a new
   tensor around the same array.
+- ``x.type_as(other)``: torchax casts ``x`` in place (every other holder of ``x`` sees
+  the new dtype) and reads ``other``'s array, which a view (``y[:, :1]``) does not
+  have; Helios's transformer stops there. Now a new tensor of ``other.dtype``, as in
+  PyTorch (``x`` itself when the dtype is already that).
 - List or tensor indexing of a view (``t[:5][[0, -1]]``): torchax indexes the
   view's parent array, which a view does not have. Such indexing copies in PyTorch
   too, so the view is made a tensor first; plain slicing keeps the view.
@@ -39,6 +43,16 @@ def deepcopy(original, **_):
 
     __deepcopy__.__doc__ = f"patched by porter: copies under torchax (was {original!r})"
     return __deepcopy__
+
+
+def type_as(original, **_):
+    """``torchax.tensor.Tensor.type_as`` that returns a new tensor and takes a view."""
+
+    def type_as(self, other):
+        return self if self.dtype == other.dtype else self.to(other.dtype)
+
+    type_as.__doc__ = f"patched by porter: PyTorch's type_as (was {original!r})"
+    return type_as
 
 
 def advanced(indexes) -> bool:

@@ -71,3 +71,58 @@ def test_validate_reports_signature_problems_for_a_local_checkpoint(write, tmp_p
                                % ", extra: {video_lenght: 9}"))
     found = checks.recipe_problems(loaded, plugins.registry())
     assert [p.path for p in found] == ["generate.extra.video_lenght"]
+
+
+def test_input_videos_go_under_the_pipelines_own_names(write, tmp_path):
+    """A folder of frames or a video file becomes the list of PIL images diffusers' video
+    pipelines take; a mask may be one image."""
+    import numpy as np
+    from PIL import Image
+
+    from porter.rundir.video import write_mp4
+
+    (tmp_path / "clip").mkdir()
+    for i in range(3):
+        Image.new("RGB", (16, 16), (i, 0, 0)).save(tmp_path / "clip" / f"{i:05d}.png")
+    write_mp4(tmp_path / "control.mp4", np.zeros((4, 16, 16, 3), np.uint8), fps=8)
+    Image.new("RGB", (16, 16), (255, 255, 255)).save(tmp_path / "mask.png")
+    loaded = load(write, ", video: clip, mask: mask.png, control_video: control.mp4")
+    kwargs = call_args.kwargs(loaded, pipeline("EasyAnimateControlPipeline"))
+    assert len(kwargs["control_video"]) == 4 and kwargs["control_video"][0].size == (16, 16)
+    kwargs = call_args.kwargs(loaded, pipeline("WanVACEPipeline"))
+    assert [frame.getpixel((0, 0)) for frame in kwargs["video"]] == [(0, 0, 0), (1, 0, 0),
+                                                                     (2, 0, 0)]
+    assert isinstance(kwargs["mask"], Image.Image)
+    kwargs = call_args.kwargs(loaded, pipeline("EasyAnimateInpaintPipeline"))
+    assert isinstance(kwargs["mask_video"], Image.Image)
+    kwargs = call_args.kwargs(loaded, pipeline("AnimateDiffControlNetPipeline"))
+    assert len(kwargs["conditioning_frames"]) == 4
+
+
+def test_prompt_and_frames_are_passed_only_when_set(write):
+    no_prompt = "model: {family: generic, source: tiny}\ngenerate: {height: 32, width: 32, " \
+        "steps: 2%s}\n"
+    loaded = recipe.load(write("r.yaml", no_prompt % ", image: a.png"))
+    assert call_args.problems(loaded, pipeline("StableVideoDiffusionPipeline")) == []
+    assert {"prompt", "frames"} & set(call_args.wanted(loaded)) == set()
+    loaded = recipe.load(write("r.yaml", no_prompt % ""))
+    found = call_args.problems(loaded, pipeline("SkyReelsV2DiffusionForcingPipeline"))
+    assert [(p.path, p.hint) for p in found] == [("generate.prompt", "set generate.prompt")]
+
+
+def test_a_setting_the_pipeline_needs_is_asked_for(write):
+    found = call_args.problems(load(write), pipeline("WanVideoToVideoPipeline"))
+    # no frame count: the input video's length decides
+    assert [p.path for p in found] == ["generate.frames"]
+    found = call_args.problems(load(write, "", "generate.frames=null"),
+                               pipeline("LucyEditPipeline"))
+    assert [(p.path, p.message) for p in found] == [("generate.video",
+                                                     "LucyEditPipeline needs video")]
+    found = call_args.problems(load(write, "", "generate.frames=null"),
+                               pipeline("Cosmos2_5_TransferPipeline"))
+    assert [(p.path, p.hint) for p in found] == [("generate.extra",
+                                                  "set generate.extra.controls")]
+    found = call_args.problems(load(write, "", "generate.frames=null"),
+                               pipeline("LTX2VideoDiffusionDecodePipeline"))
+    assert [p.path for p in found] == ["model.pipeline"]
+    assert "needs latents, which no recipe gives" in found[0].message

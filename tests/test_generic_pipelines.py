@@ -1,7 +1,9 @@
-"""``family: generic`` on diffusers video pipelines no plugin knows, each a tiny random
-model built with the component configurations of diffusers' own tests, saved with
+"""``family: generic`` on a pipeline a plugin family also runs, with a scheduler the
+family does not use (diffusers' plain DDIM indexes host tables): a tiny random model
+built with the component configurations of diffusers' own tests, saved with
 ``save_pretrained``, run by Porter from a recipe of ``model`` and ``generate`` keys
-alone, and compared with plain diffusers from the same seed, frame for frame."""
+alone, and compared with plain diffusers from the same seed, frame for frame. Every
+diffusers video pipeline class: tests/test_pipeline_matrix*.py."""
 
 import importlib
 from dataclasses import dataclass, field
@@ -26,41 +28,11 @@ class Case:
 COMMON = {"prompt": "a cat", "seed": 0}
 
 CASES = {
-    "latte": Case(  # frames are video_length; the prompt is padded to 120 tokens
-        "latte", {"height": 8, "width": 8, "frames": 1, "steps": 2, "guidance_scale": 5.0,
-                  "extra": {"clean_caption": False}},
-        {"height": 8, "width": 8, "video_length": 1, "num_inference_steps": 2,
-         "guidance_scale": 5.0, "clean_caption": False}),
-    "mochi": Case(  # attention calls torch.nonzero on the text mask in every block
-        "mochi", {"height": 16, "width": 16, "frames": 7, "steps": 2, "guidance_scale": 4.5,
-                  "max_sequence_length": 16},
-        {"height": 16, "width": 16, "num_frames": 7, "num_inference_steps": 2,
-         "guidance_scale": 4.5, "max_sequence_length": 16}),
     "cogvideox_ddim": Case(  # diffusers' plain DDIMScheduler indexes host tables
         "cogvideox_ddim", {"height": 16, "width": 16, "frames": 8, "steps": 2,
                            "guidance_scale": 6.0, "max_sequence_length": 16},
         {"height": 16, "width": 16, "num_frames": 8, "num_inference_steps": 2,
          "guidance_scale": 6.0, "max_sequence_length": 16}),
-    "sana_video": Case(  # frames are `frames`
-        "sana_video", {"height": 32, "width": 32, "frames": 9, "steps": 2,
-                       "guidance_scale": 6.0, "max_sequence_length": 16,
-                       "extra": {"complex_human_instruction": [],
-                                 "use_resolution_binning": False}},
-        {"height": 32, "width": 32, "frames": 9, "num_inference_steps": 2,
-         "guidance_scale": 6.0, "max_sequence_length": 16, "complex_human_instruction": [],
-         "use_resolution_binning": False}),
-    "kandinsky5": Case(  # keeps a tensor in a plain attribute (time_embeddings.freqs)
-        "kandinsky5", {"height": 32, "width": 32, "frames": 5, "steps": 2,
-                       "guidance_scale": 4.0, "max_sequence_length": 8},
-        {"height": 32, "width": 32, "num_frames": 5, "num_inference_steps": 2,
-         "guidance_scale": 4.0, "max_sequence_length": 8}),
-    "allegro": Case(  # its VAE decodes only tiled, in tiles of 24 x 320 x 320 pixels
-        "allegro", {"height": 320, "width": 320, "frames": 24, "steps": 2,
-                    "guidance_scale": 6.0, "max_sequence_length": 16,
-                    "extra": {"clean_caption": False}},
-        {"height": 320, "width": 320, "num_frames": 24, "num_inference_steps": 2,
-         "guidance_scale": 6.0, "max_sequence_length": 16, "clean_caption": False},
-        setup={"vae": ["enable_tiling"]}),
 }
 
 

@@ -84,3 +84,87 @@ def test_installed_for_the_block_only_and_for_these_torchax_versions():
     assert env._ops.get(torch.ops.aten.native_group_norm) is before
     from importlib.metadata import version
     assert Requirement(lowerings.FITS).specifier.contains(version("torchax"))
+
+
+def test_a_device_tensor_is_indexed_with_host_index_tensors_as_in_pytorch():
+    table = torch.arange(10) * 3
+    rows = torch.tensor([0, 4, 4, 9])  # made on the host, as a pipeline's loop does
+    env = torchax.default_env()
+    with env:
+        device_table = env.to_xla(table)
+        with pytest.raises(AssertionError, match="Expect a Tensor or a View"):
+            device_table[rows]  # torchax alone
+        with lowerings.installed(env):
+            picked = device_table[rows]
+            one = device_table[torch.tensor(2)]
+            sliced = device_table[2:5]
+        assert env._ops[torch.Tensor.__getitem__].func.__name__ == "getitem"  # torchax's again
+    assert picked.jax().tolist() == table[rows].tolist()
+    assert int(one.jax()) == 6 and sliced.jax().tolist() == [6, 9, 12]
+
+
+def test_attention_rows_with_every_key_masked_are_zero_as_in_pytorch():
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 3, 4, generator=generator) for _ in range(3))
+    causal_padded = torch.tril(torch.ones(3, 3, dtype=torch.bool))
+    causal_padded[:, 0] = False  # a left-padded first token: row 0 attends to nothing
+    additive = torch.zeros(3, 3).masked_fill(~causal_padded, float("-inf"))
+    env = torchax.default_env()
+    for mask in (causal_padded, additive):
+        expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        with env:
+            args = env.to_xla((q, k, v, mask))
+            plain = torch.nn.functional.scaled_dot_product_attention(*args[:3],
+                                                                     attn_mask=args[3])
+            assert np.isnan(np.asarray(plain.jax())).any()  # torchax alone
+            with lowerings.installed(env):
+                ours = torch.nn.functional.scaled_dot_product_attention(*args[:3],
+                                                                        attn_mask=args[3])
+        np.testing.assert_allclose(np.asarray(ours.jax()), expected.numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("write", [
+    lambda t, a: t[:, 0::2].addcmul_(a, a, value=0.5),
+    lambda t, a: t[:, 1::2].masked_fill_(a > 1, -1.0),
+    lambda t, a: t[1:].zero_(),
+    lambda t, a: t[:, :2].lerp_(a, 0.25),
+    lambda t, a: t[0].fill_(7.0),
+])
+def test_in_place_operations_write_through_views_as_in_pytorch(write):
+    a = torch.arange(4.0).reshape(2, 2)
+    expected = torch.ones(2, 4)
+    write(expected, a)
+    env = torchax.default_env()
+    with env:
+        plain = env.to_xla(torch.ones(2, 4))
+        write(plain, env.to_xla(a))
+        with lowerings.installed(env):
+            ours = env.to_xla(torch.ones(2, 4))
+            write(ours, env.to_xla(a))
+        assert plain.cpu().tolist() == torch.ones(2, 4).tolist()  # torchax: lost
+        assert ours.cpu().tolist() == expected.tolist()
+
+
+def test_a_slice_with_tensor_bounds_is_sliced_at_their_values():
+    alphas = torch.linspace(0.1, 0.9, 9)
+    env = torchax.default_env()
+    with env:
+        values = env.to_xla(alphas)
+        t0, t1 = env.to_xla((torch.tensor(2), torch.tensor(6)))
+        with pytest.raises(AssertionError, match="within the torchax environment"):
+            torch.prod(values[t0:t1]).cpu()  # torchax alone
+        with lowerings.installed(env):
+            product = torch.prod(values[t0:t1]).cpu()
+    assert torch.allclose(product, torch.prod(alphas[2:6]))
+
+
+def test_a_tensor_check_runs():
+    env = torchax.default_env()
+    with env:
+        ok, bad = env.to_xla((torch.ones(3, dtype=torch.bool), torch.tensor([True, False])))
+        with pytest.raises(Exception, match="_is_all_true"):
+            torch._check_tensor_all(ok)  # torchax alone: no lowering
+        with lowerings.installed(env):
+            torch._check_tensor_all(ok)
+            with pytest.raises(RuntimeError, match="Expected"):
+                torch._check_tensor_all(bad)

@@ -52,8 +52,33 @@ def test_render_has_one_line_per_problem(write):
     path = write("bad.yaml", "model: {family: wan, dtpye: float32}\ngenerate: {prompt: x}\n")
     error = pytest.raises(RecipeError, recipe.load, path).value
     text = error.render()
-    assert text.startswith("error: recipe has 5 problems")
+    # dtpye; steps missing (height, width and frames are the family's to require)
+    assert text.startswith("error: recipe has 2 problems")
     assert f"{path}:1: model.dtpye: unknown key 'dtpye'" in text
+
+
+@pytest.mark.parametrize("family", ["wan", "cogvideox", "hunyuan"])
+@pytest.mark.parametrize("key", ["prompt", "height", "width", "frames"])
+def test_staged_families_need_a_prompt_a_size_and_frames(write, family, key):
+    from porter import checks, plugins
+
+    text = f"model: {{family: {family}, source: tiny}}\n" \
+        "generate: {prompt: x, height: 32, width: 32, frames: 9, steps: 2}\n"
+    value = {"prompt": "x", "height": 32, "width": 32, "frames": 9}[key]
+    path = write("r.yaml", text.replace(f"{key}: {value}, ", ""))
+    [problem] = checks.recipe_problems(recipe.load(path), plugins.registry())
+    assert (problem.path, problem.message) == (f"generate.{key}",
+                                              f"family {family!r} needs generate.{key}")
+
+
+@pytest.mark.parametrize("key", ["video", "mask", "control_video"])
+def test_staged_families_refuse_input_videos(write, key):
+    from porter import checks, plugins
+
+    path = write("r.yaml", "model: {family: wan, source: tiny}\ngenerate: {prompt: x, "
+                 f"height: 32, width: 32, frames: 9, steps: 2, {key}: clip.mp4}}\n")
+    [problem] = checks.recipe_problems(recipe.load(path), plugins.registry())
+    assert problem.path == f"generate.{key}" and "takes no input" in problem.message
 
 
 def test_yaml_syntax_error_points_at_line(write):

@@ -55,6 +55,22 @@ def test_list_indexing_of_a_view(env):
     assert (picked, by_tensor, narrowed) == ([0, 4], [2, 4], [1, 2])
 
 
+def test_type_as_makes_a_new_tensor_and_takes_a_view(env):
+    with env:
+        x = torch.ones(2, 3, device="jax")
+        half = torch.zeros(2, 3, dtype=torch.float16, device="jax")
+        with pytest.raises(AttributeError, match="_elem"):
+            x.type_as(half[:, :1])  # the gap: a view has no array
+        x.type_as(half)
+        assert x.dtype == torch.float16  # the gap: torchax cast x itself
+    with applied(core("core.type_as")), env:
+        x = torch.ones(2, 3, device="jax")
+        cast = x.type_as(half[:, :1])
+        assert (cast.dtype, x.dtype) == (torch.float16, torch.float32)
+        assert x.type_as(x) is x
+        assert cast.cpu().tolist() == [[1.0] * 3] * 2
+
+
 def test_a_host_tensor_crosses_into_a_compiled_program(env, monkeypatch):
     from porter import torchax_fixes
 
@@ -96,8 +112,9 @@ def test_a_host_scalar_keeps_the_dtype_pytorch_gives(env):
 
 
 def test_every_run_applies_the_fixes():
-    assert {"core.setitem", "core.deepcopy", "core.view_index"} <= set(porting.CORE_PATCHES)
-    for name in ("core.deepcopy", "core.view_index"):
+    fixes = ("core.deepcopy", "core.view_index", "core.type_as")
+    assert {"core.setitem", *fixes} <= set(porting.CORE_PATCHES)
+    for name in fixes:
         patch = plugins.registry().patches[name]
         library, version, fits = patch.installed_fits()
         assert fits, (name, library, version)

@@ -122,3 +122,31 @@ def test_a_camera_jpeg_is_taken():
     assert Image.open(io.BytesIO(buffer.getvalue())).format == "MPO"
     assert uploads.take({"image": data_url(buffer.getvalue(), "image/jpeg")},
                         None)["image"][1] == ".jpg"
+
+
+def mp4(frames=3) -> bytes:
+    import numpy as np
+
+    from porter.rundir.video import encode_mp4
+
+    return encode_mp4(np.full((frames, 16, 16, 3), 90, np.uint8), fps=8)
+
+
+def test_a_video_is_taken_for_the_keys_that_take_videos(inputs):
+    data = mp4()
+    assert uploads.take({"video": data_url(data, "video/mp4")}, None) == {
+        "video": (data, ".mp4")}
+    (inputs / "clip.mp4").write_bytes(data)
+    assert uploads.take({"control_video": "clip.mp4"}, inputs)["control_video"][1] == ".mp4"
+    # a mask is an image or a video
+    assert uploads.take({"mask": data_url(png())}, None)["mask"][1] == ".png"
+    assert uploads.take({"mask": "clip.mp4"}, inputs)["mask"][1] == ".mp4"
+
+
+def test_what_is_not_a_readable_video_is_refused(inputs):
+    assert "not a video" in refusal({"video": data_url(png())})  # an image is no video
+    assert "not a video" in refusal({"video": data_url(mp4()[:200])})  # cut
+    assert "not an image" in refusal({"image": data_url(mp4(), "video/mp4")})
+    assert "no video file" in refusal({"video": "../secret.png"}, inputs)
+    big = os.urandom(uploads.MAX_VIDEO_BYTES + 10)
+    assert "larger than 64 MiB" in refusal({"video": data_url(big)})

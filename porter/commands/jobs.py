@@ -25,9 +25,9 @@ from porter.commands import uploads
 from porter.errors import UsageError, failure
 
 JOB = "job.json"
-#: a job's images, in its folder (``porter.commands.uploads``)
+#: a job's input files (images, videos), in its folder (``porter.commands.uploads``)
 INPUTS = "inputs"
-#: a submitted job's images while its settings are checked
+#: a submitted job's input files while its settings are checked
 STAGING = ".incoming-"
 #: what a job can be; queued and running jobs are picked up again after a restart
 FINISHED = ("done", "failed", "cancelled")
@@ -70,7 +70,7 @@ class Jobs:
                  inputs: Path | None = None):
         self.port, self.max_queue = port, max_queue
         self.directory = Path(directory) / "jobs"
-        self.inputs = inputs  # the folder clients may name images in (None: none)
+        self.inputs = inputs  # the folder clients may name input files in (None: none)
         self.say = say or api.quiet
         self._lock = threading.Condition()
         self._jobs: dict[str, Job] = {}
@@ -117,8 +117,9 @@ class Jobs:
 
     def submit(self, settings: dict) -> Job:
         """Queue a job; its settings are checked first (``RecipeError``, as ``porter
-        validate`` reports them). Its images (``porter.commands.uploads``) are copied into the
-        job's folder: a job reads nothing outside it, and runs the same after a restart."""
+        validate`` reports them). Its input files (``porter.commands.uploads``) are
+        copied into the job's folder: a job reads nothing outside it, and runs the same
+        after a restart."""
         if not isinstance(settings, dict):
             raise UsageError("a job is a JSON object of generate settings",
                              hint='e.g. {"prompt": "a red fox", "seed": 3}')
@@ -136,7 +137,7 @@ class Jobs:
             shutil.rmtree(staging, ignore_errors=True)
 
     def _queued(self, settings: dict, staging: Path) -> Job:
-        """A new job for checked ``settings``, its images moved from ``staging``."""
+        """A new job for checked ``settings``, its input files moved from ``staging``."""
         with self._lock:
             if self._closing:
                 raise Closing("the server is shutting down", hint="submit it again after "
@@ -254,10 +255,10 @@ class Jobs:
             return False, ("failed", failure(exc).render())
 
     def _settings(self, job: Job) -> dict:
-        """A job's settings with its images' names made paths in its folder."""
+        """A job's settings with its input files' names made paths in its folder."""
         folder = self.directory / job.id
         return {**job.settings, **{key: str(folder / job.settings[key]) for key in
-                                   uploads.IMAGE_KEYS if job.settings.get(key)}}
+                                   uploads.INPUT_KEYS if job.settings.get(key)}}
 
     def video(self, job_id: str) -> Path | None:
         path = self.folder(job_id) / outputs.VIDEO

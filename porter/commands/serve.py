@@ -34,6 +34,7 @@ import secrets
 
 from porter.commands import uploads
 from porter.errors import RecipeError, UsageError, failure
+from porter.images import INPUTS
 
 TOKEN_ENV = "PORTER_TOKEN"
 #: bytes a request body may have: room for two largest images as data URLs
@@ -251,9 +252,10 @@ def _body_schema(section) -> dict:
     schema.pop("$defs", None)
     schema["description"] = ("generate settings for this job; what is left out comes "
                              "from the recipe")
-    for key in uploads.IMAGE_KEYS:  # a server takes images' bytes, not its own paths
+    for key in uploads.INPUT_KEYS:  # a server takes files' bytes, not its own paths
+        example = "image/png" if INPUTS[key] == "image" else "video/mp4"
         schema["properties"][key]["description"] = (
-            f"{key.replace('_', ' ')}: a data URL (data:image/png;base64,...), or the name "
+            f"{key.replace('_', ' ')}: a data URL (data:{example};base64,...), or the name "
             "of a file in the folder the server's --inputs names")
     return schema
 

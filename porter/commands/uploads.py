@@ -1,9 +1,10 @@
-"""Images a server's client gives: the image's bytes in the request (a data URL), or
-the name of a file in the folder the operator named (``porter serve --inputs DIR``).
+"""Input files a server's client gives (images, videos, masks: ``porter.images.INPUTS``):
+the file's bytes in the request (a data URL), or the name of a file in the folder
+the operator named (``porter serve --inputs DIR``).
 
 A server reads no other path. A client cannot make it open ``/etc/passwd``, follow
 a link or ``..`` out of the inputs folder, or learn which paths exist: every name
-that is not a readable image in that folder gets the same answer.
+that is not a readable image or video in that folder gets the same answer.
 """
 
 from __future__ import annotations
@@ -17,30 +18,41 @@ import stat
 from pathlib import Path
 
 from porter.errors import UsageError
+from porter.images import INPUTS
 
-#: generate settings that name an image file
-IMAGE_KEYS = ("image", "last_image")
+#: generate settings that name an input file
+INPUT_KEYS = tuple(INPUTS)
 #: bytes one image may have (a 1280x720 PNG is about 2 MB)
 MAX_IMAGE_BYTES = 4 * 2**20
+#: bytes one video may have (81 frames of 720p H.264 are a few MB)
+MAX_VIDEO_BYTES = 64 * 2**20
 #: pixels one image may have: decoding costs memory before any check on its size
 MAX_PIXELS = 8192 * 8192
 #: image formats a run reads (PIL's names)
 FORMATS = {"PNG": ".png", "JPEG": ".jpg", "MPO": ".jpg", "WEBP": ".webp", "BMP": ".bmp"}
+#: video containers a run reads (PyAV's names; a container may have several)
+VIDEO_FORMATS = {"mov,mp4,m4a,3gp,3g2,mj2": ".mp4", "matroska,webm": ".webm", "gif": ".gif"}
 
-_DATA_URL = re.compile(r"data:(?:image/[A-Za-z0-9.+-]+)?(?:;[^,;]*)*;base64,", re.ASCII)
-_SEND_BYTES = "send the image's bytes as a data URL: \"data:image/png;base64,<the file " \
-              "in base64>\""
+_DATA_URL = re.compile(r"data:(?:(?:image|video)/[A-Za-z0-9.+-]+)?(?:;[^,;]*)*;base64,",
+                       re.ASCII)
+_SEND_BYTES = "send the file's bytes as a data URL: \"data:image/png;base64,<the file in " \
+              "base64>\" (data:video/mp4;base64,... for a video)"
 
 
 def take(settings: dict, inputs: Path | None) -> dict[str, tuple[bytes, str]]:
-    """The images a request's ``settings`` give: ``{key: (bytes, file suffix)}``.
-    Raises UsageError for a value that is neither an image's data URL nor the name of
-    an image file in ``inputs`` (None: the server reads no file a client names)."""
-    return {key: _image(key, settings[key], inputs) for key in IMAGE_KEYS
+    """The input files a request's ``settings`` give: ``{key: (bytes, file suffix)}``.
+    Raises UsageError for a value that is neither a data URL nor the name of a file in
+    ``inputs`` (None: the server reads no file a client names) of the kind the key
+    takes."""
+    return {key: _input(key, settings[key], inputs) for key in INPUT_KEYS
             if settings.get(key) is not None}
 
 
-def _image(key: str, value, inputs: Path | None) -> tuple[bytes, str]:
+def _limit(key: str) -> int:
+    return MAX_IMAGE_BYTES if INPUTS[key] == "image" else MAX_VIDEO_BYTES
+
+
+def _input(key: str, value, inputs: Path | None) -> tuple[bytes, str]:
     if not isinstance(value, str):
         raise UsageError(f"{key}: expected a string (a data URL or a file name), got "
                          f"{type(value).__name__}", hint=_SEND_BYTES)
@@ -56,9 +68,9 @@ def _image(key: str, value, inputs: Path | None) -> tuple[bytes, str]:
 
 def _from_data_url(key: str, value: str) -> bytes:
     payload = value[_DATA_URL.match(value).end():]
-    if len(payload) * 3 // 4 > MAX_IMAGE_BYTES:
-        raise UsageError(f"{key}: the image is larger than {MAX_IMAGE_BYTES >> 20} MiB",
-                         hint="send a smaller image (a run resizes it to the video's size)")
+    if len(payload) * 3 // 4 > _limit(key):
+        raise UsageError(f"{key}: the file is larger than {_limit(key) >> 20} MiB",
+                         hint="send a smaller file (a run resizes it to the video's size)")
     try:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError) as exc:
@@ -69,7 +81,8 @@ def _from_data_url(key: str, value: str) -> bytes:
 def _from_inputs(key: str, name: str, inputs: Path) -> bytes:
     """The bytes of ``inputs/name``, with links followed before the check that the
     file lies in ``inputs``; one answer for every other name, whether it exists or not."""
-    refused = UsageError(f"{key}: no image file {name[:200]!r} in this server's inputs "
+    what = {"image": "image", "video": "video"}.get(INPUTS[key], "input")
+    refused = UsageError(f"{key}: no {what} file {name[:200]!r} in this server's inputs "
                          "folder", hint="name a file in that folder, relative to it (links "
                          "may not lead out of it); or " + _SEND_BYTES)
     try:
@@ -85,12 +98,12 @@ def _from_inputs(key: str, name: str, inputs: Path) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or not _opened_in(fd, root):
             raise refused  # a folder, a FIFO, a device; or a folder on the way swapped
-        if info.st_size > MAX_IMAGE_BYTES:
-            raise UsageError(f"{key}: {name!r} is larger than {MAX_IMAGE_BYTES >> 20} MiB",
-                             hint="use a smaller image (a run resizes it to the video's "
+        if info.st_size > _limit(key):
+            raise UsageError(f"{key}: {name!r} is larger than {_limit(key) >> 20} MiB",
+                             hint="use a smaller file (a run resizes it to the video's "
                                   "size)")
         with os.fdopen(os.dup(fd), "rb") as file:
-            return file.read(MAX_IMAGE_BYTES + 1)  # _suffix refuses a cut image
+            return file.read(_limit(key) + 1)  # _suffix refuses a cut file
     finally:
         os.close(fd)
 
@@ -105,6 +118,50 @@ def _opened_in(fd: int, root: Path) -> bool:
 
 
 def _suffix(key: str, data: bytes) -> str:
+    """The file suffix of an input of the kind ``key`` takes that reads in full;
+    UsageError for anything else."""
+    kind = INPUTS[key]
+    if kind == "image":
+        return _image_suffix(key, data)
+    if kind == "either":
+        try:
+            return _image_suffix(key, data)
+        except UsageError:
+            pass  # a video of masks, or neither: the video check says which
+    return _video_suffix(key, data)
+
+
+def _video_suffix(key: str, data: bytes) -> str:
+    """The file suffix of a video PyAV decodes in full (every frame; not too many, not
+    too large); UsageError for anything else."""
+    import av
+
+    from porter.images import MAX_FRAMES
+
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            kind = container.format.name
+            if kind not in VIDEO_FORMATS:
+                raise UsageError(f"{key}: not a video this server can read (a {kind} "
+                                 "file); runs read MP4, WebM and GIF videos",
+                                 hint="send an .mp4 file")
+            count = 0
+            for frame in container.decode(container.streams.video[0]):
+                count += 1
+                if count > MAX_FRAMES or frame.width * frame.height > MAX_PIXELS:
+                    raise UsageError(f"{key}: more frames or pixels than this server "
+                                     "decodes", hint="send a shorter or smaller video")
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - PyAV raises many kinds
+        raise UsageError(f"{key}: not a video this server can read: {exc}",
+                         hint=_SEND_BYTES) from None
+    if not count:
+        raise UsageError(f"{key}: the video has no frames", hint=_SEND_BYTES)
+    return VIDEO_FORMATS[kind]
+
+
+def _image_suffix(key: str, data: bytes) -> str:
     """The file suffix of an image PIL can read in full; UsageError for anything else
     (not an image, cut short, too many pixels)."""
     from PIL import Image

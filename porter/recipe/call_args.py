@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import inspect
 
-from porter.images import load_image
+from porter.images import INPUTS, load_input
 
 #: recipe setting (generate.KEY) -> the names pipelines give it, the first one found
 #: in the signature wins
@@ -30,9 +30,12 @@ NAMES = {
     "max_sequence_length": ("max_sequence_length",),
     "image": ("image",),
     "last_image": ("last_image",),
+    "video": ("video",),
+    "mask": ("mask", "mask_video"),
+    "control_video": ("control_video", "conditioning_frames"),
 }
-#: what the recipe must set (the schema requires them): always passed
-REQUIRED = ("prompt", "height", "width", "frames", "steps")
+#: what the recipe must set (the schema requires it): always passed
+REQUIRED = ("steps",)
 #: the pipeline call's own business: never a recipe setting or an extra
 RESERVED = ("generator", "output_type", "return_dict", "callback_on_step_end",
             "callback_on_step_end_tensor_inputs", "latents")
@@ -58,7 +61,8 @@ def wanted(recipe) -> list[str]:
 
 
 def problems(recipe, cls) -> list:
-    """Settings and extras the pipeline ``cls`` does not take, each with a hint."""
+    """Settings and extras the pipeline ``cls`` does not take, and arguments it needs
+    that the recipe does not give, each with a hint."""
     taken = parameters(cls)
     if taken is None:
         return []
@@ -72,6 +76,23 @@ def problems(recipe, cls) -> list:
                 hint=(f"leave generate.{key} out; " if key not in REQUIRED else "")
                 + f"it takes: {accepted}"))
     mapped = {_name(key, taken): key for key in NAMES if _name(key, taken)}
+    given = {_name(key, taken) for key in wanted(recipe)} | set(recipe.generate.extra)
+    for name, parameter in taken.items():
+        if parameter.default is not inspect.Parameter.empty or name in given \
+                or parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            continue
+        if name in RESERVED:  # the one problem worth saying
+            return [recipe.problem("model.pipeline", f"{cls.__name__} needs {name}, "
+                                   "which no recipe gives (Porter's run sets it)",
+                                   hint="this pipeline continues another's run; Porter "
+                                   "runs pipelines that start from a prompt, an image or "
+                                   "a video")]
+        elif name in mapped:
+            found.append(recipe.problem(f"generate.{mapped[name]}", f"{cls.__name__} needs "
+                                        f"{name}", hint=f"set generate.{mapped[name]}"))
+        else:
+            found.append(recipe.problem("generate.extra", f"{cls.__name__} needs {name}",
+                                        hint=f"set generate.extra.{name}"))
     for key in recipe.generate.extra:
         if key in mapped:
             found.append(recipe.problem(f"generate.extra.{key}", f"{key} is set by "
@@ -101,8 +122,8 @@ def kwargs(recipe, cls) -> dict:
         if name is None:
             continue  # validate refused it; a pipeline with **kwargs takes the first name
         value = getattr(gen, key)
-        if key in ("image", "last_image"):
-            value = load_image(recipe.file_path(f"generate.{key}", value))
+        if key in INPUTS:
+            value = load_input(key, recipe.file_path(f"generate.{key}", value))
         call[name] = value
     if taken is None or "generator" in taken:
         call["generator"] = torch.Generator("cpu").manual_seed(gen.seed)

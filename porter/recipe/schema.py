@@ -80,15 +80,31 @@ class RuntimeSection(Section):
 
 
 class GenerateSection(Section):
-    prompt: str
+    prompt: str | None = Field(
+        None, description="what the video shows (required by every family but generic, "
+        "and by a generic pipeline that takes a prompt with no default)")
     negative_prompt: str = ""
     image: PathText | None = Field(
         None, description="image-to-video: path of the first frame")
     last_image: PathText | None = Field(
         None, description="first-last-frame-to-video: path of the last frame (with image)")
-    height: int = Field(ge=8, le=8192)
-    width: int = Field(ge=8, le=8192)
-    frames: int = Field(ge=1, le=4096)
+    video: PathText | None = Field(
+        None, description="video-to-video, editing, inpainting: path of the input video "
+        "(a folder of image frames, or a .mp4/.webm/.mov/.mkv/.gif file)")
+    mask: PathText | None = Field(
+        None, description="inpainting and VACE: path of the mask (an image, or a video as "
+        "for video); white is generated, black kept")
+    control_video: PathText | None = Field(
+        None, description="control pipelines: path of the control video (pose, depth, "
+        "edges), as for video")
+    height: int | None = Field(
+        None, ge=8, le=8192, description="pixels (required by every family but generic; "
+        "a generic pipeline without the setting takes its own or its input's)")
+    width: int | None = Field(None, ge=8, le=8192, description="pixels, as height")
+    frames: int | None = Field(
+        None, ge=1, le=4096, description="frames to make (required by every family but "
+        "generic; a generic pipeline without the setting takes its own default or its "
+        "input video's length)")
     steps: int = Field(ge=1, le=10000)
     guidance_scale: float = Field(5.0, ge=0.0)
     guidance_scale_2: float | None = Field(

@@ -1,0 +1,210 @@
+"""Run one matrix entry: the tiny pipeline built and saved, run by Porter from its
+recipe and by plain diffusers from the same seed, frames compared.
+
+    python tests/matrix/check.py CLASS [CLASS ...]    # one process, each in turn
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # tests/: models.<builder>, matrix.<group>
+
+from matrix import entries  # noqa: E402
+from matrix.entries import IMAGE, MASK, VIDEO  # noqa: E402
+
+GROUPS = ("core", "wan", "ltx_hunyuan", "others", "unet")
+COMMON = {"prompt": "a cat", "seed": 0}
+
+
+def matrix() -> dict:
+    """class name -> entry, over every group module present."""
+    found = {}
+    for group in GROUPS:
+        try:
+            module = importlib.import_module(f"matrix.{group}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"matrix.{group}":
+                raise
+            continue
+        for name, entry in module.ENTRIES.items():
+            assert name not in found, f"{name} is in two groups"
+            found[name] = entry
+    return found
+
+
+def failing() -> dict:
+    """class name -> entry, over the groups' FAILING (entries being worked on)."""
+    found = {}
+    for group in GROUPS:
+        try:
+            module = importlib.import_module(f"matrix.{group}")
+        except ModuleNotFoundError:
+            continue
+        found.update({name: entry for name, (entry, _) in
+                      getattr(module, "FAILING", {}).items()})
+    return found
+
+
+def installed() -> list[str]:
+    """The video pipeline classes the installed diffusers exports: a pipeline whose call
+    takes a frame count or a video, or whose package's output has ``frames``. (A class
+    diffusers replaces with a placeholder for a missing library is not found here; the
+    matrix lists those it knows.)"""
+    import inspect
+
+    import diffusers
+
+    found = []
+    for name in dir(diffusers):
+        cls = getattr(diffusers, name, None)
+        if not (name.endswith("Pipeline") and isinstance(cls, type)):
+            continue
+        taken = inspect.signature(cls.__call__).parameters
+        if {"num_frames", "video_length", "frames", "video"} & set(taken) \
+                or _frames_in_output(cls):
+            found.append(name)
+    return found
+
+
+def _frames_in_output(cls) -> bool:
+    import dataclasses
+
+    package = cls.__module__.rsplit(".", 1)[0]
+    try:
+        output = importlib.import_module(f"{package}.pipeline_output")
+    except ImportError:
+        return False
+    return any(isinstance(value, type) and dataclasses.is_dataclass(value)
+               and "frames" in {f.name for f in dataclasses.fields(value)}
+               for value in vars(output).values())
+
+
+def build(builder: str):
+    module = importlib.import_module(f"models.{builder}")
+    return getattr(module, f"build_{builder}_pipeline")()
+
+
+def write_inputs(folder: Path, size) -> dict:
+    """The input files a recipe names (placeholder -> path) and what plain diffusers
+    gets for them (placeholder -> PIL images), the same pixels."""
+    from PIL import Image
+
+    frames, height, width = size
+    rng = np.random.default_rng(0)
+    video = rng.integers(0, 256, (frames, height, width, 3), dtype=np.uint8)
+    mask = np.where(rng.random((frames, height, width, 1)) < 0.5, 0, 255).astype(np.uint8)
+    mask = np.repeat(mask, 3, axis=-1)
+    paths, given = {}, {}
+    for key, array in ((VIDEO, video), (MASK, mask)):
+        path = folder / key.strip("<>")
+        path.mkdir(parents=True, exist_ok=True)
+        for i, frame in enumerate(array):
+            Image.fromarray(frame).save(path / f"{i:05d}.png")
+        paths[key], given[key] = str(path), [Image.fromarray(frame) for frame in array]
+    Image.fromarray(video[0]).save(folder / "image.png")
+    paths[IMAGE], given[IMAGE] = str(folder / "image.png"), Image.fromarray(video[0])
+    return paths, given
+
+
+def _filled(settings: dict, values: dict) -> dict:
+    return {key: values.get(value, value) if isinstance(value, str) else value
+            for key, value in settings.items()}
+
+
+def recipe_text(entry, source, inputs: dict) -> dict:
+    generate = {**COMMON, **_filled(entry.generate, inputs)}
+    generate = {key: value for key, value in generate.items() if value is not None}
+    text = {"model": {"family": "generic", "source": str(source)}, "generate": generate}
+    if getattr(entry, "setup", None):
+        text["setup"] = entry.setup
+    return text
+
+
+def porter_frames(entry, source, folder: Path, inputs: dict) -> np.ndarray:
+    import yaml
+
+    from porter import checks, plugins, recipe
+    from porter.commands.run import run
+
+    path = folder / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe_text(entry, source, inputs)))
+    loaded = recipe.load(path, [f"output.dir={folder / 'out'}"])
+    problems = checks.validate(loaded, plugins.registry())
+    assert problems == [], [p.render() if hasattr(p, "render") else str(p) for p in problems]
+    return run(loaded, plugins.registry(), progress=False).frames
+
+
+def first_video(out):
+    """The first video of a pipeline's output, whatever the output calls it."""
+    video = next(getattr(out, name) for name in ("frames", "video", "images")
+                 if getattr(out, name, None) is not None)
+    return video[0] if isinstance(video, list) or np.ndim(video) == 5 else video
+
+
+def diffusers_frames(entry, source, given: dict) -> np.ndarray:
+    import torch
+    from diffusers import DiffusionPipeline
+
+    pipe = DiffusionPipeline.from_pretrained(source, torch_dtype=torch.float32)
+    for component in pipe.components.values():
+        if isinstance(component, torch.nn.Module):
+            component.eval()
+    for component, calls in entry.setup.items():
+        for method in calls:
+            getattr(getattr(pipe, component), method)()
+    call = {**{k: v for k, v in COMMON.items() if k != "seed"}, **_filled(entry.call, given)}
+    if call.get("prompt", "") is None:
+        del call["prompt"]  # a pipeline that takes none
+    out = pipe(generator=torch.Generator().manual_seed(COMMON["seed"]), output_type="np",
+               **call)
+    frames = first_video(out)
+    return (np.asarray(frames) * 255).round().clip(0, 255).astype("uint8")
+
+
+def compare(name: str, entry, folder: Path) -> int:
+    """The largest pixel difference between Porter and plain diffusers."""
+    source = folder / "ckpt"
+    build(entry.builder).save_pretrained(source)
+    inputs, given = write_inputs(folder / "inputs", entry.input_size)
+    ours = porter_frames(entry, source, folder, inputs)
+    theirs = diffusers_frames(entry, source, given)
+    assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
+    return int(np.abs(ours.astype(int) - theirs.astype(int)).max())
+
+
+def runs(group: str) -> list[str]:
+    """The classes of one group said to match."""
+    module = importlib.import_module(f"matrix.{group}")
+    return sorted(name for name, entry in module.ENTRIES.items()
+                  if isinstance(entry, entries.Matches))
+
+
+def assert_matches(name: str, folder: Path) -> None:
+    entry = matrix()[name]
+    difference = compare(name, entry, folder)
+    assert difference <= entry.tolerance, f"{name}: frames differ by up to {difference}"
+
+
+if __name__ == "__main__":
+    import os
+    import tempfile
+    import traceback
+
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    known = {**failing(), **matrix()}
+    for name in sys.argv[1:]:
+        entry = known[name]
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                print(f"{name}: max pixel difference {compare(name, entry, Path(tmp))}",
+                      flush=True)
+            except Exception:
+                print(f"{name}: FAILED", flush=True)
+                traceback.print_exc()

@@ -1,0 +1,43 @@
+"""A tiny random CogVideoX video-to-video pipeline (configs as in diffusers' own CogVideoX
+tests, those of models.cogvideox_ddim; the hub's tiny-random-t5 text encoder is rebuilt from
+its config in code, with a ByT5 tokenizer)."""
+
+import torch
+
+
+def cogvideox_parts(in_channels: int):
+    from diffusers import AutoencoderKLCogVideoX, CogVideoXTransformer3DModel
+    from transformers import T5Config, T5EncoderModel
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        transformer = CogVideoXTransformer3DModel(
+            num_attention_heads=4, attention_head_dim=8, in_channels=in_channels,
+            out_channels=4, time_embed_dim=2, text_embed_dim=32, num_layers=1, sample_width=2,
+            sample_height=2, sample_frames=9, patch_size=2, temporal_compression_ratio=4,
+            max_text_seq_length=16)
+        torch.manual_seed(0)
+        vae = AutoencoderKLCogVideoX(
+            in_channels=3, out_channels=3, down_block_types=("CogVideoXDownBlock3D",) * 4,
+            up_block_types=("CogVideoXUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8),
+            latent_channels=4, layers_per_block=1, norm_num_groups=2,
+            temporal_compression_ratio=4)
+        text_encoder = T5EncoderModel(T5Config(  # hf-internal-testing/tiny-random-t5
+            vocab_size=1103, d_model=32, d_kv=8, d_ff=37, num_layers=5, num_heads=4,
+            relative_attention_num_buckets=8, initializer_factor=0.002))
+    for module in (transformer, vae, text_encoder):
+        module.eval()
+    return transformer, vae, text_encoder
+
+
+def build_cogvideox_video2video_pipeline():
+    # Checked in plain diffusers (CPU, float32): pipe(video=<8 16x16 frames>, prompt="a cat",
+    # height=16, width=16, num_inference_steps=2, strength=0.5, guidance_scale=6.0,
+    # max_sequence_length=16, output_type="np") gives 8 finite 16x16 frames.
+    from diffusers import CogVideoXVideoToVideoPipeline, DDIMScheduler
+    from transformers import ByT5Tokenizer
+
+    transformer, vae, text_encoder = cogvideox_parts(in_channels=4)
+    return CogVideoXVideoToVideoPipeline(tokenizer=ByT5Tokenizer(), text_encoder=text_encoder,
+                                         vae=vae, transformer=transformer,
+                                         scheduler=DDIMScheduler())

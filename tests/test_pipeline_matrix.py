@@ -1,0 +1,46 @@
+"""The pipeline matrix (tests/matrix): every video pipeline class the installed diffusers
+exports is classified, each class said to match does, each said to be refused is, and
+docs/pipelines.md is what the matrix says. The runs are in test_pipeline_matrix_*.py,
+one file per group (one worker each)."""
+
+import pytest
+
+from matrix import check, page
+from matrix.entries import Family, Refused
+from porter import checks, plugins, recipe
+
+
+def test_every_installed_video_pipeline_is_classified():
+    missing = sorted(set(check.installed()) - set(check.matrix()))
+    assert missing == [], f"classify these in tests/matrix/: {missing}"
+
+
+def test_docs_page_is_what_the_matrix_says():
+    assert page.PAGE.read_text() == page.render(), "run: python tests/matrix/page.py"
+
+
+@pytest.mark.parametrize("name", [n for n, e in check.matrix().items()
+                                  if isinstance(e, Family)])
+def test_family_pipelines_are_the_families(name):
+    import diffusers
+
+    entry = check.matrix()[name]
+    family = plugins.registry().family(entry.family)
+    assert (check.HERE.parent.parent / entry.tests).exists()
+    assert issubclass(getattr(diffusers, name), diffusers.DiffusionPipeline)
+    assert family.runner.resumable
+
+
+@pytest.mark.parametrize("name", [n for n, e in check.matrix().items()
+                                  if isinstance(e, Refused)])
+def test_refused_pipelines_are_refused_by_validate(name, write):
+    entry = check.matrix()[name]
+    text = {"model": {"family": "generic", "source": str(write("ckpt/x", "").parent),
+                      "pipeline": name},
+            "generate": {"prompt": "a cat", "height": 16, "width": 16, "steps": 2,
+                         **entry.generate}}
+    import yaml
+
+    loaded = recipe.load(write("r.yaml", yaml.safe_dump(text)))
+    messages = [p.message for p in checks.validate(loaded, plugins.registry())]
+    assert any(entry.reason in message for message in messages), messages
