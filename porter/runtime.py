@@ -296,15 +296,29 @@ def device_memory(mesh_devices: int) -> memory.Limit | None:
                         f"{host.source}, shared by {shared} virtual CPU devices")
 
 
+def _own_peak_rss() -> int:
+    """This process's peak resident memory. On Linux the kernel's high-water mark of
+    this address space (VmHWM): ``ru_maxrss`` is kept across exec, so a process started
+    by a large one (a test worker, a notebook) would report its parent's size."""
+    import resource
+
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
 def peak_memory(runtime) -> dict:
     """Peak memory so far: the host process's (what the kernel counts), and on an
     accelerator the first device's own peak."""
-    import resource
-
     import jax
 
-    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
-    found = {"host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale}
+    found = {"host_peak_rss_bytes": _own_peak_rss()}
     device = jax.local_devices()[0]
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if runtime.platform != "cpu" and stats:

@@ -32,7 +32,8 @@ def test_tiny_matches_diffusers(tmp_path, variant, version):
     assert result.frames.shape == (9, 16, 16, 3)
     assert np.abs((expected * 255).round() - result.frames).max() <= 1
     assert [p["name"] for p in result.data["patches"]] == [
-        "core.setitem", "core.deepcopy", "core.view_index", "cogvideox.rope_cache"]
+        "core.setitem", "core.deepcopy", "core.view_index", "core.type_as",
+        "cogvideox.rope_cache"]
 
 
 def test_bad_frame_counts_are_validation_errors():
