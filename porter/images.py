@@ -13,8 +13,6 @@ INPUTS = {"image": "image", "last_image": "image", "video": "video", "mask": "ei
           "control_video": "video"}
 #: image files a run reads (PIL opens them); a folder of them is a video
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
-#: video files a run reads (PyAV decodes them)
-VIDEO_SUFFIXES = (".mp4", ".webm", ".mov", ".mkv", ".gif")
 #: frames one input video may have (each is decoded into memory)
 MAX_FRAMES = 4096
 

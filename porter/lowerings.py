@@ -110,8 +110,12 @@ def masked_rows_zero(attention):
 def written_through(functional):
     """An in-place operation as its out-of-place ``functional`` and a ``copy_`` into
     the target, which reaches the tensor a view views."""
+    from porter.compat import import_torchax
+
+    view = import_torchax().view.View
+
     def inplace(target, *args, **kwargs):
-        source = target.torch() if type(target).__name__ == "View" else target
+        source = target.torch() if isinstance(target, view) else target
         target.copy_(functional(source, *args, **kwargs))
         return target
     return inplace

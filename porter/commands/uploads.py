@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 from porter.errors import UsageError
-from porter.images import INPUTS
+from porter.images import INPUTS, MAX_FRAMES
 
 #: generate settings that name an input file
 INPUT_KEYS = tuple(INPUTS)
@@ -135,8 +135,6 @@ def _video_suffix(key: str, data: bytes) -> str:
     """The file suffix of a video PyAV decodes in full (every frame; not too many, not
     too large); UsageError for anything else."""
     import av
-
-    from porter.images import MAX_FRAMES
 
     try:
         with av.open(io.BytesIO(data)) as container:

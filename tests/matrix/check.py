@@ -38,19 +38,6 @@ def matrix() -> dict:
     return found
 
 
-def failing() -> dict:
-    """class name -> entry, over the groups' FAILING (entries being worked on)."""
-    found = {}
-    for group in GROUPS:
-        try:
-            module = importlib.import_module(f"matrix.{group}")
-        except ModuleNotFoundError:
-            continue
-        found.update({name: entry for name, (entry, _) in
-                      getattr(module, "FAILING", {}).items()})
-    return found
-
-
 def installed() -> list[str]:
     """The video pipeline classes the installed diffusers exports: a pipeline whose call
     takes a frame count or a video, or whose package's output has ``frames``. (A class
@@ -198,7 +185,7 @@ if __name__ == "__main__":
 
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    known = {**failing(), **matrix()}
+    known = matrix()
     for name in sys.argv[1:]:
         entry = known[name]
         with tempfile.TemporaryDirectory() as tmp:

@@ -40,7 +40,15 @@ def build_cosmos_text2world_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe("a cat", height=32, width=32,
     # num_frames=9, num_inference_steps=2, guidance_scale=3.0, max_sequence_length=16,
     # output_type="np") gives 9 finite 32x32 frames.
-    from diffusers import CosmosTextToWorldPipeline, CosmosTransformer3DModel
+    from diffusers import CosmosTextToWorldPipeline
+
+    return cosmos_pipeline(CosmosTextToWorldPipeline, in_channels=4)
+
+
+def cosmos_pipeline(cls, in_channels: int):
+    """A tiny Cosmos (1.0) pipeline of class ``cls``; its transformer takes
+    ``in_channels`` latent channels (video-to-world: 4 and the condition mask)."""
+    from diffusers import CosmosTransformer3DModel
     from transformers import ByT5Tokenizer
 
     from models.cosmos_safety import DummyCosmosSafetyChecker
@@ -48,16 +56,17 @@ def build_cosmos_text2world_pipeline():
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         transformer = CosmosTransformer3DModel(
-            in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=16,
-            num_layers=2, mlp_ratio=2, text_embed_dim=32, adaln_lora_dim=4,
-            max_size=(4, 32, 32), patch_size=(1, 2, 2), rope_scale=(2.0, 1.0, 1.0),
-            concat_padding_mask=False, extra_pos_embed_type="learnable")
+            in_channels=in_channels, out_channels=4, num_attention_heads=2,
+            attention_head_dim=16, num_layers=2, mlp_ratio=2, text_embed_dim=32,
+            adaln_lora_dim=4, max_size=(4, 32, 32), patch_size=(1, 2, 2),
+            rope_scale=(2.0, 1.0, 1.0), concat_padding_mask=False,
+            extra_pos_embed_type="learnable")
         torch.manual_seed(0)
         vae = tiny_cosmos_vae()
         torch.manual_seed(0)
         text_encoder = tiny_t5()
     for module in (transformer, vae, text_encoder):
         module.eval()
-    return CosmosTextToWorldPipeline(
+    return cls(
         text_encoder=text_encoder, tokenizer=ByT5Tokenizer(), transformer=transformer, vae=vae,
         scheduler=edm_scheduler(), safety_checker=DummyCosmosSafetyChecker().eval())

@@ -12,12 +12,12 @@ def build_hunyuan_video_framepack_pipeline():
     # num_frames=9, num_inference_steps=2, guidance_scale=4.5, latent_window_size=3,
     # max_sequence_length=64, prompt_template={"template": "{}", "crop_start": 0},
     # output_type="np") gives 13 finite 32x32 frames.
-    from diffusers import (AutoencoderKLHunyuanVideo, FlowMatchEulerDiscreteScheduler,
-                           HunyuanVideoFramepackPipeline,
+    from diffusers import (FlowMatchEulerDiscreteScheduler, HunyuanVideoFramepackPipeline,
                            HunyuanVideoFramepackTransformer3DModel)
-    from transformers import (ByT5Tokenizer, CLIPTextConfig, CLIPTextModel, LlamaConfig,
-                              LlamaModel, SiglipImageProcessor, SiglipVisionConfig,
+    from transformers import (ByT5Tokenizer, SiglipImageProcessor, SiglipVisionConfig,
                               SiglipVisionModel)
+
+    from models.hunyuan_skyreels_image_to_video import vae_and_text_encoders
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -27,24 +27,7 @@ def build_hunyuan_video_framepack_pipeline():
             patch_size_t=1, guidance_embeds=True, text_embed_dim=16, pooled_projection_dim=8,
             rope_axes_dim=(2, 4, 4), image_condition_type=None, has_image_proj=True,
             image_proj_dim=32, has_clean_x_embedder=True)
-        torch.manual_seed(0)
-        vae = AutoencoderKLHunyuanVideo(
-            in_channels=3, out_channels=3, latent_channels=4,
-            down_block_types=("HunyuanVideoDownBlock3D",) * 4,
-            up_block_types=("HunyuanVideoUpBlock3D",) * 4, block_out_channels=(8,) * 4,
-            layers_per_block=1, act_fn="silu", norm_num_groups=4, scaling_factor=0.476986,
-            spatial_compression_ratio=8, temporal_compression_ratio=4,
-            mid_block_add_attention=True)
-        torch.manual_seed(0)
-        text_encoder = LlamaModel(LlamaConfig(
-            bos_token_id=0, eos_token_id=2, hidden_size=16, intermediate_size=37,
-            layer_norm_eps=1e-05, num_attention_heads=4, num_hidden_layers=2, pad_token_id=1,
-            vocab_size=1000, hidden_act="gelu"))
-        torch.manual_seed(0)
-        text_encoder_2 = CLIPTextModel(CLIPTextConfig(
-            bos_token_id=0, eos_token_id=2, hidden_size=8, intermediate_size=37,
-            layer_norm_eps=1e-05, num_attention_heads=4, num_hidden_layers=2, pad_token_id=1,
-            vocab_size=1000, hidden_act="gelu", projection_dim=32))
+        vae, text_encoder, text_encoder_2 = vae_and_text_encoders()
         torch.manual_seed(0)
         image_encoder = SiglipVisionModel(SiglipVisionConfig(
             hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2,

@@ -12,11 +12,13 @@ def build_hunyuan_video_image_to_video_pipeline():
     # prompt_template={"template": "{}", "crop_start": 0, "image_emb_len": 49,
     # "image_emb_start": 5, "image_emb_end": 54}, output_type="np") gives 5 finite 16x16
     # frames (the pipeline drops the first latent frame's 4 frames).
-    from diffusers import (AutoencoderKLHunyuanVideo, FlowMatchEulerDiscreteScheduler,
-                           HunyuanVideoImageToVideoPipeline, HunyuanVideoTransformer3DModel)
+    from diffusers import (FlowMatchEulerDiscreteScheduler, HunyuanVideoImageToVideoPipeline,
+                           HunyuanVideoTransformer3DModel)
     from transformers import (ByT5Tokenizer, CLIPImageProcessor, CLIPTextConfig, CLIPTextModel,
                               CLIPVisionConfig, LlamaConfig, LlavaConfig,
                               LlavaForConditionalGeneration)
+
+    from models.hunyuan_skyreels_image_to_video import tiny_vae
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -25,14 +27,7 @@ def build_hunyuan_video_image_to_video_pipeline():
             num_layers=1, num_single_layers=1, num_refiner_layers=1, patch_size=1,
             patch_size_t=1, guidance_embeds=False, text_embed_dim=16, pooled_projection_dim=8,
             rope_axes_dim=(2, 4, 4), image_condition_type="latent_concat")
-        torch.manual_seed(0)
-        vae = AutoencoderKLHunyuanVideo(
-            in_channels=3, out_channels=3, latent_channels=4,
-            down_block_types=("HunyuanVideoDownBlock3D",) * 4,
-            up_block_types=("HunyuanVideoUpBlock3D",) * 4, block_out_channels=(8,) * 4,
-            layers_per_block=1, act_fn="silu", norm_num_groups=4, scaling_factor=0.476986,
-            spatial_compression_ratio=8, temporal_compression_ratio=4,
-            mid_block_add_attention=True)
+        vae = tiny_vae()
         text_config = LlamaConfig(
             bos_token_id=0, eos_token_id=2, hidden_size=16, intermediate_size=37,
             layer_norm_eps=1e-05, num_attention_heads=4, num_hidden_layers=2, pad_token_id=0,

@@ -4,36 +4,16 @@ BPE Qwen2Tokenizer learned from the pipeline's own prompt template (as models.ka
 builds one: the template's system part is 129 tokens, the pipeline's _QWEN_CROP_START) and
 tiny-random-clip by a character-level CLIPTokenizer (models.kandinsky5)."""
 
-import json
-import re
-
 import torch
 
-# Words of the prompt template that the real Qwen2.5 vocabulary splits in two (the template
-# writes "promt"): with them split, its part before the prompt is 129 tokens long.
-_QWEN_SPLITS = {"Ġdynamism": ["Ġdynam", "ism"], "Ġscren": ["Ġscr", "en"],
-                "Ġpostprocessing": ["Ġpost", "processing"], "Ġpromt": ["Ġprom", "t"]}
 
+def _splits():
+    """Words of the prompt template that the real Qwen2.5 vocabulary splits in two (this
+    template also writes "promt"): with them split, its part before the prompt is 129
+    tokens long."""
+    from models.kandinsky5 import _QWEN_SPLITS
 
-def _qwen_tokenizer(template: str, start_idx: int):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import Qwen2Tokenizer
-
-    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    split = Qwen2Tokenizer()._tokenizer.pre_tokenizer
-    words = [w for part in re.split(r"<\|im_start\|>|<\|im_end\|>|\{\}", template + " a cat")
-             for w, _ in split.pre_tokenize_str(part)]
-    bpe = Tokenizer(models.BPE())
-    bpe.train_from_iterator(
-        [p for w in words for p in _QWEN_SPLITS.get(w, [w])],
-        trainers.BpeTrainer(vocab_size=10_000, show_progress=False, special_tokens=special,
-                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    model = json.loads(bpe.to_str())["model"]
-    tokenizer = Qwen2Tokenizer(vocab=model["vocab"], merges=[tuple(m) for m in model["merges"]])
-    tokenizer.add_special_tokens({"additional_special_tokens": special[1:]})
-    prefix = tokenizer(template.split("{}")[0])["input_ids"]
-    assert len(prefix) == start_idx, (len(prefix), start_idx)
-    return tokenizer
+    return {**_QWEN_SPLITS, "Ġpromt": ["Ġprom", "t"]}
 
 
 def build_kandinsky6_pipeline():
@@ -45,10 +25,7 @@ def build_kandinsky6_pipeline():
                            MMAudioVocoder)
     from diffusers.pipelines.kandinsky6.pipeline_kandinsky6_ti2va import (
         _PROMPT_TEMPLATE, _QWEN_CROP_START)
-    from transformers import (CLIPTextConfig, CLIPTextModel, Qwen2_5_VLConfig,
-                              Qwen2_5_VLForConditionalGeneration)
-
-    from models.kandinsky5 import _clip_tokenizer
+    from models.kandinsky5 import _clip_tokenizer, _qwen_tokenizer, text_encoders
 
     qwen_hidden_size, clip_hidden_size = 32, 16
     with torch.random.fork_rng(devices=[]):
@@ -67,25 +44,7 @@ def build_kandinsky6_pipeline():
         vocoder = MMAudioVocoder(num_mels=8, upsample_initial_channel=8, upsample_rates=(2, 2),
                                  upsample_kernel_sizes=(4, 4), resblock_kernel_sizes=(3,),
                                  resblock_dilation_sizes=((1, 3),))
-        torch.manual_seed(0)
-        text_encoder = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
-            text_config={
-                "hidden_size": qwen_hidden_size, "intermediate_size": qwen_hidden_size,
-                "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
-                "rope_scaling": {"mrope_section": [2, 2, 4], "rope_type": "default",
-                                 "type": "default"},
-                "rope_theta": 1000000.0},
-            vision_config={
-                "depth": 2, "hidden_size": qwen_hidden_size,
-                "intermediate_size": qwen_hidden_size, "num_heads": 2,
-                "out_hidden_size": qwen_hidden_size},
-            hidden_size=qwen_hidden_size, vocab_size=152064, vision_end_token_id=151653,
-            vision_start_token_id=151652, vision_token_id=151654))
-        torch.manual_seed(0)
-        text_encoder_2 = CLIPTextModel(CLIPTextConfig(
-            bos_token_id=0, eos_token_id=2, hidden_size=clip_hidden_size, intermediate_size=16,
-            layer_norm_eps=1e-05, num_attention_heads=2, num_hidden_layers=2, pad_token_id=1,
-            vocab_size=1000, projection_dim=clip_hidden_size))
+        text_encoder, text_encoder_2 = text_encoders(qwen_hidden_size, clip_hidden_size)
         torch.manual_seed(0)
         transformer = Kandinsky6Transformer3DModel(
             in_visual_dim=4, out_visual_dim=4, in_text_dim=qwen_hidden_size,
@@ -97,7 +56,7 @@ def build_kandinsky6_pipeline():
         module.eval()
     return Kandinsky6TI2VAPipeline(
         transformer=transformer, vae=vae, text_encoder=text_encoder,
-        tokenizer=_qwen_tokenizer(_PROMPT_TEMPLATE, _QWEN_CROP_START),
+        tokenizer=_qwen_tokenizer(_PROMPT_TEMPLATE, _QWEN_CROP_START, _splits()),
         text_encoder_2=text_encoder_2, tokenizer_2=_clip_tokenizer(),
         scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0), audio_vae=audio_vae,
         vocoder=vocoder)
