@@ -20,7 +20,7 @@ import numpy as np
 
 from porter import runners
 from porter.errors import Problem
-from porter.images import INPUTS
+from porter.images import INPUTS, PATH_KEYS
 
 
 class ModelFamily:
@@ -154,7 +154,7 @@ class StagedFamily(ModelFamily):
     #: (``porter.guidance`` hands ``call`` one side, or both batched); ``encode`` leaves
     #: the unconditional ones out when the recipe does not guide
     guidance_pairs: dict[str, str] = {"prompt": "negative"}
-    required = ("prompt", "height", "width", "frames")
+    required = ("prompt", "height", "width", "frames", "steps")
     #: input files (``porter.images.INPUTS``) the family reads (its checks say when);
     #: any other is refused
     inputs: tuple[str, ...] = ("image", "last_image")
@@ -167,7 +167,7 @@ class StagedFamily(ModelFamily):
     def check(self, recipe) -> list[Problem]:
         gen = recipe.generate
         problems = super().check(recipe)
-        for key in INPUTS:
+        for key in (*INPUTS, *PATH_KEYS):
             if key not in self.inputs and getattr(gen, key) is not None:
                 problems.append(recipe.problem(
                     f"generate.{key}", f"family {self.name!r} takes no input {key}",

@@ -26,32 +26,28 @@ UNSUPPORTED: dict[str, str] = {
     # what the run cannot do under torchax yet
     "AnyFlowFARPipeline": "its causal attention is PyTorch's flex attention over a "
     "BlockMask, which torchax cannot lower",
-    "StableVideoDiffusionPipeline": "its scheduler builds its timesteps with torch.Tensor "
-    "from a list of device scalars, which torchax cannot",
-    "Cosmos3OmniPipeline": "it asks its transformer for nn.Module.buffers(), which torchax's "
-    "compiled module hides behind a dict of that name",
-    "LTXI2VLongMultiPromptPipeline": "its step callback writes the unpacked latents over "
-    "the packed ones (a diffusers bug any callback triggers), and Porter watches every step "
-    "through that callback",
+    "LTX2VideoDiffusionDecodePipeline": "its decoder attends through PyTorch's flex "
+    "attention (create_block_mask), which torchax cannot lower",
     # inputs no recipe key carries
-    "WanAnimatePipeline": "it is driven by pose_video and face_video (pose renders and face "
-    "crops), which no recipe key carries yet",
     "EasyAnimateInpaintPipeline": "it takes its video and mask_video as 5-D tensors only, "
     "and a recipe's inputs are frames",
     "Cosmos2_5_TransferPipeline": "its controls (a dict of control videos) have no recipe "
     "key, and its ControlNet needs torchvision",
-    "LTX2ConditionPipeline": "its conditions are LTX2VideoCondition objects, which no recipe "
-    "key carries",
-    "LTX2HDRPipeline": "its reference_conditions are condition objects, which no recipe key "
-    "carries",
-    "LTX2InContextPipeline": "its conditions and reference_conditions are condition "
-    "objects, which no recipe key carries",
     "LTX2DFRPipeline": "its video_tiles and keyframe latents have no recipe key",
     "LTX2DFRTemporalRefinePipeline": "it refines another run's latents, keyframe latents "
     "and positions, which no recipe gives",
     # broken in diffusers itself
     "EasyAnimateControlPipeline": "it fails in diffusers 0.42 itself: its call passes "
     "text_encoder_index to its own encode_prompt, which takes none",
+}
+
+
+#: pipelines whose step callback is broken in diffusers itself: Porter runs them without
+#: watching their steps (no stop at the step whose latents go NaN; a server's shutdown
+#: waits for the run's end)
+UNWATCHED: dict[str, str] = {
+    "LTXI2VLongMultiPromptPipeline": "its step callback writes the unpacked latents over "
+    "the packed ones (any callback triggers it)",
 }
 
 
@@ -98,14 +94,17 @@ class _StepWatch:
     pipelines call with the latents after each step): stops a run whose latents go
     NaN or infinite at that step (not after decoding a black video), and keeps the
     last latents, the run's final ones; stops at a step end when a stop is requested
-    (``interrupt.request_stop``: the job starts over when the server restarts). Not every pipeline has the callback:
-    ``kwargs`` is then empty and ``latents`` stays None."""
+    (``interrupt.request_stop``: the job starts over when the server restarts). Not every
+    pipeline has the callback, nor a working one (``UNWATCHED``): ``kwargs`` is then
+    empty and ``latents`` stays None."""
 
     def __init__(self, pipe, total: int):
         import inspect
 
         self.total, self.latents = total, None
         self.kwargs = {}
+        if type(pipe).__name__ in UNWATCHED:
+            return
         if "callback_on_step_end" in inspect.signature(type(pipe).__call__).parameters \
                 and "latents" in getattr(pipe, "_callback_tensor_inputs", ()):
             self.kwargs = {"callback_on_step_end": self,
@@ -152,14 +151,15 @@ class GenericFamily(ModelFamily):
         return problems
 
     def input_problems(self, recipe):
-        """Input files (``generate.image``, ``video``, ...) that are not there."""
+        """Input files (``generate.image``, ``video``, ..., ``latents``) that are not
+        there."""
         found = []
-        for key, kind in INPUTS.items():
+        for key, kind in (*INPUTS.items(), ("latents", "latents")):
             value = getattr(recipe.generate, key)
             if value is not None and not recipe.file_path(f"generate.{key}", value).exists():
                 what = {"image": "an image file", "video": "a video file or a folder of "
                         "frames", "either": "an image, a video file or a folder of "
-                        "frames"}[kind]
+                        "frames", "latents": "a run's latents.safetensors"}[kind]
                 found.append(recipe.problem(f"generate.{key}", f"no such file: {value}",
                                             hint=f"give {what} (a relative path is read "
                                             "from the recipe's folder)"))

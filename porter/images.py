@@ -10,7 +10,11 @@ from porter.errors import UsageError
 #: generate settings that name an input file -> what it holds: an image, a video, or
 #: either (a mask: one image for every frame, or a video of masks)
 INPUTS = {"image": "image", "last_image": "image", "video": "video", "mask": "either",
-          "control_video": "video"}
+          "control_video": "video", "pose_video": "video", "face_video": "video",
+          "background_video": "video"}
+#: generate keys whose files only a recipe names (a server's request cannot: a server
+#: reads no path a client gives): condition objects' media, another run's latents
+PATH_KEYS = ("conditions", "reference_conditions", "latents")
 #: image files a run reads (PIL opens them); a folder of them is a video
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 #: frames one input video may have (each is decoded into memory)
@@ -69,6 +73,31 @@ def load_input(key: str, path):
     """``generate.<key>``'s file as its pipeline takes it: a PIL image for an image, a
     list of them for a video (a mask given as one image stays one image)."""
     kind = INPUTS[key]
-    if kind == "image" or (kind == "either" and Path(path).suffix.lower() in IMAGE_SUFFIXES):
+    if kind == "either":
+        return load_media(path)
+    return load_image(path) if kind == "image" else load_video(path)
+
+
+def load_latents(path):
+    """Another run's final latents (its ``latents.safetensors``, key ``latents``) as a
+    host tensor; UsageError naming the file when it holds none."""
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    try:  # read on the host: torchax's modes (a run's) cannot make tensors from storages
+        with _disable_current_modes(), torch._C.DisableTorchFunction():
+            return load_file(str(path))["latents"]
+    except (SafetensorError, OSError, KeyError) as exc:
+        raise UsageError(f"cannot read latents from {str(path)!r}: "
+                         f"{'no tensor named latents' if isinstance(exc, KeyError) else exc}",
+                         hint="give a run's latents.safetensors (output.latents: true "
+                         "writes it)") from None
+
+
+def load_media(path):
+    """An image file as one PIL image; a video file or a folder of frames as a list."""
+    if Path(path).suffix.lower() in IMAGE_SUFFIXES:
         return load_image(path)
     return load_video(path)

@@ -26,6 +26,13 @@ Attention rows with every key masked out. PyTorch's attention gives such a row z
 encoder); torchax's lowering gives NaN, which then spreads through the whole video.
 Its result is kept where a row has a key to attend to, zero elsewhere.
 
+Python numbers from device scalars inside a constructor. ``torch.Tensor([0.25 *
+sigma.log() for sigma in sigmas])`` (the Euler scheduler's Karras timesteps, which
+Stable Video Diffusion uses) reads each element with ``Tensor.__float__``; torchax has
+no lowering for it there and falls back to PyTorch's, which reads the placeholder
+meta tensor beneath torchax's and fails. Each is read from its JAX array, giving a
+host tensor as PyTorch does for device scalars.
+
 In-place operations on views. torchax runs about thirty in-place operations
 (``addcmul_``, ``masked_fill_``, ``zero_``, ``silu_``, ...) through PyTorch's
 decompositions, which first make a view (``out[..., 0::2]``) a tensor of its own:
@@ -127,9 +134,18 @@ def is_all_true(x):
     return torch.all(x)
 
 
+def number(convert):
+    """``Tensor.__float__`` / ``__int__`` of a torchax scalar: its JAX array's value."""
+    def read(self):
+        return convert(self.jax().item())
+    return read
+
+
 #: op -> Porter's lowering
 LOWERINGS = {torch.ops.aten.native_group_norm: group_norm,
-             torch.ops.aten._is_all_true: is_all_true}
+             torch.ops.aten._is_all_true: is_all_true,
+             torch._C.TensorBase.__float__: number(float),
+             torch._C.TensorBase.__int__: number(int)}
 #: op -> a wrapper of torchax's lowering (which keeps its other properties)
 WRAPPERS = {torch.Tensor.__getitem__: host_indices,
             torch.nn.functional.scaled_dot_product_attention: masked_rows_zero,

@@ -17,11 +17,12 @@ from porter.transforms.dtypes import DTYPES
 class NonFinite(UsageError):
     """The latents went NaN or infinite at a denoising step."""
 
-    def __init__(self, step: int, total: int, saved_at: int | None, staged: bool = True):
+    def __init__(self, step: int, total: int | None, saved_at: int | None,
+                 staged: bool = True):
         kept = (f"; kept: the encode stage and the checkpoint after step {saved_at}"
                 if saved_at else "; kept: the encode stage" if staged else "")
         super().__init__(
-            f"denoising step {step} of {total} made NaN or infinite latents: stopped{kept}",
+            f"denoising step {step}{f' of {total}' if total else ''} made NaN or infinite latents: stopped{kept}",
             hint="with finite weights this is numerical overflow: try model.dtype float32, "
                  "or keep the overflowing modules in float32 (dtypes), and compare with "
                  "`porter verify`")

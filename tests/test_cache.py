@@ -473,3 +473,15 @@ def test_a_resumed_cached_run_picks_up_its_schedule(recipe_path, tmp_path):
     assert summary["skipped_steps"] == {"cond": [6, 7], "uncond": [6, 7]}
     assert summary["calls"] == 8  # the four steps left, two branches each
     assert any("the step cache starts cold there" in w for w in resumed.data["warnings"])
+
+
+def test_a_step_cache_needs_the_runs_step_count(write):
+    """A generic pipeline may run without generate.steps (its own count); a step cache's
+    windows are fractions of the steps, so it asks for them."""
+    from porter import cache as step_cache, plugins, recipe
+
+    path = write("r.yaml", "model: {family: generic, source: ckpt}\ngenerate: {prompt: x}\n"
+                 "cache: {method: first_block, threshold: 0.1}\n")
+    family = plugins.registry().family("generic")
+    found = step_cache.problems(recipe.load(path), family)
+    assert [(p.path, p.hint) for p in found] == [("generate.steps", "set generate.steps")]

@@ -122,7 +122,64 @@ def test_a_setting_the_pipeline_needs_is_asked_for(write):
                                pipeline("Cosmos2_5_TransferPipeline"))
     assert [(p.path, p.hint) for p in found] == [("generate.extra",
                                                   "set generate.extra.controls")]
-    found = call_args.problems(load(write, "", "generate.frames=null"),
+    decoder = "model: {family: generic, source: tiny}\ngenerate: {seed: 1}\n"
+    found = call_args.problems(recipe.load(write("d.yaml", decoder)),
                                pipeline("LTX2VideoDiffusionDecodePipeline"))
-    assert [p.path for p in found] == ["model.pipeline"]
-    assert "needs latents, which no recipe gives" in found[0].message
+    assert [(p.path, p.hint) for p in found] == [("generate.latents", "set generate.latents")]
+
+
+NO_STEPS = "model: {family: generic, source: tiny}\ngenerate: {%s}\n"
+
+
+def test_steps_are_passed_only_when_set(write):
+    """A pipeline that does not denoise (a latent upsampler) or counts its steps per stage
+    (Helios's pyramid) takes no num_inference_steps: a recipe for it sets none."""
+    loaded = recipe.load(write("r.yaml", NO_STEPS % "video: v, height: 16, width: 16"))
+    assert call_args.problems(loaded, pipeline("LTXLatentUpsamplePipeline")) == []
+    assert "num_inference_steps" not in call_args.kwargs(loaded, pipeline("LTXPipeline"))
+    loaded = recipe.load(write("r.yaml", NO_STEPS % "video: v, steps: 2"))
+    found = call_args.problems(loaded, pipeline("LTXLatentUpsamplePipeline"))
+    assert [p.path for p in found] == ["generate.steps"]
+    assert found[0].message == "LTXLatentUpsamplePipeline takes no num_inference_steps argument"
+
+
+def test_latents_are_read_from_a_runs_file(write, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    latents = torch.randn(1, 4, 2, 4, 4)
+    save_file({"latents": latents}, tmp_path / "latents.safetensors")
+    loaded = recipe.load(write("r.yaml", NO_STEPS % f"latents: {tmp_path}/latents.safetensors"))
+    kwargs = call_args.kwargs(loaded, pipeline("LTX2LatentUpsamplePipeline"))
+    assert torch.equal(kwargs["latents"], latents)
+    save_file({"other": latents}, tmp_path / "latents.safetensors")
+    from porter.errors import UsageError
+    with pytest.raises(UsageError, match="no tensor named latents"):
+        call_args.kwargs(loaded, pipeline("LTX2LatentUpsamplePipeline"))
+
+
+CONDITIONED = "model: {family: generic, source: tiny}\ngenerate: {prompt: a, conditions: %s}\n"
+
+
+def test_conditions_become_the_pipelines_condition_objects(write, tmp_path):
+    from PIL import Image
+
+    from diffusers.pipelines.ltx2.pipeline_ltx2_condition import LTX2VideoCondition
+
+    Image.new("RGB", (8, 8), (255, 0, 0)).save(tmp_path / "first.png")
+    loaded = recipe.load(write("r.yaml", CONDITIONED % f"[{{frames: {tmp_path}/first.png, "
+                                                       "index: 4, strength: 0.5}]"))
+    assert call_args.problems(loaded, pipeline("LTX2ConditionPipeline")) == []
+    [made] = call_args.kwargs(loaded, pipeline("LTX2ConditionPipeline"))["conditions"]
+    assert isinstance(made, LTX2VideoCondition)
+    assert (made.index, made.strength, made.frames.size) == (4, 0.5, (8, 8))
+
+
+def test_conditions_are_checked_against_the_condition_class(write):
+    loaded = recipe.load(write("r.yaml", CONDITIONED % "[{index: 4, frame: missing.png}]"))
+    found = [p.message for p in call_args.problems(loaded, pipeline("LTX2ConditionPipeline"))]
+    assert found == ["generate.conditions[0]: LTX2VideoCondition has no field 'frame'",
+                     "generate.conditions[0]: LTX2VideoCondition needs frames",
+                     "generate.conditions[0].frame: no such file: missing.png"]
+    found = call_args.problems(loaded, pipeline("LTXPipeline"))
+    assert [p.message for p in found] == ["LTXPipeline takes no conditions argument"]

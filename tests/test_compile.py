@@ -1,5 +1,6 @@
 """Compile options from the recipe: which methods, static arguments, donation."""
 
+import numpy as np
 import torch
 
 from porter import checks, plugins, recipe, runtime
@@ -163,3 +164,42 @@ def test_trace_cache_keys_reuse_and_fallbacks(tmp_path):
     donated = TraceCache(tmp_path / "donate", "code-v1")
     assert float(donated.jit("d", f, donate_argnames=("x",))(jnp.ones(3))[0]) == 3.0
     assert donated.exported == 0
+
+
+class _Scaled(torch.nn.Module):
+    """A module with a buffer and a method of its own signature, as a VAE has."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.tensor([2.0]))
+
+    def forward(self, sample, num_frames: int, return_dict: bool = True):
+        return sample * self.scale * num_frames
+
+    def decode(self, z, num_frames: int):
+        return self.forward(z, num_frames)
+
+
+def test_a_compiled_module_keeps_its_signatures_and_buffers():
+    """Pipelines read a component's signature (Stable Video Diffusion asks its VAE's
+    forward whether it takes num_frames) and call nn.Module.buffers() (diffusers'
+    device and dtype lookups; Cosmos 3): a compiled module answers both as the model."""
+    import inspect
+
+    from porter.recipe.schema import CompileRule
+
+    rt = runtime.start(recipe.validate_data(
+        {"model": {"family": "wan"}, "mesh": {"dp": 1},
+         "generate": {"prompt": "x", "height": 32, "width": 32, "frames": 9, "steps": 1}},
+        {}))
+    module = _Scaled()
+    placement.apply(module, rt, [])
+    compiled = compile_transform.apply(module, CompileRule(methods=["forward", "decode"]))
+    for method in ("forward", "decode"):
+        assert inspect.signature(getattr(compiled, method)) == \
+            inspect.signature(getattr(module, method))
+    assert [tuple(b.shape) for b in compiled.buffers()] == [(1,)]
+    with rt.env:
+        x = to_device(torch.ones(3), rt)
+        out = compiled.decode(x, num_frames=3)  # the buffers, a pytree, reach the program
+    assert np.allclose(np.asarray(out.jax()), 6.0)

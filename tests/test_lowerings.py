@@ -168,3 +168,20 @@ def test_a_tensor_check_runs():
             torch._check_tensor_all(ok)
             with pytest.raises(RuntimeError, match="Expected"):
                 torch._check_tensor_all(bad)
+
+
+def test_a_host_tensor_is_made_from_device_scalars_as_in_pytorch():
+    """The Euler scheduler's Karras timesteps (Stable Video Diffusion):
+    ``torch.Tensor([0.25 * sigma.log() for sigma in sigmas])`` with sigmas on the device."""
+    sigmas = torch.tensor([14.6, 2.0, 0.5])
+    env = torchax.default_env()
+    with env:
+        device = env.to_xla(sigmas)
+        with pytest.raises(RuntimeError, match="meta tensors"):
+            torch.Tensor([0.25 * s.log() for s in device])  # torchax alone
+        with lowerings.installed(env):
+            made = torch.Tensor([0.25 * s.log() for s in device])
+            counts = [int(n) for n in env.to_xla(torch.tensor([3, 4]))]
+    assert type(made) is torch.Tensor and made.device.type == "cpu"
+    assert torch.allclose(made, torch.Tensor([0.25 * s.log() for s in sigmas]))
+    assert counts == [3, 4]

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -37,13 +39,11 @@ outptu: {}
     found = {(p.path, p.line): p for p in problems_of(path)}
     assert set(found) == {
         ("model.famly", 2), ("model.family", 1), ("model.dtype", 3), ("mesh.dp", 4),
-        ("generate.height", 7), ("generate.stepz", 10), ("generate.steps", 5),
-        ("outptu", 11)}
+        ("generate.height", 7), ("generate.stepz", 10), ("outptu", 11)}
     assert all(p.file == str(path) for p in found.values())
     assert found[("model.famly", 2)].hint == "did you mean 'family'?"
     assert found[("generate.stepz", 10)].hint == "did you mean 'steps'?"
     assert found[("outptu", 11)].hint == "did you mean 'output'?"
-    assert "missing" in found[("generate.steps", 5)].message
     assert "'auto'" in found[("mesh.dp", 4)].message
     assert "'64'" in found[("generate.height", 7)].message  # the string is not coerced
 
@@ -52,31 +52,33 @@ def test_render_has_one_line_per_problem(write):
     path = write("bad.yaml", "model: {family: wan, dtpye: float32}\ngenerate: {prompt: x}\n")
     error = pytest.raises(RecipeError, recipe.load, path).value
     text = error.render()
-    # dtpye; steps missing (height, width and frames are the family's to require)
-    assert text.startswith("error: recipe has 2 problems")
+    # dtpye (steps, height, width and frames are the family's to require)
+    assert text.startswith("error: recipe has 1 problem")
     assert f"{path}:1: model.dtpye: unknown key 'dtpye'" in text
 
 
 @pytest.mark.parametrize("family", ["wan", "cogvideox", "hunyuan"])
-@pytest.mark.parametrize("key", ["prompt", "height", "width", "frames"])
-def test_staged_families_need_a_prompt_a_size_and_frames(write, family, key):
+@pytest.mark.parametrize("key", ["prompt", "height", "width", "frames", "steps"])
+def test_staged_families_need_a_prompt_a_size_frames_and_steps(write, family, key):
     from porter import checks, plugins
 
-    text = f"model: {{family: {family}, source: tiny}}\n" \
-        "generate: {prompt: x, height: 32, width: 32, frames: 9, steps: 2}\n"
-    value = {"prompt": "x", "height": 32, "width": 32, "frames": 9}[key]
-    path = write("r.yaml", text.replace(f"{key}: {value}, ", ""))
+    generate = {"prompt": "x", "height": 32, "width": 32, "frames": 9, "steps": 2}
+    del generate[key]
+    text = f"model: {{family: {family}, source: tiny}}\ngenerate: {json.dumps(generate)}\n"
+    path = write("r.yaml", text)
     [problem] = checks.recipe_problems(recipe.load(path), plugins.registry())
     assert (problem.path, problem.message) == (f"generate.{key}",
                                               f"family {family!r} needs generate.{key}")
 
 
-@pytest.mark.parametrize("key", ["video", "mask", "control_video"])
+@pytest.mark.parametrize("key", ["video", "mask", "control_video", "pose_video", "latents",
+                                 "conditions"])
 def test_staged_families_refuse_input_videos(write, key):
     from porter import checks, plugins
 
+    value = "[{frames: clip.mp4}]" if key == "conditions" else "clip.mp4"
     path = write("r.yaml", "model: {family: wan, source: tiny}\ngenerate: {prompt: x, "
-                 f"height: 32, width: 32, frames: 9, steps: 2, {key}: clip.mp4}}\n")
+                 f"height: 32, width: 32, frames: 9, steps: 2, {key}: {value}}}\n")
     [problem] = checks.recipe_problems(recipe.load(path), plugins.registry())
     assert problem.path == f"generate.{key}" and "takes no input" in problem.message
 

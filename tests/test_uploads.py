@@ -150,3 +150,11 @@ def test_what_is_not_a_readable_video_is_refused(inputs):
     assert "no video file" in refusal({"video": "../secret.png"}, inputs)
     big = os.urandom(uploads.MAX_VIDEO_BYTES + 10)
     assert "larger than 64 MiB" in refusal({"video": data_url(big)})
+
+
+@pytest.mark.parametrize("key, value", [("conditions", [{"frames": "/etc/passwd"}]),
+                                        ("reference_conditions", [{"frames": "a.png"}]),
+                                        ("latents", "/root/latents.safetensors")])
+def test_settings_that_name_paths_are_refused(key, value, inputs):
+    """Condition objects and latents name their files by path: a request cannot."""
+    assert "a request cannot set it" in refusal({key: value}, inputs)

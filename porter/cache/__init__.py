@@ -34,6 +34,9 @@ def problems(recipe, family) -> list:
         return [recipe.problem(f"cache.{key}", message, hint)
                 for key, message, hint in exc.problems]
     found = []
+    if recipe.generate.steps is None:  # the cache's windows are fractions of the steps
+        found.append(recipe.problem("generate.steps", f"a {chosen.method} cache needs the "
+                                    "run's step count", hint="set generate.steps"))
     if chosen.method == "guidance":
         if chosen.start >= chosen.end:
             found.append(recipe.problem("cache.start", f"the window starts ({chosen.start}) "

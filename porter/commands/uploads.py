@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 from porter.errors import UsageError
-from porter.images import INPUTS, MAX_FRAMES
+from porter.images import INPUTS, MAX_FRAMES, PATH_KEYS
 
 #: generate settings that name an input file
 INPUT_KEYS = tuple(INPUTS)
@@ -43,7 +43,13 @@ def take(settings: dict, inputs: Path | None) -> dict[str, tuple[bytes, str]]:
     """The input files a request's ``settings`` give: ``{key: (bytes, file suffix)}``.
     Raises UsageError for a value that is neither a data URL nor the name of a file in
     ``inputs`` (None: the server reads no file a client names) of the kind the key
-    takes."""
+    takes. Condition objects and latents (``PATH_KEYS``) name their files by path,
+    which a server does not read: a request cannot set them; the recipe's apply."""
+    for key in PATH_KEYS:
+        if settings.get(key) is not None:
+            raise UsageError(f"{key}: a request cannot set it (it names files by path, "
+                             "and a server reads no path a client names)",
+                             hint=f"set generate.{key} in the recipe the server loads")
     return {key: _input(key, settings[key], inputs) for key in INPUT_KEYS
             if settings.get(key) is not None}
 

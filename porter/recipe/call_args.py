@@ -14,7 +14,8 @@ from __future__ import annotations
 import difflib
 import inspect
 
-from porter.images import INPUTS, load_input
+from porter.images import INPUTS, load_input, load_latents
+from porter.recipe import conditions
 
 #: recipe setting (generate.KEY) -> the names pipelines give it, the first one found
 #: in the signature wins
@@ -33,12 +34,16 @@ NAMES = {
     "video": ("video",),
     "mask": ("mask", "mask_video"),
     "control_video": ("control_video", "conditioning_frames"),
+    "pose_video": ("pose_video",),
+    "face_video": ("face_video",),
+    "background_video": ("background_video",),
+    "latents": ("latents",),
+    "conditions": ("conditions",),
+    "reference_conditions": ("reference_conditions",),
 }
-#: what the recipe must set (the schema requires it): always passed
-REQUIRED = ("steps",)
 #: the pipeline call's own business: never a recipe setting or an extra
 RESERVED = ("generator", "output_type", "return_dict", "callback_on_step_end",
-            "callback_on_step_end_tensor_inputs", "latents")
+            "callback_on_step_end_tensor_inputs")
 
 
 def parameters(cls) -> dict[str, inspect.Parameter] | None:
@@ -54,10 +59,10 @@ def _name(key: str, taken) -> str | None:
 
 
 def wanted(recipe) -> list[str]:
-    """The settings this recipe passes: the required ones and those it sets."""
+    """The settings this recipe passes: those it sets."""
     gen = recipe.generate
-    return [key for key in NAMES if key in REQUIRED or (
-        recipe.sets(f"generate.{key}") and getattr(gen, key) is not None)]
+    return [key for key in NAMES
+            if recipe.sets(f"generate.{key}") and getattr(gen, key) is not None]
 
 
 def problems(recipe, cls) -> list:
@@ -73,8 +78,10 @@ def problems(recipe, cls) -> list:
             names = " or ".join(NAMES[key])
             found.append(recipe.problem(
                 f"generate.{key}", f"{cls.__name__} takes no {names} argument",
-                hint=(f"leave generate.{key} out; " if key not in REQUIRED else "")
-                + f"it takes: {accepted}"))
+                hint=f"leave generate.{key} out; it takes: {accepted}"))
+    for key in conditions.KEYS:
+        if key in wanted(recipe) and _name(key, taken) is not None:
+            found += conditions.problems(recipe, cls, key)
     mapped = {_name(key, taken): key for key in NAMES if _name(key, taken)}
     given = {_name(key, taken) for key in wanted(recipe)} | set(recipe.generate.extra)
     for name, parameter in taken.items():
@@ -83,10 +90,9 @@ def problems(recipe, cls) -> list:
             continue
         if name in RESERVED:  # the one problem worth saying
             return [recipe.problem("model.pipeline", f"{cls.__name__} needs {name}, "
-                                   "which no recipe gives (Porter's run sets it)",
-                                   hint="this pipeline continues another's run; Porter "
-                                   "runs pipelines that start from a prompt, an image or "
-                                   "a video")]
+                                   "which Porter's run sets itself",
+                                   hint="Porter runs pipelines whose call takes its "
+                                   "generator and output type as diffusers' do")]
         elif name in mapped:
             found.append(recipe.problem(f"generate.{mapped[name]}", f"{cls.__name__} needs "
                                         f"{name}", hint=f"set generate.{mapped[name]}"))
@@ -124,6 +130,10 @@ def kwargs(recipe, cls) -> dict:
         value = getattr(gen, key)
         if key in INPUTS:
             value = load_input(key, recipe.file_path(f"generate.{key}", value))
+        elif key in conditions.KEYS:
+            value = conditions.objects(recipe, cls, key)
+        elif key == "latents":
+            value = load_latents(recipe.file_path("generate.latents", value))
         call[name] = value
     if taken is None or "generator" in taken:
         call["generator"] = torch.Generator("cpu").manual_seed(gen.seed)

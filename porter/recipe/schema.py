@@ -97,6 +97,26 @@ class GenerateSection(Section):
     control_video: PathText | None = Field(
         None, description="control pipelines: path of the control video (pose, depth, "
         "edges), as for video")
+    pose_video: PathText | None = Field(
+        None, description="character animation (Wan Animate): the skeleton renders to "
+        "follow, as for video")
+    face_video: PathText | None = Field(
+        None, description="character animation: the face crops whose expressions to "
+        "follow, as for video")
+    background_video: PathText | None = Field(
+        None, description="character replacement: the scene to put the character in, as "
+        "for video (with mask: where the character goes)")
+    latents: PathText | None = Field(
+        None, description="family generic: another run's final latents (its "
+        "latents.safetensors) for a pipeline that continues a run (LTX-2's diffusion "
+        "decoder)")
+    conditions: list[dict[str, Any]] | None = Field(
+        None, description="family generic: the pipeline's condition objects (LTX-2's "
+        "frames at a frame index with a strength), each a mapping of the condition class's "
+        "fields; a string is a path to an image or a video")
+    reference_conditions: list[dict[str, Any]] | None = Field(
+        None, description="family generic: reference condition objects (LTX-2 HDR and "
+        "IC-LoRA), as conditions")
     height: int | None = Field(
         None, ge=8, le=8192, description="pixels (required by every family but generic; "
         "a generic pipeline without the setting takes its own or its input's)")
@@ -105,7 +125,10 @@ class GenerateSection(Section):
         None, ge=1, le=4096, description="frames to make (required by every family but "
         "generic; a generic pipeline without the setting takes its own default or its "
         "input video's length)")
-    steps: int = Field(ge=1, le=10000)
+    steps: int | None = Field(
+        None, ge=1, le=10000, description="denoising steps (required by every family but "
+        "generic; a generic pipeline that does not denoise, or counts its steps its own "
+        "way, takes none)")
     guidance_scale: float = Field(5.0, ge=0.0)
     guidance_scale_2: float | None = Field(
         None, ge=0.0, description="two-expert models: guidance of the low-noise expert "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from porter.recipe.schema import CompileRule
 from porter.transforms import autosplit, scan
 
@@ -129,8 +131,57 @@ def _jit(module, rule: CompileRule, traces, split, jit_kwargs: dict):
         scan.stack_in_place(compiled, lists)
         compiled.functional_call = scan.scanned_call(compiled.functional_call, module, lists)
     for method in rule.methods:
-        compiled._jitted[method] = _whole(compiled, method, traces, split, jit_kwargs, lists)
+        compiled._jitted[method] = _signed(
+            _whole(compiled, method, traces, split, jit_kwargs, lists), getattr(module, method))
+    # pipelines read their components' signatures (Stable Video Diffusion asks its VAE's
+    # forward whether it takes num_frames) and call nn.Module's buffers(), which the
+    # compiled module holds as a dict of that name
+    compiled.forward = _signed(compiled.forward, module.forward)
+    _register_buffers()
+    compiled.buffers = Buffers(compiled.buffers)
     return compiled
+
+
+class Buffers(dict):
+    """A JittableModule's buffers by name (what its programs take) that can also be
+    called as ``nn.Module.buffers()``. A pytree node as a dict is, for PyTorch and JAX
+    (which both take a dict's subclass for a leaf)."""
+
+    def __call__(self, recurse: bool = True):
+        return iter(self.values())
+
+    def __init_subclass__(cls, **kwargs):
+        raise TypeError("Buffers is registered as a pytree by its exact type")
+
+
+def _flatten(buffers: Buffers):
+    return list(buffers.values()), list(buffers)
+
+
+def _unflatten(values, keys) -> Buffers:
+    return Buffers(zip(keys, values))
+
+
+@functools.cache
+def _register_buffers() -> None:
+    import jax
+    import torch.utils._pytree as pytree
+
+    pytree.register_pytree_node(Buffers, _flatten, _unflatten,
+                                serialized_type_name="porter.Buffers")
+    jax.tree_util.register_pytree_node(Buffers, _flatten,
+                                       lambda keys, values: _unflatten(values, keys))
+
+
+
+def _signed(call, original):
+    """``call`` with ``original``'s signature (``inspect.signature`` follows
+    ``__wrapped__``)."""
+    @functools.wraps(original)
+    def signed(*args, **kwargs):
+        return call(*args, **kwargs)
+
+    return signed
 
 
 def _whole(compiled, method: str, traces, split, jit_kwargs: dict, lists: list[str]):
@@ -138,8 +189,6 @@ def _whole(compiled, method: str, traces, split, jit_kwargs: dict, lists: list[s
     (trace-cached where ``traces`` is given); eager, with its submodules compiled,
     once it proves untraceable. With ``lists`` (scanned block lists), a failure to
     trace is the recipe's to settle: the blocks' weights are stacked."""
-    import functools
-
     function = getattr(type(compiled._model), method)
     program = autosplit.programs(functools.partial(compiled.functional_call, method),
                                  f"{split.component}.{method}", traces, jit_kwargs)

@@ -265,6 +265,6 @@ def on_one_device(compiled, runtime) -> None:
 
     # the jitted methods read these at each call: this device's copies from now on
     compiled.params = {k: local(v) for k, v in compiled.params.items()}
-    compiled.buffers = {k: local(v) for k, v in compiled.buffers.items()}
+    compiled.buffers = type(compiled.buffers)({k: local(v) for k, v in compiled.buffers.items()})
     for method, call in list(compiled._jitted.items()):
         compiled._jitted[method] = locally(call)

@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/: models.<builder>, matrix.<group>
 
 from matrix import entries  # noqa: E402
-from matrix.entries import IMAGE, MASK, VIDEO  # noqa: E402
+from matrix.entries import IMAGE, LATENTS, MASK, VIDEO  # noqa: E402
 
 GROUPS = ("core", "wan", "ltx_hunyuan", "others", "unet")
 COMMON = {"prompt": "a cat", "seed": 0}
@@ -77,10 +77,13 @@ def build(builder: str):
     return getattr(module, f"build_{builder}_pipeline")()
 
 
-def write_inputs(folder: Path, size) -> dict:
+def write_inputs(folder: Path, size, latents_shape=(1, 8, 2, 3, 3)) -> dict:
     """The input files a recipe names (placeholder -> path) and what plain diffusers
-    gets for them (placeholder -> PIL images), the same pixels."""
+    gets for them (placeholder -> PIL images, or a tensor for latents), the same
+    values."""
+    import torch
     from PIL import Image
+    from safetensors.torch import save_file
 
     frames, height, width = size
     rng = np.random.default_rng(0)
@@ -96,12 +99,28 @@ def write_inputs(folder: Path, size) -> dict:
         paths[key], given[key] = str(path), [Image.fromarray(frame) for frame in array]
     Image.fromarray(video[0]).save(folder / "image.png")
     paths[IMAGE], given[IMAGE] = str(folder / "image.png"), Image.fromarray(video[0])
+    latents = torch.randn(latents_shape, generator=torch.Generator().manual_seed(1))
+    save_file({"latents": latents}, folder / "latents.safetensors")
+    paths[LATENTS], given[LATENTS] = str(folder / "latents.safetensors"), latents
     return paths, given
 
 
 def _filled(settings: dict, values: dict) -> dict:
-    return {key: values.get(value, value) if isinstance(value, str) else value
-            for key, value in settings.items()}
+    return {key: _fill(value, values) for key, value in settings.items()}
+
+
+def _fill(value, values: dict):
+    """``value`` with its placeholders replaced, in lists and mappings too; condition
+    objects built."""
+    if isinstance(value, entries.Conditions):
+        module, name = value.cls.split(":")
+        cls = getattr(importlib.import_module(module), name)
+        return [cls(**_filled(item, values)) for item in value.items]
+    if isinstance(value, list):
+        return [_fill(item, values) for item in value]
+    if isinstance(value, dict):
+        return _filled(value, values)
+    return values.get(value, value) if isinstance(value, str) else value
 
 
 def recipe_text(entry, source, inputs: dict) -> dict:
@@ -158,7 +177,7 @@ def compare(name: str, entry, folder: Path) -> int:
     """The largest pixel difference between Porter and plain diffusers."""
     source = folder / "ckpt"
     build(entry.builder).save_pretrained(source)
-    inputs, given = write_inputs(folder / "inputs", entry.input_size)
+    inputs, given = write_inputs(folder / "inputs", entry.input_size, entry.latents_shape)
     ours = porter_frames(entry, source, folder, inputs)
     theirs = diffusers_frames(entry, source, given)
     assert ours.shape == theirs.shape, (ours.shape, theirs.shape)

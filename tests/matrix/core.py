@@ -1,6 +1,6 @@
 """The pipelines Porter's plugin families run, and the first generic ones."""
 
-from matrix.entries import Family, Matches, NotVideo, Refused, Untested
+from matrix.entries import VIDEO, Family, Matches, NotVideo, Refused, Untested
 
 ENTRIES = {
     "WanPipeline": Family("wan", "tests/test_wan_variants.py"),
@@ -52,9 +52,11 @@ ENTRIES.update({
     "WanImage2VideoModularPipeline": Refused("is a modular pipeline"),
     "Wan22Image2VideoModularPipeline": Refused("is a modular pipeline"),
     "HunyuanVideo15ModularPipeline": Refused("is a modular pipeline"),
-    "LTXLatentUpsamplePipeline": Refused(
-        "takes no num_inference_steps argument",
-        note=": it upsamples another run's video or latents; it does not denoise"),
+    "LTXLatentUpsamplePipeline": Matches(
+        "ltx_latent_upsample", {"prompt": None, "video": VIDEO, "height": 16, "width": 16},
+        {"prompt": None, "video": VIDEO, "height": 16, "width": 16}, input_size=(5, 32, 32),
+        note="generate.video (the video to upsample, resized to height x width first: the "
+             "output is twice that); no prompt and no steps: it does not denoise"),
     "Kandinsky6SRPipeline": Untested("a video super-resolution pipeline (generate.video); "
                                      "no tiny model built yet"),
     "Cosmos2TextToImagePipeline": NotVideo("makes images (Cosmos Predict2 text-to-image)"),

@@ -10,8 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 #: placeholders in ``Matches.generate`` / ``Matches.call`` the test replaces with inputs
-#: it writes: an RGB image (PNG), a video (a folder of PNG frames), a mask video
-IMAGE, VIDEO, MASK = "<image>", "<video>", "<mask>"
+#: it writes: an RGB image (PNG), a video (a folder of PNG frames), a mask video, latents
+#: (a safetensors file, as a run writes them: ``Matches.latents_shape``)
+IMAGE, VIDEO, MASK, LATENTS = "<image>", "<video>", "<mask>", "<latents>"
+
+
+@dataclass
+class Conditions:
+    """In ``Matches.call``: a list of the pipeline's condition objects for plain
+    diffusers, of the class at ``cls`` (module:name), each from its fields (placeholders
+    filled), as a user of diffusers writes them."""
+    cls: str
+    items: list
 
 
 @dataclass
@@ -24,6 +34,7 @@ class Matches:
     call: dict  # the same settings under the pipeline's own names, for plain diffusers
     setup: dict = field(default_factory=dict)  # the recipe's setup section
     input_size: tuple[int, int, int] = (9, 16, 16)  # frames, height, width of the inputs
+    latents_shape: tuple[int, ...] = (1, 8, 2, 3, 3)  # of the latents input
     note: str = ""  # what the recipe needs and why, for the docs page
     tolerance: int = 1  # largest difference of a uint8 pixel
 

@@ -1,11 +1,21 @@
 """LTX-Video, LTX-2 and HunyuanVideo variants."""
 
-from matrix.entries import IMAGE, Matches, Refused
+from matrix.entries import IMAGE, LATENTS, Conditions, Matches, Refused
 
 #: the tiny Llava's prompt template (as in diffusers' tests): no chat markup, its 49 image
 #: tokens (a 224-pixel CLIP image in 32-pixel patches) at 5..54
 HUNYUAN_I2V_TEMPLATE = {"template": "{}", "crop_start": 0, "image_emb_len": 49,
                         "image_emb_start": 5, "image_emb_end": 54}
+
+#: the tiny LTX-2 settings of diffusers' tests (guidance 1: no classifier-free pass)
+LTX2_T2V = {"height": 32, "width": 32, "frames": 5, "steps": 2, "guidance_scale": 1.0,
+            "negative_prompt": "", "max_sequence_length": 16, "extra": {"frame_rate": 25.0}}
+LTX2_CALL = {"height": 32, "width": 32, "num_frames": 5, "num_inference_steps": 2,
+             "guidance_scale": 1.0, "negative_prompt": "", "max_sequence_length": 16,
+             "frame_rate": 25.0}
+#: an image conditioning frame 0 (crf 0: no H.264 re-compression)
+FRAME_0 = {"frames": IMAGE, "index": 0, "strength": 1.0, "crf": 0}
+VIDEO_CONDITION = "diffusers.pipelines.ltx2.pipeline_ltx2_condition:LTX2VideoCondition"
 
 ENTRIES = {
     "LTXPipeline": Matches(
@@ -93,16 +103,53 @@ ENTRIES = {
 }
 
 ENTRIES.update({
-    "LTXI2VLongMultiPromptPipeline": Refused("its step callback writes the unpacked "
-                                             "latents over the packed ones"),
-    "LTX2VideoDiffusionDecodePipeline": Refused("needs latents, which no recipe gives"),
+    # diffusers' own step callback is broken here: Porter runs it unwatched (UNWATCHED)
+    "LTXI2VLongMultiPromptPipeline": Matches(
+        "ltx_i2v_long_multi_prompt",
+        {"height": 32, "width": 32, "frames": 9, "steps": 2, "max_sequence_length": 16,
+         "extra": {"seed": None}},
+        {"height": 32, "width": 32, "num_frames": 9, "num_inference_steps": 2,
+         "max_sequence_length": 16, "seed": None},
+        note="extra.seed: null (its own seed argument, default 0, makes a torch.Generator "
+             "on the pipeline's device for each window, which JAX's device cannot hold; "
+             "null uses generate.seed's generator throughout); prompts split by '|' make "
+             "the segments; its first-frame argument is cond_image (extra.cond_image takes "
+             "no file). Run without Porter's per-step NaN watch: its step callback writes "
+             "the unpacked latents over the packed ones, a diffusers bug any callback "
+             "triggers"),
+    "LTX2VideoDiffusionDecodePipeline": Refused(
+        "flex attention",
+        note=": its decoder attends through PyTorch's flex attention (generate.latents "
+             "gives it another run's latents)"),
     "LTX2DFRTemporalRefinePipeline": Refused("refines another run's latents"),
-    "LTX2LatentUpsamplePipeline": Refused(
-        "takes no num_inference_steps argument",
-        note=": it upsamples another run's video or latents; it does not denoise"),
-    "LTX2ConditionPipeline": Refused("LTX2VideoCondition objects"),
-    "LTX2HDRPipeline": Refused("reference_conditions are condition objects"),
-    "LTX2InContextPipeline": Refused("conditions and reference_conditions are condition "
-                                     "objects"),
+    "LTX2LatentUpsamplePipeline": Matches(
+        "ltx2_latent_upsample", {"prompt": None, "latents": LATENTS},
+        {"prompt": None, "latents": LATENTS}, latents_shape=(1, 4, 2, 4, 4),
+        note="generate.latents: the latents to upsample (a safetensors file with a tensor "
+             "named latents, as a run's latents.safetensors; here 5-D, batch x channels x "
+             "frames x height x width), or generate.video; no prompt and no steps: it does "
+             "not denoise"),
+    "LTX2ConditionPipeline": Matches(
+        "ltx2_condition", {**LTX2_T2V, "conditions": [FRAME_0]},
+        {**LTX2_CALL, "conditions": Conditions(VIDEO_CONDITION, [FRAME_0])},
+        input_size=(1, 32, 32),
+        note="generate.conditions: a list of LTX2VideoCondition fields (frames: an image "
+             "or a video, index: the frame it goes at, strength; crf: 0 skips the H.264 "
+             "re-compression of an image)"),
+    "LTX2HDRPipeline": Matches(
+        "ltx2_hdr", {**LTX2_T2V, "reference_conditions": [{"frames": IMAGE}]},
+        {**LTX2_CALL, "reference_conditions": Conditions(
+            "diffusers.pipelines.ltx2.pipeline_ltx2_hdr_lora:LTX2HDRReferenceCondition",
+            [{"frames": IMAGE}])},
+        input_size=(1, 32, 32),
+        note="generate.reference_conditions: a list of LTX2HDRReferenceCondition fields "
+             "(frames, strength)"),
+    "LTX2InContextPipeline": Matches(
+        "ltx2_in_context", {**LTX2_T2V, "conditions": [FRAME_0]},
+        {**LTX2_CALL, "conditions": Conditions(VIDEO_CONDITION, [FRAME_0])},
+        input_size=(1, 32, 32),
+        note="generate.conditions (as for LTX2ConditionPipeline) and "
+             "generate.reference_conditions (LTX2ReferenceCondition fields: frames, "
+             "strength)"),
     "LTX2DFRPipeline": Refused("video_tiles and keyframe latents have no recipe key"),
 })

@@ -127,7 +127,15 @@ ENTRIES.update({
     "Cosmos2_5_TransferPipeline": Refused("its controls (a dict of control videos) have no recipe key"),
     "EasyAnimateControlPipeline": Refused("fails in diffusers 0.42 itself"),
     "EasyAnimateInpaintPipeline": Refused("as 5-D tensors only"),
-    "Cosmos3OmniPipeline": Refused("nn.Module.buffers()"),
+    # nn.Module.buffers() of a compiled module: Porter's Buffers (transforms/compile.py)
+    "Cosmos3OmniPipeline": Matches(
+        "cosmos3_omni",
+        {"height": 16, "width": 16, "frames": 5, "steps": 2, "guidance_scale": 1.0,
+         "extra": {"use_system_prompt": False}},
+        {"height": 16, "width": 16, "num_frames": 5, "num_inference_steps": 2,
+         "guidance_scale": 1.0, "use_system_prompt": False},
+        note="extra.use_system_prompt: false keeps the tiny test's prompt short; the "
+             "frames are the output's video (Porter reads frames, video or images)"),
 })
 
 #: none: every class's inputs are images, videos, masks or plain YAML values

@@ -94,6 +94,14 @@ ENTRIES.update({
              "text_encoder.text_model, which transformers 5's CLIPTextModel no longer has); "
              "its UNet runs op by op and differs by up to 2 levels",
         tolerance=2),
-    "StableVideoDiffusionPipeline": Refused("torch.Tensor from a list of device scalars"),
+    "StableVideoDiffusionPipeline": Matches(
+        "stable_video_diffusion",
+        {"prompt": None, "image": IMAGE, "height": 16, "width": 16, "frames": 2, "steps": 2,
+         "extra": {"min_guidance_scale": 1.0, "max_guidance_scale": 2.5}},
+        {"prompt": None, "image": IMAGE, "height": 16, "width": 16, "num_frames": 2,
+         "num_inference_steps": 2, "min_guidance_scale": 1.0, "max_guidance_scale": 2.5},
+        input_size=(1, 16, 16),
+        note="no prompt: generate.image (through a CLIP vision encoder) conditions it; its "
+             "guidance ramps from extra.min_guidance_scale to extra.max_guidance_scale"),
 })
 

@@ -54,10 +54,23 @@ ENTRIES = {
     "HeliosPipeline": Matches(
         "helios", {**T2V, "guidance_scale": 1.0}, {**T2V_CALL, "guidance_scale": 1.0},
         note="frames are rounded up to whole chunks of 9 latent frames (33 frames)"),
-    "HeliosPyramidPipeline": Refused(
-        "takes no num_inference_steps argument",
-        note=": its steps are per pyramid stage (pyramid_num_inference_steps_list), and "
-             "every recipe sets generate.steps"),
+    "HeliosPyramidPipeline": Matches(
+        "helios_pyramid",
+        {"height": 64, "width": 64, "frames": 9, "guidance_scale": 1.0,
+         "max_sequence_length": 16, "extra": {"pyramid_num_inference_steps_list": [1, 1, 1]}},
+        {"height": 64, "width": 64, "num_frames": 9, "guidance_scale": 1.0,
+         "max_sequence_length": 16, "pyramid_num_inference_steps_list": [1, 1, 1]},
+        note="no generate.steps: its steps are per pyramid stage, "
+             "extra.pyramid_num_inference_steps_list (one count per level)"),
     "AnyFlowFARPipeline": Refused("flex attention"),
-    "WanAnimatePipeline": Refused("pose_video and face_video"),
+    "WanAnimatePipeline": Matches(
+        "wan_animate",
+        {**V2V, "guidance_scale": 1.0, "image": IMAGE, "pose_video": VIDEO,
+         "face_video": VIDEO},
+        {**V2V_CALL, "guidance_scale": 1.0, "image": IMAGE, "pose_video": VIDEO,
+         "face_video": VIDEO},
+        note="generate.image (the character), generate.pose_video and generate.face_video "
+             "(the motion and the expressions to follow; their length is the output's, so "
+             "no generate.frames); generate.background_video and generate.mask for its "
+             "replace mode (extra.mode: replace)"),
 }
