@@ -3,7 +3,7 @@ attention backends."""
 
 from __future__ import annotations
 
-from porter import setitem, torchax_fixes
+from porter import flex, setitem, torchax_fixes
 from porter.hookspecs import hookimpl
 from porter.patches import Patch
 
@@ -68,6 +68,29 @@ VIEW_INDEX = Patch(
     fits="torchax>=0.0.11,<0.0.14",
 )
 
+BLOCK_MASK = Patch(
+    name="core.block_mask",
+    target="torch.nn.attention.flex_attention:create_block_mask",
+    doc="Flex attention's create_block_mask as a mask whose every block is partial, "
+        "built without evaluating its mask_mod (torch.vmap over torchax's tensors fails); "
+        "core.flex_attention then applies the mask_mod to every score. Applied on every "
+        "run, in every module that imported the function.",
+    replacement=flex.block_mask,
+    fits="torch>=2.5,<2.14",
+    imported_by_name=True,
+)
+
+FLEX_ATTENTION = Patch(
+    name="core.flex_attention",
+    target="torch.nn.attention.flex_attention:flex_attention",
+    doc="Flex attention (a higher-order operator torchax cannot lower) as dense "
+        "attention: its score_mod and the block mask's mask_mod applied to every score, "
+        "softmax in float32. Applied on every run, in every module that imported it.",
+    replacement=flex.attention,
+    fits="torch>=2.5,<2.14",
+    imported_by_name=True,
+)
+
 TYPE_AS = Patch(
     name="core.type_as",
     target="torchax.tensor:Tensor.type_as",
@@ -80,7 +103,8 @@ TYPE_AS = Patch(
 
 @hookimpl
 def porter_register_patches(register):
-    for patch in (COMPILING, NO_TORCH_ASSERT, SETITEM, DEEPCOPY, VIEW_INDEX, TYPE_AS):
+    for patch in (COMPILING, NO_TORCH_ASSERT, SETITEM, DEEPCOPY, VIEW_INDEX, TYPE_AS,
+                  BLOCK_MASK, FLEX_ATTENTION):
         register(patch)
 
 

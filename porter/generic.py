@@ -23,19 +23,11 @@ from porter.family import ModelFamily
 #: diffusers pipelines Porter cannot run from a recipe, and why (``porter validate``
 #: refuses them; docs/pipelines.md is the whole list, tests/matrix proves it)
 UNSUPPORTED: dict[str, str] = {
-    # what the run cannot do under torchax yet
-    "AnyFlowFARPipeline": "its causal attention is PyTorch's flex attention over a "
-    "BlockMask, which torchax cannot lower",
-    "LTX2VideoDiffusionDecodePipeline": "its decoder attends through PyTorch's flex "
-    "attention (create_block_mask), which torchax cannot lower",
     # inputs no recipe key carries
-    "EasyAnimateInpaintPipeline": "it takes its video and mask_video as 5-D tensors only, "
-    "and a recipe's inputs are frames",
     "Cosmos2_5_TransferPipeline": "its controls (a dict of control videos) have no recipe "
     "key, and its ControlNet needs torchvision",
-    "LTX2DFRPipeline": "its video_tiles and keyframe latents have no recipe key",
-    "LTX2DFRTemporalRefinePipeline": "it refines another run's latents, keyframe latents "
-    "and positions, which no recipe gives",
+    "LTX2DFRTemporalRefinePipeline": "it refines a DFR pass's latents, keyframe latents, "
+    "keyframe positions and audio latents; a recipe gives latents only (generate.latents)",
     # broken in diffusers itself
     "EasyAnimateControlPipeline": "it fails in diffusers 0.42 itself: its call passes "
     "text_encoder_index to its own encode_prompt, which takes none",

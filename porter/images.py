@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from porter.errors import UsageError
 
 #: generate settings that name an input file -> what it holds: an image, a video, or
@@ -94,6 +96,19 @@ def load_latents(path):
                          f"{'no tensor named latents' if isinstance(exc, KeyError) else exc}",
                          hint="give a run's latents.safetensors (output.latents: true "
                          "writes it)") from None
+
+
+def as_tensor(frames, channels: int = 3):
+    """Frames (a list of PIL images, or one) as the 5-D tensor pipelines that take no
+    images want: batch 1 x ``channels`` x frames x height x width, float in [0, 1]
+    (EasyAnimate inpaint's video, and its mask with one channel)."""
+    import torch
+
+    mode = "L" if channels == 1 else "RGB"
+    frames = frames if isinstance(frames, list) else [frames]
+    array = np.stack([np.asarray(f.convert(mode), dtype=np.float32).reshape(
+        f.height, f.width, channels) for f in frames]) / 255.0
+    return torch.from_numpy(array).permute(3, 0, 1, 2)[None]
 
 
 def load_media(path):

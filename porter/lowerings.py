@@ -26,6 +26,9 @@ Attention rows with every key masked out. PyTorch's attention gives such a row z
 encoder); torchax's lowering gives NaN, which then spreads through the whole video.
 Its result is kept where a row has a key to attend to, zero elsewhere.
 
+``aten.hann_window`` (Kandinsky 6's super-resolution blends its tiles with Hann
+windows), which torchax has no lowering for.
+
 Python numbers from device scalars inside a constructor. ``torch.Tensor([0.25 *
 sigma.log() for sigma in sigmas])`` (the Euler scheduler's Karras timesteps, which
 Stable Video Diffusion uses) reads each element with ``Tensor.__float__``; torchax has
@@ -38,7 +41,8 @@ In-place operations on views. torchax runs about thirty in-place operations
 decompositions, which first make a view (``out[..., 0::2]``) a tensor of its own:
 the write never reaches the tensor viewed (LTX-2's rotary embedding lost its sine
 term). Each such operation is computed out of place and copied into its target
-(``copy_`` writes through a view).
+(``copy_`` writes through a view); so is ``cumsum_``, which torchax has no way to
+run at all.
 """
 
 from __future__ import annotations
@@ -134,6 +138,18 @@ def is_all_true(x):
     return torch.all(x)
 
 
+def hann_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                pin_memory=None):
+    """``torch.hann_window``: ``sin(pi n / N)**2``, N the length (periodic) or one less."""
+    import math
+
+    span = window_length if periodic else window_length - 1
+    if window_length == 1:
+        return torch.ones(1, dtype=dtype or torch.get_default_dtype(), device=device)
+    n = torch.arange(window_length, dtype=dtype or torch.get_default_dtype(), device=device)
+    return torch.sin(n * (math.pi / span)) ** 2
+
+
 def number(convert):
     """``Tensor.__float__`` / ``__int__`` of a torchax scalar: its JAX array's value."""
     def read(self):
@@ -144,6 +160,7 @@ def number(convert):
 #: op -> Porter's lowering
 LOWERINGS = {torch.ops.aten.native_group_norm: group_norm,
              torch.ops.aten._is_all_true: is_all_true,
+             torch.ops.aten.hann_window: hann_window,
              torch._C.TensorBase.__float__: number(float),
              torch._C.TensorBase.__int__: number(int)}
 #: op -> a wrapper of torchax's lowering (which keeps its other properties)
@@ -152,6 +169,9 @@ WRAPPERS = {torch.Tensor.__getitem__: host_indices,
             torch.ops.aten.scaled_dot_product_attention: masked_rows_zero}
 #: id(env) -> (env, its in-place operations torchax decomposes: packet -> out-of-place)
 _DECOMPOSED_INPLACE: dict = {}
+#: in-place operations torchax neither lowers nor decomposes, whose out-of-place one it
+#: lowers with the same arguments (Kandinsky 6 SR's NABLA mask: ``vals.cumsum_(-1)``)
+UNLOWERED_INPLACE = (torch.ops.aten.cumsum_,)
 
 
 def decomposed_inplace(env) -> dict:
@@ -169,7 +189,7 @@ def decomposed_inplace(env) -> dict:
                    for overload in packet.overloads()) or packet in env._ops:
                 continue  # torchax's own lowering (a view op: writes through)
             if any(env._decomps.get(getattr(packet, overload)) is not None
-                   for overload in packet.overloads()):
+                   for overload in packet.overloads()) or packet in UNLOWERED_INPLACE:
                 found[packet] = getattr(torch.ops.aten, name[:-1])
         _DECOMPOSED_INPLACE[key] = (env, found)  # the env kept: its id stays its own
     return _DECOMPOSED_INPLACE[key][1]

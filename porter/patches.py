@@ -32,6 +32,9 @@ class Patch:
     replacement: Callable[..., Any]  # replacement(original, **params) -> new value
     fits: str = ""  # versions known to fit, e.g. "diffusers>=0.35,<0.43"
     params: dict[str, Any] = field(default_factory=dict)  # accepted params and defaults
+    #: a function other modules import by name (``from m import f``): replaced in every
+    #: loaded module that holds it too, not only where it is defined
+    imported_by_name: bool = False
 
     def installed_fits(self) -> tuple[str, str | None, bool | None]:
         """(library, installed version, whether ``fits`` admits it); None where the
@@ -83,7 +86,11 @@ class Patch:
         """Apply for the duration of a ``with`` block; restored even on error."""
         self.check_params(params)
         owner, attr, original = self.locate()
-        with replaced(owner, attr, self.replacement(original, **{**self.params, **params})):
+        value = self.replacement(original, **{**self.params, **params})
+        with contextlib.ExitStack() as stack:
+            for holder, name in [(owner, attr)] + (
+                    _holders(original, owner, attr) if self.imported_by_name else []):
+                stack.enter_context(replaced(holder, name, value))
             yield
 
 
@@ -104,6 +111,20 @@ def replaced(owner, attr: str, value):
 
 
 _MISSING = object()
+
+
+def _holders(original, owner, attr: str) -> list[tuple[Any, str]]:
+    """Every other loaded module's name for ``original`` (imported by name)."""
+    import sys
+
+    found = []
+    for module in list(sys.modules.values()):
+        names = getattr(module, "__dict__", None)
+        if not isinstance(names, dict) or module is owner:
+            continue
+        found += [(module, name) for name, value in list(names.items())
+                  if value is original]
+    return found
 
 
 @contextlib.contextmanager

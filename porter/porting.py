@@ -133,7 +133,8 @@ def trace_cache(recipe, family, runtime):
 
 
 #: patches every run applies: they make torchax behave as PyTorch does
-CORE_PATCHES = ("core.setitem", "core.deepcopy", "core.view_index", "core.type_as")
+CORE_PATCHES = ("core.setitem", "core.deepcopy", "core.view_index", "core.type_as",
+                "core.block_mask", "core.flex_attention")
 
 
 def takes_sharded_inputs(name: str, recipe) -> bool:

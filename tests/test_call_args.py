@@ -87,14 +87,14 @@ def test_input_videos_go_under_the_pipelines_own_names(write, tmp_path):
     write_mp4(tmp_path / "control.mp4", np.zeros((4, 16, 16, 3), np.uint8), fps=8)
     Image.new("RGB", (16, 16), (255, 255, 255)).save(tmp_path / "mask.png")
     loaded = load(write, ", video: clip, mask: mask.png, control_video: control.mp4")
-    kwargs = call_args.kwargs(loaded, pipeline("EasyAnimateControlPipeline"))
+    kwargs = call_args.kwargs(loaded, pipeline("CogVideoXFunControlPipeline"))
     assert len(kwargs["control_video"]) == 4 and kwargs["control_video"][0].size == (16, 16)
     kwargs = call_args.kwargs(loaded, pipeline("WanVACEPipeline"))
     assert [frame.getpixel((0, 0)) for frame in kwargs["video"]] == [(0, 0, 0), (1, 0, 0),
                                                                      (2, 0, 0)]
     assert isinstance(kwargs["mask"], Image.Image)
     kwargs = call_args.kwargs(loaded, pipeline("EasyAnimateInpaintPipeline"))
-    assert isinstance(kwargs["mask_video"], Image.Image)
+    assert kwargs["mask_video"].shape == (1, 1, 1, 16, 16)  # tensors only: one frame
     kwargs = call_args.kwargs(loaded, pipeline("AnimateDiffControlNetPipeline"))
     assert len(kwargs["conditioning_frames"]) == 4
 
@@ -183,3 +183,21 @@ def test_conditions_are_checked_against_the_condition_class(write):
                      "generate.conditions[0].frame: no such file: missing.png"]
     found = call_args.problems(loaded, pipeline("LTXPipeline"))
     assert [p.message for p in found] == ["LTXPipeline takes no conditions argument"]
+
+
+def test_a_pipeline_that_takes_tensors_only_gets_its_inputs_as_tensors(write, tmp_path):
+    """EasyAnimate's inpainting call takes video and mask_video as 5-D tensors only."""
+    from PIL import Image
+
+    for name, color in (("video", (255, 0, 0)), ("mask", (255, 255, 255))):
+        (tmp_path / name).mkdir()
+        for i in range(3):
+            Image.new("RGB", (8, 4), color).save(tmp_path / name / f"{i}.png")
+    loaded = recipe.load(write("r.yaml", NO_STEPS % f"video: {tmp_path}/video, "
+                                                    f"mask: {tmp_path}/mask, steps: 2"))
+    kwargs = call_args.kwargs(loaded, pipeline("EasyAnimateInpaintPipeline"))
+    assert kwargs["video"].shape == (1, 3, 3, 4, 8) and kwargs["mask_video"].shape == (1, 1, 3, 4, 8)
+    assert kwargs["video"][0, :, 0, 0, 0].tolist() == [1.0, 0.0, 0.0]
+    assert kwargs["mask_video"].min() == 1.0
+    # a pipeline that takes images gets images
+    assert isinstance(call_args.kwargs(loaded, pipeline("WanVACEPipeline"))["video"], list)

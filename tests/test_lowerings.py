@@ -185,3 +185,28 @@ def test_a_host_tensor_is_made_from_device_scalars_as_in_pytorch():
     assert type(made) is torch.Tensor and made.device.type == "cpu"
     assert torch.allclose(made, torch.Tensor([0.25 * s.log() for s in sigmas]))
     assert counts == [3, 4]
+
+
+@pytest.mark.parametrize("periodic", [True, False])
+@pytest.mark.parametrize("length", [1, 2, 7])
+def test_a_hann_window_is_pytorchs(periodic, length):
+    env = torchax.default_env()
+    with env:
+        with lowerings.installed(env):
+            made = torch.hann_window(length, periodic=periodic, device="jax")
+        made = np.asarray(made.jax())
+    assert np.allclose(made, torch.hann_window(length, periodic=periodic).numpy(), atol=1e-6)
+
+
+def test_cumsum_in_place_runs_and_writes_through_a_view():
+    """Kandinsky 6 SR's NABLA mask: ``vals.cumsum_(-1)``, which torchax cannot run."""
+    expected = torch.arange(8.0).reshape(2, 4)
+    expected[:, 1:].cumsum_(-1)
+    env = torchax.default_env()
+    with env:
+        values = env.to_xla(torch.arange(8.0).reshape(2, 4))
+        with pytest.raises(Exception, match="cumsum_"):
+            values.clone().cumsum_(-1)  # torchax alone
+        with lowerings.installed(env):
+            values[:, 1:].cumsum_(-1)
+        assert values.cpu().tolist() == expected.tolist()

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import typing
 
-from porter.images import INPUTS, load_input, load_latents
+from porter.images import INPUTS, as_tensor, load_input, load_latents
 from porter.recipe import conditions
 
 #: recipe setting (generate.KEY) -> the names pipelines give it, the first one found
@@ -52,6 +53,17 @@ def parameters(cls) -> dict[str, inspect.Parameter] | None:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in found.values()):
         return None
     return {name: p for name, p in found.items() if name != "self"}
+
+
+def tensor_only(annotation) -> bool:
+    """Does a call argument take only tensors (no images), by its annotation?"""
+    import torch
+
+    members = [m for m in (typing.get_args(annotation) or (annotation,))
+               if m is not type(None)]
+    return bool(members) and all(
+        isinstance(m, type) and (issubclass(m, torch.Tensor) or m.__module__ == "torch"
+                                 and m.__name__.endswith("Tensor")) for m in members)
 
 
 def _name(key: str, taken) -> str | None:
@@ -130,6 +142,8 @@ def kwargs(recipe, cls) -> dict:
         value = getattr(gen, key)
         if key in INPUTS:
             value = load_input(key, recipe.file_path(f"generate.{key}", value))
+            if taken is not None and tensor_only(taken[name].annotation):
+                value = as_tensor(value, channels=1 if key == "mask" else 3)
         elif key in conditions.KEYS:
             value = conditions.objects(recipe, cls, key)
         elif key == "latents":

@@ -112,6 +112,15 @@ def _filled(settings: dict, values: dict) -> dict:
 def _fill(value, values: dict):
     """``value`` with its placeholders replaced, in lists and mappings too; condition
     objects built."""
+    if isinstance(value, entries.AsTensor):
+        import torch
+
+        mode = "L" if value.channels == 1 else "RGB"
+        frames = np.stack([np.asarray(f.convert(mode), dtype=np.float32)
+                           for f in values[value.placeholder]]).reshape(
+            len(values[value.placeholder]), *np.asarray(values[value.placeholder][0]).shape[:2],
+            value.channels)
+        return torch.from_numpy(frames / value.divisor).permute(3, 0, 1, 2)[None]
     if isinstance(value, entries.Conditions):
         module, name = value.cls.split(":")
         cls = getattr(importlib.import_module(module), name)
@@ -146,6 +155,18 @@ def porter_frames(entry, source, folder: Path, inputs: dict) -> np.ndarray:
     return run(loaded, plugins.registry(), progress=False).frames
 
 
+def without_accelerator():
+    """PyTorch as a process without torchax sees it: torchax names PyTorch's extra
+    device ``jax``, so torch.accelerator reports one, and torch.compile (which flex
+    attention runs through) then asks it for a stream and fails. The reference runs
+    are plain PyTorch on the CPU."""
+    from unittest import mock
+
+    import torch
+
+    return mock.patch.object(torch.accelerator, "is_available", lambda: False)
+
+
 def first_video(out):
     """The first video of a pipeline's output, whatever the output calls it."""
     video = next(getattr(out, name) for name in ("frames", "video", "images")
@@ -167,8 +188,9 @@ def diffusers_frames(entry, source, given: dict) -> np.ndarray:
     call = {**{k: v for k, v in COMMON.items() if k != "seed"}, **_filled(entry.call, given)}
     if call.get("prompt", "") is None:
         del call["prompt"]  # a pipeline that takes none
-    out = pipe(generator=torch.Generator().manual_seed(COMMON["seed"]), output_type="np",
-               **call)
+    with without_accelerator():
+        out = pipe(generator=torch.Generator().manual_seed(COMMON["seed"]),
+                   output_type="np", **call)
     frames = first_video(out)
     return (np.asarray(frames) * 255).round().clip(0, 255).astype("uint8")
 
@@ -178,8 +200,9 @@ def compare(name: str, entry, folder: Path) -> int:
     source = folder / "ckpt"
     build(entry.builder).save_pretrained(source)
     inputs, given = write_inputs(folder / "inputs", entry.input_size, entry.latents_shape)
-    ours = porter_frames(entry, source, folder, inputs)
+    # plain diffusers first: its run sees no state a Porter run left in the process
     theirs = diffusers_frames(entry, source, given)
+    ours = porter_frames(entry, source, folder, inputs)
     assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
     return int(np.abs(ours.astype(int) - theirs.astype(int)).max())
 

@@ -57,8 +57,13 @@ ENTRIES.update({
         {"prompt": None, "video": VIDEO, "height": 16, "width": 16}, input_size=(5, 32, 32),
         note="generate.video (the video to upsample, resized to height x width first: the "
              "output is twice that); no prompt and no steps: it does not denoise"),
-    "Kandinsky6SRPipeline": Untested("a video super-resolution pipeline (generate.video); "
-                                     "no tiny model built yet"),
+    "Kandinsky6SRPipeline": Matches(
+        "kandinsky6_sr", {"prompt": None, "video": VIDEO, "steps": 2,
+                          "extra": {"resolution_scale": 2}},
+        {"prompt": None, "video": VIDEO, "num_inference_steps": 2, "resolution_scale": 2},
+        input_size=(5, 32, 32),
+        note="generate.video (the video to upscale, 1 + 4k frames); "
+             "extra.resolution_scale (2, 2.25 or 4); no prompt, size or frames"),
     "Cosmos2TextToImagePipeline": NotVideo("makes images (Cosmos Predict2 text-to-image)"),
     "Kandinsky5T2IPipeline": NotVideo("makes images (Kandinsky 5 text-to-image)"),
     "Kandinsky5I2IPipeline": NotVideo("makes images (Kandinsky 5 image-to-image)"),

@@ -25,6 +25,17 @@ class Conditions:
 
 
 @dataclass
+class AsTensor:
+    """In ``Matches.call``: an input (a placeholder) as a diffusers user gives it to a
+    pipeline that takes tensors only: batch 1 x channels x frames x height x width,
+    float, the pixel values divided by ``divisor`` (EasyAnimate's own helper gives the
+    video in [0, 1] and the mask in 0 and 255)."""
+    placeholder: str
+    channels: int = 3
+    divisor: float = 255.0
+
+
+@dataclass
 class Matches:
     """Runs from a recipe of ``model`` (family generic) and ``generate`` (plus
     ``setup`` where given) and equals plain diffusers from the same seed."""

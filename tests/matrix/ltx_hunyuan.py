@@ -117,10 +117,13 @@ ENTRIES.update({
              "no file). Run without Porter's per-step NaN watch: its step callback writes "
              "the unpacked latents over the packed ones, a diffusers bug any callback "
              "triggers"),
-    "LTX2VideoDiffusionDecodePipeline": Refused(
-        "flex attention",
-        note=": its decoder attends through PyTorch's flex attention (generate.latents "
-             "gives it another run's latents)"),
+    # flex attention: Porter's dense one (porter/flex.py)
+    "LTX2VideoDiffusionDecodePipeline": Matches(
+        "ltx2_diffusion_decode", {"prompt": None, "latents": LATENTS},
+        {"prompt": None, "latents": LATENTS},
+        note="generate.latents: another run's final latents (its latents.safetensors); no "
+             "prompt and no steps (the decoder's own); its neighbourhood attention is flex "
+             "attention, run dense"),
     "LTX2DFRTemporalRefinePipeline": Refused("refines another run's latents"),
     "LTX2LatentUpsamplePipeline": Matches(
         "ltx2_latent_upsample", {"prompt": None, "latents": LATENTS},
@@ -151,5 +154,13 @@ ENTRIES.update({
         note="generate.conditions (as for LTX2ConditionPipeline) and "
              "generate.reference_conditions (LTX2ReferenceCondition fields: frames, "
              "strength)"),
-    "LTX2DFRPipeline": Refused("video_tiles and keyframe latents have no recipe key"),
+    "LTX2DFRPipeline": Matches(
+        "ltx2_dfr",
+        {"height": 32, "width": 32, "frames": 9, "max_sequence_length": 16,
+         "extra": {"frame_rate": 25.0, "sigmas": [1.0, 0.5]}},
+        {"height": 32, "width": 32, "num_frames": 9, "max_sequence_length": 16,
+         "frame_rate": 25.0, "sigmas": [1.0, 0.5]},
+        note="from a prompt (generate.conditions for frames; its video tiles and keyframe "
+             "latents, another run's, have no recipe form); no generate.steps: the "
+             "schedule is extra.sigmas (default 8 values)"),
 })

@@ -1,7 +1,7 @@
 """CogVideoX video-to-video and Fun-Control, Cosmos, EasyAnimate, Motif-Video, Kandinsky 5
 image-to-video and 6, Sana image-to-video and Sana-WM."""
 
-from matrix.entries import IMAGE, VIDEO, Matches, Refused
+from matrix.entries import IMAGE, MASK, VIDEO, AsTensor, Matches, Refused
 
 ENTRIES = {
     "EasyAnimatePipeline": Matches(
@@ -126,7 +126,17 @@ ENTRIES.update({
                  "extra.chi_prompt: [] keeps the tiny test's prompt short"),
     "Cosmos2_5_TransferPipeline": Refused("its controls (a dict of control videos) have no recipe key"),
     "EasyAnimateControlPipeline": Refused("fails in diffusers 0.42 itself"),
-    "EasyAnimateInpaintPipeline": Refused("as 5-D tensors only"),
+    "EasyAnimateInpaintPipeline": Matches(
+        "easyanimate_inpaint",
+        {"video": VIDEO, "mask": MASK, "height": 16, "width": 16, "frames": 5, "steps": 2,
+         "guidance_scale": 6.0, "negative_prompt": ""},
+        {"video": AsTensor(VIDEO), "mask_video": AsTensor(MASK, channels=1, divisor=1.0),
+         "height": 16, "width": 16, "num_frames": 5, "num_inference_steps": 2,
+         "guidance_scale": 6.0, "negative_prompt": ""},
+        input_size=(5, 16, 16),
+        note="generate.video and generate.mask (it takes tensors only: Porter gives them as "
+             "1 x C x F x H x W in [0, 1]); generate.negative_prompt, as for "
+             "EasyAnimatePipeline"),
     # nn.Module.buffers() of a compiled module: Porter's Buffers (transforms/compile.py)
     "Cosmos3OmniPipeline": Matches(
         "cosmos3_omni",

@@ -1,0 +1,115 @@
+"""PyTorch's flex attention (``torch.nn.attention.flex_attention``) under torchax.
+
+Flex attention is a higher-order operator that PyTorch compiles into a block-sparse
+kernel; torchax cannot lower it, and ``create_block_mask`` evaluates the mask with
+``torch.vmap`` over index tensors, which fails on torchax's tensors. Models that
+attend through it (LTX-2's diffusion decoder, a 3-D neighbourhood window) stop there.
+
+Both are replaced for a run (core patches ``core.flex_attention`` and
+``core.block_mask``, ``porter/builtin.py``) by what they mean, densely:
+
+- ``create_block_mask`` returns a ``BlockMask`` whose every block is partial (its
+  ``mask_mod`` decides every score), built from index tables alone: nothing is
+  evaluated when the mask is made.
+- ``flex_attention`` computes every score, applies ``score_mod`` and ``mask_mod`` to
+  broadcast index tensors (batch, head, query, key: what flex attention hands them one
+  element at a time), keeps the scores of the mask's listed blocks (full ones whole,
+  partial ones where ``mask_mod`` says; a mask built from block tables alone, as
+  Kandinsky 6's NABLA builds it on the device, is honoured too), and takes the softmax
+  in float32. A query that may attend to no
+  key gets zeros and a log-sum-exp of -inf, as flex attention gives.
+
+The block tables decide, as in PyTorch's compiled kernel; PyTorch's eager path (plain
+diffusers on a CPU) applies the ``mask_mod`` alone, so a mask of hand-built tables
+whose ``mask_mod`` keeps everything (NABLA's) attends everywhere there.
+
+XLA sees one dense program: memory grows with query x key length, where the kernel
+skips empty blocks. What a mask leaves out is still computed, then discarded.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def block_mask(original, **_):
+    """``create_block_mask`` that builds the mask's tables without evaluating it."""
+
+    def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=None, BLOCK_SIZE=128,
+                          _compile=False, **_ignored):
+        from torch.nn.attention.flex_attention import BlockMask
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        q_block, kv_block = (BLOCK_SIZE, BLOCK_SIZE) if isinstance(BLOCK_SIZE, int) \
+            else BLOCK_SIZE
+        rows, columns = -(-Q_LEN // q_block), -(-KV_LEN // kv_block)
+        batch, heads = B or 1, H or 1
+        with _disable_current_modes(), torch._C.DisableTorchFunction():  # host tables
+            counts = torch.full((batch, heads, rows), columns, dtype=torch.int32)
+            indices = torch.arange(columns, dtype=torch.int32).expand(
+                batch, heads, rows, columns).contiguous()
+            return BlockMask.from_kv_blocks(counts, indices, BLOCK_SIZE=(q_block, kv_block),
+                                            mask_mod=mask_mod, seq_lengths=(Q_LEN, KV_LEN))
+
+    create_block_mask.__doc__ = f"patched by porter: a dense block mask (was {original!r})"
+    return create_block_mask
+
+
+def _blocks(counts, indices, columns: int):
+    """Which key blocks each query block lists: ``counts`` (batch, head, query block)
+    of the ``indices`` (..., slot) that hold, as (batch, head, query block, key block)."""
+    slots = torch.arange(indices.shape[-1], device=indices.device)
+    listed = slots < counts[..., None]
+    hits = indices[..., None] == torch.arange(columns, device=indices.device)
+    return (hits & listed[..., None]).any(dim=-2)
+
+
+def kept(block_mask, index):
+    """The scores a ``BlockMask`` keeps, at every (batch, head, query, key) of the
+    broadcast ``index``: the keys of its full blocks, and those of its partial blocks its
+    ``mask_mod`` keeps (NABLA's masks are full blocks alone, built from device tensors;
+    ``create_block_mask``'s, patched, are partial blocks everywhere)."""
+    from porter.torchax_fixes import on_device
+
+    q_block, kv_block = block_mask.BLOCK_SIZE
+    _, _, queries, keys = index
+    tables = on_device((block_mask.kv_num_blocks, block_mask.kv_indices,
+                        block_mask.full_kv_num_blocks, block_mask.full_kv_indices))
+    columns = -(-int(keys.shape[-1]) // kv_block)
+
+    def tokens(blocks):  # block -> token level: (batch, head, query, key)
+        return blocks[:, :, queries[0, 0, :, 0] // q_block][..., keys[0, 0, 0, :] // kv_block]
+
+    keep = tokens(_blocks(*tables[:2], columns)) & block_mask.mask_mod(*index)
+    if tables[2] is not None:  # full blocks: every key kept
+        keep = keep | tokens(_blocks(*tables[2:], columns))
+    return keep
+
+
+def attention(original, **_):
+    """``flex_attention`` as dense attention with the mask's and score's functions."""
+
+    def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
+                       enable_gqa=False, return_lse=False, kernel_options=None, **_ignored):
+        batch, heads, length, width = query.shape
+        if enable_gqa and key.shape[1] != heads:
+            key = key.repeat_interleave(heads // key.shape[1], dim=1)
+            value = value.repeat_interleave(heads // value.shape[1], dim=1)
+        keys = key.shape[-2]
+        scale = width ** -0.5 if scale is None else scale
+        scores = torch.matmul(query.float(), key.float().transpose(-2, -1)) * scale
+        index = [torch.arange(n, device=query.device).view(*[n if i == axis else 1
+                                                            for i in range(4)])
+                 for axis, n in enumerate((batch, heads, length, keys))]
+        if score_mod is not None:
+            scores = score_mod(scores, *index)
+        if block_mask is not None:
+            scores = torch.where(kept(block_mask, index), scores,
+                                 torch.tensor(float("-inf"), device=query.device))
+        lse = torch.logsumexp(scores, dim=-1)
+        weights = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
+        out = torch.matmul(weights, value.float()).to(query.dtype)
+        return (out, lse) if return_lse else out
+
+    flex_attention.__doc__ = f"patched by porter: dense flex attention (was {original!r})"
+    return flex_attention
