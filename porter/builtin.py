@@ -75,7 +75,7 @@ BLOCK_MASK = Patch(
         "built without evaluating its mask_mod (torch.vmap over torchax's tensors fails); "
         "core.flex_attention then applies the mask_mod to every score. Applied on every "
         "run, in every module that imported the function.",
-    replacement=flex.block_mask,
+    replacement=flex.dense_block_mask,
     fits="torch>=2.5,<2.14",
     imported_by_name=True,
 )
@@ -86,7 +86,7 @@ FLEX_ATTENTION = Patch(
     doc="Flex attention (a higher-order operator torchax cannot lower) as dense "
         "attention: its score_mod and the block mask's mask_mod applied to every score, "
         "softmax in float32. Applied on every run, in every module that imported it.",
-    replacement=flex.attention,
+    replacement=flex.dense_attention,
     fits="torch>=2.5,<2.14",
     imported_by_name=True,
 )

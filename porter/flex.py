@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 
 
-def block_mask(original, **_):
+def dense_block_mask(original, **_):
     """``create_block_mask`` that builds the mask's tables without evaluating it."""
 
     def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=None, BLOCK_SIZE=128,
@@ -56,48 +56,54 @@ def block_mask(original, **_):
 
 
 def _blocks(counts, indices, columns: int):
-    """Which key blocks each query block lists: ``counts`` (batch, head, query block)
-    of the ``indices`` (..., slot) that hold, as (batch, head, query block, key block)."""
+    """Which key blocks each query block lists: the first ``counts`` (batch, head, query
+    block) of its ``indices`` (..., slot), as (batch, head, query block, key block)
+    booleans. Unlisted slots go to a spare last column, which no key reads."""
     slots = torch.arange(indices.shape[-1], device=indices.device)
-    listed = slots < counts[..., None]
-    hits = indices[..., None] == torch.arange(columns, device=indices.device)
-    return (hits & listed[..., None]).any(dim=-2)
+    target = torch.where(slots < counts[..., None], indices.long(), columns)
+    listed = torch.zeros((*indices.shape[:-1], columns + 1), dtype=torch.bool,
+                         device=indices.device)
+    return listed.scatter(-1, target, True)
 
 
-def kept(block_mask, index):
+def kept(mask, index):
     """The scores a ``BlockMask`` keeps, at every (batch, head, query, key) of the
     broadcast ``index``: the keys of its full blocks, and those of its partial blocks its
     ``mask_mod`` keeps (NABLA's masks are full blocks alone, built from device tensors;
     ``create_block_mask``'s, patched, are partial blocks everywhere)."""
     from porter.torchax_fixes import on_device
 
-    q_block, kv_block = block_mask.BLOCK_SIZE
-    _, _, queries, keys = index
-    tables = on_device((block_mask.kv_num_blocks, block_mask.kv_indices,
-                        block_mask.full_kv_num_blocks, block_mask.full_kv_indices))
-    columns = -(-int(keys.shape[-1]) // kv_block)
+    q_block, kv_block = mask.BLOCK_SIZE
+    length, keys = index[2].shape[2], index[3].shape[3]
+    tables = on_device((mask.kv_num_blocks, mask.kv_indices, mask.full_kv_num_blocks,
+                        mask.full_kv_indices))
+    columns = -(-keys // kv_block)
+    rows = torch.arange(length, device=index[2].device) // q_block
+    cells = torch.arange(keys, device=index[3].device) // kv_block
 
     def tokens(blocks):  # block -> token level: (batch, head, query, key)
-        return blocks[:, :, queries[0, 0, :, 0] // q_block][..., keys[0, 0, 0, :] // kv_block]
+        return blocks[:, :, rows][..., cells]
 
-    keep = tokens(_blocks(*tables[:2], columns)) & block_mask.mask_mod(*index)
+    keep = tokens(_blocks(*tables[:2], columns)) & mask.mask_mod(*index)
     if tables[2] is not None:  # full blocks: every key kept
         keep = keep | tokens(_blocks(*tables[2:], columns))
     return keep
 
 
-def attention(original, **_):
+def dense_attention(original, **_):
     """``flex_attention`` as dense attention with the mask's and score's functions."""
 
     def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
-                       enable_gqa=False, return_lse=False, kernel_options=None, **_ignored):
+                       enable_gqa=False, return_lse=False, kernel_options=None, *,
+                       return_aux=None):
         batch, heads, length, width = query.shape
         if enable_gqa and key.shape[1] != heads:
             key = key.repeat_interleave(heads // key.shape[1], dim=1)
             value = value.repeat_interleave(heads // value.shape[1], dim=1)
         keys = key.shape[-2]
         scale = width ** -0.5 if scale is None else scale
-        scores = torch.matmul(query.float(), key.float().transpose(-2, -1)) * scale
+        exact = torch.float64 if query.dtype == torch.float64 else torch.float32
+        scores = torch.matmul(query.to(exact), key.to(exact).transpose(-2, -1)) * scale
         index = [torch.arange(n, device=query.device).view(*[n if i == axis else 1
                                                             for i in range(4)])
                  for axis, n in enumerate((batch, heads, length, keys))]
@@ -105,10 +111,16 @@ def attention(original, **_):
             scores = score_mod(scores, *index)
         if block_mask is not None:
             scores = torch.where(kept(block_mask, index), scores,
-                                 torch.tensor(float("-inf"), device=query.device))
+                                 torch.tensor(float("-inf"), dtype=exact, device=query.device))
         lse = torch.logsumexp(scores, dim=-1)
+        best = scores.amax(dim=-1)
         weights = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
-        out = torch.matmul(weights, value.float()).to(query.dtype)
+        out = torch.matmul(weights, value.to(exact)).to(query.dtype)
+        if return_aux is not None:
+            from torch.nn.attention.flex_attention import AuxOutput
+
+            return out, AuxOutput(lse=lse if return_aux.lse else None,
+                                  max_scores=best if return_aux.max_scores else None)
         return (out, lse) if return_lse else out
 
     flex_attention.__doc__ = f"patched by porter: dense flex attention (was {original!r})"

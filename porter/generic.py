@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from porter import runners
-from porter.images import INPUTS
+from porter.images import INPUTS, latents_names
 from porter.recipe import call_args
 from porter.errors import UsageError
 from porter.family import ModelFamily
@@ -36,7 +36,7 @@ UNSUPPORTED: dict[str, str] = {
 
 #: pipelines whose step callback is broken in diffusers itself: Porter runs them without
 #: watching their steps (no stop at the step whose latents go NaN; a server's shutdown
-#: waits for the run's end)
+#: waits for the run's end; no final latents kept, so output.latents writes none)
 UNWATCHED: dict[str, str] = {
     "LTXI2VLongMultiPromptPipeline": "its step callback writes the unpacked latents over "
     "the packed ones (any callback triggers it)",
@@ -155,6 +155,12 @@ class GenericFamily(ModelFamily):
                 found.append(recipe.problem(f"generate.{key}", f"no such file: {value}",
                                             hint=f"give {what} (a relative path is read "
                                             "from the recipe's folder)"))
+            elif value is not None and kind == "latents":
+                try:  # its header only: the tensor is read when the run starts
+                    latents_names(recipe.file_path("generate.latents", value))
+                except UsageError as exc:
+                    found.append(recipe.problem("generate.latents", exc.message,
+                                                hint=exc.hint))
         return found
 
     def concrete_class(self, recipe):

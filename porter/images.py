@@ -80,34 +80,49 @@ def load_input(key: str, path):
     return load_image(path) if kind == "image" else load_video(path)
 
 
+def latents_names(path) -> None:
+    """Check that ``path`` is a safetensors file holding a tensor named ``latents`` (a
+    run's ``latents.safetensors``), reading its header only; UsageError naming the file
+    if not."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as file:
+            names = list(file.keys())
+    except (SafetensorError, OSError) as exc:
+        raise UsageError(f"cannot read latents from {str(path)!r}: {exc}",
+                         hint=_LATENTS_HINT) from None
+    if "latents" not in names:
+        raise UsageError(f"{str(path)!r} holds no tensor named latents "
+                         f"(it holds {', '.join(names) or 'none'})", hint=_LATENTS_HINT)
+
+
+_LATENTS_HINT = "give a run's latents.safetensors (output.latents: true writes it)"
+
+
 def load_latents(path):
     """Another run's final latents (its ``latents.safetensors``, key ``latents``) as a
     host tensor; UsageError naming the file when it holds none."""
     import torch
-    from safetensors import SafetensorError
     from safetensors.torch import load_file
     from torch.utils._python_dispatch import _disable_current_modes
 
-    try:  # read on the host: torchax's modes (a run's) cannot make tensors from storages
-        with _disable_current_modes(), torch._C.DisableTorchFunction():
-            return load_file(str(path))["latents"]
-    except (SafetensorError, OSError, KeyError) as exc:
-        raise UsageError(f"cannot read latents from {str(path)!r}: "
-                         f"{'no tensor named latents' if isinstance(exc, KeyError) else exc}",
-                         hint="give a run's latents.safetensors (output.latents: true "
-                         "writes it)") from None
+    latents_names(path)
+    with _disable_current_modes(), torch._C.DisableTorchFunction():  # read on the host:
+        return load_file(str(path))["latents"]  # torchax cannot make tensors of storages
 
 
-def as_tensor(frames, channels: int = 3):
+def as_tensor(frames, mask: bool = False):
     """Frames (a list of PIL images, or one) as the 5-D tensor pipelines that take no
-    images want: batch 1 x ``channels`` x frames x height x width, float in [0, 1]
-    (EasyAnimate inpaint's video, and its mask with one channel)."""
+    images want: batch 1 x channels x frames x height x width, float; a video's RGB in
+    [0, 1], a mask's one channel in 0 and 255, 255 where to generate (EasyAnimate
+    inpaint's, as its own helper makes them)."""
     import torch
 
-    mode = "L" if channels == 1 else "RGB"
+    channels, scale = (1, 1.0) if mask else (3, 1 / 255)
     frames = frames if isinstance(frames, list) else [frames]
-    array = np.stack([np.asarray(f.convert(mode), dtype=np.float32).reshape(
-        f.height, f.width, channels) for f in frames]) / 255.0
+    array = np.stack([np.asarray(f.convert("L" if mask else "RGB"), dtype=np.float32)
+                      .reshape(f.height, f.width, channels) for f in frames]) * scale
     return torch.from_numpy(array).permute(3, 0, 1, 2)[None]
 
 

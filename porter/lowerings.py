@@ -144,8 +144,9 @@ def hann_window(window_length, periodic=True, *, dtype=None, layout=None, device
     import math
 
     span = window_length if periodic else window_length - 1
-    if window_length == 1:
-        return torch.ones(1, dtype=dtype or torch.get_default_dtype(), device=device)
+    if window_length <= 1:
+        return torch.ones(window_length, dtype=dtype or torch.get_default_dtype(),
+                          device=device)
     n = torch.arange(window_length, dtype=dtype or torch.get_default_dtype(), device=device)
     return torch.sin(n * (math.pi / span)) ** 2
 

@@ -114,7 +114,8 @@ _MISSING = object()
 
 
 def _holders(original, owner, attr: str) -> list[tuple[Any, str]]:
-    """Every other loaded module's name for ``original`` (imported by name)."""
+    """Every other module's name for ``original`` (imported by name), among the modules
+    loaded when the patch is applied (a model module imported later keeps its own)."""
     import sys
 
     found = []

@@ -21,8 +21,9 @@ class NonFinite(UsageError):
                  staged: bool = True):
         kept = (f"; kept: the encode stage and the checkpoint after step {saved_at}"
                 if saved_at else "; kept: the encode stage" if staged else "")
+        of = f" of {total}" if total else ""  # a generic run may not know its count
         super().__init__(
-            f"denoising step {step}{f' of {total}' if total else ''} made NaN or infinite latents: stopped{kept}",
+            f"denoising step {step}{of} made NaN or infinite latents: stopped{kept}",
             hint="with finite weights this is numerical overflow: try model.dtype float32, "
                  "or keep the overflowing modules in float32 (dtypes), and compare with "
                  "`porter verify`")

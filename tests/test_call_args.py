@@ -94,7 +94,7 @@ def test_input_videos_go_under_the_pipelines_own_names(write, tmp_path):
                                                                      (2, 0, 0)]
     assert isinstance(kwargs["mask"], Image.Image)
     kwargs = call_args.kwargs(loaded, pipeline("EasyAnimateInpaintPipeline"))
-    assert kwargs["mask_video"].shape == (1, 1, 1, 16, 16)  # tensors only: one frame
+    assert kwargs["mask_video"].shape == (1, 1, 3, 16, 16)  # one image masks every frame
     kwargs = call_args.kwargs(loaded, pipeline("AnimateDiffControlNetPipeline"))
     assert len(kwargs["conditioning_frames"]) == 4
 
@@ -153,9 +153,13 @@ def test_latents_are_read_from_a_runs_file(write, tmp_path):
     kwargs = call_args.kwargs(loaded, pipeline("LTX2LatentUpsamplePipeline"))
     assert torch.equal(kwargs["latents"], latents)
     save_file({"other": latents}, tmp_path / "latents.safetensors")
+    from porter import plugins
     from porter.errors import UsageError
-    with pytest.raises(UsageError, match="no tensor named latents"):
+    with pytest.raises(UsageError, match="holds no tensor named latents"):
         call_args.kwargs(loaded, pipeline("LTX2LatentUpsamplePipeline"))
+    # validate says so first, from the file's header
+    [problem] = plugins.registry().family("generic").input_problems(loaded)
+    assert problem.path == "generate.latents" and "(it holds other)" in problem.message
 
 
 CONDITIONED = "model: {family: generic, source: tiny}\ngenerate: {prompt: a, conditions: %s}\n"
@@ -176,13 +180,19 @@ def test_conditions_become_the_pipelines_condition_objects(write, tmp_path):
 
 
 def test_conditions_are_checked_against_the_condition_class(write):
-    loaded = recipe.load(write("r.yaml", CONDITIONED % "[{index: 4, frame: missing.png}]"))
+    loaded = recipe.load(write("r.yaml", CONDITIONED % "[{index: 4, frame: a.png}, "
+                                                       "{frames: missing.png}, {frames: 3}]"))
     found = [p.message for p in call_args.problems(loaded, pipeline("LTX2ConditionPipeline"))]
     assert found == ["generate.conditions[0]: LTX2VideoCondition has no field 'frame'",
                      "generate.conditions[0]: LTX2VideoCondition needs frames",
-                     "generate.conditions[0].frame: no such file: missing.png"]
+                     "generate.conditions[1].frames: no such file: missing.png",
+                     "generate.conditions[2].frames: expected a path"]
     found = call_args.problems(loaded, pipeline("LTXPipeline"))
     assert [p.message for p in found] == ["LTXPipeline takes no conditions argument"]
+    # a call of **kwargs: checked all the same, and refused (no class to build)
+    found = call_args.problems(loaded, pipeline("DiffusionPipeline"))
+    assert [p.message for p in found] == [
+        "DiffusionPipeline's conditions argument takes no condition objects Porter can build"]
 
 
 def test_a_pipeline_that_takes_tensors_only_gets_its_inputs_as_tensors(write, tmp_path):
@@ -198,6 +208,6 @@ def test_a_pipeline_that_takes_tensors_only_gets_its_inputs_as_tensors(write, tm
     kwargs = call_args.kwargs(loaded, pipeline("EasyAnimateInpaintPipeline"))
     assert kwargs["video"].shape == (1, 3, 3, 4, 8) and kwargs["mask_video"].shape == (1, 1, 3, 4, 8)
     assert kwargs["video"][0, :, 0, 0, 0].tolist() == [1.0, 0.0, 0.0]
-    assert kwargs["mask_video"].min() == 1.0
+    assert kwargs["mask_video"].min() == 255.0  # the pipeline's own helper's scale
     # a pipeline that takes images gets images
     assert isinstance(call_args.kwargs(loaded, pipeline("WanVACEPipeline"))["video"], list)

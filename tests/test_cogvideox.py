@@ -33,7 +33,7 @@ def test_tiny_matches_diffusers(tmp_path, variant, version):
     assert np.abs((expected * 255).round() - result.frames).max() <= 1
     assert [p["name"] for p in result.data["patches"]] == [
         "core.setitem", "core.deepcopy", "core.view_index", "core.type_as",
-        "cogvideox.rope_cache"]
+        "core.block_mask", "core.flex_attention", "cogvideox.rope_cache"]
 
 
 def test_bad_frame_counts_are_validation_errors():

@@ -180,7 +180,7 @@ class _Scaled(torch.nn.Module):
         return self.forward(z, num_frames)
 
 
-def test_a_compiled_module_keeps_its_signatures_and_buffers():
+def test_a_compiled_module_keeps_its_signatures_and_buffers(tmp_path):
     """Pipelines read a component's signature (Stable Video Diffusion asks its VAE's
     forward whether it takes num_frames) and call nn.Module.buffers() (diffusers'
     device and dtype lookups; Cosmos 3): a compiled module answers both as the model."""
@@ -194,12 +194,17 @@ def test_a_compiled_module_keeps_its_signatures_and_buffers():
         {}))
     module = _Scaled()
     placement.apply(module, rt, [])
-    compiled = compile_transform.apply(module, CompileRule(methods=["forward", "decode"]))
+    from porter.transforms.trace_cache import TraceCache
+
+    traces = TraceCache(tmp_path, "code")
+    compiled = compile_transform.apply(module, CompileRule(methods=["forward", "decode"]),
+                                       traces=traces)
     for method in ("forward", "decode"):
         assert inspect.signature(getattr(compiled, method)) == \
             inspect.signature(getattr(module, method))
     assert [tuple(b.shape) for b in compiled.buffers()] == [(1,)]
     with rt.env:
         x = to_device(torch.ones(3), rt)
-        out = compiled.decode(x, num_frames=3)  # the buffers, a pytree, reach the program
+        out = compiled.decode(x, num_frames=3)  # the buffers reach the program
     assert np.allclose(np.asarray(out.jax()), 6.0)
+    assert traces.exported == 1  # its arguments' tree serialises: the trace is kept

@@ -124,3 +124,25 @@ def test_a_mask_of_listed_blocks_is_honoured():
                                              seq_lengths=(128, 128))
         out = np.asarray(flex.flex_attention(*env.to_xla((q, k, v)), block_mask=mask).jax())
     assert np.allclose(out, expected.numpy(), atol=2e-5)
+
+
+def test_grouped_heads_a_scale_and_auxiliary_outputs_are_pytorchs():
+    """Two query heads per key head (enable_gqa), a given scale, 256 tokens in blocks of
+    128 (PyTorch's own mask skips a block there), and return_aux's log-sum-exp."""
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 4, 256, 16, generator=gen)
+    k, v = (torch.randn(1, 2, 256, 16, generator=gen) for _ in range(2))
+    aux = flex.AuxRequest(lse=True)
+    with check.without_accelerator():
+        mask = flex.create_block_mask(causal, None, None, 256, 256, device="cpu")
+        expected, expected_aux = flex.flex_attention(q, k, v, block_mask=mask, scale=0.3,
+                                                     enable_gqa=True, return_aux=aux)
+    env = torchax.default_env()
+    with env, builtin.BLOCK_MASK.applied(), builtin.FLEX_ATTENTION.applied():
+        mask = flex.create_block_mask(causal, None, None, 256, 256, device="jax")
+        out, out_aux = flex.flex_attention(*env.to_xla((q, k, v)), block_mask=mask, scale=0.3,
+                                           enable_gqa=True, return_aux=aux)
+        out, lse = np.asarray(out.jax()), np.asarray(out_aux.lse.jax())
+    assert out_aux.max_scores is None
+    assert np.allclose(out, expected.numpy(), atol=2e-5)
+    assert np.allclose(lse, expected_aux.lse.numpy(), atol=2e-5)

@@ -188,7 +188,7 @@ def test_a_host_tensor_is_made_from_device_scalars_as_in_pytorch():
 
 
 @pytest.mark.parametrize("periodic", [True, False])
-@pytest.mark.parametrize("length", [1, 2, 7])
+@pytest.mark.parametrize("length", [0, 1, 2, 7])
 def test_a_hann_window_is_pytorchs(periodic, length):
     env = torchax.default_env()
     with env:

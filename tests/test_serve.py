@@ -85,8 +85,11 @@ def test_jobs_over_http_and_a_restart_mid_job(recipe, tmp_path):
         assert httpx.get(server.url + "/health").status_code == 401  # no token
         schema = client.get("/openapi.json").json()
         body = schema["paths"]["/jobs"]["post"]["requestBody"]["content"]
-        assert {"prompt", "seed", "frames"} <= set(body["application/json"]["schema"]
-                                                   ["properties"])
+        taken = set(body["application/json"]["schema"]["properties"])
+        assert {"prompt", "seed", "frames", "pose_video"} <= taken
+        assert not {"conditions", "reference_conditions", "latents"} & taken  # paths
+        bad = client.post("/jobs", json={"prompt": "x", "latents": "/etc/passwd"})
+        assert bad.status_code == 400 and "a request cannot set it" in bad.json()["error"]
 
         # malformed requests: 400 with validate's messages, nothing queued
         assert client.post("/jobs", content=b"{not json").status_code == 400

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -103,6 +104,7 @@ def recorded(pipe, compiled: dict):
             if original is None:
                 continue
 
+            @functools.wraps(original)  # the method's signature, which pipelines read
             def record(*args, _call=original, _name=name, _method=method, **kwargs):
                 calls.append(Program(_name, _method, described(args), described(kwargs)))
                 return _call(*args, **kwargs)

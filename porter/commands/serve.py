@@ -34,7 +34,7 @@ import secrets
 
 from porter.commands import uploads
 from porter.errors import RecipeError, UsageError, failure
-from porter.images import INPUTS
+from porter.images import INPUTS, PATH_KEYS
 
 TOKEN_ENV = "PORTER_TOKEN"
 #: bytes a request body may have: room for two largest images as data URLs
@@ -252,6 +252,8 @@ def _body_schema(section) -> dict:
     schema.pop("$defs", None)
     schema["description"] = ("generate settings for this job; what is left out comes "
                              "from the recipe")
+    for key in PATH_KEYS:  # they name files by path: the recipe's alone
+        schema["properties"].pop(key, None)
     for key in uploads.INPUT_KEYS:  # a server takes files' bytes, not its own paths
         example = "image/png" if INPUTS[key] == "image" else "video/mp4"
         schema["properties"][key]["description"] = (

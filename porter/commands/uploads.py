@@ -44,7 +44,7 @@ def take(settings: dict, inputs: Path | None) -> dict[str, tuple[bytes, str]]:
     Raises UsageError for a value that is neither a data URL nor the name of a file in
     ``inputs`` (None: the server reads no file a client names) of the kind the key
     takes. Condition objects and latents (``PATH_KEYS``) name their files by path,
-    which a server does not read: a request cannot set them; the recipe's apply."""
+    which a server does not read: a request cannot set them; the recipe's values apply."""
     for key in PATH_KEYS:
         if settings.get(key) is not None:
             raise UsageError(f"{key}: a request cannot set it (it names files by path, "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import types
 import typing
 
 from porter.images import INPUTS, as_tensor, load_input, load_latents
@@ -47,9 +48,18 @@ RESERVED = ("generator", "output_type", "return_dict", "callback_on_step_end",
             "callback_on_step_end_tensor_inputs")
 
 
+def signature(cls) -> inspect.Signature:
+    """The pipeline call's signature, its annotations resolved where they are strings
+    (a module with ``from __future__ import annotations``) and resolve."""
+    try:
+        return inspect.signature(cls.__call__, eval_str=True)
+    except Exception:  # a name only imported for type checkers: the strings stay
+        return inspect.signature(cls.__call__)
+
+
 def parameters(cls) -> dict[str, inspect.Parameter] | None:
     """The call's named parameters (None when it takes ``**kwargs``: anything goes)."""
-    found = inspect.signature(cls.__call__).parameters
+    found = signature(cls).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in found.values()):
         return None
     return {name: p for name, p in found.items() if name != "self"}
@@ -59,11 +69,17 @@ def tensor_only(annotation) -> bool:
     """Does a call argument take only tensors (no images), by its annotation?"""
     import torch
 
-    members = [m for m in (typing.get_args(annotation) or (annotation,))
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    members = [m for m in (typing.get_args(annotation) if union else (annotation,))
                if m is not type(None)]
     return bool(members) and all(
         isinstance(m, type) and (issubclass(m, torch.Tensor) or m.__module__ == "torch"
                                  and m.__name__.endswith("Tensor")) for m in members)
+
+
+def _annotation(taken, name: str):
+    """The annotation of the call's argument ``name`` (none for a ``**kwargs`` call)."""
+    return taken[name].annotation if taken is not None else inspect.Parameter.empty
 
 
 def _name(key: str, taken) -> str | None:
@@ -81,19 +97,19 @@ def problems(recipe, cls) -> list:
     """Settings and extras the pipeline ``cls`` does not take, and arguments it needs
     that the recipe does not give, each with a hint."""
     taken = parameters(cls)
+    found = [problem for key in conditions.KEYS if key in wanted(recipe)
+             and (taken is None or key in taken)
+             for problem in conditions.problems(recipe, cls.__name__,
+                                                _annotation(taken, key), key)]
     if taken is None:
-        return []
+        return found
     accepted = ", ".join(n for n in taken if n not in RESERVED)
-    found = []
     for key in wanted(recipe):
         if _name(key, taken) is None:
             names = " or ".join(NAMES[key])
             found.append(recipe.problem(
                 f"generate.{key}", f"{cls.__name__} takes no {names} argument",
                 hint=f"leave generate.{key} out; it takes: {accepted}"))
-    for key in conditions.KEYS:
-        if key in wanted(recipe) and _name(key, taken) is not None:
-            found += conditions.problems(recipe, cls, key)
     mapped = {_name(key, taken): key for key in NAMES if _name(key, taken)}
     given = {_name(key, taken) for key in wanted(recipe)} | set(recipe.generate.extra)
     for name, parameter in taken.items():
@@ -143,12 +159,16 @@ def kwargs(recipe, cls) -> dict:
         if key in INPUTS:
             value = load_input(key, recipe.file_path(f"generate.{key}", value))
             if taken is not None and tensor_only(taken[name].annotation):
-                value = as_tensor(value, channels=1 if key == "mask" else 3)
+                value = as_tensor(value, mask=key == "mask")
         elif key in conditions.KEYS:
-            value = conditions.objects(recipe, cls, key)
+            value = conditions.objects(recipe, cls.__name__, _annotation(taken, key), key)
         elif key == "latents":
             value = load_latents(recipe.file_path("generate.latents", value))
         call[name] = value
+    mask, video = call.get(_name("mask", taken)), call.get(_name("video", taken))
+    if isinstance(mask, torch.Tensor) and isinstance(video, torch.Tensor) \
+            and mask.shape[2] == 1:  # one image masks every frame of the video
+        call[_name("mask", taken)] = mask.expand(-1, -1, video.shape[2], -1, -1)
     if taken is None or "generator" in taken:
         call["generator"] = torch.Generator("cpu").manual_seed(gen.seed)
     return {**call, **gen.extra}

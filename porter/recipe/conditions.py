@@ -6,28 +6,26 @@ reference conditions).
 
 Each item is a mapping of the dataclass's fields. The dataclass is the one the call's
 annotation names, so a new pipeline with its own condition class needs no code here. A
-string value is a path to the media (condition objects carry images and videos, not
-text): an image file is one PIL image, a video file or a folder of frames a list of
-them, read as ``generate.video`` is.
+field whose annotation takes PIL images is media: its value is a path, read as one
+image (a field of images), a list of frames (a field of lists: a video file or a folder
+of frames, as ``generate.video``), or either by the file (a field that takes both).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import typing
+
+from porter.errors import UsageError
 
 #: recipe keys that hold condition lists (each is also the call's argument name)
 KEYS = ("conditions", "reference_conditions")
 
 
-def condition_class(cls, key: str) -> type | None:
-    """The dataclass ``cls.__call__``'s ``key`` argument takes (one or a list of them),
-    or None when the call takes no such argument or names no dataclass."""
-    parameter = inspect.signature(cls.__call__).parameters.get(key)
-    if parameter is None:
-        return None
-    pending = [parameter.annotation]
+def condition_class(annotation) -> type | None:
+    """The dataclass a call argument's ``annotation`` takes (one or a list of them), or
+    None when it names none."""
+    pending = [annotation]
     while pending:
         annotation = pending.pop()
         if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
@@ -36,18 +34,36 @@ def condition_class(cls, key: str) -> type | None:
     return None
 
 
-def problems(recipe, cls, key: str) -> list:
-    """What is wrong with ``generate.<key>`` for the pipeline ``cls``: a call that takes
-    no condition objects there, fields the dataclass lacks or needs, missing files."""
+def media(target: type) -> dict[str, str]:
+    """The fields of ``target`` that hold media, each with how its path is read:
+    ``image``, ``video`` (a list of frames) or ``either``."""
+    from PIL import Image
+
+    found = {}
+    for name, annotation in typing.get_type_hints(target).items():
+        members = typing.get_args(annotation) or (annotation,)
+        image = Image.Image in members
+        frames = any(typing.get_origin(m) is list and Image.Image in typing.get_args(m)
+                     for m in members)
+        if image or frames:
+            found[name] = "either" if image and frames else "image" if image else "video"
+    return found
+
+
+def problems(recipe, pipeline: str, annotation, key: str) -> list:
+    """What is wrong with ``generate.<key>`` for the call argument of that name (its
+    ``annotation``) of the pipeline class ``pipeline``: no condition objects there,
+    fields the dataclass lacks or needs, missing files."""
     items = getattr(recipe.generate, key)
     if not items:
         return []
     where = f"generate.{key}"
-    target = condition_class(cls, key)
+    target = condition_class(annotation)
     if target is None:
-        return [recipe.problem(where, f"{cls.__name__}'s {key} argument takes no condition "
+        return [recipe.problem(where, f"{pipeline}'s {key} argument takes no condition "
                                "objects Porter can build", hint=f"leave generate.{key} out")]
     fields = {f.name: f for f in dataclasses.fields(target)}
+    paths = media(target)
     needed = [name for name, f in fields.items() if f.default is dataclasses.MISSING
               and f.default_factory is dataclasses.MISSING]
     found = []
@@ -63,18 +79,29 @@ def problems(recipe, cls, key: str) -> list:
                 found.append(recipe.problem(where, f"{here}: {target.__name__} needs {name}",
                                             hint=f"set {name} (a path for media)"))
         for name, value in item.items():
-            if isinstance(value, str) and not recipe.file_path(where, value).exists():
+            if name not in paths:
+                continue
+            what = {"image": "an image file", "video": "a video file or a folder of frames",
+                    "either": "an image, a video file or a folder of frames"}[paths[name]]
+            if not isinstance(value, str):
+                found.append(recipe.problem(where, f"{here}.{name}: expected a path",
+                                            hint=f"give {what}, relative to the recipe"))
+            elif not recipe.file_path(where, value).exists():
                 found.append(recipe.problem(where, f"{here}.{name}: no such file: {value}",
-                                            hint="give an image, a video file or a folder "
-                                            "of frames (relative to the recipe's folder)"))
+                                            hint=f"give {what}, relative to the recipe"))
     return found
 
 
-def objects(recipe, cls, key: str) -> list:
+def objects(recipe, pipeline: str, annotation, key: str) -> list:
     """``generate.<key>`` as the pipeline's condition objects, media read from disk."""
-    from porter.images import load_media
+    from porter.images import load_image, load_media, load_video
 
-    target = condition_class(cls, key)
-    return [target(**{name: load_media(recipe.file_path(f"generate.{key}", value))
-                      if isinstance(value, str) else value for name, value in item.items()})
+    target = condition_class(annotation)
+    if target is None:
+        raise UsageError(f"{pipeline}'s {key} argument takes no condition objects "
+                         "Porter can build", hint=f"leave generate.{key} out")
+    read = {"image": load_image, "video": load_video, "either": load_media}
+    paths = media(target)
+    return [target(**{name: read[paths[name]](recipe.file_path(f"generate.{key}", value))
+                      if name in paths else value for name, value in item.items()})
             for item in getattr(recipe.generate, key)]

@@ -145,13 +145,10 @@ def _jit(module, rule: CompileRule, traces, split, jit_kwargs: dict):
 class Buffers(dict):
     """A JittableModule's buffers by name (what its programs take) that can also be
     called as ``nn.Module.buffers()``. A pytree node as a dict is, for PyTorch and JAX
-    (which both take a dict's subclass for a leaf)."""
+    (which both take a dict's subclass for a leaf), for torchax's own jitted calls."""
 
     def __call__(self, recurse: bool = True):
         return iter(self.values())
-
-    def __init_subclass__(cls, **kwargs):
-        raise TypeError("Buffers is registered as a pytree by its exact type")
 
 
 def _flatten(buffers: Buffers):
@@ -173,7 +170,6 @@ def _register_buffers() -> None:
                                        lambda keys, values: _unflatten(values, keys))
 
 
-
 def _signed(call, original):
     """``call`` with ``original``'s signature (``inspect.signature`` follows
     ``__wrapped__``)."""
@@ -193,11 +189,13 @@ def _whole(compiled, method: str, traces, split, jit_kwargs: dict, lists: list[s
     program = autosplit.programs(functools.partial(compiled.functional_call, method),
                                  f"{split.component}.{method}", traces, jit_kwargs)
 
+    # the buffers as a plain dict: the trace cache serialises the program's arguments'
+    # tree, which a registered node would not pass
     def traced(static, *args, **kwargs):
-        return program(static)(compiled.params, compiled.buffers, *args, **kwargs)
+        return program(static)(compiled.params, dict(compiled.buffers), *args, **kwargs)
 
     def eager(*args, **kwargs):
-        return compiled.functional_call(method, compiled.params, compiled.buffers,
+        return compiled.functional_call(method, compiled.params, dict(compiled.buffers),
                                         *args, **kwargs)
 
     if lists:

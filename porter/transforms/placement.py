@@ -10,6 +10,7 @@ memory holds the tensors in flight (two at most), not a component.
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -258,6 +259,7 @@ def on_one_device(compiled, runtime) -> None:
         return lambda t: move(t) if hasattr(t, "jax") else t
 
     def locally(call):
+        @functools.wraps(call)  # the method's signature, which pipelines read
         def run(*args, **kwargs):
             args, kwargs = _pytree.tree_map_only(torch.Tensor, on_jax(local), (args, kwargs))
             return _pytree.tree_map_only(torch.Tensor, on_jax(on_mesh), call(*args, **kwargs))

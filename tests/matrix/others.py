@@ -135,8 +135,8 @@ ENTRIES.update({
          "guidance_scale": 6.0, "negative_prompt": ""},
         input_size=(5, 16, 16),
         note="generate.video and generate.mask (it takes tensors only: Porter gives them as "
-             "1 x C x F x H x W in [0, 1]); generate.negative_prompt, as for "
-             "EasyAnimatePipeline"),
+             "1 x C x F x H x W, the video in [0, 1], the mask in 0 and 255 as its own helper "
+             "does); generate.negative_prompt, as for EasyAnimatePipeline"),
     # nn.Module.buffers() of a compiled module: Porter's Buffers (transforms/compile.py)
     "Cosmos3OmniPipeline": Matches(
         "cosmos3_omni",
