@@ -201,3 +201,20 @@ def test_15_interrupted_run_resumes_bit_identically(tmp_path, monkeypatch):
     assert resumed.data["timings"]["resumed_from_step"] == 2
     assert torch.equal(resumed.latents, whole.latents)
     assert (resumed.frames == whole.frames).all()
+
+
+def test_vae_mid_block_frame_by_frame_equals_the_masked_attention():
+    """hunyuan.vae_frame_causal: the VAE's frame-causal mid-block attention as one
+    unmasked attention per frame gives the masked one's values (three latent frames)."""
+    from porter_hunyuan.patches import VAE_FRAME_CAUSAL
+    from porter_hunyuan.tiny import build_pipeline
+
+    vae = build_pipeline().vae.eval()
+    latents = torch.randn(1, 4, 3, 4, 6, generator=torch.Generator().manual_seed(0))
+    block, hidden = vae.decoder.mid_block, vae.decoder.conv_in(latents)
+    with torch.no_grad():
+        expected = block(hidden)
+        with VAE_FRAME_CAUSAL.applied():
+            ours = block(hidden)
+    assert block.attentions[0] is not None
+    assert torch.allclose(ours, expected, atol=1e-5)

@@ -3,7 +3,7 @@
 from porter.hookspecs import hookimpl
 
 from porter_hunyuan.family import HunyuanFamily
-from porter_hunyuan.patches import ROPE_CACHE, ROPE_CACHE_15
+from porter_hunyuan.patches import ROPE_CACHE, ROPE_CACHE_15, VAE_FRAME_CAUSAL
 
 
 @hookimpl
@@ -15,3 +15,4 @@ def porter_register_families(register):
 def porter_register_patches(register):
     register(ROPE_CACHE)
     register(ROPE_CACHE_15)
+    register(VAE_FRAME_CAUSAL)

@@ -24,3 +24,65 @@ ROPE_CACHE_15 = Patch(
     replacement=rotary.cached_forward,
     fits="diffusers>=0.36,<0.43",
 )
+
+
+def frame_causal_attention(attn, tokens, frames: int, per_frame: int):
+    """diffusers' attention processor (AttnProcessor2_0) on ``tokens`` (batch, frames x
+    per_frame, channels), each frame's queries attending to the keys of that frame and
+    the frames before it: the frame-causal mask the VAE builds as a float matrix, as one
+    unmasked attention per frame instead."""
+    import torch
+
+    residual, batch = tokens, tokens.shape[0]
+    if attn.group_norm is not None:  # over the whole sequence, as the processor does
+        tokens = attn.group_norm(tokens.transpose(1, 2)).transpose(1, 2)
+    query, key, value = attn.to_q(tokens), attn.to_k(tokens), attn.to_v(tokens)
+    heads, width = attn.heads, key.shape[-1] // attn.heads
+    query, key, value = (x.view(batch, -1, heads, width).transpose(1, 2)
+                         for x in (query, key, value))
+    out = torch.cat([torch.nn.functional.scaled_dot_product_attention(
+        query[:, :, t * per_frame:(t + 1) * per_frame], key[:, :, :(t + 1) * per_frame],
+        value[:, :, :(t + 1) * per_frame]) for t in range(frames)], dim=2)
+    out = out.transpose(1, 2).reshape(batch, -1, heads * width).to(query.dtype)
+    out = attn.to_out[1](attn.to_out[0](out))
+    if attn.residual_connection:
+        out = out + residual
+    return out / attn.rescale_output_factor
+
+
+def frame_causal_mid_block(original, **_):
+    """``HunyuanVideoMidBlock3D.forward`` with its attention computed frame by frame."""
+
+    def forward(self, hidden_states):
+        import torch
+
+        if torch.is_grad_enabled() and self.gradient_checkpointing:
+            return original(self, hidden_states)  # training: diffusers' own
+        hidden_states = self.resnets[0](hidden_states)
+        for attn, resnet in zip(self.attentions, self.resnets[1:]):
+            if attn is not None:
+                _, _, frames, height, width = hidden_states.shape
+                tokens = hidden_states.permute(0, 2, 3, 4, 1).flatten(1, 3)
+                tokens = frame_causal_attention(attn, tokens, frames, height * width)
+                hidden_states = tokens.unflatten(1, (frames, height, width)) \
+                    .permute(0, 4, 1, 2, 3)
+            hidden_states = resnet(hidden_states)
+        return hidden_states
+
+    forward.__doc__ = f"patched by porter: frame-causal attention by frames (was {original!r})"
+    return forward
+
+
+VAE_FRAME_CAUSAL = Patch(
+    name="hunyuan.vae_frame_causal",
+    target="diffusers.models.autoencoders.autoencoder_kl_hunyuan_video:"
+           "HunyuanVideoMidBlock3D.forward",
+    doc="The VAE's mid-block attention spans every token of a tile with a frame-causal "
+        "mask diffusers builds as a float matrix (tokens x tokens: 72,000 at 720p, 20 GiB "
+        "in float32, and scores and softmax beside it). Computed instead as one unmasked "
+        "attention per frame over the keys of that frame and those before it: the same "
+        "values, no mask, and an attention the recipe's backend (splash, blockwise) runs "
+        "without materialising its scores.",
+    replacement=frame_causal_mid_block,
+    fits="diffusers>=0.32,<0.43",
+)
