@@ -125,13 +125,15 @@ def test_tiny_15_matches_diffusers(tmp_path):
 
 
 @pytest.mark.slow
-def test_untraceable_forward_is_split_automatically(tmp_path, capfd):
+def test_untraceable_forward_is_split_automatically(tmp_path, capfd, monkeypatch):
     """Without the recipe's compile.transformer.modules, 1.5's whole forward hits its
     value branch (`if is_t2v:`): the forward runs eagerly with its blocks compiled, Porter
     says where the branch is, the run record keeps the split, and the frames are
     diffusers' own."""
+    from porter import notices
     from porter_hunyuan.tiny import build_pipeline_15
 
+    monkeypatch.setattr(notices, "_given", [])  # said once a process: this run says it
     loaded = recipe.load(TINY_15, ["generate.steps=1", "compile.transformer.modules=null",
                                    f"output.dir={tmp_path}"])
     result = run_recipe(loaded)

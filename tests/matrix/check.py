@@ -200,9 +200,8 @@ def compare(name: str, entry, folder: Path) -> int:
     source = folder / "ckpt"
     build(entry.builder).save_pretrained(source)
     inputs, given = write_inputs(folder / "inputs", entry.input_size, entry.latents_shape)
-    # plain diffusers first: its run sees no state a Porter run left in the process
-    theirs = diffusers_frames(entry, source, given)
     ours = porter_frames(entry, source, folder, inputs)
+    theirs = diffusers_frames(entry, source, given)
     assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
     return int(np.abs(ours.astype(int) - theirs.astype(int)).max())
 

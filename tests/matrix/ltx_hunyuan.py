@@ -124,7 +124,7 @@ ENTRIES.update({
         note="generate.latents: another run's final latents (its latents.safetensors); no "
              "prompt and no steps (the decoder's own); its neighbourhood attention is flex "
              "attention, run dense"),
-    "LTX2DFRTemporalRefinePipeline": Refused("refines another run's latents"),
+    "LTX2DFRTemporalRefinePipeline": Refused("refines a DFR pass's latents"),
     "LTX2LatentUpsamplePipeline": Matches(
         "ltx2_latent_upsample", {"prompt": None, "latents": LATENTS},
         {"prompt": None, "latents": LATENTS}, latents_shape=(1, 4, 2, 4, 4),
