@@ -251,6 +251,11 @@ class Port:
         caching = self.ported.caching if "denoise" in wanted or not runner.resumable \
             else None
         with self.active():
+            # What a pipeline draws with no generator (I2VGen-XL's VAE encode samples
+            # latent_dist without one) comes from the device's key, which each draw
+            # moves on: from the seed at every call, so a call repeats in a process
+            # that made others before it (a server, a notebook, a test worker).
+            self.runtime.env.manual_seed(recipe.generate.seed % (1 << 63))  # JAX's range
             if caching is not None:
                 self._begin_cache(caching, recipe, resumed)
             reuse = caching.guidance if caching is not None else None

@@ -99,3 +99,25 @@ setup:
     assert "tile_sample_min_height" in found["setup.vae.1.params"].hint
     assert "has no method 'enable_slicing'" in found["setup.transformer.0"].message
     assert "no component 'unet'" in found["setup.unet"].message
+
+
+def test_a_draw_without_a_generator_repeats_from_the_seed(checkpoint, write, monkeypatch):
+    """A pipeline drawing noise with no generator (I2VGen-XL's VAE encode samples its
+    latent distribution so) draws from the device's key, which every draw moves on:
+    the second call of one port gives the same frames as the first, and another seed
+    others."""
+    from diffusers import LTXPipeline
+
+    from porter import api
+
+    prepare = LTXPipeline.prepare_latents
+
+    def noisier(self, *args, **kwargs):
+        latents = prepare(self, *args, **kwargs)
+        return latents + 0.5 * torch.randn(latents.shape, device=latents.device)
+
+    monkeypatch.setattr(LTXPipeline, "prepare_latents", noisier)
+    port = api.load(write("ltx.yaml", GENERIC.format(source=checkpoint)))
+    first, second = port.generate().frames, port.generate().frames
+    assert np.array_equal(first, second)
+    assert not np.array_equal(first, port.generate(seed=1).frames)

@@ -123,3 +123,30 @@ def test_rotary_tables_only_where_the_recipe_asks(precompute, write):
     passes.ported(pipe, plugins.registry().family("wan"), runtime.start(loaded), loaded)
     tables = [name for name, _ in transformer.named_buffers() if "porter_rotary" in name]
     assert bool(tables) == precompute
+
+
+SCAN_FOR_META_GLOBALS = """
+import sys, torch
+from porter import plan, plugins, recipe
+plan.build(recipe.load(sys.argv[1]), plugins.registry(), 8)
+def tensors(value):
+    # type(), not isinstance: a lazy module's placeholders import on attribute access
+    if type(value) is dict:
+        return [v for v in value.values() if type(v) is torch.Tensor]
+    return [value] if type(value) is torch.Tensor else []
+print(sorted(f"{name}.{attr}" for name, module in list(sys.modules.items())
+             for attr, value in list(vars(module).items())
+             if any(t.is_meta for t in tensors(value))))
+"""
+
+
+def test_a_plan_leaves_no_library_tensor_on_the_meta_device(write):
+    """A tiny plan builds its pipeline on the meta device; the library modules it imports
+    on the way (every diffusers autoencoder, among them the Cosmos VAE with its wavelets
+    at module level) keep real tensors, so a later real load in the same process has
+    their values. A fresh process: this one has imported them already."""
+    path = write("r.yaml", TINY_RECIPE)
+    done = subprocess.run([sys.executable, "-c", SCAN_FOR_META_GLOBALS, str(path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -6,6 +6,7 @@ files of a local diffusers directory. Nothing here reads a weight file.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 from pathlib import Path
@@ -18,12 +19,30 @@ from porter.transforms import dtypes
 # model_index.json names the library of each component; only these are imported.
 LIBRARIES = ("diffusers", "transformers")
 
+# The model packages a build may import. A module imported for the first time under
+# torch.device("meta") makes its module-level tensors there, for the rest of the
+# process: diffusers' Cosmos VAE keeps its wavelets in one, so a tiny plan or validate
+# (whose Wan imports load every diffusers autoencoder) left a later real load of a
+# Cosmos VAE with wavelets that have no values. Imported first, they are real.
+MODEL_PACKAGES = ("diffusers.models.autoencoders", "diffusers.models.transformers",
+                  "diffusers.models.unets", "diffusers.models.controlnets")
+
+
+@contextlib.contextmanager
+def meta_device():
+    """torch.device("meta") for the modules built inside, with the model packages
+    imported before it (see MODEL_PACKAGES)."""
+    for package in MODEL_PACKAGES:
+        importlib.import_module(package)
+    with torch.device("meta"):
+        yield
+
 
 def components(family, recipe) -> dict[str, torch.nn.Module] | None:
     """Component name -> module on the meta device; None when only weights could tell."""
     kind = source_kind(recipe.model.source)
     if kind == "tiny":
-        with torch.device("meta"):
+        with meta_device():
             pipe = family.build_tiny(recipe)
         modules = {n: m for n, m in pipe.components.items() if isinstance(m, torch.nn.Module)}
     elif kind == "local":
@@ -42,7 +61,7 @@ def _build(library: str, class_name: str, config: dict) -> torch.nn.Module:
     if library not in LIBRARIES:
         raise ValueError(f"unsupported library {library!r}")
     cls = getattr(importlib.import_module(library), class_name)
-    with torch.device("meta"):
+    with meta_device():
         if library == "diffusers":
             return cls.from_config(config)
         return cls(cls.config_class(**config))
@@ -63,7 +82,7 @@ def module_classes(root: Path) -> dict[str, tuple[str, type]]:
 
 def from_config_dir(library: str, cls: type, folder: Path) -> torch.nn.Module:
     """One component on the meta device, from the configuration in its folder."""
-    with torch.device("meta"):
+    with meta_device():
         if library == "diffusers":
             return cls.from_config(cls.load_config(folder))
         return cls(cls.config_class.from_pretrained(folder))

@@ -188,6 +188,9 @@ def diffusers_frames(entry, source, given: dict) -> np.ndarray:
     call = {**{k: v for k, v in COMMON.items() if k != "seed"}, **_filled(entry.call, given)}
     if call.get("prompt", "") is None:
         del call["prompt"]  # a pipeline that takes none
+    # what a pipeline draws with no generator (I2VGen-XL's VAE encode) comes from
+    # PyTorch's global generator: seeded, the reference repeats
+    torch.manual_seed(COMMON["seed"])
     with without_accelerator():
         out = pipe(generator=torch.Generator().manual_seed(COMMON["seed"]),
                    output_type="np", **call)

@@ -92,7 +92,10 @@ ENTRIES.update({
         {**CALL, "num_frames": 2, "guidance_scale": 6.0, "image": IMAGE, "clip_skip": None},
         note="image: the first frame; extra.clip_skip: null (its default, 1, reads "
              "text_encoder.text_model, which transformers 5's CLIPTextModel no longer has); "
-             "its UNet runs op by op and differs by up to 2 levels",
+             "its VAE encode samples the image latents with no generator: Porter draws "
+             "that noise from the device's key (set from the seed), PyTorch from its "
+             "global generator, so frames differ by up to 2 levels (0 from the "
+             "distribution's mean)",
         tolerance=2),
     "StableVideoDiffusionPipeline": Matches(
         "stable_video_diffusion",
