@@ -113,14 +113,14 @@ def dense_attention(original, **_):
             scores = torch.where(kept(block_mask, index), scores,
                                  torch.tensor(float("-inf"), dtype=exact, device=query.device))
         lse = torch.logsumexp(scores, dim=-1)
-        best = scores.amax(dim=-1)
         weights = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
         out = torch.matmul(weights, value.to(exact)).to(query.dtype)
         if return_aux is not None:
             from torch.nn.attention.flex_attention import AuxOutput
 
             return out, AuxOutput(lse=lse if return_aux.lse else None,
-                                  max_scores=best if return_aux.max_scores else None)
+                                  max_scores=scores.amax(dim=-1) if return_aux.max_scores
+                                  else None)
         return (out, lse) if return_lse else out
 
     flex_attention.__doc__ = f"patched by porter: dense flex attention (was {original!r})"

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from porter import runners
-from porter.images import INPUTS, latents_names
+from porter.images import INPUTS, KIND_NAMES, latents_names
 from porter.recipe import call_args
 from porter.errors import UsageError
 from porter.family import ModelFamily
@@ -149,9 +149,7 @@ class GenericFamily(ModelFamily):
         for key, kind in (*INPUTS.items(), ("latents", "latents")):
             value = getattr(recipe.generate, key)
             if value is not None and not recipe.file_path(f"generate.{key}", value).exists():
-                what = {"image": "an image file", "video": "a video file or a folder of "
-                        "frames", "either": "an image, a video file or a folder of "
-                        "frames", "latents": "a run's latents.safetensors"}[kind]
+                what = {**KIND_NAMES, "latents": "a run's latents.safetensors"}[kind]
                 found.append(recipe.problem(f"generate.{key}", f"no such file: {value}",
                                             hint=f"give {what} (a relative path is read "
                                             "from the recipe's folder)"))

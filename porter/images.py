@@ -17,6 +17,9 @@ INPUTS = {"image": "image", "last_image": "image", "video": "video", "mask": "ei
 #: generate keys whose files only a recipe names (a server's request cannot: a server
 #: reads no path a client gives): condition objects' media, another run's latents
 PATH_KEYS = ("conditions", "reference_conditions", "latents")
+#: each kind of input file, as hints name it
+KIND_NAMES = {"image": "an image file", "video": "a video file or a folder of frames",
+              "either": "an image, a video file or a folder of frames"}
 #: image files a run reads (PIL opens them); a folder of them is a video
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 #: frames one input video may have (each is decoded into memory)
@@ -74,7 +77,12 @@ def _decoded(path: Path) -> list:
 def load_input(key: str, path):
     """``generate.<key>``'s file as its pipeline takes it: a PIL image for an image, a
     list of them for a video (a mask given as one image stays one image)."""
-    kind = INPUTS[key]
+    return load(INPUTS[key], path)
+
+
+def load(kind: str, path):
+    """A file of one kind (``KIND_NAMES``): a PIL image, a list of them for a video,
+    and for ``either`` whichever the file is."""
     if kind == "either":
         return load_media(path)
     return load_image(path) if kind == "image" else load_video(path)

@@ -17,6 +17,7 @@ import dataclasses
 import typing
 
 from porter.errors import UsageError
+from porter.images import KIND_NAMES, load
 
 #: recipe keys that hold condition lists (each is also the call's argument name)
 KEYS = ("conditions", "reference_conditions")
@@ -81,8 +82,7 @@ def problems(recipe, pipeline: str, annotation, key: str) -> list:
         for name, value in item.items():
             if name not in paths:
                 continue
-            what = {"image": "an image file", "video": "a video file or a folder of frames",
-                    "either": "an image, a video file or a folder of frames"}[paths[name]]
+            what = KIND_NAMES[paths[name]]
             if not isinstance(value, str):
                 found.append(recipe.problem(where, f"{here}.{name}: expected a path",
                                             hint=f"give {what}, relative to the recipe"))
@@ -94,14 +94,11 @@ def problems(recipe, pipeline: str, annotation, key: str) -> list:
 
 def objects(recipe, pipeline: str, annotation, key: str) -> list:
     """``generate.<key>`` as the pipeline's condition objects, media read from disk."""
-    from porter.images import load_image, load_media, load_video
-
     target = condition_class(annotation)
     if target is None:
         raise UsageError(f"{pipeline}'s {key} argument takes no condition objects "
                          "Porter can build", hint=f"leave generate.{key} out")
-    read = {"image": load_image, "video": load_video, "either": load_media}
     paths = media(target)
-    return [target(**{name: read[paths[name]](recipe.file_path(f"generate.{key}", value))
+    return [target(**{name: load(paths[name], recipe.file_path(f"generate.{key}", value))
                       if name in paths else value for name, value in item.items()})
             for item in getattr(recipe.generate, key)]
