@@ -22,20 +22,52 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/models: tiny p
 RECIPES = ROOT / "recipes"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files with heavy tests first (most first), then the others by their number of
+    tests (what xdist's own reordering does; pyproject.toml turns that off for this).
+    A worker grows as it runs tests (about 6 GiB each after half the suite: compiled
+    programs, imported pipelines); a real-size run beside two grown workers came
+    within 1 GiB of the machine's 24 (measured), so heavy tests run while the workers
+    are small. Within a file the order stays as written."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def order(tests):
+        heavy = sum(t.get_closest_marker("heavy") is not None for t in tests)
+        return (-heavy, -len(tests))
+
+    items[:] = [item for tests in sorted(files.values(), key=order) for item in tests]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Tests marked heavy run one at a time across the xdist workers of a run: each
-    holds a lock shared by the run's workers from its fixtures' set-up to their
-    tear-down (two real-size models side by side do not fit the machine's memory)."""
+    """A test marked heavy has the machine's memory to itself across the xdist
+    workers of a run, from its fixtures' set-up to their tear-down: it holds a
+    lock exclusively, every other test holds it shared. A real-size run on 8
+    virtual devices peaks near 11 GiB by itself; beside the other worker's tests
+    it was killed for memory (CI, stop 34).
+
+    A turnstile keeps a waiting heavy test from starving behind a stream of
+    light ones: a light test passes it before taking its shared lock, and a
+    heavy test holds it until its exclusive lock is granted."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if item.get_closest_marker("heavy") is None or run is None:
+    if run is None:
         yield
         return
     import fcntl
 
-    with open(Path(tempfile.gettempdir()) / f"porter-heavy-{run}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        yield
+    base = Path(tempfile.gettempdir()) / f"porter-heavy-{run}"
+    heavy = item.get_closest_marker("heavy") is not None
+    with open(f"{base}.turnstile", "w") as turnstile, open(f"{base}.lock", "w") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if heavy:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # waits for the light test beside it
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        yield  # both released when the files close
 
 
 @pytest.fixture
