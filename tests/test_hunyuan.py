@@ -220,3 +220,26 @@ def test_vae_mid_block_frame_by_frame_equals_the_masked_attention():
             ours = block(hidden)
     assert block.attentions[0] is not None
     assert torch.allclose(ours, expected, atol=1e-5)
+
+
+def test_15_vae_attention_frame_by_frame_equals_the_masked_attention():
+    """hunyuan.vae_frame_causal_15: HunyuanVideo 1.5's VAE attention block, whose
+    frame-causal mask diffusers builds token by token, as one unmasked attention per
+    frame gives the masked one's values (three latent frames)."""
+    from porter_hunyuan.patches import VAE_FRAME_CAUSAL_15
+    from porter_hunyuan.tiny import build_pipeline_15
+
+    vae = build_pipeline_15().vae.eval()
+    attn = vae.decoder.mid_block.attentions[0]
+    hidden = torch.randn(1, attn.in_channels, 3, 4, 6, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = attn(hidden)
+        with VAE_FRAME_CAUSAL_15.applied():
+            ours = attn(hidden)
+            assert "patched by porter" in type(attn).forward.__doc__
+            later = hidden.clone()
+            later[:, :, 2] += 1.0  # the last frame changed: the first one's output is not
+            moved = attn(later)
+    assert torch.allclose(ours, expected, atol=1e-5)
+    assert torch.equal(moved[:, :, 0], ours[:, :, 0])
+    assert not torch.allclose(moved[:, :, 2], ours[:, :, 2])

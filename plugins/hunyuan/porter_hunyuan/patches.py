@@ -26,6 +26,17 @@ ROPE_CACHE_15 = Patch(
 )
 
 
+def by_frames(query, key, value, frames: int, per_frame: int):
+    """Attention of ``query``, ``key``, ``value`` (batch, heads, frames x per_frame,
+    width) in which each frame's queries see the keys of that frame and the frames
+    before it: one unmasked attention per frame, never the tokens x tokens mask."""
+    import torch
+
+    return torch.cat([torch.nn.functional.scaled_dot_product_attention(
+        query[:, :, t * per_frame:(t + 1) * per_frame], key[:, :, :(t + 1) * per_frame],
+        value[:, :, :(t + 1) * per_frame]) for t in range(frames)], dim=2)
+
+
 def frame_causal_attention(attn, tokens, frames: int, per_frame: int):
     """diffusers' attention processor (AttnProcessor2_0) on ``tokens`` (batch, frames x
     per_frame, channels), each frame's queries attending to the keys of that frame and
@@ -40,9 +51,7 @@ def frame_causal_attention(attn, tokens, frames: int, per_frame: int):
     heads, width = attn.heads, key.shape[-1] // attn.heads
     query, key, value = (x.view(batch, -1, heads, width).transpose(1, 2)
                          for x in (query, key, value))
-    out = torch.cat([torch.nn.functional.scaled_dot_product_attention(
-        query[:, :, t * per_frame:(t + 1) * per_frame], key[:, :, :(t + 1) * per_frame],
-        value[:, :, :(t + 1) * per_frame]) for t in range(frames)], dim=2)
+    out = by_frames(query, key, value, frames, per_frame)
     out = out.transpose(1, 2).reshape(batch, -1, heads * width).to(query.dtype)
     out = attn.to_out[1](attn.to_out[0](out))
     if attn.residual_connection:
@@ -85,4 +94,38 @@ VAE_FRAME_CAUSAL = Patch(
         "without materialising its scores.",
     replacement=frame_causal_mid_block,
     fits="diffusers>=0.32,<0.43",
+)
+
+
+def frame_causal_attn_block_15(original, **_):
+    """``HunyuanVideo15AttnBlock.forward`` with its attention computed frame by frame."""
+
+    def forward(self, x):
+        identity, x = x, self.norm(x)
+        query, key, value = self.to_q(x), self.to_k(x), self.to_v(x)
+        batch, channels, frames, height, width = query.shape
+        # one head of all channels, tokens in (frame, height, width) order, as diffusers
+        query, key, value = (t.reshape(batch, channels, -1).permute(0, 2, 1).unsqueeze(1)
+                             for t in (query, key, value))
+        out = by_frames(query, key, value, frames, height * width)
+        out = out.squeeze(1).reshape(batch, frames, height, width, channels) \
+            .permute(0, 4, 1, 2, 3)
+        return self.proj_out(out) + identity
+
+    forward.__doc__ = f"patched by porter: frame-causal attention by frames (was {original!r})"
+    return forward
+
+
+VAE_FRAME_CAUSAL_15 = Patch(
+    name="hunyuan.vae_frame_causal_15",
+    target="diffusers.models.autoencoders.autoencoder_kl_hunyuanvideo15:"
+           "HunyuanVideo15AttnBlock.forward",
+    doc="HunyuanVideo 1.5's VAE builds its mid-block's frame-causal mask with a Python "
+        "loop over every token, one write each (111,600 at 720p and 121 frames: a "
+        "program of as many scatters, whose compile outgrew a 24 GiB host), into a float "
+        "matrix of tokens x tokens (46 GiB in float32). Computed instead as one unmasked "
+        "attention per frame over the keys of that frame and those before it: the same "
+        "values, no mask, no loop over tokens.",
+    replacement=frame_causal_attn_block_15,
+    fits="diffusers>=0.36,<0.43",
 )
