@@ -337,3 +337,74 @@ def test_scan_equals_blocks_one_by_one():
         latents.append(port.generate().latents)
     scale = latents[1].abs().max()
     assert (latents[0] - latents[1]).abs().max() / scale <= 1e-5
+
+
+TILED = ["generate.height=32", "generate.width=32", "generate.steps=2",
+         "setup={vae: [{name: enable_tiling, params: {tile_sample_min_height: 16, "
+         "tile_sample_min_width: 16, tile_sample_stride_height: 8, "
+         "tile_sample_stride_width: 8}}]}"]
+BY_TILE = "compile={vae: {methods: [decode], modules: decoder}}"
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_a_decoder_compiled_by_itself_is_compiled_per_tile_as_the_run_calls_it():
+    """`compile.vae.modules: decoder` with tiling: diffusers' tile loop runs eagerly and
+    each tile's decoder call is a compiled program. `porter compile` finds those calls
+    by running the loop on shapes alone: the same tile shapes and counts as a run's
+    decoder calls (4 latent tile shapes, 16 calls), and the run's frames are those of
+    the run that compiles the whole tiled decode as one program."""
+    import numpy as np
+
+    import porter
+    from porter.aot import report
+
+    port = porter.load(RECIPES / "hunyuan-tiny.yaml", *TILED, BY_TILE)
+    vae = port.pipe.vae
+    decoder = getattr(vae, "module", vae).decoder
+    calls = []
+    handle = decoder.register_forward_pre_hook(
+        lambda _m, args: calls.append(programs.Program("vae", "decoder",
+                                                       programs.described(args))))
+    try:
+        tiled = port.generate()
+    finally:
+        handle.remove()
+    ran = programs.unique(calls)
+    assert len(ran) == 4 and sum(p.calls for p in ran) == 16
+
+    loaded = recipe.load(RECIPES / "hunyuan-tiny.yaml", [*TILED, BY_TILE])
+    compiled = report.build(loaded, plugins.registry(), "v5e-8")
+    rows = [row for row in compiled["programs"] if row["component"] == "vae"]
+    assert sorted((row["inputs"]["arg0"], row["calls"]) for row in rows) == sorted(
+        (f"float32{list(p.args[0].shape)}", p.calls) for p in ran)
+    assert all(row["program"] == "vae.decoder" and row["fits"] for row in rows)
+    assert compiled["verdict"]["fits"] is True
+
+    whole = porter.load(RECIPES / "hunyuan-tiny.yaml", *TILED).generate()
+    assert np.array_equal(tiled.frames, whole.frames)
+
+
+def test_submodule_calls_are_found_from_shapes_alone():
+    """A compiled submodule's calls, found by running the code around it on the meta
+    device: one program per input shape, counted; code that needs values raises."""
+    class Tiles(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.Linear(4, 4)
+
+        def decode(self, x):  # 3 tiles of 4 rows, then the 2 left over
+            return torch.cat([self.inner(x[i:i + 4]) for i in range(0, x.shape[0], 4)])
+
+        def forward(self, x):
+            return self.inner(x) if bool((x > 0).all()) else x
+
+    with torch.device("meta"):  # as porter compile builds components: no values
+        model = Tiles()
+    found = programs.submodule_calls(model, "inner", programs.Program(
+        "vae", "decode", (programs.Input((14, 4), torch.float32),), calls=2))
+    assert sorted((p.args[0].shape, p.calls, p.name) for p in programs.unique(found)) == [
+        ((2, 4), 2, "vae.inner"), ((4, 4), 6, "vae.inner")]
+    with pytest.raises(Exception):
+        programs.submodule_calls(model, "inner", programs.Program(
+            "vae", "forward", (programs.Input((14, 4), torch.float32),)))

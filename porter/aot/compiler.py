@@ -86,10 +86,12 @@ def _lower(port, component, program: Program):
                                    component.scanned) \
         if component.scanned else jittable.functional_call
 
+    method = _method(component.module, program.method)
+
     def call(params, buffers, values):
         args, kwargs = _join(template, values)
         with attention.disabled() if component.attention_skipped else _nothing():
-            return functional(program.method, params, buffers, *args, **kwargs)
+            return functional(method, params, buffers, *args, **kwargs)
 
     compile_transform.output_classes_as_pytrees()
     options = {"compiler_options": dict(port.runtime.xla_options)} \
@@ -98,6 +100,17 @@ def _lower(port, component, program: Program):
         lowered = jax.jit(interop.jax_view(call), **options).lower(
             *component.state, abstract_leaves)
     return lowered, sum(kernel_flops)
+
+
+def _method(module, name: str):
+    """What torchax's functional call runs: the component's method ``name``, or the
+    forward of its submodule at path ``name`` (a program of ``submodule_calls``),
+    with every weight of the component given by name."""
+    import torch
+
+    if isinstance(getattr(module, name.split(".")[0], None), torch.nn.Module):
+        return lambda model, *args, **kwargs: model.get_submodule(name)(*args, **kwargs)
+    return name
 
 
 def _nothing():

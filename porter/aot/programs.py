@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -43,6 +44,7 @@ class Program:
     calls: int | None = 1  # None: not known before the run (a share of the steps)
     stage: str = "denoise"
     note: str = ""  # what sets this call apart: "cond and uncond batched", "steps 1-35"
+    parent: str = ""  # a submodule's program: the declared call it is made in
     per_step: int = 0  # denoise: calls in each step this program runs in
 
     @property
@@ -86,6 +88,60 @@ def unique(programs: list[Program]) -> list[Program]:
         else:
             merged[key] = dataclasses.replace(program, kwargs=dict(program.kwargs))
     return list(merged.values())
+
+
+def submodule_calls(module, pattern: str, program: Program) -> list[Program]:
+    """The calls ``program`` makes of ``module``'s submodules whose names match
+    ``pattern`` (a compile rule's ``modules``: each such submodule is compiled by
+    itself and the code between them runs eagerly, e.g. a VAE decoder called once per
+    tile by diffusers' tiled decode), as Programs of their own, named by the
+    submodule's path (``vae.decoder``). Found by running ``program``'s method on
+    PyTorch's meta device: shapes only, no values. Raises what that code raises where
+    it needs values (a branch on a tensor)."""
+    import torch
+
+    calls: list[Program] = []
+
+    def record(sub, args, kwargs, path):
+        calls.append(Program(program.component, path, described(args), described(kwargs),
+                             calls=program.calls, stage=program.stage,
+                             note=f"called by {program.name}",
+                             parent=program.name))
+
+    handles = [sub.register_forward_pre_hook(functools.partial(record, path=name),
+                                             with_kwargs=True)
+               for name, sub in outermost(module, pattern)]
+    try:
+        with torch.no_grad():
+            getattr(module, program.method)(*_meta(program.args), **_meta(program.kwargs))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return calls
+
+
+def outermost(module, pattern: str) -> list:
+    """Submodules whose names match ``pattern``, none inside another (as a run compiles
+    them: a compiled submodule's children are part of its program)."""
+    found: list = []
+    for name, sub in module.named_modules():
+        if name and re.fullmatch(pattern, name) \
+                and not any(name.startswith(f"{outer}.") for outer, _ in found):
+            found.append((name, sub))
+    return found
+
+
+def _meta(value):
+    """A declaration's ``Input``s as empty tensors on the meta device."""
+    import torch
+
+    if isinstance(value, Input):
+        return torch.empty(value.shape, dtype=value.dtype, device="meta")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_meta(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _meta(v) for k, v in value.items()}
+    return value
 
 
 @contextlib.contextmanager

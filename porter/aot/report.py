@@ -27,13 +27,16 @@ def build(recipe, registry, target_name: str, only: list[str] | None = None,
     modules = {name: c.module for name, c in port.components.items()}
     declared = port.family.programs(recipe, modules)
     programs = unique(declared) if declared is not None else []
-    if only:
-        unknown = sorted(set(only) - {p.name for p in programs})
+    if only:  # a declared call's name, or a compiled submodule's (vae.decoder)
+        unknown = sorted(set(only) - {p.name for p in programs}
+                         - {f"{p.component}.{m}" for p in programs for m in _paths(port, p)})
         if unknown:
             raise UsageError(f"no program {', '.join(unknown)} in this recipe's run",
                              hint="programs: " + (", ".join(p.name for p in programs)
                                                   or "none"))
-        programs = [p for p in programs if p.name in only]
+    programs, unknown_calls = _as_run_compiles(port, programs, say)
+    if only:
+        programs = [p for p in programs if p.name in only or p.parent in only]
     results, done = [], {}
     for index, program in enumerate(programs, 1):
         same = _identity(port, program)
@@ -45,7 +48,48 @@ def build(recipe, registry, target_name: str, only: list[str] | None = None,
         say(f"[{index}/{len(programs)}] {program.name}: tracing, then the {target.name} "
             "compiler")
         results.append(done.setdefault(same, compiler.compile_program(port, program)))
-    return _report(recipe, port, target, results, declared is None, bool(only))
+    return _report(recipe, port, target, results, declared is None, bool(only),
+                   unknown_calls)
+
+
+def _paths(port, program) -> list[str]:
+    """The paths of the submodules a compile rule's ``modules`` compiles one by one."""
+    from porter.aot.programs import outermost
+
+    rule = port.components[program.component].rule
+    if rule is None or rule.modules is None:
+        return []
+    return [name for name, _ in outermost(port.components[program.component].module,
+                                          rule.modules)]
+
+
+def _as_run_compiles(port, declared: list, say) -> tuple[list, dict]:
+    """The declared programs as the run compiles them: where a compile rule names
+    ``modules``, the calls of those submodules the declared call makes, found by
+    running the code between them on shapes alone (``submodule_calls``). Also, per
+    component, why its calls could not be found that way."""
+    from porter import patches
+    from porter.aot.programs import submodule_calls
+    from porter.tracing import model_frame
+
+    found, unknown = [], {}
+    for program in declared:
+        rule = port.components[program.component].rule
+        if rule is None or rule.modules is None:
+            found.append(program)
+            continue
+        say(f"{program.name}: finding its calls of {rule.modules!r} from shapes alone")
+        try:
+            with patches.applied(port.chosen):
+                module = port.components[program.component].module
+                found += unique(submodule_calls(module, rule.modules, program))
+        except Exception as exc:  # noqa: BLE001 - the glue needs values
+            where = model_frame(exc)
+            unknown[program.component] = (
+                f"compile.{program.component}.modules compiles submodules, and the code "
+                f"between them needs values to run ({type(exc).__name__}: "
+                f"{str(exc).strip()[:160]}{f' at {where}' if where else ''})")
+    return found, unknown
 
 
 def _identity(port, program) -> tuple:
@@ -72,7 +116,8 @@ def _check(recipe, registry, target) -> None:
         raise RecipeError(problems)
 
 
-def _report(recipe, port, target, results, undeclared: bool, chosen: bool) -> dict:
+def _report(recipe, port, target, results, undeclared: bool, chosen: bool,
+            unknown_calls: dict) -> dict:
     chip = target.facts
     resident = port.resident_bytes_per_chip
     total = sum(resident.values())
@@ -81,7 +126,7 @@ def _report(recipe, port, target, results, undeclared: bool, chosen: bool) -> di
         raise RuntimeError(f"weights per chip: planned {resident}, compiled {given}")
     rows = [_program_row(result, total, chip.usable_hbm_bytes) for result in results]
     compiled = {r.program.component for r in results}
-    left_out = _left_out(port, compiled, undeclared, chosen)
+    left_out = {**_left_out(port, compiled, undeclared, chosen), **unknown_calls}
     bound = roofline.step(results, target)
     anchors = [roofline.implied(bound, a, target) for a in roofline.anchors_for(recipe, target)] \
         if bound else []
@@ -161,8 +206,8 @@ def _left_out(port, compiled: set, undeclared: bool, chosen: bool) -> dict:
             why = (f"family {port.family.name!r} does not declare the calls its run makes "
                    "(ModelFamily.programs), so they cannot be compiled before running")
         elif component.rule.modules is not None:
-            why = (f"compile.{name}.modules compiles submodules whose inputs only a run "
-                   "knows")
+            why = (f"compile.{name}.modules compiles submodules, and the family declares "
+                   "no call of this component")
         elif chosen:
             why = "not asked for (--program)"
         else:
