@@ -70,8 +70,6 @@ def _as_run_compiles(port, declared: list, say) -> tuple[list, dict]:
     component, why its calls could not be found that way."""
     from porter import patches
     from porter.aot.programs import submodule_calls
-    from porter.tracing import model_frame
-
     found, unknown = [], {}
     for program in declared:
         rule = port.components[program.component].rule
@@ -84,11 +82,9 @@ def _as_run_compiles(port, declared: list, say) -> tuple[list, dict]:
                 module = port.components[program.component].module
                 found += unique(submodule_calls(module, rule.modules, program))
         except Exception as exc:  # noqa: BLE001 - the glue needs values
-            where = model_frame(exc)
             unknown[program.component] = (
                 f"compile.{program.component}.modules compiles submodules, and the code "
-                f"between them needs values to run ({type(exc).__name__}: "
-                f"{str(exc).strip()[:160]}{f' at {where}' if where else ''})")
+                f"between them needs values to run ({compiler._traced_failure(exc)})")
     return found, unknown
 
 
