@@ -57,6 +57,19 @@ def test_no_scatter_in_the_compiled_program():
                                   [1, 2, 1, 2, 1, 2, 1, 2])
 
 
+def test_no_interior_padding_in_the_program():
+    """Strided writes are edge pads and a select: the TPU compiler emits interior
+    padding of a lane dimension element by element (tests/test_aot.py measures it)."""
+    def rotate(x, a, b):
+        x = strided_set(x, (Ellipsis, slice(0, None, 2)), a)
+        return strided_set(x, (slice(1, None, 3), Ellipsis, slice(1, 7, 2)), b[1::3, :, :3])
+
+    args = (jnp.zeros((4, 6, 8)), jnp.ones((4, 6, 4)), jnp.full((4, 6, 4), 2.0))
+    text = jax.jit(rotate).lower(*args).as_text()
+    pads = re.findall(r"stablehlo.pad .* interior = \[([\d, ]*)\]", text)
+    assert pads and all(set(p.replace(" ", "").split(",")) == {"0"} for p in pads)
+
+
 def test_other_keys_are_left_to_torchax():
     x = jnp.zeros((4, 4))
     for key in [(1, slice(None, None, 2)), (jnp.array([0, 2]),), (None, slice(0, 2)),
