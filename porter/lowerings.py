@@ -36,6 +36,15 @@ no lowering for it there and falls back to PyTorch's, which reads the placeholde
 meta tensor beneath torchax's and fails. Each is read from its JAX array, giving a
 host tensor as PyTorch does for device scalars.
 
+Nearest-neighbour upsampling (``F.interpolate(mode="nearest" | "nearest-exact")``,
+every video VAE's decoder). torchax runs PyTorch's decomposition, a gather with an
+index per output element; with the activations split over width (``sharding.
+activations``) the gather's operand is gathered onto every chip first. Each output
+axis reads a source index PyTorch's own formula gives (float32, as its CPU kernel
+computes it): where that is each input element repeated, as it is for integer
+factors, the axes are broadcast and reshaped (elementwise, split axes stay split);
+anything else is taken along each axis.
+
 In-place operations on views. torchax runs about thirty in-place operations
 (``addcmul_``, ``masked_fill_``, ``zero_``, ``silu_``, ...) through PyTorch's
 decompositions, which first make a view (``out[..., 0::2]``) a tensor of its own:
@@ -158,10 +167,59 @@ def number(convert):
     return read
 
 
+def _nearest_sources(size: int, out: int, scale, exact: bool):
+    """The input index each of ``out`` outputs reads along one axis, as PyTorch's CPU
+    kernels compute it (``nearest_idx``, ``nearest_neighbor_exact_compute_source_index``:
+    float32 arithmetic, the scale ``1/scale`` when given, else ``size/out``)."""
+    import numpy as np
+
+    step = np.float32(1.0 / scale) if scale else np.float32(size) / np.float32(out)
+    positions = np.arange(out, dtype=np.float32)
+    if exact:
+        positions = positions + np.float32(0.5)
+    elif out in (size, 2 * size):  # PyTorch's exact shortcuts for nearest
+        return np.arange(out) * size // out
+    return np.minimum(np.floor(positions * step).astype(np.int64), size - 1)
+
+
+def upsample_nearest(exact: bool):
+    """``aten.upsample_nearest{1,2,3}d`` (``exact``: ``_upsample_nearest_exact*``), both
+    overloads: (input, output_size, scale_factors) and (input, output_size, *scales)."""
+    def lowering(input, output_size=None, *scales):
+        import jax.numpy as jnp
+        import numpy as np
+
+        from porter.compat import import_torchax
+
+        interop = import_torchax().interop
+        x = interop.jax_view(input)
+        spatial = x.ndim - 2
+        if len(scales) == 1 and (scales[0] is None or isinstance(scales[0], (list, tuple))):
+            scales = scales[0]  # the .vec overload's scale_factors
+        scales = list(scales or []) + [None] * (spatial - len(scales or []))
+        sizes = x.shape[2:]
+        outs = list(output_size) if output_size else [
+            int(np.floor(n * s)) for n, s in zip(sizes, scales)]
+        for axis, (size, out, scale) in enumerate(zip(sizes, outs, scales), 2):
+            sources = _nearest_sources(size, int(out), scale, exact)
+            if out % size == 0 and np.array_equal(sources, np.arange(out) // (out // size)):
+                wide = x.shape[:axis + 1] + (out // size,) + x.shape[axis + 1:]
+                x = jnp.broadcast_to(jnp.expand_dims(x, axis + 1), wide).reshape(
+                    x.shape[:axis] + (out,) + x.shape[axis + 1:])
+            else:
+                x = jnp.take(x, jnp.asarray(sources, jnp.int32), axis=axis)
+        return interop.torch_view(x)
+    return lowering
+
+
 #: op -> Porter's lowering
 LOWERINGS = {torch.ops.aten.native_group_norm: group_norm,
              torch.ops.aten._is_all_true: is_all_true,
              torch.ops.aten.hann_window: hann_window,
+             **{getattr(torch.ops.aten, f"upsample_nearest{d}d"): upsample_nearest(False)
+                for d in (1, 2, 3)},
+             **{getattr(torch.ops.aten, f"_upsample_nearest_exact{d}d"): upsample_nearest(True)
+                for d in (1, 2, 3)},
              torch._C.TensorBase.__float__: number(float),
              torch._C.TensorBase.__int__: number(int)}
 #: op -> a wrapper of torchax's lowering (which keeps its other properties)

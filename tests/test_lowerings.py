@@ -210,3 +210,46 @@ def test_cumsum_in_place_runs_and_writes_through_a_view():
         with lowerings.installed(env):
             values[:, 1:].cumsum_(-1)
         assert values.cpu().tolist() == expected.tolist()
+
+
+# (input shape, interpolate's keywords): integer factors (broadcast), sizes and factors
+# that are not (taken along the axis), both overloads (scale_factor / size)
+UPSAMPLES = [
+    ((1, 3, 4, 5, 6), dict(scale_factor=2)),
+    ((1, 3, 4, 5, 6), dict(scale_factor=(1, 2, 2))),
+    ((1, 3, 4, 5, 6), dict(size=(4, 10, 18))),
+    ((1, 3, 4, 5, 6), dict(size=(7, 9, 11))),
+    ((1, 3, 4, 5, 6), dict(scale_factor=(1.5, 2.5, 0.5))),
+    ((2, 3, 5, 7), dict(scale_factor=3)),
+    ((2, 3, 5, 7), dict(size=(13, 3))),
+    ((2, 3, 7), dict(scale_factor=1.7)),
+]
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+@pytest.mark.parametrize("shape,keywords", UPSAMPLES)
+def test_nearest_upsampling_is_pytorchs(shape, keywords, mode):
+    x = torch.randn(shape)
+    expected = torch.nn.functional.interpolate(x, mode=mode, **keywords)
+    env = torchax.default_env()
+    with env, lowerings.installed(env):
+        got = torch.nn.functional.interpolate(env.to_xla(x), mode=mode, **keywords)
+        got = torch.from_numpy(np.asarray(got.jax()))
+    assert torch.equal(got, expected)
+
+
+def test_integer_upsampling_is_no_gather():
+    """A VAE's 2x upsampling: broadcast and reshape, which a split width keeps split
+    (PyTorch's decomposition, which torchax runs, gathers every output element)."""
+    env = torchax.default_env()
+    x = jax.ShapeDtypeStruct((1, 8, 3, 16, 16), "float32")
+
+    def program(ours: bool) -> str:
+        def upsample(a):  # a new function each time: jax.jit caches traces per function
+            return torch.nn.functional.interpolate(
+                torchax.interop.torch_view(a), scale_factor=(1, 2, 2), mode="nearest").jax()
+        with env, (lowerings.installed(env) if ours else _nothing()):
+            return jax.jit(upsample).lower(x).as_text()
+
+    assert "gather" in program(ours=False)
+    assert "gather" not in program(ours=True)
