@@ -170,22 +170,30 @@ def number(convert):
 def _nearest_sources(size: int, out: int, scale, exact: bool):
     """The input index each of ``out`` outputs reads along one axis, as PyTorch's CPU
     kernels compute it (``nearest_idx``, ``nearest_neighbor_exact_compute_source_index``:
-    float32 arithmetic, the scale ``1/scale`` when given, else ``size/out``)."""
+    float32 arithmetic, the scale ``1/scale`` when one above 0 is given, else
+    ``size/out``)."""
     import numpy as np
 
-    step = np.float32(1.0 / scale) if scale else np.float32(size) / np.float32(out)
+    step = (np.float32(1.0 / scale) if scale is not None and scale > 0
+            else np.float32(size) / np.float32(out))
     positions = np.arange(out, dtype=np.float32)
-    if exact:
+    if exact:  # nearest-exact has no shortcuts in PyTorch
         positions = positions + np.float32(0.5)
-    elif out in (size, 2 * size):  # PyTorch's exact shortcuts for nearest
+    elif out in (size, 2 * size):  # nearest's: the same size, or twice it
         return np.arange(out) * size // out
     return np.minimum(np.floor(positions * step).astype(np.int64), size - 1)
 
 
-def upsample_nearest(exact: bool):
-    """``aten.upsample_nearest{1,2,3}d`` (``exact``: ``_upsample_nearest_exact*``), both
-    overloads: (input, output_size, scale_factors) and (input, output_size, *scales)."""
-    def lowering(input, output_size=None, *scales):
+#: the per-axis scale arguments of ``upsample_nearest{1,2,3}d.default``, by axes
+_SCALE_NAMES = {1: ("scales",), 2: ("scales_h", "scales_w"),
+                3: ("scales_d", "scales_h", "scales_w")}
+
+
+def upsample_nearest(exact: bool, vec: bool):
+    """``aten.upsample_nearest{1,2,3}d`` (``exact``: ``_upsample_nearest_exact*``): the
+    ``.vec`` overload (input, output_size, scale_factors) or, not ``vec``, the default
+    one (input, output_size, one scale per axis)."""
+    def lowering(input, output_size=None, *args, **kwargs):
         import jax.numpy as jnp
         import numpy as np
 
@@ -193,10 +201,12 @@ def upsample_nearest(exact: bool):
 
         interop = import_torchax().interop
         x = interop.jax_view(input)
-        spatial = x.ndim - 2
-        if len(scales) == 1 and (scales[0] is None or isinstance(scales[0], (list, tuple))):
-            scales = scales[0]  # the .vec overload's scale_factors
-        scales = list(scales or []) + [None] * (spatial - len(scales or []))
+        names = _SCALE_NAMES[x.ndim - 2]
+        if vec:
+            scales = list((args[0] if args else kwargs.get("scale_factors")) or [])
+        else:
+            scales = list(args) + [kwargs.get(name) for name in names[len(args):]]
+        scales += [None] * (len(names) - len(scales))
         sizes = x.shape[2:]
         outs = list(output_size) if output_size else [
             int(np.floor(n * s)) for n, s in zip(sizes, scales)]
@@ -212,14 +222,23 @@ def upsample_nearest(exact: bool):
     return lowering
 
 
+def _upsample_lowerings() -> dict:
+    """The two value-returning overloads of each nearest upsampling op (``.out`` ones
+    stay with torchax's decomposition)."""
+    found = {}
+    for name, exact in (("upsample_nearest{}d", False), ("_upsample_nearest_exact{}d", True)):
+        for axes in (1, 2, 3):
+            packet = getattr(torch.ops.aten, name.format(axes))
+            found[packet.default] = upsample_nearest(exact, vec=False)
+            found[packet.vec] = upsample_nearest(exact, vec=True)
+    return found
+
+
 #: op -> Porter's lowering
 LOWERINGS = {torch.ops.aten.native_group_norm: group_norm,
              torch.ops.aten._is_all_true: is_all_true,
              torch.ops.aten.hann_window: hann_window,
-             **{getattr(torch.ops.aten, f"upsample_nearest{d}d"): upsample_nearest(False)
-                for d in (1, 2, 3)},
-             **{getattr(torch.ops.aten, f"_upsample_nearest_exact{d}d"): upsample_nearest(True)
-                for d in (1, 2, 3)},
+             **_upsample_lowerings(),
              torch._C.TensorBase.__float__: number(float),
              torch._C.TensorBase.__int__: number(int)}
 #: op -> a wrapper of torchax's lowering (which keeps its other properties)

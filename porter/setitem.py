@@ -54,8 +54,8 @@ def strided_set(x, key, value):
     groups and broadcasting over the slots. Interior padding (``lax.pad``'s third
     figure) would say it in one op, but the TPU compiler emits a padded lane
     dimension element by element: Wan's rotary writes q and k that way in every
-    block, and each such pad was ~150 MB of TPU instructions, most of a 1.3B
-    transformer's 150 s compile (18 s without)."""
+    block, and each such pad was ~150 MB of the compiler's instruction listing (its
+    LLO dump), most of a 1.3B transformer's 150 s compile (22 s without)."""
     import jax.numpy as jnp
     from jax import lax
 

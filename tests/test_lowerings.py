@@ -253,3 +253,20 @@ def test_integer_upsampling_is_no_gather():
 
     assert "gather" in program(ours=False)
     assert "gather" not in program(ours=True)
+
+
+def test_nearest_upsampling_overloads_as_pytorch_calls_them():
+    """The default overload with its per-axis scales by keyword, and ``.out``, which
+    stays with torchax's decomposition."""
+    x = torch.randn(1, 2, 5, 7)
+    expected = torch.ops.aten.upsample_nearest2d.default(x, [10, 21], scales_h=2.0,
+                                                         scales_w=3.0)
+    env = torchax.default_env()
+    with env, lowerings.installed(env):
+        on_device = env.to_xla(x)
+        got = torch.ops.aten.upsample_nearest2d.default(on_device, [10, 21], scales_h=2.0,
+                                                        scales_w=3.0)
+        out = env.to_xla(torch.empty(1, 2, 10, 21))
+        torch.ops.aten.upsample_nearest2d.out(on_device, [10, 21], out=out)
+        got, out = (torch.from_numpy(np.asarray(t.jax())) for t in (got, out))
+    assert torch.equal(got, expected) and torch.equal(out, expected)
