@@ -68,6 +68,12 @@ class ModelFamily:
     def check(self, recipe) -> list[Problem]:
         """Problems a recipe has for this family, found without weights."""
         variant = recipe.model.variant
+        if recipe.model.config and recipe.model.source != "tiny":
+            return [recipe.problem("model.config", "model.config overrides a tiny model's "
+                                   "configuration; a checkpoint's comes from its "
+                                   "configuration files, which it would not change",
+                                   hint="leave model.config out, or set model.source: tiny "
+                                   "with the checkpoint's widths and the layers you want")]
         if variant is not None and recipe.model.source != "tiny":
             return [recipe.problem("model.variant", "a variant picks the layout of a tiny "
                                    "model; a checkpoint's layout comes from its "

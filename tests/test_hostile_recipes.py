@@ -621,6 +621,16 @@ def test_model_config_problems_are_bounded(write, config, expected):
     assert expected in problems[0].message
 
 
+def test_model_config_of_a_checkpoint_is_refused(write):
+    """model.config shapes a tiny model only: on a hub id it would be silently ignored
+    (a 40-block Wan 14B stays 40 blocks)."""
+    path = write("r.yaml", TINY_RECIPE.replace(
+        "source: tiny}", "source: Wan-AI/Wan2.1-T2V-14B-Diffusers, config: {num_layers: 1}}"))
+    problems = checks.validate(recipe.load(path), plugins.registry())
+    assert [problem.path for problem in problems] == ["model.config"]
+    assert "source: tiny" in problems[0].hint
+
+
 @pytest.mark.parametrize("files,expected", [
     ({"model_index.json": "{"}, "JSONDecodeError"),
     ({"model_index.json": '["not", "a", "mapping"]'}, "cannot be built"),
