@@ -44,7 +44,6 @@ class Program:
     calls: int | None = 1  # None: not known before the run (a share of the steps)
     stage: str = "denoise"
     note: str = ""  # what sets this call apart: "cond and uncond batched", "steps 1-35"
-    parent: str = ""  # a submodule's program: the declared call it is made in
     per_step: int = 0  # denoise: calls in each step this program runs in
 
     @property
@@ -105,8 +104,7 @@ def submodule_calls(module, pattern: str, program: Program) -> list[Program]:
     def record(sub, args, kwargs, path):
         calls.append(Program(program.component, path, described(args), described(kwargs),
                              calls=program.calls, stage=program.stage,
-                             note=f"called by {program.name}",
-                             parent=program.name))
+                             note=f"called by {program.name}"))
 
     handles = [sub.register_forward_pre_hook(functools.partial(record, path=name),
                                              with_kwargs=True)

@@ -28,15 +28,16 @@ def build(recipe, registry, target_name: str, only: list[str] | None = None,
     declared = port.family.programs(recipe, modules)
     programs = unique(declared) if declared is not None else []
     if only:  # a declared call's name, or a compiled submodule's (vae.decoder)
-        unknown = sorted(set(only) - {p.name for p in programs}
-                         - {f"{p.component}.{m}" for p in programs for m in _paths(port, p)})
+        names = [{p.name} | {f"{p.component}.{m}" for m in _paths(port, p)}
+                 for p in programs]
+        unknown = sorted(set(only).difference(*names))
         if unknown:
             raise UsageError(f"no program {', '.join(unknown)} in this recipe's run",
                              hint="programs: " + (", ".join(p.name for p in programs)
                                                   or "none"))
+        # before finding submodule calls: that dry run is for the programs asked for
+        programs = [p for p, named in zip(programs, names) if named & set(only)]
     programs, unknown_calls = _as_run_compiles(port, programs, say)
-    if only:
-        programs = [p for p in programs if p.name in only or p.parent in only]
     results, done = [], {}
     for index, program in enumerate(programs, 1):
         same = _identity(port, program)
