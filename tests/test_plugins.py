@@ -11,7 +11,9 @@ def test_builtin_plugins_found_through_entry_points():
     registry = plugins.load()
     assert {"wan", "cogvideox", "hunyuan"} <= set(registry.plugins)
     assert registry.owners[("family", "wan")] == "wan"
-    assert registry.registered_by("wan") == ["family wan", "patch wan.rope_cache"]
+    assert registry.registered_by("wan") == ["family wan", "patch wan.rope_cache",
+                                            "patch wan.vae_decode_scan",
+                                            "patch wan.vae_encode_scan"]
     assert "patch core.report_compiling" in registry.registered_by("core")
 
 

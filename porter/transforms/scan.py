@@ -251,23 +251,16 @@ class ScanList(torch.nn.Module):
         return carried
 
     def _scan(self, bound, carried: list[str]):
-        import jax
-
         from porter.compat import import_torchax
-        from porter.transforms import attention
 
         interop = import_torchax().interop
         start = tuple(bound.arguments[n] for n in carried)
 
         def body(carry, weights):
-            out = self._call(bound, interop.torch_view(self._as_computed(weights)),
-                             interop.torch_view(carry), carried)
-            return interop.jax_view(out), None
+            computed = interop.torch_view(self._as_computed(interop.jax_view(weights)))
+            return self._call(bound, computed, carry, carried), None
 
-        with attention.repeated(self._count):  # traced once, run for every block
-            final, _ = jax.lax.scan(body, interop.jax_view(start),
-                                    interop.jax_view(self._weights))
-        carry = interop.torch_view(final)
+        carry, _ = torch_scan(body, start, self._weights, self._count)
         return carry if len(carried) > 1 else carry[0]
 
     def _as_computed(self, weights: dict) -> dict:
@@ -278,6 +271,26 @@ class ScanList(torch.nn.Module):
         return {k: v if v.dtype == self._dtypes[k]
                 else jax.lax.bitcast_convert_type(v, self._dtypes[k])
                 for k, v in weights.items()}
+
+
+def torch_scan(body, carry, xs, trips: int):
+    """``jax.lax.scan`` over torchax values: ``body(carry, x) -> (carry, y)`` takes and
+    returns torch tensors (pytrees of them), is traced once and runs ``trips`` times
+    (attention inside it counted that many times); (the final carry, the ys stacked)."""
+    import jax
+
+    from porter.compat import import_torchax
+    from porter.transforms import attention
+
+    interop = import_torchax().interop
+
+    def traced(c, x):
+        new, y = body(interop.torch_view(c), interop.torch_view(x))
+        return interop.jax_view(new), interop.jax_view(y)
+
+    with attention.repeated(trips):
+        final, ys = jax.lax.scan(traced, interop.jax_view(carry), interop.jax_view(xs))
+    return interop.torch_view(final), interop.torch_view(ys)
 
 
 class _Step:

@@ -3,7 +3,7 @@
 from porter.hookspecs import hookimpl
 
 from porter_wan.family import WanFamily
-from porter_wan.patches import ROPE_CACHE
+from porter_wan.patches import ROPE_CACHE, VAE_DECODE_SCAN, VAE_ENCODE_SCAN
 
 
 @hookimpl
@@ -14,3 +14,5 @@ def porter_register_families(register):
 @hookimpl
 def porter_register_patches(register):
     register(ROPE_CACHE)
+    register(VAE_DECODE_SCAN)
+    register(VAE_ENCODE_SCAN)
