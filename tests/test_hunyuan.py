@@ -122,20 +122,20 @@ def test_tiny_15_matches_diffusers(tmp_path):
                     generator=torch.Generator().manual_seed(gen.seed)).frames[0]
     assert np.abs((expected * 255).round() - result.frames).max() <= 1
     assert "hunyuan.rope_cache_15" in [p["name"] for p in result.data["patches"]]
+    # hunyuan.traceable_forward_15: the transformer compiled whole, nothing left eager
+    assert "split" not in result.data["timings"]["compile"]
 
 
 @pytest.mark.slow
 def test_untraceable_forward_is_split_automatically(tmp_path, capfd, monkeypatch):
-    """Without the recipe's compile.transformer.modules, 1.5's whole forward hits its
-    value branch (`if is_t2v:`): the forward runs eagerly with its blocks compiled, Porter
-    says where the branch is, the run record keeps the split, and the frames are
-    diffusers' own."""
+    """Without hunyuan.traceable_forward_15, 1.5's whole forward hits its value branch
+    (`if is_t2v:`): the forward runs eagerly with its blocks compiled, Porter says where
+    the branch is, the run record keeps the split, and the frames are diffusers' own."""
     from porter import notices
     from porter_hunyuan.tiny import build_pipeline_15
 
     monkeypatch.setattr(notices, "_given", [])  # said once a process: this run says it
-    loaded = recipe.load(TINY_15, ["generate.steps=1", "compile.transformer.modules=null",
-                                   f"output.dir={tmp_path}"])
+    loaded = recipe.load(TINY_15, ["generate.steps=1", "patches=[]", f"output.dir={tmp_path}"])
     result = run_recipe(loaded)
     gen = loaded.generate
     pipe = build_pipeline_15(guidance_scale=gen.guidance_scale)
@@ -243,3 +243,68 @@ def test_15_vae_attention_frame_by_frame_equals_the_masked_attention():
     assert torch.allclose(ours, expected, atol=1e-5)
     assert torch.equal(moved[:, :, 0], ours[:, :, 0])
     assert not torch.allclose(moved[:, :, 2], ours[:, :, 2])
+
+
+def _15_inputs(image_zero: bool):
+    """A batch of two whose text and glyph masks pad differently (the first sequence
+    with a gap inside its mask), as the 1.5 pipeline hands them to the transformer."""
+    gen = torch.Generator().manual_seed(1)
+    mask = torch.tensor([[1, 1, 0, 1, 0, 0], [1, 1, 1, 1, 1, 0]])
+    mask_2 = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1]])
+    image = torch.zeros(2, 3, 12) if image_zero else torch.randn(2, 3, 12, generator=gen)
+    return {"hidden_states": torch.randn(2, 9, 3, 4, 4, generator=gen),
+            "timestep": torch.tensor([500.0, 500.0]),
+            "encoder_hidden_states": torch.randn(2, 6, 16, generator=gen),
+            "encoder_attention_mask": mask,
+            "encoder_hidden_states_2": torch.randn(2, 4, 32, generator=gen),
+            "encoder_attention_mask_2": mask_2, "image_embeds": image, "return_dict": False}
+
+
+@pytest.mark.parametrize("image_zero", [True, False], ids=["t2v", "i2v"])
+def test_15_traceable_forward_is_diffusers_forward(image_zero):
+    """hunyuan.traceable_forward_15: the same output as diffusers' forward, in PyTorch
+    and compiled whole by JAX (diffusers' own forward cannot be traced: its branch on
+    `torch.all(image_embeds == 0)` needs a value)."""
+    import jax
+    from porter.compat import import_torchax
+    from porter_hunyuan.patches import TRACEABLE_FORWARD_15
+    from porter_hunyuan.tiny import build_pipeline_15
+
+    model = build_pipeline_15().transformer.eval()
+    inputs = _15_inputs(image_zero)
+    with torch.no_grad():
+        expected = model(**inputs)[0]
+        with TRACEABLE_FORWARD_15.applied():
+            patched = model(**inputs)[0]
+    torch.testing.assert_close(patched, expected, rtol=0, atol=1e-6)
+
+    tx = import_torchax()
+    env = tx.default_env()
+    with env:
+        jittable = tx.interop.JittableModule(copy.deepcopy(model).to("jax"))
+    tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+
+    def program(params, buffers, arrays):
+        return jittable.functional_call("forward", params, buffers, return_dict=False,
+                                        **arrays)[0]
+
+    with TRACEABLE_FORWARD_15.applied(), env, torch.no_grad():
+        compiled = jax.jit(tx.interop.jax_view(program))(
+            tx.interop.jax_view(jittable.params), tx.interop.jax_view(jittable.buffers),
+            {k: env.to_xla(v).jax() for k, v in tensors.items()})
+    np.testing.assert_allclose(np.asarray(compiled), expected.numpy(), atol=1e-5, rtol=0)
+
+
+def test_15_text_tokens_reorder_as_diffusers_does():
+    from porter_hunyuan.forward15 import valid_first
+
+    gen = torch.Generator().manual_seed(0)
+    parts = [torch.randn(3, n, 5, generator=gen) for n in (2, 4, 6)]
+    masks = [torch.rand(3, n, generator=gen) > 0.4 for n in (2, 4, 6)]
+    tokens, mask = valid_first(parts, masks, zeroed=[False, True, True])
+    for b in range(3):  # diffusers' loop, one sequence at a time
+        (i, t2, t), (im, m2, m) = [p[b] for p in parts], [k[b] for k in masks]
+        want = torch.cat([i[im], t2[m2], t[m], i[~im], torch.zeros_like(t2[~m2]),
+                          torch.zeros_like(t[~m])])
+        want_mask = torch.cat([im[im], m2[m2], m[m], im[~im], m2[~m2], m[~m]])
+        assert torch.equal(tokens[b], want) and torch.equal(mask[b], want_mask)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from porter.patches import Patch
 from porter.transforms import rotary
+from porter_hunyuan import forward15
 
 ROPE_CACHE = Patch(
     name="hunyuan.rope_cache",
@@ -127,5 +128,21 @@ VAE_FRAME_CAUSAL_15 = Patch(
         "attention per frame over the keys of that frame and those before it: the same "
         "values, no mask, no loop over tokens.",
     replacement=frame_causal_attn_block_15,
+    fits="diffusers>=0.36,<0.43",
+)
+
+
+TRACEABLE_FORWARD_15 = Patch(
+    name="hunyuan.traceable_forward_15",
+    target="diffusers.models.transformers.transformer_hunyuan_video15:"
+           "HunyuanVideo15Transformer3DModel.forward",
+    doc="HunyuanVideo 1.5's transformer forward branches on a value (`if "
+        "torch.all(image_embeds == 0)`) and reorders each sequence's text tokens with "
+        "boolean indexing, so a run could compile only its blocks, one by one, with the "
+        "glue between them eager, and `porter compile` could not compile it ahead. "
+        "Patched: the branch a torch.where, the reordering a gather by a sort key (the "
+        "same tokens in the same order): the whole forward is one program, its 54 "
+        "identical blocks a scan.",
+    replacement=forward15.traceable_forward,
     fits="diffusers>=0.36,<0.43",
 )

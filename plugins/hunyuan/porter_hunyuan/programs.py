@@ -2,9 +2,9 @@
 calls the transformer and the VAE with (``porter compile`` lowers them; tests hold them
 to what a tiny run calls).
 
-HunyuanVideo 1.5's transformer is compiled block by block (its top-level forward
-reorders text tokens by their mask's values), each block's inputs made by that
-eager forward: only its VAE decode is declared.
+HunyuanVideo 1.5's transformer is one program only with ``hunyuan.traceable_forward_15``
+(diffusers' forward needs values; without the patch a run compiles its blocks one by
+one, and ``porter compile`` finds those calls or says why it cannot).
 """
 
 from __future__ import annotations
@@ -15,29 +15,48 @@ from porter import guidance
 from porter.aot.programs import Input, Program
 from porter.transforms.dtypes import component_dtype
 
+#: HunyuanVideo15Pipeline's own lengths: text tokens after its template, glyph tokens,
+#: and the image tokens it passes (zeros for text-to-video)
+TEXT_TOKENS_15, GLYPH_TOKENS_15, IMAGE_TOKENS_15 = 1000, 256, 729
+
 
 def programs(family, recipe, modules: dict) -> list[Program]:
-    gen = recipe.generate
     shape = family.transformer_inputs(recipe, modules["transformer"].config)["hidden_states"]
     latents = (1, modules["vae"].config["latent_channels"], *shape[2:])
-    found = []
-    if not family.is_15(recipe):
-        config = modules["transformer"].config
-        dtype = component_dtype(recipe, "transformer")
-        text, batch = family.text_length(recipe), guidance.batch(family, recipe)
-        passes = 2 if guidance.guided(family, recipe) and batch == 1 else 1
-        note = ("true guidance: cond and uncond batched" if batch == 2 else
-                "true guidance: cond and uncond, one call each" if passes == 2 else
-                "one pass (guidance is an embedded scale)")
-        found.append(Program("transformer", "forward", (), {
-            "hidden_states": Input(shape, dtype),
-            "timestep": Input((batch,), torch.float32),
-            "encoder_hidden_states": Input((batch, text, config["text_embed_dim"]), dtype),
-            "encoder_attention_mask": Input((batch, text), dtype),
-            "pooled_projections": Input((batch, config["pooled_projection_dim"]), dtype),
-            "guidance": Input((batch,), dtype),
-            "attention_kwargs": None, "return_dict": False},
-            calls=gen.steps * passes, note=note, per_step=passes))
+    found = [_transformer(family, recipe, modules["transformer"].config, shape)]
     found.append(Program("vae", "decode", (Input(latents, component_dtype(recipe, "vae")),),
                          {"return_dict": False}, stage="decode"))
     return found
+
+
+def _transformer(family, recipe, config, shape) -> Program:
+    """One denoising call of the transformer, as the run batches its guidance."""
+    dtype = component_dtype(recipe, "transformer")
+    batch = guidance.batch(family, recipe)
+    passes = 2 if guidance.guided(family, recipe) and batch == 1 else 1
+    kind = "classifier-free guidance" if family.is_15(recipe) else "true guidance"
+    note = (f"{kind}: cond and uncond batched" if batch == 2 else
+            f"{kind}: cond and uncond, one call each" if passes == 2 else
+            "one pass" if family.is_15(recipe) else "one pass (guidance is an embedded scale)")
+    if family.is_15(recipe):
+        text = {"encoder_hidden_states": Input((batch, TEXT_TOKENS_15, config["text_embed_dim"]),
+                                               dtype),
+                "encoder_attention_mask": Input((batch, TEXT_TOKENS_15), dtype),
+                "encoder_hidden_states_2": Input((batch, GLYPH_TOKENS_15,
+                                                  config["text_embed_2_dim"]), dtype),
+                "encoder_attention_mask_2": Input((batch, GLYPH_TOKENS_15), dtype),
+                "image_embeds": Input((batch, IMAGE_TOKENS_15, config["image_embed_dim"]),
+                                      dtype),
+                "timestep": Input((batch,), dtype)}
+    else:
+        text_length = family.text_length(recipe)
+        text = {"encoder_hidden_states": Input((batch, text_length, config["text_embed_dim"]),
+                                               dtype),
+                "encoder_attention_mask": Input((batch, text_length), dtype),
+                "pooled_projections": Input((batch, config["pooled_projection_dim"]), dtype),
+                "guidance": Input((batch,), dtype),
+                "timestep": Input((batch,), torch.float32)}
+    return Program("transformer", "forward", (), {
+        "hidden_states": Input(shape, dtype), **text, "attention_kwargs": None,
+        "return_dict": False}, calls=recipe.generate.steps * passes, note=note,
+        per_step=passes)
