@@ -63,14 +63,36 @@ def request_cpu_devices(count: int) -> None:
 
 
 def configure(platform: str, cpu_devices: int | None) -> None:
-    """Set what JAX reads at import: platform and virtual CPU device count."""
-    if platform != "auto" and not _backends_started():
-        os.environ["JAX_PLATFORMS"] = {"gpu": "cuda"}.get(platform, platform)
+    """Set what JAX reads when it starts: platform and virtual CPU device count."""
+    if platform != "auto":
+        request_platform(platform)
     if cpu_devices:
         request_cpu_devices(cpu_devices)
     if not _tpu_attached():
         quiet_libtpu()
     return_freed_memory()
+
+
+def request_platform(platform: str) -> None:
+    """Have JAX run on ``platform`` (cpu, gpu, tpu). JAX reads JAX_PLATFORMS when it is
+    imported: where it already was (Python code that imported it before Porter), its
+    config takes the setting too, or a recipe's ``runtime.platform: cpu`` ran on the GPU
+    (seen on an H200 through the Python API). Once JAX has started on another platform,
+    refused: a process has one."""
+    name = {"gpu": "cuda"}.get(platform, platform)
+    if not _backends_started():
+        os.environ["JAX_PLATFORMS"] = name
+        if "jax" in sys.modules:
+            import jax
+            jax.config.update("jax_platforms", name)
+        return
+    import jax
+    running = jax.default_backend()
+    if running != platform:
+        raise UsageError(f"runtime.platform {platform} was asked for after JAX started on "
+                         f"{running}",
+                         hint="one platform per process: run this recipe in a process of "
+                              "its own, or leave runtime.platform at auto")
 
 
 MMAP_THRESHOLD = 1 << 20

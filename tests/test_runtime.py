@@ -82,3 +82,25 @@ def test_peak_memory_is_the_process_own_not_its_parents():
     peak = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               check=True).stdout)
     assert peak < len(big) // 2
+
+
+def test_platform_takes_effect_when_jax_was_imported_first():
+    """JAX reads JAX_PLATFORMS at import; a recipe's runtime.platform must reach it
+    anyway (code that imported JAX before Porter: the CPU side of a GPU parity run
+    once ran on the GPU)."""
+    import subprocess
+    import sys
+    code = ("import jax; from porter import runtime; runtime.configure('cpu', None); "
+            "print(jax.config.jax_platforms, jax.default_backend())")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split()[-2:] == ["cpu", "cpu"]
+
+
+def test_another_platform_after_jax_started_is_refused():
+    import jax
+    jax.devices()
+    runtime.request_platform(jax.default_backend())  # what JAX runs on: fine
+    with pytest.raises(UsageError, match="asked for after JAX started on cpu"):
+        runtime.request_platform("tpu")

@@ -16,8 +16,11 @@
 #   XLA_PYTHON_CLIENT_PREALLOCATE  default false: JAX takes GPU memory as it needs
 #                it, leaving room for the PyTorch reference in the same process
 #   ALLOW_CPU    1: skip the checks that JAX and the PyTorch reference run on the GPU
+#   PARITY       the recipe of the whole-run parity check (default recipes/wan-tiny.yaml;
+#                empty: skip it)
 # Results: $OUT/bench.json (porter bench --json), bench.log (its stderr),
-# summary.txt (readable, with MFU), env.txt (versions, devices), nvidia-smi.txt.
+# summary.txt (readable, with MFU), env.txt (versions, devices), nvidia-smi.txt,
+# parity.json and parity.log (benchmarks/gpu/parity.py).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -244,5 +247,16 @@ if peak and flops:
 EOF
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv >&2 || true
+fi
+
+# ------------------------------------------------------------------ parity
+# A whole run (text encoder, transformer, VAE) on the GPU and on the CPU backend, each
+# in a fresh process: frames compared (PARITY= skips it)
+parity="${PARITY-recipes/wan-tiny.yaml}"
+if [[ -n "$parity" ]]; then
+  say "parity: $parity on the GPU and on the CPU backend"
+  (cd "$repo" && "$py" benchmarks/gpu/parity.py "$parity" --json "$out/parity.json") \
+      > "$out/parity.log" 2>&1 || { tail -n 30 "$out/parity.log" >&2; fail "parity failed"; }
+  tail -n 25 "$out/parity.log" >&2
 fi
 say "results in $out"
