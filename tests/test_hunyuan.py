@@ -1,6 +1,7 @@
 """HunyuanVideo plugin: tiny end to end against diffusers; the joint attention's text
 padding is masked exactly (the zero-K/V approximation is measurably wrong)."""
 
+import contextlib
 import copy
 
 import jax.numpy as jnp
@@ -260,21 +261,29 @@ def _15_inputs(image_zero: bool):
             "encoder_attention_mask_2": mask_2, "image_embeds": image, "return_dict": False}
 
 
+@contextlib.contextmanager
+def _15_patches():
+    """The 1.5 transformer patches of recipes/hunyuan15.yaml."""
+    from porter_hunyuan.patches import KEY_MASK_15, TRACEABLE_FORWARD_15
+
+    with TRACEABLE_FORWARD_15.applied(), KEY_MASK_15.applied():
+        yield
+
+
 @pytest.mark.parametrize("image_zero", [True, False], ids=["t2v", "i2v"])
 def test_15_traceable_forward_is_diffusers_forward(image_zero):
-    """hunyuan.traceable_forward_15: the same output as diffusers' forward, in PyTorch
-    and compiled whole by JAX (diffusers' own forward cannot be traced: its branch on
-    `torch.all(image_embeds == 0)` needs a value)."""
+    """hunyuan.traceable_forward_15 and hunyuan.key_mask_15: the same output as
+    diffusers' forward, in PyTorch and compiled whole by JAX (diffusers' own forward
+    cannot be traced: its branch on `torch.all(image_embeds == 0)` needs a value)."""
     import jax
     from porter.compat import import_torchax
-    from porter_hunyuan.patches import TRACEABLE_FORWARD_15
     from porter_hunyuan.tiny import build_pipeline_15
 
     model = build_pipeline_15().transformer.eval()
     inputs = _15_inputs(image_zero)
     with torch.no_grad():
         expected = model(**inputs)[0]
-        with TRACEABLE_FORWARD_15.applied():
+        with _15_patches():
             patched = model(**inputs)[0]
     torch.testing.assert_close(patched, expected, rtol=0, atol=1e-6)
 
@@ -288,7 +297,7 @@ def test_15_traceable_forward_is_diffusers_forward(image_zero):
         return jittable.functional_call("forward", params, buffers, return_dict=False,
                                         **arrays)[0]
 
-    with TRACEABLE_FORWARD_15.applied(), env, torch.no_grad():
+    with _15_patches(), env, torch.no_grad():
         compiled = jax.jit(tx.interop.jax_view(program))(
             tx.interop.jax_view(jittable.params), tx.interop.jax_view(jittable.buffers),
             {k: env.to_xla(v).jax() for k, v in tensors.items()})
@@ -296,7 +305,7 @@ def test_15_traceable_forward_is_diffusers_forward(image_zero):
 
 
 def test_15_text_tokens_reorder_as_diffusers_does():
-    from porter_hunyuan.forward15 import valid_first
+    from porter_hunyuan.transformer15 import valid_first
 
     gen = torch.Generator().manual_seed(0)
     parts = [torch.randn(3, n, 5, generator=gen) for n in (2, 4, 6)]
@@ -308,3 +317,30 @@ def test_15_text_tokens_reorder_as_diffusers_does():
                           torch.zeros_like(t[~m])])
         want_mask = torch.cat([im[im], m2[m2], m[m], im[~im], m2[~m2], m[~m]])
         assert torch.equal(tokens[b], want) and torch.equal(mask[b], want_mask)
+
+
+def test_15_attention_sees_a_key_mask(monkeypatch):
+    """hunyuan.key_mask_15: the blocks' attention gets the text padding as a key mask
+    (batch, 1, 1, tokens), which splash reads as segment ids, not diffusers' square
+    tokens x tokens matrix; the output is diffusers'."""
+    import torch.nn.functional as F
+    from porter_hunyuan.patches import KEY_MASK_15
+    from porter_hunyuan.tiny import build_pipeline_15
+
+    model = build_pipeline_15().transformer.eval()
+    inputs = _15_inputs(image_zero=True)
+    seen, sdpa = [], F.scaled_dot_product_attention
+
+    def spy(*args, attn_mask=None, **kwargs):  # diffusers passes query= key= value=
+        seen.append(tuple(attn_mask.shape))
+        return sdpa(*args, attn_mask=attn_mask, **kwargs)
+
+    with torch.no_grad():
+        expected = model(**inputs)[0]
+        monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+        with KEY_MASK_15.applied():
+            patched = model(**inputs)[0]
+    tokens = 4 * 4 * 3 + 6 + 4 + 3  # video, text, glyph, image
+    # the refiner's own attention (text only) keeps its mask; the blocks' is a key mask
+    assert (2, 1, 1, tokens) in seen and not any(s[-2:] == (tokens, tokens) for s in seen)
+    torch.testing.assert_close(patched, expected, rtol=0, atol=1e-6)

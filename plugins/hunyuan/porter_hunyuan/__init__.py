@@ -3,8 +3,8 @@
 from porter.hookspecs import hookimpl
 
 from porter_hunyuan.family import HunyuanFamily
-from porter_hunyuan.patches import ROPE_CACHE, ROPE_CACHE_15, TRACEABLE_FORWARD_15, \
-    VAE_FRAME_CAUSAL, VAE_FRAME_CAUSAL_15
+from porter_hunyuan.patches import KEY_MASK_15, ROPE_CACHE, ROPE_CACHE_15, \
+    TRACEABLE_FORWARD_15, VAE_FRAME_CAUSAL, VAE_FRAME_CAUSAL_15
 
 
 @hookimpl
@@ -19,3 +19,4 @@ def porter_register_patches(register):
     register(VAE_FRAME_CAUSAL)
     register(VAE_FRAME_CAUSAL_15)
     register(TRACEABLE_FORWARD_15)
+    register(KEY_MASK_15)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from porter.patches import Patch
 from porter.transforms import rotary
-from porter_hunyuan import forward15
+from porter_hunyuan import transformer15
 
 ROPE_CACHE = Patch(
     name="hunyuan.rope_cache",
@@ -143,6 +143,20 @@ TRACEABLE_FORWARD_15 = Patch(
         "Patched: the branch a torch.where, the reordering a gather by a sort key (the "
         "same tokens in the same order): the whole forward is one program, its 54 "
         "identical blocks a scan.",
-    replacement=forward15.traceable_forward,
+    replacement=transformer15.traceable_forward,
+    fits="diffusers>=0.36,<0.43",
+)
+
+
+KEY_MASK_15 = Patch(
+    name="hunyuan.key_mask_15",
+    target="diffusers.models.transformers.transformer_hunyuan_video15:"
+           "HunyuanVideo15AttnProcessor2_0.__call__",
+    doc="HunyuanVideo 1.5's attention hands its text padding to attention as a square "
+        "tokens x tokens boolean mask (12.9 GB per chip at 720p and 121 frames; no kernel "
+        "reads it as padding, so splash falls back to blockwise with the whole matrix). "
+        "Patched: the same padding as a key mask, which splash takes as segment ids. Only "
+        "the rows of text padding queries change, and nothing reads them: the same video.",
+    replacement=transformer15.key_mask_attention,
     fits="diffusers>=0.36,<0.43",
 )
