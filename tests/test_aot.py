@@ -50,6 +50,7 @@ RUNS = [
     ("cogvideox-tiny.yaml", ["model.variant=v1-i2v", f"generate.image={IMAGE}"]),
     ("hunyuan-tiny.yaml", []),
     ("hunyuan15-tiny.yaml", []),
+    ("hunyuan15-tiny.yaml", ["generate.cfg_parallel=true", "mesh.dp=2"]),
 ]
 
 

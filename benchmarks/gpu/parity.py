@@ -3,6 +3,9 @@ transformer, VAE decode (every patch of the recipe, Wan's VAE scan among them), 
 side in a fresh process through the Python API; their frames compared.
 
     python benchmarks/gpu/parity.py [RECIPE] [KEY=VALUE ...] [--json OUT.json]
+        [--platform gpu] [--max-level 2]
+
+Exit 1 when the frames differ by more than --max-level levels or in shape.
 
 Run after benchmarks/gpu/run.sh, with the Python it installed Porter into
 (/tmp/porter-gpu-venv/bin/python); run.sh runs it after the benchmark. The GPU's
@@ -44,7 +47,7 @@ print(json.dumps({"platform": jax.default_backend(), "device": str(jax.devices()
 
 
 def side(recipe: str, overrides: list[str], platform: str, folder: Path) -> dict:
-    """One run in a fresh process on ``platform`` (cpu, or auto: what JAX finds)."""
+    """One run in a fresh process on ``platform`` (runtime.platform: cpu, gpu, ...)."""
     frames = folder / f"{platform}.npy"
     args = [*overrides, f"runtime.platform={platform}", f"output.dir={folder / platform}"]
     done = subprocess.run([sys.executable, "-c", ONE_SIDE, recipe, str(frames), *args],
@@ -61,20 +64,32 @@ def main(argv=None) -> int:
     parser.add_argument("recipe", nargs="?", default="recipes/wan-tiny.yaml")
     parser.add_argument("overrides", nargs="*")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--platform", default="gpu",
+                        help="the accelerator side's runtime.platform (default gpu)")
+    parser.add_argument("--max-level", type=int, default=2,
+                        help="largest difference allowed, in levels of 255 (default 2)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        gpu = side(args.recipe, args.overrides, "auto", Path(tmp))
+        accelerated = side(args.recipe, args.overrides, args.platform, Path(tmp))
         cpu = side(args.recipe, args.overrides, "cpu", Path(tmp))
-    diff = np.abs(gpu.pop("frames").astype(int) - cpu.pop("frames").astype(int))
-    result = {"recipe": args.recipe, "overrides": args.overrides, "accelerator": gpu,
-              "cpu": cpu, "max_level_difference": int(diff.max()),
-              "mean_level_difference": round(float(diff.mean()), 4),
-              "frames_shape": list(diff.shape),
+    a, b = accelerated.pop("frames").astype(int), cpu.pop("frames").astype(int)
+    result = {"recipe": args.recipe, "overrides": args.overrides,
+              "accelerator": accelerated, "cpu": cpu, "frames_shape": list(a.shape),
               "wall_s": round(time.perf_counter() - started, 1)}
+    if a.shape == b.shape:
+        diff = np.abs(a - b)
+        result.update(max_level_difference=int(diff.max()),
+                      mean_level_difference=round(float(diff.mean()), 4))
+    else:
+        result["cpu_frames_shape"] = list(b.shape)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
+    if result.get("max_level_difference", args.max_level + 1) > args.max_level:
+        print(f"parity: the frames differ (shapes {list(a.shape)}, {list(b.shape)}; "
+              f"allowed {args.max_level} levels)", file=sys.stderr)
+        return 1
     return 0
 
 

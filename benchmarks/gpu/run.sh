@@ -255,7 +255,9 @@ fi
 parity="${PARITY-recipes/wan-tiny.yaml}"
 if [[ -n "$parity" ]]; then
   say "parity: $parity on the GPU and on the CPU backend"
-  (cd "$repo" && "$py" benchmarks/gpu/parity.py "$parity" --json "$out/parity.json") \
+  platform=gpu; [[ "${ALLOW_CPU:-0}" == 1 ]] && platform=auto
+  (cd "$repo" && "$py" benchmarks/gpu/parity.py "$parity" --platform "$platform" \
+       --json "$out/parity.json") \
       > "$out/parity.log" 2>&1 || { tail -n 30 "$out/parity.log" >&2; fail "parity failed"; }
   tail -n 25 "$out/parity.log" >&2
 fi

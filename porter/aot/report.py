@@ -202,11 +202,11 @@ def _left_out(port, compiled: set, undeclared: bool, chosen: bool) -> dict:
         if undeclared:
             why = (f"family {port.family.name!r} does not declare the calls its run makes "
                    "(ModelFamily.programs), so they cannot be compiled before running")
+        elif chosen:
+            why = "not asked for (--program)"
         elif component.rule.modules is not None:
             why = (f"compile.{name}.modules compiles submodules, and the family declares "
                    "no call of this component")
-        elif chosen:
-            why = "not asked for (--program)"
         else:
             why = "no call of it in this recipe's run"
         found[name] = why

@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from porter.errors import PorterError
 from porter.transforms.scan import torch_scan
 
 
@@ -73,7 +74,10 @@ def _scanned(pieces: list, step: Callable, cache: list) -> list:
             cache[slot] = value
         out = step(piece, False)
         if _signature(cache) != settled:  # a marker the carry would not hand on
-            raise RuntimeError("a chunk's call changed the cache it had left settled")
+            raise PorterError("a chunk's call changed the cache it had left settled: its "
+                              "loop cannot run as one scan",
+                              hint="leave the patch that scans this loop out of the "
+                                   "recipe's patches")
         return tuple(cache[slot] for slot in slots), out
 
     final, outs = torch_scan(body, tuple(cache[slot] for slot in slots),

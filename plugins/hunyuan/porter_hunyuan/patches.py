@@ -144,7 +144,7 @@ TRACEABLE_FORWARD_15 = Patch(
         "same tokens in the same order): the whole forward is one program, its 54 "
         "identical blocks a scan.",
     replacement=transformer15.traceable_forward,
-    fits="diffusers>=0.36,<0.43",
+    fits="diffusers>=0.37,<0.43",  # diffusers.utils.apply_lora_scale came with 0.37
 )
 
 
@@ -158,5 +158,5 @@ KEY_MASK_15 = Patch(
         "Patched: the same padding as a key mask, which splash takes as segment ids. Only "
         "the rows of text padding queries change, and nothing reads them: the same video.",
     replacement=transformer15.key_mask_attention,
-    fits="diffusers>=0.36,<0.43",
+    fits="diffusers>=0.37,<0.43",  # checked against 0.42 (dispatch_attention_fn's arguments)
 )

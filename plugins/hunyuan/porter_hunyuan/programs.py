@@ -34,29 +34,39 @@ def _transformer(family, recipe, config, shape) -> Program:
     dtype = component_dtype(recipe, "transformer")
     batch = guidance.batch(family, recipe)
     passes = 2 if guidance.guided(family, recipe) and batch == 1 else 1
-    kind = "classifier-free guidance" if family.is_15(recipe) else "true guidance"
-    note = (f"{kind}: cond and uncond batched" if batch == 2 else
-            f"{kind}: cond and uncond, one call each" if passes == 2 else
-            "one pass" if family.is_15(recipe) else "one pass (guidance is an embedded scale)")
-    if family.is_15(recipe):
-        text = {"encoder_hidden_states": Input((batch, TEXT_TOKENS_15, config["text_embed_dim"]),
-                                               dtype),
-                "encoder_attention_mask": Input((batch, TEXT_TOKENS_15), dtype),
-                "encoder_hidden_states_2": Input((batch, GLYPH_TOKENS_15,
-                                                  config["text_embed_2_dim"]), dtype),
-                "encoder_attention_mask_2": Input((batch, GLYPH_TOKENS_15), dtype),
-                "image_embeds": Input((batch, IMAGE_TOKENS_15, config["image_embed_dim"]),
-                                      dtype),
-                "timestep": Input((batch,), dtype)}
+    inputs, kind = (_inputs_15(config, batch, dtype), "classifier-free guidance") \
+        if family.is_15(recipe) else \
+        (_inputs_v1(config, batch, dtype, family.text_length(recipe)), "true guidance")
+    if batch == 2:
+        note = f"{kind}: cond and uncond batched"
+    elif passes == 2:
+        note = f"{kind}: cond and uncond, one call each"
     else:
-        text_length = family.text_length(recipe)
-        text = {"encoder_hidden_states": Input((batch, text_length, config["text_embed_dim"]),
-                                               dtype),
-                "encoder_attention_mask": Input((batch, text_length), dtype),
-                "pooled_projections": Input((batch, config["pooled_projection_dim"]), dtype),
-                "guidance": Input((batch,), dtype),
-                "timestep": Input((batch,), torch.float32)}
+        note = "one pass" if family.is_15(recipe) else "one pass (guidance is an embedded scale)"
     return Program("transformer", "forward", (), {
-        "hidden_states": Input(shape, dtype), **text, "attention_kwargs": None,
+        "hidden_states": Input(shape, dtype), **inputs, "attention_kwargs": None,
         "return_dict": False}, calls=recipe.generate.steps * passes, note=note,
         per_step=passes)
+
+
+def _inputs_15(config, batch: int, dtype) -> dict:
+    """HunyuanVideo 1.5's text, glyph and (zero) image embeddings, as its pipeline
+    pads them, and the timestep in the model's dtype."""
+    return {"encoder_hidden_states": Input((batch, TEXT_TOKENS_15, config["text_embed_dim"]),
+                                           dtype),
+            "encoder_attention_mask": Input((batch, TEXT_TOKENS_15), dtype),
+            "encoder_hidden_states_2": Input((batch, GLYPH_TOKENS_15,
+                                              config["text_embed_2_dim"]), dtype),
+            "encoder_attention_mask_2": Input((batch, GLYPH_TOKENS_15), dtype),
+            "image_embeds": Input((batch, IMAGE_TOKENS_15, config["image_embed_dim"]), dtype),
+            "timestep": Input((batch,), dtype)}
+
+
+def _inputs_v1(config, batch: int, dtype, text_length: int) -> dict:
+    """HunyuanVideo's Llama text embeddings, pooled CLIP embedding and guidance scale."""
+    return {"encoder_hidden_states": Input((batch, text_length, config["text_embed_dim"]),
+                                           dtype),
+            "encoder_attention_mask": Input((batch, text_length), dtype),
+            "pooled_projections": Input((batch, config["pooled_projection_dim"]), dtype),
+            "guidance": Input((batch,), dtype),
+            "timestep": Input((batch,), torch.float32)}
