@@ -19,6 +19,14 @@ def test_docs_page_is_what_the_matrix_says():
     assert page.PAGE.read_text() == page.render(), "run: python tests/matrix/page.py"
 
 
+def test_every_run_names_classes_that_run():
+    """The default run's share of the matrix (check.EVERY_RUN) names classes said to
+    match, and some in each group."""
+    runs = {group: set(check.runs(group)) for group in check.GROUPS}
+    assert check.EVERY_RUN <= set().union(*runs.values())
+    assert all(names & check.EVERY_RUN for names in runs.values())
+
+
 @pytest.mark.parametrize("name", [n for n, e in check.matrix().items()
                                   if isinstance(e, Family)])
 def test_family_pipelines_are_the_families(name):

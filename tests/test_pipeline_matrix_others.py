@@ -7,6 +7,6 @@ from matrix import check
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", check.runs("others"))
+@pytest.mark.parametrize("name", check.params("others"))
 def test_matches_plain_diffusers(name, tmp_path):
     check.assert_matches(name, tmp_path)

@@ -7,6 +7,6 @@ from matrix import check
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", check.runs("wan"))
+@pytest.mark.parametrize("name", check.params("wan"))
 def test_matches_plain_diffusers(name, tmp_path):
     check.assert_matches(name, tmp_path)

@@ -216,6 +216,40 @@ def runs(group: str) -> list[str]:
                   if isinstance(entry, entries.Matches))
 
 
+#: The classes every test run compares, CI's included: in each group the cheapest
+#: (seconds, not a minute), covering its kinds of input (text, an image, a video,
+#: latents) and its transformers. A whole matrix takes about 50 minutes of test time
+#: on 2 cores, more than a CI run may; the other classes carry the ``matrix`` marker,
+#: which the default run deselects (pyproject.toml): ``pytest -m matrix`` runs them.
+EVERY_RUN = {
+    # core
+    "SanaVideoPipeline", "LattePipeline", "MochiPipeline", "LTXLatentUpsamplePipeline",
+    # ltx_hunyuan
+    "LTXPipeline", "LTXImageToVideoPipeline", "LTX2LatentUpsamplePipeline",
+    "HunyuanVideoImageToVideoPipeline",
+    # others
+    "EasyAnimatePipeline", "CogVideoXVideoToVideoPipeline", "SanaImageToVideoPipeline",
+    "CosmosTextToWorldPipeline",
+    # unet
+    "TextToVideoSDPipeline", "VideoToVideoSDPipeline",
+    # wan, Porter's first target: all but the three that take a minute or more
+    "SkyReelsV2Pipeline", "SkyReelsV2ImageToVideoPipeline", "SkyReelsV2DiffusionForcingPipeline",
+    "SkyReelsV2DiffusionForcingImageToVideoPipeline",
+    "SkyReelsV2DiffusionForcingVideoToVideoPipeline", "LucyEditPipeline",
+    "WanVideoToVideoPipeline", "AnyFlowPipeline", "ChronoEditPipeline", "WanVACEPipeline",
+    "HeliosPipeline",
+}
+
+
+def params(group: str) -> list:
+    """``runs(group)`` as pytest parameters, those outside ``EVERY_RUN`` marked
+    ``matrix``."""
+    import pytest
+
+    return [name if name in EVERY_RUN else pytest.param(name, marks=pytest.mark.matrix)
+            for name in runs(group)]
+
+
 def assert_matches(name: str, folder: Path) -> None:
     entry = matrix()[name]
     difference = compare(name, entry, folder)
