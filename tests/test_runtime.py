@@ -41,6 +41,39 @@ def test_cache_dir_settings(monkeypatch, tmp_path):
     assert runtime.cache_dir(False) == tmp_path / "env"
 
 
+MOVED_CACHE = """\
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from porter import runtime
+runtime.enable_compile_cache(Path(sys.argv[1]))
+jax.jit(lambda x: jnp.sin(x) * 3)(jnp.arange(4.0)).block_until_ready()
+"""
+
+
+def test_a_moved_compile_cache_still_hits(tmp_path):
+    """A cache directory copied (or moved) elsewhere serves its programs there: the
+    key of an entry does not depend on the directory's path (on CPU and TPU)."""
+    import shutil
+    import subprocess
+    import sys
+
+    def run(directory):
+        return subprocess.run([sys.executable, "-c", MOVED_CACHE, str(directory)],
+                              capture_output=True, text=True, check=True)
+
+    run(tmp_path / "a")
+    entries = {p.name for p in (tmp_path / "a").glob("*-cache")}
+    assert entries
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    run(tmp_path / "b")
+    # a miss would have written a new entry under another key
+    assert {p.name for p in (tmp_path / "b").glob("*-cache")} == entries
+
+
 def test_request_cpu_devices_sets_flag_before_import(monkeypatch):
     import subprocess
     import sys
