@@ -478,19 +478,40 @@ def test_a_cache_path_that_is_a_file_warns_and_the_run_goes_on(tmp_path):
     assert any("compile cache" in w for w in record["warnings"])
 
 
-def test_unreadable_jax_cache_entries_are_replaced(tmp_path):
+def cached_run_into(cache, out):
+    """A one-step tiny Wan run by `porter run` in a fresh process, compiling into (or
+    loading from) the compile cache ``cache``; its process."""
+    return porter_process("run", str(RECIPES / "wan-tiny.yaml"), "generate.steps=1",
+                          f"output.dir={out}", "--no-progress",
+                          env={"PORTER_CACHE_DIR": str(cache)})
+
+
+@pytest.fixture(scope="module")
+def filled_cache(tmp_path_factory):
+    """A compile cache one run filled (JAX's entries and Porter's stored traces) and
+    that run's output directory: each test damages its own copy (a copied cache hits
+    as the original does: tests/test_runtime.py)."""
+    directory = tmp_path_factory.mktemp("filled")
+    done = cached_run_into(directory / "cache", directory / "out")
+    assert done.returncode == 0, done.stderr
+    return directory / "cache", directory / "out"
+
+
+def copy_cache(filled_cache, tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(filled_cache[0], cache)
+    return cache
+
+
+def test_unreadable_jax_cache_entries_are_replaced(tmp_path, filled_cache):
     """0-byte and cut entries (what JAX's in-place writes leave on a full disk) are
     removed with a warning and stored anew, whole."""
-    cache = tmp_path / "cache"
-    args = ("run", str(RECIPES / "wan-tiny.yaml"), "generate.steps=1",
-            f"output.dir={tmp_path / 'out'}", "--no-progress")
-    env = {"PORTER_CACHE_DIR": str(cache)}
-    assert porter_process(*args, env=env).returncode == 0
+    cache = copy_cache(filled_cache, tmp_path)
     entries = sorted(cache.glob("*-cache"))
     assert entries
     entries[0].write_bytes(b"")
     entries[1].write_bytes(entries[1].read_bytes()[:100])
-    damaged = porter_process(*args, env=env)
+    damaged = cached_run_into(cache, tmp_path / "out")
     assert damaged.returncode == 0, damaged.stderr
     assert "removed an unreadable compile cache entry" in damaged.stderr
     assert sorted(p.name for p in cache.glob("*-cache")) == [p.name for p in entries]
@@ -500,7 +521,7 @@ def test_unreadable_jax_cache_entries_are_replaced(tmp_path):
     assert not list(cache.glob(".*.partial"))
 
 
-def test_swapped_jax_cache_entries_are_replaced_and_the_traces_kept(tmp_path):
+def test_swapped_jax_cache_entries_are_replaced_and_the_traces_kept(tmp_path, filled_cache):
     """Two JAX cache entries with their contents exchanged. JAX trusts the file name:
     it loaded the other program, every later run exited 1 (``safe_zip()``) and the
     trace cache threw away its healthy entry for it. Each entry's seal names its key:
@@ -508,22 +529,16 @@ def test_swapped_jax_cache_entries_are_replaced_and_the_traces_kept(tmp_path):
     from safetensors.torch import load_file
 
     from porter import compile_cache
-    cache = tmp_path / "cache"
-
-    def run_into(out: str):
-        done = porter_process("run", str(RECIPES / "wan-tiny.yaml"), "generate.steps=1",
-                              f"output.dir={tmp_path / out}", "--no-progress",
-                              env={"PORTER_CACHE_DIR": str(cache)})
-        assert done.returncode == 0, done.stderr
-        return done, load_file(str(tmp_path / out / "denoise.safetensors"))["latents"]
-
-    _, latents = run_into("first")
+    cache = copy_cache(filled_cache, tmp_path)
+    latents = load_file(str(filled_cache[1] / "denoise.safetensors"))["latents"]
     traces = {p.name: p.read_bytes() for p in (cache / "porter-traces").glob("*.exported")}
     first, second = sorted(cache.glob("*-cache"), key=lambda p: p.stat().st_size)[-2:]
     a, b = first.read_bytes(), second.read_bytes()  # two programs of the model
     first.write_bytes(b)
     second.write_bytes(a)
-    done, again = run_into("second")
+    done = cached_run_into(cache, tmp_path / "second")
+    assert done.returncode == 0, done.stderr
+    again = load_file(str(tmp_path / "second" / "denoise.safetensors"))["latents"]
     assert done.stderr.count("removed a compile cache entry that is not its key's") == 2
     assert "discarded a stored traced program" not in done.stderr
     assert torch.equal(latents, again)
