@@ -14,8 +14,9 @@ from conftest import RECIPES, slow_porter
 from porter import plugins, recipe
 from porter.commands.run import run
 
-# one heavy test at a time: see conftest.py
-pytestmark = [pytest.mark.slow, pytest.mark.heavy]
+# Not heavy: two tiny-model processes (under 2 GiB together) run beside the other
+# worker's light tests, never beside a real-size run (conftest.py)
+pytestmark = pytest.mark.slow
 
 RECIPE = RECIPES / "wan-tiny-tp.yaml"  # dp=2 x tp=4: weights, latents and attention sharded
 
