@@ -294,7 +294,6 @@ def test_rotary_writes_compile_to_little_tpu_code():
 
 
 @needs_libtpu
-@pytest.mark.heavy
 def test_two_real_width_wan_blocks_compile_for_v6e(tmp_path):
     """Two Wan 14B blocks (widths as published) at 480p, sharded as wan-base.yaml shards
     them, compiled for a v6e-8: the transformer's figures the benchmark table reports
