@@ -7,10 +7,16 @@ Wan 14B transformer compiled unrolled beside compiled as a scan.
     python benchmarks/tpu_compile.py wan14b.yaml     # some of them
     python benchmarks/tpu_compile.py --scan-vs-unrolled [--repeat N] [wan1.3b.yaml [KEY=VALUE ...]]
     python benchmarks/tpu_compile.py --table         # the README table from the results
+    python benchmarks/tpu_compile.py wan14b.yaml --program vae.decode [--report FILE]
+    python benchmarks/tpu_compile.py wan22-a14b.yaml --program vae.decode --same-as wan14b.yaml
 
 Each recipe runs ``porter compile R --target T --json`` in a fresh process, and its
 report is kept in results/tpu-compile.json as it arrives (a rerun skips recipes
-already there unless named).
+already there unless named). ``--program`` compiles one program of a recipe already
+there by itself (or takes it from ``porter compile ... --program P --json``'s output
+in FILE) and puts it in place of that program's row: a VAE made smaller by a patch,
+without compiling the whole recipe again. ``--same-as`` takes the same program
+(the same inputs and weights per chip) from another recipe's report instead.
 """
 
 from __future__ import annotations
@@ -77,6 +83,51 @@ def run(names: list[str]) -> None:
         save(RESULTS, results)
         verdict = row.get("report", {}).get("verdict", {}).get("message", row.get("error"))
         print(f"  exit {row['exit_code']} in {row['wall_s']} s: {verdict}", flush=True)
+
+
+def run_program(name: str, program: str, report_file: str | None = None,
+                same_as: str | None = None) -> None:
+    """``name``'s stored report with ``program`` compiled again by itself, or taken
+    from ``same_as``'s report (see the module's doc)."""
+    from porter.aot.report import replace_program
+
+    stored = {r["recipe"]: r for r in json.loads(RESULTS.read_text())}
+    mine = _program_row(stored, name, program)
+    if same_as:
+        row = _program_row(stored, same_as, program)
+        if (row["inputs"], row["weights_bytes_per_chip"]) != \
+                (mine["inputs"], mine["weights_bytes_per_chip"]) or \
+                stored[same_as]["target"] != stored[name]["target"]:
+            raise SystemExit(f"{program} of {same_as} is not {name}'s: other inputs, "
+                             "weights per chip or target")
+        row = {**row, "replaced": f"the same program of {same_as}"}
+    else:
+        if report_file:
+            report = json.loads(Path(report_file).read_text())
+        else:
+            compiled = compile_one(name, stored[name]["target"], "--program", program)
+            if "report" not in compiled:
+                raise SystemExit(f"{name} {program}: {compiled['error']}")
+            report = compiled["report"]
+        if report["weights_per_chip"] != stored[name]["report"]["weights_per_chip"]:
+            raise SystemExit(f"{program}: compiled with other weights per chip than "
+                             f"{name}'s stored report (another recipe?)")
+        [row] = [r for r in report["programs"] if r["program"] == program]
+        row = {**row, "replaced": "compiled by itself"}
+    replaced = replace_program(stored[name]["report"], row)
+    stored[name] = {**stored[name], "report": replaced}
+    save(RESULTS, list(stored.values()))
+    print(f"{name}: {program} {gib(row['program_peak_bytes'])} GiB by itself; "
+          f"{replaced['verdict']['message']}")
+
+
+def _program_row(stored: dict, name: str, program: str) -> dict:
+    if "report" not in stored.get(name, {}):
+        raise SystemExit(f"{name} has no report in {RESULTS.name}: compile it whole first")
+    rows = [r for r in stored[name]["report"]["programs"] if r["program"] == program]
+    if not rows:
+        raise SystemExit(f"{name}'s report has no program {program}")
+    return rows[0]
 
 
 def scan_vs_unrolled(name: str, *overrides: str, repeat: int = 1) -> None:
@@ -166,6 +217,10 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if args == ["--table"]:
         print(table())
+    elif "--program" in args:
+        def option(flag):
+            return args[args.index(flag) + 1] if flag in args else None
+        run_program(args[0], option("--program"), option("--report"), option("--same-as"))
     elif args[:1] == ["--scan-vs-unrolled"]:
         repeat = int(args.pop(args.index("--repeat") + 1)) if "--repeat" in args else 1
         args = [a for a in args if a != "--repeat"]

@@ -106,6 +106,41 @@ def test_without_libtpu_compile_says_what_to_install(monkeypatch):
     assert "pip install 'porter[tpu]'" in info.value.hint
 
 
+def test_a_program_compiled_again_by_itself_replaces_its_row():
+    """A program compiled by itself (--program) takes its old row's place: its peak
+    counts every weight of the recipe, and the verdict follows it both ways."""
+    from porter.aot.report import replace_program
+
+    GiB = 2**30
+    usable = targets.named("v6e-8").facts.usable_hbm_bytes
+
+    def row(program, stage, peak, weights, seconds):
+        return {"program": program, "component": program.split(".")[0], "stage": stage,
+                "status": "compiled", "trace_s": 1.0, "compile_s": seconds,
+                "weights_bytes_per_chip": weights, "program_peak_bytes": peak,
+                "peak_bytes_per_chip": 10 * GiB - weights + peak,
+                "fits": 10 * GiB - weights + peak <= usable, "inputs": {}}
+
+    report = {"target": {"name": "v6e-8", "usable_hbm_bytes": usable},
+              "weights_per_chip": {"total": 10 * GiB}, "attention_backend": "auto",
+              "not_compiled": {},
+              "programs": [row("transformer.forward", "denoise", 12 * GiB, 8 * GiB, 200.0),
+                           row("vae.decode", "decode", 30 * GiB, GiB, 1000.0)]}
+    report["verdict"] = {"fits": False}
+    smaller = row("vae.decode", "decode", 4 * GiB, GiB, 800.0)
+    smaller["peak_bytes_per_chip"] = None  # computed from this report's weights
+    replaced = replace_program(report, smaller)
+    assert [r["peak_bytes_per_chip"] for r in replaced["programs"]] == [14 * GiB, 13 * GiB]
+    assert replaced["verdict"]["fits"] is True
+    assert replaced["verdict"]["peak_bytes_per_chip"] == 14 * GiB
+    assert replaced["compile_s"] == 1002.0
+    assert report["programs"][1]["program_peak_bytes"] == 30 * GiB  # a copy, not changed
+    bigger = replace_program(replaced, row("vae.decode", "decode", 25 * GiB, GiB, 9.0))
+    assert bigger["verdict"]["fits"] is False and bigger["verdict"]["program"] == "vae.decode"
+    with pytest.raises(ValueError, match="denoising program"):
+        replace_program(report, row("transformer.forward", "denoise", GiB, 8 * GiB, 1.0))
+
+
 def test_collectives_count_each_trip_of_a_loop():
     text = """HloModule m
 

@@ -138,6 +138,31 @@ def _report(recipe, port, target, results, undeclared: bool, chosen: bool,
     return report
 
 
+def replace_program(report: dict, row: dict) -> dict:
+    """``report`` with ``row``, a program compiled by itself (``--program``), in place
+    of its program of that name: a program compiled again after a change made it
+    smaller, or the same program (inputs, weights per chip) of another recipe. Its peak
+    counts this report's weights of every component, as a whole compile counts them;
+    the verdict and the compile time follow. A denoising program is refused: the
+    roofline comes from the compiled transformer, not from its row."""
+    if row["stage"] == "denoise":
+        raise ValueError(f"{row['program']} is a denoising program: compile the recipe "
+                         "whole to change it (the roofline comes from it)")
+    if row["status"] == "compiled":
+        usable = report["target"]["usable_hbm_bytes"]
+        peak = report["weights_per_chip"]["total"] - row["weights_bytes_per_chip"] \
+            + row["program_peak_bytes"]
+        row = {**row, "peak_bytes_per_chip": peak, "fits": peak <= usable}
+    names = [r["program"] for r in report["programs"]]
+    programs = [row if r["program"] == row["program"] else r for r in report["programs"]]
+    replaced = {**report, "programs": programs if row["program"] in names
+                else [*programs, row]}
+    replaced["compile_s"] = round(sum(r["trace_s"] + r["compile_s"]
+                                      for r in replaced["programs"]), 2)
+    replaced["verdict"] = _verdict(replaced, targets.named(report["target"]["name"]).facts)
+    return replaced
+
+
 def _target_row(target) -> dict:
     chip = target.facts
     return {"name": target.name, "chip": chip.name, "chips": target.chips,
