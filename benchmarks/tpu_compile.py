@@ -14,9 +14,10 @@ Each recipe runs ``porter compile R --target T --json`` in a fresh process, and 
 report is kept in results/tpu-compile.json as it arrives (a rerun skips recipes
 already there unless named). ``--program`` compiles one program of a recipe already
 there by itself (or takes it from ``porter compile ... --program P --json``'s output
-in FILE) and puts it in place of that program's row: a VAE made smaller by a patch,
-without compiling the whole recipe again. ``--same-as`` takes the same program
-(the same inputs and weights per chip) from another recipe's report instead.
+in FILE) and puts its programs in place of that stage's (``report.replace_programs``):
+a VAE made smaller by a patch, a decode now tiled, without compiling the whole recipe
+again. ``--same-as`` takes the same program (the same inputs and weights per chip)
+from another recipe's report instead.
 """
 
 from __future__ import annotations
@@ -88,46 +89,54 @@ def run(names: list[str]) -> None:
 def run_program(name: str, program: str, report_file: str | None = None,
                 same_as: str | None = None) -> None:
     """``name``'s stored report with ``program`` compiled again by itself, or taken
-    from ``same_as``'s report (see the module's doc)."""
-    from porter.aot.report import replace_program
+    from ``same_as``'s report (see the module's doc). Where the recipe has no stored
+    report (its whole compile failed), this program's report becomes it."""
+    from porter.aot.report import replace_programs
 
     stored = {r["recipe"]: r for r in json.loads(RESULTS.read_text())}
-    mine = _program_row(stored, name, program)
+    report = None
     if same_as:
-        row = _program_row(stored, same_as, program)
-        if (row["inputs"], row["weights_bytes_per_chip"]) != \
-                (mine["inputs"], mine["weights_bytes_per_chip"]) or \
+        rows = _program_rows(stored, same_as, program)
+        if [(r["inputs"], r["weights_bytes_per_chip"]) for r in rows] != \
+                [(r["inputs"], r["weights_bytes_per_chip"])
+                 for r in _program_rows(stored, name, program)] or \
                 stored[same_as]["target"] != stored[name]["target"]:
             raise SystemExit(f"{program} of {same_as} is not {name}'s: other inputs, "
                              "weights per chip or target")
-        row = {**row, "replaced": f"the same program of {same_as}"}
+        rows = [{**r, "replaced": f"the same program of {same_as}"} for r in rows]
     else:
         if report_file:
             report = json.loads(Path(report_file).read_text())
         else:
-            compiled = compile_one(name, stored[name]["target"], "--program", program)
+            compiled = compile_one(name, RECIPES[name], "--program", program)
             if "report" not in compiled:
                 raise SystemExit(f"{name} {program}: {compiled['error']}")
             report = compiled["report"]
-        if report["weights_per_chip"] != stored[name]["report"]["weights_per_chip"]:
+        rows = [{**r, "replaced": "compiled by itself"} for r in report["programs"]]
+    entry = stored.get(name) or {"recipe": name, "target": RECIPES[name], "overrides": []}
+    base = entry.get("report")
+    if base is None:
+        if report is None:
+            raise SystemExit(f"{name} has no report in {RESULTS.name} to take {program} into")
+        replaced = {**report, "programs": rows}
+    else:
+        if report is not None and report["weights_per_chip"] != base["weights_per_chip"]:
             raise SystemExit(f"{program}: compiled with other weights per chip than "
                              f"{name}'s stored report (another recipe?)")
-        [row] = [r for r in report["programs"] if r["program"] == program]
-        row = {**row, "replaced": "compiled by itself"}
-    replaced = replace_program(stored[name]["report"], row)
-    stored[name] = {**stored[name], "report": replaced}
+        replaced = replace_programs(base, rows)
+    stored[name] = {k: v for k, v in entry.items() if k != "error"} | {"report": replaced}
     save(RESULTS, list(stored.values()))
-    print(f"{name}: {program} {gib(row['program_peak_bytes'])} GiB by itself; "
+    print(f"{name}: {program} ({len(rows)} program(s)) replaced; "
           f"{replaced['verdict']['message']}")
 
 
-def _program_row(stored: dict, name: str, program: str) -> dict:
+def _program_rows(stored: dict, name: str, program: str) -> list[dict]:
     if "report" not in stored.get(name, {}):
         raise SystemExit(f"{name} has no report in {RESULTS.name}: compile it whole first")
     rows = [r for r in stored[name]["report"]["programs"] if r["program"] == program]
     if not rows:
         raise SystemExit(f"{name}'s report has no program {program}")
-    return rows[0]
+    return rows
 
 
 def scan_vs_unrolled(name: str, *overrides: str, repeat: int = 1) -> None:
@@ -199,6 +208,10 @@ def table() -> str:
         peak = max((p for p in peaks if p), default=None)
         fits = {True: "yes", False: f"**no**: {verdict.get('program')}",
                 None: verdict["message"]}[verdict["fits"]]
+        left_out = sorted(name for name, why in report["not_compiled"].items()
+                          if why.startswith("not asked for"))
+        if left_out:
+            fits += f" (not compiled: {', '.join(left_out)})"
         anchor = "; ".join(f"{a['seconds_per_step']} ({a['mfu']:.0%})"
                            for a in report["anchors"]) or ""
         lines.append(

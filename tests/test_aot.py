@@ -106,10 +106,11 @@ def test_without_libtpu_compile_says_what_to_install(monkeypatch):
     assert "pip install 'porter[tpu]'" in info.value.hint
 
 
-def test_a_program_compiled_again_by_itself_replaces_its_row():
-    """A program compiled by itself (--program) takes its old row's place: its peak
-    counts every weight of the recipe, and the verdict follows it both ways."""
-    from porter.aot.report import replace_program
+def test_programs_compiled_again_by_themselves_replace_their_stage():
+    """Programs compiled by themselves (--program) take the place of their stage's
+    programs (a decode's tile programs for the decode in one): their peaks count every
+    weight of the recipe, and the verdict follows them both ways."""
+    from porter.aot.report import replace_programs
 
     GiB = 2**30
     usable = targets.named("v6e-8").facts.usable_hbm_bytes
@@ -123,22 +124,30 @@ def test_a_program_compiled_again_by_itself_replaces_its_row():
 
     report = {"target": {"name": "v6e-8", "usable_hbm_bytes": usable},
               "weights_per_chip": {"total": 10 * GiB}, "attention_backend": "auto",
-              "not_compiled": {},
+              "not_compiled": {"vae": "not asked for (--program)"},
               "programs": [row("transformer.forward", "denoise", 12 * GiB, 8 * GiB, 200.0),
-                           row("vae.decode", "decode", 30 * GiB, GiB, 1000.0)]}
+                           row("vae.decode", "decode", 30 * GiB, GiB, 1000.0),
+                           row("vae._encode", "encode", 2 * GiB, GiB, 50.0)]}
     report["verdict"] = {"fits": False}
-    smaller = row("vae.decode", "decode", 4 * GiB, GiB, 800.0)
-    smaller["peak_bytes_per_chip"] = None  # computed from this report's weights
-    replaced = replace_program(report, smaller)
-    assert [r["peak_bytes_per_chip"] for r in replaced["programs"]] == [14 * GiB, 13 * GiB]
+    tiles = [row("vae.decoder", "decode", 4 * GiB, GiB, 400.0),
+             row("vae.decoder", "decode", 3 * GiB, GiB, 300.0)]
+    for tile in tiles:
+        tile["peak_bytes_per_chip"] = None  # computed from this report's weights
+    replaced = replace_programs(report, tiles)
+    assert [(r["program"], r["peak_bytes_per_chip"]) for r in replaced["programs"]] == [
+        ("transformer.forward", 14 * GiB), ("vae.decoder", 13 * GiB),
+        ("vae.decoder", 12 * GiB), ("vae._encode", 11 * GiB)]
     assert replaced["verdict"]["fits"] is True
     assert replaced["verdict"]["peak_bytes_per_chip"] == 14 * GiB
-    assert replaced["compile_s"] == 1002.0
+    assert replaced["compile_s"] == 201 + 401 + 301 + 51
+    assert replaced["not_compiled"] == {}
     assert report["programs"][1]["program_peak_bytes"] == 30 * GiB  # a copy, not changed
-    bigger = replace_program(replaced, row("vae.decode", "decode", 25 * GiB, GiB, 9.0))
+    bigger = replace_programs(replaced, [row("vae.decode", "decode", 25 * GiB, GiB, 9.0)])
     assert bigger["verdict"]["fits"] is False and bigger["verdict"]["program"] == "vae.decode"
+    assert [r["program"] for r in bigger["programs"]] == [
+        "transformer.forward", "vae.decode", "vae._encode"]
     with pytest.raises(ValueError, match="denoising program"):
-        replace_program(report, row("transformer.forward", "denoise", GiB, 8 * GiB, 1.0))
+        replace_programs(report, [row("transformer.forward", "denoise", GiB, 8 * GiB, 1.0)])
 
 
 def test_collectives_count_each_trip_of_a_loop():

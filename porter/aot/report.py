@@ -138,25 +138,34 @@ def _report(recipe, port, target, results, undeclared: bool, chosen: bool,
     return report
 
 
-def replace_program(report: dict, row: dict) -> dict:
-    """``report`` with ``row``, a program compiled by itself (``--program``), in place
-    of its program of that name: a program compiled again after a change made it
-    smaller, or the same program (inputs, weights per chip) of another recipe. Its peak
-    counts this report's weights of every component, as a whole compile counts them;
-    the verdict and the compile time follow. A denoising program is refused: the
-    roofline comes from the compiled transformer, not from its row."""
-    if row["stage"] == "denoise":
-        raise ValueError(f"{row['program']} is a denoising program: compile the recipe "
-                         "whole to change it (the roofline comes from it)")
-    if row["status"] == "compiled":
-        usable = report["target"]["usable_hbm_bytes"]
-        peak = report["weights_per_chip"]["total"] - row["weights_bytes_per_chip"] \
-            + row["program_peak_bytes"]
-        row = {**row, "peak_bytes_per_chip": peak, "fits": peak <= usable}
-    names = [r["program"] for r in report["programs"]]
-    programs = [row if r["program"] == row["program"] else r for r in report["programs"]]
-    replaced = {**report, "programs": programs if row["program"] in names
-                else [*programs, row]}
+def replace_programs(report: dict, rows: list[dict]) -> dict:
+    """``report`` with ``rows``, programs compiled by themselves (``--program``), in
+    place of its programs of their components and stages: a stage compiled again
+    after a change made it smaller (a tiled decode's tile programs for the decode in
+    one), or the same program (inputs, weights per chip) of another recipe. Their peaks
+    count this report's weights of every component, as a whole compile counts them;
+    the verdict and the compile time follow. Denoising programs are refused: the
+    roofline comes from the compiled transformer, not from its rows."""
+    usable = report["target"]["usable_hbm_bytes"]
+    total = report["weights_per_chip"]["total"]
+    counted = []
+    for row in rows:
+        if row["stage"] == "denoise":
+            raise ValueError(f"{row['program']} is a denoising program: compile the recipe "
+                             "whole to change it (the roofline comes from it)")
+        if row["status"] == "compiled":
+            peak = total - row["weights_bytes_per_chip"] + row["program_peak_bytes"]
+            row = {**row, "peak_bytes_per_chip": peak, "fits": peak <= usable}
+        counted.append(row)
+    stages = {(row["component"], row["stage"]) for row in rows}
+    old = report["programs"]
+    replaced_at = [i for i, row in enumerate(old) if (row["component"], row["stage"]) in stages]
+    at = replaced_at[0] if replaced_at else len(old)
+    kept = [row for i, row in enumerate(old) if i not in replaced_at]
+    components = {row["component"] for row in rows}
+    replaced = {**report, "programs": kept[:at] + counted + kept[at:],
+                "not_compiled": {name: why for name, why in report["not_compiled"].items()
+                                 if name not in components}}
     replaced["compile_s"] = round(sum(r["trace_s"] + r["compile_s"]
                                       for r in replaced["programs"]), 2)
     replaced["verdict"] = _verdict(replaced, targets.named(report["target"]["name"]).facts)
