@@ -208,7 +208,7 @@ def table() -> str:
         peak = max((p for p in peaks if p), default=None)
         fits = {True: "yes", False: f"**no**: {verdict.get('program')}",
                 None: verdict["message"]}[verdict["fits"]]
-        left_out = sorted(name for name, why in report["not_compiled"].items()
+        left_out = sorted(component for component, why in report["not_compiled"].items()
                           if why.startswith("not asked for"))
         if left_out:
             fits += f" (not compiled: {', '.join(left_out)})"
