@@ -124,7 +124,9 @@ def run_program(name: str, program: str, report_file: str | None = None,
             raise SystemExit(f"{program}: compiled with other weights per chip than "
                              f"{name}'s stored report (another recipe?)")
         replaced = replace_programs(base, rows)
-    stored[name] = {k: v for k, v in entry.items() if k != "error"} | {"report": replaced}
+    # a failed whole compile's error, exit code and time do not describe this report
+    failed_run = {"error", "exit_code", "wall_s"} if base is None else set()
+    stored[name] = {k: v for k, v in entry.items() if k not in failed_run} | {"report": replaced}
     save(RESULTS, list(stored.values()))
     print(f"{name}: {program} ({len(rows)} program(s)) replaced; "
           f"{replaced['verdict']['message']}")
