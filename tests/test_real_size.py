@@ -39,7 +39,6 @@ from conftest import RECIPES
 # them (conftest.py). One-device runs peak under 9 GiB (Wan 4.6, CogVideoX-2b float32
 # 8.5; measured): they run beside the other worker's light tests.
 pytestmark = pytest.mark.real_size
-ON_8_DEVICES_HEAVY = pytest.mark.heavy
 
 GiB = 2**30
 TESTS = Path(__file__).resolve().parent
@@ -113,7 +112,7 @@ def wan_reference(wan, tmp_path_factory):
     return load_file(out)["latents"]
 
 
-@pytest.mark.parametrize("devices", [pytest.param(8, marks=ON_8_DEVICES_HEAVY), 1])
+@pytest.mark.parametrize("devices", [pytest.param(8, marks=pytest.mark.heavy), 1])
 def test_wan_1_3b(wan, wan_reference, tmp_path, devices):
     recipe_file = RECIPES / "wan1.3b.yaml"
     overrides = [f"model.source={wan}", *LOW, "generate.frames=5"]
@@ -192,7 +191,7 @@ def cogvideox_reference(cogvideox, tmp_path_factory):
     return np.load(out).astype(int)
 
 
-@pytest.mark.parametrize("devices,dtype", [pytest.param(8, "float16", marks=ON_8_DEVICES_HEAVY),
+@pytest.mark.parametrize("devices,dtype", [pytest.param(8, "float16", marks=pytest.mark.heavy),
                                            (1, "float32")])
 def test_cogvideox_2b(cogvideox, cogvideox_reference, tmp_path, devices, dtype):
     """The second family: CogVideoX-2b, its pipeline's own __call__; frames are

@@ -154,7 +154,8 @@ def replace_programs(report: dict, rows: list[dict]) -> dict:
             raise ValueError(f"{row['program']} is a denoising program: compile the recipe "
                              "whole to change it (the roofline comes from it)")
         if row["status"] == "compiled":
-            peak = total - row["weights_bytes_per_chip"] + row["program_peak_bytes"]
+            peak = _with_every_weight(row["program_peak_bytes"], row["weights_bytes_per_chip"],
+                                      total)
             row = {**row, "peak_bytes_per_chip": peak, "fits": peak <= usable}
         counted.append(row)
     stages = {(row["component"], row["stage"]) for row in rows}
@@ -200,8 +201,7 @@ def _program_row(result, resident_total: int, usable: int) -> dict:
         needed = None if found is None else resident_total - result.weights_bytes + found[0]
         return {**row, "status": "refused", "reason": result.refused,
                 "peak_bytes_per_chip": needed, "fits": False}
-    # every component's weights stay on each chip; this program's are among its arguments
-    peak = resident_total - result.weights_bytes + result.peak_bytes
+    peak = _with_every_weight(result.peak_bytes, result.weights_bytes, resident_total)
     return {**row, "status": "compiled", "memory": result.memory,
             "program_peak_bytes": result.peak_bytes, "peak_bytes_per_chip": peak,
             "fits": peak <= usable, "flops": result.flops,
@@ -209,6 +209,12 @@ def _program_row(result, resident_total: int, usable: int) -> dict:
             "collectives": {kind: {"count": c.count, "bytes": c.bytes,
                                    "bytes_sent_per_chip": c.traffic_bytes}
                             for kind, c in result.collectives.items()}}
+
+
+def _with_every_weight(program_peak: int, program_weights: int, resident_total: int) -> int:
+    """A program's peak per chip while every component's weights stay on each chip
+    (this program's own are among its arguments, so counted once)."""
+    return resident_total - program_weights + program_peak
 
 
 def _inputs(program) -> dict:
