@@ -84,7 +84,7 @@ def measure(only: str | None = None) -> list[dict]:
             found, latents[name] = denoise(overrides)
             if name.startswith("magcache calibrating"):
                 from porter import recipe as recipe_mod
-                from porter.cache import calibration
+                from porter.stepcache import calibration
                 calibration.write(ratios, found["cache"]["ratios"],
                                   recipe_mod.load(RECIPE, BASE), STEPS)
                 found["ratios"] = found["cache"].pop("ratios")

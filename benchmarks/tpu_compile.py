@@ -91,7 +91,7 @@ def run_program(name: str, program: str, report_file: str | None = None,
     """``name``'s stored report with ``program`` compiled again by itself, or taken
     from ``same_as``'s report (see the module's doc). Where the recipe has no stored
     report (its whole compile failed), this program's report becomes it."""
-    from porter.aot.report import replace_programs
+    from porter.commands.compile import replace_programs
 
     stored = {r["recipe"]: r for r in json.loads(RESULTS.read_text())}
     report = None

@@ -14,13 +14,17 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from porter import checks, distributed, notices, passes, patches, porting
+from porter.port import checks, passes, porting
+from porter.runtime import distributed, notices
+from porter.transforms import patches
 from porter.rundir import artifacts, record, results
 from porter import runtime as runtime_mod
-from porter import out_of_memory, schedulers, stages, tracing
+from porter.port import out_of_memory
+from porter.generate import schedulers, stages
+from porter.shims import tracing
 from porter.errors import RecipeError
-from porter.images import INPUTS
-from porter.interop import to_device, to_host
+from porter.recipe.inputs import INPUTS
+from porter.shims.interop import to_device, to_host
 
 #: where per-call settings come from, in error messages (not a file: relative paths
 #: in them start from the current directory)
@@ -228,7 +232,7 @@ class Port:
             resumed=None, progress: bool = False, on_step=None, say=quiet) -> Outcome:
         """Run the wanted stages of ``recipe`` (this port's recipe or one from
         ``settings``). With a ``directory``, each stage's output and the denoising
-        checkpoints are saved there and ``resumed`` (``porter.runners.Resumed``) says
+        checkpoints are saved there and ``resumed`` (``porter.generate.runners.Resumed``) says
         what to continue from; ``on_step(done, total)`` follows denoising."""
         self.calls += 1
         # loading is paid once: the first call's record carries it

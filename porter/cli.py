@@ -7,7 +7,7 @@ import os
 import sys
 import warnings
 
-from porter import interrupt
+from porter.runtime import interrupt
 from porter.errors import PorterError, environment_problem, is_environment_error
 
 EXAMPLES = """\
@@ -283,7 +283,8 @@ def _check_resume_target(resume: str, overrides: list[str]) -> None:
 
 
 def cmd_run(args) -> int:
-    from porter import distributed, plugins
+    from porter.runtime import distributed
+    from porter import plugins
     from porter.commands.run import run
 
     if args.resume:
@@ -337,7 +338,8 @@ def _cache_line(summary: dict) -> str:
 def _batch(args, loaded) -> int:
     from pathlib import Path
 
-    from porter import distributed, plugins
+    from porter.runtime import distributed
+    from porter import plugins
     from porter.commands import batch
     from porter.errors import UsageError
     from porter.rundir.outputs import output_dir
@@ -372,7 +374,8 @@ def cmd_serve(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from porter import checks, plugins
+    from porter.port import checks
+    from porter import plugins
     from porter.errors import RecipeError
 
     loaded = _load_recipe(args)
@@ -390,7 +393,8 @@ def cmd_validate(args) -> int:
 def _checked_recipe(args):
     """The recipe and the registry, after the checks that need neither weights nor JAX
     (the model built from its configuration, as `validate` and `run` build it)."""
-    from porter import checks, plugins
+    from porter.port import checks
+    from porter import plugins
     from porter.errors import RecipeError
 
     loaded = _load_recipe(args)
@@ -404,7 +408,7 @@ def _checked_recipe(args):
 def cmd_plan(args) -> int:
     import json
 
-    from porter import plan
+    from porter.port import plan
 
     loaded, registry = _checked_recipe(args)
     devices, target = _devices_for(args)
@@ -417,7 +421,8 @@ def cmd_compile(args) -> int:
     import json
 
     from porter import plugins, recipe, runtime
-    from porter.aot import report, targets
+    from porter.commands import compile as report
+    from porter.aot import targets
 
     target = targets.named(args.target)
     # the host compiles: JAX runs on the CPU; libtpu only describes the target
@@ -463,8 +468,8 @@ def cmd_bench(args) -> int:
 def cmd_calibrate(args) -> int:
     import os.path
 
-    from porter import distributed
-    from porter.cache.calibrate import calibrate
+    from porter.runtime import distributed
+    from porter.commands.calibrate import calibrate
 
     loaded = _load_recipe(args)
     path, summary = calibrate(loaded, args.output, progress=not args.no_progress)
@@ -484,7 +489,7 @@ def cmd_calibrate(args) -> int:
 def cmd_inspect(args) -> int:
     import json
 
-    from porter.commands import inspection
+    from porter.commands import inspect as inspection
 
     loaded, registry = _checked_recipe(args)
     result = inspection.build(loaded, registry)
@@ -494,7 +499,7 @@ def cmd_inspect(args) -> int:
 
 def cmd_new(args) -> int:
     from porter import plugins
-    from porter.commands import starter
+    from porter.commands import new as starter
 
     path = starter.write(args.name, plugins.registry().family(args.family), args.base,
                          force=args.force)
@@ -520,7 +525,7 @@ def cmd_patches(args) -> int:
     import textwrap
 
     from porter import plugins
-    from porter.patches import PatchError
+    from porter.transforms.patches import PatchError
 
     registry = plugins.registry()
     for name in sorted(registry.patches):

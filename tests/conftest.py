@@ -113,7 +113,7 @@ def lowered_text(module, runtime, **inputs) -> str:
     import functools
 
     import jax
-    from porter.compat import import_torchax
+    from porter.shims.compat import import_torchax
 
     interop = import_torchax().interop
     with runtime.env:

@@ -110,7 +110,7 @@ def test_programs_compiled_again_by_themselves_replace_their_stage():
     """Programs compiled by themselves (--program) take the place of their stage's
     programs (a decode's tile programs for the decode in one): their peaks count every
     weight of the recipe, and the verdict follows them both ways."""
-    from porter.aot.report import replace_programs
+    from porter.commands.compile import replace_programs
 
     GiB = 2**30
     usable = targets.named("v6e-8").facts.usable_hbm_bytes
@@ -214,7 +214,8 @@ def test_a_one_device_image_encoder_compiles_with_torchaxs_attention(monkeypatch
     TPU's attention kernel, sharded over the whole mesh, cannot take its inputs. It runs
     with torchax's attention (in a run too), and compiles: the real recipe's encoder
     (its published configuration; about 20 s)."""
-    from porter import cli, passes
+    from porter import cli
+    from porter.port import passes
 
     args = ["compile", str(RECIPES / "wan-i2v-14b.yaml"), "--target", "v6e-8",
             "--program", "image_encoder.forward", "--json"]
@@ -247,7 +248,7 @@ def test_a_program_the_compiler_cannot_build_is_not_called_out_of_memory():
     for memory (the float16 kernel above was reported as not fitting)."""
     import types
 
-    from porter.aot import report as report_mod
+    from porter.commands import compile as report_mod
     from porter.aot.compiler import Compiled
     from porter.aot.programs import Program
 
@@ -321,7 +322,7 @@ def test_rotary_writes_compile_to_little_tpu_code():
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    from porter.setitem import strided_set
+    from porter.shims.setitem import strided_set
 
     def rotate(x, cos, sin):
         x1, x2 = x[..., 0::2], x[..., 1::2]
@@ -428,7 +429,7 @@ def test_a_decoder_compiled_by_itself_is_compiled_per_tile_as_the_run_calls_it()
     import numpy as np
 
     import porter
-    from porter.aot import report
+    from porter.commands import compile as report
 
     port = porter.load(RECIPES / "hunyuan-tiny.yaml", *TILED, BY_TILE)
     vae = port.pipe.vae

@@ -108,7 +108,7 @@ def test_sharded_attention_equals_unsharded(axes, heads, expect):
 def test_torch_sdpa_is_replaced_with_exact_masks(write):
     """Through torchax: torch's own CPU SDPA is the reference."""
     from conftest import TINY_RECIPE
-    from porter.interop import to_device, to_host
+    from porter.shims.interop import to_device, to_host
 
     loaded = recipe.load(write("r.yaml", TINY_RECIPE + "attention: {backend: blockwise, "
                                "block_q: 64, block_kv: 64}\nmesh: {dp: 1}\n"))

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from porter import checks, cli, plugins, recipe
+from porter.port import checks
+from porter import cli, plugins, recipe
 
 from conftest import RECIPES
 

@@ -8,7 +8,7 @@ from porter import recipe, runtime
 from porter.recipe.schema import CompileRule
 from porter.transforms import compile as compile_transform
 from porter.transforms import placement
-from porter.transforms.trace_cache import TraceCache
+from porter.transforms.compile.traces import TraceCache
 
 
 class Untraceable(torch.nn.Module):
@@ -61,7 +61,7 @@ def _ported(rt, traces=None):
 
 
 def test_untraceable_module_is_split_into_compiled_pieces():
-    from porter.interop import to_device, to_host
+    from porter.shims.interop import to_device, to_host
 
     rt = _rt()
     compiled, split, expected = _ported(rt)
@@ -81,7 +81,7 @@ def test_untraceable_module_is_split_into_compiled_pieces():
 def test_non_tensor_arguments_are_static_without_a_rule():
     """``repeats`` drives a Python loop and ``twice`` a branch: both must be static,
     and the recipe's static_argnames is empty."""
-    from porter.interop import to_device, to_host
+    from porter.shims.interop import to_device, to_host
 
     rt = _rt()
     torch.manual_seed(0)
@@ -113,8 +113,8 @@ def test_non_tensor_arguments_are_static_without_a_rule():
 def test_the_split_is_remembered(tmp_path, monkeypatch):
     """A second run with the same trace cache goes straight to the split: the
     component is never traced whole again."""
-    from porter.interop import to_device
-    from porter.transforms import autosplit
+    from porter.shims.interop import to_device
+    from porter.transforms.compile import autosplit
 
     rt = _rt()
     traces = TraceCache(tmp_path, "fingerprint")

@@ -123,7 +123,7 @@ def test_taylorseer_matches_diffusers_with_blocks_predicted(recipe_path):
 @slow
 def test_calibration_matches_diffusers_and_magcache_follows_it(recipe_path, tmp_path):
     from diffusers import MagCacheConfig
-    from porter.cache import calibration
+    from porter.stepcache import calibration
 
     _, summary, port = porter_run(recipe_path, "cache.method=magcache",
                                   "cache.calibrate=true")
@@ -172,7 +172,7 @@ def test_guidance_cache_reuses_the_difference_on_its_schedule(recipe_path):
 ])
 def test_bad_cache_sections_are_recipe_errors(recipe_path, cache, message):
     from porter import recipe as recipe_mod
-    from porter.checks import recipe_problems
+    from porter.port.checks import recipe_problems
     from porter.plugins import registry
 
     overrides = [f"cache={cache}"]
@@ -186,7 +186,7 @@ def test_bad_cache_sections_are_recipe_errors(recipe_path, cache, message):
 
 def test_unknown_parameter_lists_the_accepted_ones(recipe_path):
     from porter import recipe as recipe_mod
-    from porter.checks import recipe_problems
+    from porter.port.checks import recipe_problems
     from porter.plugins import registry
 
     loaded = recipe_mod.load(recipe_path, ["cache={method: first_block, interval: 2}"])
@@ -196,7 +196,7 @@ def test_unknown_parameter_lists_the_accepted_ones(recipe_path):
 
 def test_defaults_are_diffusers_defaults():
     from diffusers import FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig
-    from porter.cache.methods import METHODS
+    from porter.stepcache.methods import METHODS
 
     theirs = {"magcache": MagCacheConfig, "first_block": FirstBlockCacheConfig,
               "taylorseer": TaylorSeerCacheConfig}
@@ -212,7 +212,7 @@ def test_defaults_are_diffusers_defaults():
 
 
 def test_ratio_files_are_checked(tmp_path):
-    from porter.cache import calibration
+    from porter.stepcache import calibration
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"kind": calibration.KIND, "ratios": {"transformer": [1]}}))
@@ -304,7 +304,7 @@ def test_two_experts_each_follow_their_own_ratios(tmp_path):
     """Wan 2.2 A14B's layout: each expert calibrated, then cached with its own ratios
     resampled to the steps it runs, as diffusers with one config per expert."""
     from diffusers import MagCacheConfig
-    from porter.cache import calibration
+    from porter.stepcache import calibration
 
     path = two_experts(tmp_path, "negative_prompt: blurry, steps: 16, guidance_scale: 4.0, "
                                  "seed: 1")
@@ -332,9 +332,9 @@ def test_two_experts_each_follow_their_own_ratios(tmp_path):
 
 def test_models_the_hooks_cannot_serve_are_recipe_errors(recipe_path):
     from porter import recipe as recipe_mod
-    from porter.cache import hooks, settings
+    from porter.stepcache import hooks, settings
     from porter.plugins import registry
-    from porter.porting import cache_fit_problems
+    from porter.port.porting import cache_fit_problems
 
     def cached_components(recipe, family, modules):
         problems = cache_fit_problems(recipe, family, modules)
@@ -360,7 +360,7 @@ def test_models_the_hooks_cannot_serve_are_recipe_errors(recipe_path):
 
 def test_guidance_cache_and_cfg_parallel_are_refused_together(recipe_path):
     from porter import recipe as recipe_mod
-    from porter.checks import recipe_problems
+    from porter.port.checks import recipe_problems
     from porter.plugins import registry
 
     loaded = recipe_mod.load(recipe_path, ["cache={method: guidance}",
@@ -374,7 +374,7 @@ def test_a_cache_section_keeps_the_stored_traces(recipe_path):
     """Cached pieces are programs of their own names: the trace cache's key is the
     same with and without a cache section."""
     from porter import recipe as recipe_mod
-    from porter.porting import traced_settings
+    from porter.port.porting import traced_settings
 
     plain = recipe_mod.load(recipe_path)
     cached = recipe_mod.load(recipe_path, ["cache={method: first_block}"])
@@ -384,7 +384,7 @@ def test_a_cache_section_keeps_the_stored_traces(recipe_path):
 @slow
 def test_bench_compares_a_pipeline_loop_with_and_without_its_cache():
     from porter import recipe as recipe_mod
-    from porter.cache import measure
+    from porter.commands import cache_bench as measure
 
     from conftest import RECIPES
 
@@ -400,7 +400,7 @@ def test_bench_compares_a_pipeline_loop_with_and_without_its_cache():
 @slow
 def test_calibrating_an_expert_that_runs_no_step_is_refused(tmp_path):
     from porter import recipe as recipe_mod
-    from porter.cache.calibrate import calibrate
+    from porter.commands.calibrate import calibrate
 
     path = two_experts(tmp_path, "steps: 1")
     with pytest.raises(RecipeError, match="transformer_2 ran no step of 1"):
@@ -447,7 +447,8 @@ def test_a_resumed_cached_run_picks_up_its_schedule(recipe_path, tmp_path):
     warning; MagCache's schedule goes on from there (flat ratios: at most 2 skipped in
     a row; retention, 2 of 8 steps, already past), and skipped steps keep the run's
     numbering."""
-    from porter import interrupt, plugins
+    from porter.runtime import interrupt
+    from porter import plugins
     from porter import recipe as recipe_mod
     from porter.commands.run import run
 
@@ -478,7 +479,7 @@ def test_a_resumed_cached_run_picks_up_its_schedule(recipe_path, tmp_path):
 def test_a_step_cache_needs_the_runs_step_count(write):
     """A generic pipeline may run without generate.steps (its own count); a step cache's
     windows are fractions of the steps, so it asks for them."""
-    from porter import cache as step_cache, plugins, recipe
+    from porter import stepcache as step_cache, plugins, recipe
 
     path = write("r.yaml", "model: {family: generic, source: ckpt}\ngenerate: {prompt: x}\n"
                  "cache: {method: first_block, threshold: 0.1}\n")

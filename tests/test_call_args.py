@@ -62,7 +62,8 @@ def test_extra_keys_are_checked_against_the_signature(write):
 
 
 def test_validate_reports_signature_problems_for_a_local_checkpoint(write, tmp_path):
-    from porter import checks, plugins
+    from porter.port import checks
+    from porter import plugins
     from models.ltx import build_ltx_pipeline
 
     source = tmp_path / "ltx"

@@ -232,7 +232,8 @@ def test_every_problem_in_one_error_first_ones_shown(bad):
 
 def test_run_on_a_corrupt_checkpoint_exits_2_before_loading(bad, write, tmp_path, capsys,
                                                            monkeypatch):
-    from porter import loading, passes
+    from porter import loading
+    from porter.port import passes
 
     calls = []
     monkeypatch.setattr(loading, "_from_pretrained", lambda *a: calls.append("load"))

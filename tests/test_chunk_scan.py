@@ -1,5 +1,5 @@
 """A loop over chunks carrying a cache runs as one lax.scan once the cache settles
-(porter.transforms.chunk_scan), and Wan's VAE decodes and encodes that way
+(porter.transforms.compile.chunk_scan), and Wan's VAE decodes and encodes that way
 (wan.vae_decode_scan, wan.vae_encode_scan) with the values diffusers computes."""
 
 import contextlib
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from porter.compat import import_torchax
-from porter.transforms import chunk_scan
+from porter.shims.compat import import_torchax
+from porter.transforms.compile import chunk_scan
 
 
 def _step(cache: list, calls: list):

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from porter import checks, plan, plugins, recipe
+from porter.port import checks, plan
+from porter import plugins, recipe
 from porter.commands.run import run
 
 from conftest import RECIPES

@@ -5,7 +5,7 @@ import sys
 import torch
 from torch._ops import OpOverloadPacket
 
-from porter import compat
+from porter.shims import compat
 
 TORCH_HAS_NAMED_OVERLOADS = hasattr(torch.ops.aten.prod, "dim_Dimname")
 

@@ -3,9 +3,10 @@
 import numpy as np
 import torch
 
-from porter import checks, plugins, recipe, runtime
-from porter.interop import to_device
-from porter.passes import ported as port
+from porter.port import checks
+from porter import plugins, recipe, runtime
+from porter.shims.interop import to_device
+from porter.port.passes import ported as port
 from porter.transforms import compile as compile_transform
 from porter.transforms import placement
 
@@ -74,7 +75,7 @@ def test_xla_options_reach_xla_with_and_without_the_trace_cache(tmp_path):
     import pytest
 
     from porter.recipe.schema import CompileRule
-    from porter.transforms.trace_cache import TraceCache
+    from porter.transforms.compile.traces import TraceCache
     from porter_wan.tiny import build_pipeline
 
     rt = runtime.start(recipe.validate_data(
@@ -97,7 +98,7 @@ def test_xla_options_reach_xla_with_and_without_the_trace_cache(tmp_path):
 
 def test_blocks_compiled_one_by_one(write):
     """modules: the component stays eager (its glue may branch on values); blocks jit."""
-    from porter.interop import to_host
+    from porter.shims.interop import to_host
     from porter_wan.tiny import build_pipeline
 
     loaded = recipe.load(write("r.yaml", TINY_RECIPE + r"""mesh: {dp: 1}
@@ -129,7 +130,7 @@ def test_trace_cache_keys_reuse_and_fallbacks(tmp_path):
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from porter.transforms.trace_cache import TraceCache
+    from porter.transforms.compile.traces import TraceCache
 
     def f(x, scale=2.0):
         return x * scale + 1
@@ -194,7 +195,7 @@ def test_a_compiled_module_keeps_its_signatures_and_buffers(tmp_path):
         {}))
     module = _Scaled()
     placement.apply(module, rt, [])
-    from porter.transforms.trace_cache import TraceCache
+    from porter.transforms.compile.traces import TraceCache
 
     traces = TraceCache(tmp_path, "code")
     compiled = compile_transform.apply(module, CompileRule(methods=["forward", "decode"]),

@@ -4,9 +4,10 @@ import copy
 
 import torch
 
-from porter import checks, loading, plugins, recipe, runtime
-from porter.interop import to_device, to_host
-from porter.passes import ported as port
+from porter.port import checks
+from porter import loading, plugins, recipe, runtime
+from porter.shims.interop import to_device, to_host
+from porter.port.passes import ported as port
 
 from conftest import TINY_RECIPE
 

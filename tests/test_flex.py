@@ -1,4 +1,4 @@
-"""Flex attention under torchax (``porter.flex``, core patches ``core.block_mask`` and
+"""Flex attention under torchax (``porter.shims.flex``, core patches ``core.block_mask`` and
 ``core.flex_attention``): PyTorch's results, where torchax alone fails."""
 
 import sys
@@ -10,8 +10,8 @@ import torch
 from torch.nn.attention import flex_attention as flex
 
 from matrix import check
-from porter import builtin
-from porter.compat import import_torchax
+from porter.plugins import builtin
+from porter.shims.compat import import_torchax
 
 torchax = import_torchax()
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from porter import checks, plugins, recipe
+from porter.port import checks
+from porter import plugins, recipe
 from porter.errors import UsageError
 from porter.commands.run import run
 
@@ -30,7 +31,7 @@ def checkpoint(tmp_path_factory):
 
 
 def test_validates_and_plans_from_the_checkpoint_config(checkpoint, write):
-    from porter import plan
+    from porter.port import plan
     loaded = recipe.load(write("ltx.yaml", GENERIC.format(source=checkpoint)))
     assert checks.validate(loaded, plugins.registry()) == []
     built = plan.build(loaded, plugins.registry(), devices=1)

@@ -13,7 +13,8 @@ import pytest
 import torch
 import yaml
 
-from porter import checks, plugins, recipe
+from porter.port import checks
+from porter import plugins, recipe
 from porter.commands.run import run
 
 

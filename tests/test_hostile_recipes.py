@@ -27,7 +27,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from porter import checks, cli, plugins, recipe
+from porter.port import checks
+from porter import cli, plugins, recipe
 from porter.recipe import yamlio
 from porter.errors import LoadError, RecipeError, UsageError
 

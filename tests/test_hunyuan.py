@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from porter import checks, plan, plugins, recipe, runtime
-from porter.interop import to_device, to_host
-from porter.passes import ported as port
-from porter.porting import ops_installed, selected_patches
+from porter.port import checks, plan
+from porter import plugins, recipe, runtime
+from porter.shims.interop import to_device, to_host
+from porter.port.passes import ported as port
+from porter.port.porting import ops_installed, selected_patches
 from porter.transforms.attention import AttentionBackend, kernels
 
 from conftest import RECIPES, interrupt_at_step
@@ -67,7 +68,7 @@ def transformer_output(backend: str, registry):
     inputs = dict(timestep=torch.tensor([500.0]), encoder_hidden_states=text,
                   encoder_attention_mask=mask, pooled_projections=pooled,
                   guidance=torch.tensor([6000.0]))
-    from porter import patches
+    from porter.transforms import patches
     with patches.applied(selected_patches(loaded, registry, family)):
         pipe = build_pipeline()
         reference = copy.deepcopy(pipe.transformer).eval()
@@ -132,7 +133,7 @@ def test_untraceable_forward_is_split_automatically(tmp_path, capfd, monkeypatch
     """Without hunyuan.traceable_forward_15, 1.5's whole forward hits its value branch
     (`if is_t2v:`): the forward runs eagerly with its blocks compiled, Porter says where
     the branch is, the run record keeps the split, and the frames are diffusers' own."""
-    from porter import notices
+    from porter.runtime import notices
     from porter_hunyuan.tiny import build_pipeline_15
 
     monkeypatch.setattr(notices, "_given", [])  # said once a process: this run says it
@@ -191,7 +192,7 @@ def test_true_guidance_matches_diffusers(tmp_path):
 def test_15_interrupted_run_resumes_bit_identically(tmp_path, monkeypatch):
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from porter.interrupt import Interrupted
+    from porter.runtime.interrupt import Interrupted
     from porter.commands.run import run
 
     whole = run_recipe(recipe.load(TINY_15, [f"output.dir={tmp_path / 'whole'}"]))
@@ -276,7 +277,7 @@ def test_15_traceable_forward_is_diffusers_forward(image_zero):
     diffusers' forward, in PyTorch and compiled whole by JAX (diffusers' own forward
     cannot be traced: its branch on `torch.all(image_embeds == 0)` needs a value)."""
     import jax
-    from porter.compat import import_torchax
+    from porter.shims.compat import import_torchax
     from porter_hunyuan.tiny import build_pipeline_15
 
     model = build_pipeline_15().transformer.eval()

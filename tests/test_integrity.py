@@ -188,7 +188,7 @@ def interrupted(tmp_path_factory):
 
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from porter.interrupt import Interrupted
+    from porter.runtime.interrupt import Interrupted
     directory = tmp_path_factory.mktemp("interrupted")
     loaded = tiny_recipe(directory, directory / "out", "tiny", "generate.steps=3",
                          "output.checkpoint_every=0")
@@ -317,8 +317,8 @@ def test_latents_going_nonfinite_stop_the_run_at_that_step(nan_checkpoint, tmp_p
                                                            capsys):
     """Allowed NaN weights are a warning; the first step then makes NaN latents, and the
     run stops there (exit 2), keeping the encode stage, writing no video."""
-    from porter import notices
-    from porter.stages import NonFinite
+    from porter.runtime import notices
+    from porter.generate.stages import NonFinite
 
     out = tmp_path / "out"
     with pytest.raises(NonFinite, match="denoising step 1 of 2 made NaN or infinite "
@@ -337,7 +337,7 @@ def test_a_pipeline_run_in_one_piece_stops_at_nonfinite_latents(tmp_path, monkey
     pipeline runs its own loop and is checked through the pipeline's step callback."""
     from porter_cogvideox.tiny import build_pipeline
 
-    from porter.stages import NonFinite
+    from porter.generate.stages import NonFinite
 
     pipe = build_pipeline()
     with torch.no_grad():
@@ -377,7 +377,7 @@ def test_only_parameters_are_counted_not_buffers():
 
 
 def test_the_finiteness_check_counts_exactly():
-    from porter import finite
+    from porter.runtime import finite
 
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         x = torch.randn(1000).to(dtype)
@@ -391,7 +391,7 @@ def test_the_finiteness_check_counts_exactly():
 # --- the trace cache verifies what it loads -----------------------------------------
 
 def _trace_cache(directory):
-    from porter.transforms.trace_cache import TraceCache
+    from porter.transforms.compile.traces import TraceCache
     return TraceCache(directory, "fingerprint")
 
 
@@ -409,7 +409,7 @@ def _stored(directory):
 def test_a_damaged_stored_program_is_discarded_and_traced_again(tmp_path, monkeypatch):
     import jax.numpy as jnp
 
-    from porter import notices
+    from porter.runtime import notices
     monkeypatch.setattr(notices, "_given", [])
     for path in _stored(tmp_path):
         data = bytearray(path.read_bytes())
@@ -442,7 +442,7 @@ def test_a_stored_program_whose_first_call_fails_is_a_miss(tmp_path):
     with a matching digest) is discarded and traced again."""
     import jax.numpy as jnp
 
-    from porter.transforms import trace_cache
+    from porter.transforms.compile import traces as trace_cache
     first, second = _stored(tmp_path)
     key_second = second.stem
     blob_first = trace_cache._unpack(first.stem, first.read_bytes())
@@ -456,7 +456,7 @@ def test_a_stored_program_whose_first_call_fails_is_a_miss(tmp_path):
 def test_an_unwritable_trace_cache_warns_once_and_the_run_goes_on(tmp_path, monkeypatch):
     import jax.numpy as jnp
 
-    from porter import notices
+    from porter.runtime import notices
     monkeypatch.setattr(notices, "_given", [])
     (tmp_path / "file").write_text("not a directory")
     cache = _trace_cache(tmp_path / "file" / "traces")
@@ -528,7 +528,7 @@ def test_swapped_jax_cache_entries_are_replaced_and_the_traces_kept(tmp_path, fi
     the two are removed, compiled again and stored anew, the stored traces kept."""
     from safetensors.torch import load_file
 
-    from porter import compile_cache
+    from porter.runtime import compile_cache
     cache = copy_cache(filled_cache, tmp_path)
     latents = load_file(str(filled_cache[1] / "denoise.safetensors"))["latents"]
     traces = {p.name: p.read_bytes() for p in (cache / "porter-traces").glob("*.exported")}
@@ -749,7 +749,7 @@ def test_out_of_memory_is_classified_from_what_jax_and_python_raise(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from porter import out_of_memory
+    from porter.port import out_of_memory
     from porter.errors import OutOfMemory, is_out_of_memory
     loaded = tiny_recipe(tmp_path, tmp_path / "out", "tiny", "attention.backend=blockwise")
     with pytest.raises(jax.errors.JaxRuntimeError) as raised:
@@ -868,7 +868,8 @@ def test_sizes_beyond_the_rotary_tables_fail_validate(capsys):
 def test_attention_too_large_for_the_device_fails_validate(capsys, monkeypatch):
     """Wan 1.3B at 480x832, 81 frames, on one 64 GiB device: with every score
     materialised (reference: float32, 96 GiB per layer) it cannot fit; blockwise can."""
-    from porter import cli, memory, runtime
+    from porter import cli, runtime
+    from porter.runtime import memory
     monkeypatch.setattr(runtime, "device_memory",
                         lambda devices: memory.Limit(64 * 2**30, "the machine's memory"))
     code = cli.main(["validate", str(RECIPES / "wan1.3b.yaml"), "mesh.dp=1", "mesh.tp=1",
@@ -888,7 +889,7 @@ BIG_ATTENTION = ("validate", str(RECIPES / "wan-tiny.yaml"), "mesh.dp=1", "mesh.
 def test_attention_beyond_the_address_space_limit_fails_validate(tmp_path):
     """A process under `ulimit -v` (3 GiB) on a machine with more: validate compares
     with the 3 GiB it may use, and says which limit that is."""
-    from porter import memory
+    from porter.runtime import memory
 
     done = subprocess.run([*address_space_limited(3), "-m", "porter.cli", *BIG_ATTENTION],
                           capture_output=True, text=True, timeout=300)
@@ -903,7 +904,7 @@ def test_the_memory_limit_is_the_least_of_machine_cgroup_and_address_space(tmp_p
                                                                           monkeypatch):
     """This process's own cgroup (from /proc/self/cgroup, below its mount's root) and
     its parents, cgroup v2 and v1; "max" and v1's 2**63 are no limit."""
-    from porter import memory
+    from porter.runtime import memory
     monkeypatch.setattr(memory, "physical",
                         lambda: memory.Limit(64 << 30, "the machine's memory"))
     monkeypatch.setattr(memory, "address_space", lambda: [])

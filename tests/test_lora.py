@@ -8,7 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from porter import checks, loading, plugins, recipe
+from porter.port import checks
+from porter import loading, plugins, recipe
 from porter.errors import RecipeError
 from porter.commands.run import run
 
@@ -227,7 +228,7 @@ def test_a_run_stops_before_compute(write, tmp_path):
 
 
 def test_inspect_shows_what_each_adapter_touches(write, tmp_path):
-    from porter.commands import inspection
+    from porter.commands import inspect as inspection
 
     file = make_lora(tmp_path, bias=True)
     loaded = load(write, tmp_path, [{"file": file.name}])
@@ -300,7 +301,7 @@ def test_stages_made_with_another_adapter_are_refused(write, tmp_path, monkeypat
 
     from porter.rundir import progress as saved_progress
     from porter.errors import UsageError
-    from porter.interrupt import Interrupted
+    from porter.runtime.interrupt import Interrupted
 
     file = make_lora(tmp_path, seed=1)
     original = file.read_bytes()

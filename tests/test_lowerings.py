@@ -1,4 +1,4 @@
-"""Porter's own lowerings (``porter.lowerings``): PyTorch's results, and what they are
+"""Porter's own lowerings (``porter.shims.lowerings``): PyTorch's results, and what they are
 for (a group norm that keeps a split height and width split)."""
 
 import jax
@@ -8,8 +8,8 @@ import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from packaging.requirements import Requirement
 
-from porter import lowerings
-from porter.compat import import_torchax
+from porter.shims import lowerings
+from porter.shims.compat import import_torchax
 
 torchax = import_torchax()
 

@@ -1,4 +1,4 @@
-"""The port's passes: one ordered table (``porter.passes``) that `validate`, `plan`, `run`
+"""The port's passes: one ordered table (``porter.port.passes``) that `validate`, `plan`, `run`
 and `compile` all read. A probe pass added to the table is checked by `validate`,
 fitted and listed by `plan`, applied in its place by a run and by `compile`."""
 
@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from porter import cli, passes, plugins, recipe
+from porter import cli, plugins, recipe
+from porter.port import passes
 
 from conftest import TINY_RECIPE
 

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from porter import checks, plugins, recipe
-from porter.hookspecs import hookimpl
-from porter.patches import Patch, PatchError
+from porter.port import checks
+from porter import plugins, recipe
+from porter.plugins.hookspecs import hookimpl
+from porter.transforms.patches import Patch, PatchError
 
 from conftest import TINY_RECIPE
 

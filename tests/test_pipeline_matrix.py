@@ -7,7 +7,8 @@ import pytest
 
 from matrix import check, page
 from matrix.entries import Family, Refused
-from porter import checks, plugins, recipe
+from porter.port import checks
+from porter import plugins, recipe
 
 
 def test_every_installed_video_pipeline_is_classified():

@@ -10,9 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from porter import loading, passes, plan, plugins, recipe, runtime
+from porter import loading, plugins, recipe, runtime
+from porter.port import passes, plan
 from porter.loading import abstract, weights
-from porter.passes import ported as port
+from porter.port.passes import ported as port
 from porter.transforms import placement
 
 from conftest import RECIPES, TINY_RECIPE

@@ -36,7 +36,7 @@ def site(tmp_path, monkeypatch):
 
 
 EXTERNAL = """
-from porter.hookspecs import hookimpl
+from porter.plugins.hookspecs import hookimpl
 from porter_wan.family import WanFamily
 
 class Toy(WanFamily):
@@ -59,7 +59,7 @@ def test_out_of_repo_plugin_is_discovered(site):
 
 def test_mistyped_hook_is_an_error(site):
     make_dist(site, "ext_typo", """
-        from porter.hookspecs import hookimpl
+        from porter.plugins.hookspecs import hookimpl
 
         @hookimpl
         def porter_register_familes(register):
@@ -73,7 +73,7 @@ def test_mistyped_hook_is_an_error(site):
 
 def test_duplicate_family_rejected(site):
     make_dist(site, "ext_dup", """
-        from porter.hookspecs import hookimpl
+        from porter.plugins.hookspecs import hookimpl
         from porter_wan.family import WanFamily
 
         @hookimpl

@@ -60,7 +60,8 @@ def test_render_has_one_line_per_problem(write):
 @pytest.mark.parametrize("family", ["wan", "cogvideox", "hunyuan"])
 @pytest.mark.parametrize("key", ["prompt", "height", "width", "frames", "steps"])
 def test_staged_families_need_a_prompt_a_size_frames_and_steps(write, family, key):
-    from porter import checks, plugins
+    from porter.port import checks
+    from porter import plugins
 
     generate = {"prompt": "x", "height": 32, "width": 32, "frames": 9, "steps": 2}
     del generate[key]
@@ -74,7 +75,8 @@ def test_staged_families_need_a_prompt_a_size_frames_and_steps(write, family, ke
 @pytest.mark.parametrize("key", ["video", "mask", "control_video", "pose_video", "latents",
                                  "conditions"])
 def test_staged_families_refuse_input_videos(write, key):
-    from porter import checks, plugins
+    from porter.port import checks
+    from porter import plugins
 
     value = "[{frames: clip.mp4}]" if key == "conditions" else "clip.mp4"
     path = write("r.yaml", "model: {family: wan, source: tiny}\ngenerate: {prompt: x, "
@@ -166,7 +168,8 @@ def test_mesh_axis_rules(write):
 @pytest.mark.parametrize("path", sorted(RECIPES.rglob("*.yaml")),
                          ids=lambda p: str(p.relative_to(RECIPES)))
 def test_every_shipped_recipe_validates(path):
-    from porter import checks, plugins
+    from porter.port import checks
+    from porter import plugins
 
     text = path.read_text()
     relative = path.relative_to(RECIPES.parent)

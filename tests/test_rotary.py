@@ -4,10 +4,11 @@ import re
 
 import torch
 
-from porter import patches, plugins, recipe, runtime
-from porter.interop import to_device, to_host
-from porter.passes import ported as port
-from porter.porting import selected_patches
+from porter.transforms import patches
+from porter import plugins, recipe, runtime
+from porter.shims.interop import to_device, to_host
+from porter.port.passes import ported as port
+from porter.port.porting import selected_patches
 
 from conftest import RECIPES, lowered_text
 

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from porter import plugins, recipe, runtime
 from porter.rundir import video
-from porter.passes import ported as port
+from porter.port.passes import ported as port
 from porter.commands.run import run
 
 from conftest import RECIPES, TINY_RECIPE, diffusers_latents
@@ -72,7 +72,7 @@ def test_ported_transformer_matches_pytorch():
     with torch.no_grad():
         expected = reference(x, t, text, return_dict=False)[0]
     port(pipe, plugins.registry().family("wan"), rt, loaded)
-    from porter.interop import to_device, to_host
+    from porter.shims.interop import to_device, to_host
     with rt.env:
         got = pipe.transformer(to_device(x, rt), to_device(t, rt), to_device(text, rt),
                                return_dict=False)[0]

@@ -1,15 +1,16 @@
 """A transformer's identical blocks as one lax.scan over their stacked weights computes
-what its blocks one by one do, for each family that scans (porter.transforms.scan)."""
+what its blocks one by one do, for each family that scans (porter.transforms.compile.scan)."""
 
 import pytest
 import torch
 
 from porter import recipe, runtime
 from porter.aot.programs import Input
-from porter.interop import to_device, to_host
+from porter.shims.interop import to_device, to_host
 from porter.recipe.schema import CompileRule
 from porter.transforms import compile as compile_transform
-from porter.transforms import placement, scan
+from porter.transforms import placement
+from porter.transforms.compile import scan
 
 from conftest import RECIPES
 
@@ -121,7 +122,7 @@ def test_a_half_precision_stack_is_never_converted_whole():
     GiB instead of 4.9). Held as integers, the program needs a block's worth."""
     import jax
 
-    from porter.compat import import_torchax
+    from porter.shims.compat import import_torchax
 
     interop = import_torchax().interop
 

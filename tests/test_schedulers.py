@@ -1,5 +1,5 @@
 """Every common diffusers scheduler steps JAX latents as it steps host ones
-(``porter.schedulers``), with no recipe entry and no patch of its own."""
+(``porter.generate.schedulers``), with no recipe entry and no patch of its own."""
 
 import inspect
 
@@ -9,7 +9,7 @@ import torch
 
 from conftest import RECIPES
 from porter import recipe, runtime
-from porter.schedulers import METHODS, on_device
+from porter.generate.schedulers import METHODS, on_device
 
 # the schedulers diffusers' video pipelines ship with, and the other common ones;
 # the first six failed under torchax before (a host table indexed by a JAX timestep)
@@ -53,7 +53,7 @@ def _denoise(scheduler, latents, place, steps=6):
 def test_scheduler_steps_jax_latents_as_it_steps_host_ones(name, rt):
     import diffusers
 
-    from porter.interop import to_device, to_host
+    from porter.shims.interop import to_device, to_host
 
     cls = getattr(diffusers, name)
     start = torch.randn(1, 4, 2, 8, 8, generator=torch.Generator().manual_seed(0))
@@ -73,7 +73,7 @@ def test_without_it_ddim_fails_under_torchax(rt):
     tensors, this fails and the mechanism can go)."""
     import diffusers
 
-    from porter.interop import to_device
+    from porter.shims.interop import to_device
 
     start = torch.zeros(1, 4, 2, 8, 8)
     with rt.env, pytest.raises((AttributeError, AssertionError)):

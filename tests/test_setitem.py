@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from porter.builtin import SETITEM
-from porter.setitem import full_slices, strided_set
+from porter.plugins.builtin import SETITEM
+from porter.shims.setitem import full_slices, strided_set
 
 SHAPE = (3, 5, 8)
 
@@ -78,7 +78,7 @@ def test_other_keys_are_left_to_torchax():
 
 
 def test_patched_torchax_tensor_matches_torch():
-    from porter.compat import import_torchax
+    from porter.shims.compat import import_torchax
     torchax = import_torchax()
     env = torchax.default_env()
     a, b = torch.randn(2, 7, 3, 5), torch.randn(2, 7, 3, 5)
@@ -124,7 +124,7 @@ BROADCASTS = [
 
 @pytest.mark.parametrize("shape,key,value_shape", BROADCASTS)
 def test_assignment_broadcasts_as_torch_does(shape, key, value_shape):
-    from porter.compat import import_torchax
+    from porter.shims.compat import import_torchax
     torchax = import_torchax()
     env = torchax.default_env()
     x = torch.arange(int(np.prod(shape)), dtype=torch.float32).reshape(shape)
@@ -142,7 +142,7 @@ def test_assignment_broadcasts_as_torch_does(shape, key, value_shape):
 def test_unpatched_torchax_refuses_the_broadcast():
     """What the patch is for: without it the first case fails (if torchax learns
     PyTorch's rule, this fails and the reshape can go)."""
-    from porter.compat import import_torchax
+    from porter.shims.compat import import_torchax
     torchax = import_torchax()
     env = torchax.default_env()
     with env, pytest.raises((ValueError, TypeError)):

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from porter import checks, plan, plugins, recipe, runtime
-from porter.interop import to_device, to_host
-from porter.passes import ported as port
+from porter.port import checks, plan
+from porter import plugins, recipe, runtime
+from porter.shims.interop import to_device, to_host
+from porter.port.passes import ported as port
 
 from conftest import RECIPES, TINY_RECIPE, diffusers_latents, lowered_text
 
@@ -86,7 +87,7 @@ def test_batch_of_one_cannot_split_over_data_axis():
 
 def transformer_output(mesh: str, rules_from=None, batch=2, extra=()):
     """The tiny transformer's output with the weights and mesh of a recipe."""
-    from porter.porting import ops_installed
+    from porter.port.porting import ops_installed
     from porter_wan.tiny import build_pipeline
 
     overrides = ([f"mesh={mesh}"] if mesh else []) + list(extra)
@@ -134,7 +135,7 @@ def test_weights_are_placed_by_rule():
 
 
 def test_stacked_blocks_keep_each_blocks_sharding_and_values():
-    """Blocks compiled as one scan (porter.transforms.scan): each tensor of the blocks
+    """Blocks compiled as one scan (porter.transforms.compile.scan): each tensor of the blocks
     stacked on a new leading axis, sharded as the block's tensor was."""
     from porter_wan.tiny import build_pipeline
 

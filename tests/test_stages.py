@@ -7,7 +7,7 @@ from porter import plugins, recipe
 from porter.rundir import artifacts
 from porter.errors import UsageError
 from porter.commands.run import run
-from porter.runners import STAGED
+from porter.generate.runners import STAGED
 
 from conftest import TINY_RECIPE
 

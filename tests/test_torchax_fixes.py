@@ -1,4 +1,4 @@
-"""Where torchax does not behave as PyTorch does, fixed on every run (``porter.torchax_fixes``):
+"""Where torchax does not behave as PyTorch does, fixed on every run (``porter.shims.fixes``):
 each test shows the gap without the fix, then PyTorch's result with it."""
 
 import copy
@@ -6,9 +6,10 @@ import copy
 import pytest
 import torch
 
-from porter import plugins, porting
-from porter.compat import import_torchax
-from porter.patches import applied
+from porter import plugins
+from porter.port import porting
+from porter.shims.compat import import_torchax
+from porter.transforms.patches import applied
 from porter.transforms import compile as compile_transform
 from porter.recipe.schema import CompileRule
 
@@ -72,7 +73,7 @@ def test_type_as_makes_a_new_tensor_and_takes_a_view(env):
 
 
 def test_a_host_tensor_crosses_into_a_compiled_program(env, monkeypatch):
-    from porter import torchax_fixes
+    from porter.shims import fixes as torchax_fixes
 
     def compiled():
         with env:

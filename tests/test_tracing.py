@@ -1,5 +1,5 @@
 """Failures inside model code are reported at the model's file:line, and called a porting
-gap only when torchax, not the library, failed (``porter.tracing.explained``)."""
+gap only when torchax, not the library, failed (``porter.shims.tracing.explained``)."""
 
 import importlib.util
 import textwrap
@@ -7,10 +7,10 @@ import textwrap
 import pytest
 import torch
 
-from porter import torchax_fixes
-from porter.compat import import_torchax
+from porter.shims import fixes as torchax_fixes
+from porter.shims.compat import import_torchax
 from porter.recipe.schema import CompileRule
-from porter.tracing import PortingError, explained
+from porter.shims.tracing import PortingError, explained
 from porter.transforms import compile as compile_transform
 
 from conftest import Positions
@@ -90,6 +90,6 @@ def test_a_bug_in_porters_compile_wrappers_stays_an_internal_error(library):
         raise KeyError("a bug in the wrapper")
 
     wrapper.__code__ = wrapper.__code__.replace(
-        co_filename="/x/porter/transforms/autosplit.py")
+        co_filename="/x/porter/transforms/compile/autosplit.py")
     with pytest.raises(KeyError), explained():
         library.call_porter(wrapper)

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from porter import checks, plugins, recipe
+from porter.port import checks
+from porter import plugins, recipe
 from porter.commands.run import run
 
 from conftest import RECIPES

@@ -2,7 +2,8 @@
 
 import pytest
 
-from porter import checks, plan, plugins, recipe
+from porter.port import checks, plan
+from porter import plugins, recipe
 
 from conftest import RECIPES
 

@@ -6,7 +6,8 @@ recipe from asking a model for what it cannot do."""
 import pytest
 import torch
 
-from porter import checks, plugins, recipe
+from porter.port import checks
+from porter import plugins, recipe
 from porter.commands.run import run
 
 from conftest import RECIPES

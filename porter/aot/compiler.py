@@ -73,8 +73,9 @@ def _lower(port, component, program: Program):
     """(the lowered program, attention FLOPs per chip counted while tracing it)."""
     import jax
 
-    from porter.compat import import_torchax
-    from porter.transforms import attention, scan
+    from porter.shims.compat import import_torchax
+    from porter.transforms import attention
+    from porter.transforms.compile import scan
     from porter.transforms import compile as compile_transform
 
     interop = import_torchax().interop
@@ -242,7 +243,7 @@ def needed_bytes(refusal: str) -> tuple[int, int] | None:
 
 def _traced_failure(exc: Exception) -> str:
     """Why model code could not be traced with abstract values, with its file:line."""
-    from porter.tracing import model_frame
+    from porter.shims.tracing import model_frame
 
     where = model_frame(exc)
     reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"

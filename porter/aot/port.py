@@ -2,7 +2,7 @@
 tensor a compiled program takes is abstract (a ``jax.ShapeDtypeStruct`` in the
 ``NamedSharding`` the run would place it in) on a deviceless mesh of the target.
 
-The run's own passes, in its order (``porter.passes``, each pass's ``abstract``
+The run's own passes, in its order (``porter.port.passes``, each pass's ``abstract``
 part): patches, set-up calls, dtypes, sharding rules and activation constraints,
 rotary tables, the compile rules (one device for unsharded components, scans) and
 the attention backend. LoRA adapters are fused into the weights a run loads: they
@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from porter import passes, patches, porting
+from porter.port import passes, porting
+from porter.transforms import patches
 from porter.runtime import Runtime, resolve_mesh
-from porter.transforms import scan
+from porter.transforms.compile import scan
 from porter.transforms import sharding as shard_transform
 
 from porter.aot import targets
@@ -79,7 +80,7 @@ class AbstractPort:
 def target_runtime(recipe, target: targets.Target) -> Runtime:
     """The target's mesh (the recipe's axes on its chips), platform and XLA options."""
     from porter import runtime as runtime_mod
-    from porter.compat import import_torchax
+    from porter.shims.compat import import_torchax
 
     axes = resolve_mesh(recipe.mesh, target.chips, given=True, target=target.name)
     mesh = targets.mesh(target, axes)
@@ -91,7 +92,7 @@ def target_runtime(recipe, target: targets.Target) -> Runtime:
 
 def build(recipe, registry, target: targets.Target) -> AbstractPort:
     """The recipe's port for ``target``, every tensor abstract: the passes' ``abstract``
-    parts (``porter.passes``), in the run's order."""
+    parts (``porter.port.passes``), in the run's order."""
     family = registry.family(recipe.model.family)
     building = passes.Building(recipe, registry, family, target_runtime(recipe, target))
     with building.stack:  # the patches, while the passes run
@@ -119,7 +120,7 @@ def _abstract_state(component: Component, runtime):
     import jax
     from jax.sharding import NamedSharding, SingleDeviceSharding
 
-    from porter.compat import import_torchax
+    from porter.shims.compat import import_torchax
 
     torchax = import_torchax()
     jittable = torchax.compile(component.module,
@@ -140,7 +141,7 @@ def _abstract_state(component: Component, runtime):
                                            sharding=sharding(t))
                 for name, t in store.items()}
 
-    def stacked(found: dict) -> dict:  # as a run stacks them (porter.transforms.scan)
+    def stacked(found: dict) -> dict:  # as a run stacks them (porter.transforms.compile.scan)
         return scan.stacked(found, scan.groups(found, component.scanned),
                             scan.stack_abstract)
 

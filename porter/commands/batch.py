@@ -24,7 +24,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from porter import api, distributed, interrupt, runners
+from porter import api
+from porter.runtime import distributed, interrupt
+from porter.generate import runners
 from porter.rundir import artifacts, outputs, record, results
 from porter.commands import run as run_mod
 from porter.errors import RecipeError, UsageError, failure
@@ -149,7 +151,7 @@ def check_items(items: list[Item], recipe, registry, path: Path) -> None:
 def run_batch(recipe, registry, prompts: Path, progress: bool = True,
               resume: bool = False) -> dict:
     """Run every item of ``prompts`` on one port; returns the batch summary."""
-    from porter import checks
+    from porter.port import checks
 
     family = checks.checked_family(recipe, registry)
     say = api.status if progress else api.quiet

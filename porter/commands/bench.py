@@ -19,13 +19,16 @@ from pathlib import Path
 
 import torch
 
-from porter import checks, loading, patches, runtime as runtime_mod
-from porter.passes import ported as port
-from porter.porting import ops_installed, selected_patches
+from porter.port import checks
+from porter import loading, runtime as runtime_mod
+from porter.transforms import patches
+from porter.port.passes import ported as port
+from porter.port.porting import ops_installed, selected_patches
 from porter.commands.verify import cast, random_inputs
-from porter.cache import measure, without_cache
-from porter.interop import to_device
-from porter.stages import block
+from porter.commands import cache_bench as measure
+from porter.stepcache import without_cache
+from porter.shims.interop import to_device
+from porter.generate.stages import block
 
 
 def _median_seconds(call, repeats: int) -> float:
@@ -112,7 +115,7 @@ def _reference_device(runtime) -> torch.device:
 
 def bench(recipe, registry, steps: int = 5) -> dict:
     """One step of the port beside PyTorch eager; with a ``cache:`` section, also the
-    recipe's denoise stage with the cache beside it without (``porter.cache.measure``)."""
+    recipe's denoise stage with the cache beside it without (``porter.commands.cache_bench``)."""
     result = _one_step(without_cache(recipe), registry, steps)
     if recipe.cache:
         result["cache"] = measure.compare(recipe)

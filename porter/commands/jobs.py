@@ -19,7 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-from porter import api, interrupt
+from porter import api
+from porter.runtime import interrupt
 from porter.rundir import outputs, record
 from porter.commands import uploads
 from porter.errors import UsageError, failure

@@ -6,7 +6,9 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from porter import api, checks, distributed
+from porter import api
+from porter.port import checks
+from porter.runtime import distributed
 from porter.rundir import outputs, record, results
 from porter.errors import UsageError
 

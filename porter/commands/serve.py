@@ -34,7 +34,7 @@ import secrets
 
 from porter.commands import uploads
 from porter.errors import RecipeError, UsageError, failure
-from porter.images import INPUTS, PATH_KEYS
+from porter.recipe.inputs import INPUTS, PATH_KEYS
 
 TOKEN_ENV = "PORTER_TOKEN"
 #: bytes a request body may have: room for two largest images as data URLs
@@ -308,7 +308,9 @@ def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
     the end."""
     import uvicorn
 
-    from porter import api, checks, distributed, interrupt
+    from porter import api
+    from porter.port import checks
+    from porter.runtime import distributed, interrupt
     from porter.commands import jobs as jobs_mod
     from porter.rundir import outputs
     from porter.rundir.outputs import output_dir

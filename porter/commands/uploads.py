@@ -1,4 +1,4 @@
-"""Input files a server's client gives (images, videos, masks: ``porter.images.INPUTS``):
+"""Input files a server's client gives (images, videos, masks: ``porter.recipe.inputs.INPUTS``):
 the file's bytes in the request (a data URL), or the name of a file in the folder
 the operator named (``porter serve --inputs DIR``).
 
@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 from porter.errors import UsageError
-from porter.images import INPUTS, MAX_FRAMES, PATH_KEYS
+from porter.recipe.inputs import INPUTS, MAX_FRAMES, PATH_KEYS
 
 #: generate settings that name an input file
 INPUT_KEYS = tuple(INPUTS)

@@ -17,11 +17,13 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from porter import checks, loading, patches, runtime as runtime_mod
-from porter.passes import ported as port
-from porter.porting import ops_installed, selected_patches
-from porter.cache import without_cache
-from porter.interop import to_device, to_host
+from porter.port import checks
+from porter import loading, runtime as runtime_mod
+from porter.transforms import patches
+from porter.port.passes import ported as port
+from porter.port.porting import ops_installed, selected_patches
+from porter.stepcache import without_cache
+from porter.shims.interop import to_device, to_host
 from porter.transforms import dtypes
 
 DEFAULT_TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 5e-2}

@@ -49,7 +49,7 @@ def load_for_port(family, recipe) -> Loaded:
     ``ComponentWeights``): porting reads its tensors one at a time, straight into
     their shards. The rest (tiny models, formats only the library can convert) are
     loaded on the host as before. LoRA and the recipe's dtypes are the next passes
-    (``porter.passes``): on the meta device they cost nothing, so each tensor is
+    (``porter.port.passes``): on the meta device they cost nothing, so each tensor is
     placed in its final dtype.
     """
     from porter.loading import checkpoints

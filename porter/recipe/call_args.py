@@ -16,7 +16,7 @@ import inspect
 import types
 import typing
 
-from porter.images import INPUTS, as_tensor, load_input, load_latents
+from porter.recipe.inputs import INPUTS, as_tensor, load_input, load_latents
 from porter.recipe import conditions
 
 #: recipe setting (generate.KEY) -> the names pipelines give it, the first one found

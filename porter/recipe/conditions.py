@@ -17,7 +17,7 @@ import dataclasses
 import typing
 
 from porter.errors import UsageError
-from porter.images import KIND_NAMES, load
+from porter.recipe.inputs import KIND_NAMES, load
 
 #: recipe keys that hold condition lists (each is also the call's argument name)
 KEYS = ("conditions", "reference_conditions")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from porter import distributed
+from porter.runtime import distributed
 from porter.errors import UsageError
 
 STAGES = ("encode", "denoise", "decode")
@@ -65,7 +65,7 @@ def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None 
     from safetensors.torch import save
 
     from porter.rundir import outputs
-    from porter.interop import to_host
+    from porter.shims.interop import to_host
 
     host = {name: to_host(t).contiguous() for name, t in tensors.items()}  # every process
     if not distributed.writes():
@@ -242,7 +242,7 @@ def load_with_record(directory: Path, stage: str, recipe) -> tuple[dict, dict]:
         tensors = load(data)
     except (SafetensorError, OSError) as exc:
         raise UsageError(f"{path} cannot be read: {exc}", hint=REDO) from None
-    from porter import finite
+    from porter.runtime import finite
 
     for name, tensor in tensors.items():
         bad = finite.count(tensor)

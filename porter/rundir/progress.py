@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from porter import distributed
+from porter.runtime import distributed
 from porter.errors import UsageError
 
 PROGRESS = "progress"

@@ -56,7 +56,7 @@ def environment(runtime) -> dict:
 
 def segment(runtime, stage: str, **extra) -> dict:
     """Where one stage (or part of denoising) ran: a run resumed elsewhere lists each."""
-    from porter import distributed
+    from porter.runtime import distributed
     return {"stage": stage, "mesh": runtime.axes, "platform": runtime.platform,
             "devices": int(runtime.mesh.devices.size),
             "processes": distributed.process_count(), **extra}
@@ -74,7 +74,8 @@ def weights(placed: dict, timings: dict) -> dict:
 def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
           placed: dict | None = None, checkpoint: dict | None = None,
           history: list | None = None, warnings: list | None = None) -> dict:
-    from porter import compat, distributed, notices
+    from porter.shims import compat
+    from porter.runtime import distributed, notices
     from porter.runtime import peak_memory
     return {
         "recipe": recipe.resolved(),

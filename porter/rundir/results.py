@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from porter import notices
+from porter.runtime import notices
 from porter.rundir import artifacts, outputs, progress, video
 
 

@@ -175,7 +175,7 @@ def read(recipe, index: int, pipeline_class, modules: dict) -> tuple[Adapter | N
 def _content_problems(recipe, where, path, state: dict) -> list[Problem]:
     """An adapter that would change nothing (no tensors), or whose values are NaN or
     infinite: fused, those would be blamed on the checkpoint's weights."""
-    from porter import finite
+    from porter.runtime import finite
 
     if not state:
         return [recipe.problem(f"{where}.file", f"{path}: holds no tensors, so the "

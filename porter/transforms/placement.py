@@ -115,7 +115,7 @@ def _placed_array(a: Assignment, tensor, sharding, weights, nonfinite=None):
     else:
         host = as_placed(tensor.data[rows] if a.shape else tensor.data)
     if nonfinite is not None:
-        from porter import finite
+        from porter.runtime import finite
         bad = finite.count(host)
         if bad:
             nonfinite[a.name] = bad

@@ -29,7 +29,7 @@ def jax_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def array_dtype(dtype: torch.dtype):
     """The JAX dtype of the array a torch tensor of ``dtype`` becomes on a device."""
-    from porter.compat import import_torchax
+    from porter.shims.compat import import_torchax
 
     import_torchax()
     from torchax.ops.mappings import t2j_dtype

@@ -144,7 +144,8 @@ def recipe_text(entry, source, inputs: dict) -> dict:
 def porter_frames(entry, source, folder: Path, inputs: dict) -> np.ndarray:
     import yaml
 
-    from porter import checks, plugins, recipe
+    from porter.port import checks
+    from porter import plugins, recipe
     from porter.commands.run import run
 
     path = folder / "recipe.yaml"

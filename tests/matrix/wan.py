@@ -35,7 +35,7 @@ ENTRIES = {
         note="generate.video: the video to edit"),
     "AnyFlowPipeline": Matches("anyflow", T2V, T2V_CALL),
     # a timestep table on the device indexed by rows made on the host: Porter's
-    # host-index lowering (porter/lowerings.py)
+    # host-index lowering (porter/shims/lowerings.py)
     "SkyReelsV2DiffusionForcingPipeline": Matches("skyreels_v2_df", T2V, T2V_CALL),
     "SkyReelsV2DiffusionForcingImageToVideoPipeline": Matches(
         "skyreels_v2_df_i2v", {**T2V, "image": IMAGE}, {**T2V_CALL, "image": IMAGE},
@@ -50,7 +50,7 @@ ENTRIES = {
         note="generate.video: the video to continue (the output is its frames followed by "
              "generate.frames new ones); extra.overlap_history and base_num_frames: the "
              "long-video windows of diffusion forcing"),
-    # x.type_as(a view): Porter's core.type_as (porter/torchax_fixes.py)
+    # x.type_as(a view): Porter's core.type_as (porter/shims/fixes.py)
     "HeliosPipeline": Matches(
         "helios", {**T2V, "guidance_scale": 1.0}, {**T2V_CALL, "guidance_scale": 1.0},
         note="frames are rounded up to whole chunks of 9 latent frames (33 frames)"),
@@ -62,7 +62,7 @@ ENTRIES = {
          "max_sequence_length": 16, "pyramid_num_inference_steps_list": [1, 1, 1]},
         note="no generate.steps: its steps are per pyramid stage, "
              "extra.pyramid_num_inference_steps_list (one count per level)"),
-    # flex attention: Porter's dense one (porter/flex.py)
+    # flex attention: Porter's dense one (porter/shims/flex.py)
     "AnyFlowFARPipeline": Matches(
         "anyflow_far", {**T2V, "extra": {"chunk_partition": [1, 1, 1]}},
         {**T2V_CALL, "chunk_partition": [1, 1, 1]},

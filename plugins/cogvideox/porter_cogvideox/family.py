@@ -16,10 +16,10 @@ import math
 
 import torch
 
-from porter import guidance
-from porter.family import StagedFamily
-from porter.images import load_image
-from porter.interop import to_host
+from porter.generate import guidance
+from porter.families.base import StagedFamily
+from porter.recipe.inputs import load_image
+from porter.shims.interop import to_host
 from porter.recipe.sources import source_kind
 from porter.loading.model_configs import component_config
 from porter.transforms.dtypes import DTYPES

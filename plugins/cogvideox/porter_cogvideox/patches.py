@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from porter.patches import Patch
+from porter.transforms.patches import Patch
 
 
 def _host_rotary(original):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from porter import guidance
+from porter.generate import guidance
 from porter.aot.programs import Input, Program
 from porter.transforms.dtypes import component_dtype
 

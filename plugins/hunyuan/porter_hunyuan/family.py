@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from porter import guidance
+from porter.generate import guidance
 from porter.errors import UsageError
-from porter.family import StagedFamily
-from porter.interop import to_host
+from porter.families.base import StagedFamily
+from porter.shims.interop import to_host
 from porter.loading.model_configs import component_config, setting
 from porter.transforms import rotary
 

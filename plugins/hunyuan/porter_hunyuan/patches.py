@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from porter.patches import Patch
+from porter.transforms.patches import Patch
 from porter.transforms import rotary
 from porter_hunyuan import transformer15
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from porter import guidance
-from porter.family import StagedFamily
-from porter.interop import to_host
+from porter.generate import guidance
+from porter.families.base import StagedFamily
+from porter.shims.interop import to_host
 from porter.loading.model_configs import cached_snapshot
 from porter.transforms import rotary
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from porter.images import load_image
-from porter.interop import to_host
+from porter.recipe.inputs import load_image
+from porter.shims.interop import to_host
 
 
 def conditioning(pipe, recipe, layout, grid) -> dict:

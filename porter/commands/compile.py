@@ -1,0 +1,368 @@
+"""``porter compile``: the recipe's port built for a target, every program a run compiles
+compiled by the target's compiler, and what that says: memory per chip against the
+chip's HBM, cost, collectives, compile time, and a lower bound on a step's time."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from porter.aot import compiler, roofline, targets
+from porter.aot import port as abstract_port
+from porter.aot.programs import Input, unique
+from porter.errors import RecipeError, UsageError
+from porter.transforms.sharding import human_bytes
+
+
+def build(recipe, registry, target_name: str, only: list[str] | None = None,
+          say=lambda message: None) -> dict:
+    """Compile every program of ``recipe``'s run (``only``: those named, e.g.
+    ``transformer.forward``) for ``target_name``; the report (see ``render``). Raises
+    what ``porter validate`` would for a recipe that cannot run."""
+    target = targets.named(target_name)
+    _check(recipe, registry, target)
+    say(f"building the port for {target.name} ({target.chips} x {target.facts.name}, "
+        f"libtpu's {target.topology}), every weight abstract")
+    port = abstract_port.build(recipe, registry, target)
+    modules = {name: c.module for name, c in port.components.items()}
+    declared = port.family.programs(recipe, modules)
+    programs = unique(declared) if declared is not None else []
+    if only:  # a declared call's name, or a compiled submodule's (vae.decoder)
+        names = [{p.name} | {f"{p.component}.{m}" for m in _paths(port, p)}
+                 for p in programs]
+        unknown = sorted(set(only).difference(*names))
+        if unknown:
+            raise UsageError(f"no program {', '.join(unknown)} in this recipe's run",
+                             hint="programs: " + (", ".join(p.name for p in programs)
+                                                  or "none"))
+        # before finding submodule calls: that dry run is for the programs asked for
+        programs = [p for p, named in zip(programs, names) if named & set(only)]
+    programs, unknown_calls = _as_run_compiles(port, programs, say)
+    results, done = [], {}
+    for index, program in enumerate(programs, 1):
+        same = _identity(port, program)
+        if same in done:  # two experts of one shape: one program for the compiler
+            say(f"[{index}/{len(programs)}] {program.name}: the program of "
+                f"{done[same].program.name}")
+            results.append(dataclasses.replace(done[same], program=program))
+            continue
+        say(f"[{index}/{len(programs)}] {program.name}: tracing, then the {target.name} "
+            "compiler")
+        results.append(done.setdefault(same, compiler.compile_program(port, program)))
+    return _report(recipe, port, target, results, declared is None, bool(only),
+                   unknown_calls)
+
+
+def _paths(port, program) -> list[str]:
+    """The paths of the submodules a compile rule's ``modules`` compiles one by one."""
+    from porter.aot.programs import outermost
+
+    rule = port.components[program.component].rule
+    if rule is None or rule.modules is None:
+        return []
+    return [name for name, _ in outermost(port.components[program.component].module,
+                                          rule.modules)]
+
+
+def _as_run_compiles(port, declared: list, say) -> tuple[list, dict]:
+    """The declared programs as the run compiles them: where a compile rule names
+    ``modules``, the calls of those submodules the declared call makes, found by
+    running the code between them on shapes alone (``submodule_calls``). Also, per
+    component, why its calls could not be found that way."""
+    from porter.transforms import patches
+    from porter.aot.programs import submodule_calls
+    found, unknown = [], {}
+    for program in declared:
+        rule = port.components[program.component].rule
+        if rule is None or rule.modules is None:
+            found.append(program)
+            continue
+        say(f"{program.name}: finding its calls of {rule.modules!r} from shapes alone")
+        try:
+            with patches.applied(port.chosen):
+                module = port.components[program.component].module
+                found += unique(submodule_calls(module, rule.modules, program))
+        except Exception as exc:  # noqa: BLE001 - the glue needs values
+            unknown[program.component] = (
+                f"compile.{program.component}.modules compiles submodules, and the code "
+                f"between them needs values to run ({compiler._traced_failure(exc)})")
+    return found, unknown
+
+
+def _identity(port, program) -> tuple:
+    """What decides a compiled program: its module's class and abstract weights, its
+    method, its inputs (two components of one shape and sharding, one program)."""
+    component = port.components[program.component]
+    state = tuple((name, value.shape, str(value.dtype), str(value.sharding))
+                  for part in component.state for name, value in sorted(part.items()))
+    activations = repr(port.recipe.sharding.activations.get(program.component, []))
+    return (type(component.module), state, activations, component.one_device,
+            component.attention_skipped) + program.signature()[1:]
+
+
+def _check(recipe, registry, target) -> None:
+    """What ``porter validate --devices N`` checks, for the target's chips and platform."""
+    from porter.port import checks
+
+    problems = checks.input_problems(recipe, registry)
+    if not problems:
+        problems = checks.mesh_problems(recipe, target.chips, target.platform, target.name)
+    if not problems:
+        problems = checks.shape_problems(recipe, registry, target.chips)
+    if problems:
+        raise RecipeError(problems)
+
+
+def _report(recipe, port, target, results, undeclared: bool, chosen: bool,
+            unknown_calls: dict) -> dict:
+    chip = target.facts
+    resident = port.resident_bytes_per_chip
+    total = sum(resident.values())
+    given = {name: c.sharded_bytes_per_chip for name, c in port.components.items()}
+    if given != resident:  # the plan's rules and the shardings the compiler got disagree
+        raise RuntimeError(f"weights per chip: planned {resident}, compiled {given}")
+    rows = [_program_row(result, total, chip.usable_hbm_bytes) for result in results]
+    compiled = {r.program.component for r in results}
+    left_out = {**_left_out(port, compiled, undeclared, chosen), **unknown_calls}
+    bound = roofline.step(results, target)
+    anchors = [roofline.implied(bound, a, target) for a in roofline.anchors_for(recipe, target)] \
+        if bound else []
+    report = {
+        "recipe": recipe.name, "target": _target_row(target), "mesh": port.runtime.axes,
+        "attention_backend": recipe.attention.backend,
+        "weights_per_chip": {"components": resident, "total": total},
+        "programs": rows, "not_compiled": left_out,
+        "compile_s": round(sum(r.trace_s + r.compile_s for r in results), 2),
+        "roofline": bound, "anchors": anchors}
+    report["verdict"] = _verdict(report, chip)
+    return report
+
+
+def replace_programs(report: dict, rows: list[dict]) -> dict:
+    """``report`` with ``rows``, programs compiled by themselves (``--program``), in
+    place of its programs of their components and stages: a stage compiled again
+    after a change made it smaller (a tiled decode's tile programs for the decode in
+    one), or the same program (inputs, weights per chip) of another recipe. Their peaks
+    count this report's weights of every component, as a whole compile counts them;
+    the verdict and the compile time follow. Denoising programs are refused: the
+    roofline comes from the compiled transformer, not from its rows."""
+    usable = report["target"]["usable_hbm_bytes"]
+    total = report["weights_per_chip"]["total"]
+    counted = []
+    for row in rows:
+        if row["stage"] == "denoise":
+            raise ValueError(f"{row['program']} is a denoising program: compile the recipe "
+                             "whole to change it (the roofline comes from it)")
+        if row["status"] == "compiled":
+            peak = _with_every_weight(row["program_peak_bytes"], row["weights_bytes_per_chip"],
+                                      total)
+            row = {**row, "peak_bytes_per_chip": peak, "fits": peak <= usable}
+        counted.append(row)
+    stages = {(row["component"], row["stage"]) for row in rows}
+    old = report["programs"]
+    replaced_at = [i for i, row in enumerate(old) if (row["component"], row["stage"]) in stages]
+    at = replaced_at[0] if replaced_at else len(old)
+    kept = [row for i, row in enumerate(old) if i not in replaced_at]
+    components = {row["component"] for row in rows}
+    replaced = {**report, "programs": kept[:at] + counted + kept[at:],
+                "not_compiled": {name: why for name, why in report["not_compiled"].items()
+                                 if name not in components}}
+    replaced["compile_s"] = round(sum(r["trace_s"] + r["compile_s"]
+                                      for r in replaced["programs"]), 2)
+    replaced["verdict"] = _verdict(replaced, targets.named(report["target"]["name"]).facts)
+    return replaced
+
+
+def _target_row(target) -> dict:
+    chip = target.facts
+    return {"name": target.name, "chip": chip.name, "chips": target.chips,
+            "hosts": target.hosts, "topology": target.topology,
+            "hbm_bytes": chip.hbm_bytes, "usable_hbm_bytes": chip.usable_hbm_bytes,
+            "peak_bf16_flops": chip.peak_bf16_flops, "hbm_bytes_per_s": chip.hbm_bytes_per_s,
+            "ici_bytes_per_s": chip.ici_bytes_per_s, "source": chip.source}
+
+
+def _program_row(result, resident_total: int, usable: int) -> dict:
+    program = result.program
+    row = {"program": program.name, "component": program.component,
+           "method": program.method, "stage": program.stage, "calls": program.calls,
+           "per_step": program.per_step, "note": program.note,
+           "inputs": _inputs(program), "trace_s": round(result.trace_s, 2),
+           "compile_s": round(result.compile_s, 2), "scanned_blocks": result.scanned,
+           "weights_bytes_per_chip": result.weights_bytes}
+    if result.failed:
+        return {**row, "status": "not traced", "reason": result.failed}
+    if result.refused and "RESOURCE_EXHAUSTED" not in result.refused:
+        # the compiler could not build the program at all (a kernel that cannot take
+        # this dtype or shape): no verdict on its memory
+        return {**row, "status": "not compiled", "reason": result.refused}
+    if result.refused:
+        found = compiler.needed_bytes(result.refused)
+        needed = None if found is None else resident_total - result.weights_bytes + found[0]
+        return {**row, "status": "refused", "reason": result.refused,
+                "peak_bytes_per_chip": needed, "fits": False}
+    peak = _with_every_weight(result.peak_bytes, result.weights_bytes, resident_total)
+    return {**row, "status": "compiled", "memory": result.memory,
+            "program_peak_bytes": result.peak_bytes, "peak_bytes_per_chip": peak,
+            "fits": peak <= usable, "flops": result.flops,
+            "bytes_accessed": result.bytes_accessed,
+            "collectives": {kind: {"count": c.count, "bytes": c.bytes,
+                                   "bytes_sent_per_chip": c.traffic_bytes}
+                            for kind, c in result.collectives.items()}}
+
+
+def _with_every_weight(program_peak: int, program_weights: int, resident_total: int) -> int:
+    """A program's peak per chip while every component's weights stay on each chip
+    (this program's own are among its arguments, so counted once)."""
+    return resident_total - program_weights + program_peak
+
+
+def _inputs(program) -> dict:
+    """The program's inputs, shapes and dtypes as text (static values as given)."""
+    def text(value):
+        if isinstance(value, Input):
+            return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+        if isinstance(value, (list, tuple)):
+            return [text(v) for v in value]
+        if isinstance(value, dict):
+            return {k: text(v) for k, v in value.items()}
+        return repr(value)
+    found = {f"arg{i}": text(v) for i, v in enumerate(program.args)}
+    found.update({k: text(v) for k, v in program.kwargs.items()})
+    return found
+
+
+def _left_out(port, compiled: set, undeclared: bool, chosen: bool) -> dict:
+    """Components a run compiles that no program here covers, with why (``chosen``:
+    the programs were named with --program)."""
+    found = {}
+    for name, component in port.components.items():
+        if component.rule is None or name in compiled:
+            continue
+        if undeclared:
+            why = (f"family {port.family.name!r} does not declare the calls its run makes "
+                   "(ModelFamily.programs), so they cannot be compiled before running")
+        elif chosen:
+            why = "not asked for (--program)"
+        elif component.rule.modules is not None:
+            why = (f"compile.{name}.modules compiles submodules, and the family declares "
+                   "no call of this component")
+        else:
+            why = "no call of it in this recipe's run"
+        found[name] = why
+    return found
+
+
+def _verdict(report: dict, chip) -> dict:
+    """Does every program fit? If not, the worst one, what it needs and what to change."""
+    usable = chip.usable_hbm_bytes
+    failed = [row for row in report["programs"]
+              if row["status"] in ("not traced", "not compiled")]
+    over = [row for row in report["programs"] if row.get("fits") is False]
+    if not report["programs"]:
+        return {"fits": None, "message": "no program compiled", "hint": next(
+            iter(report["not_compiled"].values()), "nothing in this recipe is compiled")}
+    if over:
+        worst = max(over, key=lambda row: row.get("peak_bytes_per_chip") or math.inf)
+        need = worst.get("peak_bytes_per_chip")
+        amount = f"about {human_bytes(need)}" if need else "more than it has"
+        return {"fits": False, "program": worst["program"], "needed_bytes": need,
+                "available_bytes": usable,
+                "message": f"{worst['program']} does not fit a {report['target']['name']} "
+                           f"chip: it needs {amount} per chip (weights of every component "
+                           f"{human_bytes(report['weights_per_chip']['total'])}), "
+                           f"{human_bytes(usable)} are available",
+                "hint": _hint(worst, report)}
+    if failed:
+        row = failed[0]
+        if row["status"] == "not compiled":
+            return {"fits": None, "program": row["program"],
+                    "message": f"{row['program']} cannot be compiled for "
+                               f"{report['target']['name']}: {row['reason']}",
+                    "hint": "the TPU compiler refused the program itself, not its memory: "
+                            "a kernel that cannot take this dtype or shape; try "
+                            "attention.backend blockwise (pure JAX) or model.dtype "
+                            "bfloat16"}
+        return {"fits": None, "program": row["program"],
+                "message": f"{row['program']} could not be traced with abstract values: "
+                           f"{row['reason']}",
+                "hint": "a patch for that code (see docs/authoring-recipes.md) lets the "
+                        "compiler see it"}
+    peak = max(row["peak_bytes_per_chip"] for row in report["programs"])
+    return {"fits": True, "peak_bytes_per_chip": peak, "available_bytes": usable,
+            "message": f"every program fits: peak {human_bytes(peak)} of "
+                       f"{human_bytes(usable)} per chip", "hint": None}
+
+
+def _hint(row: dict, report: dict) -> str:
+    """What to change, from what dominates the program's memory."""
+    weights = report["weights_per_chip"]["total"]
+    memory = row.get("memory") or {}
+    temporary = memory.get("temporary", max(0, (row.get("peak_bytes_per_chip") or 0) - weights))
+    tips = []
+    if row["component"].startswith("vae"):
+        tips.append(f"decode tile by tile (setup: {{{row['component']}: [enable_tiling]}})")
+    elif temporary >= weights and row["component"].startswith("transformer"):
+        if report["attention_backend"] != "auto":
+            tips.append("attention.backend: auto (splash on TPU) keeps attention in blocks")
+        tips.append("smaller attention.block_q / block_kv, or more chips on the head axis")
+    if weights >= temporary or not tips:
+        tips.append("shard more weights: rules with spec [tp, ...] for the biggest "
+                    "replicated tensors, or FSDP-style [[dp, tp], ...] to split them over "
+                    "dp too (`porter plan` lists them)")
+        tips.append("or a target with more memory per chip or more chips")
+    return "; ".join(tips)
+
+
+def render(report: dict) -> str:
+    t = report["target"]
+    mesh = " x ".join(f"{a}={s}" for a, s in report["mesh"].items())
+    lines = [f"compiled {report['recipe']} for {t['name']}: {t['chips']} x {t['chip']} "
+             f"({human_bytes(t['usable_hbm_bytes'])} usable HBM each), mesh {mesh}, "
+             f"attention {report['attention_backend']}"]
+    weights = report["weights_per_chip"]
+    shown = ", ".join(f"{n} {human_bytes(b)}" for n, b in weights["components"].items())
+    lines.append(f"weights per chip: {human_bytes(weights['total'])} ({shown}); every "
+                 "component stays resident while a run goes on")
+    for row in report["programs"]:
+        calls = "?" if row["calls"] is None else row["calls"]
+        head = f"\n{row['program']} [{row['stage']}, {calls} call(s); {row['note']}]" \
+            if row["note"] else f"\n{row['program']} [{row['stage']}, {calls} call(s)]"
+        lines.append(head)
+        lines.append(f"  inputs: {_short(row['inputs'])}")
+        if row["status"] != "compiled":
+            lines.append(f"  {row['status'].upper()}: {row['reason']}")
+            continue
+        m = row["memory"]
+        lines.append(f"  per chip: arguments {human_bytes(m['argument'])}, outputs "
+                     f"{human_bytes(m['output'])}, temporaries {human_bytes(m['temporary'])}, "
+                     f"code {human_bytes(m['generated_code'])}; peak with every weight "
+                     f"{human_bytes(row['peak_bytes_per_chip'])} of "
+                     f"{human_bytes(t['usable_hbm_bytes'])} "
+                     f"({'fits' if row['fits'] else 'DOES NOT FIT'})")
+        moved = ", ".join(f"{k} x{c['count']} ({human_bytes(c['bytes'])})"
+                          for k, c in row["collectives"].items()) or "none"
+        lines.append(f"  {row['flops'] / 1e12:.3g} TFLOP and "
+                     f"{human_bytes(int(row['bytes_accessed']))} accessed per chip and call; "
+                     f"collectives: {moved}")
+        scanned = ", ".join(f"{n} x{c}" for n, c in row["scanned_blocks"].items())
+        lines.append(f"  traced in {row['trace_s']:.1f} s, compiled in {row['compile_s']:.1f} s"
+                     + (f" (blocks as one scan: {scanned})" if scanned else ""))
+    for name, why in report["not_compiled"].items():
+        lines.append(f"\n{name}: not compiled here: {why}")
+    bound = report["roofline"]
+    if bound:
+        lines.append(f"\none denoising step ({bound['component']}), a lower bound: "
+                     f"{bound['bound_s']:.3g} s ({bound['limited_by']}; compute "
+                     f"{bound['compute_s']:.3g} s, HBM {bound['memory_s']:.3g} s, "
+                     f"interconnect {bound['interconnect_s']:.3g} s)")
+        for anchor in report["anchors"]:
+            lines.append(f"  published: {anchor['seconds_per_step']} s/step ({anchor['how']}):"
+                         f" {anchor['times_bound']:.1f}x the bound, MFU "
+                         f"{anchor['mfu']:.0%}; {anchor['url']}")
+    lines.append(f"\n{report['verdict']['message']} (compile {report['compile_s']:.0f} s)")
+    return "\n".join(lines)
+
+
+def _short(inputs: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in inputs.items())

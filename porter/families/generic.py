@@ -1,0 +1,201 @@
+"""``model.family: generic``: any diffusers video pipeline from its recipe alone.
+
+No stage knowledge: the pipeline's own ``__call__`` runs inside the torchax
+environment with its components ported by the recipe (sharding, dtypes,
+patches, attention, compile). What a model needs beyond that (a function that
+cannot be traced, a table built in forward) is a patch: see
+docs/authoring-recipes.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from porter.generate import runners
+from porter.recipe.inputs import INPUTS, KIND_NAMES, latents_names
+from porter.recipe import call_args
+from porter.errors import UsageError
+from porter.families.base import ModelFamily
+
+
+#: diffusers pipelines Porter cannot run from a recipe, and why (``porter validate``
+#: refuses them; docs/pipelines.md is the whole list, tests/matrix proves it)
+UNSUPPORTED: dict[str, str] = {
+    # inputs no recipe key carries
+    "Cosmos2_5_TransferPipeline": "its controls (a dict of control videos) have no recipe "
+    "key, and its ControlNet needs torchvision",
+    "LTX2DFRTemporalRefinePipeline": "it refines a DFR pass's latents, keyframe latents, "
+    "keyframe positions and audio latents; a recipe gives latents only (generate.latents)",
+    # broken in diffusers itself
+    "EasyAnimateControlPipeline": "it fails in diffusers 0.42 itself: its call passes "
+    "text_encoder_index to its own encode_prompt, which takes none",
+}
+
+
+#: pipelines whose step callback is broken in diffusers itself: Porter runs them without
+#: watching their steps (no stop at the step whose latents go NaN; a server's shutdown
+#: waits for the run's end; no final latents kept, so output.latents writes none)
+UNWATCHED: dict[str, str] = {
+    "LTXI2VLongMultiPromptPipeline": "its step callback writes the unpacked latents over "
+    "the packed ones (any callback triggers it)",
+}
+
+
+def runnable(name: str) -> type:
+    """diffusers' pipeline class ``name``; UsageError saying why when Porter cannot run
+    it (not a pipeline, a modular one, a placeholder for a missing library, or one in
+    ``UNSUPPORTED``)."""
+    import diffusers
+
+    cls = getattr(diffusers, name, None)  # only diffusers' own names: no arbitrary import
+    if isinstance(cls, type) and cls.__module__.startswith("diffusers.utils.dummy_"):
+        needs = ", ".join(getattr(cls, "_backends", ())) or "more libraries"
+        raise UsageError(f"{name} needs {needs}, and one of them is not installed here "
+                         "(diffusers put a placeholder in its place)",
+                         hint="install what is missing (e.g. opencv-python for opencv)")
+    if isinstance(cls, type) and issubclass(cls, diffusers.ModularPipeline):
+        raise UsageError(f"{name} is a modular pipeline (blocks assembled at run time); "
+                         "Porter runs DiffusionPipeline classes",
+                         hint="name the pipeline the blocks make, e.g. "
+                         "WanImageToVideoPipeline for WanImage2VideoModularPipeline")
+    if not (isinstance(cls, type) and issubclass(cls, diffusers.DiffusionPipeline)):
+        raise UsageError(f"{name!r} is not a diffusers pipeline class",
+                         hint="e.g. LTXPipeline, CogVideoXPipeline")
+    if name in UNSUPPORTED:
+        raise UsageError(f"{name}: {UNSUPPORTED[name]}",
+                         hint="docs/pipelines.md lists the pipelines Porter runs")
+    return cls
+
+
+def first_video(out):
+    """The frames of the first video in a pipeline's output: ``frames`` (a batch of
+    videos; Sana-WM's is one video), ``video`` (Cosmos 3) or ``images``
+    (Text2Video-Zero's frames)."""
+    for name in ("frames", "video", "images"):
+        video = getattr(out, name, None)
+        if video is not None:
+            break
+    batched = isinstance(video, (list, tuple)) or getattr(video, "ndim", 0) == 5
+    return video[0] if batched else video
+
+
+class _StepWatch:
+    """The pipeline's own step callback (``callback_on_step_end``, which diffusers
+    pipelines call with the latents after each step): stops a run whose latents go
+    NaN or infinite at that step (not after decoding a black video), and keeps the
+    last latents, the run's final ones; stops at a step end when a stop is requested
+    (``interrupt.request_stop``: the job starts over when the server restarts). Not every
+    pipeline has the callback, nor a working one (``UNWATCHED``): ``kwargs`` is then
+    empty and ``latents`` stays None."""
+
+    def __init__(self, pipe, total: int):
+        import inspect
+
+        self.total, self.latents = total, None
+        self.kwargs = {}
+        if type(pipe).__name__ in UNWATCHED:
+            return
+        if "callback_on_step_end" in inspect.signature(type(pipe).__call__).parameters \
+                and "latents" in getattr(pipe, "_callback_tensor_inputs", ()):
+            self.kwargs = {"callback_on_step_end": self,
+                           "callback_on_step_end_tensor_inputs": ["latents"]}
+
+    def __call__(self, pipe, step, timestep, tensors):
+        from porter.runtime import finite, interrupt
+        from porter.generate.stages import NonFinite
+
+        if interrupt.requested():  # a server shutting down: no checkpoint to keep here
+            raise interrupt.Interrupted(interrupt.requested())
+        if not finite.on_device(tensors["latents"]):
+            raise NonFinite(step + 1, self.total, None, staged=False)
+        self.latents = tensors["latents"]
+        return tensors
+
+
+class GenericFamily(ModelFamily):
+    name = "generic"
+    summary = "any diffusers video pipeline, run by its own __call__ (no plugin needed)"
+    runner = runners.PIPELINE
+    # the VAE's decode too: a VAE that cannot be traced whole is split automatically
+    compiled = {"transformer": ("forward",), "vae": ("decode",)}
+
+    def starter_model(self):
+        return {"source": "path/to/saved/pipeline   # a diffusers directory or hub id",
+                "pipeline": "null              # e.g. LTXPipeline; default: model_index.json",
+                "dtype": "float32"}
+
+    def check(self, recipe):
+        problems = super().check(recipe)
+        if recipe.model.source == "tiny":
+            problems.append(recipe.problem("model.source", "the generic family has no tiny "
+                                           "model", hint="point model.source at a saved "
+                                           "diffusers pipeline or a hub id"))
+        where = "model.pipeline" if recipe.model.pipeline is not None else "model.source"
+        try:
+            cls = self.concrete_class(recipe)
+        except UsageError as exc:
+            return problems + [recipe.problem(where, exc.message, hint=exc.hint)]
+        problems += self.input_problems(recipe)
+        if cls is not None:
+            problems += call_args.problems(recipe, cls)
+        return problems
+
+    def input_problems(self, recipe):
+        """Input files (``generate.image``, ``video``, ..., ``latents``) that are not
+        there."""
+        found = []
+        for key, kind in (*INPUTS.items(), ("latents", "latents")):
+            value = getattr(recipe.generate, key)
+            if value is not None and not recipe.file_path(f"generate.{key}", value).exists():
+                what = {**KIND_NAMES, "latents": "a run's latents.safetensors"}[kind]
+                found.append(recipe.problem(f"generate.{key}", f"no such file: {value}",
+                                            hint=f"give {what} (a relative path is read "
+                                            "from the recipe's folder)"))
+            elif value is not None and kind == "latents":
+                try:  # its header only: the tensor is read when the run starts
+                    latents_names(recipe.file_path("generate.latents", value))
+                except UsageError as exc:
+                    found.append(recipe.problem("generate.latents", exc.message,
+                                                hint=exc.hint))
+        return found
+
+    def concrete_class(self, recipe):
+        """The pipeline class that will run, where known without loading: the recipe's
+        ``model.pipeline``, or the one a local checkpoint's model_index.json names.
+        UsageError for a class Porter cannot run (``runnable``)."""
+        import json
+
+        from porter.recipe.sources import source_kind
+        if recipe.model.pipeline is not None:
+            return self.pipeline_class(recipe)
+        if source_kind(recipe.model.source) != "local":
+            return None
+        try:
+            index = json.loads((Path(recipe.model.source).expanduser() / "model_index.json")
+                               .read_text())
+            name = index["_class_name"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # the checkpoint checks say what is wrong with the file
+        return runnable(name) if isinstance(name, str) else None
+
+    def pipeline_class(self, recipe=None):
+        import diffusers
+
+        name = recipe.model.pipeline if recipe is not None else None
+        if name is None:
+            return diffusers.DiffusionPipeline  # the class named in model_index.json
+        return runnable(name)
+
+    def call_kwargs(self, recipe, cls) -> dict:
+        """Keyword arguments of the pipeline call (``porter.recipe.call_args``); families
+        built on this one add or drop their own."""
+        return call_args.kwargs(recipe, cls)
+
+    def generate(self, pipe, recipe):
+        watch = _StepWatch(pipe, recipe.generate.steps)
+        out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)), **watch.kwargs)
+        frames = first_video(out)
+        frames = np.asarray(frames.jax() if hasattr(frames, "jax") else frames)
+        return (frames * 255).round().clip(0, 255).astype("uint8"), watch.latents

@@ -1,0 +1,176 @@
+"""`porter plan`: where every weight goes and what each device holds, from shapes alone."""
+
+from __future__ import annotations
+
+import math
+
+from porter.port import passes
+from porter.loading import abstract
+from porter.errors import UsageError
+from porter.runtime import resolve_mesh
+from porter.transforms import sharding
+from porter.transforms.attention import backends
+from porter.transforms.sharding import human_bytes
+
+
+def device_count(recipe, devices: int | None) -> int:
+    if devices is not None:
+        return devices
+    from porter import runtime
+    runtime.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
+    import jax
+    return jax.device_count()
+
+
+def component_plan(name: str, module, rules, axes: dict[str, int]) -> dict:
+    assignments = sharding.assign(sharding.named_tensors(module), rules)
+    rows = []
+    for index, rule in enumerate(rules):
+        hits = [a for a in assignments if a.rule == index]
+        rows.append({"rule": rule.match, "spec": list(sharding.normalize(rule.spec)),
+                     "tensors": len(hits), "bytes": sum(a.nbytes for a in hits),
+                     "bytes_per_device": sum(a.bytes_per_device(axes) for a in hits)})
+    rest = [a for a in assignments if a.rule is None]
+    rows.append({"rule": None, "spec": [], "tensors": len(rest),
+                 "bytes": sum(a.nbytes for a in rest),
+                 "bytes_per_device": sum(a.nbytes for a in rest)})
+    per_device = sum(a.bytes_per_device(axes) for a in assignments)
+    replicated = sum(a.nbytes for a in assignments if a.split(axes) == 1)
+    return {"component": name, "tensors": len(assignments),
+            "bytes": sum(a.nbytes for a in assignments), "bytes_per_device": per_device,
+            "replicated_bytes_per_device": replicated,
+            "sharded_bytes_per_device": per_device - replicated,
+            "rules": rows}
+
+
+def build(recipe, registry, devices: int | None = None, target=None) -> dict:
+    """Where every weight goes for ``devices`` devices (default: the devices JAX sees);
+    with a ``target`` (porter.aot.targets.Target), also against its chips' memory."""
+    family = registry.family(recipe.model.family)
+    modules = abstract.components(family, recipe)
+    if modules is None:
+        raise UsageError(f"cannot plan {recipe.model.source!r} without its configuration",
+                         hint="point model.source at a local diffusers directory")
+    axes = resolve_mesh(recipe.mesh, device_count(recipe, devices), given=devices is not None)
+    components = [component_plan(name, module, recipe.sharding.weights.get(name, []), axes)
+                  for name, module in modules.items()]
+    problems = passes.fit_problems(recipe, family, modules, axes)
+    transformer = modules.get("transformer")
+    estimates = {}
+    if transformer is not None:
+        estimates = costs(recipe, family.estimates(recipe, transformer.config), axes)
+    found = {"recipe": recipe.name, "mesh": axes, "devices": math.prod(axes.values()),
+             "components": components,
+             "weights_bytes_per_device": sum(c["bytes_per_device"] for c in components),
+             "estimates": estimates, "passes": passes.details(recipe, registry, family, modules),
+             "problems": problems}
+    if target is not None:
+        found["target"] = {"name": target.name, "chip": target.facts.name,
+                           "usable_hbm_bytes": target.facts.usable_hbm_bytes}
+    return found
+
+
+def costs(recipe, raw: dict, axes: dict[str, int]) -> dict:
+    """Per-device FLOPs and attention memory, reference vs blockwise, for one step."""
+    if not raw:
+        return {}
+    devices = math.prod(axes.values())
+    section = recipe.attention
+    split = {a: axes.get(a, 1) for a in (section.data_axis, section.head_axis) if a}
+    out = {"tokens": raw["tokens"], "flops_per_step": raw["flops_per_step"],
+           "flops_per_step_per_device": raw["flops_per_step"] // devices, "attention": {},
+           "activations": {}}
+    itemsize = 2 if recipe.model.dtype != "float32" else 4
+    data = split.get(section.data_axis, 1)
+    for name, (batch, tokens, width) in raw.get("activations", {}).items():
+        local_batch = batch // data if batch % data == 0 else batch
+        # hidden states are whole on each device; the FFN middle is split by the head axis
+        cut = split.get(section.head_axis, 1) if name != "hidden" else 1
+        out["activations"][name] = {"shape": [batch, tokens, width],
+                                    "bytes_per_device": local_batch * tokens * width
+                                    * itemsize // cut}
+    for name, (batch, heads, q_len, k_len) in raw["attention"].items():
+        # batch over the data axis, heads (or queries) over the head axis
+        local_batch = batch // split.get(section.data_axis, 1) if batch % split.get(
+            section.data_axis, 1) == 0 else batch
+        local = local_batch * heads / split.get(section.head_axis, 1)
+        block = min(section.block_q, q_len) * min(section.block_kv, k_len)
+        out["attention"][name] = {
+            "shape": [batch, heads, q_len, k_len],
+            "reference_bytes_per_device": int(local * q_len * k_len * 4),
+            "blockwise_bytes_per_device": int(local * block * 4)}
+    return out
+
+
+def to_json(plan: dict) -> dict:
+    return {**plan, "problems": [p.render() for p in plan["problems"]]}
+
+
+def render(plan: dict) -> str:
+    mesh = " x ".join(f"{a}={s}" for a, s in plan["mesh"].items())
+    lines = [f"plan for {plan['recipe']}: mesh {mesh} ({plan['devices']} devices)",
+             "\npasses, in the order a run applies them:"]
+    width = max(len(row["pass"]) for row in plan["passes"])
+    lines += [f"  {row['pass']:<{width}}  {row['detail'] if row['applies'] else '-'}"
+              for row in plan["passes"]]
+    for comp in plan["components"]:
+        lines.append(f"\n{comp['component']}: {comp['tensors']} tensors, "
+                     f"{human_bytes(comp['bytes'])}; per device {human_bytes(comp['bytes_per_device'])} "
+                     f"(sharded {human_bytes(comp['sharded_bytes_per_device'])}, replicated "
+                     f"{human_bytes(comp['replicated_bytes_per_device'])})")
+        for row in comp["rules"]:
+            label = row["rule"] if row["rule"] is not None else "(unmatched: replicated)"
+            spec = f" {row['spec']}" if row["rule"] is not None else ""
+            lines.append(f"  {row['tensors']:5d} tensors {human_bytes(row['bytes']):>11} "
+                         f"-> {human_bytes(row['bytes_per_device']):>11}/device  {label}{spec}")
+    lines.append(f"\nweights per device: {human_bytes(plan['weights_bytes_per_device'])}")
+    if plan.get("target"):
+        t = plan["target"]
+        share = plan["weights_bytes_per_device"] / t["usable_hbm_bytes"]
+        lines.append(f"on {t['name']}: {share:.0%} of a chip's {human_bytes(t['usable_hbm_bytes'])}"
+                     " usable HBM before any activation; `porter compile --target "
+                     f"{t['name']}` compiles every program for the rest")
+    est = plan.get("estimates")
+    if est:
+        lines.append(f"one denoising step: {est['tokens']} video tokens, "
+                     f"{est['flops_per_step'] / 1e12:.1f} TFLOP "
+                     f"({est['flops_per_step_per_device'] / 1e12:.1f} per device)")
+        for name, act in est["activations"].items():
+            lines.append(f"  {name} activation per block and device: "
+                         f"{human_bytes(act['bytes_per_device'])} {act['shape']}")
+        for name, att in est["attention"].items():
+            lines.append(f"  {name}-attention scores per layer and device (float32): "
+                         f"reference {human_bytes(att['reference_bytes_per_device'])}, "
+                         f"blockwise {human_bytes(att['blockwise_bytes_per_device'])}")
+    if plan["problems"]:
+        lines.append(f"\n{len(plan['problems'])} problems:")
+        lines += ["  " + p.render() for p in plan["problems"]]
+    return "\n".join(lines)
+
+
+#: attention that materialises every score holds at least the scores and their softmax
+MATERIALISED_COPIES = 2
+
+
+def attention_need(recipe, registry, built: dict) -> dict | None:
+    """What a device needs for the weights and the largest attention's scores of one
+    layer (``plan.build``'s estimates), as the recipe's backend keeps them: every score,
+    twice (scores and softmax) where materialised (torchax's default, ``reference``);
+    blocks of them (the blockwise kernels). None where the plan has no attention."""
+    costs = (built.get("estimates") or {}).get("attention", {})
+    if not costs:
+        return None
+    name, worst = max(costs.items(), key=lambda item: item[1]["reference_bytes_per_device"])
+    materialised = backends.materialises(recipe.attention.backend, registry.attention)
+    if materialised:
+        # the plan counts float32 scores (Porter's reference kernel); torchax's own
+        # lowering (no backend) keeps them in the model's dtype
+        itemsize = 4 if recipe.attention.backend is not None else \
+            {"float32": 4}.get(recipe.model.dtype, 2)
+        scores = worst["reference_bytes_per_device"] * itemsize // 4
+    else:
+        scores = worst["blockwise_bytes_per_device"]
+    copies = MATERIALISED_COPIES if materialised else 1
+    return {"attention": name, "shape": worst["shape"], "scores": scores,
+            "materialised": materialised, "weights": built["weights_bytes_per_device"],
+            "bytes": built["weights_bytes_per_device"] + copies * scores}

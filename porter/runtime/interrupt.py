@@ -1,0 +1,107 @@
+"""Ctrl-C and kill during a run: stop at a step boundary, with the work kept.
+
+SIGTERM (what ``kill`` and job schedulers send) becomes an exception like
+Ctrl-C, so cleanup runs. During denoising both are deferred to the end of the
+current step, where the latents and scheduler state are consistent and can be
+saved; a second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+
+class Interrupted(Exception):
+    """The run was stopped by a signal; ``saved`` says what was kept, if anything."""
+
+    def __init__(self, signum: int, saved: str | None = None):
+        self.signum = signum
+        self.saved = saved
+        super().__init__(signal.Signals(signum).name)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+
+def _raise(signum, frame):
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def terminate_raises():
+    """SIGTERM raises ``Interrupted`` (the default would end the process on the spot)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+_requested: int | None = None  # a stop asked for by code (a server shutting down)
+
+
+def request_stop(signum: int = signal.SIGTERM) -> None:
+    """Ask the denoising loop under way (in any thread) to stop after its current
+    step, as the signal ``signum`` would: it saves a checkpoint and raises
+    ``Interrupted``. Stays asked until ``clear_stop``."""
+    global _requested
+    _requested = signum
+
+
+def requested() -> int | None:
+    """The signal a ``request_stop`` stands for, if one was made."""
+    return _requested
+
+
+def clear_stop() -> None:
+    global _requested
+    _requested = None
+
+
+class StopRequest:
+    """Set by the first SIGINT/SIGTERM while deferred; checked between steps."""
+
+    def __init__(self):
+        self.signum: int | None = None
+
+    def __call__(self, signum, frame):
+        if self.signum == signal.SIGINT and signum == signal.SIGINT:
+            raise Interrupted(signum)  # asked twice: stop now
+        self.signum = signum
+
+    def agreed(self) -> int | None:
+        """The signal that stops the run, if any process got one. With several
+        processes this is a collective (every process calls it after each step): all
+        of them stop at the same step, or none does; a process stopping alone would
+        leave the others waiting in the next step's collectives."""
+        from porter.runtime import distributed
+
+        signum = self.signum or _requested
+        if distributed.process_count() == 1:
+            return signum
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        every = multihost_utils.process_allgather(np.int32(signum or 0))
+        return int(np.max(every)) or None
+
+
+@contextlib.contextmanager
+def deferred():
+    """Within, SIGINT and SIGTERM only request a stop (see ``StopRequest``)."""
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    previous = {s: signal.signal(s, request) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield request
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,30 @@
+"""Warnings for the user: printed once to stderr, and kept for the run record.
+
+Python's ``warnings`` are silenced by the CLI (library chatter); what Porter
+itself must tell a user (a cache it stopped using, a stored program it threw
+away) goes through here instead, so it is seen and recorded.
+"""
+
+from __future__ import annotations
+
+import sys
+
+_given: list[str] = []
+
+
+def warn(message: str, hint: str | None = None) -> None:
+    """Print ``message`` once per process (a repeat is dropped)."""
+    if message in _given:
+        return
+    _given.append(message)
+    from porter.runtime import distributed
+
+    text = f"porter: {distributed.label()}warning: {message}"
+    if hint:
+        text += f"\n  hint: {hint}"
+    print(text, file=sys.stderr, flush=True)
+
+
+def given() -> list[str]:
+    """Every warning given so far in this process, in order."""
+    return list(_given)

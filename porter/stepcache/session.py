@@ -1,0 +1,127 @@
+"""A port's step cache across runs: set up at porting, reset and aimed at each run,
+summarised in each run's record."""
+
+from __future__ import annotations
+
+from porter.stepcache import block_lists, hooks, settings, unwrapped
+from porter.stepcache.guidance import GuidanceCache
+from porter.errors import RecipeError
+
+
+class Caching:
+    """The cache of one port: hooks on each cached component (``modules``: name ->
+    transformer compiled in pieces, ``hooks.check``ed), or a GuidanceCache per run
+    for the guidance method."""
+
+    def __init__(self, chosen, modules: dict, recipe):
+        self.chosen = chosen
+        self.modules = modules
+        self.calibrating = chosen.method == "magcache" and chosen.calibrate
+        self.ratios: dict[str, list[float]] = {}  # MagCache's, read once (refused now)
+        if chosen.method == "magcache" and not self.calibrating:
+            self.ratios = {name: self._ratios(recipe, name) for name in modules}
+            _foreign_ratios(recipe, modules)
+        self.tallies = {name: hooks.install(module, chosen) for name, module in modules.items()}
+        self.calibration: dict = {}
+        self.steps: dict[str, int] = {}
+        self.done: dict[str, int] = {}
+        self.guidance: GuidanceCache | None = None
+
+    def begin(self, pipe, family, recipe, start_step: int = 0) -> None:
+        """Before a run: every state cold; MagCache aimed at this run's steps (a
+        resumed run's remaining ones from ``start_step``)."""
+        self.steps = family.transformer_steps(pipe, recipe)
+        self.done, before = {}, start_step
+        for name, count in self.steps.items():  # what each transformer ran before
+            self.done[name] = min(before, count)
+            before -= self.done[name]
+        for name, tally in self.tallies.items():
+            hooks.reset(self.modules[name])
+            if self.calibrating:
+                tally.listeners.clear()
+                self.calibration[name] = hooks.Calibration(tally)
+            elif self.chosen.method == "magcache":
+                hooks.retarget(tally, self.ratios[name], self.steps.get(name, 0),
+                               self.done.get(name, 0))
+        self.guidance = None
+        if self.chosen.method == "guidance":
+            self.guidance = GuidanceCache(settings(recipe), recipe.generate.steps, start_step)
+
+    def _ratios(self, recipe, name: str) -> list[float]:
+        from porter.stepcache import calibration, ratios_file
+
+        given = settings(recipe).mag_ratios
+        if isinstance(given, list):
+            if len(self.modules) > 1:
+                raise RecipeError([recipe.problem(
+                    "cache.mag_ratios", f"one list of ratios, {len(self.modules)} "
+                    "transformers", hint="`porter calibrate` writes a file with each "
+                    "transformer's ratios")])
+            return given
+        ratios = calibration.read(ratios_file(recipe))["ratios"]
+        if name not in ratios:
+            raise RecipeError([recipe.problem(
+                "cache.mag_ratios", f"{given}: no ratios for {name}",
+                hint=f"it has {', '.join(ratios)}; calibrate this recipe's model")])
+        return calibration.curve(ratios[name])
+
+    def summary(self) -> dict:
+        """What the cache did in the last run, for the run record."""
+        if self.chosen.method == "guidance":
+            return self._guidance_summary()
+        computed = total = calls = 0
+        skipped: dict = {}
+        offset = 0
+        for name, tally in self.tallies.items():
+            per_context: dict[str, int] = {}
+            first = offset + self.done.get(name, 0)  # the step before this one's first call
+            for context, ran in tally.calls:
+                per_context[context] = per_context.get(context, 0) + 1
+                calls += 1
+                computed += ran
+                total += tally.blocks_per_call
+                if ran < tally.blocks_per_call:  # some block was skipped or predicted
+                    skipped.setdefault(context, []).append(first + per_context[context])
+            offset += self.steps.get(name, 0)
+        found = {"method": self.chosen.method + (" (calibrating)" if self.calibrating else ""),
+                 "calls": calls, "blocks_computed": computed, "blocks_total": total,
+                 "skipped_calls": sum(len(steps) for steps in skipped.values()),
+                 "skipped_steps": skipped}
+        if self.calibrating:
+            found["ratios"] = {name: dict(c.ratios) for name, c in self.calibration.items()}
+        return found
+
+    def _guidance_summary(self) -> dict:
+        guidance = self.guidance
+        total = computed = 0
+        for expert, both in guidance.steps:  # each step run: its expert, both branches?
+            blocks = sum(len(b) for _, b in block_lists(unwrapped(expert)))
+            total += 2 * blocks
+            computed += (2 if both else 1) * blocks
+        return {"method": "guidance", "calls": sum(2 if both else 1 for _, both in
+                                                    guidance.steps),
+                "blocks_computed": computed, "blocks_total": total,
+                "skipped_calls": len(guidance.reused), "skipped_steps": guidance.reused}
+
+
+def _foreign_ratios(recipe, modules: dict) -> None:
+    """Warn when a ratio file was calibrated for another model, or names transformers
+    this one lacks (ratios are the model's: another model's mislead MagCache)."""
+    from porter.runtime import notices
+    from porter.stepcache import calibration, ratios_file
+
+    path = ratios_file(recipe)
+    if path is None:
+        return
+    data = calibration.read(path)
+    extra = sorted(set(data["ratios"]) - set(modules))
+    if extra:
+        notices.warn(f"{path.name}: ratios for {', '.join(extra)}, which this model "
+                     "does not have: calibrated for another model?")
+    made_for = data.get("model") or {}
+    mine = {"family": recipe.model.family, "source": recipe.model.source,
+            "variant": recipe.model.variant}
+    if any(made_for.get(key) != value for key, value in mine.items()):
+        notices.warn(f"{path.name} was calibrated for {made_for.get('family')} "
+                     f"{made_for.get('source')} {made_for.get('variant') or ''}".rstrip()
+                     + f", not {recipe.model.source}: its ratios may not fit this model")
