@@ -20,7 +20,7 @@ from porter.transforms import patches
 from porter.rundir import artifacts, record, results
 from porter import runtime as runtime_mod
 from porter.port import out_of_memory
-from porter.generate import schedulers, stages
+from porter.generate import runners, schedulers, stages
 from porter.shims import tracing
 from porter.errors import RecipeError
 from porter.recipe.inputs import INPUTS
@@ -248,11 +248,11 @@ class Port:
         return outcome
 
     def _run(self, recipe, timings, wanted, directory, resumed, progress, on_step, say):
-        runner = self.family.runner
+        runner = runners.of(self.family)
         previous = resumed.previous if resumed else None
         history = list(previous["meta"].get("history") or []) if previous else []
         # a step cache serves runs that denoise (a pipeline's own loop always does)
-        caching = self.ported.caching if "denoise" in wanted or not runner.resumable \
+        caching = self.ported.caching if "denoise" in wanted or not self.family.staged \
             else None
         with self.active():
             # What a pipeline draws with no generator (I2VGen-XL's VAE encode samples
@@ -266,7 +266,7 @@ class Port:
             latents, frames, history = runner.generate(
                 self, recipe, timings, history, wanted, directory, resumed, progress,
                 on_step, say, reuse)
-        timings["stages"] = list(wanted) if runner.resumable else list(runner.stages)
+        timings["stages"] = list(wanted) if self.family.staged else list(runner.stages)
         timings["port_call"] = self.calls
         if caching is not None:
             timings["cache"] = caching.summary()

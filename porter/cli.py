@@ -8,7 +8,7 @@ import sys
 import warnings
 
 from porter.runtime import interrupt
-from porter.errors import PorterError, environment_problem, is_environment_error
+from porter.errors import Interrupted, PorterError, environment_problem, is_environment_error
 
 EXAMPLES = """\
 examples:
@@ -582,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interrupt.terminate_raises():
             return COMMANDS[args.command](args)
-    except interrupt.Interrupted as exc:
+    except Interrupted as exc:
         kept = f"; kept: {exc.saved} (continue with --resume)" if exc.saved else ""
         print(f"interrupted by {exc}{kept}", file=sys.stderr)
         return exc.exit_code

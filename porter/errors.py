@@ -6,6 +6,7 @@ messages. Each carries enough to act on: what went wrong, where, and a hint.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 
 
@@ -40,6 +41,35 @@ class UsageError(PorterError):
 
 class LoadError(UsageError):
     """A model source could not be found or read."""
+
+
+class NonFinite(UsageError):
+    """The latents went NaN or infinite at a denoising step."""
+
+    def __init__(self, step: int, total: int | None, saved_at: int | None,
+                 staged: bool = True):
+        kept = (f"; kept: the encode stage and the checkpoint after step {saved_at}"
+                if saved_at else "; kept: the encode stage" if staged else "")
+        of = f" of {total}" if total else ""  # a generic run may not know its count
+        super().__init__(
+            f"denoising step {step}{of} made NaN or infinite latents: stopped{kept}",
+            hint="with finite weights this is numerical overflow: try model.dtype float32, "
+                 "or keep the overflowing modules in float32 (dtypes), and compare with "
+                 "`porter verify`")
+
+
+class Interrupted(Exception):
+    """The run was stopped by a signal (not a PorterError: the CLI exits 128 +
+    the signal's number); ``saved`` says what was kept, if anything."""
+
+    def __init__(self, signum: int, saved: str | None = None):
+        self.signum = signum
+        self.saved = saved
+        super().__init__(signal.Signals(signum).name)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
 
 
 @dataclass(frozen=True)

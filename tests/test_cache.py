@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import porter
-from porter.errors import RecipeError
+from porter.errors import Interrupted, RecipeError
 
 slow = pytest.mark.slow  # these compile and run models
 
@@ -464,7 +464,7 @@ def test_a_resumed_cached_run_picks_up_its_schedule(recipe_path, tmp_path):
     with porter.load(loaded) as port:
         whole = port.generate().record["timings"]["cache"]
         try:
-            with pytest.raises(interrupt.Interrupted):
+            with pytest.raises(Interrupted):
                 port.run(loaded, directory=out, on_step=stop_after_four)
         finally:
             interrupt.clear_stop()

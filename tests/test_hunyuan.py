@@ -192,7 +192,7 @@ def test_true_guidance_matches_diffusers(tmp_path):
 def test_15_interrupted_run_resumes_bit_identically(tmp_path, monkeypatch):
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from porter.runtime.interrupt import Interrupted
+    from porter.errors import Interrupted
     from porter.commands.run import run
 
     whole = run_recipe(recipe.load(TINY_15, [f"output.dir={tmp_path / 'whole'}"]))

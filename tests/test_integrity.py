@@ -20,6 +20,7 @@ import torch
 
 from porter import plugins, recipe
 from porter.rundir import artifacts, outputs
+from porter.runtime import atomic
 from porter.errors import UsageError
 from porter.commands.run import run
 
@@ -86,7 +87,7 @@ def test_a_busy_directory_is_refused_naming_the_holder(tmp_path):
     assert first.returncode == 0, stderr
     record = json.loads((out / "run.json").read_text())
     assert record["seed"] == 0
-    assert record["outputs"]["files"]["video.mp4"] == outputs.sha256(out / "video.mp4")
+    assert record["outputs"]["files"]["video.mp4"] == atomic.sha256(out / "video.mp4")
 
 
 def test_a_killed_holder_leaves_no_stuck_lock(tmp_path):
@@ -107,9 +108,9 @@ def test_a_killed_holder_leaves_no_stuck_lock(tmp_path):
 
 def test_writers_never_share_a_temporary_name(tmp_path):
     target = tmp_path / "run.json"
-    assert len({outputs.temporary(target) for _ in range(100)}) == 100
+    assert len({atomic.temporary(target) for _ in range(100)}) == 100
     payloads = [bytes([i]) * 200_000 for i in range(8)]
-    threads = [threading.Thread(target=outputs.write_bytes, args=(target, p))
+    threads = [threading.Thread(target=atomic.write_bytes, args=(target, p))
                for p in payloads]
     for thread in threads:
         thread.start()
@@ -125,7 +126,7 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
     target = tmp_path / "video.mp4"
     monkeypatch.setattr("os.replace", full)
     with pytest.raises(OSError):
-        outputs.write_bytes(target, b"x" * 1000)
+        atomic.write_bytes(target, b"x" * 1000)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -142,14 +143,14 @@ def test_a_new_run_never_pairs_with_an_older_record(finished, tmp_path, monkeypa
         run(tiny_recipe(tmp_path, out, "tiny", "generate.seed=1"), plugins.registry(),
             progress=False)
     assert (out / "video.mp4").exists() and not (out / "run.json").exists()
-    assert outputs.sha256(out / "video.mp4") != finished.data["outputs"]["files"]["video.mp4"]
+    assert atomic.sha256(out / "video.mp4") != finished.data["outputs"]["files"]["video.mp4"]
 
 
 def test_the_record_names_each_file_with_its_hash(finished):
     files = finished.data["outputs"]["files"]
     assert set(files) == {"video.mp4", "encode.safetensors", "denoise.safetensors"}
     for name, digest in files.items():
-        assert outputs.sha256(finished.directory / name) == digest
+        assert atomic.sha256(finished.directory / name) == digest
 
 
 # --- stage and checkpoint files are what their records say --------------------------
@@ -188,7 +189,7 @@ def interrupted(tmp_path_factory):
 
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from porter.runtime.interrupt import Interrupted
+    from porter.errors import Interrupted
     directory = tmp_path_factory.mktemp("interrupted")
     loaded = tiny_recipe(directory, directory / "out", "tiny", "generate.steps=3",
                          "output.checkpoint_every=0")
@@ -318,7 +319,7 @@ def test_latents_going_nonfinite_stop_the_run_at_that_step(nan_checkpoint, tmp_p
     """Allowed NaN weights are a warning; the first step then makes NaN latents, and the
     run stops there (exit 2), keeping the encode stage, writing no video."""
     from porter.runtime import notices
-    from porter.generate.stages import NonFinite
+    from porter.errors import NonFinite
 
     out = tmp_path / "out"
     with pytest.raises(NonFinite, match="denoising step 1 of 2 made NaN or infinite "
@@ -337,7 +338,7 @@ def test_a_pipeline_run_in_one_piece_stops_at_nonfinite_latents(tmp_path, monkey
     pipeline runs its own loop and is checked through the pipeline's step callback."""
     from porter_cogvideox.tiny import build_pipeline
 
-    from porter.generate.stages import NonFinite
+    from porter.errors import NonFinite
 
     pipe = build_pipeline()
     with torch.no_grad():

@@ -16,7 +16,7 @@ import torch
 
 from porter import plugins, recipe
 from porter.rundir import artifacts
-from porter.runtime.interrupt import Interrupted
+from porter.errors import Interrupted
 from porter.commands.run import run
 
 from conftest import interrupt_at_step, slow_porter, terminate_after

@@ -301,7 +301,7 @@ def test_stages_made_with_another_adapter_are_refused(write, tmp_path, monkeypat
 
     from porter.rundir import progress as saved_progress
     from porter.errors import UsageError
-    from porter.runtime.interrupt import Interrupted
+    from porter.errors import Interrupted
 
     file = make_lora(tmp_path, seed=1)
     original = file.read_bytes()

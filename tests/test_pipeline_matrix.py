@@ -37,7 +37,7 @@ def test_family_pipelines_are_the_families(name):
     family = plugins.registry().family(entry.family)
     assert (check.HERE.parent.parent / entry.tests).exists()
     assert issubclass(getattr(diffusers, name), diffusers.DiffusionPipeline)
-    assert family.runner.resumable
+    assert family.staged
 
 
 @pytest.mark.parametrize("name", [n for n, e in check.matrix().items()

@@ -14,6 +14,7 @@ from porter import loading, plugins, recipe, runtime
 from porter.port import passes, plan
 from porter.loading import abstract, weights
 from porter.port.passes import ported as port
+from porter.shims import interop
 from porter.transforms import placement
 
 from conftest import RECIPES, TINY_RECIPE
@@ -38,7 +39,7 @@ def test_place_gives_every_device_its_share(spec, dtype):
     rt = mesh_runtime()
     host = (torch.arange(8 * 16).reshape(8, 16) % 7).to(dtype)
     sharding = NamedSharding(rt.mesh, partition_spec(spec))
-    array = placement.place(placement.as_placed(host), (8, 16), sharding)
+    array = interop.place(interop.as_placed(host), (8, 16), sharding)
     assert array.sharding == sharding
     got = torch.from_numpy(np.asarray(array).astype(np.float32))
     assert torch.equal(got, host.float())
@@ -50,7 +51,7 @@ def test_place_gives_every_device_its_share(spec, dtype):
 
 def test_place_a_scalar():
     rt = mesh_runtime()
-    array = placement.place(torch.tensor(2.5), (), rt.replicated())
+    array = interop.place(torch.tensor(2.5), (), rt.replicated())
     assert float(array) == 2.5 and len(array.sharding.device_set) == 8
 
 

@@ -214,7 +214,7 @@ def _join(template, values):
 def _abstract(leaf: Input, sharding):
     import jax
 
-    from porter.transforms.sharding import array_dtype
+    from porter.shims.interop import array_dtype
 
     return jax.ShapeDtypeStruct(leaf.shape, array_dtype(leaf.dtype), sharding=sharding)
 

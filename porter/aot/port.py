@@ -137,7 +137,7 @@ def _abstract_state(component: Component, runtime):
                              shard_transform.partition_spec(specs.get(id(tensor), ())))
 
     def abstract_of(store: dict) -> dict:
-        return {name: jax.ShapeDtypeStruct(tuple(t.shape), shard_transform.array_dtype(t.dtype),
+        return {name: jax.ShapeDtypeStruct(tuple(t.shape), interop.array_dtype(t.dtype),
                                            sharding=sharding(t))
                 for name, t in store.items()}
 

@@ -65,7 +65,7 @@ def _frozen(value):
 
 def described(value):
     """A call's argument as a declaration describes it: tensors as ``Input``s."""
-    from porter.transforms.sharding import jax_dtype
+    from porter.shims.interop import jax_dtype
 
     if isinstance(value, torch.Tensor):
         return Input(tuple(value.shape), jax_dtype(value.dtype))

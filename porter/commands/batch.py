@@ -29,7 +29,7 @@ from porter.runtime import distributed, interrupt
 from porter.generate import runners
 from porter.rundir import artifacts, outputs, record, results
 from porter.commands import run as run_mod
-from porter.errors import RecipeError, UsageError, failure
+from porter.errors import Interrupted, RecipeError, UsageError, failure
 
 SUMMARY = "batch.json"
 #: a prompts file's bytes: tens of thousands of prompts, not an endless stream
@@ -263,7 +263,7 @@ def _owned_batch(family, recipe, registry, items, prompts, directory, say, progr
                 bar.set_postfix_str(f"{name}: step {done}/{total}")
             try:
                 _run_item(port, item, directory / item.name, resume, on_step, say)
-            except interrupt.Interrupted:
+            except Interrupted:
                 item.status, item.error = "interrupted", "stopped by a signal"
                 summary.write(items)
                 raise
@@ -310,8 +310,8 @@ def run_into(port, recipe, directory: Path, resume: bool, on_step=None, say=None
 
 
 def _continuation(port, recipe, directory, resume, say, name):
-    runner = port.family.runner
-    if not (resume and runner.resumable and directory.is_dir()):
+    runner = runners.of(port.family)
+    if not (resume and port.family.staged and directory.is_dir()):
         return runner.stages_to_run(directory, None, False), runners.Resumed()
     wanted = runner.stages_to_run(directory, None, True)
     try:

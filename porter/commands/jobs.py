@@ -22,8 +22,9 @@ from pathlib import Path
 from porter import api
 from porter.runtime import interrupt
 from porter.rundir import outputs, record
+from porter.runtime import atomic
 from porter.commands import uploads
-from porter.errors import UsageError, failure
+from porter.errors import Interrupted, UsageError, failure
 
 JOB = "job.json"
 #: a job's input files (images, videos), in its folder (``porter.commands.uploads``)
@@ -129,7 +130,7 @@ class Jobs:
         try:
             names = {key: f"{INPUTS}/{key}{suffix}" for key, (_, suffix) in images.items()}
             for key, (data, _) in images.items():
-                outputs.write_bytes(staging / Path(names[key]).name, data)
+                atomic.write_bytes(staging / Path(names[key]).name, data)
             api.checked_settings(self.port.recipe, self.port.registry, {
                 **settings, **{k: str(staging / Path(n).name) for k, n in names.items()}},
                 "request")
@@ -249,7 +250,7 @@ class Jobs:
             batch.run_into(self.port, recipe, self.directory / job.id, resume=True,
                            on_step=on_step, say=self.say, name=f"job {job.id}")
             return False, ("done", None)
-        except interrupt.Interrupted as exc:
+        except Interrupted as exc:
             self.say(f"job {job.id} stopped" + (f"; kept: {exc.saved}" if exc.saved else ""))
             return True, ("queued", None)
         except Exception as exc:  # one job failed: the server goes on

@@ -9,6 +9,7 @@ from pathlib import Path
 from porter import api
 from porter.port import checks
 from porter.runtime import distributed
+from porter.generate import runners
 from porter.rundir import outputs, record, results
 from porter.errors import UsageError
 
@@ -41,7 +42,7 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
     family = checks.checked_family(recipe, registry)
     say = api.status if progress else api.quiet
     directory = outputs.output_dir(recipe)
-    if not family.runner.resumable and (stage or resume):
+    if not family.staged and (stage or resume):
         raise UsageError(f"family {family.name!r} runs the pipeline in one piece: "
                          "--stage and --resume need a family with stages",
                          hint="run it without --stage/--resume")
@@ -63,7 +64,7 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
 
 
 def _owned_run(family, recipe, registry, say, progress, stage, resume, directory):
-    runner = family.runner
+    runner = runners.of(family)
     wanted = runner.stages_to_run(directory, stage, resume)
     inputs = runner.continuation(directory, wanted, recipe, resume)  # before any removal
     if distributed.writes():

@@ -33,7 +33,7 @@ import re
 import secrets
 
 from porter.commands import uploads
-from porter.errors import RecipeError, UsageError, failure
+from porter.errors import Interrupted, RecipeError, UsageError, failure
 from porter.recipe.inputs import INPUTS, PATH_KEYS
 
 TOKEN_ENV = "PORTER_TOKEN"
@@ -331,6 +331,6 @@ def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
             f"jobs in {queue.directory}")
         try:
             uvicorn.run(app, host=host, port=port, log_level="warning")
-        except interrupt.Interrupted:
+        except Interrupted:
             pass  # uvicorn passes the signal on once it has shut down: that was the plan
         return queue.state()

@@ -2,8 +2,8 @@
 
 ``ModelFamily`` is what every family declares: how a recipe becomes a diffusers
 pipeline (tiny, local or hub), its checks, configurations, shapes, rotary tables,
-plan estimates and compiled programs. How it generates is its runner
-(``porter.generate.runners``), one of two:
+plan estimates and compiled programs. How it generates is one of two
+(``staged``; ``porter.generate.runners`` runs either):
 
 - ``StagedFamily``: the core's loop (``porter.generate.stages``) drives the steps the family
   splits generation into (encode, initial latents, timesteps, one transformer call,
@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from porter.generate import runners
 from porter.errors import Problem
 from porter.recipe.inputs import INPUTS, PATH_KEYS
 
@@ -30,9 +29,10 @@ class ModelFamily:
     summary: str = ""
     #: layouts ``build_tiny`` can build (``model.variant``); the first is the default
     variants: tuple[str, ...] = ()
-    #: how the family generates (``porter.generate.runners``): set by ``StagedFamily`` and
-    #: ``GenericFamily``, the two a plugin subclasses
-    runner = None
+    #: True: the core's loop drives the family's steps (``StagedFamily``); False: the
+    #: pipeline's own ``__call__`` runs (``GenericFamily``). A plugin subclasses one of the
+    #: two, which set it
+    staged: bool | None = None
     #: generate settings the family cannot run without (the schema leaves them optional:
     #: a generic pipeline may take no prompt); checked before ``check``
     required: tuple[str, ...] = ()
@@ -152,7 +152,7 @@ class StagedFamily(ModelFamily):
     mirrors a piece of the pipeline's ``__call__``, so a run and a plain diffusers run
     from the same seed agree."""
 
-    runner = runners.STAGED
+    staged = True
     #: conditioning entries that are embeddings: ``dtypes.text_embeddings`` casts these;
     #: the rest (masks, image latents) keep their dtype
     embedding_keys: tuple[str, ...] = ("prompt", "negative")

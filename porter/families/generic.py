@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from porter.generate import runners
 from porter.recipe.inputs import INPUTS, KIND_NAMES, latents_names
 from porter.recipe import call_args
-from porter.errors import UsageError
+from porter.errors import Interrupted, UsageError
 from porter.families.base import ModelFamily
 
 
@@ -104,10 +103,10 @@ class _StepWatch:
 
     def __call__(self, pipe, step, timestep, tensors):
         from porter.runtime import finite, interrupt
-        from porter.generate.stages import NonFinite
+        from porter.errors import NonFinite
 
         if interrupt.requested():  # a server shutting down: no checkpoint to keep here
-            raise interrupt.Interrupted(interrupt.requested())
+            raise Interrupted(interrupt.requested())
         if not finite.on_device(tensors["latents"]):
             raise NonFinite(step + 1, self.total, None, staged=False)
         self.latents = tensors["latents"]
@@ -117,7 +116,7 @@ class _StepWatch:
 class GenericFamily(ModelFamily):
     name = "generic"
     summary = "any diffusers video pipeline, run by its own __call__ (no plugin needed)"
-    runner = runners.PIPELINE
+    staged = False
     # the VAE's decode too: a VAE that cannot be traced whole is split automatically
     compiled = {"transformer": ("forward",), "vae": ("decode",)}
 

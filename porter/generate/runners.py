@@ -1,9 +1,8 @@
 """How a port makes a video: the core's staged loop, or the pipeline's own loop.
 
-A family names its runner (``ModelFamily.runner``: ``StagedFamily`` families get
-``STAGED``, ``GenericFamily`` ones ``PIPELINE``); a port runs every call through
-it, and the commands ask it which stages a run has, which can be saved and
-resumed, and what a run directory holds. Nothing else tells the two apart.
+A staged family (``ModelFamily.staged``) runs through ``STAGED``, any other through
+``PIPELINE`` (``of``); a port runs every call through it, and the commands ask it
+which stages a run has and what a run directory holds.
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ class StagedLoop:
     and the guidance (``porter.generate.stages``, ``porter.generate.guidance``)."""
 
     stages = artifacts.STAGES
-    resumable = True
-    owns_guidance = True  # the guidance cache can leave a branch out
 
     @staticmethod
     def stages_to_run(directory: Path, stage: str | None, resume: bool) -> tuple[str, ...]:
@@ -135,12 +132,10 @@ class PipelineLoop:
     an interrupted run starts over; its guidance is the pipeline's."""
 
     stages = ("generate",)
-    resumable = False
-    owns_guidance = False
 
     @staticmethod
     def stages_to_run(directory: Path, stage: str | None, resume: bool) -> tuple:
-        return ()  # one piece (``resumable`` is False: --stage and --resume are refused)
+        return ()  # one piece (not staged: --stage and --resume are refused)
 
     @staticmethod
     def continuation(directory: Path, wanted: tuple, recipe, resume: bool) -> Resumed:
@@ -163,3 +158,8 @@ class PipelineLoop:
 
 STAGED = StagedLoop()
 PIPELINE = PipelineLoop()
+
+
+def of(family):
+    """How ``family`` generates: the core's staged loop, or the pipeline's own."""
+    return STAGED if family.staged else PIPELINE

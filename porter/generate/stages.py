@@ -7,27 +7,12 @@ import time
 
 from porter.runtime import finite, interrupt
 from porter.generate import guidance
-from porter.errors import UsageError
+from porter.errors import Interrupted, NonFinite, UsageError
 from porter.shims.interop import to_device, to_host
 from porter.rundir.progress import REDO as progress_redo
 from porter.rundir.progress import Progress, restore_scheduler, scheduler_state
 from porter.generate.sampling import Sampling
 from porter.transforms.dtypes import DTYPES
-
-
-class NonFinite(UsageError):
-    """The latents went NaN or infinite at a denoising step."""
-
-    def __init__(self, step: int, total: int | None, saved_at: int | None,
-                 staged: bool = True):
-        kept = (f"; kept: the encode stage and the checkpoint after step {saved_at}"
-                if saved_at else "; kept: the encode stage" if staged else "")
-        of = f" of {total}" if total else ""  # a generic run may not know its count
-        super().__init__(
-            f"denoising step {step}{of} made NaN or infinite latents: stopped{kept}",
-            hint="with finite weights this is numerical overflow: try model.dtype float32, "
-                 "or keep the overflowing modules in float32 (dtypes), and compare with "
-                 "`porter verify`")
 
 
 def block(tensor) -> None:
@@ -110,7 +95,7 @@ def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
                                   sampling=sampling.state()))
                     saved_at = completed
                 if signum:
-                    raise interrupt.Interrupted(
+                    raise Interrupted(
                         signum, saved=f"{completed} of {total} denoising steps"
                         if save is not None else None)
         latents = family.final_latents(pipe, latents, conditioning)

@@ -42,7 +42,7 @@ class Registry:
         self.owners[(kind, name)] = plugin
 
     def add_family(self, family, *, plugin: str) -> None:
-        if getattr(family, "runner", None) is None:
+        if getattr(family, "staged", None) not in (True, False):
             raise PluginError(
                 f"plugin {plugin!r} registered family {getattr(family, 'name', family)!r} "
                 "with no way to generate", hint="subclass porter.families.base.StagedFamily (the "

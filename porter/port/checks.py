@@ -277,17 +277,17 @@ def path_write_problems(recipe) -> list[Problem]:
     an unwritable one is a warning."""
     from porter.runtime import notices
     from porter import runtime
-    from porter.rundir import outputs
+    from porter.runtime import atomic
     from porter.rundir.outputs import output_dir
 
     problems = []
-    why = outputs.writable_problem(output_dir(recipe))
+    why = atomic.writable_problem(output_dir(recipe))
     if why:
         problems.append(recipe.problem("output.dir", f"cannot write the output directory: "
                                        f"{why}", hint="choose a directory you can write "
                                        "(output.dir=...)"))
     cache = runtime.cache_dir(recipe.runtime.compile_cache)
-    why = outputs.writable_problem(cache) if cache is not None else None
+    why = atomic.writable_problem(cache) if cache is not None else None
     if why:
         notices.warn(f"the compile cache cannot be written: {why}; a run goes on without "
                      "it (every run compiles from scratch)", hint="set "

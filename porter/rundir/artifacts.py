@@ -64,7 +64,7 @@ def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None 
     files as they are now."""
     from safetensors.torch import save
 
-    from porter.rundir import outputs
+    from porter.runtime import atomic
     from porter.shims.interop import to_host
 
     host = {name: to_host(t).contiguous() for name, t in tensors.items()}  # every process
@@ -74,13 +74,13 @@ def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None 
     # An older record must not vouch for the new tensors while they are replaced.
     (directory / f"{stage}.json").unlink(missing_ok=True)
     data = save(host)
-    digest = outputs.write_bytes(directory / f"{stage}.safetensors", data)
+    digest = atomic.write_bytes(directory / f"{stage}.safetensors", data)
     meta = {"stage": stage, "recipe_sha256": recipe.digest(), "settings": settings(recipe),
             "inputs": inputs if inputs is not None else inputs_now(recipe),
             "sha256": digest, "bytes": len(data),
             "tensors": {n: {"shape": list(t.shape), "dtype": str(t.dtype)} for n, t in
                         host.items()}, **(extra or {})}
-    outputs.write_bytes(directory / f"{stage}.json", (json.dumps(meta, indent=2) + "\n")
+    atomic.write_bytes(directory / f"{stage}.json", (json.dumps(meta, indent=2) + "\n")
                         .encode())
 
 

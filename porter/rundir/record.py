@@ -104,8 +104,8 @@ def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
 
 def write_json(path: Path, data: dict) -> Path:
     """Write JSON atomically: a reader never sees a half-written file."""
-    from porter.rundir import outputs
+    from porter.runtime import atomic
 
-    outputs.write_bytes(Path(path), (json.dumps(data, indent=2, sort_keys=False) + "\n")
+    atomic.write_bytes(Path(path), (json.dumps(data, indent=2, sort_keys=False) + "\n")
                         .encode())
     return Path(path)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from porter.runtime import notices
 from porter.rundir import artifacts, outputs, progress, video
+from porter.runtime import atomic
 
 
 def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) -> None:
@@ -46,10 +47,10 @@ def write_results(directory: Path, recipe, frames, latents) -> dict:
         (directory / outputs.FRAMES_DIR).mkdir(exist_ok=True)
         for index, frame in enumerate(frames):
             name = f"{outputs.FRAMES_DIR}/{index:05d}.png"
-            files[name] = outputs.write_bytes(directory / name, _png(frame))
+            files[name] = atomic.write_bytes(directory / name, _png(frame))
         written["lossless_frames"] = outputs.FRAMES_DIR + "/"
     elif output.frames == "npy":
-        files[outputs.FRAMES_NPY] = outputs.write_bytes(directory / outputs.FRAMES_NPY, _npy(frames))
+        files[outputs.FRAMES_NPY] = atomic.write_bytes(directory / outputs.FRAMES_NPY, _npy(frames))
         written["lossless_frames"] = outputs.FRAMES_NPY
     if output.latents:
         if latents is None:
@@ -58,7 +59,7 @@ def write_results(directory: Path, recipe, frames, latents) -> dict:
         else:
             from safetensors.torch import save
 
-            files[outputs.LATENTS] = outputs.write_bytes(directory / outputs.LATENTS, save(
+            files[outputs.LATENTS] = atomic.write_bytes(directory / outputs.LATENTS, save(
                 {"latents": latents.detach().cpu().contiguous()}))
             written["latents"] = outputs.LATENTS
     return written

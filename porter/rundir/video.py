@@ -10,9 +10,9 @@ import numpy as np
 def write_mp4(path: Path, frames: np.ndarray, fps: int) -> str:
     """Write uint8 frames (count, height, width, 3) atomically to ``path``; returns the
     file's SHA-256."""
-    from porter.rundir import outputs
+    from porter.runtime import atomic
 
-    return outputs.write_bytes(Path(path), encode_mp4(frames, fps))
+    return atomic.write_bytes(Path(path), encode_mp4(frames, fps))
 
 
 def encode_mp4(frames: np.ndarray, fps: int) -> bytes:

@@ -35,11 +35,11 @@ _state = {"writes": True, "guarded": False}
 
 def usable(directory: Path) -> bool:
     """Can the compile cache live in ``directory``? Warns once when it cannot."""
-    from porter.rundir import outputs
+    from porter.runtime import atomic
 
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        outputs.probe(directory)
+        atomic.probe(directory)
     except OSError as exc:
         _warn_unwritable(directory, exc)
         return False
@@ -130,12 +130,12 @@ def _atomic_puts(cache) -> None:
         return
     from jax._src import lru_cache
 
-    from porter.rundir import outputs
+    from porter.runtime import atomic
 
     def put(key: str, value: bytes) -> None:
         path = Path(str(cache.path)) / f"{key}{lru_cache._CACHE_SUFFIX}"
         if not path.exists():
-            outputs.write_bytes(path, value)
+            atomic.write_bytes(path, value)
 
     cache.put = put
     cache._porter_atomic = True

@@ -12,18 +12,7 @@ import contextlib
 import signal
 import threading
 
-
-class Interrupted(Exception):
-    """The run was stopped by a signal; ``saved`` says what was kept, if anything."""
-
-    def __init__(self, signum: int, saved: str | None = None):
-        self.signum = signum
-        self.saved = saved
-        super().__init__(signal.Signals(signum).name)
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+from porter.errors import Interrupted
 
 
 def _raise(signum, frame):

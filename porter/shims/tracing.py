@@ -130,7 +130,7 @@ def explained():
     """Failures inside model code as ``PortingError``: what kind, where (file:line in
     the model library) and what to do. Failures in Porter's own code pass through:
     they are bugs, reported as internal errors."""
-    from porter.runtime.interrupt import Interrupted
+    from porter.errors import Interrupted
 
     try:
         yield

@@ -42,7 +42,7 @@ def problems(recipe, family) -> list:
             found.append(recipe.problem("cache.start", f"the window starts ({chosen.start}) "
                                         f"at or after its end ({chosen.end})",
                                         hint="start < end, as fractions of the steps"))
-        if not family.runner.owns_guidance:
+        if not family.staged:
             found.append(recipe.problem(
                 "cache.method", f"family {family.name!r} runs the pipeline's own loop: "
                 "Porter cannot leave out one branch of its guidance",

@@ -42,12 +42,12 @@ def curve(contexts: dict) -> list[float]:
 
 
 def write(path: Path, ratios: dict, recipe, steps: int) -> Path:
-    from porter.rundir import outputs
+    from porter.runtime import atomic
 
     data = {"kind": KIND, "recipe": str(recipe.path) if recipe.path else None,
             "model": {"family": recipe.model.family, "source": recipe.model.source,
                       "variant": recipe.model.variant, "dtype": recipe.model.dtype},
             "steps": steps, "ratios": ratios}
     path.parent.mkdir(parents=True, exist_ok=True)
-    outputs.write_bytes(path, (json.dumps(data, indent=1) + "\n").encode())
+    atomic.write_bytes(path, (json.dumps(data, indent=1) + "\n").encode())
     return path

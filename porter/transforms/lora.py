@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from porter.errors import Problem, RecipeError, first_line
-from porter.rundir.outputs import sha256
+from porter.runtime.atomic import sha256
 
 DEFAULT_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 CHUNK = 1 << 20  # elements of one float32 temporary while adding an update (4 MiB)

@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from porter.errors import LoadError
-from porter.transforms.sharding import (Assignment, assign, jax_dtype, named_tensors,
-                                        partition_spec, tensor_slots)
+from porter.shims.interop import as_placed, jax_dtype, place
+from porter.transforms.sharding import (Assignment, assign, named_tensors, partition_spec,
+                                        tensor_slots)
 
 #: tensors read and placed ahead of the one being installed, at most this many and
 #: this many bytes: both are mostly filling fresh pages, which threads do in parallel
@@ -130,70 +131,6 @@ def local_rows(shape: tuple[int, ...], sharding) -> slice:
     starts = [s.start or 0 for s in spans]
     stops = [shape[0] if s.stop is None else s.stop for s in spans]
     return slice(min(starts), max(stops))
-
-
-def replicated(tensor: torch.Tensor, runtime):
-    """A torchax tensor on the mesh (replicated) holding a host tensor's values,
-    placed from the host on every device (not first on one device, then copied)."""
-    from torchax.tensor import Tensor
-
-    host = as_placed(tensor.detach().cpu())
-    return Tensor(place(host, tuple(host.shape), runtime.replicated()), runtime.env)
-
-
-def as_placed(host: torch.Tensor) -> torch.Tensor:
-    """``host`` in the dtype it will have on a JAX device."""
-    target = jax_dtype(host.dtype)
-    return host if host.dtype == target else host.to(target)
-
-
-def _numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view of a CPU tensor; bfloat16 and float8 through ml_dtypes (JAX's)."""
-    try:
-        return tensor.numpy()
-    except TypeError:  # a dtype numpy has only through ml_dtypes
-        import ml_dtypes
-
-        bits = {1: torch.uint8, 2: torch.int16}[tensor.element_size()]
-        kind = getattr(ml_dtypes, str(tensor.dtype).removeprefix("torch."))
-        return tensor.view(bits).numpy().view(kind)
-
-
-def place(host: torch.Tensor, shape: tuple[int, ...], sharding, rows: slice | None = None):
-    """A jax.Array of ``shape`` placed by ``sharding``, from ``host``: the tensor's
-    rows ``rows`` (all of them by default) in their final dtype, on the CPU.
-
-    On a single-process CPU run a device's share that is the whole host tensor is
-    handed over without a copy (DLPack); every other share is copied into its
-    device's buffer, so no slice keeps a larger host tensor alive.
-    """
-    import jax
-
-    offset = 0 if rows is None or rows.start is None else rows.start
-    host = host.detach()
-    if not host.is_contiguous():
-        host = host.contiguous()
-    whole = tuple(host.shape) == tuple(shape)
-    zero_copy = (whole and host.dtype != torch.bool
-                 and jax.process_count() == 1 and _platform(sharding) == "cpu")
-    array = _numpy(host)
-
-    def shard(index):
-        if offset and index:
-            first = index[0]
-            index = (slice((first.start or 0) - offset,
-                           (shape[0] if first.stop is None else first.stop) - offset),
-                     *index[1:])
-        part = array[index]
-        if zero_copy and part.shape == tuple(shape):
-            return jax.dlpack.from_dlpack(host)
-        return part
-
-    return jax.make_array_from_callback(tuple(shape), sharding, shard)
-
-
-def _platform(sharding) -> str:
-    return next(iter(sharding.device_set)).platform
 
 
 def device_bytes(module: torch.nn.Module) -> dict[str, int]:

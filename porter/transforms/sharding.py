@@ -14,27 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from porter.errors import Problem
-
-
-# JAX runs with x64 disabled: these arrive as their 32-bit kind (what torchax and
-# jax.device_put would make of them).
-NARROWED = {torch.float64: torch.float32, torch.int64: torch.int32,
-            torch.complex128: torch.complex64}
-
-
-def jax_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The torch dtype a tensor of ``dtype`` has once on a JAX device."""
-    return NARROWED.get(dtype, dtype)
-
-
-def array_dtype(dtype: torch.dtype):
-    """The JAX dtype of the array a torch tensor of ``dtype`` becomes on a device."""
-    from porter.shims.compat import import_torchax
-
-    import_torchax()
-    from torchax.ops.mappings import t2j_dtype
-
-    return t2j_dtype(jax_dtype(dtype))
+from porter.shims.interop import jax_dtype
 
 
 @dataclass(frozen=True)

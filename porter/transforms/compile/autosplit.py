@@ -109,13 +109,13 @@ class Split:
 
     def _keep(self) -> None:
         from porter.runtime import distributed
-        from porter.rundir import outputs
+        from porter.runtime import atomic
 
         if self.store is None or not distributed.writes():
             return
         try:
             self.store.parent.mkdir(parents=True, exist_ok=True)
-            outputs.write_bytes(self.store, json.dumps({"eager": self.eager}).encode())
+            atomic.write_bytes(self.store, json.dumps({"eager": self.eager}).encode())
         except OSError:
             pass  # only a shortcut for the next run: the trace cache warns about its dir
 

@@ -27,7 +27,7 @@ import torch
 
 from porter.shims import fixes as torchax_fixes
 from porter.shims.tracing import model_frame, untraceable
-from porter.transforms.sharding import array_dtype
+from porter.shims.interop import array_dtype
 
 STACKED = "*"  # the block index's place in a stacked entry's name: blocks.*.attn1...
 

@@ -188,13 +188,13 @@ class TraceCache:
 
     def _write(self, path: Path, blob: bytes) -> None:
         from porter.runtime import distributed, notices
-        from porter.rundir import outputs
+        from porter.runtime import atomic
 
         if not distributed.writes() or not self.writable:
             return
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            outputs.write_bytes(path, _pack(path.stem, blob))  # whole, or nothing
+            atomic.write_bytes(path, _pack(path.stem, blob))  # whole, or nothing
         except OSError as exc:
             self.writable = False
             notices.warn(f"traced programs cannot be stored in {self.directory} "
