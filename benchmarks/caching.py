@@ -59,9 +59,10 @@ def runs(ratios: Path) -> list[tuple[str, tuple[str, ...], str]]:
 
 def denoise(overrides: tuple[str, ...]) -> tuple[dict, object]:
     import porter
+    from porter.generate.call import Call
 
     with porter.load(RECIPE, *BASE, *overrides) as port:
-        outcome = port.run(port.recipe, wanted=("encode", "denoise"))
+        outcome = port.run(Call(port.recipe, ("encode", "denoise")))
     steps = outcome.timings["steps_s"]
     return {"denoise_s": round(sum(steps[1:]), 3), "steps_timed": len(steps) - 1,
             "cache": outcome.timings.get("cache")}, outcome.latents

@@ -14,21 +14,19 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from porter.port import checks, passes, porting
-from porter.runtime import distributed, notices
-from porter.transforms import patches
-from porter.rundir import artifacts, record, results
-from porter import runtime as runtime_mod
-from porter.port import out_of_memory
-from porter.generate import runners, schedulers, stages
-from porter.shims import tracing
-from porter.errors import RecipeError
-from porter.recipe.inputs import INPUTS
-from porter.shims.interop import to_device, to_host
+import torch
 
-#: where per-call settings come from, in error messages (not a file: relative paths
-#: in them start from the current directory)
-CALL = "Port.generate"
+from porter import plugins, recipe as recipe_mod, runtime as runtime_mod
+from porter.errors import RecipeError
+from porter.generate import runners, stages
+from porter.generate.call import Call
+from porter.port import active, checks, out_of_memory, passes
+from porter.port.building import Building
+from porter.rundir import artifacts, outputs, record, results
+from porter.runtime import distributed, monitor, notices
+from porter.shims import tracing
+from porter.shims.interop import to_device, to_host
+from porter.transforms import attention
 
 
 def load(recipe, *overrides: str, cpu_devices: int | None = None,
@@ -43,9 +41,6 @@ def load(recipe, *overrides: str, cpu_devices: int | None = None,
     Raises what the CLI reports: ``RecipeError`` (every problem, with file:line),
     ``UsageError``, ``LoadError`` (all ``porter.errors.PorterError``).
     """
-    from porter import plugins
-    from porter import recipe as recipe_mod
-
     if isinstance(recipe, (str, Path)):
         overrides = list(overrides)
         if cpu_devices is not None:
@@ -57,18 +52,8 @@ def load(recipe, *overrides: str, cpu_devices: int | None = None,
     registry = plugins.registry()
     family = checks.checked_family(recipe, registry)
     distributed.initialize()
-    return Port.open(recipe, registry, family, say=status if progress else quiet)
-
-
-def status(message: str) -> None:
-    """A status line on stderr (what is being done), labelled with the process."""
-    import sys
-
-    print(f"porter: {distributed.label()}{message}", file=sys.stderr, flush=True)
-
-
-def quiet(message: str) -> None:
-    """``say`` that says nothing."""
+    return Port.open(recipe, registry, family,
+                     say=notices.status if progress else notices.quiet)
 
 
 @dataclass
@@ -79,6 +64,7 @@ class Outcome:
     timings: dict
     history: list = field(default_factory=list)
     warnings: list = field(default_factory=list)  # given while loading and in this call
+    stage_files: dict = field(default_factory=dict)  # stage file -> SHA-256 (a directory's)
 
 
 @dataclass
@@ -95,8 +81,6 @@ class Generation:
         """Write the video (and the frames and latents the recipe's ``output`` asks
         for) and ``run.json`` to ``directory``, as ``porter run`` does; returns the
         record's path."""
-        from porter.rundir import outputs
-
         directory = Path(directory)
         with outputs.owned(directory):
             results.invalidate(directory, artifacts.STAGES, keep_progress=False)
@@ -114,19 +98,17 @@ class Port:
     modules; ``as_torch(name)`` calls one with torch tensors in and out.
     """
 
-    def __init__(self, recipe, registry, family, runtime, pipe, ported, chosen,
-                 checkpoint, load_timings: dict, compile_mark: dict):
+    def __init__(self, recipe, registry, family, runtime, pipe, ported,
+                 load_timings: dict, compile_mark: dict):
         self.recipe = recipe
         self.registry = registry
         self.family = family
         self.runtime = runtime
         self.pipe = pipe
         self.ported = ported
-        self.chosen = chosen  # the patches applied around every use
-        self.checkpoint = checkpoint
         self.load_timings = load_timings
         self.calls = 0
-        self._monitor = runtime_mod.compile_monitor()
+        self._monitor = monitor.compile_monitor()
         self._compile_mark = compile_mark  # compile totals before loading began
         self._traces_mark = (0, 0)
         self._load_warnings = notices.given()  # the load's: every record carries them
@@ -134,10 +116,8 @@ class Port:
     # ------------------------------------------------------------------ building
 
     @classmethod
-    def open(cls, recipe, registry, family, say=quiet) -> "Port":
+    def open(cls, recipe, registry, family, say=notices.quiet) -> "Port":
         """Start the runtime, check shapes, load and port (see ``porter.load``)."""
-        from porter.transforms import attention
-
         runtime = runtime_mod.start(recipe)
         say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
             f"mesh {runtime.axes}" + (f", {distributed.process_count()} processes; "
@@ -147,13 +127,13 @@ class Port:
         problems += attention.platform_problems(recipe, registry, runtime.platform)
         if problems:
             raise RecipeError(problems)
-        compile_mark = runtime_mod.compile_monitor().summary()
-        building = passes.Building(recipe, registry, family, runtime, say=say)
+        compile_mark = monitor.compile_monitor().summary()
+        building = Building(recipe, registry, family, runtime, say=say)
         with out_of_memory.explained(recipe, registry), building.stack, \
                 tracing.explained():
             passes.build(building)
         return cls(recipe, registry, family, runtime, building.pipe, building.ported(),
-                   building.chosen, building.checkpoint, building.timings, compile_mark)
+                   building.timings, compile_mark)
 
     # ------------------------------------------------------------------ components
 
@@ -172,17 +152,14 @@ class Port:
     def active(self):
         """The port's patches, attention backend and torchax environment, for calling
         its components directly (``generate`` and ``as_torch`` enter it themselves)."""
-        with patches.applied(self.chosen), tracing.explained(), \
-                porting.ops_installed(self.recipe, self.registry, self.runtime), \
-                schedulers.on_device(getattr(self.pipe, "scheduler", None), self.runtime):
+        with active.active(self.recipe, self.registry, self.runtime, self.ported.patches,
+                           getattr(self.pipe, "scheduler", None)):
             yield self.runtime.env
 
     def as_torch(self, name: str = "transformer"):
         """The ported component ``name`` as a function of CPU torch tensors: arguments
         are moved onto the mesh, the compiled component runs, tensors in the result
         come back as CPU torch tensors (a teacher inside a PyTorch training loop)."""
-        import torch
-
         module = self.component(name)
 
         def call(*args, **kwargs):
@@ -194,17 +171,15 @@ class Port:
         return call
 
     def _to_mesh(self, value):
-        import torch
-
         if isinstance(value, torch.Tensor) and not hasattr(value, "jax"):
             return to_device(value, self.runtime)
         return value
 
     # ------------------------------------------------------------------ generating
 
-    def settings(self, source: str = CALL, line: int | None = None, **values):
-        """The port's recipe with ``generate`` settings changed (``checked_settings``)."""
-        return checked_settings(self.recipe, self.registry, values, source, line)
+    def settings(self, source: str = checks.CALL, line: int | None = None, **values):
+        """The port's recipe with ``generate`` settings changed (``checks.with_settings``)."""
+        return checks.with_settings(self.recipe, self.registry, values, source, line)
 
     def encode(self, prompt: str | None = None, **settings) -> dict:
         """The family's conditioning for a prompt (the encode stage: text embeddings for
@@ -214,7 +189,7 @@ class Port:
             settings["prompt"] = prompt
         recipe = self.settings(**settings)
         with self.active():
-            found = stages.encode(self.family, self.pipe, recipe, self.runtime, {})
+            found = stages.encode(self, Call(recipe))
         return {name: to_host(value) for name, value in found.items()}
 
     def generate(self, prompt: str | None = None, **settings) -> Generation:
@@ -224,59 +199,53 @@ class Port:
         if prompt is not None:
             settings["prompt"] = prompt
         recipe = self.settings(**settings)
-        outcome = self.run(recipe)
+        outcome = self.run(Call(recipe))
         return Generation(outcome.frames, outcome.latents, self.record(recipe, outcome),
                           recipe)
 
-    def run(self, recipe, *, wanted: tuple[str, ...] = artifacts.STAGES, directory=None,
-            resumed=None, progress: bool = False, on_step=None, say=quiet) -> Outcome:
-        """Run the wanted stages of ``recipe`` (this port's recipe or one from
+    def run(self, call: Call) -> Outcome:
+        """Run ``call``: the stages it wants of its recipe (this port's, or one from
         ``settings``). With a ``directory``, each stage's output and the denoising
-        checkpoints are saved there and ``resumed`` (``porter.generate.runners.Resumed``) says
-        what to continue from; ``on_step(done, total)`` follows denoising."""
+        checkpoints are saved there and ``call.resumed`` says what to continue from."""
         self.calls += 1
-        # loading is paid once: the first call's record carries it
-        timings: dict = dict(self.load_timings) if self.calls == 1 else {}
+        if self.calls == 1:  # loading is paid once: the first call's record carries it
+            call.timings.update(self.load_timings)
         warned = len(notices.given())
         try:
-            with out_of_memory.explained(recipe, self.registry):
-                outcome = self._run(recipe, timings, wanted, directory, resumed, progress,
-                                    on_step, say)
+            with out_of_memory.explained(call.recipe, self.registry):
+                latents, frames = self._run(call)
         finally:  # compilation a failed call paid is not charged to the next one
-            timings["compile"] = self._compile_since_last()
-        outcome.warnings = self._load_warnings + notices.given()[warned:]
-        return outcome
+            call.timings["compile"] = self._compile_since_last()
+        return Outcome(latents, frames, call.timings, call.history,
+                       self._load_warnings + notices.given()[warned:], call.stage_files)
 
-    def _run(self, recipe, timings, wanted, directory, resumed, progress, on_step, say):
+    def _run(self, call: Call):
         runner = runners.of(self.family)
-        previous = resumed.previous if resumed else None
-        history = list(previous["meta"].get("history") or []) if previous else []
         # a step cache serves runs that denoise (a pipeline's own loop always does)
-        caching = self.ported.caching if "denoise" in wanted or not self.family.staged \
-            else None
+        caching = self.ported.caching \
+            if "denoise" in call.wanted or not self.family.staged else None
         with self.active():
             # What a pipeline draws with no generator (I2VGen-XL's VAE encode samples
             # latent_dist without one) comes from the device's key, which each draw
             # moves on: from the seed at every call, so a call repeats in a process
             # that made others before it (a server, a notebook, a test worker).
-            self.runtime.env.manual_seed(recipe.generate.seed % (1 << 63))  # JAX's range
+            self.runtime.env.manual_seed(call.recipe.generate.seed % (1 << 63))  # JAX's
             if caching is not None:
-                self._begin_cache(caching, recipe, resumed)
-            reuse = caching.guidance if caching is not None else None
-            latents, frames, history = runner.generate(
-                self, recipe, timings, history, wanted, directory, resumed, progress,
-                on_step, say, reuse)
-        timings["stages"] = list(wanted) if self.family.staged else list(runner.stages)
-        timings["port_call"] = self.calls
+                self._begin_cache(caching, call)
+            latents, frames = runner.generate(self, call)
+        call.timings["stages"] = list(call.wanted) if self.family.staged \
+            else list(runner.stages)
+        call.timings["port_call"] = self.calls
         if caching is not None:
-            timings["cache"] = caching.summary()
-        return Outcome(latents, frames, timings, history)
+            call.timings["cache"] = caching.summary()
+        return latents, frames
 
-    def _begin_cache(self, caching, recipe, resumed) -> None:
+    def _begin_cache(self, caching, call: Call) -> None:
         """Every cache state cold; a run continued mid-denoise starts its cache there."""
-        start = resumed.progress.step if resumed and resumed.progress else 0
+        start = call.first_step
         with self.runtime.env:
-            caching.begin(self.pipe, self.family, recipe, start)
+            caching.begin(self.pipe, self.family, call.recipe, start)
+        call.guidance_cache = caching.guidance
         if start:
             notices.warn(f"continuing after step {start}: the step cache starts cold there "
                          "(and TaylorSeer counts its steps from there), so the result can "
@@ -286,7 +255,7 @@ class Port:
     def inputs(self) -> dict:
         """The files what this port makes is made from (``artifacts.inputs_of``): each
         saved stage records them, so a resumed run can tell they are the same."""
-        return artifacts.inputs_of(self.checkpoint)
+        return artifacts.inputs_of(self.ported.checkpoint)
 
     def _compile_since_last(self) -> dict:
         """Compilation since the previous call (the first call counts loading's)."""
@@ -313,8 +282,9 @@ class Port:
             described = {"frames": int(frames.shape[0]), "height": int(frames.shape[1]),
                          "width": int(frames.shape[2])}
         described.update(written or {})
-        return record.build(recipe, self.runtime, outcome.timings, described, self.chosen,
-                            self.ported.weights, self.checkpoint, outcome.history,
+        return record.build(recipe, self.runtime, outcome.timings, described,
+                            self.ported.patches, self.ported.weights,
+                            self.ported.checkpoint, outcome.history,
                             outcome.warnings)
 
     def close(self) -> None:
@@ -327,47 +297,3 @@ class Port:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def checked_settings(recipe, registry, values: dict, source: str = CALL,
-                     line: int | None = None):
-    """``recipe`` with ``generate`` settings changed, checked as ``porter validate``
-    checks them, without weights (``RecipeError``, every problem); ``source`` and
-    ``line`` name where the values came from in messages. Relative image paths start
-    from that file's folder when there is a line, else from the current directory."""
-    from porter import recipe as recipe_mod
-
-    values = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
-    if line is None:
-        values.update({k: str(Path(values[k]).expanduser().absolute())
-                       for k in INPUTS if isinstance(values.get(k), str)})
-    changed = recipe_mod.with_values(recipe, "generate", values, source, line)
-    problems = checks.recipe_problems(changed, registry) or _pipeline_problems(
-        recipe, changed, registry)
-    if not problems and _shape_keys_changed(recipe, changed):
-        problems = checks.shape_problems(changed, registry)
-    if problems:
-        raise RecipeError(problems)
-    return changed
-
-
-def _pipeline_problems(recipe, changed, registry) -> list:
-    """Settings that need another pipeline than the one the port loaded (an image for
-    a port loaded for text-to-video, or none for an image-to-video one)."""
-    family = registry.family(recipe.model.family)
-    loaded, wanted = family.pipeline_class(recipe), family.pipeline_class(changed)
-    if loaded is wanted:
-        return []
-    return [changed.problem("generate.image", f"needs {wanted.__name__}, but this port "
-                            f"loaded {loaded.__name__} for its recipe", hint="load a recipe "
-                            "that sets generate.image for image-to-video, or leave image "
-                            "out for text-to-video")]
-
-
-#: generate settings that decide tensor shapes (checked against the model when changed)
-SHAPE_KEYS = ("height", "width", "frames", *INPUTS, "max_sequence_length", "cfg_parallel",
-              "guidance_scale")
-
-
-def _shape_keys_changed(before, after) -> bool:
-    return any(getattr(before.generate, k) != getattr(after.generate, k) for k in SHAPE_KEYS)

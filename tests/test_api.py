@@ -60,7 +60,7 @@ def test_settings_that_need_another_pipeline_are_refused():
     """TI2V-5B takes text or an image, through two pipelines: a port loaded for one
     cannot run the other (checked without loading anything)."""
     from porter import plugins, recipe
-    from porter.api import checked_settings
+    from porter.port.checks import with_settings as checked_settings
 
     registry = plugins.registry()
     text_mode = recipe.load(ROOT / "recipes" / "wan22-ti2v-tiny.yaml", ["generate.image=null"])

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from porter.port import checks
+
+from porter.commands.validate import validate
 from porter import cli, plugins, recipe
 
 from conftest import RECIPES
@@ -19,7 +20,7 @@ def test_new_recipe_validates(tmp_path, monkeypatch, capsys):
     for section in ("model:", "runtime:", "mesh:", "generate:", "patches:", "rotary:",
                     "dtypes:", "sharding:", "attention:", "compile:", "verify:", "output:"):
         assert section in text, section
-    assert checks.validate(recipe.load(path), plugins.registry()) == []
+    assert validate(recipe.load(path), plugins.registry()) == []
     assert cli.main(["new", "mine", "--family", "wan"]) == 2  # no silent overwrite
     assert "exists" in capsys.readouterr().err
 
@@ -30,7 +31,7 @@ def test_new_from_existing_extends_it(tmp_path, monkeypatch):
                      "--from", str(RECIPES / "wan-tiny-tp.yaml")]) == 0
     loaded = recipe.load(tmp_path / "variants" / "bigger.yaml")
     assert loaded.mesh == {"dp": 2, "tp": 4}  # inherited
-    assert checks.validate(loaded, plugins.registry()) == []
+    assert validate(loaded, plugins.registry()) == []
 
 
 def test_inspect_groups_patterns_and_shows_rules(capsys):

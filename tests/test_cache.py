@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import porter
+from porter.generate.call import Call
 from porter.errors import Interrupted, RecipeError
 
 slow = pytest.mark.slow  # these compile and run models
@@ -334,7 +335,7 @@ def test_models_the_hooks_cannot_serve_are_recipe_errors(recipe_path):
     from porter import recipe as recipe_mod
     from porter.stepcache import hooks, settings
     from porter.plugins import registry
-    from porter.port.porting import cache_fit_problems
+    from porter.stepcache.session import fit_problems as cache_fit_problems
 
     def cached_components(recipe, family, modules):
         problems = cache_fit_problems(recipe, family, modules)
@@ -374,7 +375,7 @@ def test_a_cache_section_keeps_the_stored_traces(recipe_path):
     """Cached pieces are programs of their own names: the trace cache's key is the
     same with and without a cache section."""
     from porter import recipe as recipe_mod
-    from porter.port.porting import traced_settings
+    from porter.transforms.compile.traces import traced_settings
 
     plain = recipe_mod.load(recipe_path)
     cached = recipe_mod.load(recipe_path, ["cache={method: first_block}"])
@@ -384,17 +385,17 @@ def test_a_cache_section_keeps_the_stored_traces(recipe_path):
 @slow
 def test_bench_compares_a_pipeline_loop_with_and_without_its_cache():
     from porter import recipe as recipe_mod
-    from porter.commands import cache_bench as measure
+    from porter.commands import bench
 
     from conftest import RECIPES
 
     loaded = recipe_mod.load(RECIPES / "hunyuan-tiny.yaml",
                              ["generate.steps=10", "cache={method: first_block, threshold: 0.3}"])
-    result = measure.compare(loaded)
+    result = bench.cache_compared(loaded)
     assert result["method"] == "first_block" and result["blocks_total"] == 20
     assert result["denoise_s"]["cached"] > 0 and result["denoise_s"]["uncached"] > 0
     assert result["blocks_computed"] == 16 and result["latents_relative_l2"] > 0  # 4 skipped
-    assert "cache first_block: denoise" in measure.render(result)
+    assert "cache first_block: denoise" in bench.render_cache(result)
 
 
 @slow
@@ -465,7 +466,7 @@ def test_a_resumed_cached_run_picks_up_its_schedule(recipe_path, tmp_path):
         whole = port.generate().record["timings"]["cache"]
         try:
             with pytest.raises(Interrupted):
-                port.run(loaded, directory=out, on_step=stop_after_four)
+                port.run(Call(loaded, directory=out, on_step=stop_after_four))
         finally:
             interrupt.clear_stop()
     assert whole["skipped_steps"] == {"cond": [3, 4, 6, 7], "uncond": [3, 4, 6, 7]}

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from porter.port import checks, plan
+from porter.port import checks, estimates
 from porter import plugins, recipe
 from porter.commands.run import run
 
@@ -56,7 +56,7 @@ def test_bad_frame_counts_are_validation_errors():
                                   "cogvideox1.5-5b.yaml", "cogvideox-5b-i2v.yaml"])
 def test_real_recipes_plan_on_8_devices(name):
     loaded = recipe.load(RECIPES / name)
-    built = plan.build(loaded, plugins.registry(), devices=8)
+    built = estimates.build(loaded, plugins.registry(), devices=8)
     assert built["problems"] == [] and built["mesh"] == {"dp": 2, "tp": 4}
     transformer = next(c for c in built["components"] if c["component"] == "transformer")
     assert transformer["bytes_per_device"] < transformer["bytes"] / 3  # mostly split 4 ways

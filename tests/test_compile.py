@@ -3,7 +3,8 @@
 import numpy as np
 import torch
 
-from porter.port import checks
+
+from porter.commands.validate import validate
 from porter import plugins, recipe, runtime
 from porter.shims.interop import to_device
 from porter.port.passes import ported as port
@@ -33,7 +34,7 @@ compile:
   unet: {methods: [forward]}
   vae: {methods: [decoed]}
 """))
-    found = {p.path: p for p in checks.validate(loaded, plugins.registry())}
+    found = {p.path: p for p in validate(loaded, plugins.registry())}
     assert "no component 'unet'" in found["compile.unet"].message
     assert "vae has no method 'decoed'" in found["compile.vae.methods"].message
 
@@ -45,7 +46,7 @@ def test_eager_component_still_runs_on_jax(write):
                                "mesh: {dp: 1}\n"))
     rt, registry = runtime.start(loaded), plugins.registry()
     pipe = build_pipeline()
-    port(pipe, registry.family("wan"), rt, loaded)
+    port(pipe, loaded, registry, rt)
     assert type(pipe.vae).__name__ == "AutoencoderKLWan"  # not wrapped for jit
     assert hasattr(pipe.vae.decoder.conv_in.weight, "jax")  # but its weights are on JAX
 
@@ -109,7 +110,7 @@ compile:
     pipe = build_pipeline()
     expected = pipe.transformer(torch.ones(1, 16, 3, 4, 4), torch.tensor([5.0]),
                                 torch.ones(1, 16, 32), return_dict=False)[0]
-    port(pipe, registry.family("wan"), rt, loaded)
+    port(pipe, loaded, registry, rt)
     assert type(pipe.transformer).__name__ == "WanTransformer3DModel"  # not wrapped
     assert "forward" in vars(pipe.transformer.blocks[0])  # compiled in place
     assert "forward" not in vars(pipe.transformer.condition_embedder)
@@ -120,7 +121,7 @@ compile:
                                return_dict=False)[0]
     assert (to_host(got) - expected.detach()).abs().max() <= 1e-5
     bad = recipe.load(write("b.yaml", TINY_RECIPE + "compile: {transformer: {modules: 'blokcs'}}\n"))
-    [problem] = checks.validate(bad, registry)
+    [problem] = validate(bad, registry)
     assert "matches no submodule" in problem.message
 
 

@@ -4,7 +4,8 @@ import copy
 
 import torch
 
-from porter.port import checks
+
+from porter.commands.validate import validate
 from porter import loading, plugins, recipe, runtime
 from porter.shims.interop import to_device, to_host
 from porter.port.passes import ported as port
@@ -37,7 +38,7 @@ def test_overrides_keep_named_tensors_float32(write):
     assert all(p.dtype == torch.float32 for p in pipe.vae.parameters())
     assert all(p.dtype == torch.bfloat16 for p in pipe.text_encoder.parameters())
     rt = runtime.start(loaded)
-    port(pipe, family, rt, loaded)
+    port(pipe, loaded, plugins.registry(), rt)
     inner = pipe.transformer._model
     assert str(inner.scale_shift_table.jax().dtype) == "float32"
     assert str(inner.blocks[0].attn1.to_q.weight.jax().dtype) == "bfloat16"
@@ -55,7 +56,7 @@ def test_mixed_precision_parity_with_pytorch(write):
     with torch.no_grad():
         expected = reference(x, t, text, return_dict=False)[0].float()
     rt = runtime.start(loaded)
-    port(pipe, family, rt, loaded)
+    port(pipe, loaded, plugins.registry(), rt)
     with rt.env:
         got = pipe.transformer(hidden_states=to_device(x, rt), timestep=to_device(t, rt),
                                encoder_hidden_states=to_device(text, rt), return_dict=False)[0]
@@ -66,7 +67,7 @@ def test_mixed_precision_parity_with_pytorch(write):
 
 def test_override_matching_nothing_is_reported(write):
     text = MIXED.replace(r"blocks\.\d+\.norm2", r"blocks\.\d+\.nrom2")
-    problems = checks.validate(recipe.load(write("typo.yaml", text)), plugins.registry())
+    problems = validate(recipe.load(write("typo.yaml", text)), plugins.registry())
     [problem] = problems
     assert problem.path == "dtypes.overrides.transformer.2.match"
     assert "matches no tensor" in problem.message and problem.line

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from porter.port import checks
+
+from porter.commands.validate import validate
 from porter import plugins, recipe
 from porter.errors import UsageError
 from porter.commands.run import run
@@ -31,10 +33,10 @@ def checkpoint(tmp_path_factory):
 
 
 def test_validates_and_plans_from_the_checkpoint_config(checkpoint, write):
-    from porter.port import plan
+    from porter.port import estimates
     loaded = recipe.load(write("ltx.yaml", GENERIC.format(source=checkpoint)))
-    assert checks.validate(loaded, plugins.registry()) == []
-    built = plan.build(loaded, plugins.registry(), devices=1)
+    assert validate(loaded, plugins.registry()) == []
+    built = estimates.build(loaded, plugins.registry(), devices=1)
     assert {c["component"] for c in built["components"]} == {"transformer", "vae",
                                                              "text_encoder"}
 
@@ -83,7 +85,7 @@ def test_setup_calls_are_checked_and_made(checkpoint, write):
 setup:
   vae: [enable_tiling, {name: enable_slicing}]
 """))
-    assert checks.validate(good, plugins.registry()) == []
+    assert validate(good, plugins.registry()) == []
     pipe = loading.load_pipeline(plugins.registry().family("generic"), good)
     assert setup.apply(pipe, good) == ["vae.enable_tiling", "vae.enable_slicing"]
     assert pipe.vae.use_tiling and pipe.vae.use_slicing
@@ -94,7 +96,7 @@ setup:
   transformer: [enable_slicing]
   unet: [enable_tiling]
 """))
-    found = {p.path: p for p in checks.validate(bad, plugins.registry())}
+    found = {p.path: p for p in validate(bad, plugins.registry())}
     assert "did you mean 'enable_tiling'" in found["setup.vae.0"].hint
     assert "tile_size" in found["setup.vae.1.params"].message
     assert "tile_sample_min_height" in found["setup.vae.1.params"].hint

@@ -13,7 +13,8 @@ import pytest
 import torch
 import yaml
 
-from porter.port import checks
+
+from porter.commands.validate import validate
 from porter import plugins, recipe
 from porter.commands.run import run
 
@@ -86,7 +87,7 @@ def _diffusers_frames(name, source):
 def test_matches_plain_diffusers(name, saved, tmp_path):
     source = saved(name)
     loaded = _recipe(name, source, tmp_path)
-    assert checks.validate(loaded, plugins.registry()) == []
+    assert validate(loaded, plugins.registry()) == []
     result = run(loaded, plugins.registry(), progress=False)
     expected = _diffusers_frames(name, source)
     assert result.frames.shape == expected.shape

@@ -28,6 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from porter.port import checks
+
+from porter.commands.validate import validate
 from porter import cli, plugins, recipe
 from porter.recipe import yamlio
 from porter.errors import LoadError, RecipeError, UsageError
@@ -597,7 +599,7 @@ def test_hostile_paths_are_problems(write, key, value, expected):
         data["model"]["variant"] = "i2v"
     path = write("r.yaml", dump(data))
     exc = validates_or_refuses(path)
-    problems = exc.problems if exc else checks.validate(recipe.load(path),
+    problems = exc.problems if exc else validate(recipe.load(path),
                                                         plugins.registry())
     assert any(expected in problem.render() for problem in problems), problems
 
@@ -617,7 +619,7 @@ def test_model_config_problems_are_bounded(write, config, expected):
                                                f"{config}}}"))
     loaded = recipe.load(path)
     with within(30):
-        problems = checks.validate(loaded, plugins.registry())
+        problems = validate(loaded, plugins.registry())
     assert [problem.path for problem in problems] == ["model.config"]
     assert expected in problems[0].message
 
@@ -627,7 +629,7 @@ def test_model_config_of_a_checkpoint_is_refused(write):
     (a 40-block Wan 14B stays 40 blocks)."""
     path = write("r.yaml", TINY_RECIPE.replace(
         "source: tiny}", "source: Wan-AI/Wan2.1-T2V-14B-Diffusers, config: {num_layers: 1}}"))
-    problems = checks.validate(recipe.load(path), plugins.registry())
+    problems = validate(recipe.load(path), plugins.registry())
     assert [problem.path for problem in problems] == ["model.config"]
     assert "source: tiny" in problems[0].hint
 
@@ -653,7 +655,7 @@ def test_hostile_checkpoint_configs_are_problems(write, tmp_path, files, expecte
     data["model"]["source"] = str(ckpt)
     loaded = recipe.load(write("r.yaml", dump(data)))
     with within(60):
-        problems = checks.validate(loaded, plugins.registry())
+        problems = validate(loaded, plugins.registry())
     assert [problem.path for problem in problems] == ["model.source"]
     assert expected in problems[0].message
 
@@ -744,7 +746,7 @@ def generic_recipe(source: Path, pipeline: str | None) -> str:
 def test_model_pipeline_resolves_only_diffusers_pipeline_names(write, probe, checkpoint_dir,
                                                                 name):
     path = write("g.yaml", generic_recipe(checkpoint_dir, name))
-    problems = checks.validate(recipe.load(path), plugins.registry())
+    problems = validate(recipe.load(path), plugins.registry())
     assert [p.path for p in problems] == ["model.pipeline"]
     assert f"{name!r} is not a diffusers pipeline class" in problems[0].message
     assert probe.untouched()
@@ -752,7 +754,7 @@ def test_model_pipeline_resolves_only_diffusers_pipeline_names(write, probe, che
 
 def test_model_pipeline_accepts_a_diffusers_pipeline(write, checkpoint_dir):
     path = write("g.yaml", generic_recipe(checkpoint_dir, "WanPipeline"))
-    assert checks.validate(recipe.load(path), plugins.registry()) == []
+    assert validate(recipe.load(path), plugins.registry()) == []
 
 
 def string_slots(data):

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from porter.port import checks, plan
+from porter.port import checks, estimates
 from porter import plugins, recipe, runtime
 from porter.shims.interop import to_device, to_host
 from porter.port.passes import ported as port
-from porter.port.porting import ops_installed, selected_patches
+from porter.port.active import ops_installed
 from porter.transforms.attention import AttentionBackend, kernels
 
 from conftest import RECIPES, interrupt_at_step
@@ -69,12 +69,12 @@ def transformer_output(backend: str, registry):
                   encoder_attention_mask=mask, pooled_projections=pooled,
                   guidance=torch.tensor([6000.0]))
     from porter.transforms import patches
-    with patches.applied(selected_patches(loaded, registry, family)):
+    with patches.applied(patches.selected(loaded, registry, family)):
         pipe = build_pipeline()
         reference = copy.deepcopy(pipe.transformer).eval()
         with torch.no_grad():
             expected = reference(hidden_states=x, return_dict=False, **inputs)[0]
-        port(pipe, family, rt, loaded)
+        port(pipe, loaded, registry, rt)
         placed = {k: to_device(v, rt) for k, v in inputs.items()}
         with ops_installed(loaded, registry, rt), rt.env:
             got = pipe.transformer(hidden_states=to_device(x, rt), return_dict=False,
@@ -99,7 +99,7 @@ def test_frame_rule_and_real_recipe():
     [problem] = checks.recipe_problems(recipe.load(TINY, ["generate.frames=10"]),
                                        plugins.registry())
     assert "4n+1" in problem.message and "try 9 or 13" in problem.hint
-    built = plan.build(recipe.load(RECIPES / "hunyuan.yaml"), plugins.registry(), devices=8)
+    built = estimates.build(recipe.load(RECIPES / "hunyuan.yaml"), plugins.registry(), devices=8)
     assert built["problems"] == []
     transformer = next(c for c in built["components"] if c["component"] == "transformer")
     assert 23 * 2**30 < transformer["bytes"] < 26 * 2**30  # ~12.8 B parameters in bf16
@@ -155,7 +155,7 @@ def test_untraceable_forward_is_split_automatically(tmp_path, capfd, monkeypatch
 
 
 def test_real_15_recipe_plans():
-    built = plan.build(recipe.load(RECIPES / "hunyuan15.yaml"), plugins.registry(), devices=8)
+    built = estimates.build(recipe.load(RECIPES / "hunyuan15.yaml"), plugins.registry(), devices=8)
     assert built["problems"] == []
     transformer = next(c for c in built["components"] if c["component"] == "transformer")
     assert 15 * 2**30 < transformer["bytes"] < 16 * 2**30  # 8.3 B parameters in bf16

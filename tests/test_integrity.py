@@ -20,7 +20,7 @@ import torch
 
 from porter import plugins, recipe
 from porter.rundir import artifacts, outputs
-from porter.runtime import atomic
+from porter.runtime import atomic, compile_cache
 from porter.errors import UsageError
 from porter.commands.run import run
 
@@ -529,7 +529,6 @@ def test_swapped_jax_cache_entries_are_replaced_and_the_traces_kept(tmp_path, fi
     the two are removed, compiled again and stored anew, the stored traces kept."""
     from safetensors.torch import load_file
 
-    from porter.runtime import compile_cache
     cache = copy_cache(filled_cache, tmp_path)
     latents = load_file(str(filled_cache[1] / "denoise.safetensors"))["latents"]
     traces = {p.name: p.read_bytes() for p in (cache / "porter-traces").glob("*.exported")}
@@ -560,7 +559,7 @@ import jax.numpy as jnp
 
 from porter import runtime
 
-runtime.enable_compile_cache(Path(sys.argv[1]))
+compile_cache.enable(Path(sys.argv[1]))
 
 
 @jax.jit

@@ -8,7 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from porter.port import checks
+
+from porter.commands.validate import validate
 from porter import loading, plugins, recipe
 from porter.errors import RecipeError
 from porter.commands.run import run
@@ -70,7 +71,7 @@ def test_one_adapter_matches_diffusers_fuse_lora(write, tmp_path):
 
     file = make_lora(tmp_path, bias=True)
     loaded = load(write, tmp_path, [{"file": file.name, "scale": 0.7}])
-    assert checks.validate(loaded, plugins.registry()) == []
+    assert validate(loaded, plugins.registry()) == []
     result = run(loaded, plugins.registry(), progress=False)
 
     pipe = build("t2v")
@@ -169,7 +170,7 @@ def test_community_format_is_converted_as_diffusers_converts_it(write, tmp_path)
 
 def problems_of(write, tmp_path, lora, **kwargs):
     loaded = load(write, tmp_path, lora, **kwargs)
-    return checks.validate(loaded, plugins.registry())
+    return validate(loaded, plugins.registry())
 
 
 def test_a_missing_file_is_a_problem(write, tmp_path):

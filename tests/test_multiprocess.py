@@ -123,9 +123,9 @@ def test_each_process_reads_only_the_rows_its_devices_hold(tmp_path):
     # tensors split by rows over tp (q/k/v, the first FFN layer): process 0 reads the
     # half its 4 devices hold; every other stored tensor whole
     from models.real_size import weight_bytes
-    from porter.port import plan
+    from porter.port import estimates
 
-    built = plan.build(recipe.load(RECIPE, overrides), plugins.registry(), devices=8)
+    built = estimates.build(recipe.load(RECIPE, overrides), plugins.registry(), devices=8)
     rules = next(c for c in built["components"] if c["component"] == "transformer")["rules"]
     by_rows = sum(r["bytes"] for r in rules if r["rule"] and r["spec"][0] == "tp")
     stored = weight_bytes(tmp_path / "ckpt" / "transformer")

@@ -12,6 +12,7 @@ import torch
 
 from porter import cli, plugins, recipe
 from porter.port import passes
+from porter.transforms import Pass
 
 from conftest import TINY_RECIPE
 
@@ -42,13 +43,13 @@ def probe(monkeypatch):
                                "model")] if recipe.generate.seed == 14 else []
 
     def apply(b):  # weights placed, nothing compiled yet
-        seen.append(("apply", sorted(b.placed), isinstance(b.pipe.transformer,
+        seen.append(("apply", sorted(b.placement.reports), isinstance(b.pipe.transformer,
                                                           torch.nn.Module)))
 
     def abstract(b):
-        seen.append(("abstract", sorted(b.assignments), sorted(b.rules)))
+        seen.append(("abstract", sorted(b.placement.assignments), sorted(b.compile.rules)))
 
-    step = passes.Pass("probe", ("generate.seed",), "records what is asked of it",
+    step = Pass("probe", ("generate.seed",), "records what is asked of it",
                        check=check, fit=fit, apply=apply, abstract=abstract,
                        detail=lambda recipe, registry, family, modules: "probing")
     mesh = (passes.MESH[0], step, *passes.MESH[1:])
@@ -121,7 +122,7 @@ def test_rotary_tables_only_where_the_recipe_asks(precompute, write):
     loaded = recipe.load(write("r.yaml", TINY_RECIPE), [f"rotary.precompute={precompute}"])
     pipe = build_pipeline()
     transformer = pipe.transformer  # the module itself (porting wraps it)
-    passes.ported(pipe, plugins.registry().family("wan"), runtime.start(loaded), loaded)
+    passes.ported(pipe, loaded, plugins.registry(), runtime.start(loaded))
     tables = [name for name, _ in transformer.named_buffers() if "porter_rotary" in name]
     assert bool(tables) == precompute
 
@@ -129,7 +130,7 @@ def test_rotary_tables_only_where_the_recipe_asks(precompute, write):
 SCAN_FOR_META_GLOBALS = """
 import sys, torch
 from porter import plan, plugins, recipe
-plan.build(recipe.load(sys.argv[1]), plugins.registry(), 8)
+estimates.build(recipe.load(sys.argv[1]), plugins.registry(), 8)
 def tensors(value):
     # type(), not isinstance: a lazy module's placeholders import on attribute access
     if type(value) is dict:

@@ -7,7 +7,7 @@ import pytest
 
 from matrix import check, page
 from matrix.entries import Family, Refused
-from porter.port import checks
+from porter.commands.validate import validate
 from porter import plugins, recipe
 
 
@@ -51,5 +51,5 @@ def test_refused_pipelines_are_refused_by_validate(name, write):
     import yaml
 
     loaded = recipe.load(write("r.yaml", yaml.safe_dump(text)))
-    messages = [p.message for p in checks.validate(loaded, plugins.registry())]
+    messages = [p.message for p in validate(loaded, plugins.registry())]
     assert any(entry.reason in message for message in messages), messages

@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from porter import loading, plugins, recipe, runtime
-from porter.port import passes, plan
+from porter.port import estimates, passes
+from porter.port.building import Building
 from porter.loading import abstract, weights
 from porter.port.passes import ported as port
 from porter.shims import interop
@@ -101,7 +102,7 @@ def test_no_component_is_ever_moved_whole_to_jax(monkeypatch):
     loaded = recipe.load(RECIPES / "wan-tiny-tp.yaml")
     rt = runtime.start(loaded)
     pipe = build_pipeline()
-    port(pipe, plugins.registry().family("wan"), rt, loaded)
+    port(pipe, loaded, plugins.registry(), rt)
     q = pipe.transformer.module._model.blocks[0].attn1.to_q.weight.jax()
     assert q.addressable_shards[0].data.shape == (6, 24)
 
@@ -136,10 +137,10 @@ def test_devices_hold_what_plan_says(name, overrides):
     loaded = recipe.load(RECIPES / name, overrides)
     registry = plugins.registry()
     planned = {c["component"]: c["bytes_per_device"]
-               for c in plan.build(loaded, registry, devices=8)["components"]}
+               for c in estimates.build(loaded, registry, devices=8)["components"]}
     rt = runtime.start(loaded)
     family = registry.family(loaded.model.family)
-    building = passes.Building(loaded, registry, family, rt)
+    building = Building(loaded, registry, family, rt)
     with building.stack:  # the patches, while the passes run
         ported = passes.build(building).ported()
     for component, report in ported.weights.items():

@@ -168,11 +168,11 @@ def test_mesh_axis_rules(write):
 @pytest.mark.parametrize("path", sorted(RECIPES.rglob("*.yaml")),
                          ids=lambda p: str(p.relative_to(RECIPES)))
 def test_every_shipped_recipe_validates(path):
-    from porter.port import checks
+    from porter.commands.validate import validate
     from porter import plugins
 
     text = path.read_text()
     relative = path.relative_to(RECIPES.parent)
     assert text.startswith((f"# porter run {relative}", f"# porter bench {relative}"))
     loaded = recipe.load(path)
-    assert checks.validate(loaded, plugins.registry()) == []
+    assert validate(loaded, plugins.registry()) == []

@@ -8,7 +8,6 @@ from porter.transforms import patches
 from porter import plugins, recipe, runtime
 from porter.shims.interop import to_device, to_host
 from porter.port.passes import ported as port
-from porter.port.porting import selected_patches
 
 from conftest import RECIPES, lowered_text
 
@@ -26,10 +25,10 @@ def ported_transformer(precompute: bool):
     x = torch.randn(1, 16, 5, 8, 8, generator=generator)
     text = torch.randn(1, 32, 32, generator=generator)
     t = torch.tensor([500.0])
-    with patches.applied(selected_patches(loaded, registry, family)):
+    with patches.applied(patches.selected(loaded, registry, family)):
         pipe = build_pipeline()
         expected = pipe.transformer.eval()(x, t, text, return_dict=False)[0]
-        port(pipe, family, rt, loaded)
+        port(pipe, loaded, registry, rt)
         module = pipe.transformer
         inputs = dict(hidden_states=to_device(x, rt), timestep=to_device(t, rt),
                       encoder_hidden_states=to_device(text, rt))

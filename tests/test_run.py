@@ -71,7 +71,7 @@ def test_ported_transformer_matches_pytorch():
     text = torch.randn(2, 16, 32, generator=generator)
     with torch.no_grad():
         expected = reference(x, t, text, return_dict=False)[0]
-    port(pipe, plugins.registry().family("wan"), rt, loaded)
+    port(pipe, loaded, plugins.registry(), rt)
     from porter.shims.interop import to_device, to_host
     with rt.env:
         got = pipe.transformer(to_device(x, rt), to_device(t, rt), to_device(text, rt),

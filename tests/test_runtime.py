@@ -2,6 +2,7 @@ import os
 
 import pytest
 
+from porter.runtime import compile_cache, environment, xla
 from porter import runtime
 from porter.errors import UsageError
 
@@ -26,19 +27,19 @@ def test_virtual_cpu_devices_from_test_environment():
 def test_cpu_devices_after_jax_started_is_refused():
     import jax
     jax.devices()  # JAX reads the device count now, not at import
-    runtime.request_cpu_devices(8)  # what JAX already has: fine
+    environment.request_cpu_devices(8)  # what JAX already has: fine
     with pytest.raises(UsageError, match="after JAX started"):
-        runtime.request_cpu_devices(4)
+        environment.request_cpu_devices(4)
 
 
 def test_cache_dir_settings(monkeypatch, tmp_path):
     monkeypatch.delenv("PORTER_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert runtime.cache_dir(True) == tmp_path / "porter" / "jax-compile"
-    assert runtime.cache_dir(False) is None
-    assert runtime.cache_dir(str(tmp_path / "x")) == tmp_path / "x"
+    assert compile_cache.directory(True) == tmp_path / "porter" / "jax-compile"
+    assert compile_cache.directory(False) is None
+    assert compile_cache.directory(str(tmp_path / "x")) == tmp_path / "x"
     monkeypatch.setenv("PORTER_CACHE_DIR", str(tmp_path / "env"))
-    assert runtime.cache_dir(False) == tmp_path / "env"
+    assert compile_cache.directory(False) == tmp_path / "env"
 
 
 MOVED_CACHE = """\
@@ -49,7 +50,7 @@ import jax
 import jax.numpy as jnp
 
 from porter import runtime
-runtime.enable_compile_cache(Path(sys.argv[1]))
+compile_cache.enable(Path(sys.argv[1]))
 jax.jit(lambda x: jnp.sin(x) * 3)(jnp.arange(4.0)).block_until_ready()
 """
 
@@ -77,7 +78,7 @@ def test_a_moved_compile_cache_still_hits(tmp_path):
 def test_request_cpu_devices_sets_flag_before_import(monkeypatch):
     import subprocess
     import sys
-    code = ("from porter import runtime; runtime.request_cpu_devices(3); "
+    code = ("from porter import runtime; environment.request_cpu_devices(3); "
             "import jax; print(jax.device_count())")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -88,19 +89,19 @@ def test_request_cpu_devices_sets_flag_before_import(monkeypatch):
 def test_xla_options_platform_defaults_recipe_override_and_refusal(monkeypatch):
     import jax
     platform = jax.default_backend()
-    defaults = runtime.DEFAULT_XLA_OPTIONS.get(platform, {})
-    assert runtime.xla_options(None, platform) == defaults  # this jaxlib knows them
-    assert runtime.xla_options({}, platform) == {}  # a recipe can turn them off
+    defaults = xla.DEFAULT_XLA_OPTIONS.get(platform, {})
+    assert xla.options(None, platform) == defaults  # this jaxlib knows them
+    assert xla.options({}, platform) == {}  # a recipe can turn them off
     wanted = {"xla_cpu_enable_fast_math": False}
-    assert runtime.xla_options(wanted, platform) == wanted
+    assert xla.options(wanted, platform) == wanted
     with pytest.raises(UsageError) as info:
-        runtime.xla_options({"xla_cpu_no_such_option": True}, platform)
+        xla.options({"xla_cpu_no_such_option": True}, platform)
     assert "runtime.xla_options" in info.value.message
     assert "xla_cpu_no_such_option" in info.value.message
     # defaults an older XLA does not know are dropped, not an error
-    monkeypatch.setitem(runtime.DEFAULT_XLA_OPTIONS, platform,
+    monkeypatch.setitem(xla.DEFAULT_XLA_OPTIONS, platform,
                         {"xla_cpu_no_such_option": 1, **wanted})
-    assert runtime.xla_options(None, platform) == wanted
+    assert xla.options(None, platform) == wanted
 
 
 def test_peak_memory_is_the_process_own_not_its_parents():
@@ -111,7 +112,7 @@ def test_peak_memory_is_the_process_own_not_its_parents():
 
     big = bytearray(1 << 30)
     big[::4096] = b"\1" * len(big[::4096])  # resident
-    code = "from porter.runtime import _own_peak_rss; print(_own_peak_rss())"
+    code = "from porter.runtime.memory import own_peak_rss; print(own_peak_rss())"
     peak = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               check=True).stdout)
     assert peak < len(big) // 2
@@ -135,8 +136,8 @@ def test_another_platform_after_jax_started_is_refused():
     import jax
     jax.devices()
     running = jax.default_backend()
-    runtime.request_platform(running)  # what JAX runs on: fine
+    environment.request_platform(running)  # what JAX runs on: fine
     other = "tpu" if running != "tpu" else "cpu"
     with pytest.raises(UsageError, match=f"{other} was asked for after JAX started on "
                                          f"{running}"):
-        runtime.request_platform(other)
+        environment.request_platform(other)

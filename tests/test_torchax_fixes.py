@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from porter import plugins
-from porter.port import porting
+from porter.transforms import patches
 from porter.shims.compat import import_torchax
 from porter.transforms.patches import applied
 from porter.transforms import compile as compile_transform
@@ -114,7 +114,7 @@ def test_a_host_scalar_keeps_the_dtype_pytorch_gives(env):
 
 def test_every_run_applies_the_fixes():
     fixes = ("core.deepcopy", "core.view_index", "core.type_as")
-    assert {"core.setitem", *fixes} <= set(porting.CORE_PATCHES)
+    assert {"core.setitem", *fixes} <= set(patches.CORE_PATCHES)
     for name in fixes:
         patch = plugins.registry().patches[name]
         library, version, fits = patch.installed_fits()

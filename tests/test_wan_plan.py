@@ -2,7 +2,9 @@
 
 import pytest
 
-from porter.port import checks, plan
+from porter.port import estimates
+
+from porter.commands.validate import validate
 from porter import plugins, recipe
 
 from conftest import RECIPES
@@ -31,7 +33,7 @@ def wan14b_transformer_bytes_per_device(tp: int) -> int:
 
 
 def test_wan14b_plan_on_8_devices_matches_hand_count():
-    built = plan.build(recipe.load(RECIPES / "wan14b.yaml"), plugins.registry(), devices=8)
+    built = estimates.build(recipe.load(RECIPES / "wan14b.yaml"), plugins.registry(), devices=8)
     assert built["mesh"] == {"dp": 2, "tp": 4} and built["problems"] == []
     transformer = next(c for c in built["components"] if c["component"] == "transformer")
     assert transformer["bytes_per_device"] == wan14b_transformer_bytes_per_device(tp=4)
@@ -48,14 +50,14 @@ def test_wan14b_plan_on_8_devices_matches_hand_count():
                                   "wan-flf2v-tiny.yaml", "wan-lora-tiny.yaml"])
 def test_real_recipes_validate_against_official_shapes(name):
     loaded = recipe.load(RECIPES / name, ["runtime.cpu_devices=8"])
-    assert checks.validate(loaded, plugins.registry()) == []
+    assert validate(loaded, plugins.registry()) == []
 
 
 def test_divisibility_checked_on_real_shapes():
     """Width 1536 and FFN 8960 do not divide by tp=5."""
     loaded = recipe.load(RECIPES / "wan1.3b.yaml", ["mesh.tp=5", "mesh.dp=1",
                                                      "generate.cfg_parallel=false"])
-    problems = plan.build(loaded, plugins.registry(), devices=5)["problems"]
+    problems = estimates.build(loaded, plugins.registry(), devices=5)["problems"]
     text = "\n".join(p.render() for p in problems)
     assert "blocks.0.attn1.to_q.weight shape [1536, 1536]: dim 0 (1536) does not " \
            "divide by tp=5 (and 179 more tensors)" in text
@@ -63,7 +65,7 @@ def test_divisibility_checked_on_real_shapes():
 
 
 def test_wan14b_step_flops_and_attention_memory():
-    built = plan.build(recipe.load(RECIPES / "wan14b.yaml"), plugins.registry(), devices=8)
+    built = estimates.build(recipe.load(RECIPES / "wan14b.yaml"), plugins.registry(), devices=8)
     est = built["estimates"]
     S = 21 * (720 // 16) * (1280 // 16)   # latent frames x patches: 75,600 tokens
     D, F, T, layers = 5120, 13824, 512, 40
@@ -80,7 +82,7 @@ def test_wan14b_step_flops_and_attention_memory():
 
 
 def test_wan14b_activation_estimate():
-    est = plan.build(recipe.load(RECIPES / "wan14b.yaml"), plugins.registry(),
+    est = estimates.build(recipe.load(RECIPES / "wan14b.yaml"), plugins.registry(),
                      devices=8)["estimates"]["activations"]
     S = 75600
     # batch 2 (cond + uncond) split over dp=2; bfloat16; FFN columns split over tp=4
@@ -90,7 +92,7 @@ def test_wan14b_activation_estimate():
 
 def test_ti2v_5b_plan_is_what_its_recipe_says():
     """The numbers in recipes/wan22-ti2v-5b.yaml's comment."""
-    built = plan.build(recipe.load(RECIPES / "wan22-ti2v-5b.yaml"), plugins.registry(),
+    built = estimates.build(recipe.load(RECIPES / "wan22-ti2v-5b.yaml"), plugins.registry(),
                        devices=8)
     assert not built["problems"]
     assert built["estimates"]["tokens"] == 31 * 22 * 40

@@ -12,5 +12,6 @@ chip's real memory and cost figures, or its refusal when a program cannot fit.
 - ``compiler``: one program lowered and compiled for the target;
 - ``hlo``: collectives and loop trip counts read from the compiled program;
 - ``roofline``: lower bounds on a denoising step's time from those figures;
-- ``report``: the whole compile, as text or JSON.
+
+``porter.commands.compile`` drives them: the whole compile, as text or JSON.
 """

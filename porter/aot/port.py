@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from porter.port import passes, porting
-from porter.transforms import patches
-from porter.runtime import Runtime, resolve_mesh
+from porter.port import active, passes
+from porter.port.building import Building
+from porter.transforms import attention
+from porter.runtime import Runtime, resolve_mesh, xla
 from porter.transforms.compile import scan
+from porter.shims import interop
 from porter.transforms import sharding as shard_transform
 
 from porter.aot import targets
@@ -58,15 +60,14 @@ class AbstractPort:
     target: targets.Target
     runtime: Runtime  # the target's deviceless mesh, its platform, its XLA options
     components: dict  # name -> Component
-    chosen: list  # the patches a run applies
+    patches: list  # the patches a run applies
 
     @contextlib.contextmanager
     def active(self):
-        """What a run has in place while it calls its programs: the patches, the
-        attention backend (for the target's platform and mesh) and torchax's
+        """What a run has in place while it calls its programs (``porter.port.active``,
+        the attention backend for the target's platform and mesh), and torchax's
         environment."""
-        with patches.applied(self.chosen), \
-                porting.ops_installed(self.recipe, self.registry, self.runtime), \
+        with active.active(self.recipe, self.registry, self.runtime, self.patches), \
                 self.runtime.env:
             yield
 
@@ -79,13 +80,12 @@ class AbstractPort:
 
 def target_runtime(recipe, target: targets.Target) -> Runtime:
     """The target's mesh (the recipe's axes on its chips), platform and XLA options."""
-    from porter import runtime as runtime_mod
     from porter.shims.compat import import_torchax
 
     axes = resolve_mesh(recipe.mesh, target.chips, given=True, target=target.name)
     mesh = targets.mesh(target, axes)
     device = mesh.devices.flat[0]
-    options = runtime_mod.xla_options(recipe.runtime.xla_options, target.platform, device)
+    options = xla.options(recipe.runtime.xla_options, target.platform, device)
     return Runtime(env=import_torchax().default_env(), mesh=mesh, platform=target.platform,
                    device_kind=device.device_kind, cache=None, xla_options=options)
 
@@ -94,22 +94,20 @@ def build(recipe, registry, target: targets.Target) -> AbstractPort:
     """The recipe's port for ``target``, every tensor abstract: the passes' ``abstract``
     parts (``porter.port.passes``), in the run's order."""
     family = registry.family(recipe.model.family)
-    building = passes.Building(recipe, registry, family, target_runtime(recipe, target))
-    with building.stack:  # the patches, while the passes run
-        passes.build(building, abstract=True)
+    b = Building(recipe, registry, family, target_runtime(recipe, target))
+    with b.stack:  # the patches, while the passes run
+        passes.build(b, abstract=True)
+    skipped = attention.skipped(b)
     components = {}
-    for name, module in building.modules.items():
-        rule = building.rules.get(name)
+    for name, module in b.modules.items():
         components[name] = Component(
-            name, module, rule, building.assignments[name],
-            one_device=name in building.one_device,
-            attention_skipped=name in passes.attention_skipped(building),
-            axes=building.runtime.axes, scanned=building.scanned.get(name, []))
+            name, module, b.compile.rules.get(name), b.placement.assignments[name],
+            one_device=name in b.compile.one_device, attention_skipped=name in skipped,
+            axes=b.runtime.axes, scanned=b.compile.scanned.get(name, []))
     for component in components.values():
         component.jittable, component.state, component.sharded_bytes_per_chip = \
-            _abstract_state(component, building.runtime)
-    return AbstractPort(recipe, registry, family, target, building.runtime, components,
-                        building.chosen)
+            _abstract_state(component, b.runtime)
+    return AbstractPort(recipe, registry, family, target, b.runtime, components, b.patches)
 
 
 def _abstract_state(component: Component, runtime):

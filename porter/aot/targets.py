@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from porter.errors import UsageError
-from porter.runtime import quiet_libtpu
+from porter.runtime.environment import quiet_libtpu
 
 GiB = 2**30
 

@@ -24,9 +24,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from porter.port import checks
 from porter import api
-from porter.runtime import distributed, interrupt
+from porter.runtime import distributed, notices
 from porter.generate import runners
+from porter.generate.call import Call, Resumed
 from porter.rundir import artifacts, outputs, record, results
 from porter.commands import run as run_mod
 from porter.errors import Interrupted, RecipeError, UsageError, failure
@@ -142,7 +144,7 @@ def check_items(items: list[Item], recipe, registry, path: Path) -> None:
         if item.problem:
             continue
         try:
-            item.recipe = api.checked_settings(recipe, registry, item.settings,
+            item.recipe = checks.with_settings(recipe, registry, item.settings,
                                                str(path), item.line)
         except RecipeError as exc:
             item.problem = "; ".join(f"{p.path}: {p.message}" for p in exc.problems)
@@ -154,7 +156,7 @@ def run_batch(recipe, registry, prompts: Path, progress: bool = True,
     from porter.port import checks
 
     family = checks.checked_family(recipe, registry)
-    say = api.status if progress else api.quiet
+    say = notices.status if progress else notices.quiet
     directory = outputs.output_dir(recipe)
     run_mod._resume_problem(directory, resume)
     if not resume:
@@ -296,15 +298,14 @@ def run_into(port, recipe, directory: Path, resume: bool, on_step=None, say=None
     writes one: owned while it runs, every stage saved, video and record at the end.
     With ``resume``, it continues after the directory's last complete stage or
     checkpoint; files left by other settings start it over. Returns the Outcome."""
-    say = say or api.quiet
+    say = say or notices.quiet
     with contextlib.ExitStack() as owner:
         if distributed.writes():
             owner.enter_context(outputs.owned(directory))
         wanted, inputs = _continuation(port, recipe, directory, resume, say, name)
         if distributed.writes():
             results.invalidate(directory, wanted, keep_progress=inputs.progress is not None)
-        outcome = port.run(recipe, wanted=wanted, directory=directory, resumed=inputs,
-                           on_step=on_step)
+        outcome = port.run(Call(recipe, wanted, directory, inputs, on_step=on_step))
         run_mod.finish(port, recipe, outcome, directory)
     return outcome
 
@@ -312,13 +313,13 @@ def run_into(port, recipe, directory: Path, resume: bool, on_step=None, say=None
 def _continuation(port, recipe, directory, resume, say, name):
     runner = runners.of(port.family)
     if not (resume and port.family.staged and directory.is_dir()):
-        return runner.stages_to_run(directory, None, False), runners.Resumed()
+        return runner.stages_to_run(directory, None, False), Resumed()
     wanted = runner.stages_to_run(directory, None, True)
     try:
         return wanted, runner.continuation(directory, wanted, recipe, True)
     except UsageError as exc:
         say(f"{name}: starting over ({exc.message})")
-        return runner.stages_to_run(directory, None, False), runners.Resumed()
+        return runner.stages_to_run(directory, None, False), Resumed()
 
 
 def _finished(directory: Path, recipe, made_from: dict) -> bool:

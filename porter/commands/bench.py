@@ -19,15 +19,16 @@ from pathlib import Path
 
 import torch
 
+from porter.runtime import compile_cache, memory, monitor
 from porter.port import checks
-from porter import loading, runtime as runtime_mod
+from porter import api, loading, runtime as runtime_mod
 from porter.transforms import patches
 from porter.port.passes import ported as port
-from porter.port.porting import ops_installed, selected_patches
+from porter.port.active import ops_installed
 from porter.commands.verify import cast, random_inputs
-from porter.commands import cache_bench as measure
 from porter.stepcache import without_cache
 from porter.shims.interop import to_device
+from porter.generate.call import Call
 from porter.generate.stages import block
 
 
@@ -85,7 +86,7 @@ def _private_compile_cache(runtime):
     configured = jax.config.jax_compilation_cache_dir
     with tempfile.TemporaryDirectory(prefix="porter-bench-cache-") as private:
         try:
-            runtime_mod.enable_compile_cache(Path(private))
+            compile_cache.enable(Path(private))
             compilation_cache.reset_cache()  # the cache object reads the directory once
             yield dataclasses.replace(runtime, cache=Path(private))
         finally:
@@ -115,32 +116,32 @@ def _reference_device(runtime) -> torch.device:
 
 def bench(recipe, registry, steps: int = 5) -> dict:
     """One step of the port beside PyTorch eager; with a ``cache:`` section, also the
-    recipe's denoise stage with the cache beside it without (``porter.commands.cache_bench``)."""
+    recipe's denoise stage with the cache beside it without (``cache_compared``)."""
     result = _one_step(without_cache(recipe), registry, steps)
     if recipe.cache:
-        result["cache"] = measure.compare(recipe)
+        result["cache"] = cache_compared(recipe)
     return result
 
 
 def _one_step(recipe, registry, steps: int) -> dict:
     family = checks.checked_family(recipe, registry)
     started = runtime_mod.start(recipe)
-    monitor = runtime_mod.compile_monitor()
+    compiles = monitor.compile_monitor()
     with _private_compile_cache(started) as runtime, \
-            patches.applied(selected_patches(recipe, registry, family)):
+            patches.applied(patches.selected(recipe, registry, family)):
         pipe = loading.load_pipeline(family, recipe)
         reference = copy.deepcopy(pipe.transformer).eval()
         config = pipe.transformer.config
         host = cast(random_inputs(family, recipe, config),
                     loading.dtypes.DTYPES[recipe.model.dtype])
-        traces = port(pipe, family, runtime, recipe).traces
+        traces = port(pipe, recipe, registry, runtime).traces
         placed = {k: to_device(v, runtime) for k, v in host.items()}
 
         def ported():
             block(pipe.transformer(return_dict=False, **placed)[0])
 
         with ops_installed(recipe, registry, runtime), runtime.env:
-            compiled = compile_cold_and_warm(ported, monitor, traces)
+            compiled = compile_cold_and_warm(ported, compiles, traces)
             step = _median_seconds(ported, steps)
 
     device = _reference_device(runtime)
@@ -155,9 +156,9 @@ def _one_step(recipe, registry, steps: int) -> dict:
     with torch.no_grad():
         eager()  # warm-up (allocations, kernels)
         torch_step = _median_seconds(eager, steps)
-    memory = runtime_mod.peak_memory(runtime)
+    peaks = memory.peak_memory(runtime)
     if device.type == "cuda":
-        memory["torch_device_peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
+        peaks["torch_device_peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
 
     estimates = family.estimates(recipe, config)
     batch = next(iter(host.values())).shape[0]
@@ -178,7 +179,7 @@ def _one_step(recipe, registry, steps: int) -> dict:
         "achieved_flops_per_s": None if flops is None else flops / step,
         "matmul_peak_flops_per_s": peak,
         "fraction_of_matmul_peak": None if flops is None else round(flops / step / peak, 3),
-        "memory": memory,
+        "memory": peaks,
         "reference_device": str(device),
         "torch_threads": torch.get_num_threads(),
     }
@@ -208,5 +209,52 @@ def render(result: dict) -> str:
     for key, value in memory.items():
         lines.append(f"  {key.replace('_', ' ')}: {value / 2**30:.2f} GiB")
     if "cache" in result:
-        lines.append(measure.render(result["cache"]))
+        lines.append(render_cache(result["cache"]))
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- with a step cache
+# A recipe's step cache against the same recipe without it: the denoise stage's
+# wall time, the transformer blocks computed, and how far the latents moved.
+#
+# Each side loads its own port (the uncached one compiled whole, as a run without
+# ``cache:`` is). Compiling is counted on neither side: a family whose steps Porter
+# drives is timed over its steps after the first (which compiles); a pipeline's own
+# loop runs twice and the second, warm, call is timed.
+
+def _denoised(recipe):
+    """(final latents, denoise seconds without compiling, cache summary or None)."""
+    with api.load(recipe) as port:
+        outcome = port.run(Call(recipe, ("encode", "denoise")))
+        if "steps_s" not in outcome.timings:  # the pipeline's own loop: no step timings
+            outcome = port.run(Call(recipe))  # the first call compiled; time a warm one
+    timings = outcome.timings
+    seconds = sum(timings["steps_s"][1:]) if "steps_s" in timings else timings["generate_s"]
+    return outcome.latents, seconds, timings.get("cache")
+
+
+def cache_compared(recipe) -> dict:
+    """Denoise with and without the recipe's cache; what changed."""
+    plain, plain_s, _ = _denoised(without_cache(recipe))
+    cached, cached_s, summary = _denoised(recipe)
+    difference = (cached.float() - plain.float())
+    return {
+        "method": summary["method"], "steps": recipe.generate.steps,
+        "denoise_s": {"uncached": round(plain_s, 4), "cached": round(cached_s, 4),
+                      "ratio": round(cached_s / plain_s, 3)},
+        "speedup": round(plain_s / cached_s, 3),
+        "blocks_computed": summary["blocks_computed"], "blocks_total": summary["blocks_total"],
+        "skipped_steps": summary["skipped_steps"],
+        "latents_max_abs_diff": float(difference.abs().max()),
+        "latents_relative_l2": float(difference.norm() / plain.float().norm()),
+    }
+
+
+def render_cache(result: dict) -> str:
+    seconds = result["denoise_s"]
+    return (f"  cache {result['method']}: denoise {seconds['cached']:.2f} s vs "
+            f"{seconds['uncached']:.2f} s uncached ({result['speedup']:.2f}x), blocks "
+            f"computed {result['blocks_computed']} of {result['blocks_total']}, latents "
+            f"moved {result['latents_relative_l2']:.2e} (relative L2; max |diff| "
+            f"{result['latents_max_abs_diff']:.2e}); skipped steps "
+            f"{result['skipped_steps']}")

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from porter import api
-from porter.runtime import distributed
+from porter.runtime import distributed, notices
 from porter import recipe as recipe_mod
 from porter.stepcache import calibration
 from porter.errors import RecipeError
+from porter.generate.call import Call
 from porter.rundir.outputs import output_dir
 
 
@@ -22,8 +23,8 @@ def calibrate(recipe, output: Path | None = None, progress: bool = True):
     calibrating = recipe_mod.validate_data(data, dict(recipe._locations), recipe.path)
     path = Path(output) if output is not None else output_dir(recipe) / "mag_ratios.json"
     with api.load(calibrating, progress=progress) as port:
-        outcome = port.run(calibrating, wanted=("encode", "denoise"), progress=progress,
-                           say=api.status if progress else api.quiet)
+        outcome = port.run(Call(calibrating, ("encode", "denoise"), progress=progress,
+                                say=notices.status if progress else notices.quiet))
     summary = outcome.timings["cache"]
     idle = [name for name, contexts in summary["ratios"].items() if not contexts]
     if idle:

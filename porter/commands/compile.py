@@ -6,12 +6,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 from porter.aot import compiler, roofline, targets
 from porter.aot import port as abstract_port
 from porter.aot.programs import Input, unique
 from porter.errors import RecipeError, UsageError
+from porter.port import checks
+from porter.runtime import environment
 from porter.transforms.sharding import human_bytes
+
+
+def host_compiles() -> None:
+    """This process compiles for a TPU it does not have: JAX runs on the CPU (set
+    before JAX starts), and libtpu only describes the target, told there is no TPU to
+    look for."""
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    environment.quiet_libtpu()
 
 
 def build(recipe, registry, target_name: str, only: list[str] | None = None,
@@ -79,7 +90,7 @@ def _as_run_compiles(port, declared: list, say) -> tuple[list, dict]:
             continue
         say(f"{program.name}: finding its calls of {rule.modules!r} from shapes alone")
         try:
-            with patches.applied(port.chosen):
+            with patches.applied(port.patches):
                 module = port.components[program.component].module
                 found += unique(submodule_calls(module, rule.modules, program))
         except Exception as exc:  # noqa: BLE001 - the glue needs values
@@ -102,11 +113,10 @@ def _identity(port, program) -> tuple:
 
 def _check(recipe, registry, target) -> None:
     """What ``porter validate --devices N`` checks, for the target's chips and platform."""
-    from porter.port import checks
-
     problems = checks.input_problems(recipe, registry)
     if not problems:
-        problems = checks.mesh_problems(recipe, target.chips, target.platform, target.name)
+        problems = checks.mesh_problems(recipe, registry, target.chips, target.platform,
+                                        target.name)
     if not problems:
         problems = checks.shape_problems(recipe, registry, target.chips)
     if problems:

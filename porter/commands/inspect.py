@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 
 from porter.loading import abstract
-from porter.errors import UsageError
+from porter.errors import RecipeError, UsageError
+from porter.port import checks
+from porter.transforms import lora
 from porter.transforms.sharding import named_tensors, normalize
 
 DTYPE_NAMES = {"torch.float32": "f32", "torch.bfloat16": "bf16", "torch.float16": "f16",
@@ -54,6 +56,15 @@ def component_rows(module, shard_rules, dtype_rules, adapted=None) -> list[dict]
     return rows
 
 
+def inspect(recipe, registry) -> dict:
+    """Each component's rows (``component_rows``), after the checks of the recipe and
+    its model's configuration that ``validate`` runs first."""
+    problems = checks.input_problems(recipe, registry)
+    if problems:
+        raise RecipeError(problems)
+    return build(recipe, registry)
+
+
 def build(recipe, registry) -> dict:
     family = registry.family(recipe.model.family)
     modules = abstract.components(family, recipe)
@@ -68,8 +79,6 @@ def build(recipe, registry) -> dict:
 
 def _adapted(recipe, family, modules) -> dict[str, dict[str, list[int]]]:
     """component -> tensor name -> the LoRA adapters (recipe indices) that change it."""
-    from porter.transforms import lora
-
     found: dict[str, dict[str, list[int]]] = {}
     for adapter in lora.read_all(recipe, family.pipeline_class(recipe), modules):
         for component, deltas in adapter.deltas.items():

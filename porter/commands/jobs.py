@@ -19,8 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-from porter import api
-from porter.runtime import interrupt
+from porter.port import checks
+from porter.runtime import interrupt, notices
 from porter.rundir import outputs, record
 from porter.runtime import atomic
 from porter.commands import uploads
@@ -73,7 +73,7 @@ class Jobs:
         self.port, self.max_queue = port, max_queue
         self.directory = Path(directory) / "jobs"
         self.inputs = inputs  # the folder clients may name input files in (None: none)
-        self.say = say or api.quiet
+        self.say = say or notices.quiet
         self._lock = threading.Condition()
         self._jobs: dict[str, Job] = {}
         self._queue: collections.deque[str] = collections.deque()
@@ -131,7 +131,7 @@ class Jobs:
             names = {key: f"{INPUTS}/{key}{suffix}" for key, (_, suffix) in images.items()}
             for key, (data, _) in images.items():
                 atomic.write_bytes(staging / Path(names[key]).name, data)
-            api.checked_settings(self.port.recipe, self.port.registry, {
+            checks.with_settings(self.port.recipe, self.port.registry, {
                 **settings, **{k: str(staging / Path(n).name) for k, n in names.items()}},
                 "request")
             return self._queued({**settings, **names}, staging)
@@ -244,7 +244,7 @@ class Jobs:
         def on_step(done, total):
             job.step, job.steps = done, total
         try:
-            recipe = api.checked_settings(self.port.recipe, self.port.registry,
+            recipe = checks.with_settings(self.port.recipe, self.port.registry,
                                           self._settings(job), "request")
             job.steps = recipe.generate.steps
             batch.run_into(self.port, recipe, self.directory / job.id, resume=True,

@@ -1,4 +1,4 @@
-"""One run: recipe -> plugin -> pipeline -> JAX (compiled) -> video + record."""
+"""`porter run`: recipe -> plugin -> pipeline -> JAX (compiled) -> video + record."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from porter import api
-from porter.port import checks
-from porter.runtime import distributed
-from porter.generate import runners
-from porter.rundir import outputs, record, results
 from porter.errors import UsageError
+from porter.generate import runners
+from porter.generate.call import Call
+from porter.port import checks
+from porter.rundir import outputs, record, results
+from porter.runtime import distributed, notices
 
 
 @dataclass
@@ -24,6 +25,36 @@ class RunResult:
     data: dict  # the run record
 
 
+def run(recipe, registry, progress: bool = True, stage: str | None = None,
+        resume: bool = False) -> RunResult:
+    """Run the recipe: every stage, one ``stage``, or (``resume``) what is left.
+
+    The run owns its output directory while it runs (another run into it is
+    refused), and first removes the files of an older run that its own replace."""
+    family = checks.checked_family(recipe, registry)
+    say = notices.status if progress else notices.quiet
+    directory = outputs.output_dir(recipe)
+    if not family.staged and (stage or resume):
+        raise UsageError(f"family {family.name!r} runs the pipeline in one piece: "
+                         "--stage and --resume need a family with stages",
+                         hint="run it without --stage/--resume")
+    _resume_problem(directory, resume)
+    distributed.initialize()  # before anything asks JAX which process this is
+    with owned(directory):
+        runner = runners.of(family)
+        wanted = runner.stages_to_run(directory, stage, resume)
+        resumed = runner.continuation(directory, wanted, recipe, resume)  # before removal
+        if distributed.writes():
+            results.invalidate(directory, wanted, keep_progress=resumed.progress is not None)
+        if resume:
+            say(f"resuming in {directory}: running {', '.join(wanted)}")
+        port = api.Port.open(recipe, registry, family, say)
+        # one progress bar, not one per process
+        outcome = port.run(Call(recipe, wanted, directory, resumed,
+                                progress=progress and distributed.writes(), say=say))
+        return finish(port, recipe, outcome, directory)
+
+
 def _resume_problem(directory: Path, resume: bool) -> None:
     if resume and not directory.is_dir():
         raise UsageError(f"nothing to resume: {directory} does not exist"
@@ -33,21 +64,10 @@ def _resume_problem(directory: Path, resume: bool) -> None:
                               "to start a new run, leave --resume out")
 
 
-def run(recipe, registry, progress: bool = True, stage: str | None = None,
-        resume: bool = False) -> RunResult:
-    """Run the recipe: every stage, one ``stage``, or (``resume``) what is left.
-
-    The run owns its output directory while it runs (another run into it is
-    refused), and first removes the files of an older run that its own replace."""
-    family = checks.checked_family(recipe, registry)
-    say = api.status if progress else api.quiet
-    directory = outputs.output_dir(recipe)
-    if not family.staged and (stage or resume):
-        raise UsageError(f"family {family.name!r} runs the pipeline in one piece: "
-                         "--stage and --resume need a family with stages",
-                         hint="run it without --stage/--resume")
-    _resume_problem(directory, resume)
-    distributed.initialize()  # before anything asks JAX which process this is
+@contextlib.contextmanager
+def owned(directory: Path):
+    """Process 0 holds the run directory's lock for the block; every process stops if
+    it cannot (none is left waiting in a collective for it)."""
     with contextlib.ExitStack() as owner:
         refused = None
         if distributed.writes():
@@ -55,27 +75,10 @@ def run(recipe, registry, progress: bool = True, stage: str | None = None,
                 owner.enter_context(outputs.owned(directory))
             except UsageError as exc:
                 refused = exc
-        # every process stops if process 0 cannot own the directory (none is left
-        # waiting in a collective for it)
         if distributed.anywhere(refused is not None):
             raise refused or UsageError(f"process 0 cannot write {directory}",
                                         hint="see process 0's message")
-        return _owned_run(family, recipe, registry, say, progress, stage, resume, directory)
-
-
-def _owned_run(family, recipe, registry, say, progress, stage, resume, directory):
-    runner = runners.of(family)
-    wanted = runner.stages_to_run(directory, stage, resume)
-    inputs = runner.continuation(directory, wanted, recipe, resume)  # before any removal
-    if distributed.writes():
-        results.invalidate(directory, wanted, keep_progress=inputs.progress is not None)
-    if resume:
-        say(f"resuming in {directory}: running {', '.join(wanted)}")
-    port = api.Port.open(recipe, registry, family, say)
-    progress = progress and distributed.writes()  # one progress bar, not one per process
-    outcome = port.run(recipe, wanted=wanted, directory=directory, resumed=inputs,
-                       progress=progress, say=say)
-    return finish(port, recipe, outcome, directory)
+        yield
 
 
 def finish(port, recipe, outcome, directory: Path) -> RunResult:
@@ -90,7 +93,7 @@ def finish(port, recipe, outcome, directory: Path) -> RunResult:
         return RunResult(directory, None, None, outcome.latents, outcome.frames,
                          port.record(recipe, outcome))
     written = results.write_results(directory, recipe, outcome.frames, outcome.latents)
-    written["files"].update(port.family.runner.stage_digests(directory))
+    written["files"].update(outcome.stage_files)
     data = port.record(recipe, outcome, written)
     record_path = record.write_json(directory / outputs.RECORD, data)
     video_path = directory / written["video"] if written["video"] else None

@@ -310,7 +310,7 @@ def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
 
     from porter import api
     from porter.port import checks
-    from porter.runtime import distributed, interrupt
+    from porter.runtime import distributed
     from porter.commands import jobs as jobs_mod
     from porter.rundir import outputs
     from porter.rundir.outputs import output_dir

@@ -21,7 +21,7 @@ from porter.port import checks
 from porter import loading, runtime as runtime_mod
 from porter.transforms import patches
 from porter.port.passes import ported as port
-from porter.port.porting import ops_installed, selected_patches
+from porter.port.active import ops_installed
 from porter.stepcache import without_cache
 from porter.shims.interop import to_device, to_host
 from porter.transforms import dtypes
@@ -88,7 +88,7 @@ def _ported(family, recipe, registry, runtime):
     pipe = loading.load_untouched(family, recipe)
     host = copy.deepcopy(pipe.transformer)  # before the recipe's dtypes: the reference
     dtypes.apply_all(pipe.components, recipe)
-    port(pipe, family, runtime, recipe)
+    port(pipe, recipe, registry, runtime)
     return pipe, _unwrap(pipe.transformer), host
 
 
@@ -134,7 +134,7 @@ def verify(recipe, registry, sharded: bool = False) -> dict:
     recipe = unscanned(without_cache(recipe), registry)
     family = checks.checked_family(recipe, registry)
     runtime = runtime_mod.start(recipe)
-    with patches.applied(selected_patches(recipe, registry, family)):
+    with patches.applied(patches.selected(recipe, registry, family)):
         pipe, module, host = _ported(family, recipe, registry, runtime)
         dtype = module.dtype
         inputs = random_inputs(family, recipe, module.config)

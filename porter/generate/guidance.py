@@ -3,7 +3,7 @@
 A family says how to call its transformer for one branch (``ModelFamily.call``)
 and which conditioning entries belong to which branch
 (``ModelFamily.guidance_pairs``: conditional entry -> unconditional entry); the
-core decides how the branches run:
+core decides how the branches run (``porter.families.guided`` and ``batch``):
 
 - unguided (``ModelFamily.cfg_scale`` <= 1: ``encode`` made no unconditional
   entries): one call;
@@ -22,22 +22,14 @@ from __future__ import annotations
 import torch
 
 from porter import stepcache as cache
+from porter.families import batch
 
 
-def guided(family, recipe) -> bool:
-    """Whether the recipe asks for classifier-free guidance (two branches)."""
-    return family.cfg_scale(recipe) > 1.0
-
-
-def batch(family, recipe) -> int:
-    """The transformer's batch: 2 when both branches run as one call."""
-    return 2 if recipe.generate.cfg_parallel and guided(family, recipe) else 1
-
-
-def predict(family, pipe, latents, timestep, conditioning: dict, recipe, sampling,
-            reuse=None):
-    """The guided noise prediction for one step. ``reuse``: this run's guidance cache,
-    if the recipe has one."""
+def predict(port, call, latents, conditioning: dict, sampling):
+    """The guided noise prediction for the step ``sampling`` is at (the call's guidance
+    cache, if the recipe has one, may estimate the unconditional branch)."""
+    family, pipe, recipe = port.family, port.pipe, call.recipe
+    timestep, reuse = sampling.timesteps[sampling.index], call.guidance_cache
     model, scale = family.denoiser(pipe, timestep, sampling, recipe)
     model_input = family.model_input(pipe, latents, timestep, conditioning, model)
     pairs = {key: negative for key, negative in family.guidance_pairs.items()

@@ -2,28 +2,19 @@
 
 A staged family (``ModelFamily.staged``) runs through ``STAGED``, any other through
 ``PIPELINE`` (``of``); a port runs every call through it, and the commands ask it
-which stages a run has and what a run directory holds.
+which stages a run has and what it continues from.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from porter.generate import stages
+from porter.generate.call import Call, Resumed
 from porter.rundir import artifacts, record
 from porter.rundir import progress as saved_progress
 from porter.shims.interop import to_device, to_host
-
-
-@dataclass
-class Resumed:
-    """What a run continues from: the stage before its first (record and tensors) and
-    the denoising checkpoint, both read and checked before any weight is loaded."""
-    previous: dict | None = None  # {"meta": record, "tensors": {...}}
-    progress: object = None  # porter.rundir.progress.Progress
 
 
 class StagedLoop:
@@ -59,72 +50,53 @@ class StagedLoop:
             found.progress = saved_progress.load(directory, recipe)
         return found
 
-    def generate(self, port, recipe, timings, history, wanted, directory, resumed,
-                 progress, on_step, say, reuse):
-        """(final latents, frames, history) of the wanted stages; a stage not run
-        reads its input from ``resumed``."""
-        family, pipe, runtime = port.family, port.pipe, port.runtime
-        previous = resumed.previous if resumed else None
+    def generate(self, port, call: Call):
+        """(final latents, frames) of the wanted stages; a stage not run reads its input
+        from ``call.resumed``."""
+        previous = call.resumed.previous if call.resumed else None
         conditioning = latents = frames = None
-        if "encode" in wanted:
-            say("encoding the prompt")
-            conditioning = stages.encode(family, pipe, recipe, runtime, timings)
-            history.append(record.segment(runtime, "encode"))
-            if directory is not None:
-                artifacts.save(directory, "encode", conditioning, recipe,
-                               extra={"history": history}, inputs=port.inputs)
-        if "denoise" in wanted:
+        if "encode" in call.wanted:
+            call.say("encoding the prompt")
+            conditioning = stages.encode(port, call)
+            self._saved(port, call, "encode", conditioning)
+        if "denoise" in call.wanted:
             if conditioning is None:
-                conditioning = {k: to_device(v, runtime)
+                conditioning = {k: to_device(v, port.runtime)
                                 for k, v in previous["tensors"].items()}
-            latents, history = self._denoise(port, recipe, conditioning, timings, history,
-                                             directory, resumed, progress, on_step, say,
-                                             reuse)
-        if "decode" in wanted:
+            latents = stages.denoise(port, call, conditioning, self._checkpoint(port, call))
+            self._saved(port, call, "denoise", {"latents": latents})
+            if call.directory is not None:
+                saved_progress.discard(call.directory)
+        if "decode" in call.wanted:
             if latents is None:
                 latents = previous["tensors"]["latents"]
-            say("decoding latents to frames")
-            frames = stages.decode(family, pipe, latents, recipe, runtime, timings)
-            history.append(record.segment(runtime, "decode"))
-        return latents, frames, history
+            call.say("decoding latents to frames")
+            frames = stages.decode(port, call, latents)
+            call.history.append(record.segment(port.runtime, "decode"))
+        if call.directory is not None:
+            call.stage_files = artifacts.digests(call.directory)
+        return latents, frames
 
     @staticmethod
-    def _denoise(port, recipe, conditioning, timings, history, directory, resumed,
-                 progress, on_step, say, reuse):
-        start = resumed.progress if resumed else None
-        if start is not None:
-            say(f"continuing denoising after step {start.step}")
-            history = list(start.history) or history
-        first_step = start.step if start else 0
-        runtime = port.runtime
-
-        def ran(done: int) -> list:
-            return history + [record.segment(runtime, "denoise", steps=[first_step, done])]
-
-        save = None
-        if directory is not None:
-            def save(done):
-                done.history = ran(done.step)
-                saved_progress.save(directory, done, recipe, port.inputs)
-        latents = stages.denoise(port.family, port.pipe, conditioning, recipe, runtime,
-                                 timings, progress, start=start, save=save, on_step=on_step,
-                                 reuse=reuse)
-        history = ran(first_step + len(timings["steps_s"]))
-        if directory is not None:
-            artifacts.save(directory, "denoise", {"latents": latents}, recipe,
-                           extra={"history": history}, inputs=port.inputs)
-            saved_progress.discard(directory)
-        return latents, history
+    def _saved(port, call: Call, stage: str, tensors: dict) -> None:
+        """The stage's output in the run directory, with where every stage so far ran."""
+        if stage == "encode":
+            call.history.append(record.segment(port.runtime, "encode"))
+        if call.directory is not None:
+            artifacts.save(call.directory, stage, tensors, call.recipe,
+                           extra={"history": call.history}, inputs=port.inputs)
 
     @staticmethod
-    def stage_digests(directory) -> dict:
-        """SHA-256 of each stage file in the directory, from its record."""
-        found = {}
-        for stage in artifacts.STAGES[:-1]:
-            if artifacts.complete(directory, stage):
-                meta = json.loads((directory / f"{stage}.json").read_text())
-                found[f"{stage}.safetensors"] = meta.get("sha256")
-        return found
+    def _checkpoint(port, call: Call):
+        """``save(progress)`` for the denoising loop: a checkpoint in the run directory
+        with where the steps so far ran (None: the call keeps nothing)."""
+        if call.directory is None:
+            return None
+
+        def save(done) -> None:
+            done.history = stages.denoised_history(port, call, done.step)
+            saved_progress.save(call.directory, done, call.recipe, port.inputs)
+        return save
 
 
 class PipelineLoop:
@@ -141,19 +113,14 @@ class PipelineLoop:
     def continuation(directory: Path, wanted: tuple, recipe, resume: bool) -> Resumed:
         return Resumed()
 
-    def generate(self, port, recipe, timings, history, wanted, directory, resumed,
-                 progress, on_step, say, reuse):
-        say("running the pipeline")
+    def generate(self, port, call: Call):
+        call.say("running the pipeline")
         start = time.perf_counter()
         with port.runtime.env:
-            frames, latents = port.family.generate(port.pipe, recipe)
-        timings["generate_s"] = round(time.perf_counter() - start, 4)
-        history.append(record.segment(port.runtime, "generate"))
-        return (to_host(latents) if latents is not None else None), frames, history
-
-    @staticmethod
-    def stage_digests(directory) -> dict:
-        return {}
+            frames, latents = port.family.generate(port.pipe, call.recipe)
+        call.timings["generate_s"] = round(time.perf_counter() - start, 4)
+        call.history.append(record.segment(port.runtime, "generate"))
+        return (to_host(latents) if latents is not None else None), frames
 
 
 STAGED = StagedLoop()

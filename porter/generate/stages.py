@@ -1,17 +1,22 @@
-"""The three stages of a run, each timed: encode, denoise, decode."""
+"""The three stages of a staged run, each timed into its call: encode, denoise, decode.
+
+Each takes the port (its family, pipeline and runtime) and the call (``Call``: the
+recipe, where to report, what to fill in).
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 
-from porter.runtime import finite, interrupt
-from porter.generate import guidance
 from porter.errors import Interrupted, NonFinite, UsageError
-from porter.shims.interop import to_device, to_host
-from porter.rundir.progress import REDO as progress_redo
-from porter.rundir.progress import Progress, restore_scheduler, scheduler_state
+from porter.generate import guidance
+from porter.generate.call import Call
 from porter.generate.sampling import Sampling
+from porter.rundir import record
+from porter.rundir.progress import REDO, Progress, restore_scheduler, scheduler_state
+from porter.runtime import finite, interrupt
+from porter.shims.interop import to_device, to_host
 from porter.transforms.dtypes import DTYPES
 
 
@@ -21,96 +26,147 @@ def block(tensor) -> None:
         tensor.jax().block_until_ready()
 
 
-def encode(family, pipe, recipe, runtime, timings: dict) -> dict:
+def encode(port, call: Call) -> dict:
+    """The family's conditioning (text embeddings, image latents), on the mesh."""
+    family, recipe = port.family, call.recipe
     start = time.perf_counter()
-    with runtime.env:
-        conditioning = family.encode(pipe, recipe)
+    with port.runtime.env:
+        conditioning = family.encode(port.pipe, recipe)
         if recipe.dtypes.text_embeddings:  # a stage-boundary cast the recipe asks for
             target = DTYPES[recipe.dtypes.text_embeddings]
             conditioning = {k: v.to(target) if k in family.embedding_keys else v
                             for k, v in conditioning.items()}
     for value in conditioning.values():
         block(value)
-    timings["encode_s"] = round(time.perf_counter() - start, 4)
+    call.timings["encode_s"] = round(time.perf_counter() - start, 4)
     return conditioning
 
 
-def denoise(family, pipe, conditioning: dict, recipe, runtime, timings: dict,
-            progress: bool = True, *, start: Progress | None = None, save=None,
-            on_step=None, reuse=None):
-    """Run the denoising steps (from ``start`` when resuming); the transformer compiles
-    on the first one. Each step is ``guidance.predict`` (``reuse``: the run's guidance
-    cache, if any), then the family's ``step``.
+def denoise(port, call: Call, conditioning: dict, save=None):
+    """The denoising steps (after the call's checkpoint, when it continues one); the
+    transformer compiles on the first. Each step is ``guidance.predict``, then the
+    family's ``step``.
 
-    ``save(Progress)`` is called every ``output.checkpoint_every`` steps and,
-    when a signal asks the run to stop, after the step under way; then
-    ``Interrupted`` is raised (a signal, or ``interrupt.request_stop`` from another
-    thread). ``on_step(done, total)`` is called after each step. Latents that turn NaN or infinite stop the run
-    (``NonFinite``) at the step that made them; nothing of that step is saved.
+    ``save(Progress)`` is called every ``output.checkpoint_every`` steps and, when a
+    signal asks the run to stop, after the step under way; then ``Interrupted`` is
+    raised (a signal, or ``interrupt.request_stop`` from another thread). Latents that
+    turn NaN or infinite stop the run (``NonFinite``) at the step that made them;
+    nothing of that step is saved. Returns the final latents on the host.
     """
-    from tqdm import tqdm
-
-    sampling = Sampling.seeded(recipe.generate.seed)
-    latents = to_device(family.initial_latents(pipe, recipe, sampling.generator), runtime)
-    step_times = []
-    every = recipe.output.checkpoint_every
-    with runtime.env:
-        timesteps = family.timesteps(pipe, recipe)
-        sampling.timesteps = timesteps
-        total, done = len(timesteps), 0
-        if start is not None:
-            if start.step > total:
-                raise UsageError(f"{start.source}: step: {start.step} is not a completed "
-                                 f"step of this {total}-step schedule (1..{total})",
-                                 hint=progress_redo)
-            latents, done = to_device(start.latents, runtime), start.step
-            restore_scheduler(pipe.scheduler, start.scheduler_tensors,
-                              start.scheduler_description, lambda t: to_device(t, runtime),
-                              start.source, start.step)
-            sampling.restore(start.sampling, lambda t: to_device(t, runtime))
-        saved_at = done if start is not None else None
-        bar = tqdm(total=total, initial=done, desc="denoise", unit="step", file=sys.stderr,
-                   disable=not progress, dynamic_ncols=True)
-        with bar, interrupt.deferred() as stop:
-            for index in range(done, total):
-                t = timesteps[index]
-                sampling.index = index
-                begin = time.perf_counter()
-                noise = guidance.predict(family, pipe, latents, t, conditioning, recipe,
-                                         sampling, reuse)
-                latents = family.step(pipe, noise, t, latents, sampling)
-                block(latents)
+    family, pipe = port.family, port.pipe
+    sampling = Sampling.seeded(call.recipe.generate.seed)
+    latents = to_device(family.initial_latents(pipe, call.recipe, sampling.generator),
+                        port.runtime)
+    with port.runtime.env:
+        sampling.timesteps = family.timesteps(pipe, call.recipe)
+        latents = _continued(port, call, latents, sampling)
+        steps = _Steps(call, len(sampling.timesteps))
+        with steps, interrupt.deferred() as stop:
+            for index in range(call.first_step, steps.total):
+                begin, sampling.index = time.perf_counter(), index
+                latents = _step(port, call, latents, conditioning, sampling)
                 if not finite.on_device(latents):
-                    raise NonFinite(index + 1, total, saved_at)
-                step_times.append(time.perf_counter() - begin)
-                bar.set_postfix_str(f"{step_times[-1]:.2f} s/step")
-                bar.update()
-                completed = index + 1
-                if on_step is not None:
-                    on_step(completed, total)
-                due = every and completed % every == 0 and completed < total
-                signum = stop.agreed()
-                if save is not None and (due or signum):
-                    save(Progress(completed, latents, *scheduler_state(pipe.scheduler),
-                                  sampling=sampling.state()))
-                    saved_at = completed
-                if signum:
-                    raise Interrupted(
-                        signum, saved=f"{completed} of {total} denoising steps"
-                        if save is not None else None)
+                    raise NonFinite(index + 1, steps.total, steps.saved_at)
+                steps.finished(index + 1, time.perf_counter() - begin)
+                _save_or_stop(port, steps, latents, sampling, stop.agreed(), save)
         latents = family.final_latents(pipe, latents, conditioning)
-    timings["steps_s"] = [round(s, 4) for s in step_times]
-    timings["resumed_from_step"] = done
-    # The first step includes compiling the transformer; the rest are steady state.
-    steady = step_times[1:] or step_times
-    if steady:
-        timings["step_s"] = round(sorted(steady)[len(steady) // 2], 4)
+    call.timings.update(steps.timings())
+    call.history = denoised_history(port, call, steps.done)
     return to_host(latents)
 
 
-def decode(family, pipe, latents, recipe, runtime, timings: dict):
+def _continued(port, call: Call, latents, sampling: Sampling):
+    """The call's checkpoint put back (its latents, the scheduler's state, the random
+    stream), or ``latents`` as they are for a call that starts at the first step."""
+    start = call.resumed.progress if call.resumed else None
+    if start is None:
+        return latents
+    total = len(sampling.timesteps)
+    if start.step > total:
+        raise UsageError(f"{start.source}: step: {start.step} is not a completed step of "
+                         f"this {total}-step schedule (1..{total})", hint=REDO)
+    call.say(f"continuing denoising after step {start.step}")
+    call.history = list(start.history) or call.history
+
+    def placed(tensor):
+        return to_device(tensor, port.runtime)
+    restore_scheduler(port.pipe.scheduler, start.scheduler_tensors,
+                      start.scheduler_description, placed, start.source, start.step)
+    sampling.restore(start.sampling, placed)
+    return placed(start.latents)
+
+
+def _step(port, call: Call, latents, conditioning: dict, sampling: Sampling):
+    """One denoising step: the guided prediction, then the scheduler's step."""
+    timestep = sampling.timesteps[sampling.index]
+    noise = guidance.predict(port, call, latents, conditioning, sampling)
+    latents = port.family.step(port.pipe, noise, timestep, latents, sampling)
+    block(latents)
+    return latents
+
+
+def _save_or_stop(port, steps: "_Steps", latents, sampling: Sampling, signum, save) -> None:
+    """A checkpoint when one is due or a signal asks the run to stop; then the stop."""
+    every = steps.call.recipe.output.checkpoint_every
+    due = every and steps.done % every == 0 and steps.done < steps.total
+    if save is not None and (due or signum):
+        save(Progress(steps.done, latents, *scheduler_state(port.pipe.scheduler),
+                      sampling=sampling.state()))
+        steps.saved_at = steps.done
+    if signum:
+        raise Interrupted(signum, saved=f"{steps.done} of {steps.total} denoising steps"
+                          if save is not None else None)
+
+
+class _Steps:
+    """The loop's bookkeeping: steps done, each one's time, the last step saved, the
+    progress bar, the call's ``on_step``."""
+
+    def __init__(self, call: Call, total: int):
+        from tqdm import tqdm
+
+        self.call, self.total, self.done = call, total, call.first_step
+        self.seconds: list[float] = []
+        start = call.resumed.progress if call.resumed else None
+        self.saved_at = start.step if start is not None else None
+        self.bar = tqdm(total=total, initial=self.done, desc="denoise", unit="step",
+                        file=sys.stderr, disable=not call.progress, dynamic_ncols=True)
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def finished(self, done: int, seconds: float) -> None:
+        self.seconds.append(seconds)
+        self.done = done
+        self.bar.set_postfix_str(f"{self.seconds[-1]:.2f} s/step")
+        self.bar.update()
+        if self.call.on_step is not None:
+            self.call.on_step(done, self.total)
+
+    def timings(self) -> dict:
+        found = {"steps_s": [round(s, 4) for s in self.seconds],
+                 "resumed_from_step": self.call.first_step}
+        # The first step includes compiling the transformer; the rest are steady state.
+        steady = self.seconds[1:] or self.seconds
+        if steady:
+            found["step_s"] = round(sorted(steady)[len(steady) // 2], 4)
+        return found
+
+
+def denoised_history(port, call: Call, done: int) -> list:
+    """Where the stages so far ran, with this call's denoising steps up to ``done``."""
+    return call.history + [record.segment(port.runtime, "denoise",
+                                          steps=[call.first_step, done])]
+
+
+def decode(port, call: Call, latents):
+    """Latents (host tensor) to frames (uint8 array)."""
     start = time.perf_counter()
-    with runtime.env:
-        frames = family.decode(pipe, latents, recipe)
-    timings["decode_s"] = round(time.perf_counter() - start, 4)
+    with port.runtime.env:
+        frames = port.family.decode(port.pipe, latents, call.recipe)
+    call.timings["decode_s"] = round(time.perf_counter() - start, 4)
     return frames

@@ -1,4 +1,9 @@
-"""Turn ``model.source`` into a diffusers pipeline on the host, in torch."""
+"""Turn ``model.source`` into a diffusers pipeline on the host, in torch: the load pass.
+
+Components whose checkpoint files hold exactly their tensors are built empty (their
+parameters on the meta device) and read tensor by tensor at placement, straight into
+their shards; the rest load on the host. ``porter compile`` builds every component
+on the meta device instead (``abstract``)."""
 
 from __future__ import annotations
 
@@ -8,9 +13,10 @@ from typing import NamedTuple
 
 import torch
 
-from porter.errors import LoadError, Problem, first_line
+from porter.errors import LoadError, Problem, UsageError, first_line
 from porter.recipe.sources import source_kind
-from porter.transforms import dtypes
+from porter.transforms import Pass, dtypes
+
 
 def source_problems(recipe) -> list[Problem]:
     source = recipe.model.source
@@ -36,8 +42,14 @@ def load_pipeline(family, recipe):
 
 class Loaded(NamedTuple):
     pipe: object
+    modules: dict  # the pipeline's torch components, by name
     weights: dict  # component -> ComponentWeights, for components built empty
     checkpoint: dict  # what names the checkpoint (checkpoints.identity), for the record
+
+
+def torch_components(pipe) -> dict:
+    """The pipeline's components that are torch modules, by name."""
+    return {n: c for n, c in pipe.components.items() if isinstance(c, torch.nn.Module)}
 
 
 def load_for_port(family, recipe) -> Loaded:
@@ -67,7 +79,7 @@ def load_for_port(family, recipe) -> Loaded:
         _eval(pipe)
         checkpoint = checkpoints.identity(root, recipe.model.source if kind == "hub"
                                           else None)
-    return Loaded(pipe, weights, checkpoint)
+    return Loaded(pipe, torch_components(pipe), weights, checkpoint)
 
 
 def checkpoint_files(recipe) -> dict | None:
@@ -180,3 +192,43 @@ def _modules(pipe):
     for value in pipe.components.values():
         if isinstance(value, torch.nn.Module):
             yield value
+
+
+# ------------------------------------------------------------------------- the pass
+
+def _load(b) -> None:
+    b.say(f"loading {b.family.name} from {b.recipe.model.source} ({b.recipe.model.dtype})")
+    b.load = load_for_port(b.family, b.recipe)
+
+
+def _load_abstract(b) -> None:
+    from porter.loading import abstract
+
+    modules = abstract.components(b.family, b.recipe)
+    if modules is None:
+        raise UsageError(f"cannot compile {b.recipe.model.source!r} without its "
+                         "configuration", hint="point model.source at a local diffusers "
+                         "directory (configuration files are enough)")
+    b.load = Loaded(MetaPipeline(modules), modules, {}, {})
+
+
+class MetaPipeline:
+    """Meta components standing in for a pipeline: what set-up calls and rotary tables
+    reach (``pipe.transformer``, ``pipe.components``)."""
+
+    def __init__(self, modules: dict):
+        self.components = modules
+        self.__dict__.update(modules)
+
+
+def _size_problems(recipe, family, modules, axes) -> list:
+    transformer = modules.get("transformer")
+    return [] if transformer is None else family.size_problems(recipe, transformer.config)
+
+
+PASS = Pass(
+    "load", ("model",), "build the pipeline on the host; components whose checkpoint "
+    "files hold exactly their tensors are built empty and read at placement",
+    check=lambda recipe, registry, family: source_problems(recipe),
+    fit=_size_problems, apply=_load, abstract=_load_abstract,
+    detail=lambda recipe, registry, family, modules: recipe.model.source)

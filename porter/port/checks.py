@@ -1,16 +1,27 @@
-"""Every check that needs no weights: what `porter validate` runs."""
+"""The checks that need no weights, each finding every problem at once: of the recipe
+(``recipe_problems``), of the model its configuration builds (``model_problems``), of
+the mesh and the sharding rules against the model's shapes (``shape_problems``), of a
+checkpoint's files and LoRA adapters. ``porter validate`` runs them all; every command
+that loads a model runs the first two before it loads (``checked_family``), and a
+port's calls check their changed settings (``with_settings``)."""
 
 from __future__ import annotations
 
 import difflib
+import math
 from pathlib import Path
 
-from porter.port import passes
-from porter.recipe.inputs import INPUTS
-from porter.loading import abstract, config_values
-from porter.recipe import sources
-from porter.transforms import attention, lora
+from porter import recipe as recipe_mod
 from porter.errors import Problem, RecipeError, UsageError
+from porter.loading import abstract, checkpoints, config_values
+from porter.port import estimates, passes
+from porter.recipe import sources
+from porter.recipe.inputs import INPUTS
+from porter.runtime import configure, resolve_mesh
+from porter.runtime.memory import device_memory
+from porter.transforms import attention, lora
+from porter.transforms.attention import backends
+from porter.transforms.sharding import human_bytes
 
 # Building a model on the meta device takes no memory, but time grows with its
 # size: num_layers: 1000000 would build for hours. Torch calls per build, by
@@ -121,8 +132,6 @@ def model_problems(recipe, registry) -> list[Problem]:
                                    "save_pretrained") for problem in values]
     else:
         return []
-    from porter.loading import abstract
-
     family = registry.family(recipe.model.family)
     try:
         with _call_budget(MAX_BUILD_CALLS[kind]):
@@ -165,62 +174,61 @@ def input_problems(recipe, registry) -> list[Problem]:
     return recipe_problems(recipe, registry) or model_problems(recipe, registry)
 
 
-def mesh_problems(recipe, devices: int | None = None, platform: str | None = None,
-                  target: str | None = None) -> list[Problem]:
+def mesh_problems(recipe, registry, devices: int | None = None,
+                  platform: str | None = None, target: str | None = None) -> list[Problem]:
     """Does the mesh fit the devices JAX sees (imports JAX), or ``devices`` devices
     (checked as if: no JAX devices needed, nor the platform, unless the recipe names
     it or ``platform`` is given)? And does the attention backend run on the platform?"""
-    from porter import plugins, runtime
-
     if devices is None:
-        runtime.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
+        configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
         import jax
         count, platform = jax.device_count(), jax.default_backend()
     else:
         count, platform = devices, platform or recipe.runtime.platform
     try:
-        runtime.resolve_mesh(recipe.mesh, count, given=devices is not None, target=target)
+        resolve_mesh(recipe.mesh, count, given=devices is not None, target=target)
     except UsageError as exc:
         return [recipe.problem("mesh", exc.message, hint=exc.hint)]
     if platform == "auto":
         return []  # where it will run is not known: `run` checks the backend there
-    return attention.platform_problems(recipe, plugins.registry(), platform)
+    return attention.platform_problems(recipe, registry, platform)
 
 
 def shape_problems(recipe, registry, devices: int | None = None) -> list[Problem]:
-    """Sharding rules and sizes against the model's shapes (meta device, no weights),
-    for the devices JAX sees or ``devices`` devices; with the devices JAX sees, also
-    the memory one layer's attention needs against what a device has."""
-    from porter.port import plan
-
+    """Every pass's ``fit`` against the model's shapes (meta device, no weights), for
+    the devices JAX sees or ``devices`` devices; with the devices JAX sees, also the
+    memory one layer's attention needs against what a device has."""
+    family = registry.family(recipe.model.family)
+    modules = abstract.components(family, recipe)
+    if modules is None:
+        return []  # no configuration to check against (a hub id, offline)
     try:
-        built = plan.build(recipe, registry, devices)
+        axes = resolve_mesh(recipe.mesh, estimates.device_count(recipe, devices),
+                            given=devices is not None)
     except UsageError:
-        return []  # no configuration to check against (e.g. a hub id, offline)
-    problems = built["problems"]
+        return []  # ``mesh_problems`` says why
+    problems = passes.fit_problems(recipe, family, modules, axes)
     if devices is None:
-        problems += memory_problems(recipe, registry, built)
+        problems += memory_problems(recipe, registry, family, modules, axes)
     return problems
 
 
-def memory_problems(recipe, registry, built: dict) -> list[Problem]:
+def memory_problems(recipe, registry, family, modules: dict, axes: dict) -> list[Problem]:
     """Attention scores that cannot fit beside the weights on a device, with a backend
     that materialises them all (torchax's default, ``reference``)."""
-    from porter.port import plan as plan_mod
-    from porter.runtime import device_memory
-
-    if not attention.backends.materialises(recipe.attention.backend, registry.attention):
+    if not backends.materialises(recipe.attention.backend, registry.attention):
         return []
-    memory = device_memory(built["devices"])
-    need = plan_mod.attention_need(recipe, registry, built)
+    weights = sum(c["bytes_per_device"] for c in estimates.weights(recipe, modules, axes))
+    need = estimates.attention_need(recipe, registry, weights,
+                                    estimates.step_costs(recipe, family, modules, axes))
+    memory = device_memory(math.prod(axes.values()))
     if memory is None or need is None or need["bytes"] <= memory.bytes:
         return []
-    human = plan_mod.human_bytes
     return [recipe.problem(
         "attention.backend", f"{need['attention']}-attention scores at this size take "
-        f"{human(need['scores'])} per layer and device ({need['shape']}); twice that "
-        f"(scores and softmax) with the weights is about {human(need['bytes'])}, more "
-        f"than the {human(memory.bytes)} a device has (set by {memory.source})",
+        f"{human_bytes(need['scores'])} per layer and device ({need['shape']}); twice that "
+        f"(scores and softmax) with the weights is about {human_bytes(need['bytes'])}, more "
+        f"than the {human_bytes(memory.bytes)} a device has (set by {memory.source})",
         hint="use attention.backend: blockwise (memory ~ block_q x block_kv) or auto, or "
              "a smaller size; `porter plan` shows the numbers")]
 
@@ -230,7 +238,6 @@ def checkpoint_problems(recipe) -> list[Problem]:
     read; the configs are known to build by now): what `run` checks before loading."""
     if sources.source_kind(recipe.model.source) != "local":
         return []
-    from porter.loading import checkpoints
     return [recipe.problem("model.source", problem, hint="re-download that component, "
                            "or re-save the pipeline with save_pretrained")
             for problem in checkpoints.directory_problems(Path(recipe.model.source)
@@ -253,58 +260,54 @@ def lora_problems(recipe, registry) -> list[Problem]:
     return []
 
 
-def validate(recipe, registry, devices: int | None = None,
-             target=None) -> list[Problem]:
-    """Every check that needs no weights; mesh and sharding for ``devices`` devices
-    when given (as if: none need exist; of a TPU slice ``target``, a
-    ``porter.aot.targets.Target``, with its platform), else for the devices JAX sees."""
-    problems = input_problems(recipe, registry)
-    if problems:
-        return problems  # shape checks need a sound recipe and build the same model
-    problems = checkpoint_problems(recipe) or lora_problems(recipe, registry)
-    if problems:
-        return problems
-    if target is not None:
-        devices = target.chips
-    problems = mesh_problems(recipe, devices, target and target.platform,
-                             target and target.name)
-    return problems or shape_problems(recipe, registry, devices) + path_write_problems(recipe)
-
-
-def path_write_problems(recipe) -> list[Problem]:
-    """Where the run will write, checked writable now (a run finds out before loading
-    anything, `validate` before the run). The compile cache is optional, as in a run:
-    an unwritable one is a warning."""
-    from porter.runtime import notices
-    from porter import runtime
-    from porter.runtime import atomic
-    from porter.rundir.outputs import output_dir
-
-    problems = []
-    why = atomic.writable_problem(output_dir(recipe))
-    if why:
-        problems.append(recipe.problem("output.dir", f"cannot write the output directory: "
-                                       f"{why}", hint="choose a directory you can write "
-                                       "(output.dir=...)"))
-    cache = runtime.cache_dir(recipe.runtime.compile_cache)
-    why = atomic.writable_problem(cache) if cache is not None else None
-    if why:
-        notices.warn(f"the compile cache cannot be written: {why}; a run goes on without "
-                     "it (every run compiles from scratch)", hint="set "
-                     "runtime.compile_cache (or PORTER_CACHE_DIR) to a writable directory, "
-                     "or false")
-    return problems
-
-
 def checked_family(recipe, registry):
     """Set up JAX's platform and devices (before JAX starts), run `validate`'s checks
     of the recipe and the model's configuration (``input_problems``), and return the
     recipe's family; RecipeError lists every problem."""
-    from porter import runtime
-    from porter.errors import RecipeError
-
-    runtime.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
+    configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
     problems = input_problems(recipe, registry)
     if problems:
         raise RecipeError(problems)
     return registry.family(recipe.model.family)
+
+
+#: where per-call settings come from in error messages, by default (not a file: relative
+#: paths in them start from the current directory)
+CALL = "Port.generate"
+#: generate settings that decide tensor shapes (checked against the model when changed)
+SHAPE_KEYS = ("height", "width", "frames", *INPUTS, "max_sequence_length", "cfg_parallel",
+              "guidance_scale")
+
+
+def with_settings(recipe, registry, values: dict, source: str = CALL,
+                  line: int | None = None):
+    """``recipe`` with ``generate`` settings changed, checked as ``porter validate``
+    checks them, without weights (``RecipeError``, every problem); ``source`` and
+    ``line`` name where the values came from in messages. Relative image paths start
+    from that file's folder when there is a line, else from the current directory."""
+    values = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+    if line is None:
+        values.update({k: str(Path(values[k]).expanduser().absolute())
+                       for k in INPUTS if isinstance(values.get(k), str)})
+    changed = recipe_mod.with_values(recipe, "generate", values, source, line)
+    problems = recipe_problems(changed, registry) or _pipeline_problems(
+        recipe, changed, registry)
+    if not problems and any(getattr(recipe.generate, key) != getattr(changed.generate, key)
+                            for key in SHAPE_KEYS):
+        problems = shape_problems(changed, registry)
+    if problems:
+        raise RecipeError(problems)
+    return changed
+
+
+def _pipeline_problems(recipe, changed, registry) -> list:
+    """Settings that need another pipeline than the one the port loaded (an image for
+    a port loaded for text-to-video, or none for an image-to-video one)."""
+    family = registry.family(recipe.model.family)
+    loaded, wanted = family.pipeline_class(recipe), family.pipeline_class(changed)
+    if loaded is wanted:
+        return []
+    return [changed.problem("generate.image", f"needs {wanted.__name__}, but this port "
+                            f"loaded {loaded.__name__} for its recipe", hint="load a recipe "
+                            "that sets generate.image for image-to-video, or leave image "
+                            "out for text-to-video")]

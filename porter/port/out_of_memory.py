@@ -13,7 +13,10 @@ from __future__ import annotations
 import contextlib
 
 from porter.errors import OutOfMemory, PorterError, is_out_of_memory
+from porter.port import estimates
+from porter.runtime.memory import device_memory
 from porter.transforms.attention import backends
+from porter.transforms.sharding import human_bytes
 
 
 @contextlib.contextmanager
@@ -50,16 +53,14 @@ def _reason(exc: BaseException) -> str:
 def _estimate(recipe, registry) -> str | None:
     """The weights and the largest attention per device, against what a device has
     (None when the model's configuration is not at hand, e.g. a hub id offline)."""
-    from porter.port import plan
-    from porter import runtime
-
     try:
-        built = plan.build(recipe, registry)
-        need = plan.attention_need(recipe, registry, built)
-        memory = runtime.device_memory(built["devices"])
+        built = estimates.build(recipe, registry)
+        need = estimates.attention_need(recipe, registry, built["weights_bytes_per_device"],
+                                        built["estimates"])
+        memory = device_memory(built["devices"])
     except Exception:  # noqa: BLE001 - the estimate is extra; the refusal stands alone
         return None
-    human = plan.human_bytes
+    human = human_bytes
     text = f"weights {human(built['weights_bytes_per_device'])}"
     if need is not None:
         kept = ", kept twice (scores and softmax)" if need["materialised"] else " (blocks)"

@@ -95,6 +95,12 @@ def complete(directory: Path, stage: str) -> bool:
         (directory / f"{stage}.safetensors").exists()
 
 
+def digests(directory: Path) -> dict:
+    """SHA-256 of each complete stage file in the directory, from its record."""
+    return {f"{stage}.safetensors": json.loads((directory / f"{stage}.json").read_text())
+            .get("sha256") for stage in STAGES[:-1] if complete(directory, stage)}
+
+
 def _differences(found: dict, expected: dict, prefix: str = "") -> list[str]:
     keys = sorted(set(found) | set(expected))
     out = []

@@ -2,49 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import platform
-from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("porter", "torch", "torchax", "jax", "jaxlib", "diffusers", "transformers")
-
-
-def versions() -> dict[str, str | None]:
-    found = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = None
-    return found
-
-
-def source_revision() -> dict | None:
-    """Porter's source revision: the git commit of a checkout (and whether files
-    differ from it), or the commit pip recorded for an install from git; None when
-    neither is known (an install from a wheel names its version only)."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[2]  # porter/rundir/record.py -> checkout
-    if (root / ".git").exists():
-        try:
-            run = functools.partial(subprocess.run, cwd=root, capture_output=True,
-                                    text=True, timeout=10, check=True)
-            commit = run(["git", "rev-parse", "HEAD"]).stdout.strip()
-            changed = run(["git", "status", "--porcelain", "--untracked-files=no"]).stdout
-            return {"commit": commit, "modified": bool(changed.strip())}
-        except (OSError, subprocess.SubprocessError):
-            return None
-    try:
-        direct = json.loads(metadata.distribution("porter").read_text("direct_url.json")
-                            or "null")
-    except (metadata.PackageNotFoundError, ValueError):
-        return None
-    commit = ((direct or {}).get("vcs_info") or {}).get("commit_id")
-    return {"commit": commit, "modified": None} if commit else None
+from porter.runtime.versions import source_revision, versions
 
 
 def environment(runtime) -> dict:
@@ -76,7 +38,7 @@ def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
           history: list | None = None, warnings: list | None = None) -> dict:
     from porter.shims import compat
     from porter.runtime import distributed, notices
-    from porter.runtime import peak_memory
+    from porter.runtime.memory import peak_memory
     return {
         "recipe": recipe.resolved(),
         "recipe_file": str(recipe.path) if recipe.path else None,

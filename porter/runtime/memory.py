@@ -1,4 +1,5 @@
-"""How much memory this process may use, and which limit says so.
+"""How much memory this process and its devices may use, which limit says so, and the
+peaks a run reached.
 
 The machine's memory is not what a process may use: its cgroup (v2
 ``memory.max``, v1 ``memory.limit_in_bytes``; its own or a parent's) or an
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,3 +109,54 @@ def _below(path: str, root: str) -> str:
 def _unescape(field: str) -> str:
     """mountinfo writes a space, tab, newline or backslash in a path as octal."""
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def device_memory(mesh_devices: int) -> Limit | None:
+    """What one device of a ``mesh_devices`` mesh can hold, where known, and which
+    limit says so: an accelerator's own limit; on CPU, what this process may use
+    (``host_limit``: the machine's, its cgroup's or its address-space limit)
+    shared by the virtual devices it runs (each holds its own copy of what it holds)."""
+    import jax
+
+    device = jax.local_devices()[0]
+    if device.platform != "cpu":
+        stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+        if not (stats and stats.get("bytes_limit")):
+            return None
+        return Limit(int(stats["bytes_limit"]), f"the {device.device_kind}'s memory")
+    host = host_limit()
+    shared = max(1, min(mesh_devices, jax.local_device_count()))
+    if shared == 1:
+        return host
+    return Limit(host.bytes // shared,
+                 f"{host.source}, shared by {shared} virtual CPU devices")
+
+
+def own_peak_rss() -> int:
+    """This process's peak resident memory. On Linux the kernel's high-water mark of
+    this address space (VmHWM): ``ru_maxrss`` is kept across exec, so a process started
+    by a large one (a test worker, a notebook) would report its parent's size."""
+    import resource
+
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def peak_memory(runtime) -> dict:
+    """Peak memory so far: the host process's (what the kernel counts), and on an
+    accelerator the first device's own peak."""
+    import jax
+
+    found = {"host_peak_rss_bytes": own_peak_rss()}
+    device = jax.local_devices()[0]
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if runtime.platform != "cpu" and stats:
+        found["device_peak_bytes"] = int(stats.get("peak_bytes_in_use", 0))
+    return found

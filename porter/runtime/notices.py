@@ -1,4 +1,5 @@
-"""Warnings for the user: printed once to stderr, and kept for the run record.
+"""What Porter tells its user on stderr: status lines (what is being done) and
+warnings, printed once and kept for the run record.
 
 Python's ``warnings`` are silenced by the CLI (library chatter); what Porter
 itself must tell a user (a cache it stopped using, a stored program it threw
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+from porter.runtime import distributed
+
 _given: list[str] = []
 
 
@@ -17,8 +20,6 @@ def warn(message: str, hint: str | None = None) -> None:
     if message in _given:
         return
     _given.append(message)
-    from porter.runtime import distributed
-
     text = f"porter: {distributed.label()}warning: {message}"
     if hint:
         text += f"\n  hint: {hint}"
@@ -28,3 +29,12 @@ def warn(message: str, hint: str | None = None) -> None:
 def given() -> list[str]:
     """Every warning given so far in this process, in order."""
     return list(_given)
+
+
+def status(message: str) -> None:
+    """A status line on stderr (what is being done), labelled with the process."""
+    print(f"porter: {distributed.label()}{message}", file=sys.stderr, flush=True)
+
+
+def quiet(message: str) -> None:
+    """A ``status`` that says nothing (no progress shown)."""

@@ -1,5 +1,5 @@
 """Porter's own lowerings of PyTorch operations, in torchax's op table while a port's
-programs are traced (``porter.port.porting.ops_installed``), each with the torchax versions
+programs are traced (``porter.port.active.ops_installed``), each with the torchax versions
 whose lowering it replaces.
 
 Group norm. torchax flattens each group to one axis, ``(1, N x groups, C/groups x T x

@@ -9,7 +9,7 @@ them, by diffusers' own hooks (``porter.stepcache.hooks``): MagCache's from a
 schedule known before the loop, the first-block cache's from one scalar per
 call. The guidance cache (``porter.stepcache.guidance``) works one level up, in the
 family's guided prediction. A recipe without ``cache:`` is ported exactly as
-before.
+before. The port's cache pass sets it up (``porter.stepcache.session``).
 """
 
 from __future__ import annotations
@@ -109,17 +109,6 @@ def ratios_file(recipe) -> Path | None:
     return recipe.file_path("cache.mag_ratios", chosen.mag_ratios)
 
 
-def block_lists(module) -> list:
-    """The module's block lists as (name, ModuleList), in the order diffusers' hooks
-    find them (its children's order, the names diffusers knows)."""
-    import torch
-    from diffusers.hooks._common import _ALL_TRANSFORMER_BLOCK_IDENTIFIERS
-
-    return [(name, child) for name, child in module.named_children()
-            if name in _ALL_TRANSFORMER_BLOCK_IDENTIFIERS
-            and isinstance(child, torch.nn.ModuleList)]
-
-
 def unwrapped(model):
     """The transformer module behind Porter's wrappers: input sharding
     (ShardedInputs.module) and whole-program compilation (torchax's
@@ -147,5 +136,5 @@ def context(model, name: str):
     return entered()
 
 
-__all__ = ["METHODS", "block_lists", "context", "parse", "problems",
+__all__ = ["METHODS", "context", "parse", "problems",
            "ratios_file", "settings", "unwrapped", "without_cache"]

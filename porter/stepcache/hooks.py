@@ -17,7 +17,7 @@ import functools
 
 import torch
 
-from porter.stepcache import block_lists
+from porter.transforms.compile import block_lists
 
 
 def _diffusers_hooks():

@@ -1,11 +1,14 @@
-"""A port's step cache across runs: set up at porting, reset and aimed at each run,
-summarised in each run's record."""
+"""The cache pass, and a port's step cache across runs: set up at porting, reset and
+aimed at each run, summarised in each run's record."""
 
 from __future__ import annotations
 
-from porter.stepcache import block_lists, hooks, settings, unwrapped
-from porter.stepcache.guidance import GuidanceCache
 from porter.errors import RecipeError
+from porter.runtime import notices
+from porter.stepcache import calibration, hooks, problems, ratios_file, settings, unwrapped
+from porter.stepcache.guidance import GuidanceCache
+from porter.transforms import Pass
+from porter.transforms.compile import block_lists, in_pieces
 
 
 class Caching:
@@ -48,8 +51,6 @@ class Caching:
             self.guidance = GuidanceCache(settings(recipe), recipe.generate.steps, start_step)
 
     def _ratios(self, recipe, name: str) -> list[float]:
-        from porter.stepcache import calibration, ratios_file
-
         given = settings(recipe).mag_ratios
         if isinstance(given, list):
             if len(self.modules) > 1:
@@ -107,9 +108,6 @@ class Caching:
 def _foreign_ratios(recipe, modules: dict) -> None:
     """Warn when a ratio file was calibrated for another model, or names transformers
     this one lacks (ratios are the model's: another model's mislead MagCache)."""
-    from porter.runtime import notices
-    from porter.stepcache import calibration, ratios_file
-
     path = ratios_file(recipe)
     if path is None:
         return
@@ -125,3 +123,48 @@ def _foreign_ratios(recipe, modules: dict) -> None:
         notices.warn(f"{path.name} was calibrated for {made_for.get('family')} "
                      f"{made_for.get('source')} {made_for.get('variant') or ''}".rstrip()
                      + f", not {recipe.model.source}: its ratios may not fit this model")
+
+
+# ------------------------------------------------------------------------- the pass
+
+def fit_problems(recipe, family, modules: dict) -> list:
+    """Can the ``cache:`` section's method work on these modules (their structure
+    only, before any weight moves)?"""
+    chosen = settings(recipe)
+    if chosen is None or chosen.method == "guidance":
+        return []
+    names = in_pieces(recipe, modules)
+    if not names:
+        return [recipe.problem("cache.method", f"{chosen.method} works on a transformer's "
+                               "block list; this pipeline's transformer has none",
+                               hint="leave the cache section out for this model")]
+    unstepped = [name for name in names if name not in family.stepped_transformers]
+    if unstepped:
+        return [recipe.problem("cache.method", f"family {family.name!r} does not say which "
+                               f"steps {', '.join(unstepped)} runs", hint="a plugin's "
+                               "transformer_steps and stepped_transformers say it")]
+    for name in names:
+        try:
+            hooks.check(modules[name], chosen)
+        except hooks.Misfit as exc:
+            return [recipe.problem(f"cache.{exc.key}", f"{name}: {exc}", hint=exc.hint)]
+    return []
+
+
+def _start(b) -> None:
+    if b.recipe.cache:
+        b.cache = Caching(settings(b.recipe), {name: b.modules[name] for name in
+                                               in_pieces(b.recipe, b.modules)}, b.recipe)
+
+
+def _detail(recipe, registry, family, modules) -> str | None:
+    chosen = settings(recipe)
+    return None if chosen is None else chosen.method
+
+
+PASS = Pass(
+    "cache", ("cache",), "a step cache's hooks on the transformers compiled in pieces",
+    check=lambda recipe, registry, family: [] if family is None
+    else problems(recipe, family),
+    fit=lambda recipe, family, modules, axes: fit_problems(recipe, family, modules),
+    apply=_start, detail=_detail)

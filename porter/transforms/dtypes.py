@@ -13,6 +13,7 @@ import re
 import torch
 
 from porter.errors import Problem
+from porter.transforms import Pass, unknown_components
 from porter.transforms.sharding import named_tensors
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -70,3 +71,32 @@ def unmatched_problems(recipe, component: str, module) -> list[Problem]:
                 f"dtypes.overrides.{component}.{i}.match",
                 f"{component}: rule {rule.match!r} matches no tensor (a typo?)"))
     return problems
+
+
+def _fit(recipe, family, modules, axes) -> list[Problem]:
+    found = unknown_components(recipe, modules, {
+        "dtypes.overrides": recipe.dtypes.overrides,
+        "dtypes.components": recipe.dtypes.components})
+    for name, module in modules.items():
+        found += unmatched_problems(recipe, name, module)
+    return found
+
+
+def _detail(recipe, registry, family, modules) -> str:
+    parts = [recipe.model.dtype]
+    parts += [f"{name} {dtype}" for name, dtype in recipe.dtypes.components.items()]
+    kept = sum(len(rules) for rules in recipe.dtypes.overrides.values())
+    if kept:
+        parts.append(f"{kept} override rule(s)")
+    return ", ".join(parts)
+
+
+def _cast(b) -> None:
+    apply_all(b.modules, b.recipe)
+
+
+PASS = Pass(
+    "dtypes", ("model.dtype", "dtypes"), "cast each component, keeping the tensors the "
+    "overrides name in their own dtype",
+    check=lambda recipe, registry, family: rule_problems(recipe),
+    fit=_fit, apply=_cast, abstract=_cast, detail=_detail)

@@ -30,6 +30,7 @@ import torch
 
 from porter.errors import Problem, RecipeError, first_line
 from porter.runtime.atomic import sha256
+from porter.transforms import Pass
 
 DEFAULT_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 CHUNK = 1 << 20  # elements of one float32 temporary while adding an update (4 MiB)
@@ -359,3 +360,16 @@ def apply(family, recipe, pipe, weights: dict) -> list[dict]:
         else:
             fuse_in_place(modules[component], deltas)
     return [adapter.record() for adapter in adapters]
+
+
+def _fuse(b) -> None:
+    b.lora = apply(b.family, b.recipe, b.pipe, b.load.weights)  # before any dtype cast
+
+
+# its adapters are checked against the model by `validate` (porter.port.checks) and when
+# fused, not in every shape check: reading them means hashing their files
+PASS = Pass(
+    "lora", ("lora",), "fuse LoRA adapters into the weights, before any dtype cast",
+    apply=_fuse,
+    detail=lambda recipe, registry, family, modules: ", ".join(
+        f"{spec.file} x{spec.scale}" for spec in recipe.lora) or None)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from porter.errors import UsageError
+from porter.shims.compat import import_module
+from porter.transforms import Pass
 
 
 class PatchError(UsageError):
@@ -55,8 +57,6 @@ class Patch:
 
     def locate(self) -> tuple[Any, str, Any]:
         """(owner, attribute name, current value); PatchError if it does not exist."""
-        from porter.shims.compat import import_module
-
         module_name, _, path = self.target.partition(":")
         try:
             owner = import_module(module_name)
@@ -148,7 +148,17 @@ def references(recipe) -> list[tuple[str, dict, int]]:
     return out
 
 
-def selected(recipe, registry, extra: tuple[str, ...] = ()) -> list[tuple[Patch, dict]]:
+#: patches every run applies: they make torchax behave as PyTorch does
+CORE_PATCHES = ("core.setitem", "core.deepcopy", "core.view_index", "core.type_as",
+                "core.block_mask", "core.flex_attention")
+
+
+def selected(recipe, registry, family) -> list[tuple[Patch, dict]]:
+    """The recipe's patches, then the core's (``CORE_PATCHES``), the family's required
+    ones and its rotary patch when tables are precomputed (each once)."""
+    extra = CORE_PATCHES + family.required_patches
+    if recipe.rotary.precompute:
+        extra += (family.rotary_patch_for(recipe),)
     chosen = [(registry.patches[name], params) for name, params, _ in references(recipe)]
     chosen += [(registry.patches[name], {}) for name in extra
                if name not in {p.name for p, _ in chosen}]
@@ -174,3 +184,17 @@ def problems(recipe, registry) -> list:
         except PatchError as exc:
             found.append(recipe.problem(path, exc.message, hint=exc.hint))
     return found
+
+
+def _select(b) -> None:
+    b.patches = selected(b.recipe, b.registry, b.family)
+    b.stack.enter_context(applied(b.patches))
+
+
+PASS = Pass(
+    "patches", ("patches", "rotary.precompute"), "replace code JAX cannot trace (the "
+    "core's, the family's and the recipe's patches), held while the model loads",
+    check=lambda recipe, registry, family: problems(recipe, registry),
+    apply=_select, abstract=_select,
+    detail=lambda recipe, registry, family, modules: ", ".join(
+        patch.name for patch, _ in selected(recipe, registry, family)))

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from porter.errors import LoadError
-from porter.shims.interop import as_placed, jax_dtype, place
+from porter.runtime import distributed, notices
+from porter.shims.interop import as_placed, jax_dtype, place, to_device
+from porter.transforms import Pass, sharding, unknown_components
 from porter.transforms.sharding import (Assignment, assign, named_tensors, partition_spec,
                                         tensor_slots)
 
@@ -79,7 +81,7 @@ def _plain_attributes(module: torch.nn.Module, runtime) -> None:
         for key, value in list(vars(sub).items()):
             if isinstance(value, torch.Tensor) and not isinstance(value, Tensor) \
                     and not value.is_meta:
-                setattr(sub, key, replicated(value, runtime))
+                setattr(sub, key, to_device(value, runtime))
 
 
 def _read_ahead(sizes: list[int], read):
@@ -207,3 +209,104 @@ def on_one_device(compiled, runtime) -> None:
     compiled.buffers = type(compiled.buffers)({k: local(v) for k, v in compiled.buffers.items()})
     for method, call in list(compiled._jitted.items()):
         compiled._jitted[method] = locally(call)
+
+
+# ------------------------------------------------------------------------- the pass
+
+@dataclass
+class Placement:
+    """What the placement pass records, per component."""
+
+    reports: dict = field(default_factory=dict)  # name -> ``report``: the run record's
+    assignments: dict = field(default_factory=dict)  # name -> [sharding.Assignment]
+    unsharded: set = field(default_factory=set)  # no weight rule and no activation rule
+
+
+def _place(b) -> None:
+    b.say("placing weights on the mesh" + (
+        f" ({', '.join(b.load.weights)} read from the checkpoint tensor by tensor)"
+        if b.load.weights else ""))
+    b.placement = Placement()
+    nonfinite = {}
+    for name, component in b.modules.items():
+        found: dict = {}
+        weights = b.load.weights.get(name)
+        assignments = apply(component, b.runtime, _weight_rules(b.recipe, name), weights,
+                            found)
+        nonfinite.update({f"{name}.{tensor}": count for tensor, count in found.items()})
+        b.placement.reports[name] = report(component, assignments, b.runtime.axes, weights)
+        _constrain(b, name, component, assignments)
+    refuse_nonfinite(nonfinite, b.recipe)
+
+
+def _assign(b) -> None:
+    b.placement = Placement()
+    for name, module in b.modules.items():
+        assignments = assign(named_tensors(module), _weight_rules(b.recipe, name))
+        _constrain(b, name, module, assignments)
+
+
+def _weight_rules(recipe, name: str) -> list:
+    return recipe.sharding.weights.get(name, [])
+
+
+def _constrain(b, name: str, module, assignments) -> None:
+    """The recipe's activation shardings on ``module``; a component no rule shards is
+    remembered (compiled whole, it runs on one device)."""
+    b.placement.assignments[name] = assignments
+    activations = b.recipe.sharding.activations.get(name, [])
+    sharding.constrain_activations(module, b.runtime, activations)
+    if unsharded(assignments, activations):
+        b.placement.unsharded.add(name)
+
+
+def refuse_nonfinite(found: dict, recipe) -> None:
+    """NaN or infinity in the weights (``found``: tensor -> count, this process's rows)
+    is an error on every process, decided together so that none runs on alone."""
+    if not distributed.anywhere(bool(found)):
+        return
+    shown = ", ".join(f"{name} ({count})" for name, count in list(found.items())[:6])
+    more = f" and {len(found) - 6} more" if len(found) > 6 else ""
+    what = (f"NaN or infinite values in {len(found)} weight tensor(s): {shown}{more}"
+            if found else "NaN or infinite values in weights another process read")
+    if recipe.model.allow_nonfinite:
+        notices.warn(what + " (allowed by model.allow_nonfinite)")
+        return
+    # an adapter's own values were checked when it was read (finite): fused, its update
+    # can still overflow the weights' dtype
+    fused = "".join(f"; or LoRA adapter lora.{i}.file ({spec.file}) at scale {spec.scale} "
+                    "overflows them when fused: try a lower scale"
+                    for i, spec in enumerate(recipe.lora))
+    raise LoadError(what, hint="the checkpoint is damaged, was saved from a diverged model, "
+                    "or holds values too large for model.dtype (float16 ends at 65504); "
+                    "re-download or re-save it, or use a wider dtype (model.allow_nonfinite:"
+                    f" true loads it anyway){fused}")
+
+
+def _fit(recipe, family, modules, axes) -> list:
+    found = unknown_components(recipe, modules, {
+        "sharding.weights": recipe.sharding.weights,
+        "sharding.activations": recipe.sharding.activations})
+    for name, module in modules.items():
+        assignments = assign(named_tensors(module), _weight_rules(recipe, name))
+        found += sharding.shape_problems(recipe, name, assignments, axes)
+    transformer = modules.get("transformer")
+    if transformer is not None:
+        shapes = family.transformer_inputs(recipe, transformer.config)
+        found += sharding.input_problems(recipe, shapes, axes)
+    return found
+
+
+def _detail(recipe, registry, family, modules) -> str:
+    weights = sum(len(rules) for rules in recipe.sharding.weights.values())
+    activations = sum(len(rules) for rules in recipe.sharding.activations.values())
+    mesh = " x ".join(f"{axis}={size}" for axis, size in recipe.mesh.items())
+    return (f"mesh {mesh}: {weights} weight rule(s), {activations} activation rule(s)"
+            + (", transformer inputs sharded" if recipe.sharding.inputs else ""))
+
+
+PASS = Pass(
+    "placement", ("mesh", "sharding"), "place every weight on the mesh in its sharding "
+    "(read straight into shards where built empty); constrain activations",
+    check=lambda recipe, registry, family: sharding.rule_problems(recipe),
+    fit=_fit, apply=_place, abstract=_assign, detail=_detail)

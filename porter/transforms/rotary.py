@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from porter.shims.interop import to_device
+from porter.transforms import Pass
+
 CACHE_ATTR = "_porter_rotary_cache"
 
 
@@ -61,3 +64,29 @@ def apply(pipe, family, recipe, place) -> int:
     for module, key, tables, dtype in entries:
         install(module, key, tables, place, dtype)
     return len(entries)
+
+
+def _apply(b) -> None:
+    if b.recipe.rotary.precompute:
+        apply(b.pipe, b.family, b.recipe, lambda table: to_device(table, b.runtime))
+
+
+def _abstract(b) -> None:
+    if b.recipe.rotary.precompute:  # the tables' buffers: shapes only here
+        apply(b.pipe, b.family, b.recipe, lambda table: table.to("meta"))
+
+
+def _check(recipe, registry, family) -> list:
+    if family is None or not recipe.rotary.precompute \
+            or family.rotary_patch_for(recipe) is not None:
+        return []
+    return [recipe.problem("rotary.precompute", f"family {family.name!r} has no rotary "
+                           "cache", hint="set it to false")]
+
+
+PASS = Pass(
+    "rotary", ("rotary",), "compute the rotary tables once and hand them to the model, "
+    "instead of computing them inside every program",
+    check=_check, apply=_apply, abstract=_abstract,
+    detail=lambda recipe, registry, family, modules: "tables computed once, on the host, "
+    "outside the compiled programs" if recipe.rotary.precompute else None)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import inspect
 
+from porter.transforms import Pass
+
 #: set-up methods a recipe may call: memory/compute trade-offs diffusers offers
 ALLOWED = ("enable_tiling", "disable_tiling", "enable_slicing", "disable_slicing",
            "enable_framewise_decoding", "enable_framewise_encoding",
@@ -70,3 +72,17 @@ def apply(pipe, recipe) -> list[str]:
         getattr(getattr(pipe, component), name)(**params)
         done.append(f"{component}.{name}")
     return done
+
+
+def _set_up(b) -> None:
+    done = apply(b.pipe, b.recipe)
+    if done:
+        b.say(f"set up: {', '.join(done)}")
+
+
+PASS = Pass(
+    "setup", ("setup",), "call the set-up methods the recipe names (VAE tiling, ...)",
+    fit=lambda recipe, family, modules, axes: problems(recipe, modules),
+    apply=_set_up, abstract=_set_up,
+    detail=lambda recipe, registry, family, modules: ", ".join(
+        f"{component}.{name}" for component, _, name, _ in calls(recipe)) or None)

@@ -144,14 +144,15 @@ def recipe_text(entry, source, inputs: dict) -> dict:
 def porter_frames(entry, source, folder: Path, inputs: dict) -> np.ndarray:
     import yaml
 
-    from porter.port import checks
+
+    from porter.commands.validate import validate
     from porter import plugins, recipe
     from porter.commands.run import run
 
     path = folder / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe_text(entry, source, inputs)))
     loaded = recipe.load(path, [f"output.dir={folder / 'out'}"])
-    problems = checks.validate(loaded, plugins.registry())
+    problems = validate(loaded, plugins.registry())
     assert problems == [], [p.render() if hasattr(p, "render") else str(p) for p in problems]
     return run(loaded, plugins.registry(), progress=False).frames
 

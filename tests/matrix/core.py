@@ -1,6 +1,6 @@
 """The pipelines Porter's plugin families run, and the first generic ones."""
 
-from matrix.entries import VIDEO, Family, Matches, NotVideo, Refused, Untested
+from matrix.entries import VIDEO, Family, Matches, NotVideo, Refused
 
 ENTRIES = {
     "WanPipeline": Family("wan", "tests/test_wan_variants.py"),

@@ -3,7 +3,7 @@ and video-to-video variants), ModelScope text/video-to-video, Text2Video-Zero, I
 PIA and Stable Video Diffusion. Porter's generic family compiles a ``transformer`` and the
 VAE's decode; a ``unet`` runs through torchax op by op."""
 
-from matrix.entries import IMAGE, VIDEO, Matches, Refused
+from matrix.entries import IMAGE, VIDEO, Matches
 
 #: the basics every entry here sets: 16x16 frames, 2 steps
 BASE = {"height": 16, "width": 16, "steps": 2}

@@ -1,7 +1,7 @@
 """Wan-derived pipelines: Wan video-to-video and VACE, SkyReels-V2, ChronoEdit, Lucy Edit,
 Wan Animate, Helios and AnyFlow."""
 
-from matrix.entries import IMAGE, MASK, VIDEO, Matches, Refused
+from matrix.entries import IMAGE, MASK, VIDEO, Matches
 
 #: the tiny settings of the diffusers tests, under recipe names and the pipelines' own
 T2V = {"height": 16, "width": 16, "frames": 9, "steps": 2, "guidance_scale": 6.0,

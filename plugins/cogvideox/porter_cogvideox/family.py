@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from porter.generate import guidance
+from porter import families as guidance
 from porter.families.base import StagedFamily
 from porter.recipe.inputs import load_image
 from porter.shims.interop import to_host

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from porter.generate import guidance
+from porter import families as guidance
 from porter.errors import UsageError
 from porter.families.base import StagedFamily
 from porter.shims.interop import to_host

@@ -43,7 +43,6 @@ def frame_causal_attention(attn, tokens, frames: int, per_frame: int):
     per_frame, channels), each frame's queries attending to the keys of that frame and
     the frames before it: the frame-causal mask the VAE builds as a float matrix, as one
     unmasked attention per frame instead."""
-    import torch
 
     residual, batch = tokens, tokens.shape[0]
     if attn.group_norm is not None:  # over the whole sequence, as the processor does

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from porter.generate import guidance
+from porter import families as guidance
 from porter.families.base import StagedFamily
 from porter.shims.interop import to_host
 from porter.loading.model_configs import cached_snapshot

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from porter.generate import guidance
+from porter import families as guidance
 from porter.aot.programs import Input, Program
 from porter.loading.model_configs import checkpoint_root
 from porter.transforms.dtypes import component_dtype

@@ -1,5 +1,5 @@
-"""Attention replacement: torchax's lowering of scaled_dot_product_attention,
-swapped for a registered backend, sharded over the mesh.
+"""The attention pass: torchax's lowering of scaled_dot_product_attention, swapped for
+a registered backend (``backends``, ``kernels``), sharded over the mesh (``sharded``).
 
 ``install`` overrides the op in the torchax environment; ``disabled()`` (used
 around components the recipe skips), a minimum sequence length and additive
@@ -16,10 +16,11 @@ import math
 
 import torch
 
+from porter.transforms import Pass
 from porter.transforms.attention import backends, sharded
 from porter.transforms.attention.backends import BUILTIN, AttentionBackend
 
-__all__ = ["AttentionBackend", "BUILTIN", "install", "disabled", "attend"]
+__all__ = ["AttentionBackend", "BUILTIN", "PASS", "install", "disabled", "attend", "skipped"]
 
 _disabled = contextvars.ContextVar("porter_attention_disabled", default=False)
 _tally = contextvars.ContextVar("porter_attention_flops", default=None)
@@ -177,3 +178,41 @@ def platform_problems(recipe, registry, platform: str) -> list:
                                f"{platform} (runs on {', '.join(backend.platforms)})",
                                hint="use 'auto' to pick one for the platform")]
     return []
+
+
+# ------------------------------------------------------------------------- the pass
+
+def skipped(b) -> list[str]:
+    """The components that run with torchax's own attention, not the recipe's backend
+    (none without one: nothing is wrapped): those ``attention.skip`` names, and, when
+    the backend shards attention over the mesh (``data_axis``, ``head_axis``), those
+    compiled to run on one device: their inputs are on one device, not the mesh (a
+    CLIP image encoder); unsharded, the kernel runs there."""
+    section = b.recipe.attention
+    if section.backend is None:
+        return []
+    sharded_ = section.data_axis is not None or section.head_axis is not None
+    return [name for name in b.modules
+            if name in section.skip or (sharded_ and name in b.compile.one_device)]
+
+
+def _skip(b) -> None:
+    """Wrap each skipped component (the compiled one: its programs are traced inside the
+    wrapper)."""
+    for name in skipped(b):
+        setattr(b.pipe, name, Skipped(getattr(b.pipe, name)))
+
+
+def _detail(recipe, registry, family, modules) -> str | None:
+    section = recipe.attention
+    if section.backend is None:
+        return None
+    return section.backend + (f", skipped in {', '.join(section.skip)}"
+                              if section.skip else "")
+
+
+PASS = Pass(
+    "attention", ("attention",), "attention through the recipe's backend while programs "
+    "are traced (installed around each call)",
+    check=lambda recipe, registry, family: problems(recipe, registry),
+    apply=_skip, detail=_detail)

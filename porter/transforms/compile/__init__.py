@@ -1,11 +1,16 @@
-"""Compile pipeline components with jax.jit through torchax, as the recipe says."""
+"""The compile pass: pipeline components compiled with jax.jit through torchax, as the
+recipe says: whole, a transformer's identical blocks as one scan (``scan``), what cannot
+be traced whole split into what can (``autosplit``), or in pieces for a step cache;
+traced programs kept on disk (``traces``)."""
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 
 from porter.recipe.schema import CompileRule
-from porter.transforms.compile import autosplit, scan
+from porter.transforms import Pass, placement, sharding
+from porter.transforms.compile import autosplit, scan, traces as traces_mod
 
 
 def rules(recipe, family, platform: str | None) -> dict[str, CompileRule]:
@@ -35,6 +40,27 @@ def _block_cache(recipe) -> bool:
     """Does a step cache run the transformers in pieces, block by block (no scan there)?
     The guidance cache skips whole calls, not blocks."""
     return bool(recipe.cache) and recipe.cache.get("method") != "guidance"
+
+
+def block_lists(module) -> list:
+    """The module's block lists as (name, ModuleList), in the order diffusers' hooks
+    find them (its children's order, the names diffusers knows)."""
+    import torch
+    from diffusers.hooks._common import _ALL_TRANSFORMER_BLOCK_IDENTIFIERS
+
+    return [(name, child) for name, child in module.named_children()
+            if name in _ALL_TRANSFORMER_BLOCK_IDENTIFIERS
+            and isinstance(child, torch.nn.ModuleList)]
+
+
+def in_pieces(recipe, modules: dict) -> list[str]:
+    """The components a step cache works on, each compiled in pieces (each child and
+    each block: its decisions fall between programs): the transformers with a block
+    list, when the recipe's cache skips blocks (the guidance cache skips whole calls)."""
+    if not _block_cache(recipe):
+        return []
+    return [name for name, module in modules.items()
+            if name.startswith("transformer") and block_lists(module)]
 
 
 def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=None,
@@ -231,3 +257,78 @@ def problems(recipe, family, modules: dict) -> list:
                 found.append(recipe.problem(f"compile.{name}.methods",
                                             f"{name} has no method {method!r}"))
     return found
+
+
+# ------------------------------------------------------------------------- the pass
+
+@dataclass
+class Compiled:
+    """What the compile pass records."""
+
+    rules: dict = field(default_factory=dict)  # component -> CompileRule (compiled ones)
+    one_device: set = field(default_factory=set)  # compiled whole, run on one device
+    scanned: dict = field(default_factory=dict)  # component -> block lists as one scan
+    traces: object = None  # traces.TraceCache (None: the compile cache is off)
+    splits: dict = field(default_factory=dict)  # component -> autosplit.Split
+
+
+def takes_sharded_inputs(name: str, recipe) -> bool:
+    """Are the component's inputs placed by the recipe's ``sharding.inputs`` (the
+    transformers' are)?"""
+    return name.startswith("transformer") and bool(recipe.sharding.inputs)
+
+
+def _on_one_device(b, name: str, piecewise: list) -> bool:
+    """Does a compiled component run on one device of the mesh: nothing shards it (no
+    weight rule, no activation rule, no input sharding), it is compiled whole, and the
+    mesh has more than one device?"""
+    return (name in b.placement.unsharded and b.runtime.mesh.devices.size > 1
+            and b.compile.rules[name].modules is None and name not in piecewise
+            and not takes_sharded_inputs(name, b.recipe))
+
+
+def _compile(b) -> None:
+    """Wrap each compiled component: its programs are traced and compiled on first use."""
+    b.compile = Compiled(rules(b.recipe, b.family, b.runtime.platform),
+                         traces=traces_mod.for_port(b.recipe, b.registry, b.family,
+                                                    b.runtime))
+    piecewise = in_pieces(b.recipe, b.modules)
+    for name, rule in b.compile.rules.items():
+        if name not in b.modules:
+            continue
+        compiler = pieces if name in piecewise else apply
+        component = compiler(b.modules[name], rule, b.compile.traces, name,
+                             b.runtime.xla_options, b.compile.splits)
+        if takes_sharded_inputs(name, b.recipe):
+            component = sharding.ShardedInputs(component, b.recipe.sharding.inputs,
+                                               b.runtime)
+        elif _on_one_device(b, name, piecewise):
+            placement.on_one_device(component, b.runtime)
+            b.compile.one_device.add(name)
+        setattr(b.pipe, name, component)
+
+
+def _compile_abstract(b) -> None:
+    b.compile = Compiled(rules(b.recipe, b.family, b.runtime.platform))
+    piecewise = in_pieces(b.recipe, b.modules)
+    for name, rule in b.compile.rules.items():
+        if name not in b.modules:
+            continue
+        if _on_one_device(b, name, piecewise):
+            b.compile.one_device.add(name)
+        if rule.scan and rule.modules is None and name not in piecewise:
+            b.compile.scanned[name] = scan.identical_lists(b.modules[name])
+
+
+def _detail(recipe, registry, family, modules) -> str | None:
+    found = rules(recipe, family, None)
+    return ", ".join(f"{name}.{'/'.join(rule.methods)}"
+                     + (f" (submodules {rule.modules})" if rule.modules else "")
+                     for name, rule in found.items() if name in modules) or None
+
+
+PASS = Pass(
+    "compile", ("compile",), "compile the components' methods with jax.jit through "
+    "torchax (whole, as a scan over identical blocks, or in pieces for a step cache)",
+    fit=lambda recipe, family, modules, axes: problems(recipe, family, modules),
+    apply=_compile, abstract=_compile_abstract, detail=_detail)

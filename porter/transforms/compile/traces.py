@@ -25,8 +25,11 @@ continues without storing programs.
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 from pathlib import Path
+
+from porter.runtime.versions import versions
 
 _NOT_EXPORTABLE = object()
 
@@ -201,3 +204,43 @@ class TraceCache:
                          f"({exc.strerror or exc}); continuing without storing them",
                          hint="free space there or fix its permissions; PORTER_CACHE_DIR "
                               "moves the cache")
+
+
+#: recipe keys that never reach a traced program: what a video is made from (its
+#: values enter as inputs, their shapes are in every trace key anyway) and where
+#: the results go. Changing them keeps the stored traces.
+NOT_TRACED = ("output", "verify", "generate.prompt", "generate.negative_prompt",
+              "generate.seed", "generate.image", "generate.last_image", "generate.video",
+              "generate.mask", "generate.control_video",
+              # fused into the weights before tracing: the programs take weights as inputs
+              "lora",
+              # decided between programs: a cached transformer's pieces are programs of
+              # their own names (transformer.blocks.0.forward, ...), whatever the method
+              "cache")
+
+
+def traced_settings(recipe) -> str:
+    """The recipe's settings that a traced program may depend on, as canonical JSON."""
+    data = recipe.resolved()
+    for dotted in NOT_TRACED:
+        *parents, last = dotted.split(".")
+        owner = data
+        for parent in parents:
+            owner = owner.get(parent) or {}
+        owner.pop(last, None)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def for_port(recipe, registry, family, runtime) -> TraceCache | None:
+    """The traces a port of ``recipe`` stores and reuses, beside the compile cache (none
+    when the cache is off). Their key names the code a trace runs: Porter, the family,
+    and whatever plugins patch or attend with."""
+    if runtime.cache is None:
+        return None
+    plugged = [type(family).__module__,
+               *(p.replacement.__module__ for p in registry.patches.values()),
+               *(b.kernel.__module__ for b in registry.attention.values())]
+    parts = [traced_settings(recipe), repr(versions()), repr(runtime.axes),
+             code_fingerprint(["porter", *plugged])]
+    return TraceCache(runtime.cache / "porter-traces",
+                      hashlib.sha256("\n".join(parts).encode()).hexdigest())

@@ -1,25 +1,32 @@
-"""`porter plan`: where every weight goes and what each device holds, from shapes alone."""
+"""What a port will hold and compute on each device, from shapes alone (no weights, no
+devices): where every weight goes, FLOPs and attention memory per step. ``porter plan``
+prints it; ``validate`` and out-of-memory messages compare it with a device's memory."""
 
 from __future__ import annotations
 
 import math
 
-from porter.port import passes
-from porter.loading import abstract
 from porter.errors import UsageError
-from porter.runtime import resolve_mesh
+from porter.loading import abstract
+from porter.port import passes
+from porter.runtime import configure, resolve_mesh
 from porter.transforms import sharding
 from porter.transforms.attention import backends
-from porter.transforms.sharding import human_bytes
 
 
 def device_count(recipe, devices: int | None) -> int:
+    """``devices``, or the devices JAX sees (it starts here, as the recipe asks)."""
     if devices is not None:
         return devices
-    from porter import runtime
-    runtime.configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
+    configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
     import jax
     return jax.device_count()
+
+
+def weights(recipe, modules: dict, axes: dict[str, int]) -> list[dict]:
+    """``component_plan`` of every component, by the recipe's weight rules."""
+    return [component_plan(name, module, recipe.sharding.weights.get(name, []), axes)
+            for name, module in modules.items()]
 
 
 def component_plan(name: str, module, rules, axes: dict[str, int]) -> dict:
@@ -52,22 +59,27 @@ def build(recipe, registry, devices: int | None = None, target=None) -> dict:
         raise UsageError(f"cannot plan {recipe.model.source!r} without its configuration",
                          hint="point model.source at a local diffusers directory")
     axes = resolve_mesh(recipe.mesh, device_count(recipe, devices), given=devices is not None)
-    components = [component_plan(name, module, recipe.sharding.weights.get(name, []), axes)
-                  for name, module in modules.items()]
+    components = weights(recipe, modules, axes)
     problems = passes.fit_problems(recipe, family, modules, axes)
-    transformer = modules.get("transformer")
-    estimates = {}
-    if transformer is not None:
-        estimates = costs(recipe, family.estimates(recipe, transformer.config), axes)
     found = {"recipe": recipe.name, "mesh": axes, "devices": math.prod(axes.values()),
              "components": components,
              "weights_bytes_per_device": sum(c["bytes_per_device"] for c in components),
-             "estimates": estimates, "passes": passes.details(recipe, registry, family, modules),
+             "estimates": step_costs(recipe, family, modules, axes),
+             "passes": passes.details(recipe, registry, family, modules),
              "problems": problems}
     if target is not None:
         found["target"] = {"name": target.name, "chip": target.facts.name,
                            "usable_hbm_bytes": target.facts.usable_hbm_bytes}
     return found
+
+
+def step_costs(recipe, family, modules: dict, axes: dict[str, int]) -> dict:
+    """``costs`` of one denoising step, from the family's estimates for the transformer
+    (none for a pipeline without one, or a family that does not say)."""
+    transformer = modules.get("transformer")
+    if transformer is None:
+        return {}
+    return costs(recipe, family.estimates(recipe, transformer.config), axes)
 
 
 def costs(recipe, raw: dict, axes: dict[str, int]) -> dict:
@@ -102,62 +114,17 @@ def costs(recipe, raw: dict, axes: dict[str, int]) -> dict:
     return out
 
 
-def to_json(plan: dict) -> dict:
-    return {**plan, "problems": [p.render() for p in plan["problems"]]}
-
-
-def render(plan: dict) -> str:
-    mesh = " x ".join(f"{a}={s}" for a, s in plan["mesh"].items())
-    lines = [f"plan for {plan['recipe']}: mesh {mesh} ({plan['devices']} devices)",
-             "\npasses, in the order a run applies them:"]
-    width = max(len(row["pass"]) for row in plan["passes"])
-    lines += [f"  {row['pass']:<{width}}  {row['detail'] if row['applies'] else '-'}"
-              for row in plan["passes"]]
-    for comp in plan["components"]:
-        lines.append(f"\n{comp['component']}: {comp['tensors']} tensors, "
-                     f"{human_bytes(comp['bytes'])}; per device {human_bytes(comp['bytes_per_device'])} "
-                     f"(sharded {human_bytes(comp['sharded_bytes_per_device'])}, replicated "
-                     f"{human_bytes(comp['replicated_bytes_per_device'])})")
-        for row in comp["rules"]:
-            label = row["rule"] if row["rule"] is not None else "(unmatched: replicated)"
-            spec = f" {row['spec']}" if row["rule"] is not None else ""
-            lines.append(f"  {row['tensors']:5d} tensors {human_bytes(row['bytes']):>11} "
-                         f"-> {human_bytes(row['bytes_per_device']):>11}/device  {label}{spec}")
-    lines.append(f"\nweights per device: {human_bytes(plan['weights_bytes_per_device'])}")
-    if plan.get("target"):
-        t = plan["target"]
-        share = plan["weights_bytes_per_device"] / t["usable_hbm_bytes"]
-        lines.append(f"on {t['name']}: {share:.0%} of a chip's {human_bytes(t['usable_hbm_bytes'])}"
-                     " usable HBM before any activation; `porter compile --target "
-                     f"{t['name']}` compiles every program for the rest")
-    est = plan.get("estimates")
-    if est:
-        lines.append(f"one denoising step: {est['tokens']} video tokens, "
-                     f"{est['flops_per_step'] / 1e12:.1f} TFLOP "
-                     f"({est['flops_per_step_per_device'] / 1e12:.1f} per device)")
-        for name, act in est["activations"].items():
-            lines.append(f"  {name} activation per block and device: "
-                         f"{human_bytes(act['bytes_per_device'])} {act['shape']}")
-        for name, att in est["attention"].items():
-            lines.append(f"  {name}-attention scores per layer and device (float32): "
-                         f"reference {human_bytes(att['reference_bytes_per_device'])}, "
-                         f"blockwise {human_bytes(att['blockwise_bytes_per_device'])}")
-    if plan["problems"]:
-        lines.append(f"\n{len(plan['problems'])} problems:")
-        lines += ["  " + p.render() for p in plan["problems"]]
-    return "\n".join(lines)
-
-
 #: attention that materialises every score holds at least the scores and their softmax
 MATERIALISED_COPIES = 2
 
 
-def attention_need(recipe, registry, built: dict) -> dict | None:
-    """What a device needs for the weights and the largest attention's scores of one
-    layer (``plan.build``'s estimates), as the recipe's backend keeps them: every score,
-    twice (scores and softmax) where materialised (torchax's default, ``reference``);
-    blocks of them (the blockwise kernels). None where the plan has no attention."""
-    costs = (built.get("estimates") or {}).get("attention", {})
+def attention_need(recipe, registry, weights_bytes: int, step: dict) -> dict | None:
+    """What a device needs for its ``weights_bytes`` and the largest attention's scores
+    of one layer (``step``: ``step_costs``), as the recipe's backend keeps them: every
+    score, twice (scores and softmax) where materialised (torchax's default,
+    ``reference``); blocks of them (the blockwise kernels). None where the step has no
+    attention."""
+    costs = (step or {}).get("attention", {})
     if not costs:
         return None
     name, worst = max(costs.items(), key=lambda item: item[1]["reference_bytes_per_device"])
@@ -172,5 +139,5 @@ def attention_need(recipe, registry, built: dict) -> dict | None:
         scores = worst["blockwise_bytes_per_device"]
     copies = MATERIALISED_COPIES if materialised else 1
     return {"attention": name, "shape": worst["shape"], "scores": scores,
-            "materialised": materialised, "weights": built["weights_bytes_per_device"],
-            "bytes": built["weights_bytes_per_device"] + copies * scores}
+            "materialised": materialised, "weights": weights_bytes,
+            "bytes": weights_bytes + copies * scores}

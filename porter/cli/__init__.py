@@ -1,0 +1,131 @@
+"""The ``porter`` command: parse, hand the arguments to the subcommand, turn what it
+raises into an exit code. Each subcommand is a module here with its parser (``add``)
+and its handler (``handle``), which calls the library (``porter.commands``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+from porter.cli import (bench, calibrate, compile, inspect, new, patches, plan, plugins,
+                        run, serve, validate, verify)
+from porter.errors import (Interrupted, PorterError, environment_problem,
+                           is_environment_error)
+from porter.runtime import interrupt
+
+#: each subcommand's module, in the order `porter --help` lists them
+SUBCOMMANDS = {"run": run, "serve": serve, "validate": validate, "plan": plan,
+               "compile": compile, "verify": verify, "bench": bench,
+               "calibrate": calibrate, "inspect": inspect, "new": new,
+               "plugins": plugins, "patches": patches}
+
+EXAMPLES = """\
+examples:
+  porter run recipes/wan-tiny.yaml                  tiny random-weight Wan, writes a video
+  porter run recipes/wan-tiny.yaml generate.steps=8 mesh.dp=2 --cpu-devices 2
+  porter run recipes/wan-tiny.yaml --stage encode   then --stage denoise, --stage decode
+  porter run recipes/wan-tiny.yaml --resume outputs/wan-tiny   continue where it stopped
+  porter run recipes/wan-tiny.yaml --prompts prompts.txt   many videos, one load and compile
+  porter serve recipes/wan-tiny.yaml --port 8000    an HTTP service (API at /docs)
+  porter run R --coordinator host0:1234 --num-processes 2 --process-id 0   (and 1 elsewhere)
+  porter validate recipes/wan-tiny.yaml             every check that needs no weights
+  porter validate recipes/wan14b.yaml --devices 8   ... for an 8-chip machine, from here
+  porter plan recipes/wan-tiny-tp.yaml --devices 8  bytes per device, from shapes alone
+  porter compile recipes/wan14b.yaml --target v6e-8   will it fit? the TPU compiler says
+  porter verify recipes/wan-tiny.yaml               port vs PyTorch, block by block
+  porter calibrate recipes/wan-tiny.yaml            MagCache's ratios for a cache: section
+  porter inspect recipes/wan1.3b.yaml               tensor patterns to write rules for
+  porter new mymodel --family wan                   a commented starter recipe
+  porter plugins                                    what each installed plugin registered
+  porter patches                                    registered patches and their docs
+
+exit codes: 0 success, 2 bad input (recipe, flags, sources, damaged files), a
+refusing machine (disk full, read-only, no permission) or NaN in weights or
+latents, 3 verify over tolerance, 1 internal failure (a Porter bug: report it),
+130 interrupted (Ctrl-C), 143 killed (SIGTERM).
+Add --debug to see tracebacks.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="porter", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run diffusers video models on JAX through torchax, from YAML recipes.",
+        epilog=EXAMPLES)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and warnings")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in SUBCOMMANDS.values():
+        module.add(commands)
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
+    """The arguments; overrides (KEY=VALUE) may come before or after flags."""
+    args, extra = parser.parse_known_args(argv)
+    stray = [word for word in extra if "=" not in word or word.startswith("-")]
+    if stray or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+    if extra:
+        args.overrides = list(args.overrides) + extra
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(build_parser(), argv)
+    if not args.debug:
+        _quiet_libraries()
+    try:
+        with interrupt.terminate_raises():
+            return SUBCOMMANDS[args.command].handle(args)
+    except Interrupted as exc:
+        kept = f"; kept: {exc.saved} (continue with --resume)" if exc.saved else ""
+        print(f"interrupted by {exc}{kept}", file=sys.stderr)
+        return exc.exit_code
+    except PorterError as exc:
+        if args.debug:
+            raise
+        print(exc.render(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        refused = _environment_cause(exc)
+        if refused is not None:  # the machine refused (disk full, ...): not a Porter bug
+            problem = environment_problem(refused)
+            print(problem.render(), file=sys.stderr)
+            return problem.exit_code
+        print(f"internal error: {type(exc).__name__}: {exc}\n"  # a Porter bug: say so
+              "  hint: rerun with --debug for the traceback and report it", file=sys.stderr)
+        return 1
+
+
+def _quiet_libraries() -> None:
+    """Library chatter (deprecations, dtype notes) hides Porter's own output."""
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import logging
+
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    diffusers_logging.set_verbosity_error()
+    transformers_logging.set_verbosity_error()
+    for name in ("jax", "absl"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _environment_cause(exc: BaseException) -> OSError | None:
+    """The OSError the machine gave, if it is what ``exc`` is or was raised from
+    (``raise ... from``; an error merely raised while handling one is not)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if is_environment_error(exc):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return None

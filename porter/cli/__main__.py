@@ -1,0 +1,7 @@
+"""``python -m porter.cli``: the ``porter`` command."""
+
+import sys
+
+from porter.cli import main
+
+sys.exit(main())

@@ -1,0 +1,32 @@
+"""porter bench: one step of the port timed beside PyTorch eager."""
+
+from __future__ import annotations
+
+import json
+
+from porter.cli import common
+
+HELP = "time one step of the port beside PyTorch eager"
+
+
+def add(commands) -> None:
+    parser = commands.add_parser(
+        "bench", help=HELP,
+        description="Compile time, steady step time of the ported transformer and of the "
+        "same transformer in PyTorch eager (same device, same inputs) and their ratio, "
+        "peak memory, FLOPs per step and the fraction of a measured matmul peak. With a "
+        "cache: section, also the recipe's denoise stage (its steps) with and without "
+        "the cache: wall time, blocks computed, steps skipped, how far the latents moved.")
+    common.recipe_args(parser, json=True)
+    parser.add_argument("--steps", type=int, default=5, metavar="N",
+                        help="timed steps after the first (default 5)")
+
+
+def handle(args) -> int:
+    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter.commands import bench  # lazy: only the subcommand asked for is imported
+
+    loaded = common.load_recipe(args)
+    result = bench.bench(loaded, plugins.registry(), steps=args.steps)
+    print(json.dumps(result, indent=2) if args.json else bench.render(result))
+    return 0

@@ -1,0 +1,62 @@
+"""What several subcommands' parsers and handlers share: the recipe and its overrides,
+--devices and --target, loading the recipe before JAX starts, status lines."""
+
+from __future__ import annotations
+
+import argparse
+
+from porter import recipe, runtime
+from porter.aot import targets
+from porter.errors import UsageError
+
+
+def recipe_args(parser: argparse.ArgumentParser, json: bool = False) -> None:
+    parser.add_argument("recipe", help="path to a recipe YAML file")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="override recipe keys, type-checked (e.g. generate.steps=4)")
+    parser.add_argument("--cpu-devices", type=int, metavar="N",
+                        help="run on N virtual CPU devices (same as runtime.cpu_devices=N)")
+    if json:
+        parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def devices_arg(parser: argparse.ArgumentParser, text: str) -> None:
+    """--devices N: as if there were N devices (plan, validate); --cpu-devices N makes
+    N virtual CPU devices for real (run, verify, bench)."""
+    parser.add_argument("--devices", type=positive, metavar="N", help=text)
+
+
+def target_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", metavar="TPU",
+                        help="as --devices, for the chips of a TPU slice and its platform "
+                             "(v6e-8, v5e-8, v5p-8, v4-8, ...; `porter compile --help` "
+                             "lists them)")
+
+
+def devices_for(args) -> tuple[int | None, object]:
+    """(devices, target) from --devices / --target."""
+    if not getattr(args, "target", None):
+        return args.devices, None
+    target = targets.named(args.target)
+    if args.devices is not None and args.devices != target.chips:
+        raise UsageError(f"--devices {args.devices} and --target {target.name} "
+                         f"({target.chips} chips) disagree", hint="give one of them")
+    return target.chips, target
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def load_recipe(args):
+    """The recipe with its overrides (and --cpu-devices), JAX's platform and device count
+    set as it asks: JAX reads them once, when first imported."""
+    overrides = list(args.overrides)
+    if getattr(args, "cpu_devices", None) is not None:
+        overrides.append(f"runtime.cpu_devices={args.cpu_devices}")
+    loaded = recipe.load(args.recipe, overrides)
+    runtime.configure(loaded.runtime.platform, loaded.runtime.cpu_devices)
+    return loaded

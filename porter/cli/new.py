@@ -1,0 +1,27 @@
+"""porter new: a commented starter recipe."""
+
+from __future__ import annotations
+
+HELP = "write a starter recipe"
+
+
+def add(commands) -> None:
+    parser = commands.add_parser(
+        "new", help=HELP,
+        description="Write a commented starter recipe with every section, from a family's "
+        "defaults or extending an existing recipe.")
+    parser.add_argument("name", help="recipe name (written to recipes/NAME.yaml) or a path")
+    parser.add_argument("--family", required=True, help="model family (`porter plugins`)")
+    parser.add_argument("--from", dest="base", metavar="EXISTING",
+                        help="an existing recipe to extend")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+
+def handle(args) -> int:
+    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter.commands import new  # lazy: only the subcommand asked for is imported
+
+    path = new.write(args.name, plugins.registry().family(args.family), args.base,
+                     force=args.force)
+    print(f"wrote {path}; next: porter validate {path}")
+    return 0

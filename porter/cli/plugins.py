@@ -1,0 +1,23 @@
+"""porter plugins: the installed plugins and what each registered."""
+
+from __future__ import annotations
+
+HELP = "list loaded plugins and what they registered"
+
+
+def add(commands) -> None:
+    commands.add_parser("plugins", help=HELP)
+
+
+def handle(args) -> int:
+    from porter import plugins  # lazy: only the subcommand asked for is imported
+
+    registry = plugins.registry()
+    for name in registry.plugins:
+        items = registry.registered_by(name)
+        print(f"{name}: " + (", ".join(items) if items else "registers nothing yet"))
+        for item in items:
+            kind, _, family = item.partition(" ")
+            if kind == "family":
+                print(f"    {registry.families[family].summary}")
+    return 0

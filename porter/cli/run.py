@@ -1,0 +1,133 @@
+"""porter run: generate a video from a recipe (or, with --prompts, a batch of them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from porter.cli import common
+from porter.errors import UsageError
+
+HELP = "generate a video from a recipe"
+
+
+def add(commands) -> None:
+    parser = commands.add_parser(
+        "run", help=HELP,
+        description="Load the recipe's model, port it to JAX, generate, and write "
+        "video.mp4 and run.json to output.dir (default outputs/<recipe name>). Each stage "
+        "(encode, denoise, decode) also leaves its output there, so a run can be split "
+        "(--stage) or continued (--resume).")
+    common.recipe_args(parser)
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--stage", choices=("encode", "denoise", "decode"),
+                        help="run one stage; its input comes from the run directory")
+    parser.add_argument("--resume", metavar="DIR",
+                        help="continue the run in DIR after its last complete stage or "
+                             "denoising checkpoint (with --prompts: the batch in DIR)")
+    parser.add_argument("--prompts", metavar="FILE",
+                        help="a batch on one load and compile: one prompt a line, or JSON "
+                             "Lines (.jsonl) of generate settings and an optional name; "
+                             "each item goes to its own folder of output.dir, with "
+                             "batch.json")
+    group = parser.add_argument_group(
+        "multi-process runs", "Start one `porter run` per process (per host), each with "
+        "the same recipe and coordinator; the mesh spans every process's devices and "
+        "process 0 writes the outputs. Defaults come from JAX_COORDINATOR_ADDRESS, "
+        "JAX_NUM_PROCESSES and JAX_PROCESS_ID.")
+    group.add_argument("--coordinator", metavar="HOST:PORT",
+                       help="address of process 0, which every process connects to")
+    group.add_argument("--num-processes", type=int, metavar="N", help="processes in all")
+    group.add_argument("--process-id", type=int, metavar="I", help="this process, 0..N-1")
+    group.add_argument("--multi-process", action="store_true",
+                       help="let JAX detect the processes (TPU pods, SLURM, Open MPI)")
+
+
+def handle(args) -> int:
+    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter.commands.run import run  # lazy: only the subcommand asked for is imported
+    from porter.runtime import distributed
+
+    if args.resume:
+        _check_resume_target(args.resume, args.overrides)
+        args.overrides = list(args.overrides) + [f"output.dir={args.resume}"]
+    distributed.request(args.coordinator, args.num_processes, args.process_id,
+                        auto=args.multi_process)
+    loaded = common.load_recipe(args)
+    if args.prompts:
+        return _batch(args, loaded)
+    result = run(loaded, plugins.registry(), progress=not args.no_progress,
+                 stage=args.stage, resume=bool(args.resume))
+    if not distributed.writes():
+        print(f"{distributed.label()}done; process 0 wrote the outputs to {result.directory}")
+        return 0
+    timings = result.data["timings"]
+    if result.record is None:  # stopped before decoding
+        print(f"wrote {', '.join(s + '.safetensors' for s in timings['stages'])} "
+              f"to {result.directory}")
+        return 0
+    outputs = result.data["outputs"]
+    made = [name for name in (outputs["video"], outputs["lossless_frames"],
+                              outputs["latents"]) if name]
+    print(f"wrote {', '.join(made + [result.record.name])} to {result.directory} "
+          f"({outputs['frames']} frames, {outputs['width']}x{outputs['height']})")
+    print(_timings_line(timings))
+    if "cache" in timings:
+        print(_cache_line(timings["cache"]))
+    return 0
+
+
+def _check_resume_target(resume: str, overrides: list[str]) -> None:
+    """``--resume DIR`` names the run directory; an ``output.dir=`` naming another one
+    would be ignored without a word: refuse it."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        value = value.strip().strip("'\"")
+        if key.strip() == "output.dir" and \
+                Path(value).expanduser().absolute() != Path(resume).expanduser().absolute():
+            raise UsageError(f"--resume {resume} and {override} name different run "
+                             "directories", hint="--resume continues the run in its "
+                             "directory: leave output.dir out, or make them the same")
+
+
+def _timings_line(timings: dict) -> str:
+    compiled = timings["compile"]
+    parts = [f"step {timings['step_s']:.3f} s"] if "step_s" in timings else []
+    parts += [f"compile {compiled['seconds']:.1f} s (cache: {compiled['cache_hits']} hits, "
+              f"{compiled['cache_misses']} misses)"]
+    for key, label in (("decode_s", "decode"), ("generate_s", "pipeline")):
+        if key in timings:
+            parts.append(f"{label} {timings[key]:.2f} s")
+    return ", ".join(parts)
+
+
+def _cache_line(summary: dict) -> str:
+    """One line on what the step cache did."""
+    line = (f"cache {summary['method']}: {summary['blocks_computed']} of "
+            f"{summary['blocks_total']} transformer blocks computed")
+    skipped = summary["skipped_steps"]
+    if isinstance(skipped, dict):
+        shown = "; ".join(f"{name} {steps}" for name, steps in skipped.items())
+    else:  # the guidance cache: steps that reused the unconditional branch
+        shown = f"uncond {skipped}"
+    return line + (f"; skipped steps: {shown}" if skipped else "; nothing skipped")
+
+
+def _batch(args, loaded) -> int:
+    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter.commands import batch  # lazy: only the subcommand asked for is imported
+    from porter.rundir.outputs import output_dir
+    from porter.runtime import distributed
+
+    if args.stage:
+        raise UsageError("--stage and --prompts do not go together",
+                         hint="a batch runs every stage of each item")
+    summary = batch.run_batch(loaded, plugins.registry(), Path(args.prompts),
+                              progress=not args.no_progress, resume=bool(args.resume))
+    if not distributed.writes():
+        return 0
+    counts = summary["counts"]
+    shown = ", ".join(f"{n} {status}" for status, n in counts.items())
+    print(f"batch of {len(summary['items'])}: {shown}; "
+          f"{summary['timings']['total_s']:.1f} s in all; "
+          f"see {summary['summary']} in {output_dir(loaded)}")
+    return 2 if counts.get("failed") else 0

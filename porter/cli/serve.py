@@ -1,0 +1,48 @@
+"""porter serve: the recipe's model served over HTTP, a JSON API of jobs."""
+
+from __future__ import annotations
+
+import sys
+
+from porter.cli import common
+
+HELP = "serve the recipe's model over HTTP (a JSON API of jobs)"
+
+
+def add(commands) -> None:
+    parser = commands.add_parser(
+        "serve", help=HELP,
+        description="Load and port the recipe's model once, then take jobs over HTTP: "
+        "POST /jobs with any generate settings (JSON), GET /jobs/ID for status and step, "
+        "GET /jobs/ID/video and /record for results, DELETE /jobs/ID to cancel a queued "
+        "job; the API is described at /docs. Jobs run one at a time in submission order "
+        "and live in output.dir/jobs. SIGTERM or Ctrl-C stops after the running job's "
+        "next step with a checkpoint; started again on the same output.dir, the server "
+        "serves what is done and continues the rest.")
+    common.recipe_args(parser)
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1: this machine only; "
+                             "anything else needs a token)")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    parser.add_argument("--token", help="bearer token every request must carry (default: "
+                        "the PORTER_TOKEN environment variable)")
+    parser.add_argument("--queue", type=common.positive, default=16, metavar="N",
+                        help="jobs that may wait (default 16; more are refused with 429)")
+    parser.add_argument("--inputs", metavar="DIR",
+                        help="folder whose image files jobs may name (\"image\": "
+                             "\"frame.png\"; links may not lead out of it). Without it, "
+                             "jobs send images as data URLs; the server opens no other "
+                             "path a request names")
+
+
+def handle(args) -> int:
+    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter.commands import serve  # lazy: only the subcommand asked for is imported
+    from porter.runtime import notices
+
+    loaded = common.load_recipe(args)
+    state = serve.serve(loaded, plugins.registry(), args.host, args.port, args.token,
+                        args.queue, say=notices.status, inputs=args.inputs)
+    print("stopped" + (f"; {state['queued']} job(s) left queued for the next start"
+                       if state["queued"] else ""), file=sys.stderr)
+    return 0

@@ -1,0 +1,39 @@
+"""porter validate: every check that needs no weights."""
+
+from __future__ import annotations
+
+import sys
+
+from porter.cli import common
+
+HELP = "check a recipe without loading weights"
+
+
+def add(commands) -> None:
+    parser = commands.add_parser(
+        "validate", help=HELP,
+        description="Schema, plugin, source, mesh and sharding checks; prints every "
+        "problem. The mesh and the sharding rules are checked against the devices JAX "
+        "sees, or with --devices N against N devices that need not exist here (check a "
+        "TPU recipe on a laptop).")
+    common.recipe_args(parser)
+    common.devices_arg(parser, "check the mesh and sharding rules for N devices (none "
+                       "need exist here; default: the devices JAX sees)")
+    common.target_arg(parser)
+
+
+def handle(args) -> int:
+    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter.commands.validate import validate  # lazy: only the subcommand asked for
+    from porter.errors import RecipeError
+
+    loaded = common.load_recipe(args)
+    devices, target = common.devices_for(args)
+    problems = validate(loaded, plugins.registry(), devices, target)
+    if problems:
+        print(RecipeError(problems).render(), file=sys.stderr)
+        return 2
+    where = f" on {target.name} ({devices} chips)" if target else \
+        f" on {devices} devices" if devices else ""
+    print(f"{args.recipe}: ok ({loaded.model.family}, mesh {dict(loaded.mesh)}{where})")
+    return 0

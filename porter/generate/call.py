@@ -1,0 +1,51 @@
+"""One generation's own state: what it runs, where it saves, what it reports.
+
+``Port.run`` takes a ``Call``; the runner and the stages read its settings and fill
+its timings, history and stage files, so no function down the line needs more than
+the port, the call and what it works on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from porter.rundir.artifacts import STAGES
+from porter.runtime import notices
+
+
+@dataclass
+class Resumed:
+    """What a run continues from: the stage before its first (record and tensors) and
+    the denoising checkpoint, both read and checked before any weight is loaded."""
+
+    previous: dict | None = None  # {"meta": record, "tensors": {...}}
+    progress: object = None  # porter.rundir.progress.Progress
+
+
+@dataclass
+class Call:
+    recipe: object  # the port's recipe, or one with other generate settings
+    wanted: tuple[str, ...] = STAGES  # the stages to run (a staged family's)
+    directory: Path | None = None  # where each stage and checkpoint is saved; None: kept
+    resumed: Resumed | None = None  # what the run continues from
+    progress: bool = False  # a progress bar on stderr while denoising
+    on_step: Callable | None = None  # on_step(done, total) after each denoising step
+    say: Callable = notices.quiet  # status lines
+    # filled as the call runs
+    timings: dict = field(default_factory=dict)
+    history: list = field(default_factory=list)  # where each stage ran
+    stage_files: dict = field(default_factory=dict)  # stage file -> SHA-256, in directory
+    guidance_cache: object = None  # this run's (porter.stepcache.guidance), if any
+
+    def __post_init__(self):
+        previous = self.resumed.previous if self.resumed else None
+        if previous and not self.history:  # the stages before this run's first
+            self.history = list(previous["meta"].get("history") or [])
+
+    @property
+    def first_step(self) -> int:
+        """The denoising step this call starts after (0, or a checkpoint's)."""
+        progress = self.resumed.progress if self.resumed else None
+        return progress.step if progress else 0
