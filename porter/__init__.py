@@ -1,19 +1,29 @@
-"""Porter: diffusers video models on JAX through torchax, driven by YAML recipes."""
+"""Porter: diffusers video models on JAX through torchax, driven by YAML recipes.
+
+The library's face: ``porter.load(recipe)`` returns a ``Port`` whose ``generate``
+makes videos (docs/python-api.md); ``porter.hookimpl`` marks a plugin's hooks
+(docs/writing-plugins.md). Importing ``porter`` imports neither JAX nor torch: every
+``porter.<package>`` below does what its name says, and only what a caller uses is
+imported.
+"""
+
+from porter.plugins.hookspecs import hookimpl
 
 __version__ = "0.1.0"
+__all__ = ["Generation", "Port", "hookimpl", "load"]
 
 
 def load(recipe, *overrides, cpu_devices=None, progress=False):
     """Validate, load, port and prepare a recipe's pipeline: a ``porter.api.Port``
     whose ``generate(prompt=..., seed=..., ...)`` makes videos (docs/python-api.md)."""
-    from porter.api import load as _load
+    from porter.api import load as _load  # lazy: `import porter` stays free of JAX
 
     return _load(recipe, *overrides, cpu_devices=cpu_devices, progress=progress)
 
 
 def __getattr__(name):  # porter.Port, porter.Generation without importing JAX up front
     if name in ("Port", "Generation"):
-        from porter import api
+        from porter import api  # lazy: `import porter` stays free of JAX
 
         return getattr(api, name)
     raise AttributeError(f"module 'porter' has no attribute {name!r}")

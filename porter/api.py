@@ -16,7 +16,9 @@ from pathlib import Path
 
 import torch
 
-from porter import plugins, recipe as recipe_mod, runtime as runtime_mod
+from porter import plugins
+from porter import recipe as recipe_mod
+from porter import runtime as runtime_mod
 from porter.errors import RecipeError
 from porter.generate import runners, stages
 from porter.generate.call import Call

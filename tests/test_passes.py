@@ -129,7 +129,8 @@ def test_rotary_tables_only_where_the_recipe_asks(precompute, write):
 
 SCAN_FOR_META_GLOBALS = """
 import sys, torch
-from porter import plan, plugins, recipe
+from porter import plugins, recipe
+from porter.port import estimates
 estimates.build(recipe.load(sys.argv[1]), plugins.registry(), 8)
 def tensors(value):
     # type(), not isinstance: a lazy module's placeholders import on attribute access

@@ -9,6 +9,13 @@ from dataclasses import dataclass, field
 
 from porter.aot import hlo
 from porter.aot.programs import Input, Program
+from porter.shims.compat import import_torchax
+from porter.shims.interop import array_dtype
+from porter.shims.tracing import model_frame
+from porter.transforms import attention
+from porter.transforms import compile as compile_transform
+from porter.transforms.compile import scan
+from porter.transforms.sharding import partition_spec
 
 
 @dataclass
@@ -72,11 +79,6 @@ def compile_program(port, program: Program) -> Compiled:
 def _lower(port, component, program: Program):
     """(the lowered program, attention FLOPs per chip counted while tracing it)."""
     import jax
-
-    from porter.shims.compat import import_torchax
-    from porter.transforms import attention
-    from porter.transforms.compile import scan
-    from porter.transforms import compile as compile_transform
 
     interop = import_torchax().interop
     template, leaves = _split((program.args, program.kwargs))
@@ -151,8 +153,6 @@ def _input_shardings(port, component, program: Program) -> dict:
     on one device, else replicated (what ``to_device`` gives host values)."""
     from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
-    from porter.transforms.sharding import partition_spec
-
     mesh = port.runtime.mesh
     if component.one_device:
         return _Everywhere(SingleDeviceSharding(mesh.devices.flat[0]))
@@ -214,8 +214,6 @@ def _join(template, values):
 def _abstract(leaf: Input, sharding):
     import jax
 
-    from porter.shims.interop import array_dtype
-
     return jax.ShapeDtypeStruct(leaf.shape, array_dtype(leaf.dtype), sharding=sharding)
 
 
@@ -243,7 +241,6 @@ def needed_bytes(refusal: str) -> tuple[int, int] | None:
 
 def _traced_failure(exc: Exception) -> str:
     """Why model code could not be traced with abstract values, with its file:line."""
-    from porter.shims.tracing import model_frame
 
     where = model_frame(exc)
     reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"

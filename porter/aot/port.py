@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from porter.aot import targets
 from porter.port import active, passes
 from porter.port.building import Building
-from porter.transforms import attention
 from porter.runtime import Runtime, resolve_mesh, xla
-from porter.transforms.compile import scan
 from porter.shims import interop
+from porter.shims.compat import import_torchax
+from porter.transforms import attention
 from porter.transforms import sharding as shard_transform
-
-from porter.aot import targets
+from porter.transforms.compile import scan
 
 
 @dataclass
@@ -80,7 +80,6 @@ class AbstractPort:
 
 def target_runtime(recipe, target: targets.Target) -> Runtime:
     """The target's mesh (the recipe's axes on its chips), platform and XLA options."""
-    from porter.shims.compat import import_torchax
 
     axes = resolve_mesh(recipe.mesh, target.chips, given=True, target=target.name)
     mesh = targets.mesh(target, axes)
@@ -117,8 +116,6 @@ def _abstract_state(component: Component, runtime):
     a chip holds of the planned weights in those shardings."""
     import jax
     from jax.sharding import NamedSharding, SingleDeviceSharding
-
-    from porter.shims.compat import import_torchax
 
     torchax = import_torchax()
     jittable = torchax.compile(component.module,

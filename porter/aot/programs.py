@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from porter.shims.interop import jax_dtype
+
 
 @dataclass(frozen=True)
 class Input:
@@ -65,7 +67,6 @@ def _frozen(value):
 
 def described(value):
     """A call's argument as a declaration describes it: tensors as ``Input``s."""
-    from porter.shims.interop import jax_dtype
 
     if isinstance(value, torch.Tensor):
         return Input(tuple(value.shape), jax_dtype(value.dtype))

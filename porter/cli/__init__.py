@@ -9,10 +9,26 @@ import os
 import sys
 import warnings
 
-from porter.cli import (bench, calibrate, compile, inspect, new, patches, plan, plugins,
-                        run, serve, validate, verify)
-from porter.errors import (Interrupted, PorterError, environment_problem,
-                           is_environment_error)
+from porter.cli import (
+    bench,
+    calibrate,
+    compile,
+    inspect,
+    new,
+    patches,
+    plan,
+    plugins,
+    run,
+    serve,
+    validate,
+    verify,
+)
+from porter.errors import (
+    Interrupted,
+    PorterError,
+    environment_problem,
+    is_environment_error,
+)
 from porter.runtime import interrupt
 
 #: each subcommand's module, in the order `porter --help` lists them

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os.path
 
 from porter.cli import common
+from porter.runtime import distributed
 
 HELP = "measure MagCache's magnitude ratios for the recipe's model"
 
@@ -26,7 +27,6 @@ def add(commands) -> None:
 
 def handle(args) -> int:
     from porter.commands.calibrate import calibrate  # lazy: only the subcommand asked for
-    from porter.runtime import distributed
 
     loaded = common.load_recipe(args)
     path, summary = calibrate(loaded, args.output, progress=not args.no_progress)

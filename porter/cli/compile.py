@@ -6,6 +6,7 @@ import json
 import sys
 
 from porter.aot.targets import TARGETS
+from porter.runtime import notices
 
 HELP = "compile every program of a run for a TPU, without a TPU or weights"
 
@@ -39,7 +40,6 @@ def add(commands) -> None:
 def handle(args) -> int:
     from porter import plugins, recipe  # lazy: only the subcommand asked for is imported
     from porter.commands import compile  # lazy: only the subcommand asked for is imported
-    from porter.runtime import notices
 
     compile.host_compiles()  # JAX on the CPU; libtpu only describes the target
     loaded = recipe.load(args.recipe, list(args.overrides))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+from porter.transforms.patches import PatchError
+
 HELP = "list registered patches with their docs"
 
 
@@ -15,7 +17,6 @@ def add(commands) -> None:
 
 def handle(args) -> int:
     from porter import plugins  # lazy: only the subcommand asked for is imported
-    from porter.transforms.patches import PatchError
 
     registry = plugins.registry()
     for name in sorted(registry.patches):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from porter.cli import common
 from porter.errors import UsageError
+from porter.rundir.outputs import output_dir
+from porter.runtime import distributed
 
 HELP = "generate a video from a recipe"
 
@@ -45,7 +47,6 @@ def add(commands) -> None:
 def handle(args) -> int:
     from porter import plugins  # lazy: only the subcommand asked for is imported
     from porter.commands.run import run  # lazy: only the subcommand asked for is imported
-    from porter.runtime import distributed
 
     if args.resume:
         _check_resume_target(args.resume, args.overrides)
@@ -115,8 +116,6 @@ def _cache_line(summary: dict) -> str:
 def _batch(args, loaded) -> int:
     from porter import plugins  # lazy: only the subcommand asked for is imported
     from porter.commands import batch  # lazy: only the subcommand asked for is imported
-    from porter.rundir.outputs import output_dir
-    from porter.runtime import distributed
 
     if args.stage:
         raise UsageError("--stage and --prompts do not go together",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from porter.cli import common
+from porter.runtime import notices
 
 HELP = "serve the recipe's model over HTTP (a JSON API of jobs)"
 
@@ -38,7 +39,6 @@ def add(commands) -> None:
 def handle(args) -> int:
     from porter import plugins  # lazy: only the subcommand asked for is imported
     from porter.commands import serve  # lazy: only the subcommand asked for is imported
-    from porter.runtime import notices
 
     loaded = common.load_recipe(args)
     state = serve.serve(loaded, plugins.registry(), args.host, args.port, args.token,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from porter.cli import common
+from porter.errors import RecipeError
 
 HELP = "check a recipe without loading weights"
 
@@ -25,7 +26,6 @@ def add(commands) -> None:
 def handle(args) -> int:
     from porter import plugins  # lazy: only the subcommand asked for is imported
     from porter.commands.validate import validate  # lazy: only the subcommand asked for
-    from porter.errors import RecipeError
 
     loaded = common.load_recipe(args)
     devices, target = common.devices_for(args)

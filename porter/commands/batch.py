@@ -24,14 +24,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from porter.port import checks
 from porter import api
-from porter.runtime import distributed, notices
-from porter.generate import runners
-from porter.generate.call import Call, Resumed
-from porter.rundir import artifacts, outputs, record, results
+from porter import recipe as recipe_mod
 from porter.commands import run as run_mod
 from porter.errors import Interrupted, RecipeError, UsageError, failure
+from porter.generate import runners
+from porter.generate.call import Call, Resumed
+from porter.port import checks
+from porter.recipe import yamlio
+from porter.rundir import artifacts, outputs, progress, record, results
+from porter.runtime import distributed, notices
 
 SUMMARY = "batch.json"
 #: a prompts file's bytes: tens of thousands of prompts, not an endless stream
@@ -89,7 +91,6 @@ def read_items(path: Path) -> list[Item]:
 def _prompts_text(path: Path) -> str:
     """The file's text, under a recipe's bounds (a regular file of at most
     ``yamlio.MAX_BYTES``, UTF-8): /dev/zero or a FIFO is refused before it is read."""
-    from porter.recipe import yamlio
 
     try:
         return yamlio.read_text(path, what="prompts file", limit=MAX_PROMPTS_BYTES)
@@ -104,7 +105,6 @@ def porter_name(name: str) -> bool:
     `porter calibrate`'s ratios)? An item's folder of that name would take its place:
     an item named batch.json made the summary unwritable. Compared ignoring case, as
     some filesystems do."""
-    from porter.rundir import artifacts, progress
 
     name = name.lower()
     own = {outputs.RECORD, outputs.VIDEO, outputs.FRAMES_DIR, outputs.FRAMES_NPY,
@@ -153,7 +153,6 @@ def check_items(items: list[Item], recipe, registry, path: Path) -> None:
 def run_batch(recipe, registry, prompts: Path, progress: bool = True,
               resume: bool = False) -> dict:
     """Run every item of ``prompts`` on one port; returns the batch summary."""
-    from porter.port import checks
 
     family = checks.checked_family(recipe, registry)
     say = notices.status if progress else notices.quiet
@@ -219,8 +218,6 @@ def _split(recipe, say):
     item on the whole mesh, one after another. Returns (recipe, which items are this
     process's (None: all), summary file name)."""
     import jax
-
-    from porter import recipe as recipe_mod
 
     count, index = jax.process_count(), jax.process_index()
     mesh = replica_mesh(dict(recipe.mesh), count, jax.local_device_count(),

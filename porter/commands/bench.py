@@ -19,17 +19,18 @@ from pathlib import Path
 
 import torch
 
-from porter.runtime import compile_cache, memory, monitor
-from porter.port import checks
-from porter import api, loading, runtime as runtime_mod
-from porter.transforms import patches
-from porter.port.passes import ported as port
-from porter.port.active import ops_installed
+from porter import api, loading
+from porter import runtime as runtime_mod
 from porter.commands.verify import cast, random_inputs
-from porter.stepcache import without_cache
-from porter.shims.interop import to_device
 from porter.generate.call import Call
 from porter.generate.stages import block
+from porter.port import checks
+from porter.port.active import ops_installed
+from porter.port.passes import ported as port
+from porter.runtime import compile_cache, memory, monitor
+from porter.shims.interop import to_device
+from porter.stepcache import without_cache
+from porter.transforms import patches
 
 
 def _median_seconds(call, repeats: int) -> float:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from porter import api
-from porter.runtime import distributed, notices
 from porter import recipe as recipe_mod
-from porter.stepcache import calibration
 from porter.errors import RecipeError
 from porter.generate.call import Call
 from porter.rundir.outputs import output_dir
+from porter.runtime import distributed, notices
+from porter.stepcache import calibration
 
 
 def calibrate(recipe, output: Path | None = None, progress: bool = True):

@@ -10,10 +10,11 @@ import os
 
 from porter.aot import compiler, roofline, targets
 from porter.aot import port as abstract_port
-from porter.aot.programs import Input, unique
+from porter.aot.programs import Input, outermost, submodule_calls, unique
 from porter.errors import RecipeError, UsageError
 from porter.port import checks
 from porter.runtime import environment
+from porter.transforms import patches
 from porter.transforms.sharding import human_bytes
 
 
@@ -66,7 +67,6 @@ def build(recipe, registry, target_name: str, only: list[str] | None = None,
 
 def _paths(port, program) -> list[str]:
     """The paths of the submodules a compile rule's ``modules`` compiles one by one."""
-    from porter.aot.programs import outermost
 
     rule = port.components[program.component].rule
     if rule is None or rule.modules is None:
@@ -80,8 +80,6 @@ def _as_run_compiles(port, declared: list, say) -> tuple[list, dict]:
     ``modules``, the calls of those submodules the declared call makes, found by
     running the code between them on shapes alone (``submodule_calls``). Also, per
     component, why its calls could not be found that way."""
-    from porter.transforms import patches
-    from porter.aot.programs import submodule_calls
     found, unknown = [], {}
     for program in declared:
         rule = port.components[program.component].rule

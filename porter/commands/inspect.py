@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from porter.loading import abstract
 from porter.errors import RecipeError, UsageError
+from porter.loading import abstract
 from porter.port import checks
 from porter.transforms import lora
 from porter.transforms.sharding import named_tensors, normalize

@@ -19,12 +19,11 @@ import threading
 import time
 from pathlib import Path
 
-from porter.port import checks
-from porter.runtime import interrupt, notices
-from porter.rundir import outputs, record
-from porter.runtime import atomic
-from porter.commands import uploads
+from porter.commands import batch, uploads
 from porter.errors import Interrupted, UsageError, failure
+from porter.port import checks
+from porter.rundir import outputs, record
+from porter.runtime import atomic, interrupt, notices
 
 JOB = "job.json"
 #: a job's input files (images, videos), in its folder (``porter.commands.uploads``)
@@ -239,7 +238,6 @@ class Jobs:
     def _run(self, job: Job) -> tuple[bool, tuple[str, str | None]]:
         """Run one job: (whether the server is stopping, (status, error)); a stopped
         job stays queued."""
-        from porter.commands import batch
 
         def on_step(done, total):
             job.step, job.steps = done, total

@@ -32,9 +32,17 @@ import os
 import re
 import secrets
 
+import porter
+from porter import api
+from porter.commands import jobs as jobs_mod
 from porter.commands import uploads
 from porter.errors import Interrupted, RecipeError, UsageError, failure
+from porter.port import checks
 from porter.recipe.inputs import INPUTS, PATH_KEYS
+from porter.recipe.schema import GenerateSection
+from porter.rundir import outputs
+from porter.rundir.outputs import output_dir
+from porter.runtime import distributed
 
 TOKEN_ENV = "PORTER_TOKEN"
 #: bytes a request body may have: room for two largest images as data URLs
@@ -49,9 +57,6 @@ def build_app(jobs, token: str | None = None):
     from fastapi.openapi.docs import get_swagger_ui_html
     from fastapi.responses import FileResponse, JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
-
-    from porter.commands import jobs as jobs_mod
-    from porter.recipe.schema import GenerateSection
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -263,7 +268,6 @@ def _body_schema(section) -> dict:
 
 
 def _version() -> str:
-    import porter
 
     return porter.__version__
 
@@ -307,13 +311,6 @@ def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
     """Load the port, then serve until SIGTERM/Ctrl-C; returns the queue's state at
     the end."""
     import uvicorn
-
-    from porter import api
-    from porter.port import checks
-    from porter.runtime import distributed
-    from porter.commands import jobs as jobs_mod
-    from porter.rundir import outputs
-    from porter.rundir.outputs import output_dir
 
     token = token_for(host, token)
     inputs = inputs_folder(inputs)

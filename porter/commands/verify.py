@@ -17,14 +17,16 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from porter import loading
+from porter import recipe as recipe_mod
+from porter import runtime as runtime_mod
 from porter.port import checks
-from porter import loading, runtime as runtime_mod
-from porter.transforms import patches
-from porter.port.passes import ported as port
 from porter.port.active import ops_installed
-from porter.stepcache import without_cache
+from porter.port.passes import ported as port
 from porter.shims.interop import to_device, to_host
-from porter.transforms import dtypes
+from porter.stepcache import without_cache
+from porter.transforms import compile as compile_transform
+from porter.transforms import dtypes, patches
 
 DEFAULT_TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 5e-2}
 
@@ -111,8 +113,6 @@ def unscanned(recipe, registry):
     """The recipe with its transformers' blocks compiled one by one, not as a scan: the
     eager pass hooks each block, which a scan runs over stacked weights instead (tests
     hold the scan equal to the blocks one by one)."""
-    from porter import recipe as recipe_mod
-    from porter.transforms import compile as compile_transform
 
     family = registry.families.get(recipe.model.family)
     if family is None:

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from porter.recipe.inputs import INPUTS, KIND_NAMES, latents_names
-from porter.recipe import call_args
-from porter.errors import Interrupted, UsageError
+from porter.errors import Interrupted, NonFinite, UsageError
 from porter.families.base import ModelFamily
-
+from porter.recipe import call_args
+from porter.recipe.inputs import INPUTS, KIND_NAMES, latents_names
+from porter.recipe.sources import source_kind
+from porter.runtime import finite, interrupt
 
 #: diffusers pipelines Porter cannot run from a recipe, and why (``porter validate``
 #: refuses them; docs/pipelines.md is the whole list, tests/matrix proves it)
@@ -102,8 +103,6 @@ class _StepWatch:
                            "callback_on_step_end_tensor_inputs": ["latents"]}
 
     def __call__(self, pipe, step, timestep, tensors):
-        from porter.runtime import finite, interrupt
-        from porter.errors import NonFinite
 
         if interrupt.requested():  # a server shutting down: no checkpoint to keep here
             raise Interrupted(interrupt.requested())
@@ -166,7 +165,6 @@ class GenericFamily(ModelFamily):
         UsageError for a class Porter cannot run (``runnable``)."""
         import json
 
-        from porter.recipe.sources import source_kind
         if recipe.model.pipeline is not None:
             return self.pipeline_class(recipe)
         if source_kind(recipe.model.source) != "local":

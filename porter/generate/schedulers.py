@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import contextlib
 
+from porter.shims.interop import to_device
+from porter.transforms.patches import replaced
+
 #: the methods that combine the scheduler's tables with the caller's tensors
 METHODS = ("step", "scale_model_input", "add_noise", "scale_noise", "get_velocity")
 
@@ -22,8 +25,6 @@ def tables_on_device(scheduler, runtime) -> None:
     """Move the scheduler's host tensors (and host tensors in its lists, such as the
     model outputs a multistep solver keeps) onto the mesh, replicated."""
     import torch
-
-    from porter.shims.interop import to_device
 
     def moved(value):
         if isinstance(value, torch.Tensor) and not hasattr(value, "jax"):
@@ -44,8 +45,6 @@ def on_device(scheduler, runtime):
     import functools
     import inspect
     import types
-
-    from porter.transforms.patches import replaced
 
     if scheduler is None:
         yield

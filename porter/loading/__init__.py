@@ -14,8 +14,10 @@ from typing import NamedTuple
 import torch
 
 from porter.errors import LoadError, Problem, UsageError, first_line
+from porter.loading import abstract, checkpoints
+from porter.loading import weights as checkpoint_weights
 from porter.recipe.sources import source_kind
-from porter.transforms import Pass, dtypes
+from porter.transforms import Pass, dtypes, lora
 
 
 def source_problems(recipe) -> list[Problem]:
@@ -64,7 +66,6 @@ def load_for_port(family, recipe) -> Loaded:
     (``porter.port.passes``): on the meta device they cost nothing, so each tensor is
     placed in its final dtype.
     """
-    from porter.loading import checkpoints
 
     kind = source_kind(recipe.model.source)
     if kind == "tiny":
@@ -86,7 +87,6 @@ def checkpoint_files(recipe) -> dict | None:
     """The ``files`` of the checkpoint's identity (``checkpoints.identity``) as they are
     on disk now, from headers, without loading: None for a tiny model, or a hub
     checkpoint that is not in the local cache yet."""
-    from porter.loading import checkpoints
 
     source = recipe.model.source
     kind = source_kind(source)
@@ -106,7 +106,6 @@ def checkpoint_files(recipe) -> dict | None:
 def _empty_components(root: Path) -> tuple[dict, dict]:
     """Components whose weights can be read tensor by tensor: built empty, with
     where each tensor lies."""
-    from porter.loading import abstract, weights as checkpoint_weights
 
     empty, found = {}, {}
     for name, (library, cls) in abstract.module_classes(root).items():
@@ -120,7 +119,6 @@ def _empty_components(root: Path) -> tuple[dict, dict]:
 def load_untouched(family, recipe):
     """The pipeline as its source gives it, with the recipe's LoRA adapters fused
     (dtypes not yet applied), in eval mode."""
-    from porter.transforms import lora
 
     pipe = _loaded(family, recipe)
     lora.apply(family, recipe, pipe, {})
@@ -153,8 +151,6 @@ def _torch_dtypes(recipe) -> dict:
 def _local_root(cls, source: str, kind: str) -> Path:
     """The checkpoint's directory (a hub id: its snapshot, fetched unless offline),
     its weight-file headers checked: a bad file fails here, not mid-load or mid-run."""
-    from porter.loading import checkpoints  # imports porter.loading.abstract, which imports this
-
     if kind == "local":
         root = Path(source).expanduser()
     else:
@@ -202,7 +198,6 @@ def _load(b) -> None:
 
 
 def _load_abstract(b) -> None:
-    from porter.loading import abstract
 
     modules = abstract.components(b.family, b.recipe)
     if modules is None:

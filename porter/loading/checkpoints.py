@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from porter.errors import LoadError
+from porter.loading import abstract
 
 SHOWN = 12  # problems listed in the error; the rest are counted
 MAX_HEADER = 100_000_000  # safetensors' own limit on the JSON header, in bytes
@@ -237,7 +238,6 @@ def _missing(model, expected: dict, found: dict[str, Entry], folder: Path) -> li
 
 def directory_problems(root: Path) -> list[str]:
     """Every problem in the weight files of a save_pretrained directory."""
-    from porter.loading import abstract
 
     try:
         classes = abstract.module_classes(root)
@@ -250,7 +250,6 @@ def directory_problems(root: Path) -> list[str]:
 
 
 def component_problems(folder: Path, library: str, cls: type) -> list[str]:
-    from porter.loading import abstract
 
     if not (folder / "config.json").is_file():
         return [f"{folder / 'config.json'} is missing"]

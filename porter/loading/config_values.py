@@ -15,6 +15,8 @@ import inspect
 import json
 from pathlib import Path
 
+from porter.loading import abstract
+
 
 def _kind(value) -> str | None:
     if isinstance(value, bool):
@@ -76,7 +78,6 @@ def value_problems(config: dict, library: str, cls: type) -> list[tuple[str, str
 
 def problems(root: Path) -> list[str]:
     """'component/config.json: key: why' for each value that cannot be right."""
-    from porter.loading import abstract
 
     found = []
     for name, (library, cls) in abstract.module_classes(root).items():

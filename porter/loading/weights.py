@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from porter.loading import checkpoints
 from porter.errors import LoadError
+from porter.loading import checkpoints
 
 
 @dataclass

@@ -11,8 +11,9 @@ from functools import partial
 
 import pluggy
 
+from porter.errors import PorterError, UsageError
 from porter.plugins import hookspecs
-from porter.errors import PorterError
+from porter.transforms.patches import Patch
 
 ENTRY_POINT_GROUP = "porter"
 
@@ -50,7 +51,6 @@ class Registry:
         self._add("family", self.families, family, plugin=plugin)
 
     def add_patch(self, patch, *, plugin: str) -> None:
-        from porter.transforms.patches import Patch
         if not isinstance(patch, Patch):
             raise PluginError(f"plugin {plugin!r} registered {patch!r}, not a porter Patch")
         self._add("patch", self.patches, patch, plugin=plugin)
@@ -61,7 +61,6 @@ class Registry:
         self._add("attention", self.attention, backend, plugin=plugin)
 
     def family(self, name: str):
-        from porter.errors import UsageError
         if name not in self.families:
             known = ", ".join(sorted(self.families)) or "none"
             raise UsageError(f"unknown model family {name!r} (registered: {known})",
@@ -78,7 +77,10 @@ def _manager(extra_plugins) -> pluggy.PluginManager:
     manager = pluggy.PluginManager(ENTRY_POINT_GROUP)
     manager.add_hookspecs(hookspecs)
     try:
+        # lazy: `import porter` (for porter.hookimpl) stays free of torch; the core's own
+        # plugin imports the families and backends it registers
         from porter.plugins import builtin
+
         manager.register(builtin, name="core")
         manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
         for plugin in extra_plugins:

@@ -3,8 +3,11 @@ attention backends."""
 
 from __future__ import annotations
 
-from porter.shims import flex, setitem, fixes as torchax_fixes
+from porter.families.generic import GenericFamily
 from porter.plugins.hookspecs import hookimpl
+from porter.shims import fixes as torchax_fixes
+from porter.shims import flex, setitem
+from porter.transforms.attention import BUILTIN
 from porter.transforms.patches import Patch
 
 
@@ -110,12 +113,10 @@ def porter_register_patches(register):
 
 @hookimpl
 def porter_register_families(register):
-    from porter.families.generic import GenericFamily
     register(GenericFamily())
 
 
 @hookimpl
 def porter_register_attention(register):
-    from porter.transforms.attention import BUILTIN
     for backend in BUILTIN:
         register(backend)

@@ -15,8 +15,16 @@ from porter import loading
 from porter.errors import RecipeError
 from porter.port.building import Building, Ported
 from porter.stepcache import session as stepcache
-from porter.transforms import (attention, compile, dtypes, lora, patches, placement, rotary,
-                               setup)
+from porter.transforms import (
+    attention,
+    compile,
+    dtypes,
+    lora,
+    patches,
+    placement,
+    rotary,
+    setup,
+)
 
 HOST = (patches.PASS, loading.PASS, setup.PASS, lora.PASS, dtypes.PASS)
 MESH = (placement.PASS, rotary.PASS, compile.PASS, attention.PASS, stepcache.PASS)

@@ -16,8 +16,8 @@ import inspect
 import types
 import typing
 
-from porter.recipe.inputs import INPUTS, as_tensor, load_input, load_latents
 from porter.recipe import conditions
+from porter.recipe.inputs import INPUTS, as_tensor, load_input, load_latents
 
 #: recipe setting (generate.KEY) -> the names pipelines give it, the first one found
 #: in the signature wins

@@ -16,8 +16,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from porter.runtime import distributed
+from porter import loading
 from porter.errors import UsageError
+from porter.loading import checkpoints
+from porter.runtime import atomic, distributed, finite
+from porter.shims.interop import to_host
+from porter.transforms import lora
 
 STAGES = ("encode", "denoise", "decode")
 
@@ -50,8 +54,6 @@ def inputs_of(checkpoint: dict | None) -> dict:
 def inputs_now(recipe) -> dict:
     """``inputs_of`` as the files are on disk now, with no weight loaded: each adapter
     hashed, the checkpoint's headers (a hub checkpoint's when it is in the cache)."""
-    from porter import loading
-    from porter.transforms import lora
 
     return {"checkpoint_files": loading.checkpoint_files(recipe),
             "lora": lora.digests(recipe)}
@@ -63,9 +65,6 @@ def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None 
     ``inputs``: what the port that made them loaded (``inputs_of``); without it, the
     files as they are now."""
     from safetensors.torch import save
-
-    from porter.runtime import atomic
-    from porter.shims.interop import to_host
 
     host = {name: to_host(t).contiguous() for name, t in tensors.items()}  # every process
     if not distributed.writes():
@@ -205,7 +204,6 @@ def _record(path: Path) -> dict:
 def _header_problems(path: Path, meta: dict) -> list[str]:
     """The file's header against its record: names, shapes and dtypes, and the file's
     size against its header (truncation), all before any tensor is read."""
-    from porter.loading import checkpoints
 
     try:
         header = checkpoints.read_header(path)
@@ -248,7 +246,6 @@ def load_with_record(directory: Path, stage: str, recipe) -> tuple[dict, dict]:
         tensors = load(data)
     except (SafetensorError, OSError) as exc:
         raise UsageError(f"{path} cannot be read: {exc}", hint=REDO) from None
-    from porter.runtime import finite
 
     for name, tensor in tensors.items():
         bad = finite.count(tensor)

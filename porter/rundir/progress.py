@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from porter.runtime import distributed
 from porter.errors import UsageError
+from porter.rundir import artifacts
+from porter.runtime import distributed
 
 PROGRESS = "progress"
 _SKIP = ("_internal_dict", "config")  # the config is rebuilt from the recipe
@@ -224,7 +225,6 @@ def _stage(step: int) -> str:
 
 def _saved_steps(directory) -> list[int]:
     """Steps with a complete checkpoint, newest first."""
-    from porter.rundir import artifacts
 
     steps = []
     for record in directory.glob(f"{PROGRESS}-*.json"):
@@ -241,7 +241,6 @@ def save(directory, progress: Progress, recipe, inputs: dict | None = None) -> N
     Each checkpoint has its own files, so a kill at any moment leaves the last
     complete one intact (overwriting one pair in place would not).
     """
-    from porter.rundir import artifacts
 
     tensors = {"latents": progress.latents,
                **{f"scheduler.{k}": v for k, v in progress.scheduler_tensors.items()},
@@ -259,7 +258,6 @@ def save(directory, progress: Progress, recipe, inputs: dict | None = None) -> N
 def load(directory, recipe) -> Progress | None:
     """The newest checkpoint, checked against this recipe (settings, file hash, finite
     values, a step inside the schedule), or None when there is none."""
-    from porter.rundir import artifacts
 
     steps = _saved_steps(directory)
     if not steps:
@@ -290,5 +288,4 @@ def discard(directory) -> None:
 
 
 def _remove(directory, stage: str) -> None:
-    from porter.rundir import artifacts
     artifacts.remove(directory, stage)

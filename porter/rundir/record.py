@@ -6,7 +6,10 @@ import json
 import os
 from pathlib import Path
 
+from porter.runtime import atomic, distributed, notices
+from porter.runtime.memory import peak_memory
 from porter.runtime.versions import source_revision, versions
+from porter.shims import compat
 
 
 def environment(runtime) -> dict:
@@ -18,7 +21,6 @@ def environment(runtime) -> dict:
 
 def segment(runtime, stage: str, **extra) -> dict:
     """Where one stage (or part of denoising) ran: a run resumed elsewhere lists each."""
-    from porter.runtime import distributed
     return {"stage": stage, "mesh": runtime.axes, "platform": runtime.platform,
             "devices": int(runtime.mesh.devices.size),
             "processes": distributed.process_count(), **extra}
@@ -36,9 +38,6 @@ def weights(placed: dict, timings: dict) -> dict:
 def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
           placed: dict | None = None, checkpoint: dict | None = None,
           history: list | None = None, warnings: list | None = None) -> dict:
-    from porter.shims import compat
-    from porter.runtime import distributed, notices
-    from porter.runtime.memory import peak_memory
     return {
         "recipe": recipe.resolved(),
         "recipe_file": str(recipe.path) if recipe.path else None,
@@ -66,7 +65,6 @@ def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
 
 def write_json(path: Path, data: dict) -> Path:
     """Write JSON atomically: a reader never sees a half-written file."""
-    from porter.runtime import atomic
 
     atomic.write_bytes(Path(path), (json.dumps(data, indent=2, sort_keys=False) + "\n")
                         .encode())

@@ -6,9 +6,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from porter.runtime import notices
 from porter.rundir import artifacts, outputs, progress, video
-from porter.runtime import atomic
+from porter.runtime import atomic, notices
 
 
 def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) -> None:

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
+from porter.runtime import atomic
+
 
 def write_mp4(path: Path, frames: np.ndarray, fps: int) -> str:
     """Write uint8 frames (count, height, width, 3) atomically to ``path``; returns the
     file's SHA-256."""
-    from porter.runtime import atomic
 
     return atomic.write_bytes(Path(path), encode_mp4(frames, fps))
 

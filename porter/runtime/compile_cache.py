@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from porter.runtime import notices
+from porter.runtime import atomic, notices
 
 _state = {"writes": True, "guarded": False}
 
@@ -72,7 +72,6 @@ def enable(directory: Path | None) -> Path | None:
 
 def usable(directory: Path) -> bool:
     """Can the compile cache live in ``directory``? Warns once when it cannot."""
-    from porter.runtime import atomic
 
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -166,8 +165,6 @@ def _atomic_puts(cache) -> None:
             or getattr(cache, "eviction_enabled", True) or not hasattr(cache, "path"):
         return
     from jax._src import lru_cache
-
-    from porter.runtime import atomic
 
     def put(key: str, value: bytes) -> None:
         path = Path(str(cache.path)) / f"{key}{lru_cache._CACHE_SUFFIX}"

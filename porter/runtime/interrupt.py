@@ -13,6 +13,7 @@ import signal
 import threading
 
 from porter.errors import Interrupted
+from porter.runtime import distributed
 
 
 def _raise(signum, frame):
@@ -69,7 +70,6 @@ class StopRequest:
         processes this is a collective (every process calls it after each step): all
         of them stop at the same step, or none does; a process stopping alone would
         leave the others waiting in the next step's collectives."""
-        from porter.runtime import distributed
 
         signum = self.signum or _requested
         if distributed.process_count() == 1:

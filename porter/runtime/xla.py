@@ -7,7 +7,6 @@ import functools
 
 from porter.errors import UsageError
 
-
 #: XLA compiler options Porter passes when a recipe sets none, per platform. On CPU:
 #: - XLA's YNNPACK pass otherwise folds norms, modulation and GELU into the big
 #:   matmuls at long sequences, and feeds them constants broadcast to full activation

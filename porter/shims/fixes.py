@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import torch
 
+from porter.shims.compat import import_torchax
+
 
 def deepcopy(original, **_):
     """``torch.Tensor.__deepcopy__`` that works inside torchax's environment."""
@@ -79,7 +81,6 @@ def on_device(tree):
     scalar: in PyTorch a 0-d tensor does not promote the dtype of a tensor with
     dimensions (a bfloat16 ``x * torch.tensor(0.5)`` stays bfloat16), and a weak JAX
     scalar does not either."""
-    from porter.shims.compat import import_torchax
 
     torchax = import_torchax()
 

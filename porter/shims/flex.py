@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import torch
 
+from porter.shims.fixes import on_device
+
 
 def dense_block_mask(original, **_):
     """``create_block_mask`` that builds the mask's tables without evaluating it."""
@@ -71,7 +73,6 @@ def kept(mask, index):
     broadcast ``index``: the keys of its full blocks, and those of its partial blocks its
     ``mask_mod`` keeps (NABLA's masks are full blocks alone, built from device tensors;
     ``create_block_mask``'s, patched, are partial blocks everywhere)."""
-    from porter.shims.fixes import on_device
 
     q_block, kv_block = mask.BLOCK_SIZE
     length, keys = index[2].shape[2], index[3].shape[3]

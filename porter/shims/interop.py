@@ -8,7 +8,6 @@ import torch
 
 from porter.shims.compat import import_torchax
 
-
 # JAX runs with x64 disabled: these arrive as their 32-bit kind (what torchax and
 # jax.device_put would make of them).
 NARROWED = {torch.float64: torch.float32, torch.int64: torch.int32,

@@ -61,6 +61,7 @@ import dataclasses
 
 import torch
 
+from porter.shims.compat import import_torchax
 from porter.shims.fixes import on_device
 
 #: the torchax versions whose group norm flattens the spatial axes
@@ -71,8 +72,6 @@ def group_norm(input, weight, bias, N, C, HxW, group, eps=1e-5):
     """``aten.native_group_norm``: (output, mean, rstd), mean and rstd (N, group)."""
     import jax
     import jax.numpy as jnp
-
-    from porter.shims.compat import import_torchax
 
     interop = import_torchax().interop
     x, scale, shift = interop.jax_view((input, weight, bias))
@@ -130,7 +129,6 @@ def masked_rows_zero(attention):
 def written_through(functional):
     """An in-place operation as its out-of-place ``functional`` and a ``copy_`` into
     the target, which reaches the tensor a view views."""
-    from porter.shims.compat import import_torchax
 
     view = import_torchax().view.View
 
@@ -196,8 +194,6 @@ def upsample_nearest(exact: bool, vec: bool):
     def lowering(input, output_size=None, *args, **kwargs):
         import jax.numpy as jnp
         import numpy as np
-
-        from porter.shims.compat import import_torchax
 
         interop = import_torchax().interop
         x = interop.jax_view(input)

@@ -7,7 +7,7 @@ import contextlib
 import traceback
 from typing import NamedTuple
 
-from porter.errors import PorterError
+from porter.errors import Interrupted, PorterError, is_environment_error, is_out_of_memory
 
 LIBRARIES = ("diffusers", "transformers")
 
@@ -130,7 +130,6 @@ def explained():
     """Failures inside model code as ``PortingError``: what kind, where (file:line in
     the model library) and what to do. Failures in Porter's own code pass through:
     they are bugs, reported as internal errors."""
-    from porter.errors import Interrupted
 
     try:
         yield
@@ -147,7 +146,6 @@ def explained():
                  "section 6), or compile smaller modules (compile.<component>.modules) so "
                  "the code around them runs eagerly") from exc
     except Exception as exc:
-        from porter.errors import is_environment_error, is_out_of_memory
 
         # the machine's refusals (disk full, out of memory) are reported as such
         site = None if is_environment_error(exc) or is_out_of_memory(exc) \

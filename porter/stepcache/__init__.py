@@ -17,7 +17,10 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from porter import recipe as recipe_mod
+from porter.stepcache import calibration
 from porter.stepcache.methods import METHODS, parse
+
 
 def settings(recipe):
     """The recipe's cache method (a ``porter.stepcache.methods`` model), or None."""
@@ -82,7 +85,6 @@ def _ratio_problems(recipe, chosen) -> list:
                                hint="`porter calibrate` writes one; paths are relative "
                                     "to the recipe's folder")]
     try:
-        from porter.stepcache import calibration
         calibration.read(path)
     except ValueError as exc:
         return [recipe.problem("cache.mag_ratios", f"{ratios}: {exc}",
@@ -95,7 +97,6 @@ def without_cache(recipe):
     `porter bench` times a step of (the port's numbers, not what a cache skips)."""
     if not recipe.cache:
         return recipe
-    from porter import recipe as recipe_mod
 
     data = recipe.resolved()
     data.pop("cache", None)

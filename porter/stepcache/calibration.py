@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from porter.runtime import atomic
+
 KIND = "porter-magcache-ratios"
 
 
@@ -42,7 +44,6 @@ def curve(contexts: dict) -> list[float]:
 
 
 def write(path: Path, ratios: dict, recipe, steps: int) -> Path:
-    from porter.runtime import atomic
 
     data = {"kind": KIND, "recipe": str(recipe.path) if recipe.path else None,
             "model": {"family": recipe.model.family, "source": recipe.model.source,

@@ -18,11 +18,17 @@ import functools
 import torch
 
 from porter.transforms.compile import block_lists
+from porter.transforms.dtypes import DTYPES
 
 
 def _diffusers_hooks():
-    from diffusers.hooks.hooks import (CacheContext, HookRegistry, ModelHook, StateManager,
-                                       _set_cache_context)
+    from diffusers.hooks.hooks import (
+        CacheContext,
+        HookRegistry,
+        ModelHook,
+        StateManager,
+        _set_cache_context,
+    )
     return CacheContext, HookRegistry, ModelHook, StateManager, _set_cache_context
 
 
@@ -138,8 +144,6 @@ def taylorseer_config(module, chosen):
     (diffusers' default names attention modules, which live inside a block's
     compiled program)."""
     from diffusers.hooks import TaylorSeerCacheConfig
-
-    from porter.transforms.dtypes import DTYPES
 
     values = chosen.model_dump(exclude={"method"})
     values["taylor_factors_dtype"] = DTYPES[chosen.taylor_factors_dtype]

@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 
 from porter.errors import Problem, RecipeError, first_line
+from porter.recipe.sources import HUB_ID
+from porter.runtime import finite
 from porter.runtime.atomic import sha256
 from porter.transforms import Pass
 
@@ -94,7 +96,6 @@ class Adapter:
 
 def locate(recipe, index: int) -> Path:
     """The adapter's safetensors file: a file, a folder holding one, or a hub id."""
-    from porter.recipe.sources import HUB_ID
 
     spec = recipe.lora[index]
     name = spec.weight_name or DEFAULT_WEIGHT_NAME
@@ -176,7 +177,6 @@ def read(recipe, index: int, pipeline_class, modules: dict) -> tuple[Adapter | N
 def _content_problems(recipe, where, path, state: dict) -> list[Problem]:
     """An adapter that would change nothing (no tensors), or whose values are NaN or
     infinite: fused, those would be blamed on the checkpoint's weights."""
-    from porter.runtime import finite
 
     if not state:
         return [recipe.problem(f"{where}.file", f"{path}: holds no tensors, so the "

@@ -17,11 +17,16 @@ from dataclasses import dataclass, field
 import torch
 
 from porter.errors import LoadError
-from porter.runtime import distributed, notices
+from porter.runtime import distributed, finite, notices
 from porter.shims.interop import as_placed, jax_dtype, place, to_device
 from porter.transforms import Pass, sharding, unknown_components
-from porter.transforms.sharding import (Assignment, assign, named_tensors, partition_spec,
-                                        tensor_slots)
+from porter.transforms.sharding import (
+    Assignment,
+    assign,
+    named_tensors,
+    partition_spec,
+    tensor_slots,
+)
 
 #: tensors read and placed ahead of the one being installed, at most this many and
 #: this many bytes: both are mostly filling fresh pages, which threads do in parallel
@@ -118,7 +123,6 @@ def _placed_array(a: Assignment, tensor, sharding, weights, nonfinite=None):
     else:
         host = as_placed(tensor.data[rows] if a.shape else tensor.data)
     if nonfinite is not None:
-        from porter.runtime import finite
         bad = finite.count(host)
         if bad:
             nonfinite[a.name] = bad

@@ -216,8 +216,8 @@ def partition_spec(spec):
 def _constrain(tensor, sharding):
     if tensor.device.type == "meta":  # shapes only (porter compile's dry runs)
         return tensor
-    from torchax.interop import call_jax
     import jax
+    from torchax.interop import call_jax
     return call_jax(jax.lax.with_sharding_constraint, tensor, sharding)
 
 

@@ -18,10 +18,10 @@ import torch
 
 from porter import families as guidance
 from porter.families.base import StagedFamily
-from porter.recipe.inputs import load_image
-from porter.shims.interop import to_host
-from porter.recipe.sources import source_kind
 from porter.loading.model_configs import component_config
+from porter.recipe.inputs import load_image
+from porter.recipe.sources import source_kind
+from porter.shims.interop import to_host
 from porter.transforms.dtypes import DTYPES
 
 #: ``generate.extra`` keys this family reads (the pipeline's own arguments)

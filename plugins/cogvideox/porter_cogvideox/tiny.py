@@ -9,9 +9,13 @@ import torch
 
 
 def build_pipeline(version: str = "1.0", seed: int = 0, image_to_video: bool = False):
-    from diffusers import (AutoencoderKLCogVideoX, CogVideoXDDIMScheduler,
-                           CogVideoXImageToVideoPipeline, CogVideoXPipeline,
-                           CogVideoXTransformer3DModel)
+    from diffusers import (
+        AutoencoderKLCogVideoX,
+        CogVideoXDDIMScheduler,
+        CogVideoXImageToVideoPipeline,
+        CogVideoXPipeline,
+        CogVideoXTransformer3DModel,
+    )
     from transformers import ByT5Tokenizer, T5Config, T5EncoderModel
 
     config = dict(num_attention_heads=2, attention_head_dim=16, in_channels=4,

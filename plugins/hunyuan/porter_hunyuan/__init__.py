@@ -1,10 +1,15 @@
 """Porter plugin for HunyuanVideo and HunyuanVideo 1.5."""
 
 from porter.plugins.hookspecs import hookimpl
-
 from porter_hunyuan.family import HunyuanFamily
-from porter_hunyuan.patches import KEY_MASK_15, ROPE_CACHE, ROPE_CACHE_15, \
-    TRACEABLE_FORWARD_15, VAE_FRAME_CAUSAL, VAE_FRAME_CAUSAL_15
+from porter_hunyuan.patches import (
+    KEY_MASK_15,
+    ROPE_CACHE,
+    ROPE_CACHE_15,
+    TRACEABLE_FORWARD_15,
+    VAE_FRAME_CAUSAL,
+    VAE_FRAME_CAUSAL_15,
+)
 
 
 @hookimpl

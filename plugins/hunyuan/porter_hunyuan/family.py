@@ -18,10 +18,9 @@ import torch
 from porter import families as guidance
 from porter.errors import UsageError
 from porter.families.base import StagedFamily
-from porter.shims.interop import to_host
 from porter.loading.model_configs import component_config, setting
+from porter.shims.interop import to_host
 from porter.transforms import rotary
-
 from porter_hunyuan.tiny import VAE_15 as TINY_VAE_15
 
 #: ``generate.extra`` keys each model reads (HunyuanVideoPipeline's own arguments)
@@ -202,7 +201,9 @@ class HunyuanFamily(StagedFamily):
                                     torch.device("cpu"), generator)
 
     def timesteps(self, pipe, recipe):
-        from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import retrieve_timesteps
+        from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import (
+            retrieve_timesteps,
+        )
 
         steps = recipe.generate.steps
         sigmas = np.linspace(1.0, 0.0, steps + 1)[:-1]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from porter.transforms.patches import Patch
 from porter.transforms import rotary
+from porter.transforms.patches import Patch
 from porter_hunyuan import transformer15
 
 ROPE_CACHE = Patch(

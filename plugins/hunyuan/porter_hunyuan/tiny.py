@@ -7,10 +7,19 @@ import torch
 
 
 def build_pipeline(seed: int = 0):
-    from diffusers import (AutoencoderKLHunyuanVideo, FlowMatchEulerDiscreteScheduler,
-                           HunyuanVideoPipeline, HunyuanVideoTransformer3DModel)
-    from transformers import (ByT5Tokenizer, CLIPTextConfig, CLIPTextModel, LlamaConfig,
-                              LlamaModel)
+    from diffusers import (
+        AutoencoderKLHunyuanVideo,
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanVideoPipeline,
+        HunyuanVideoTransformer3DModel,
+    )
+    from transformers import (
+        ByT5Tokenizer,
+        CLIPTextConfig,
+        CLIPTextModel,
+        LlamaConfig,
+        LlamaModel,
+    )
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -58,11 +67,20 @@ VAE_15 = dict(in_channels=3, out_channels=3, latent_channels=4, block_out_channe
 def build_pipeline_15(seed: int = 0, guidance_scale: float = 6.0):
     """A tiny HunyuanVideo 1.5 (shapes as in diffusers' own tests): Qwen2.5-VL text
     encoder, ByT5 glyph encoder, classifier-free guider."""
-    from diffusers import (AutoencoderKLHunyuanVideo15, FlowMatchEulerDiscreteScheduler,
-                           HunyuanVideo15Pipeline, HunyuanVideo15Transformer3DModel)
+    from diffusers import (
+        AutoencoderKLHunyuanVideo15,
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanVideo15Pipeline,
+        HunyuanVideo15Transformer3DModel,
+    )
     from diffusers.guiders import ClassifierFreeGuidance
-    from transformers import (ByT5Tokenizer, Qwen2_5_VLTextConfig, Qwen2_5_VLTextModel,
-                              T5Config, T5EncoderModel)
+    from transformers import (
+        ByT5Tokenizer,
+        Qwen2_5_VLTextConfig,
+        Qwen2_5_VLTextModel,
+        T5Config,
+        T5EncoderModel,
+    )
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

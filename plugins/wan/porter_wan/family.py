@@ -15,10 +15,9 @@ import torch
 
 from porter import families as guidance
 from porter.families.base import StagedFamily
-from porter.shims.interop import to_host
 from porter.loading.model_configs import cached_snapshot
+from porter.shims.interop import to_host
 from porter.transforms import rotary
-
 from porter_wan.layout import Layout
 from porter_wan.tiny import VARIANTS
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from porter.transforms.patches import Patch
 from porter.transforms import rotary
-
+from porter.transforms.patches import Patch
 
 ROPE_CACHE = Patch(
     name="wan.rope_cache",

@@ -5,14 +5,12 @@ weights; tests hold them to what a tiny run calls).
 
 from __future__ import annotations
 
-
 import torch
 
 from porter import families as guidance
 from porter.aot.programs import Input, Program
 from porter.loading.model_configs import checkpoint_root
 from porter.transforms.dtypes import component_dtype
-
 from porter_wan.layout import Layout
 
 

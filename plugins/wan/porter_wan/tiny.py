@@ -66,8 +66,12 @@ def build(variant: str | None = None, image: bool = False, seed: int = 0,
           transformer_config_overrides: dict | None = None):
     """The tiny pipeline of ``variant``; ``image``: as WanImageToVideoPipeline (always
     for the layouts that need an image)."""
-    from diffusers import (AutoencoderKLWan, WanImageToVideoPipeline, WanPipeline,
-                           WanTransformer3DModel)
+    from diffusers import (
+        AutoencoderKLWan,
+        WanImageToVideoPipeline,
+        WanPipeline,
+        WanTransformer3DModel,
+    )
     from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
 
     spec = _spec(variant)

@@ -16,6 +16,7 @@ import math
 
 import torch
 
+from porter.shims.compat import import_torchax
 from porter.transforms import Pass
 from porter.transforms.attention import backends, sharded
 from porter.transforms.attention.backends import BUILTIN, AttentionBackend
@@ -97,7 +98,6 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
 
 def install(env, recipe_attention, registry: dict, mesh, platform: str):
     """Override scaled_dot_product_attention in ``env``; returns an undo function."""
-    from porter.shims.compat import import_torchax
     interop = import_torchax().interop
 
     saved = {op: env._ops.get(op) for op in SDPA_OPS}

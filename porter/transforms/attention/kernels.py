@@ -139,7 +139,11 @@ def splash(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv: in
     every query in segment 1); any other mask falls back to ``blockwise``.
     """
     from jax.experimental.pallas.ops.tpu.splash_attention import (
-        splash_attention_kernel as kernel_lib, splash_attention_mask as mask_lib)
+        splash_attention_kernel as kernel_lib,
+    )
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_mask as mask_lib,
+    )
 
     batch, heads, q_len, _ = q.shape
     k_len = k.shape[2]

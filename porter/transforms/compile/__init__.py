@@ -9,8 +9,10 @@ import functools
 from dataclasses import dataclass, field
 
 from porter.recipe.schema import CompileRule
+from porter.shims.compat import import_torchax
 from porter.transforms import Pass, placement, sharding
-from porter.transforms.compile import autosplit, scan, traces as traces_mod
+from porter.transforms.compile import autosplit, scan
+from porter.transforms.compile import traces as traces_mod
 
 
 def rules(recipe, family, platform: str | None) -> dict[str, CompileRule]:
@@ -148,7 +150,6 @@ def _jit(module, rule: CompileRule, traces, split, jit_kwargs: dict):
     """torchax's JittableModule for ``module`` (weights as inputs of every program),
     each of ``rule.methods`` a call that splits the module if it cannot be traced; with
     ``rule.scan``, each list of identical blocks stacked and run as one scan."""
-    from porter.shims.compat import import_torchax
 
     torchax = import_torchax()
     compiled = torchax.compile(module, torchax.CompileOptions(methods_to_compile=[]))

@@ -24,13 +24,15 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from porter.runtime import atomic, distributed, notices
 from porter.shims import fixes as torchax_fixes
+from porter.shims.compat import import_torchax
 from porter.shims.tracing import model_frame, untraceable
 
 
 def holds_tensor(value) -> bool:
-    from torch.utils import _pytree
     import torch
+    from torch.utils import _pytree
 
     return any(isinstance(leaf, torch.Tensor) for leaf in _pytree.tree_leaves(value))
 
@@ -88,7 +90,6 @@ class Split:
         return split
 
     def failed(self, path: str, exc: BaseException) -> None:
-        from porter.runtime import notices
 
         where = model_frame(exc)
         reason = type(exc).__name__ + (f" at {where}" if where else "")
@@ -108,8 +109,6 @@ class Split:
         return {"eager": dict(self.eager), "compiled": sorted(self.compiled)}
 
     def _keep(self) -> None:
-        from porter.runtime import distributed
-        from porter.runtime import atomic
 
         if self.store is None or not distributed.writes():
             return
@@ -125,8 +124,6 @@ def programs(function, name: str, traces, jit_kwargs: dict):
     with the argument names ``static`` static besides the recipe's, one program per
     set of names, trace-cached as ``name`` where ``traces`` is given."""
     import jax
-
-    from porter.shims.compat import import_torchax
 
     interop = import_torchax().interop
     made: dict = {}

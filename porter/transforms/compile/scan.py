@@ -25,9 +25,14 @@ from dataclasses import dataclass
 
 import torch
 
+from porter.errors import UsageError
 from porter.shims import fixes as torchax_fixes
-from porter.shims.tracing import model_frame, untraceable
+from porter.shims.compat import import_torchax
 from porter.shims.interop import array_dtype
+from porter.shims.tracing import model_frame, untraceable
+from porter.transforms import attention
+from porter.transforms.compile import autosplit
+from porter.transforms.sharding import tensor_slots
 
 STACKED = "*"  # the block index's place in a stacked entry's name: blocks.*.attn1...
 
@@ -235,9 +240,6 @@ class ScanList(torch.nn.Module):
         block returns tensors (found by tracing one block for its shapes only)."""
         import jax
 
-        from porter.shims.compat import import_torchax
-        from porter.transforms import attention
-
         interop = import_torchax().interop
         names = [p.name for p in bound.signature.parameters.values()][1:]  # self
         first = {k: v[0] for k, v in interop.jax_view(self._weights).items()}
@@ -251,7 +253,6 @@ class ScanList(torch.nn.Module):
         return carried
 
     def _scan(self, bound, carried: list[str]):
-        from porter.shims.compat import import_torchax
 
         interop = import_torchax().interop
         start = tuple(bound.arguments[n] for n in carried)
@@ -278,9 +279,6 @@ def torch_scan(body, carry, xs, trips: int):
     returns torch tensors (pytrees of them), is traced once and runs ``trips`` times
     (attention inside it counted that many times); (the final carry, the ys stacked)."""
     import jax
-
-    from porter.shims.compat import import_torchax
-    from porter.transforms import attention
 
     interop = import_torchax().interop
 
@@ -315,9 +313,6 @@ def stack_in_place(jittable, lists: list[str]) -> None:
     block's memory is freed once its stack is made: the weights are never held twice."""
     from torchax.tensor import Tensor
 
-    from porter.shims.compat import import_torchax
-    from porter.transforms.sharding import tensor_slots
-
     env = import_torchax().default_env()
     slots = tensor_slots(jittable._model)
     for store in (jittable.params, jittable.buffers):
@@ -342,8 +337,6 @@ def refusing(traced, component: str, signature_of):
     """A compiled method over scanned blocks: ``traced(static_names, *args, **kwargs)``
     (as ``autosplit.splitting_call`` calls it), where what cannot be traced, or scanned,
     is the recipe's to settle (the weights are stacked: no block runs on its own)."""
-    from porter.errors import UsageError
-    from porter.transforms.compile import autosplit
 
     def call(*args, **kwargs):
         # a tensor the pipeline made on the host (no device given) crosses in here

@@ -29,6 +29,7 @@ import json
 import sys
 from pathlib import Path
 
+from porter.runtime import atomic, distributed, notices
 from porter.runtime.versions import versions
 
 _NOT_EXPORTABLE = object()
@@ -150,7 +151,6 @@ class TraceCache:
         return self.directory / f"{key}.exported"
 
     def _discard(self, key: str, why: str) -> None:
-        from porter.runtime import notices
 
         self._unproven.discard(key)
         self.discarded += 1
@@ -190,8 +190,6 @@ class TraceCache:
         return jax.jit(exported.call, compiler_options=compiler_options)
 
     def _write(self, path: Path, blob: bytes) -> None:
-        from porter.runtime import distributed, notices
-        from porter.runtime import atomic
 
         if not distributed.writes() or not self.writable:
             return
