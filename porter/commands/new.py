@@ -62,9 +62,9 @@ def text(path: Path, family, base: str | None) -> str:
     if base is not None:
         relative = os.path.relpath(Path(base).resolve(), path.parent.resolve())
         return head + EXTENDING.format(base=relative)
-    model = family.starter_model()
+    model = family.starter_model
     generate = "".join(f"  {key}: {value!r}\n".replace("'", '"')
-                       for key, value in family.starter_generate().items())
+                       for key, value in family.starter_generate.items())
     lines = [f"model:\n  family: {family.name}\n"]
     lines += [f"  {key}: {value}\n" for key, value in model.items()]
     return head + "".join(lines) + "\n" + SECTIONS.format(generate=generate)

@@ -1,8 +1,16 @@
-"""What a model family is to the core: ``ModelFamily`` and ``StagedFamily``
-(``base``), the generic family that runs any diffusers pipeline by its own loop
-(``generic``), and what every family's guidance comes to (``guided``, ``batch``)."""
+"""What a model family is to the core, and what a plugin subclasses: ``ModelFamily``
+(``base``: what every family declares), ``StagedFamily`` and ``Grid`` (``staged``: the
+steps the core's loop drives), ``GenericFamily`` (``generic``: any diffusers pipeline,
+run by its own loop); and what every family's guidance comes to (``guided``,
+``batch``)."""
 
 from __future__ import annotations
+
+from porter.families.base import ModelFamily
+from porter.families.generic import GenericFamily
+from porter.families.staged import Grid, StagedFamily
+
+__all__ = ["GenericFamily", "Grid", "ModelFamily", "StagedFamily", "batch", "guided"]
 
 
 def guided(family, recipe) -> bool:

@@ -1,13 +1,14 @@
-"""What a plugin teaches the core about one model family.
+"""What a plugin teaches the core about one model family: ``ModelFamily``.
 
-``ModelFamily`` is what every family declares: how a recipe becomes a diffusers
-pipeline (tiny, local or hub), its checks, configurations, shapes, rotary tables,
-plan estimates and compiled programs. How it generates is one of two
-(``staged``; ``porter.generate.runners`` runs either):
+A family is mostly declared: its name, its layouts, which components compile and how,
+which patches every run needs. What cannot be declared is a few methods: how a recipe
+becomes a diffusers pipeline (tiny, local or hub), the transformer's input shapes and
+costs, its rotary tables and compiled programs, and the checks its models need beyond
+the shared ones. How it generates is one of two (``staged``; ``porter.generate.runners``
+runs either):
 
-- ``StagedFamily``: the core's loop (``porter.generate.stages``) drives the steps the family
-  splits generation into (encode, initial latents, timesteps, one transformer call,
-  the scheduler step, decode) and owns guidance (``porter.generate.guidance``), stages,
+- ``porter.families.staged.StagedFamily``: the core's loop drives the few steps the
+  family says (encode, the transformer call, decode, ...) and owns guidance, stages,
   checkpoints and resuming. Wan, CogVideoX and HunyuanVideo are staged.
 - ``porter.families.generic.GenericFamily``: the pipeline's own ``__call__``.
 """
@@ -16,10 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from porter.errors import Problem
-from porter.recipe.inputs import INPUTS, PATH_KEYS
 
 
 class ModelFamily:
@@ -51,15 +49,12 @@ class ModelFamily:
     #: cache is refused on one it does not)
     stepped_transformers: tuple[str, ...] = ("transformer",)
 
-    def starter_model(self) -> dict:
-        """``model:`` keys (besides family) that `porter new` writes, as YAML text."""
-        return {"source": "tiny", "dtype": "float32"}
-
-    def starter_generate(self) -> dict:
-        """``generate:`` values that `porter new` writes."""
-        return {"prompt": "a red fox running through fresh snow", "negative_prompt": "",
-                "height": 64, "width": 64, "frames": 17, "steps": 4, "guidance_scale": 5.0,
-                "seed": 0}
+    #: ``model:`` keys (besides family) that `porter new` writes, as YAML text
+    starter_model: dict = {"source": "tiny", "dtype": "float32"}
+    #: ``generate:`` values that `porter new` writes
+    starter_generate: dict = {"prompt": "a red fox running through fresh snow",
+                              "negative_prompt": "", "height": 64, "width": 64,
+                              "frames": 17, "steps": 4, "guidance_scale": 5.0, "seed": 0}
 
     def rotary_patch_for(self, recipe) -> str | None:
         """The rotary patch for this recipe's model (families with several layouts)."""
@@ -145,94 +140,3 @@ class ModelFamily:
         None: the family cannot say before running (``porter compile`` reports it).
         A test should hold them to what a run calls (``porter.aot.programs.recorded``)."""
         return None
-
-
-class StagedFamily(ModelFamily):
-    """A family whose generation the core's loop drives (``porter.generate.stages``): each method
-    mirrors a piece of the pipeline's ``__call__``, so a run and a plain diffusers run
-    from the same seed agree."""
-
-    staged = True
-    #: conditioning entries that are embeddings: ``dtypes.text_embeddings`` casts these;
-    #: the rest (masks, image latents) keep their dtype
-    embedding_keys: tuple[str, ...] = ("prompt", "negative")
-    #: conditioning entries of the conditional branch -> the unconditional branch's
-    #: (``porter.generate.guidance`` hands ``call`` one side, or both batched); ``encode`` leaves
-    #: the unconditional ones out when the recipe does not guide
-    guidance_pairs: dict[str, str] = {"prompt": "negative"}
-    required = ("prompt", "height", "width", "frames", "steps")
-    #: input files (``porter.recipe.inputs.INPUTS``) the family reads (its checks say when);
-    #: any other is refused
-    inputs: tuple[str, ...] = ("image", "last_image")
-
-    def extra_keys(self, recipe) -> tuple[str, ...]:
-        """``generate.extra`` keys this family reads (its pipeline's own arguments, such
-        as CogVideoX's ``use_dynamic_cfg``); any other is refused, not ignored."""
-        return ()
-
-    def check(self, recipe) -> list[Problem]:
-        gen = recipe.generate
-        problems = super().check(recipe)
-        for key in (*INPUTS, *PATH_KEYS):
-            if key not in self.inputs and getattr(gen, key) is not None:
-                problems.append(recipe.problem(
-                    f"generate.{key}", f"family {self.name!r} takes no input {key}",
-                    hint="leave it out, or run the pipeline that takes it with "
-                    "model.family: generic (see docs/pipelines.md)"))
-        known = self.extra_keys(recipe)
-        for key in sorted(set(recipe.generate.extra) - set(known)):
-            problems.append(recipe.problem(
-                f"generate.extra.{key}", f"family {self.name!r} reads no {key!r} from "
-                "generate.extra", hint="it reads: " + (", ".join(known) or "none")))
-        return problems
-
-    def encode(self, pipe, recipe) -> dict[str, Any]:
-        """Text conditioning on the JAX device (runs inside the torchax env)."""
-        raise NotImplementedError
-
-    def initial_latents(self, pipe, recipe, generator):
-        """The initial noise as a CPU torch tensor, drawn from ``generator`` (the run's
-        CPU generator, seeded with ``generate.seed``) as the pipeline draws it: the same
-        on every platform."""
-        raise NotImplementedError
-
-    def timesteps(self, pipe, recipe):
-        """Prepare ``pipe.scheduler`` and return the timesteps to iterate."""
-        raise NotImplementedError
-
-    def cfg_scale(self, recipe) -> float:
-        """The classifier-free guidance scale the recipe asks for: above 1, both branches
-        run (a guidance-distilled model that takes its scale as an input says 1 unless
-        the recipe asks for true guidance too)."""
-        return recipe.generate.guidance_scale
-
-    def denoiser(self, pipe, timestep, sampling, recipe):
-        """The transformer that predicts this step and its guidance scale (two experts
-        switch at a boundary; a schedule may vary the scale). ``sampling``:
-        ``porter.generate.sampling.Sampling`` (the step's index, the schedule)."""
-        return pipe.transformer, recipe.generate.guidance_scale
-
-    def model_input(self, pipe, latents, timestep, conditioning: dict, model):
-        """The transformer's latent input for one branch (given frames or image latents
-        joined to the noise, in the transformer's dtype)."""
-        return latents.to(model.dtype)
-
-    def call(self, model, model_input, timestep, branch: dict, conditioning: dict):
-        """One transformer call: the noise prediction for ``model_input`` (batch 1, or 2
-        when ``porter.generate.guidance`` batches both branches). ``branch``: the entries of
-        ``guidance_pairs``' keys for this call (the conditional or unconditional ones,
-        or both concatenated); ``conditioning``: everything ``encode`` made."""
-        raise NotImplementedError
-
-    def step(self, pipe, noise, timestep, latents, sampling):
-        """The scheduler's step from the guided prediction to the next latents."""
-        return pipe.scheduler.step(noise, timestep, latents, return_dict=False)[0]
-
-    def final_latents(self, pipe, latents, conditioning: dict):
-        """The latents after the last step, as the pipeline hands them to the VAE
-        (a family that keeps given frames apart puts them back here)."""
-        return latents
-
-    def decode(self, pipe, latents, recipe) -> np.ndarray:
-        """Latents (CPU torch tensor) to frames: uint8 array (frames, height, width, 3)."""
-        raise NotImplementedError

@@ -119,10 +119,10 @@ class GenericFamily(ModelFamily):
     # the VAE's decode too: a VAE that cannot be traced whole is split automatically
     compiled = {"transformer": ("forward",), "vae": ("decode",)}
 
-    def starter_model(self):
-        return {"source": "path/to/saved/pipeline   # a diffusers directory or hub id",
-                "pipeline": "null              # e.g. LTXPipeline; default: model_index.json",
-                "dtype": "float32"}
+    starter_model = {"source": "path/to/saved/pipeline   # a diffusers directory or hub id",
+                     "pipeline": "null              # e.g. LTXPipeline; default: "
+                                 "model_index.json",
+                     "dtype": "float32"}
 
     def check(self, recipe):
         problems = super().check(recipe)

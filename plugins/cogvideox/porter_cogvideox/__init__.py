@@ -1,6 +1,6 @@
 """Porter plugin for CogVideoX (1.0: 2b, 5b; 1.5: 5B)."""
 
-from porter.plugins.hookspecs import hookimpl
+from porter import hookimpl
 from porter_cogvideox.family import CogVideoXFamily
 from porter_cogvideox.patches import ALL
 

@@ -16,25 +16,29 @@ import math
 
 import torch
 
-from porter import families as guidance
-from porter.families.base import StagedFamily
+from porter.families import Grid, StagedFamily, batch, guided
 from porter.loading.model_configs import component_config
 from porter.recipe.inputs import load_image
 from porter.recipe.sources import source_kind
 from porter.shims.interop import to_host
 from porter.transforms.dtypes import DTYPES
-
-#: ``generate.extra`` keys this family reads (the pipeline's own arguments)
-EXTRA = ("use_dynamic_cfg",)
-
+from porter_cogvideox import rules
 
 class CogVideoXFamily(StagedFamily):
     name = "cogvideox"
+    title = "CogVideoX"
     summary = ("CogVideoX 1.0 (2b, 5b) and 1.5 text-to-video (CogVideoXPipeline); "
                "image-to-video (variant v1-i2v, CogVideoXImageToVideoPipeline)")
     #: tiny layouts (``source: tiny``); a checkpoint's own come from its configuration
     variants = ("v1", "v1.5", "v1-i2v")
     rotary_patch = "cogvideox.rope_cache"
+    inputs = ("image",)
+    extra = ("use_dynamic_cfg",)  # the pipeline's own argument
+    text_tokens = 226  # the pipeline's default text length
+    starter_generate = {**StagedFamily.starter_generate, "height": 16, "width": 16,
+                        "frames": 9, "guidance_scale": 6.0, "max_sequence_length": 16,
+                        "cfg_parallel": True}
+    size_problems = rules.size_problems
     # the VAE decode too: eager, it runs op by op (and on every device of the mesh)
     compiled = {"text_encoder": ("forward",), "transformer": ("forward",),
                 "vae": ("decode",)}
@@ -67,12 +71,8 @@ class CogVideoXFamily(StagedFamily):
         from porter_cogvideox.configs import OFFICIAL
         return OFFICIAL.get(source)
 
-    def starter_model(self):
-        return {"source": "tiny", "dtype": "float32"}
-
-    def starter_generate(self):
-        return {**super().starter_generate(), "height": 16, "width": 16, "frames": 9,
-                "guidance_scale": 6.0, "max_sequence_length": 16, "cfg_parallel": True}
+    def grid(self, recipe):
+        return Grid(temporal=4, spatial=8, patch=2)
 
     def version(self, recipe) -> str | None:
         """'1.5' when the transformer patches time (patch_size_t), else '1.0'; None where
@@ -84,50 +84,8 @@ class CogVideoXFamily(StagedFamily):
             return None
         return "1.5" if config.get("patch_size_t") else "1.0"
 
-    def extra_keys(self, recipe):
-        return EXTRA
-
     def check(self, recipe):
-        problems = super().check(recipe)
-        gen = recipe.generate
-        image = gen.image
-        if self.is_i2v(recipe) and not (image and recipe.file_path("generate.image",
-                                                                    image).is_file()):
-            problems.append(recipe.problem("generate.image", "image-to-video needs an "
-                                           "existing image file",
-                                           hint="generate.image: path/to/first_frame.png"))
-        if image is not None and not self.is_i2v(recipe):
-            problems.append(recipe.problem("generate.image", "CogVideoX text-to-video takes "
-                                           "no image", hint="for image-to-video: "
-                                           "model.variant: v1-i2v"))
-        for key in ("last_image", "guidance_scale_2"):
-            if getattr(gen, key) is not None:
-                problems.append(recipe.problem(f"generate.{key}", "CogVideoX takes no "
-                                               f"{key.replace('_', ' ')}",
-                                               hint=f"leave generate.{key} out"))
-        frames, version = recipe.generate.frames, self.version(recipe)
-        if version == "1.5" and ((frames - 1) % 4 or ((frames - 1) // 4 + 1) % 2 == 0):
-            below = max(9, frames - (frames - 1) % 8)
-            problems.append(recipe.problem(
-                "generate.frames", f"CogVideoX 1.5 needs 4n+1 frames with an odd number of "
-                f"latent frames ((frames - 1) / 4 + 1), got {frames}",
-                hint=f"valid counts are 8k+1: try {below} or {below + 8} (81 is the default)"))
-        elif version == "1.0" and (frames - 1) % 4:
-            below = frames - (frames - 1) % 4
-            problems.append(recipe.problem(
-                "generate.frames", f"CogVideoX needs 4n+1 frames, got {frames}",
-                hint=f"try {below} or {below + 4} (49 is the default)"))
-        vae = recipe.dtypes.components.get("vae", recipe.model.dtype)
-        if vae != recipe.model.dtype:
-            problems.append(recipe.problem(
-                "dtypes.components.vae", f"the CogVideoX pipeline hands the VAE latents in "
-                f"the transformer's dtype ({recipe.model.dtype}): a {vae} VAE fails to "
-                "decode them", hint="leave the VAE in model.dtype, as diffusers runs it"))
-        for key in ("height", "width"):
-            if getattr(recipe.generate, key) % 16:
-                problems.append(recipe.problem(f"generate.{key}", "CogVideoX needs a "
-                                               "multiple of 16 (VAE 8 x patch 2)"))
-        return problems
+        return super().check(recipe) + rules.problems(self, recipe)
 
 
     # ------------------------------------------------------------------ the steps
@@ -150,7 +108,7 @@ class CogVideoXFamily(StagedFamily):
         gen = recipe.generate
         device = torch.device("jax")
         prompt, negative = pipe.encode_prompt(
-            gen.prompt, gen.negative_prompt, do_classifier_free_guidance=guidance.guided(self, recipe),
+            gen.prompt, gen.negative_prompt, do_classifier_free_guidance=guided(self, recipe),
             num_videos_per_prompt=1, max_sequence_length=self.text_length(recipe),
             device=device)
         conditioning = {"prompt": prompt}
@@ -259,44 +217,14 @@ class CogVideoXFamily(StagedFamily):
         from porter_cogvideox.programs import programs
         return programs(self, recipe, modules)
 
-    @staticmethod
-    def text_length(recipe) -> int:
-        """Text tokens per prompt: the recipe's, or the pipeline's own default (226)."""
-        if recipe.sets("generate.max_sequence_length"):
-            return recipe.generate.max_sequence_length
-        return 226
-
-    def size_problems(self, recipe, config):
-        """Learned positional embeddings (CogVideoX-5b-I2V) exist for one size only, and
-        absolute ones are laid out for exactly ``max_text_seq_length`` text tokens:
-        diffusers fails mid-step otherwise."""
-        gen, problems = recipe.generate, []
-        if config.get("use_learned_positional_embeddings"):
-            for key, sample in (("height", "sample_height"), ("width", "sample_width")):
-                want = config.get(sample, 0) * 8
-                if want and getattr(gen, key) != want:
-                    problems.append(recipe.problem(
-                        f"generate.{key}", f"this model's positional embeddings are "
-                        f"learned for {want} {key} only, got {getattr(gen, key)}",
-                        hint=f"set generate.{key}: {want}"))
-        text = self.text_length(recipe)
-        absolute = config.get("use_learned_positional_embeddings") or \
-            not config.get("use_rotary_positional_embeddings")
-        if absolute and text != config.get("max_text_seq_length", text):
-            problems.append(recipe.problem(
-                "generate.max_sequence_length", f"{text} text tokens; this model's "
-                f"positional embeddings take exactly {config['max_text_seq_length']}",
-                hint=f"set it to {config['max_text_seq_length']} or leave it out"))
-        return problems
-
     def transformer_inputs(self, recipe, config):
         gen = recipe.generate
-        batch = guidance.batch(self, recipe)
+        count = batch(self, recipe)
         frames = (gen.frames - 1) // 4 + 1
         if config.get("patch_size_t"):
             frames += frames % config["patch_size_t"]  # the pipeline pads to the patch
         text = self.text_length(recipe)
-        return {"hidden_states": (batch, frames, config["in_channels"], gen.height // 8,
+        return {"hidden_states": (count, frames, config["in_channels"], gen.height // 8,
                                   gen.width // 8),
-                "encoder_hidden_states": (batch, text, config["text_embed_dim"]),
-                "timestep": (batch,)}
+                "encoder_hidden_states": (count, text, config["text_embed_dim"]),
+                "timestep": (count,)}

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from porter import families as guidance
+from porter.families import batch as guidance_batch
+from porter.families import guided as guidance_guided
 from porter.aot.programs import Input, Program
 from porter.transforms.dtypes import component_dtype
 
@@ -15,7 +16,7 @@ from porter.transforms.dtypes import component_dtype
 def programs(family, recipe, modules: dict) -> list[Program]:
     gen = recipe.generate
     config = modules["transformer"].config
-    guided, batch = guidance.guided(family, recipe), guidance.batch(family, recipe)
+    guided, batch = guidance_guided(family, recipe), guidance_batch(family, recipe)
     passes = 2 if guided and batch == 1 else 1
     dtype = component_dtype(recipe, "transformer")
     text = family.text_length(recipe)

@@ -1,6 +1,6 @@
 """Porter plugin for HunyuanVideo and HunyuanVideo 1.5."""
 
-from porter.plugins.hookspecs import hookimpl
+from porter import hookimpl
 from porter_hunyuan.family import HunyuanFamily
 from porter_hunyuan.patches import (
     KEY_MASK_15,

@@ -15,9 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from porter import families as guidance
 from porter.errors import UsageError
-from porter.families.base import StagedFamily
+from porter.families import Grid, StagedFamily, batch, guided
 from porter.loading.model_configs import component_config, setting
 from porter.shims.interop import to_host
 from porter.transforms import rotary
@@ -26,12 +25,11 @@ from porter_hunyuan.tiny import VAE_15 as TINY_VAE_15
 #: ``generate.extra`` keys each model reads (HunyuanVideoPipeline's own arguments)
 EXTRA = {"v1": ("true_cfg_scale",), "v1.5": ()}
 
-#: HunyuanVideoPipeline's own text length (tokens kept after its prompt template)
-TEXT_TOKENS = 256
 
 
 class HunyuanFamily(StagedFamily):
     name = "hunyuan"
+    title = "HunyuanVideo"
     summary = ("HunyuanVideo (HunyuanVideoPipeline) and HunyuanVideo 1.5 "
                "(HunyuanVideo15Pipeline, variant v1.5) text-to-video")
     #: tiny layouts (``source: tiny``); a checkpoint's own come from its configuration
@@ -40,6 +38,10 @@ class HunyuanFamily(StagedFamily):
     # the text encoders run op by op: Llama and Qwen return a key-value cache object
     # from forward, which a compiled program cannot return
     scan_blocks = True  # each block's outputs are the next one's inputs
+    inputs = ()  # text-to-video
+    text_tokens = 256  # HunyuanVideoPipeline's own (tokens kept after its prompt template)
+    starter_generate = {**StagedFamily.starter_generate, "height": 16, "width": 16,
+                        "frames": 9, "guidance_scale": 6.0, "max_sequence_length": 16}
 
     def is_15(self, recipe) -> bool:
         """HunyuanVideo 1.5, from the checkpoint's transformer class; a tiny model's
@@ -96,39 +98,26 @@ class HunyuanFamily(StagedFamily):
         from porter_hunyuan.configs import OFFICIAL
         return OFFICIAL.get(source)
 
-    def starter_generate(self):
-        return {**super().starter_generate(), "height": 16, "width": 16, "frames": 9,
-                "guidance_scale": 6.0, "max_sequence_length": 16}
-
     def extra_keys(self, recipe):
         return EXTRA["v1.5" if self.is_15(recipe) else "v1"]
 
     def check(self, recipe):
         problems = super().check(recipe)
-        gen = recipe.generate
-        for key in ("image", "last_image", "guidance_scale_2"):
-            if getattr(gen, key) is not None:
-                problems.append(recipe.problem(f"generate.{key}", "HunyuanVideo text-to-video "
-                                               f"takes no {key.replace('_', ' ')}",
-                                               hint=f"leave generate.{key} out"))
-        frames = recipe.generate.frames
-        if (frames - 1) % 4:
-            below = frames - (frames - 1) % 4
-            problems.append(recipe.problem(
-                "generate.frames", f"HunyuanVideo needs 4n+1 frames, got {frames}",
-                hint=f"try {below} or {below + 4} (129 is the default)"))
-        for key in ("height", "width"):
-            if getattr(recipe.generate, key) % 16:
-                problems.append(recipe.problem(f"generate.{key}", "HunyuanVideo needs a "
-                                               "multiple of 16 (VAE 8 x patch 2)"))
+        if recipe.generate.guidance_scale_2 is not None:
+            problems.append(recipe.problem("generate.guidance_scale_2", "HunyuanVideo takes "
+                                           "no second guidance scale",
+                                           hint="leave generate.guidance_scale_2 out"))
         return problems
 
-    def transformer_inputs(self, recipe, config):
-        gen, batch = recipe.generate, guidance.batch(self, recipe)
+    def grid(self, recipe):
         time, space = self._compression(recipe)
-        return {"hidden_states": (batch, config["in_channels"], (gen.frames - 1) // time + 1,
-                                  gen.height // space, gen.width // space),
-                "timestep": (batch,)}
+        # the published transformers' patches: 2 latents across (1.5: 1)
+        return Grid(time, space, 1 if self.is_15(recipe) else 2)
+
+    def transformer_inputs(self, recipe, config):
+        count = batch(self, recipe)
+        return {"hidden_states": (count, config["in_channels"], *self.latent_grid(recipe)),
+                "timestep": (count,)}
 
     def rotary_tables(self, pipe, recipe):
         rope = pipe.transformer.rope
@@ -139,18 +128,11 @@ class HunyuanFamily(StagedFamily):
 
     # ------------------------------------------------------------------ the steps
 
-    @staticmethod
-    def text_length(recipe) -> int:
-        """Text tokens per prompt: the recipe's, or the pipeline's own default."""
-        if recipe.sets("generate.max_sequence_length"):
-            return recipe.generate.max_sequence_length
-        return TEXT_TOKENS
-
     def encode(self, pipe, recipe):
         gen, device = recipe.generate, torch.device("jax")
         dtype = pipe.transformer.dtype
         texts = [("prompt", gen.prompt)]
-        if guidance.guided(self, recipe):
+        if guided(self, recipe):
             texts.append(("negative", gen.negative_prompt))
         if self.is_15(recipe):
             self._check_guider(pipe, recipe)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from porter import families as guidance
+from porter.families import batch as guidance_batch
+from porter.families import guided
 from porter.aot.programs import Input, Program
 from porter.transforms.dtypes import component_dtype
 
@@ -32,8 +33,8 @@ def programs(family, recipe, modules: dict) -> list[Program]:
 def _transformer(family, recipe, config, shape) -> Program:
     """One denoising call of the transformer, as the run batches its guidance."""
     dtype = component_dtype(recipe, "transformer")
-    batch = guidance.batch(family, recipe)
-    passes = 2 if guidance.guided(family, recipe) and batch == 1 else 1
+    batch = guidance_batch(family, recipe)
+    passes = 2 if guided(family, recipe) and batch == 1 else 1
     inputs, kind = (_inputs_15(config, batch, dtype), "classifier-free guidance") \
         if family.is_15(recipe) else \
         (_inputs_v1(config, batch, dtype, family.text_length(recipe)), "true guidance")

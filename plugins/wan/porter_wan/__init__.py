@@ -1,6 +1,6 @@
 """Porter plugin for Wan video models (Wan 2.1 text-to-video)."""
 
-from porter.plugins.hookspecs import hookimpl
+from porter import hookimpl
 from porter_wan.family import WanFamily
 from porter_wan.patches import ROPE_CACHE, VAE_DECODE_SCAN, VAE_ENCODE_SCAN
 

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from porter.families import Grid
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -56,9 +58,9 @@ class Layout:
         return self.pos_embed_seq_len is not None
 
     @property
-    def pixels_per_patch(self) -> int:
-        """Height and width must be multiples of this."""
-        return self.spatial * self.patch
+    def grid(self) -> Grid:
+        """How this model divides a video (frames, latents, patches)."""
+        return Grid(self.temporal, self.spatial, self.patch)
 
     @classmethod
     def from_configs(cls, pipeline: dict, transformer: dict, vae: dict) -> "Layout":

@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import torch
 
-from porter import families as guidance
+from porter.families import batch as guidance_batch
+from porter.families import guided
 from porter.aot.programs import Input, Program
 from porter.loading.model_configs import checkpoint_root
 from porter.transforms.dtypes import component_dtype
-from porter_wan.layout import Layout
+from porter_wan import shapes
 
 
 def programs(family, recipe, modules: dict) -> list[Program]:
     """Encode (text, image), denoise (each expert, guidance passes as the run batches
     them) and decode, in the order a run makes them."""
-    layout = family._layout(recipe)
+    layout = family.layout_or_default(recipe)
     found = _encode(recipe, modules, layout)
     found += _denoise(family, recipe, modules, layout)
     found.append(Program("vae", "decode", (_latents(recipe, modules, layout, 1, "vae"),),
@@ -49,13 +50,13 @@ def _encode(recipe, modules, layout) -> list[Program]:
 
 def _denoise(family, recipe, modules, layout) -> list[Program]:
     gen = recipe.generate
-    batch = guidance.batch(family, recipe)
-    passes = 2 if guidance.guided(family, recipe) and batch == 1 else 1
+    batch = guidance_batch(family, recipe)
+    passes = 2 if guided(family, recipe) and batch == 1 else 1
     found = []
     for name, steps in _expert_steps(family, recipe, layout).items():
         config = modules[name].config
         dtype = component_dtype(recipe, name)
-        timestep = (batch, family._tokens(recipe, config)) if layout.expand_timesteps \
+        timestep = (batch, shapes.tokens(family, recipe, config)) if layout.expand_timesteps \
             else (batch,)
         kwargs = {"hidden_states": _latents(recipe, modules, layout, batch, name,
                                             config["in_channels"]),
@@ -83,15 +84,9 @@ def _denoise(family, recipe, modules, layout) -> list[Program]:
 
 def _latents(recipe, modules, layout, batch, component, channels=None) -> Input:
     """Latents (batch, channels, frames, height, width) in ``component``'s dtype."""
-    frames, height, width = _grid(recipe, layout)
+    frames, height, width = layout.grid.latents(recipe)
     channels = channels or modules["vae"].config["z_dim"]
     return Input((batch, channels, frames, height, width), component_dtype(recipe, component))
-
-
-def _grid(recipe, layout: Layout) -> tuple[int, int, int]:
-    gen = recipe.generate
-    return ((gen.frames - 1) // layout.temporal + 1, gen.height // layout.spatial,
-            gen.width // layout.spatial)
 
 
 def _clip_tokens(encoder) -> int:
