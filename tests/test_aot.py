@@ -215,7 +215,7 @@ def test_a_one_device_image_encoder_compiles_with_torchaxs_attention(monkeypatch
     with torchax's attention (in a run too), and compiles: the real recipe's encoder
     (its published configuration; about 20 s)."""
     from porter import cli
-    from porter.port import passes
+    from porter.transforms import attention
 
     args = ["compile", str(RECIPES / "wan-i2v-14b.yaml"), "--target", "v6e-8",
             "--program", "image_encoder.forward", "--json"]
@@ -224,7 +224,7 @@ def test_a_one_device_image_encoder_compiles_with_torchaxs_attention(monkeypatch
              if r["status"] == "compiled"]
     assert row["program"] == "image_encoder.forward" and row["fits"]
     # the recipe's attention in a one-device component: what failed before
-    monkeypatch.setattr(passes, "attention_skipped", lambda b: list(b.recipe.attention.skip))
+    monkeypatch.setattr(attention, "skipped", lambda b: list(b.recipe.attention.skip))
     assert cli.main(args) == 2
     assert "Received incompatible devices" in capsys.readouterr().err
 

@@ -65,7 +65,7 @@ def peak_rss_mb() -> float:
 def porter_validate(path, *overrides) -> int:
     """Exactly what `porter validate PATH [KEY=VALUE...]` runs, in this process."""
     args = cli.build_parser().parse_args(["validate", str(path), *overrides])
-    return cli.cmd_validate(args)
+    return cli.SUBCOMMANDS["validate"].handle(args)
 
 
 def validates_or_refuses(path, *overrides, seconds: float = 10.0):

@@ -557,7 +557,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from porter import runtime
+from porter.runtime import compile_cache
 
 compile_cache.enable(Path(sys.argv[1]))
 
@@ -667,7 +667,7 @@ def test_a_full_cache_disk_warns_and_leaves_no_empty_entries(tmp_path):
 
 @needs_namespaces
 def test_a_read_only_compile_cache_is_left_unused_with_a_warning(tmp_path):
-    check = (f"{sys.executable} -c 'from pathlib import Path; from porter import "
+    check = (f"{sys.executable} -c 'from pathlib import Path; from porter.runtime import "
              f"compile_cache; print(compile_cache.usable(Path(\"{tmp_path / 'mnt'}\")))'")
     done = in_small_filesystem(tmp_path, check, "ro")
     assert done.stdout.strip() == "False", done.stderr

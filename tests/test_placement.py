@@ -210,7 +210,8 @@ def test_checkpoint_components_are_read_tensor_by_tensor(saved, write):
         "source: tiny", f"source: {str(saved)!r}, dtype: bfloat16"))
     loaded = recipe.load(path)
     family = plugins.registry().family("wan")
-    pipe, found, _ = loading.load_for_port(family, loaded)
+    found = loading.load_for_port(family, loaded)
+    pipe, found = found.pipe, found.weights
     assert set(found) == {"transformer", "text_encoder", "vae"}
     assert all(p.is_meta for p in pipe.transformer.parameters())
     assert type(pipe.scheduler).__name__ == json.loads(

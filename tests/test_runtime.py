@@ -49,7 +49,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from porter import runtime
+from porter.runtime import compile_cache
 compile_cache.enable(Path(sys.argv[1]))
 jax.jit(lambda x: jnp.sin(x) * 3)(jnp.arange(4.0)).block_until_ready()
 """
@@ -78,7 +78,7 @@ def test_a_moved_compile_cache_still_hits(tmp_path):
 def test_request_cpu_devices_sets_flag_before_import(monkeypatch):
     import subprocess
     import sys
-    code = ("from porter import runtime; environment.request_cpu_devices(3); "
+    code = ("from porter.runtime import environment; environment.request_cpu_devices(3); "
             "import jax; print(jax.device_count())")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
