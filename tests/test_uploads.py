@@ -1,5 +1,5 @@
-"""What a server client may give as an image (porter.commands.uploads), and how deep a request
-body may nest (porter.commands.serve.nesting): no server needed."""
+"""What a server client may give as an image (porter.commands.serve.uploads), and how deep a request
+body may nest (porter.commands.serve.app.nesting): no server needed."""
 
 import base64
 import io
@@ -9,9 +9,9 @@ import os
 import pytest
 from PIL import Image
 
-from porter.commands import uploads
+from porter.commands.serve import uploads
 from porter.errors import UsageError
-from porter.commands.serve import nesting
+from porter.commands.serve.app import nesting
 
 
 def png(size=(8, 8), color=(200, 30, 30)) -> bytes:

@@ -1,50 +1,22 @@
-"""``porter serve R``: the recipe's port behind an HTTP JSON API (FastAPI, uvicorn).
-
-One model in memory; jobs (any generate settings) run one at a time in
-submission order from a bounded queue (``porter.commands.jobs``). The API:
-
-- ``POST /jobs``: submit (201; 400 with the messages ``porter validate`` gives;
-  429 when the queue is full; 503 while shutting down)
-- ``GET /jobs``, ``GET /jobs/{id}``: status, with the denoising step under way
-- ``GET /jobs/{id}/video``, ``GET /jobs/{id}/record``: the results of a done job
-- ``DELETE /jobs/{id}``: cancel a queued job (409 once it runs)
-- ``GET /health``; the OpenAPI description at ``/openapi.json``, pages at ``/docs``
-
-With a token (``--token`` or ``PORTER_TOKEN``) every request needs
-``Authorization: Bearer <token>``, the API description included; the server
-refuses to listen beyond this machine without one. A job's images come in the
-request as data URLs, or as names of files in the folder ``--inputs DIR`` names;
-the server opens no other path a client gives (``porter.commands.uploads``). A request body
-has at most ``MAX_BODY`` bytes and ``MAX_DEPTH`` levels of nesting; every refusal
-answers ``{"error": ...}``. SIGTERM (or Ctrl-C) stops taking jobs, lets the running job
-reach its next step end and save a checkpoint, and exits; a server started again
-on the same ``output.dir`` serves what is done and continues the rest.
-"""
-
+"""The HTTP side of ``porter serve``: the FastAPI application over a job queue, its
+routes, its refusals (``{"error": ...}``, bodies too large or too deep) and its OpenAPI
+description."""
 
 # no ``from __future__ import annotations``: FastAPI reads the handlers' annotations
 # (``Request``) at run time, from names local to ``build_app``
 import asyncio
 import contextlib
-import ipaddress
 import json
-import os
 import re
 import secrets
 
 import porter
-from porter import api
-from porter.commands import jobs as jobs_mod
-from porter.commands import uploads
-from porter.errors import Interrupted, RecipeError, UsageError, failure
-from porter.port import checks
+from porter.commands.serve import jobs as jobs_mod
+from porter.commands.serve import uploads
+from porter.errors import RecipeError, UsageError, failure
 from porter.recipe.inputs import INPUTS, PATH_KEYS
 from porter.recipe.schema import GenerateSection
-from porter.rundir import outputs
-from porter.rundir.outputs import output_dir
-from porter.runtime import distributed
 
-TOKEN_ENV = "PORTER_TOKEN"
 #: bytes a request body may have: room for two largest images as data URLs
 MAX_BODY = 12 * 2**20
 #: nesting a request body may have (a job's settings nest two levels)
@@ -52,7 +24,7 @@ MAX_DEPTH = 32
 
 
 def build_app(jobs, token: str | None = None):
-    """The FastAPI application serving ``jobs`` (a ``porter.commands.jobs.Jobs``)."""
+    """The FastAPI application serving ``jobs`` (a ``porter.commands.serve.jobs.Jobs``)."""
     from fastapi import Depends, FastAPI, HTTPException, Request
     from fastapi.openapi.docs import get_swagger_ui_html
     from fastapi.responses import FileResponse, JSONResponse
@@ -270,64 +242,3 @@ def _body_schema(section) -> dict:
 def _version() -> str:
 
     return porter.__version__
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def token_for(host: str, given: str | None) -> str | None:
-    """The bearer token (``--token``, else ``PORTER_TOKEN``); beyond loopback one is
-    required."""
-    token = given or os.environ.get(TOKEN_ENV) or None
-    if token is None and not is_loopback(host):
-        raise UsageError(f"--host {host} listens beyond this machine without a token",
-                         hint=f"set --token or {TOKEN_ENV} (clients then send "
-                              "'Authorization: Bearer <token>'), or listen on 127.0.0.1")
-    return token
-
-
-def inputs_folder(given: str | None):
-    """``--inputs DIR`` as an existing folder (None: clients send images' bytes)."""
-    from pathlib import Path
-
-    if given is None:
-        return None
-    folder = Path(given).expanduser()
-    if not folder.is_dir():
-        raise UsageError(f"--inputs {given}: not a folder",
-                         hint="name the folder whose image files clients may name")
-    return folder.resolve()
-
-
-def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
-          token: str | None = None, max_queue: int = 16, say=print,
-          inputs: str | None = None) -> dict:
-    """Load the port, then serve until SIGTERM/Ctrl-C; returns the queue's state at
-    the end."""
-    import uvicorn
-
-    token = token_for(host, token)
-    inputs = inputs_folder(inputs)
-    family = checks.checked_family(recipe, registry)
-    directory = output_dir(recipe)
-    distributed.initialize()
-    if distributed.process_count() > 1:
-        raise UsageError("porter serve runs in one process",
-                         hint="serve from one host; use `porter run --prompts` across hosts")
-    with outputs.owned(directory):
-        port_ = api.Port.open(recipe, registry, family, say)
-        queue = jobs_mod.Jobs(port_, directory, max_queue, say, inputs)
-        app = build_app(queue, token)
-        say(f"serving {recipe.path} on http://{host}:{port} (API description: /docs); "
-            f"jobs in {queue.directory}")
-        try:
-            uvicorn.run(app, host=host, port=port, log_level="warning")
-        except Interrupted:
-            pass  # uvicorn passes the signal on once it has shut down: that was the plan
-        return queue.state()

@@ -19,14 +19,15 @@ import threading
 import time
 from pathlib import Path
 
-from porter.commands import batch, uploads
+from porter.commands import batch
+from porter.commands.serve import uploads
 from porter.errors import Interrupted, UsageError, failure
 from porter.port import checks
 from porter.rundir import outputs, record
 from porter.runtime import atomic, interrupt, notices
 
 JOB = "job.json"
-#: a job's input files (images, videos), in its folder (``porter.commands.uploads``)
+#: a job's input files (images, videos), in its folder (``porter.commands.serve.uploads``)
 INPUTS = "inputs"
 #: a submitted job's input files while its settings are checked
 STAGING = ".incoming-"
@@ -118,7 +119,7 @@ class Jobs:
 
     def submit(self, settings: dict) -> Job:
         """Queue a job; its settings are checked first (``RecipeError``, as ``porter
-        validate`` reports them). Its input files (``porter.commands.uploads``) are
+        validate`` reports them). Its input files (``porter.commands.serve.uploads``) are
         copied into the job's folder: a job reads nothing outside it, and runs the same
         after a restart."""
         if not isinstance(settings, dict):
