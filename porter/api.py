@@ -100,15 +100,14 @@ class Port:
     modules; ``as_torch(name)`` calls one with torch tensors in and out.
     """
 
-    def __init__(self, recipe, registry, family, runtime, pipe, ported,
-                 load_timings: dict, compile_mark: dict):
-        self.recipe = recipe
-        self.registry = registry
-        self.family = family
-        self.runtime = runtime
-        self.pipe = pipe
-        self.ported = ported
-        self.load_timings = load_timings
+    def __init__(self, built: Building, compile_mark: dict):
+        self.recipe = built.recipe
+        self.registry = built.registry
+        self.family = built.family
+        self.runtime = built.runtime
+        self.pipe = built.pipe
+        self.ported = built.ported()
+        self.load_timings = built.timings
         self.calls = 0
         self._monitor = monitor.compile_monitor()
         self._compile_mark = compile_mark  # compile totals before loading began
@@ -134,8 +133,7 @@ class Port:
         with out_of_memory.explained(recipe, registry), building.stack, \
                 tracing.explained():
             passes.build(building)
-        return cls(recipe, registry, family, runtime, building.pipe, building.ported(),
-                   building.timings, compile_mark)
+        return cls(building, compile_mark)
 
     # ------------------------------------------------------------------ components
 
@@ -284,10 +282,7 @@ class Port:
             described = {"frames": int(frames.shape[0]), "height": int(frames.shape[1]),
                          "width": int(frames.shape[2])}
         described.update(written or {})
-        return record.build(recipe, self.runtime, outcome.timings, described,
-                            self.ported.patches, self.ported.weights,
-                            self.ported.checkpoint, outcome.history,
-                            outcome.warnings)
+        return record.build(recipe, self.runtime, self.ported, outcome, described)
 
     def close(self) -> None:
         """Let go of the pipeline (its device memory goes when nothing else holds it)."""

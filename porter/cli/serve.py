@@ -41,8 +41,8 @@ def handle(args) -> int:
     from porter.commands import serve  # lazy: only the subcommand asked for is imported
 
     loaded = common.load_recipe(args)
-    state = serve.serve(loaded, plugins.registry(), args.host, args.port, args.token,
-                        args.queue, say=notices.status, inputs=args.inputs)
+    listen = serve.Listen(args.host, args.port, args.token, args.queue, args.inputs)
+    state = serve.serve(loaded, plugins.registry(), listen, say=notices.status)
     print("stopped" + (f"; {state['queued']} job(s) left queued for the next start"
                        if state["queued"] else ""), file=sys.stderr)
     return 0

@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from porter import api
 from porter import recipe as recipe_mod
@@ -178,11 +179,12 @@ def run_batch(recipe, registry, prompts: Path, progress: bool = True,
     for item in bad:
         item.status = "failed"
         _report(f"{prompts}:{item.line}: item {item.name} cannot run: {item.problem}")
+    batch = Batch(recipe, prompts, directory, items, resume, say=say, summary=summary_name,
+                  progress=progress and distributed.writes())
     with contextlib.ExitStack() as owner:
         if distributed.writes() and not distributed.alone():  # alone: items are owned
             owner.enter_context(outputs.owned(directory))
-        return _owned_batch(family, recipe, registry, items, prompts, directory, say,
-                            progress and distributed.writes(), resume, summary_name)
+        return _owned_batch(batch, family, registry)
 
 
 def _earlier_batch_problem(directory: Path) -> None:
@@ -233,46 +235,85 @@ def _split(recipe, say):
     return recipe, lambda item: (item.index - 1) % count == index, f"batch-{index}.json"
 
 
-def _owned_batch(family, recipe, registry, items, prompts, directory, say, progress,
-                 resume, summary_name) -> dict:
-    from tqdm import tqdm
+@dataclass
+class Batch:
+    """One batch: its recipe, its items and where they go, how it reports."""
 
+    recipe: object
+    prompts: Path  # the --prompts file
+    directory: Path  # the batch's folder: an item's in it, batch.json beside them
+    items: list  # [Item]
+    resume: bool = False  # items done before are kept
+    progress: bool = False  # a progress bar on stderr
+    say: Callable = notices.quiet  # status lines
+    summary: str = SUMMARY  # this process's summary file
+
+
+def _owned_batch(batch: Batch, family, registry) -> dict:
     started = time.perf_counter()
-    if not items:  # more processes than items: this one has none
-        return {"summary": summary_name, "counts": {}, "items": [],
+    if not batch.items:  # more processes than items: this one has none
+        return {"summary": batch.summary, "counts": {}, "items": [],
                 "timings": {"total_s": 0.0}}
-    port = api.Port.open(recipe, registry, family, say)
-    if resume:  # an item is done if made from the files this port loaded
-        for item in items:
-            if not item.problem and _finished(directory / item.name, item.recipe,
-                                              port.inputs):
-                item.status = "skipped"
-        say(f"resuming in {directory}: {sum(i.status == 'skipped' for i in items)} of "
-            f"{len(items)} items already done")
-    summary = _Summary(directory / summary_name, prompts, port, started)
-    summary.write(items)  # from now on the directory says it holds a batch
-    todo = [item for item in items if item.status == "pending"]
-    bar = tqdm(total=len(items), initial=len(items) - len(todo), desc="batch",
-               unit="video", file=sys.stderr, disable=not progress, dynamic_ncols=True)
-    with bar:
-        for item in todo:
-            bar.set_postfix_str(item.name)
-
-            def on_step(done, total, name=item.name):
-                bar.set_postfix_str(f"{name}: step {done}/{total}")
+    port = api.Port.open(batch.recipe, registry, family, batch.say)
+    if batch.resume:  # an item is done if made from the files this port loaded
+        _skip_finished(batch, port)
+    summary = _Summary(batch.directory / batch.summary, batch.prompts, port, started)
+    summary.write(batch.items)  # from now on the directory says it holds a batch
+    with _Bar(batch) as bar:
+        for item in [item for item in batch.items if item.status == "pending"]:
             try:
-                _run_item(port, item, directory / item.name, resume, on_step, say)
+                _run_item(port, item, batch, bar.following(item.name))
             except Interrupted:
                 item.status, item.error = "interrupted", "stopped by a signal"
-                summary.write(items)
+                summary.write(batch.items)
                 raise
             except Exception as exc:  # one item failed: say why, go on
                 problem = failure(exc)
                 item.status, item.error = "failed", problem.render()
                 _report(f"item {item.name} failed: {problem.message}")
             bar.update()
-            summary.write(items)
-    return summary.write(items)
+            summary.write(batch.items)
+    return summary.write(batch.items)
+
+
+def _skip_finished(batch: Batch, port) -> None:
+    for item in batch.items:
+        if not item.problem and _finished(batch.directory / item.name, item.recipe,
+                                          port.inputs):
+            item.status = "skipped"
+    done = sum(item.status == "skipped" for item in batch.items)
+    batch.say(f"resuming in {batch.directory}: {done} of {len(batch.items)} items "
+              "already done")
+
+
+class _Bar:
+    """The batch's progress bar: videos done, the item under way and its step."""
+
+    def __init__(self, batch: Batch):
+        from tqdm import tqdm
+
+        todo = sum(item.status == "pending" for item in batch.items)
+        self.bar = tqdm(total=len(batch.items), initial=len(batch.items) - todo,
+                        desc="batch", unit="video", file=sys.stderr,
+                        disable=not batch.progress, dynamic_ncols=True)
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def following(self, name: str):
+        """``on_step`` for the item ``name``: its step in the bar."""
+        self.bar.set_postfix_str(name)
+
+        def on_step(done, total):
+            self.bar.set_postfix_str(f"{name}: step {done}/{total}")
+        return on_step
+
+    def update(self) -> None:
+        self.bar.update()
 
 
 def _report(message: str) -> None:
@@ -281,41 +322,45 @@ def _report(message: str) -> None:
         print(f"porter: {message}", file=sys.stderr, flush=True)
 
 
-def _run_item(port, item: Item, directory: Path, resume: bool, on_step, say) -> None:
+def _run_item(port, item: Item, batch: Batch, on_step) -> None:
     begin = time.perf_counter()
-    outcome = run_into(port, item.recipe, directory, resume, on_step, say, item.name)
+    call = Call(item.recipe, directory=batch.directory / item.name, on_step=on_step,
+                say=batch.say)
+    outcome = run_into(port, call, batch.resume, item.name)
     item.status = "done"
     item.seconds = round(time.perf_counter() - begin, 4)
     item.compile_s = outcome.timings["compile"]["seconds"]
 
 
-def run_into(port, recipe, directory: Path, resume: bool, on_step=None, say=None,
-             name: str = "item"):
-    """One generation into its own run directory, as ``porter run`` (``--resume``)
-    writes one: owned while it runs, every stage saved, video and record at the end.
-    With ``resume``, it continues after the directory's last complete stage or
-    checkpoint; files left by other settings start it over. Returns the Outcome."""
-    say = say or notices.quiet
+def run_into(port, call: Call, resume: bool, name: str = "item"):
+    """One generation into its own run directory (``call.directory``), as ``porter run``
+    (``--resume``) writes one: owned while it runs, every stage saved, video and record
+    at the end. With ``resume``, it continues after the directory's last complete stage
+    or checkpoint; files left by other settings start it over. Returns the Outcome."""
+    directory = call.directory
     with contextlib.ExitStack() as owner:
         if distributed.writes():
             owner.enter_context(outputs.owned(directory))
-        wanted, inputs = _continuation(port, recipe, directory, resume, say, name)
+        call.wanted, call.resumed = _continuation(port, call, resume, name)
         if distributed.writes():
-            results.invalidate(directory, wanted, keep_progress=inputs.progress is not None)
-        outcome = port.run(Call(recipe, wanted, directory, inputs, on_step=on_step))
-        run_mod.finish(port, recipe, outcome, directory)
+            results.invalidate(directory, call.wanted,
+                               keep_progress=call.resumed.progress is not None)
+        outcome = port.run(call)
+        run_mod.finish(port, call.recipe, outcome, directory)
     return outcome
 
 
-def _continuation(port, recipe, directory, resume, say, name):
-    runner = runners.of(port.family)
+def _continuation(port, call: Call, resume: bool, name: str):
+    """(the stages to run, what they continue from): after the directory's last
+    complete stage or checkpoint when resuming and its files fit, else all."""
+    runner, directory = runners.of(port.family), call.directory
     if not (resume and port.family.staged and directory.is_dir()):
         return runner.stages_to_run(directory, None, False), Resumed()
     wanted = runner.stages_to_run(directory, None, True)
     try:
-        return wanted, runner.continuation(directory, wanted, recipe, True)
+        return wanted, runner.continuation(directory, wanted, call.recipe, True)
     except UsageError as exc:
-        say(f"{name}: starting over ({exc.message})")
+        call.say(f"{name}: starting over ({exc.message})")
         return runner.stages_to_run(directory, None, False), Resumed()
 
 

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from porter.runtime import atomic, distributed, notices
+from porter.runtime import atomic, distributed
 from porter.runtime.memory import peak_memory
 from porter.runtime.versions import source_revision, versions
 from porter.shims import compat
@@ -35,9 +35,10 @@ def weights(placed: dict, timings: dict) -> dict:
             "components": placed}
 
 
-def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
-          placed: dict | None = None, checkpoint: dict | None = None,
-          history: list | None = None, warnings: list | None = None) -> dict:
+def build(recipe, runtime, ported, outcome, outputs: dict) -> dict:
+    """The record of one generation: the recipe and where it ran; what the port loaded,
+    patched and placed (``ported``, ``porter.port.building.Ported``); what the call took
+    and told (``outcome``: timings, history, warnings); what it wrote (``outputs``)."""
     return {
         "recipe": recipe.resolved(),
         "recipe_file": str(recipe.path) if recipe.path else None,
@@ -46,20 +47,21 @@ def build(recipe, runtime, timings: dict, outputs: dict, applied=(),
         "versions": versions(),
         "porter_source": source_revision(),
         "environment": environment(runtime),
-        "checkpoint": checkpoint,
-        "history": history or [],
+        "checkpoint": ported.checkpoint,
+        "history": outcome.history or [],
         "torchax_compat_overloads": len(compat.replaced_overloads),
         "device": {"platform": runtime.platform, "kind": runtime.device_kind,
                    "count": int(runtime.mesh.devices.size),
                    "processes": distributed.process_count()},
         "mesh": runtime.axes,
-        "patches": [{"name": p.name, "params": params, "fits": p.fits} for p, params in applied],
+        "patches": [{"name": p.name, "params": params, "fits": p.fits}
+                    for p, params in ported.patches],
         "compile_cache": str(runtime.cache) if runtime.cache else None,
-        "timings": timings,
-        "weights": weights(placed or {}, timings),
+        "timings": outcome.timings,
+        "weights": weights(ported.weights or {}, outcome.timings),
         "memory": peak_memory(runtime),
         "outputs": outputs,
-        "warnings": notices.given() if warnings is None else warnings,
+        "warnings": outcome.warnings,
     }
 
 

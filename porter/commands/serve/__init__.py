@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from porter import api
@@ -71,15 +72,25 @@ def inputs_folder(given: str | None):
     return folder.resolve()
 
 
-def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
-          token: str | None = None, max_queue: int = 16, say=print,
-          inputs: str | None = None) -> dict:
+@dataclass(frozen=True)
+class Listen:
+    """Where the server listens, for whom, and what it takes."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token: str | None = None  # None: PORTER_TOKEN's, if set (required beyond loopback)
+    queue: int = 16  # jobs that may wait
+    inputs: str | None = None  # the folder whose files jobs may name
+
+
+def serve(recipe, registry, listen: Listen = Listen(), say=print) -> dict:
     """Load the port, then serve until SIGTERM/Ctrl-C; returns the queue's state at
     the end."""
     import uvicorn
 
-    token = token_for(host, token)
-    inputs = inputs_folder(inputs)
+    host, port = listen.host, listen.port
+    token = token_for(host, listen.token)
+    inputs = inputs_folder(listen.inputs)
     family = checks.checked_family(recipe, registry)
     directory = output_dir(recipe)
     distributed.initialize()
@@ -88,7 +99,7 @@ def serve(recipe, registry, host: str = "127.0.0.1", port: int = 8000,
                          hint="serve from one host; use `porter run --prompts` across hosts")
     with outputs.owned(directory):
         port_ = api.Port.open(recipe, registry, family, say)
-        queue = jobs_mod.Jobs(port_, directory, max_queue, say, inputs)
+        queue = jobs_mod.Jobs(port_, directory, listen.queue, say, inputs)
         app = build_app(queue, token)
         say(f"serving {recipe.path} on http://{host}:{port} (API description: /docs); "
             f"jobs in {queue.directory}")

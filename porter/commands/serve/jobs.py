@@ -22,6 +22,7 @@ from pathlib import Path
 from porter.commands import batch
 from porter.commands.serve import uploads
 from porter.errors import Interrupted, UsageError, failure
+from porter.generate.call import Call
 from porter.port import checks
 from porter.rundir import outputs, record
 from porter.runtime import atomic, interrupt, notices
@@ -246,8 +247,9 @@ class Jobs:
             recipe = checks.with_settings(self.port.recipe, self.port.registry,
                                           self._settings(job), "request")
             job.steps = recipe.generate.steps
-            batch.run_into(self.port, recipe, self.directory / job.id, resume=True,
-                           on_step=on_step, say=self.say, name=f"job {job.id}")
+            call = Call(recipe, directory=self.directory / job.id, on_step=on_step,
+                        say=self.say)
+            batch.run_into(self.port, call, resume=True, name=f"job {job.id}")
             return False, ("done", None)
         except Interrupted as exc:
             self.say(f"job {job.id} stopped" + (f"; kept: {exc.saved}" if exc.saved else ""))
