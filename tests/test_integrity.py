@@ -868,9 +868,9 @@ def test_sizes_beyond_the_rotary_tables_fail_validate(capsys):
 def test_attention_too_large_for_the_device_fails_validate(capsys, monkeypatch):
     """Wan 1.3B at 480x832, 81 frames, on one 64 GiB device: with every score
     materialised (reference: float32, 96 GiB per layer) it cannot fit; blockwise can."""
-    from porter import cli, runtime
+    from porter import cli
     from porter.runtime import memory
-    monkeypatch.setattr(runtime, "device_memory",
+    monkeypatch.setattr(memory, "device_memory",
                         lambda devices: memory.Limit(64 * 2**30, "the machine's memory"))
     code = cli.main(["validate", str(RECIPES / "wan1.3b.yaml"), "mesh.dp=1", "mesh.tp=1",
                      "attention.backend=reference"])

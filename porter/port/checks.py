@@ -17,8 +17,7 @@ from porter.loading import abstract, checkpoints, config_values
 from porter.port import estimates, passes
 from porter.recipe import sources
 from porter.recipe.inputs import INPUTS
-from porter.runtime import configure, resolve_mesh
-from porter.runtime.memory import device_memory
+from porter.runtime import configure, memory, resolve_mesh
 from porter.transforms import attention, lora
 from porter.transforms.attention import backends
 from porter.transforms.sharding import human_bytes
@@ -221,14 +220,14 @@ def memory_problems(recipe, registry, family, modules: dict, axes: dict) -> list
     weights = sum(c["bytes_per_device"] for c in estimates.weights(recipe, modules, axes))
     need = estimates.attention_need(recipe, registry, weights,
                                     estimates.step_costs(recipe, family, modules, axes))
-    memory = device_memory(math.prod(axes.values()))
-    if memory is None or need is None or need["bytes"] <= memory.bytes:
+    limit = memory.device_memory(math.prod(axes.values()))
+    if limit is None or need is None or need["bytes"] <= limit.bytes:
         return []
     return [recipe.problem(
         "attention.backend", f"{need['attention']}-attention scores at this size take "
         f"{human_bytes(need['scores'])} per layer and device ({need['shape']}); twice that "
         f"(scores and softmax) with the weights is about {human_bytes(need['bytes'])}, more "
-        f"than the {human_bytes(memory.bytes)} a device has (set by {memory.source})",
+        f"than the {human_bytes(limit.bytes)} a device has (set by {limit.source})",
         hint="use attention.backend: blockwise (memory ~ block_q x block_kv) or auto, or "
              "a smaller size; `porter plan` shows the numbers")]
 

@@ -14,7 +14,7 @@ import contextlib
 
 from porter.errors import OutOfMemory, PorterError, is_out_of_memory
 from porter.port import estimates
-from porter.runtime.memory import device_memory
+from porter.runtime import memory
 from porter.transforms.attention import backends
 from porter.transforms.sharding import human_bytes
 
@@ -57,7 +57,7 @@ def _estimate(recipe, registry) -> str | None:
         built = estimates.build(recipe, registry)
         need = estimates.attention_need(recipe, registry, built["weights_bytes_per_device"],
                                         built["estimates"])
-        memory = device_memory(built["devices"])
+        limit = memory.device_memory(built["devices"])
     except Exception:  # noqa: BLE001 - the estimate is extra; the refusal stands alone
         return None
     human = human_bytes
@@ -66,8 +66,8 @@ def _estimate(recipe, registry) -> str | None:
         kept = ", kept twice (scores and softmax)" if need["materialised"] else " (blocks)"
         text += (f" and {need['attention']}-attention scores {human(need['scores'])} per "
                  f"layer{kept}: about {human(need['bytes'])}")
-    if memory is not None:
-        text += f", of the {human(memory.bytes)} a device has (set by {memory.source})"
+    if limit is not None:
+        text += f", of the {human(limit.bytes)} a device has (set by {limit.source})"
     return text
 
 
