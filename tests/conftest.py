@@ -15,11 +15,10 @@ os.environ.setdefault("PORTER_CACHE_DIR", tempfile.mkdtemp(prefix="porter-test-c
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/models: tiny pipelines
-RECIPES = ROOT / "recipes"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/support, models, matrix
+
+from support import RECIPES  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -81,138 +80,51 @@ def write(tmp_path):
     return _write
 
 
-TINY_RECIPE = """\
-model: {family: wan, source: tiny}
-generate:
-  prompt: "a cat"
-  height: 32
-  width: 32
-  frames: 9
-  steps: 3
-  max_sequence_length: 16
-"""
-
-
-def diffusers_latents(recipe):
-    """Final latents of the plain diffusers WanPipeline (tiny weights) for a recipe."""
-    import torch
+@pytest.fixture(scope="session")
+def saved_tiny(tmp_path_factory):
+    """The tiny Wan pipeline as save_pretrained writes it: a local checkpoint."""
     from porter_wan.tiny import build_pipeline
 
-    gen = recipe.generate
-    pipe = build_pipeline()
-    for module in (pipe.transformer, pipe.vae, pipe.text_encoder):
-        module.eval()
-    return pipe(gen.prompt, negative_prompt=gen.negative_prompt, height=gen.height,
-                width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
-                guidance_scale=gen.guidance_scale, max_sequence_length=gen.max_sequence_length,
-                generator=torch.Generator().manual_seed(gen.seed), output_type="latent").frames
+    directory = tmp_path_factory.mktemp("saved-wan")
+    build_pipeline().save_pretrained(directory)
+    return directory
 
 
-def lowered_text(module, runtime, **inputs) -> str:
-    """StableHLO of a compiled (torchax) module's forward for these keyword inputs."""
-    import functools
+@pytest.fixture(scope="module")
+def recipe_path(tmp_path_factory):
+    """The tiny Wan recipe the step-cache tests run (guided, rotary tables precomputed)."""
+    path = tmp_path_factory.mktemp("cache") / "tiny.yaml"
+    path.write_text("""\
+model: {family: wan, source: tiny}
+generate: {prompt: "a cat", height: 32, width: 32, frames: 9, steps: 3,
+           guidance_scale: 5.0, max_sequence_length: 16}
+rotary: {precompute: true}
+""")
+    return path
 
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A folder with the hostile neighbours a recipe may point at."""
+    root = tmp_path_factory.mktemp("hostile")
+    (root / "base.yaml").write_text((RECIPES / "wan-base.yaml").read_text())
+    os.mkfifo(root / "fifo")  # open() blocks until someone writes
+    (root / "loop_a").symlink_to(root / "loop_b")
+    (root / "loop_b").symlink_to(root / "loop_a")
+    (root / "subdir").mkdir()
+    return root
+
+
+@pytest.fixture(scope="module")
+def warm():
+    """Start JAX (8 CPU devices, from conftest) and import the models once, so that
+    time bounds measure validation, not first imports; and a hostile
+    runtime.platform cannot change which platform JAX starts. A module whose tests are
+    timed asks for it: ``pytestmark = pytest.mark.usefixtures("warm")``."""
     import jax
-    from porter.shims.compat import import_torchax
 
-    interop = import_torchax().interop
-    with runtime.env:
-        fn = interop.jax_view(functools.partial(module.functional_call, "forward"))
-        return jax.jit(fn, static_argnames=("return_dict",)).lower(
-            interop.jax_view(module.params), interop.jax_view(module.buffers),
-            return_dict=False, **interop.jax_view(inputs)).as_text()
+    from support import hostile
 
-
-def interrupt_at_step(monkeypatch, scheduler, step: int) -> None:
-    """``scheduler.step`` raises a real SIGINT in this process at its ``step``-th call
-    (that step finishes, is saved, the run stops); ``monkeypatch.undo()`` or the end of
-    the test puts it back."""
-    import signal
-
-    original, calls = scheduler.step, []
-
-    def signalled(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == step:
-            signal.raise_signal(signal.SIGINT)
-        return original(self, *args, **kwargs)
-    monkeypatch.setattr(scheduler, "step", signalled)
-
-
-def terminate_after(child, path: Path, seconds: float) -> str:
-    """SIGTERM to ``child`` once ``path`` exists (a checkpoint written); its stderr."""
-    import signal
-    import time
-
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        assert child.poll() is None, child.communicate()
-        assert time.monotonic() < deadline, f"no {path.name} within {seconds} s"
-        time.sleep(0.05)
-    child.send_signal(signal.SIGTERM)
-    return child.communicate(timeout=120)[1]
-
-
-def slow_porter(scheduler: str) -> str:
-    """Source of a child process that runs the porter CLI with ``scheduler``'s step
-    slowed down, so a signal sent after a checkpoint lands mid-denoising."""
-    return f"""\
-import functools, sys, time
-import diffusers
-step = diffusers.{scheduler}.step
-@functools.wraps(step)  # the same signature: pipelines pass what it names (generator)
-def slow(self, *args, **kwargs):
-    time.sleep(0.5)
-    return step(self, *args, **kwargs)
-diffusers.{scheduler}.step = slow
-from porter.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-#: Source of a child process that runs the porter CLI on a disk that is full for one
-#: file: the first argument is part of its name; writing it fails with ENOSPC.
-FULL_DISK = """\
-import builtins, errno, sys
-
-opened = builtins.open
-
-
-class Full:
-    '''A file on a disk that is full: write() fails as the kernel's does, naming no
-    file.'''
-    def __init__(self, handle):
-        self.handle = handle
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.handle.close()
-
-    def write(self, data):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-
-def full_open(file, mode="r", *args, **kwargs):
-    handle = opened(file, mode, *args, **kwargs)
-    return Full(handle) if "w" in mode and FULL in str(file) else handle
-
-
-FULL = sys.argv.pop(1)  # the file whose writes fail
-builtins.open = full_open
-from porter.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-class Positions(torch.nn.Module):
-    """A module adding its input to positions a caller made on the host (a pipeline's
-    ``torch.arange(n)``): what crosses into a compiled program with no device."""
-
-    def __init__(self):
-        super().__init__()
-        self.scale = torch.nn.Parameter(torch.tensor(2.0))
-
-    def forward(self, x, positions):
-        return x + self.scale * positions
+    assert jax.device_count() == 8
+    for name in hostile.SEEDS:
+        assert hostile.porter_validate(RECIPES / name) == 0

@@ -13,7 +13,8 @@ import torch
 import porter
 from porter.errors import RecipeError
 
-from conftest import ROOT, TINY_RECIPE, diffusers_latents
+from support import ROOT, TINY_RECIPE
+from support.references import diffusers_latents
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,7 @@
-"""The package's layout as the README shows it, and no import cycle in it (imports inside
-functions count: one there would only hide a cycle)."""
+"""The package's layout as the README shows it: packages in layers that only point down,
+no import cycle (imports inside functions count: one there would only hide a cycle),
+Porter's own modules imported at module level unless a reason is given, tests where
+the code they test is."""
 
 import ast
 import re
@@ -7,6 +9,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "porter"
+TESTS = ROOT / "tests"
+
+#: the layers, bottom up: a module imports from its own layer and the ones below it,
+#: never from one above (the README's Layout lists them top down)
+LAYERS = ("porter.errors", "porter.shims", "porter.runtime", "porter.recipe",
+          "porter.families", "porter.transforms", "porter.loading", "porter.stepcache",
+          "porter.rundir", "porter.generate", "porter.port", "porter.aot",
+          "porter.plugins", "porter.api", "porter.commands", "porter.cli", "porter")
 
 
 def module_name(path: Path) -> str:
@@ -16,22 +26,32 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imported(path: Path, modules: set[str]) -> set[str]:
-    """The porter modules ``path`` imports, wherever in the file the import is."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+def imports(path: Path, modules: set[str]):
+    """(porter module imported, the import node, inside a function?) for each import of
+    Porter's own modules in ``path``, wherever in the file it is."""
+    tree = ast.parse(path.read_text())
+    inner = {id(sub) for node in ast.walk(tree)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for sub in ast.walk(node) if sub is not node}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         else:
             continue
+        found = set()
         for name in names:
             while name and name not in modules:  # porter.x.y -> porter.x when y is a name
                 name = name.rpartition(".")[0]
             if name:
                 found.add(name)
-    return found
+        for name in found:
+            yield name, node, id(node) in inner
+
+
+def imported(path: Path, modules: set[str]) -> set[str]:
+    return {name for name, _, _ in imports(path, modules)}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -66,8 +86,19 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def layer(module: str) -> int:
+    """The index in LAYERS of the longest prefix naming ``module``."""
+    return max((i for i, name in enumerate(LAYERS)
+                if module == name or module.startswith(name + ".")),
+               key=lambda i: len(LAYERS[i]))
+
+
+def sources() -> dict[str, Path]:
+    return {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
 def test_porter_has_no_import_cycle():
-    files = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    files = sources()
     modules = set(files)
     # a package's __init__ importing its own submodules is no cycle: Python loads them
     # after the package; a submodule importing its package is
@@ -86,7 +117,48 @@ def test_the_detector_finds_a_cycle_through_a_function_level_import(tmp_path):
     assert cycles(graph) == [["porter.a", "porter.b"]]
 
 
-def test_the_readme_layout_names_every_module_and_package():
+def test_no_module_imports_from_a_layer_above_its_own():
+    files = sources()
+    modules = set(files)
+    # ``from porter import x`` imports the package ``porter`` too, as every import of a
+    # module inside it does: only the module named counts
+    upward = [f"{name} -> {target}" + (" (in a function)" if inside else "")
+              for name, path in files.items()
+              for target, _, inside in imports(path, modules)
+              if target != "porter" and layer(target) > layer(name)]
+    assert upward == []
+
+
+def test_the_layer_check_finds_an_upward_import(tmp_path):
+    (tmp_path / "x.py").write_text("def f():\n    from porter.commands import run\n")
+    modules = {"porter.runtime.x", "porter.commands.run"}
+    found = [(target, inside) for target, _, inside in imports(tmp_path / "x.py", modules)]
+    assert found == [("porter.commands.run", True)]
+    assert layer("porter.commands.run") > layer("porter.runtime.x")
+
+
+def test_every_module_of_porter_is_in_a_layer():
+    for name in sources():
+        assert any(name == layer_ or name.startswith(layer_ + ".") for layer_ in LAYERS), name
+
+
+def test_function_level_imports_of_porter_say_why():
+    """Porter's own modules are imported at module level; one imported inside a
+    function (the CLI imports the subcommand asked for; ``import porter`` imports
+    neither JAX nor torch) says why, in a ``# lazy:`` comment on its line or above."""
+    files = sources()
+    modules = set(files)
+    silent = []
+    for name, path in files.items():
+        lines = path.read_text().splitlines()
+        for _, node, inside in imports(path, modules):
+            said = " ".join(lines[max(0, node.lineno - 3):node.end_lineno])
+            if inside and "# lazy:" not in said:
+                silent.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert sorted(set(silent)) == []
+
+
+def test_the_readme_layout_names_every_package_and_module():
     readme = (ROOT / "README.md").read_text()
     layout = readme.split("## Layout", 1)[1].split("```", 2)[1]
     for path in sorted(PACKAGE.iterdir()):
@@ -95,6 +167,33 @@ def test_the_readme_layout_names_every_module_and_package():
         name = path.name if path.is_dir() else path.stem
         shown = f"{name}/" if path.is_dir() else f"{name}.py"
         assert re.search(rf"(?<![\w/]){re.escape(shown)}", layout), shown
-    for module in sorted(PACKAGE.glob("*/*.py")):  # each package's modules, by name
-        if module.stem != "__init__":
+    for module in sorted(PACKAGE.rglob("*.py")):  # each package's modules, by name
+        if module.parent != PACKAGE and not module.stem.startswith("__"):
             assert re.search(rf"\b{module.stem}\b", layout), module.relative_to(PACKAGE)
+
+
+def test_tests_are_where_the_code_they_test_is():
+    """A test file of porter's code sits in the folder of its package (tests/<package>/
+    test_<module>.py); tests/e2e holds whole runs, tests/porter_<family> a plugin's,
+    tests/benchmarks the benchmark scripts'."""
+    packages = {path.name for path in PACKAGE.iterdir() if path.is_dir()
+                and path.name != "__pycache__"}
+    others = {"e2e", "benchmarks"} | {path.name for path in ROOT.glob("plugins/*/porter_*")}
+    helpers = {"support", "models", "matrix"}
+    for test in TESTS.rglob("test_*.py"):
+        folder = test.relative_to(TESTS).parts[0]
+        if test.parent == TESTS:
+            continue  # about porter as a whole: its face, its layout
+        assert folder in packages | others | helpers, test.relative_to(ROOT)
+        assert folder not in helpers, test.relative_to(ROOT)
+    for folder in TESTS.iterdir():
+        if folder.is_dir() and folder.name in packages:
+            for test in folder.rglob("test_*.py"):  # a package's tests mirror its tree
+                below = test.relative_to(folder).parent
+                assert (PACKAGE / folder.name / below).is_dir(), test.relative_to(ROOT)
+
+
+def test_no_test_file_is_over_400_lines():
+    long = [f"{path.relative_to(ROOT)}: {n}" for path in TESTS.rglob("test_*.py")
+            if (n := len(path.read_text().splitlines())) > 400]
+    assert long == []

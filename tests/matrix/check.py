@@ -144,10 +144,9 @@ def recipe_text(entry, source, inputs: dict) -> dict:
 def porter_frames(entry, source, folder: Path, inputs: dict) -> np.ndarray:
     import yaml
 
-
-    from porter.commands.validate import validate
     from porter import plugins, recipe
     from porter.commands.run import run
+    from porter.commands.validate import validate
 
     path = folder / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe_text(entry, source, inputs)))

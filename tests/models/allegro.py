@@ -12,8 +12,12 @@ def build_allegro_pipeline():
     # with the diffusers test's own call (height=16, width=16, num_frames=8) no tile fits and
     # every frame is a constant 0.5, so compare latents there. Tiling is not saved: call
     # pipe.vae.enable_tiling() again after from_pretrained.
-    from diffusers import (AllegroPipeline, AllegroTransformer3DModel, AutoencoderKLAllegro,
-                           DDIMScheduler)
+    from diffusers import (
+        AllegroPipeline,
+        AllegroTransformer3DModel,
+        AutoencoderKLAllegro,
+        DDIMScheduler,
+    )
     from transformers import ByT5Tokenizer, T5Config, T5EncoderModel
 
     with torch.random.fork_rng(devices=[]):

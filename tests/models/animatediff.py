@@ -35,8 +35,14 @@ def animatediff_components(small=False, controlnet=None):
     ``small``: the (8, 8)-channel variant of the PAG, ControlNet and video-to-video
     ControlNet tests; ``controlnet``: "controlnet" (a ControlNetModel) or "sparse" (a
     SparseControlNetModel) as in those tests."""
-    from diffusers import (AutoencoderKL, ControlNetModel, DDIMScheduler, MotionAdapter,
-                           SparseControlNetModel, UNet2DConditionModel)
+    from diffusers import (
+        AutoencoderKL,
+        ControlNetModel,
+        DDIMScheduler,
+        MotionAdapter,
+        SparseControlNetModel,
+        UNet2DConditionModel,
+    )
 
     channels, cross = ((8, 8), 8) if small else ((32, 64), 32)
     found = {}

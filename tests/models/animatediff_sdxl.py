@@ -10,8 +10,13 @@ def build_animatediff_sdxl_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe("a cat", height=16, width=16,
     # num_frames=2, num_inference_steps=2, guidance_scale=7.5, output_type="np") gives
     # 2 finite 16x16 frames.
-    from diffusers import (AnimateDiffSDXLPipeline, AutoencoderKL, DDIMScheduler,
-                           MotionAdapter, UNet2DConditionModel)
+    from diffusers import (
+        AnimateDiffSDXLPipeline,
+        AutoencoderKL,
+        DDIMScheduler,
+        MotionAdapter,
+        UNet2DConditionModel,
+    )
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection
 
     with torch.random.fork_rng(devices=[]):

@@ -9,8 +9,11 @@ def build_chronoedit_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe(image, "a cat", height=16, width=16,
     # num_frames=5, num_inference_steps=2, guidance_scale=6.0, max_sequence_length=16,
     # output_type="np") gives finite 16x16 frames.
-    from diffusers import (ChronoEditPipeline, ChronoEditTransformer3DModel,
-                           FlowMatchEulerDiscreteScheduler)
+    from diffusers import (
+        ChronoEditPipeline,
+        ChronoEditTransformer3DModel,
+        FlowMatchEulerDiscreteScheduler,
+    )
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

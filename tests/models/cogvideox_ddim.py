@@ -9,8 +9,12 @@ def build_cogvideox_ddim_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe("a cat", height=16, width=16, num_frames=8,
     # num_inference_steps=2, guidance_scale=6.0, max_sequence_length=16, output_type="np")
     # gives 8 finite 16x16 frames (the transformer's max_text_seq_length is 16).
-    from diffusers import (AutoencoderKLCogVideoX, CogVideoXPipeline,
-                           CogVideoXTransformer3DModel, DDIMScheduler)
+    from diffusers import (
+        AutoencoderKLCogVideoX,
+        CogVideoXPipeline,
+        CogVideoXTransformer3DModel,
+        DDIMScheduler,
+    )
     from transformers import ByT5Tokenizer, T5Config, T5EncoderModel
 
     with torch.random.fork_rng(devices=[]):

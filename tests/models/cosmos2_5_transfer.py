@@ -13,8 +13,13 @@ def build_cosmos2_5_transfer_pipeline():
     # frames>, height=32, width=32, num_frames=3, num_frames_per_chunk=16,
     # num_inference_steps=2, guidance_scale=3.0, max_sequence_length=16) fails with
     # NameError: name 'transforms' is not defined (controlnet_cosmos.py:201).
-    from diffusers import (AutoencoderKLWan, Cosmos2_5_TransferPipeline, CosmosControlNetModel,
-                           CosmosTransformer3DModel, UniPCMultistepScheduler)
+    from diffusers import (
+        AutoencoderKLWan,
+        Cosmos2_5_TransferPipeline,
+        CosmosControlNetModel,
+        CosmosTransformer3DModel,
+        UniPCMultistepScheduler,
+    )
 
     from models.cosmos2_5_predict import tiny_qwen2_5_vl
     from models.cosmos_safety import DummyCosmosSafetyChecker

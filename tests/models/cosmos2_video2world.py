@@ -10,8 +10,12 @@ def build_cosmos2_video2world_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe(image=<32x32 image>, prompt="a cat",
     # height=32, width=32, num_frames=9, num_inference_steps=2, guidance_scale=3.0,
     # max_sequence_length=16, output_type="np") gives 9 finite 32x32 frames.
-    from diffusers import (AutoencoderKLWan, Cosmos2VideoToWorldPipeline,
-                           CosmosTransformer3DModel, FlowMatchEulerDiscreteScheduler)
+    from diffusers import (
+        AutoencoderKLWan,
+        Cosmos2VideoToWorldPipeline,
+        CosmosTransformer3DModel,
+        FlowMatchEulerDiscreteScheduler,
+    )
     from transformers import ByT5Tokenizer
 
     from models.cosmos_safety import DummyCosmosSafetyChecker

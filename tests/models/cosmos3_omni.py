@@ -11,8 +11,12 @@ def build_cosmos3_omni_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe("a cat", height=16, width=16,
     # num_frames=5, num_inference_steps=2, guidance_scale=1.0, use_system_prompt=False,
     # output_type="np") gives 5 finite 16x16 frames in .video (not .frames; no batch axis).
-    from diffusers import (AutoencoderKLWan, Cosmos3OmniPipeline, Cosmos3OmniTransformer,
-                           UniPCMultistepScheduler)
+    from diffusers import (
+        AutoencoderKLWan,
+        Cosmos3OmniPipeline,
+        Cosmos3OmniTransformer,
+        UniPCMultistepScheduler,
+    )
 
     from models.easyanimate import qwen2_byte_tokenizer
 

@@ -8,8 +8,11 @@ import torch
 def build_hunyuan_skyreels_image_to_video_pipeline():
     # Checked in plain diffusers (CPU, float32) with the matrix entry's call: 9 finite 16x16
     # frames.
-    from diffusers import (FlowMatchEulerDiscreteScheduler, HunyuanSkyreelsImageToVideoPipeline,
-                           HunyuanVideoTransformer3DModel)
+    from diffusers import (
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanSkyreelsImageToVideoPipeline,
+        HunyuanVideoTransformer3DModel,
+    )
     from transformers import ByT5Tokenizer
 
     with torch.random.fork_rng(devices=[]):

@@ -13,10 +13,13 @@ def build_hunyuan_video15_image_to_video_pipeline():
     # num_frames=9, num_inference_steps=2, output_type="np") gives 9 finite 16x16 frames
     # (the pipeline takes no height/width: the image's size, fitted to the transformer's
     # target_size 16, sets them).
-    from diffusers import (HunyuanVideo15ImageToVideoPipeline,
-                           HunyuanVideo15Transformer3DModel)
-    from porter_hunyuan.tiny import build_pipeline_15
+    from diffusers import (
+        HunyuanVideo15ImageToVideoPipeline,
+        HunyuanVideo15Transformer3DModel,
+    )
     from transformers import SiglipImageProcessor, SiglipVisionConfig, SiglipVisionModel
+
+    from porter_hunyuan.tiny import build_pipeline_15
 
     components = build_pipeline_15().components
     with torch.random.fork_rng(devices=[]):

@@ -12,10 +12,17 @@ def build_hunyuan_video_framepack_pipeline():
     # num_frames=9, num_inference_steps=2, guidance_scale=4.5, latent_window_size=3,
     # max_sequence_length=64, prompt_template={"template": "{}", "crop_start": 0},
     # output_type="np") gives 13 finite 32x32 frames.
-    from diffusers import (FlowMatchEulerDiscreteScheduler, HunyuanVideoFramepackPipeline,
-                           HunyuanVideoFramepackTransformer3DModel)
-    from transformers import (ByT5Tokenizer, SiglipImageProcessor, SiglipVisionConfig,
-                              SiglipVisionModel)
+    from diffusers import (
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanVideoFramepackPipeline,
+        HunyuanVideoFramepackTransformer3DModel,
+    )
+    from transformers import (
+        ByT5Tokenizer,
+        SiglipImageProcessor,
+        SiglipVisionConfig,
+        SiglipVisionModel,
+    )
 
     from models.hunyuan_skyreels_image_to_video import vae_and_text_encoders
 

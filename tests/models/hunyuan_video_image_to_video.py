@@ -12,11 +12,21 @@ def build_hunyuan_video_image_to_video_pipeline():
     # prompt_template={"template": "{}", "crop_start": 0, "image_emb_len": 49,
     # "image_emb_start": 5, "image_emb_end": 54}, output_type="np") gives 5 finite 16x16
     # frames (the pipeline drops the first latent frame's 4 frames).
-    from diffusers import (FlowMatchEulerDiscreteScheduler, HunyuanVideoImageToVideoPipeline,
-                           HunyuanVideoTransformer3DModel)
-    from transformers import (ByT5Tokenizer, CLIPImageProcessor, CLIPTextConfig, CLIPTextModel,
-                              CLIPVisionConfig, LlamaConfig, LlavaConfig,
-                              LlavaForConditionalGeneration)
+    from diffusers import (
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanVideoImageToVideoPipeline,
+        HunyuanVideoTransformer3DModel,
+    )
+    from transformers import (
+        ByT5Tokenizer,
+        CLIPImageProcessor,
+        CLIPTextConfig,
+        CLIPTextModel,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+    )
 
     from models.hunyuan_skyreels_image_to_video import tiny_vae
 

@@ -12,7 +12,11 @@ def build_i2vgenxl_pipeline():
     # gives 2 finite 16x16 frames.
     from diffusers import AutoencoderKL, DDIMScheduler, I2VGenXLPipeline
     from diffusers.models.unets import I2VGenXLUNet
-    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModelWithProjection
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        CLIPVisionModelWithProjection,
+    )
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

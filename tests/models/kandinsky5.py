@@ -59,8 +59,11 @@ def build_kandinsky5_pipeline():
 def kandinsky5_pipeline(cls, vae_blocks: int, visual_cond: bool):
     """A tiny Kandinsky 5 pipeline of class ``cls``: text-to-video, or image-to-video
     (``visual_cond``, whose test VAE has three blocks)."""
-    from diffusers import (AutoencoderKLHunyuanVideo, FlowMatchEulerDiscreteScheduler,
-                           Kandinsky5Transformer3DModel)
+    from diffusers import (
+        AutoencoderKLHunyuanVideo,
+        FlowMatchEulerDiscreteScheduler,
+        Kandinsky5Transformer3DModel,
+    )
 
     qwen_hidden_size, clip_hidden_size = 32, 16
     with torch.random.fork_rng(devices=[]):
@@ -93,8 +96,12 @@ def kandinsky5_pipeline(cls, vae_blocks: int, visual_cond: bool):
 def text_encoders(qwen_hidden_size: int, clip_hidden_size: int):
     """The tiny Qwen2.5-VL and CLIP text encoders of the Kandinsky 5 and 6 tests, each
     made from seed 0."""
-    from transformers import (CLIPTextConfig, CLIPTextModel, Qwen2_5_VLConfig,
-                              Qwen2_5_VLForConditionalGeneration)
+    from transformers import (
+        CLIPTextConfig,
+        CLIPTextModel,
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+    )
 
     torch.manual_seed(0)
     text_encoder = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(

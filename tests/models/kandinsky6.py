@@ -20,11 +20,19 @@ def build_kandinsky6_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe("a cat", height=16, width=16,
     # num_frames=5, num_inference_steps=2, guidance_scale=5.0, max_sequence_length=16,
     # output_type="np") gives 5 finite 16x16 frames (and audio, in .audio).
-    from diffusers import (AutoencoderKLHunyuanVideo, FlowMatchEulerDiscreteScheduler,
-                           Kandinsky6TI2VAPipeline, Kandinsky6Transformer3DModel, MMAudioVAE,
-                           MMAudioVocoder)
+    from diffusers import (
+        AutoencoderKLHunyuanVideo,
+        FlowMatchEulerDiscreteScheduler,
+        Kandinsky6TI2VAPipeline,
+        Kandinsky6Transformer3DModel,
+        MMAudioVAE,
+        MMAudioVocoder,
+    )
     from diffusers.pipelines.kandinsky6.pipeline_kandinsky6_ti2va import (
-        _PROMPT_TEMPLATE, _QWEN_CROP_START)
+        _PROMPT_TEMPLATE,
+        _QWEN_CROP_START,
+    )
+
     from models.kandinsky5 import _clip_tokenizer, _qwen_tokenizer, text_encoders
 
     qwen_hidden_size, clip_hidden_size = 32, 16

@@ -12,8 +12,9 @@ def build_kandinsky6_sr_pipeline():
     # frames.
     from diffusers import FlowMatchEulerDiscreteScheduler, Kandinsky6SRPipeline
     from diffusers.models.autoencoders.autoencoder_kandinsky6_sr import Kandinsky6SRVAE
-    from diffusers.models.transformers.transformer_kandinsky6_sr import \
-        Kandinsky6SRTransformer3DModel
+    from diffusers.models.transformers.transformer_kandinsky6_sr import (
+        Kandinsky6SRTransformer3DModel,
+    )
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

@@ -8,7 +8,12 @@ def build_latte_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe("a cat", height=8, width=8, video_length=1,
     # num_inference_steps=2, guidance_scale=5.0, clean_caption=False, output_type="np") gives
     # 1 finite 8x8 frame; the prompt is always padded to 120 tokens (no max_sequence_length).
-    from diffusers import AutoencoderKL, DDIMScheduler, LattePipeline, LatteTransformer3DModel
+    from diffusers import (
+        AutoencoderKL,
+        DDIMScheduler,
+        LattePipeline,
+        LatteTransformer3DModel,
+    )
     from transformers import ByT5Tokenizer, T5Config, T5EncoderModel
 
     with torch.random.fork_rng(devices=[]):

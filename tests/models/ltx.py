@@ -4,8 +4,12 @@ import torch
 
 
 def build_ltx_pipeline():
-    from diffusers import (AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline,
-                           LTXVideoTransformer3DModel)
+    from diffusers import (
+        AutoencoderKLLTXVideo,
+        FlowMatchEulerDiscreteScheduler,
+        LTXPipeline,
+        LTXVideoTransformer3DModel,
+    )
     from transformers import ByT5Tokenizer, T5Config, T5EncoderModel
 
     with torch.random.fork_rng(devices=[]):

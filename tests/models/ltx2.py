@@ -26,8 +26,12 @@ def _gemma3():
 
 def ltx2_components(transformer_kwargs=None, keyframe_embedding=False):
     """The components every LTX-2 pipeline takes (each module in eval mode)."""
-    from diffusers import (AutoencoderKLLTX2Audio, AutoencoderKLLTX2Video,
-                           FlowMatchEulerDiscreteScheduler, LTX2VideoTransformer3DModel)
+    from diffusers import (
+        AutoencoderKLLTX2Audio,
+        AutoencoderKLLTX2Video,
+        FlowMatchEulerDiscreteScheduler,
+        LTX2VideoTransformer3DModel,
+    )
     from diffusers.pipelines.ltx2 import LTX2TextConnectors
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
 

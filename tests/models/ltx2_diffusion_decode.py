@@ -17,8 +17,11 @@ DECODER_CONFIG = {
 def build_ltx2_diffusion_decode_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe(<latents 1x8x2x3x3>, output_type="np")
     # gives 9 finite 48x48 frames.
-    from diffusers import (FlowMatchEulerDiscreteScheduler, LTX2VideoDiffusionDecodePipeline,
-                           LTX2VideoDiffusionDecoderModel)
+    from diffusers import (
+        FlowMatchEulerDiscreteScheduler,
+        LTX2VideoDiffusionDecodePipeline,
+        LTX2VideoDiffusionDecoderModel,
+    )
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

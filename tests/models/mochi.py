@@ -8,8 +8,12 @@ def build_mochi_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe("a cat", height=16, width=16, num_frames=7,
     # num_inference_steps=2, guidance_scale=4.5, max_sequence_length=16, output_type="np")
     # gives 7 finite 16x16 frames (the transformer's max_sequence_length is 16).
-    from diffusers import (AutoencoderKLMochi, FlowMatchEulerDiscreteScheduler, MochiPipeline,
-                           MochiTransformer3DModel)
+    from diffusers import (
+        AutoencoderKLMochi,
+        FlowMatchEulerDiscreteScheduler,
+        MochiPipeline,
+        MochiTransformer3DModel,
+    )
     from transformers import ByT5Tokenizer, T5Config, T5EncoderModel
 
     with torch.random.fork_rng(devices=[]):

@@ -6,8 +6,12 @@ import torch
 
 def tiny_t5gemma2_encoder(vision: bool = False):
     """The tests' T5Gemma2 encoder; with ``vision``, the image-to-video tests' SigLIP tower."""
-    from transformers import (SiglipVisionConfig, T5Gemma2Encoder, T5Gemma2EncoderConfig,
-                              T5Gemma2TextConfig)
+    from transformers import (
+        SiglipVisionConfig,
+        T5Gemma2Encoder,
+        T5Gemma2EncoderConfig,
+        T5Gemma2TextConfig,
+    )
 
     text_config = T5Gemma2TextConfig(
         hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
@@ -25,7 +29,8 @@ def tiny_motif_parts(in_channels: int, image_embed_dim: int | None = None):
     """vae, text encoder and transformer, each seeded as in the diffusers tests."""
     from diffusers import AutoencoderKLWan
     from diffusers.models.transformers.transformer_motif_video import (
-        MotifVideoTransformer3DModel)
+        MotifVideoTransformer3DModel,
+    )
 
     torch.manual_seed(0)
     vae = AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,

@@ -11,8 +11,12 @@ def build_sana_video_pipeline():
     # complex_human_instruction=[], use_resolution_binning=False, output_type="np") gives
     # 9 finite 32x32 frames. The vocabulary holds <pad> <eos> <bos> <unk> and "▁", "a", "c",
     # "t"; any other character is <unk>, so every prompt stays within the 8-token embedding.
-    from diffusers import (AutoencoderKLWan, DPMSolverMultistepScheduler, SanaVideoPipeline,
-                           SanaVideoTransformer3DModel)
+    from diffusers import (
+        AutoencoderKLWan,
+        DPMSolverMultistepScheduler,
+        SanaVideoPipeline,
+        SanaVideoTransformer3DModel,
+    )
     from transformers import Gemma2Config, Gemma2Model, GemmaTokenizer
 
     with torch.random.fork_rng(devices=[]):

@@ -12,8 +12,12 @@ def build_sana_wm_pipeline():
     # intrinsics=[16.0, 16.0, 16.0, 16.0], height=32, width=32, num_frames=9,
     # num_inference_steps=2, max_sequence_length=8, chi_prompt=[], output_type="np") gives
     # 9 finite 32x32 frames, in .frames with no batch axis: (9, 32, 32, 3).
-    from diffusers import (AutoencoderKLLTX2Video, FlowMatchEulerDiscreteScheduler,
-                           SanaWMPipeline, SanaWMTransformer3DModel)
+    from diffusers import (
+        AutoencoderKLLTX2Video,
+        FlowMatchEulerDiscreteScheduler,
+        SanaWMPipeline,
+        SanaWMTransformer3DModel,
+    )
     from transformers import Gemma2Config, Gemma2Model, GemmaTokenizer
 
     with torch.random.fork_rng(devices=[]):

@@ -12,7 +12,10 @@ def build_skyreels_v2_df_v2v_pipeline():
     # width=16, num_frames=17, num_inference_steps=2, guidance_scale=6.0,
     # max_sequence_length=16, overlap_history=3, base_num_frames=5, output_type="np")
     # gives 7 + 17 finite 16x16 frames.
-    from diffusers import SkyReelsV2DiffusionForcingVideoToVideoPipeline, UniPCMultistepScheduler
+    from diffusers import (
+        SkyReelsV2DiffusionForcingVideoToVideoPipeline,
+        UniPCMultistepScheduler,
+    )
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

@@ -11,9 +11,17 @@ def build_stable_video_diffusion_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe(image=<16x16 image>, height=16, width=16,
     # num_frames=2, num_inference_steps=2, min_guidance_scale=1.0, max_guidance_scale=2.5,
     # output_type="np") gives 2 finite 16x16 frames.
-    from diffusers import AutoencoderKLTemporalDecoder, EulerDiscreteScheduler, \
-        StableVideoDiffusionPipeline, UNetSpatioTemporalConditionModel
-    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModelWithProjection
+    from diffusers import (
+        AutoencoderKLTemporalDecoder,
+        EulerDiscreteScheduler,
+        StableVideoDiffusionPipeline,
+        UNetSpatioTemporalConditionModel,
+    )
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        CLIPVisionModelWithProjection,
+    )
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

@@ -10,8 +10,12 @@ def build_text_to_video_sd_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe("a cat", height=16, width=16,
     # num_frames=2, num_inference_steps=2, guidance_scale=6.0, output_type="np") gives
     # 2 finite 16x16 frames.
-    from diffusers import AutoencoderKL, DDIMScheduler, TextToVideoSDPipeline, \
-        UNet3DConditionModel
+    from diffusers import (
+        AutoencoderKL,
+        DDIMScheduler,
+        TextToVideoSDPipeline,
+        UNet3DConditionModel,
+    )
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

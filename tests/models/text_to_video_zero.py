@@ -13,8 +13,9 @@ from .animatediff import animatediff_components
 
 def safety_checker():
     """A tiny random StableDiffusionSafetyChecker and the CLIPImageProcessor that feeds it."""
-    from diffusers.pipelines.stable_diffusion.safety_checker import \
-        StableDiffusionSafetyChecker
+    from diffusers.pipelines.stable_diffusion.safety_checker import (
+        StableDiffusionSafetyChecker,
+    )
     from transformers import CLIPConfig, CLIPImageProcessor
 
     with torch.random.fork_rng(devices=[]):

@@ -10,8 +10,12 @@ def build_text_to_video_zero_sdxl_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe("a cat", height=16, width=16,
     # video_length=2, num_inference_steps=3, guidance_scale=5.0, t0=0, t1=1,
     # output_type="np").images is 2 finite 16x16 frames.
-    from diffusers import AutoencoderKL, DDIMScheduler, TextToVideoZeroSDXLPipeline, \
-        UNet2DConditionModel
+    from diffusers import (
+        AutoencoderKL,
+        DDIMScheduler,
+        TextToVideoZeroSDXLPipeline,
+        UNet2DConditionModel,
+    )
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection
 
     with torch.random.fork_rng(devices=[]):

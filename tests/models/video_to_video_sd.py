@@ -10,8 +10,12 @@ def build_video_to_video_sd_pipeline():
     # Checked in plain diffusers (CPU, float32): pipe("a cat", video=<2 16x16 images>,
     # num_inference_steps=2, guidance_scale=6.0, output_type="np") gives 2 finite 16x16
     # frames (the output's size is the video's).
-    from diffusers import AutoencoderKL, DDIMScheduler, UNet3DConditionModel, \
-        VideoToVideoSDPipeline
+    from diffusers import (
+        AutoencoderKL,
+        DDIMScheduler,
+        UNet3DConditionModel,
+        VideoToVideoSDPipeline,
+    )
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

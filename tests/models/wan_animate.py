@@ -10,8 +10,11 @@ def build_wan_animate_pipeline():
     # face_video (9 frames), "a cat", height=16, width=16, num_inference_steps=2,
     # guidance_scale=1.0, max_sequence_length=16, output_type="np") gives 9 finite 16x16
     # frames.
-    from diffusers import (FlowMatchEulerDiscreteScheduler, WanAnimatePipeline,
-                           WanAnimateTransformer3DModel)
+    from diffusers import (
+        FlowMatchEulerDiscreteScheduler,
+        WanAnimatePipeline,
+        WanAnimateTransformer3DModel,
+    )
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

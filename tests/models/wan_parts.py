@@ -26,7 +26,11 @@ def tiny_t5():
 
 def clip_image_encoder(image_size=32):
     """The tiny CLIP vision encoder and processor of the diffusers image-to-video tests."""
-    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModelWithProjection
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        CLIPVisionModelWithProjection,
+    )
 
     encoder = CLIPVisionModelWithProjection(CLIPVisionConfig(
         hidden_size=4, projection_dim=4, num_hidden_layers=2, num_attention_heads=2,

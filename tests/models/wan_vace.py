@@ -10,8 +10,11 @@ def build_wan_vace_pipeline():
     # (9 frames), height=16, width=16, num_frames=9, num_inference_steps=2,
     # guidance_scale=6.0, max_sequence_length=16, output_type="np") gives 9 finite 16x16
     # frames.
-    from diffusers import (FlowMatchEulerDiscreteScheduler, WanVACEPipeline,
-                           WanVACETransformer3DModel)
+    from diffusers import (
+        FlowMatchEulerDiscreteScheduler,
+        WanVACEPipeline,
+        WanVACETransformer3DModel,
+    )
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

@@ -1,0 +1,104 @@
+"""The porter command: bad input gets a short error and exit code 2, never a traceback;
+flags and overrides in any order."""
+
+import pytest
+
+from porter import cli
+
+from support import RECIPES, TINY_RECIPE
+
+
+def porter(capsys, *args):
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def test_help_teaches(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0
+    assert "porter run recipes/wan-tiny.yaml" in out and "exit codes" in out
+
+
+def test_validate_shipped_recipe(capsys):
+    code, out, _ = porter(capsys, "validate", str(RECIPES / "wan-tiny.yaml"))
+    assert code == 0 and "ok" in out
+
+
+def test_missing_recipe_file(capsys, tmp_path):
+    code, _, err = porter(capsys, "validate", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "recipe file not found" in err
+
+
+def test_yaml_syntax_error_has_line(capsys, write):
+    path = write("r.yaml", "model:\n  family: [wan\n")
+    code, _, err = porter(capsys, "run", str(path))
+    assert code == 2 and f"{path}:" in err and "YAML syntax error" in err
+
+
+def test_unknown_family(capsys, write):
+    path = write("r.yaml", TINY_RECIPE.replace("family: wan", "family: wna"))
+    code, _, err = porter(capsys, "run", str(path))
+    assert code == 2 and "unknown model family 'wna'" in err and "did you mean 'wan'" in err
+    assert f"{path}:1: model.family" in err
+
+
+def test_source_path_that_does_not_exist(capsys, write):
+    path = write("r.yaml", TINY_RECIPE)
+    code, _, err = porter(capsys, "run", str(path), "model.source=./no/such/dir")
+    assert code == 2 and "model.source" in err and "not 'tiny', an existing directory" in err
+
+
+def test_mesh_needing_more_devices(capsys, write):
+    path = write("r.yaml", TINY_RECIPE)
+    code, _, err = porter(capsys, "validate", str(path), "mesh.dp=16")
+    assert code == 2 and "needs 16 devices but 8 exist" in err
+
+
+def test_unknown_override_key(capsys, write):
+    path = write("r.yaml", TINY_RECIPE)
+    code, _, err = porter(capsys, "run", str(path), "generate.stpes=4")
+    assert code == 2 and "command line: generate.stpes: unknown key" in err
+    assert "did you mean 'steps'" in err
+
+
+def test_wan_shape_rules(capsys, write):
+    path = write("r.yaml", TINY_RECIPE)
+    code, _, err = porter(capsys, "validate", str(path), "generate.frames=10",
+                          "generate.height=40")
+    assert code == 2 and "4n+1 frames" in err and "multiple of 16" in err
+    assert "try 9 or 13" in err and "try 32 or 48" in err
+
+
+def test_internal_failure_is_exit_1_without_traceback(capsys, monkeypatch, write):
+    def explode(*args, **kwargs):
+        raise ZeroDivisionError("deep inside")
+    monkeypatch.setattr("porter.commands.run.run", explode)
+    code, _, err = porter(capsys, "run", str(write("r.yaml", TINY_RECIPE)))
+    assert code == 1 and "internal error: ZeroDivisionError" in err and "--debug" in err
+
+
+def test_debug_shows_traceback(write):
+    with pytest.raises(Exception):
+        cli.main(["--debug", "run", str(write("r.yaml", "model: [")), ])
+
+
+def test_plugins_lists_registrations(capsys):
+    code, out, _ = porter(capsys, "plugins")
+    assert code == 0
+    assert "wan: family wan" in out and "hunyuan: family hunyuan" in out
+
+
+def test_overrides_may_follow_flags(capsys, write):
+    path = write("r.yaml", TINY_RECIPE)
+    code, _, err = porter(capsys, "validate", str(path), "--cpu-devices", "8", "mesh.dp=16")
+    assert code == 2 and "needs 16 devices but 8 exist" in err
+
+
+def test_stray_argument_is_a_usage_error(capsys, write):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["validate", str(write("r.yaml", TINY_RECIPE)), "--bogus"])
+    assert info.value.code == 2 and "--bogus" in capsys.readouterr().err

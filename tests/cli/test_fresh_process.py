@@ -1,0 +1,76 @@
+"""Every subcommand in a new process with nothing imported first, as a user's shell runs
+it."""
+
+import pytest
+
+from support import RECIPES
+from support.processes import user_porter
+
+
+def test_cpu_devices_flag_in_a_fresh_process():
+    """--cpu-devices must reach JAX before it creates devices, whatever was imported."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-m", "porter.cli", "validate",
+                          str(RECIPES / "wan-tiny-tp.yaml"), "--cpu-devices", "8"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "mesh {'dp': 2, 'tp': 4}" in out.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["plugins"], ["patches"], ["--help"], ["run", "--help"], ["serve", "--help"],
+    ["calibrate", "--help"],
+    ["validate", str(RECIPES / "wan14b.yaml"), "--devices", "8"],
+    ["plan", str(RECIPES / "wan1.3b.yaml"), "--devices", "8"],
+    ["inspect", str(RECIPES / "wan-tiny-tp.yaml")]], ids=lambda a: " ".join(a[:2]))
+def test_commands_in_a_fresh_process(args):
+    out = user_porter(*args)
+    assert out.returncode == 0, out.stderr
+    assert "internal error" not in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_recipe_for_a_bigger_machine_validates_with_devices():
+    """On one CPU device, an 8-chip recipe's mesh is refused with the flag that checks
+    it as if; with --devices 8 every rule is checked against 8 devices."""
+    out = user_porter("validate", str(RECIPES / "wan14b.yaml"))
+    assert out.returncode == 2 and "needs 8 devices but 1 exist" in out.stderr
+    assert "--devices 8" in out.stderr and "--cpu-devices 8" in out.stderr
+    out = user_porter("validate", str(RECIPES / "wan14b.yaml"), "--devices", "8",
+                       "mesh.tp=16", "mesh.dp=1")
+    assert out.returncode == 2 and "needs 16 devices but --devices gives 8" in out.stderr
+    out = user_porter("validate", str(RECIPES / "wan14b.yaml"), "--devices", "3",
+                       "mesh.tp=3", "mesh.dp=1", "generate.cfg_parallel=false")
+    assert out.returncode == 2  # 14B's width 5120 does not split 3 ways
+    assert "(5120) does not divide by tp=3" in out.stderr
+
+
+@pytest.mark.slow
+def test_working_commands_in_a_fresh_process(tmp_path):
+    """new, verify, bench and a generic run, each in a new process with nothing
+    imported first (the list above holds the commands that read recipes only). The run
+    is Mochi: its attention is split automatically, in a process that imported nothing."""
+    out = user_porter("new", str(tmp_path / "mine.yaml"), "--family", "generic")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "mine.yaml").exists()
+    tiny = str(RECIPES / "wan-tiny.yaml")
+    for args in (["verify", tiny, "mesh.dp=1"], ["bench", tiny, "--steps", "1", "mesh.dp=1"]):
+        out = user_porter(*args)
+        assert out.returncode == 0, out.stderr
+        assert "internal error" not in out.stderr and "Traceback" not in out.stderr
+
+    from models.mochi import build_mochi_pipeline
+    build_mochi_pipeline().save_pretrained(tmp_path / "mochi")
+    (tmp_path / "mochi.yaml").write_text(f"""\
+model: {{family: generic, source: {tmp_path / 'mochi'}}}
+generate: {{prompt: a cat, height: 16, width: 16, frames: 7, steps: 2,
+           max_sequence_length: 16}}
+output: {{dir: {tmp_path / 'out'}}}
+""")
+    out = user_porter("run", str(tmp_path / "mochi.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert "transformer cannot be compiled whole" in out.stderr
+    assert (tmp_path / "out" / "video.mp4").exists()

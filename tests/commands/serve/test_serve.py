@@ -1,0 +1,243 @@
+"""porter serve: a real server process on loopback, a real HTTP client (httpx)."""
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from support import ROOT, TINY_RECIPE
+
+pytestmark = pytest.mark.slow
+TOKEN = "s3cret"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``porter serve`` in a fresh process, and a client that carries the token."""
+
+    def __init__(self, recipe, out, queue=2, *options):
+        self.port = free_port()
+        self.log = open(out.parent / f"serve-{self.port}.log", "w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "porter.cli", "serve", str(recipe), f"output.dir={out}",
+             "--port", str(self.port), "--queue", str(queue), *options],
+            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+            env={**os.environ, "PORTER_TOKEN": TOKEN})
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.client = httpx.Client(base_url=self.url, timeout=30,
+                                   headers={"Authorization": f"Bearer {TOKEN}"})
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            assert self.process.poll() is None, self.output()
+            try:
+                if self.client.get("/health").status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.5)
+        raise AssertionError("the server did not start: " + self.output())
+
+    def output(self) -> str:
+        self.log.flush()
+        return open(self.log.name).read()
+
+    def wait(self, job_id, until=("done", "failed", "cancelled"), step=None, seconds=300):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            job = self.client.get(f"/jobs/{job_id}").json()
+            if job["status"] in until or (step is not None and job["step"] >= step):
+                return job
+            time.sleep(0.2)
+        raise AssertionError(f"job {job_id} stuck: {job}")
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=120)
+        self.client.close()
+        self.log.close()
+        return code
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory):
+    path = tmp_path_factory.mktemp("serve") / "tiny.yaml"
+    path.write_text(TINY_RECIPE + "output: {checkpoint_every: 5}\n")
+    return path
+
+
+def test_jobs_over_http_and_a_restart_mid_job(recipe, tmp_path):
+    out = tmp_path / "out"
+    server = Server(recipe, out)
+    client = server.client
+    try:
+        assert httpx.get(server.url + "/health").status_code == 401  # no token
+        schema = client.get("/openapi.json").json()
+        body = schema["paths"]["/jobs"]["post"]["requestBody"]["content"]
+        taken = set(body["application/json"]["schema"]["properties"])
+        assert {"prompt", "seed", "frames", "pose_video"} <= taken
+        assert not {"conditions", "reference_conditions", "latents"} & taken  # paths
+        bad = client.post("/jobs", json={"prompt": "x", "latents": "/etc/passwd"})
+        assert bad.status_code == 400 and "a request cannot set it" in bad.json()["error"]
+
+        # malformed requests: 400 with validate's messages, nothing queued
+        assert client.post("/jobs", content=b"{not json").status_code == 400
+        assert client.post("/jobs", json=[1, 2]).status_code == 400
+        bad = client.post("/jobs", json={"prompt": "x", "framez": 9})
+        assert bad.status_code == 400 and "did you mean 'frames'" in bad.json()["error"]
+        bad = client.post("/jobs", json={"prompt": "x", "frames": 10})
+        assert bad.status_code == 400 and bad.json()["problems"][0]["path"] == "generate.frames"
+        assert client.get("/jobs").json() == {"jobs": []}
+
+        # concurrent submissions: all taken, in one order, run one at a time
+        answers = [None] * 2
+
+        def submit(i):
+            answers[i] = client.post("/jobs", json={"prompt": f"fox {i}", "seed": i})
+        threads = [threading.Thread(target=submit, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(a.status_code for a in answers) == [201, 201]
+        ids = sorted(a.json()["id"] for a in answers)
+        for job_id in ids:
+            assert server.wait(job_id)["status"] == "done"
+        first = client.get(f"/jobs/{ids[0]}").json()
+        video = client.get(first["video"])
+        assert video.status_code == 200 and video.headers["content-type"] == "video/mp4"
+        assert video.content[4:8] == b"ftyp"
+        assert client.get(first["record"]).json()["recipe"]["generate"]["prompt"] \
+            .startswith("fox")
+
+        # a long job runs; one waits and is cancelled; the queue (2) refuses a third
+        long = client.post("/jobs", json={"prompt": "long", "steps": 400}).json()
+        server.wait(long["id"], step=1)
+        waiting = client.post("/jobs", json={"prompt": "waits"}).json()
+        more = [client.post("/jobs", json={"prompt": "more"}) for _ in range(2)]
+        assert [r.status_code for r in more] == [201, 429]
+        assert client.delete(f"/jobs/{waiting['id']}").json()["status"] == "cancelled"
+        assert client.delete(f"/jobs/{long['id']}").status_code == 409  # running
+        assert client.delete("/jobs/nope").json() == {"error": "no job 'nope'"}
+        early = client.get(f"/jobs/{long['id']}/video")
+        assert early.status_code == 404 and "has no video yet" in early.json()["error"]
+
+        # SIGTERM mid-job: the job stops at a step end with a checkpoint; exit 0
+        at = server.wait(long["id"], step=12)["step"]
+    finally:
+        code = server.stop()
+    assert code == 0, server.output()
+    saved = json.loads((out / "jobs" / long["id"] / "job.json").read_text())
+    assert saved["status"] == "queued" and saved["step"] >= at
+    assert list((out / "jobs" / long["id"]).glob("progress-*.json"))
+
+    # restarted: finished jobs are served, the interrupted job continues, then the rest
+    again = Server(recipe, out)
+    try:
+        assert again.client.get(f"/jobs/{ids[0]}/video").status_code == 200
+        done = again.wait(long["id"], seconds=600)
+        assert done["status"] == "done" and done["resumed"] == 1
+        record = again.client.get(f"/jobs/{long['id']}/record").json()
+        segments = [s for s in record["history"] if s["stage"] == "denoise"]
+        assert len(segments) == 2 and segments[0]["steps"][1] == segments[1]["steps"][0] > 0
+        assert again.wait(more[0].json()["id"])["status"] == "done"
+        statuses = {j["id"]: j["status"] for j in again.client.get("/jobs").json()["jobs"]}
+        assert statuses[waiting["id"]] == "cancelled"
+    finally:
+        assert again.stop() == 0
+
+
+def test_listening_beyond_loopback_needs_a_token(recipe, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PORTER_TOKEN"}
+    done = subprocess.run([sys.executable, "-m", "porter.cli", "serve", str(recipe),
+                           "--host", "0.0.0.0", f"output.dir={tmp_path}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2 and "without a token" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_client_reaches_no_file_and_no_hostile_body_harms_the_server(tmp_path):
+    """An image-to-video server: images come as bytes or from --inputs only; the API
+    description is behind the token; deep, huge and broken bodies get JSON 4xx."""
+    inputs, outside = tmp_path / "inputs", ROOT / "recipes" / "assets" / "first_frame.png"
+    inputs.mkdir()
+    (inputs / "frame.png").write_bytes(outside.read_bytes())
+    (inputs / "link.png").symlink_to(outside)  # a PNG, but outside the folder
+    server = Server(ROOT / "recipes" / "wan22-i2v-tiny.yaml", tmp_path / "out", 4,
+                    "--inputs", str(inputs))
+    client = server.client
+    try:
+        for path in ("/openapi.json", "/docs"):
+            assert httpx.get(server.url + path).status_code == 401
+            assert client.get(path).status_code == 200
+        assert str(ROOT) not in client.get("/openapi.json").text
+        assert str(ROOT) not in client.get("/health").text
+
+        answers = {path: client.post("/jobs", json={"image": path}) for path in (
+            "/etc/passwd", "/etc/shadow", "/proc/self/environ", "../../../../etc/passwd",
+            "link.png", "missing.png", str(outside))}
+        assert {a.status_code for a in answers.values()} == {400}
+        # the same answer whether the path exists or not: nothing learnt about the disk
+        assert {a.json()["error"].replace(repr(p), "NAME") for p, a in answers.items()} \
+            == {"image: no image file NAME in this server's inputs folder"}
+
+        for body in (b"[" * 100_000, b'{"a":' * 100_000, b'{"prompt": "x"' + b"}" * 9):
+            answer = client.post("/jobs", content=body)
+            assert answer.status_code == 400 and "error" in answer.json()
+        huge = client.post("/jobs", content=b'{"prompt": "' + b"x" * (16 << 20) + b'"}')
+        assert huge.status_code == 413 and "larger than" in huge.json()["error"]
+        assert client.get("/health").json()["status"] == "ok"
+        assert client.get("/jobs").json() == {"jobs": []}
+
+        sent = outside.read_bytes()
+        by_bytes = client.post("/jobs", json={
+            "image": "data:image/png;base64," + base64.b64encode(sent).decode()})
+        by_name = client.post("/jobs", json={"image": "frame.png"})
+        assert (by_bytes.status_code, by_name.status_code) == (201, 201), by_bytes.text
+        jobs = [server.wait(a.json()["id"]) for a in (by_bytes, by_name)]
+        assert [j["status"] for j in jobs] == ["done", "done"], jobs
+        assert all(j["settings"]["image"] == "inputs/image.png" for j in jobs)
+        folders = [tmp_path / "out" / "jobs" / j["id"] for j in jobs]
+        assert all((f / "inputs" / "image.png").read_bytes() == sent for f in folders)
+        # the same first frame both ways: the same latents
+        records = [client.get(j["record"]).json() for j in jobs]
+        assert records[0]["outputs"]["files"]["denoise.safetensors"] == \
+            records[1]["outputs"]["files"]["denoise.safetensors"]
+    finally:
+        assert server.stop() == 0, server.output()
+
+
+def test_a_cogvideox_job_continues_after_a_restart(tmp_path):
+    """CogVideoX runs in Porter's stages, so a server job killed mid-denoise continues
+    from its last checkpoint when the server comes back, as a Wan job does."""
+    recipe = tmp_path / "cogvideox.yaml"
+    recipe.write_text((ROOT / "recipes" / "cogvideox-tiny.yaml").read_text().replace(
+        "output: {fps: 8}", "output: {fps: 8, checkpoint_every: 5}"))
+    out = tmp_path / "out"
+    server = Server(recipe, out)
+    try:
+        job = server.client.post("/jobs", json={"prompt": "a fox", "steps": 300}).json()
+        at = server.wait(job["id"], step=12)["step"]
+    finally:
+        assert server.stop() == 0, server.output()
+    assert list((out / "jobs" / job["id"]).glob("progress-*.json"))
+    again = Server(recipe, out)
+    try:
+        done = again.wait(job["id"], seconds=600)
+        assert done["status"] == "done" and done["resumed"] == 1
+        record = again.client.get(f"/jobs/{job['id']}/record").json()
+        segments = [s for s in record["history"] if s["stage"] == "denoise"]
+        assert len(segments) == 2 and segments[1]["steps"][0] >= at - at % 5 > 0
+    finally:
+        assert again.stop() == 0

@@ -1,0 +1,24 @@
+"""porter bench keeps working (a benchmark, not a timed test: no time is asserted)."""
+
+import json
+
+from porter import cli
+
+from support import RECIPES
+
+
+def test_bench_reports_both_sides(capsys):
+    assert cli.main(["bench", str(RECIPES / "wan-tiny.yaml"), "--steps", "2", "--json",
+                     "mesh.dp=1"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    step = result["step_s"]
+    assert step["porter"] > 0 and step["pytorch_eager"] > 0
+    assert abs(step["ratio"] - step["porter"] / step["pytorch_eager"]) < 0.01
+    assert result["flops_per_step"] > 0 and result["matmul_peak_flops_per_s"] > 0
+    assert result["memory"]["host_peak_rss_bytes"] > 0
+    assert result["inputs"]["hidden_states"] == [1, 16, 5, 8, 8]
+    # cold: nothing in the private cache; warm: the same programs, loaded from it
+    cold, warm = result["compile"]["cold"], result["compile"]["warm"]
+    assert cold["cache_hits"] == 0 and cold["cache_misses"] > 0
+    assert warm["cache_misses"] == 0 and warm["cache_hits"] == cold["cache_misses"]
+    assert warm["traces_loaded"] == 1  # the step's traced program, read back from disk

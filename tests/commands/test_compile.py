@@ -1,0 +1,219 @@
+"""porter compile: the whole run compiled for a TPU slice, what fits and what does not,
+programs compiled again by themselves, a decoder per tile."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from porter import plugins, recipe
+from porter.aot import programs, targets
+
+from support import RECIPES
+from support.aot import needs_libtpu
+
+
+def user_porter(*args, timeout=600):
+    """The porter command as a user's shell runs it: a new process, nothing imported,
+    no JAX settings in the environment (the tests' own are removed)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    return subprocess.run([sys.executable, "-m", "porter.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+def test_programs_compiled_again_by_themselves_replace_their_stage():
+    """Programs compiled by themselves (--program) take the place of their stage's
+    programs (a decode's tile programs for the decode in one): their peaks count every
+    weight of the recipe, and the verdict follows them both ways."""
+    from porter.commands.compile import replace_programs
+
+    GiB = 2**30
+    usable = targets.named("v6e-8").facts.usable_hbm_bytes
+
+    def row(program, stage, peak, weights, seconds):
+        return {"program": program, "component": program.split(".")[0], "stage": stage,
+                "status": "compiled", "trace_s": 1.0, "compile_s": seconds,
+                "weights_bytes_per_chip": weights, "program_peak_bytes": peak,
+                "peak_bytes_per_chip": 10 * GiB - weights + peak,
+                "fits": 10 * GiB - weights + peak <= usable, "inputs": {}}
+
+    report = {"target": {"name": "v6e-8", "usable_hbm_bytes": usable},
+              "weights_per_chip": {"total": 10 * GiB}, "attention_backend": "auto",
+              "not_compiled": {"vae": "not asked for (--program)"},
+              "programs": [row("transformer.forward", "denoise", 12 * GiB, 8 * GiB, 200.0),
+                           row("vae.decode", "decode", 30 * GiB, GiB, 1000.0),
+                           row("vae._encode", "encode", 2 * GiB, GiB, 50.0)]}
+    report["verdict"] = {"fits": False}
+    tiles = [row("vae.decoder", "decode", 4 * GiB, GiB, 400.0),
+             row("vae.decoder", "decode", 3 * GiB, GiB, 300.0)]
+    for tile in tiles:
+        tile["peak_bytes_per_chip"] = None  # computed from this report's weights
+    replaced = replace_programs(report, tiles)
+    assert [(r["program"], r["peak_bytes_per_chip"]) for r in replaced["programs"]] == [
+        ("transformer.forward", 14 * GiB), ("vae.decoder", 13 * GiB),
+        ("vae.decoder", 12 * GiB), ("vae._encode", 11 * GiB)]
+    assert replaced["verdict"]["fits"] is True
+    assert replaced["verdict"]["peak_bytes_per_chip"] == 14 * GiB
+    assert replaced["compile_s"] == 201 + 401 + 301 + 51
+    assert replaced["not_compiled"] == {}
+    assert report["programs"][1]["program_peak_bytes"] == 30 * GiB  # a copy, not changed
+    bigger = replace_programs(replaced, [row("vae.decode", "decode", 25 * GiB, GiB, 9.0)])
+    assert bigger["verdict"]["fits"] is False and bigger["verdict"]["program"] == "vae.decode"
+    assert [r["program"] for r in bigger["programs"]] == [
+        "transformer.forward", "vae.decode", "vae._encode"]
+    with pytest.raises(ValueError, match="denoising program"):
+        replace_programs(report, [row("transformer.forward", "denoise", GiB, 8 * GiB, 1.0)])
+
+
+@needs_libtpu
+def test_tiny_wan_compiled_for_v5e_holds_the_plans_weights(tmp_path):
+    """In a fresh process, as a user runs it: every program compiled by the TPU
+    compiler; each chip holds the weights `porter plan` puts on it, and the weights a
+    compiled program takes per chip are its component's share of them."""
+    tiny = str(RECIPES / "wan-tiny-tp.yaml")
+    out = user_porter("compile", tiny, "--target", "v5e-8", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "internal error" not in out.stderr and "E0000" not in out.stderr
+    report = json.loads(out.stdout)
+    plan = json.loads(user_porter("plan", tiny, "--devices", "8", "--json").stdout)
+    assert report["weights_per_chip"]["total"] == plan["weights_bytes_per_device"]
+    planned = {c["component"]: c["bytes_per_device"] for c in plan["components"]}
+    assert report["weights_per_chip"]["components"] == planned
+    rows = {row["program"]: row for row in report["programs"]}
+    assert set(rows) == {"text_encoder.forward", "transformer.forward", "vae.decode"}
+    for row in rows.values():
+        assert row["status"] == "compiled" and row["fits"]
+        # the compiler's own arguments hold the program's weights (padded to its tiles)
+        assert row["memory"]["argument"] >= row["weights_bytes_per_chip"]
+        assert row["weights_bytes_per_chip"] == planned[row["component"]]
+    transformer = rows["transformer.forward"]
+    assert transformer["scanned_blocks"] == {"blocks": 2}
+    assert transformer["calls"] == 4 and transformer["flops"] > 0
+    assert "all-gather" in transformer["collectives"]  # weights split over tp
+    assert report["verdict"]["fits"] is True and report["roofline"]["bound_s"] > 0
+
+
+@needs_libtpu
+def test_a_one_device_image_encoder_compiles_with_torchaxs_attention(monkeypatch, capsys):
+    """Wan's CLIP image encoder has no sharding rule: it runs on one device, where the
+    TPU's attention kernel, sharded over the whole mesh, cannot take its inputs. It runs
+    with torchax's attention (in a run too), and compiles: the real recipe's encoder
+    (its published configuration; about 20 s)."""
+    from porter import cli
+    from porter.transforms import attention
+
+    args = ["compile", str(RECIPES / "wan-i2v-14b.yaml"), "--target", "v6e-8",
+            "--program", "image_encoder.forward", "--json"]
+    assert cli.main(args) == 0
+    [row] = [r for r in json.loads(capsys.readouterr().out)["programs"]
+             if r["status"] == "compiled"]
+    assert row["program"] == "image_encoder.forward" and row["fits"]
+    # the recipe's attention in a one-device component: what failed before
+    monkeypatch.setattr(attention, "skipped", lambda b: list(b.recipe.attention.skip))
+    assert cli.main(args) == 2
+    assert "Received incompatible devices" in capsys.readouterr().err
+
+
+@needs_libtpu
+def test_float16_attention_compiles_as_a_mosaic_kernel_for_tpu():
+    """Mosaic has no float16 vector loads ("Invalid vector type for load"): splash
+    computes float16 attention in float32 inside the kernel, so a float16 recipe
+    (CogVideoX-2b's) compiles for a TPU."""
+    out = user_porter("compile", str(RECIPES / "wan-tiny-tp.yaml"), "--target", "v6e-8",
+                      "--program", "transformer.forward", "model.dtype=float16",
+                      "attention.backend=auto", "--json")
+    assert out.returncode == 0, out.stderr
+    [row] = json.loads(out.stdout)["programs"]
+    assert row["status"] == "compiled" and row["fits"]
+
+
+def test_a_program_the_compiler_cannot_build_is_not_called_out_of_memory():
+    """A refusal that is not the compiler's out-of-memory (a kernel it cannot build)
+    says the program cannot be compiled, and what to change; "does not fit" is kept
+    for memory (the float16 kernel above was reported as not fitting)."""
+    import types
+
+    from porter.aot.compiler import Compiled
+    from porter.aot.programs import Program
+    from porter.commands import compile as report_mod
+
+    program = Program("transformer", "forward", (), {}, calls=1, per_step=1)
+    row = report_mod._program_row(Compiled(program, refused="INTERNAL: Mosaic failed to "
+                                           "compile TPU kernel: Invalid vector type for "
+                                           "load"), 2**30, 2**34)
+    assert row["status"] == "not compiled" and "fits" not in row
+    report = {"programs": [row], "target": {"name": "v6e-8"},
+              "weights_per_chip": {"total": 2**30}, "not_compiled": {}}
+    verdict = report_mod._verdict(report, types.SimpleNamespace(usable_hbm_bytes=2**34))
+    assert verdict["fits"] is None
+    assert verdict["message"].startswith("transformer.forward cannot be compiled for v6e-8")
+    assert "attention.backend blockwise" in verdict["hint"]
+
+
+@needs_libtpu
+def test_a_program_that_cannot_fit_is_refused_with_the_compilers_numbers():
+    """One 14B-wide Wan block at 480p with attention that materialises every score:
+    the TPU compiler refuses it; exit 2 names the program, what it needs and what the
+    chip has, and what to change, not a traceback."""
+    config = ("model.config={num_layers: 1, num_attention_heads: 40, attention_head_dim: "
+              "128, ffn_dim: 13824, text_dim: 4096, rope_max_seq_len: 1024}")
+    out = user_porter("compile", str(RECIPES / "wan-tiny-tp.yaml"), "--target", "v5e-8",
+                      "--program", "transformer.forward", config, "generate.height=480",
+                      "generate.width=832", "generate.frames=81", "sharding.weights={}",
+                      "attention.backend=reference")
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and "internal error" not in out.stderr
+    assert "transformer.forward does not fit a v5e-8 chip" in out.stderr
+    assert "15.75 GiB are available" in out.stderr
+    assert "attention.backend: auto (splash on TPU)" in out.stderr
+    assert "RESOURCE_EXHAUSTED" in out.stdout  # the compiler's own words, in the report
+
+
+TILED = ["generate.height=32", "generate.width=32", "generate.steps=2",
+         "setup={vae: [{name: enable_tiling, params: {tile_sample_min_height: 16, "
+         "tile_sample_min_width: 16, tile_sample_stride_height: 8, "
+         "tile_sample_stride_width: 8}}]}"]
+
+
+BY_TILE = "compile={vae: {methods: [decode], modules: decoder}}"
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_a_decoder_compiled_by_itself_is_compiled_per_tile_as_the_run_calls_it():
+    """`compile.vae.modules: decoder` with tiling: diffusers' tile loop runs eagerly and
+    each tile's decoder call is a compiled program. `porter compile` finds those calls
+    by running the loop on shapes alone: the same tile shapes and counts as a run's
+    decoder calls (4 latent tile shapes, 16 calls), and the run's frames are those of
+    the run that compiles the whole tiled decode as one program."""
+    import numpy as np
+
+    import porter
+    from porter.commands import compile as report
+
+    port = porter.load(RECIPES / "hunyuan-tiny.yaml", *TILED, BY_TILE)
+    vae = port.pipe.vae
+    decoder = getattr(vae, "module", vae).decoder
+    calls = []
+    handle = decoder.register_forward_pre_hook(
+        lambda _m, args: calls.append(programs.Program("vae", "decoder",
+                                                       programs.described(args))))
+    try:
+        tiled = port.generate()
+    finally:
+        handle.remove()
+    ran = programs.unique(calls)
+    assert len(ran) == 4 and sum(p.calls for p in ran) == 16
+
+    loaded = recipe.load(RECIPES / "hunyuan-tiny.yaml", [*TILED, BY_TILE])
+    compiled = report.build(loaded, plugins.registry(), "v5e-8", only=["vae.decoder"])
+    rows = compiled["programs"]
+    assert sorted((row["inputs"]["arg0"], row["calls"]) for row in rows) == sorted(
+        (f"float32{list(p.args[0].shape)}", p.calls) for p in ran)
+    assert all(row["program"] == "vae.decoder" and row["fits"] for row in rows)
+    assert compiled["verdict"]["fits"] is True
+
+    whole = porter.load(RECIPES / "hunyuan-tiny.yaml", *TILED).generate()
+    assert np.array_equal(tiled.frames, whole.frames)

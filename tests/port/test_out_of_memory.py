@@ -1,0 +1,115 @@
+"""Out of memory is the machine refusing: exit 2 with the estimate, classified from what
+JAX and Python raise, foreseen by validate where it can be."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from porter import plugins
+
+from support import RECIPES
+from support.processes import porter_process
+from support.runs import tiny_recipe
+
+pytestmark = pytest.mark.slow
+
+
+def address_space_limited(gib: int) -> list[str]:
+    """A command prefix running a program under `ulimit -v` (the shell sets it: a
+    preexec_fn would run Python in a fork of this process's JAX threads)."""
+    return ["sh", "-c", f'ulimit -v {gib << 20} && exec "$0" "$@"', sys.executable]
+
+
+def test_a_run_out_of_memory_exits_2_with_the_estimate(tmp_path):
+    """A run past its memory (`ulimit -v 3G`) while denoising: exit 2 with the estimate
+    (2.64 GiB: within the limit, so validate let it run; the process itself takes the
+    rest) and what to change, not an internal error."""
+    done = subprocess.run(
+        [*address_space_limited(3), "-m", "porter.cli", "run", str(RECIPES / "wan-tiny.yaml"),
+         "mesh.dp=1", "mesh.tp=1", "attention.backend=reference", "generate.frames=49",
+         "generate.height=512", "generate.width=512", "generate.steps=1",
+         f"output.dir={tmp_path / 'out'}", "--no-progress"],
+        capture_output=True, text=True, timeout=600,
+        # glibc reserves address space per thread arena: as few on any core count
+        env={**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache"),
+             "MALLOC_ARENA_MAX": "2"})
+    assert done.returncode == 2, done.stderr
+    assert "error: out of memory running the model (" in done.stderr
+    assert ("estimated per device: weights 296.68 KiB and self-attention scores 1.32 GiB "
+            "per layer, kept twice (scores and softmax): about 2.64 GiB, of the 3.00 GiB a "
+            "device has (set by the address-space limit RLIMIT_AS") in done.stderr
+    assert "attention.backend: blockwise or auto" in done.stderr
+    assert "generate.height, width or frames" in done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out" / "video.mp4").exists()
+
+
+def test_out_of_memory_is_classified_from_what_jax_and_python_raise(tmp_path):
+    """The exception JAX raises (JaxRuntimeError, RESOURCE_EXHAUSTED: 256 TiB cannot be
+    mapped, whatever the machine overcommits), a MemoryError, either as the cause of
+    another error: OutOfMemory, exit 2, with the plan's estimate. Other errors pass."""
+    import jax
+    import jax.numpy as jnp
+
+    from porter.errors import OutOfMemory, is_out_of_memory
+    from porter.port import out_of_memory
+    loaded = tiny_recipe(tmp_path, tmp_path / "out", "tiny", "attention.backend=blockwise")
+    with pytest.raises(jax.errors.JaxRuntimeError) as raised:
+        jnp.zeros((2**46,), jnp.float32).block_until_ready()
+    assert "RESOURCE_EXHAUSTED" in str(raised.value)
+    wrapped = RuntimeError("a step failed")
+    wrapped.__cause__ = raised.value
+    for exc in (raised.value, MemoryError(), wrapped):
+        assert is_out_of_memory(exc)
+        with pytest.raises(OutOfMemory) as refused:
+            with out_of_memory.explained(loaded, plugins.registry()):
+                raise exc
+        assert refused.value.exit_code == 2 and refused.value.__cause__ is exc
+        assert "estimated per device: weights" in refused.value.message
+        assert "attention scores" in refused.value.message
+        assert "(blocks)" in refused.value.message
+        assert "attention.backend" not in refused.value.hint  # already blockwise
+    assert "RESOURCE_EXHAUSTED: Out of memory" in str(out_of_memory.refused(
+        raised.value, loaded, plugins.registry()))
+    for other in (RuntimeError("shapes do not match"), ValueError("out of memory")):
+        assert not is_out_of_memory(other)
+        with pytest.raises(type(other)):
+            with out_of_memory.explained(loaded, plugins.registry()):
+                raise other
+
+
+def test_attention_too_large_for_the_device_fails_validate(capsys, monkeypatch):
+    """Wan 1.3B at 480x832, 81 frames, on one 64 GiB device: with every score
+    materialised (reference: float32, 96 GiB per layer) it cannot fit; blockwise can."""
+    from porter import cli
+    from porter.runtime import memory
+    monkeypatch.setattr(memory, "device_memory",
+                        lambda devices: memory.Limit(64 * 2**30, "the machine's memory"))
+    code = cli.main(["validate", str(RECIPES / "wan1.3b.yaml"), "mesh.dp=1", "mesh.tp=1",
+                     "attention.backend=reference"])
+    err = capsys.readouterr().err
+    assert code == 2 and "self-attention scores at this size take 95.95 GiB" in err
+    assert "more than the 64.00 GiB a device has" in err and "blockwise" in err
+    assert cli.main(["validate", str(RECIPES / "wan1.3b.yaml"), "mesh.dp=1", "mesh.tp=1",
+                     "attention.backend=blockwise"]) == 0
+
+
+BIG_ATTENTION = ("validate", str(RECIPES / "wan-tiny.yaml"), "mesh.dp=1", "mesh.tp=1",
+                 "attention.backend=reference", "generate.frames=65",
+                 "generate.height=512", "generate.width=512")  # scores x 2: 4.52 GiB
+
+
+def test_attention_beyond_the_address_space_limit_fails_validate(tmp_path):
+    """A process under `ulimit -v` (3 GiB) on a machine with more: validate compares
+    with the 3 GiB it may use, and says which limit that is."""
+    from porter.runtime import memory
+
+    done = subprocess.run([*address_space_limited(3), "-m", "porter.cli", *BIG_ATTENTION],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "about 4.52 GiB, more than the 3.00 GiB a device has" in done.stderr
+    assert "set by the address-space limit RLIMIT_AS, `ulimit -v`" in done.stderr
+    if memory.host_limit().bytes > 5 << 30:  # without the limit, the same recipe fits
+        assert porter_process(*BIG_ATTENTION).returncode == 0

@@ -1,0 +1,155 @@
+"""The port's passes: one ordered table (``porter.port.passes``) that `validate`, `plan`, `run`
+and `compile` all read. A probe pass added to the table is checked by `validate`,
+fitted and listed by `plan`, applied in its place by a run and by `compile`."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from porter import cli, plugins, recipe
+from porter.port import passes
+from porter.transforms import Pass
+
+from support import TINY_RECIPE
+
+
+def test_the_table_holds_the_passes_in_the_order_a_run_applies_them():
+    assert [step.name for step in passes.PASSES] == [
+        "patches", "load", "setup", "lora", "dtypes",  # on the host
+        "placement", "rotary", "compile", "attention", "cache"]  # on the mesh
+    assert passes.PASSES == passes.HOST + passes.MESH
+    for step in passes.PASSES:
+        assert step.reads and step.does and (step.apply or step.abstract), step.name
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    """A pass after placement that records what each command asks of it, and refuses
+    ``generate.seed`` 13 from the recipe alone and 14 against the model."""
+    seen = []
+
+    def check(recipe, registry, family):
+        seen.append("check")
+        return [recipe.problem("generate.seed", "the probe refuses seed 13")] \
+            if recipe.generate.seed == 13 else []
+
+    def fit(recipe, family, modules, axes):
+        seen.append(("fit", sorted(modules)))
+        return [recipe.problem("generate.seed", "the probe refuses seed 14 for this "
+                               "model")] if recipe.generate.seed == 14 else []
+
+    def apply(b):  # weights placed, nothing compiled yet
+        seen.append(("apply", sorted(b.placement.reports), isinstance(b.pipe.transformer,
+                                                          torch.nn.Module)))
+
+    def abstract(b):
+        seen.append(("abstract", sorted(b.placement.assignments), sorted(b.compile.rules)))
+
+    step = Pass("probe", ("generate.seed",), "records what is asked of it",
+                       check=check, fit=fit, apply=apply, abstract=abstract,
+                       detail=lambda recipe, registry, family, modules: "probing")
+    mesh = (passes.MESH[0], step, *passes.MESH[1:])
+    monkeypatch.setattr(passes, "MESH", mesh)
+    monkeypatch.setattr(passes, "PASSES", passes.HOST + mesh)
+    return seen
+
+
+def test_validate_runs_every_pass_check_and_fit(probe, write, capsys):
+    path = write("r.yaml", TINY_RECIPE)
+    assert cli.main(["validate", str(path), "generate.seed=13"]) == 2
+    assert "the probe refuses seed 13" in capsys.readouterr().err
+    assert cli.main(["validate", str(path), "generate.seed=14"]) == 2
+    assert "the probe refuses seed 14 for this model" in capsys.readouterr().err
+    assert ("fit", ["text_encoder", "transformer", "vae"]) in probe
+    assert cli.main(["validate", str(path)]) == 0
+
+
+def test_plan_lists_the_passes_in_order_with_the_probe_in_its_place(probe, write, capsys):
+    path = write("r.yaml", TINY_RECIPE)
+    assert cli.main(["plan", str(path), "--devices", "8", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["passes"]
+    assert [row["pass"] for row in rows] == [step.name for step in passes.PASSES]
+    assert rows[6] == {"pass": "probe", "reads": ["generate.seed"],
+                       "does": "records what is asked of it", "applies": True,
+                       "detail": "probing"}
+    assert cli.main(["plan", str(path), "--devices", "8", "generate.seed=14"]) == 2
+    assert "the probe refuses seed 14 for this model" in capsys.readouterr().out
+
+
+def test_a_run_applies_the_probe_after_placement_and_before_compile(probe, write,
+                                                                    tmp_path):
+    from porter import api
+
+    port = api.load(write("r.yaml", TINY_RECIPE), "generate.steps=1",
+                    f"output.dir={tmp_path / 'out'}")
+    applied = [entry for entry in probe if entry[0] == "apply"]
+    assert applied == [("apply", ["text_encoder", "transformer", "vae"], True)]
+    assert port.generate().frames is not None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                    reason="compiling for a TPU needs libtpu: pip install 'porter[tpu]'")
+def test_compile_applies_the_probes_abstract_part(probe, write):
+    from porter.aot import port as abstract_port
+    from porter.aot import targets
+
+    loaded = recipe.load(write("r.yaml", TINY_RECIPE))
+    built = abstract_port.build(loaded, plugins.registry(), targets.named("v5e-8"))
+    assert probe[-1] == ("abstract", ["text_encoder", "transformer", "vae"], [])
+    assert set(built.components) == {"text_encoder", "transformer", "vae"}
+
+
+def test_plan_shows_the_passes_from_a_fresh_process(write):
+    path = write("r.yaml", TINY_RECIPE + "rotary: {precompute: false}\n")
+    done = subprocess.run([sys.executable, "-m", "porter.cli", "plan", str(path),
+                           "--devices", "8"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    listed = done.stdout.split("passes, in the order a run applies them:\n")[1]
+    names = [line.split()[0] for line in listed.splitlines()[:len(passes.PASSES)]]
+    assert names == [step.name for step in passes.PASSES]
+    assert "  rotary     -" in listed and "  load       tiny" in listed
+
+
+@pytest.mark.parametrize("precompute", [False, True])
+def test_rotary_tables_only_where_the_recipe_asks(precompute, write):
+    from porter import runtime
+    from porter_wan.tiny import build_pipeline
+
+    loaded = recipe.load(write("r.yaml", TINY_RECIPE), [f"rotary.precompute={precompute}"])
+    pipe = build_pipeline()
+    transformer = pipe.transformer  # the module itself (porting wraps it)
+    passes.ported(pipe, loaded, plugins.registry(), runtime.start(loaded))
+    tables = [name for name, _ in transformer.named_buffers() if "porter_rotary" in name]
+    assert bool(tables) == precompute
+
+
+SCAN_FOR_META_GLOBALS = """
+import sys, torch
+from porter import plugins, recipe
+from porter.port import estimates
+estimates.build(recipe.load(sys.argv[1]), plugins.registry(), 8)
+def tensors(value):
+    # type(), not isinstance: a lazy module's placeholders import on attribute access
+    if type(value) is dict:
+        return [v for v in value.values() if type(v) is torch.Tensor]
+    return [value] if type(value) is torch.Tensor else []
+print(sorted(f"{name}.{attr}" for name, module in list(sys.modules.items())
+             for attr, value in list(vars(module).items())
+             if any(t.is_meta for t in tensors(value))))
+"""
+
+
+def test_a_plan_leaves_no_library_tensor_on_the_meta_device(write):
+    """A tiny plan builds its pipeline on the meta device; the library modules it imports
+    on the way (every diffusers autoencoder, among them the Cosmos VAE with its wavelets
+    at module level) keep real tensors, so a later real load in the same process has
+    their values. A fresh process: this one has imported them already."""
+    path = write("r.yaml", TINY_RECIPE)
+    done = subprocess.run([sys.executable, "-c", SCAN_FOR_META_GLOBALS, str(path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

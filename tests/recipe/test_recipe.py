@@ -1,0 +1,178 @@
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from porter import recipe
+from porter.errors import RecipeError
+
+from support import RECIPES, TINY_RECIPE
+
+
+def problems_of(path, overrides=()):
+    with pytest.raises(RecipeError) as info:
+        recipe.load(path, overrides)
+    return info.value.problems
+
+
+def test_shipped_tiny_recipe_loads():
+    loaded = recipe.load(RECIPES / "wan-tiny.yaml")
+    assert loaded.model.family == "wan"
+    assert loaded.name == "wan-tiny"
+    assert len(loaded.digest()) == 64
+
+
+def test_every_problem_listed_with_file_line_and_key(write):
+    path = write("bad.yaml", """\
+model:
+  famly: wan
+  dtype: float8
+mesh: {dp: two}
+generate:
+  prompt: hi
+  height: "64"
+  width: 64
+  frames: 9
+  stepz: 4
+outptu: {}
+""")
+    found = {(p.path, p.line): p for p in problems_of(path)}
+    assert set(found) == {
+        ("model.famly", 2), ("model.family", 1), ("model.dtype", 3), ("mesh.dp", 4),
+        ("generate.height", 7), ("generate.stepz", 10), ("outptu", 11)}
+    assert all(p.file == str(path) for p in found.values())
+    assert found[("model.famly", 2)].hint == "did you mean 'family'?"
+    assert found[("generate.stepz", 10)].hint == "did you mean 'steps'?"
+    assert found[("outptu", 11)].hint == "did you mean 'output'?"
+    assert "'auto'" in found[("mesh.dp", 4)].message
+    assert "'64'" in found[("generate.height", 7)].message  # the string is not coerced
+
+
+def test_render_has_one_line_per_problem(write):
+    path = write("bad.yaml", "model: {family: wan, dtpye: float32}\ngenerate: {prompt: x}\n")
+    error = pytest.raises(RecipeError, recipe.load, path).value
+    text = error.render()
+    # dtpye (steps, height, width and frames are the family's to require)
+    assert text.startswith("error: recipe has 1 problem")
+    assert f"{path}:1: model.dtpye: unknown key 'dtpye'" in text
+
+
+@pytest.mark.parametrize("family", ["wan", "cogvideox", "hunyuan"])
+@pytest.mark.parametrize("key", ["prompt", "height", "width", "frames", "steps"])
+def test_staged_families_need_a_prompt_a_size_frames_and_steps(write, family, key):
+    from porter import plugins
+    from porter.port import checks
+
+    generate = {"prompt": "x", "height": 32, "width": 32, "frames": 9, "steps": 2}
+    del generate[key]
+    text = f"model: {{family: {family}, source: tiny}}\ngenerate: {json.dumps(generate)}\n"
+    path = write("r.yaml", text)
+    [problem] = checks.recipe_problems(recipe.load(path), plugins.registry())
+    assert (problem.path, problem.message) == (f"generate.{key}",
+                                              f"family {family!r} needs generate.{key}")
+
+
+@pytest.mark.parametrize("key", ["video", "mask", "control_video", "pose_video", "latents",
+                                 "conditions"])
+def test_staged_families_refuse_input_videos(write, key):
+    from porter import plugins
+    from porter.port import checks
+
+    value = "[{frames: clip.mp4}]" if key == "conditions" else "clip.mp4"
+    path = write("r.yaml", "model: {family: wan, source: tiny}\ngenerate: {prompt: x, "
+                 f"height: 32, width: 32, frames: 9, steps: 2, {key}: {value}}}\n")
+    [problem] = checks.recipe_problems(recipe.load(path), plugins.registry())
+    assert problem.path == f"generate.{key}" and "takes no input" in problem.message
+
+
+def test_yaml_syntax_error_points_at_line(write):
+    path = write("broken.yaml", "model:\n  family: wan\n  source: [tiny\ngenerate: {}\n")
+    [problem] = problems_of(path)
+    assert "YAML syntax error" in problem.message
+    assert problem.line in (3, 4)
+
+
+def test_missing_file_is_a_recipe_error(tmp_path):
+    [problem] = problems_of(tmp_path / "nope.yaml")
+    assert "not found" in problem.message
+
+
+def test_top_level_must_be_mapping(write):
+    [problem] = problems_of(write("list.yaml", "- a\n- b\n"))
+    assert "mapping" in problem.message
+
+
+def test_overrides_are_type_checked(write):
+    path = write("r.yaml", TINY_RECIPE)
+    loaded = recipe.load(path, ["generate.steps=7", "mesh.tp=2", "generate.prompt=a dog"])
+    assert loaded.generate.steps == 7 and loaded.mesh["tp"] == 2
+    assert loaded.generate.prompt == "a dog"
+    found = {p.path: p for p in problems_of(path, ["generate.steps=x", "generate.stepz=3",
+                                                   "mesh.tp=two", "model.dtype=float8"])}
+    assert set(found) == {"generate.steps", "generate.stepz", "mesh.tp", "model.dtype"}
+    assert all(p.file == "command line" for p in found.values())
+    assert found["generate.stepz"].hint == "did you mean 'steps'?"
+
+
+def test_malformed_override(write):
+    path = write("r.yaml", TINY_RECIPE)
+    [problem] = problems_of(path, ["generate.steps"])
+    assert "KEY.PATH=VALUE" in problem.message
+    [problem] = problems_of(path, ["generate.prompt.x=1"])
+    assert "not a section" in problem.message
+
+
+def test_extends_deep_merges_relative_to_file(write):
+    write("base/common.yaml", TINY_RECIPE + "output: {fps: 12}\n")
+    child = write("base/sub/child.yaml",
+                  "extends: ../common.yaml\ngenerate: {steps: 9}\nmesh: {tp: 1}\n")
+    loaded = recipe.load(child)
+    assert loaded.generate.steps == 9
+    assert loaded.generate.prompt == "a cat"  # kept from the base
+    assert loaded.output.fps == 12
+    assert loaded.mesh == {"tp": 1}
+
+
+def test_extends_problem_points_at_the_base_file(write):
+    base = write("base.yaml", TINY_RECIPE.replace("steps: 3", "steps: three"))
+    child = write("child.yaml", "extends: base.yaml\noutput: {fps: 8}\n")
+    [problem] = problems_of(child)
+    assert problem.file == str(base) and problem.path == "generate.steps"
+    assert problem.line == 7
+
+
+def test_extends_cycle_rejected(write):
+    write("a.yaml", "extends: b.yaml\n")
+    write("b.yaml", "extends: a.yaml\n")
+    [problem] = problems_of(write("c.yaml", "extends: a.yaml\n"))
+    assert "cycle" in problem.message and "a.yaml -> b.yaml -> a.yaml" in problem.message
+
+
+def test_extends_missing_base(write):
+    [problem] = problems_of(write("c.yaml", "extends: gone.yaml\n"))
+    assert "not found" in problem.message and problem.line == 1
+
+
+def test_recipe_is_immutable(write):
+    loaded = recipe.load(write("r.yaml", TINY_RECIPE))
+    with pytest.raises(ValidationError):
+        loaded.generate.steps = 5
+
+
+def test_mesh_axis_rules(write):
+    path = write("r.yaml", TINY_RECIPE + "mesh: {dp: auto, tp: auto, sp: 0}\n")
+    messages = " | ".join(p.message for p in problems_of(path))
+    assert "at most one axis" in messages and ">= 1" in messages
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.rglob("*.yaml")),
+                         ids=lambda p: str(p.relative_to(RECIPES)))
+def test_every_shipped_recipe_validates(path):
+    from porter import plugins
+    from porter.commands.validate import validate
+
+    text = path.read_text()
+    relative = path.relative_to(RECIPES.parent)
+    assert text.startswith((f"# porter run {relative}", f"# porter bench {relative}"))
+    loaded = recipe.load(path)
+    assert validate(loaded, plugins.registry()) == []

@@ -1,0 +1,36 @@
+"""How much memory a process may use: the least of the machine's, its cgroup's and its
+address-space limit."""
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_memory_limit_is_the_least_of_machine_cgroup_and_address_space(tmp_path,
+                                                                          monkeypatch):
+    """This process's own cgroup (from /proc/self/cgroup, below its mount's root) and
+    its parents, cgroup v2 and v1; "max" and v1's 2**63 are no limit."""
+    from porter.runtime import memory
+    monkeypatch.setattr(memory, "physical",
+                        lambda: memory.Limit(64 << 30, "the machine's memory"))
+    monkeypatch.setattr(memory, "address_space", lambda: [])
+    v2, v1 = tmp_path / "unified", tmp_path / "memory"
+    (v2 / "job" / "step").mkdir(parents=True)
+    (v2 / "job" / "memory.max").write_text("8589934592\n")  # 8 GiB: the parent's
+    (v2 / "job" / "step" / "memory.max").write_text("max\n")
+    (v1 / "step").mkdir(parents=True)
+    (v1 / "step" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    cgroup, mountinfo = tmp_path / "cgroup", tmp_path / "mountinfo"
+    cgroup.write_text("4:memory:/outer/step\n1:cpu:/elsewhere\n0::/host/job/step\n")
+    mountinfo.write_text(
+        f"40 31 0:38 /host {v2} rw,relatime shared:9 - cgroup2 cgroup2 rw\n"
+        f"35 31 0:32 /outer {v1} rw,relatime - cgroup cgroup rw,memory\n"
+        f"32 31 0:29 / {tmp_path / 'cpu'} rw,relatime - cgroup cgroup rw,cpu\n")
+    limit = memory.host_limit(cgroup, mountinfo)
+    assert limit == memory.Limit(8 << 30, f"the cgroup limit in {v2 / 'job' / 'memory.max'}")
+    (v1 / "step" / "memory.limit_in_bytes").write_text("2147483648\n")  # v1: 2 GiB
+    assert memory.host_limit(cgroup, mountinfo).bytes == 2 << 30
+    monkeypatch.setattr(memory, "address_space", lambda: [memory.Limit(1 << 30, "as")])
+    assert memory.host_limit(cgroup, mountinfo) == memory.Limit(1 << 30, "as")
+    assert memory.host_limit(tmp_path / "none", mountinfo).bytes == 1 << 30  # no cgroup file

@@ -1,0 +1,149 @@
+"""Flex attention under torchax (``porter.shims.flex``, core patches ``core.block_mask`` and
+``core.flex_attention``): PyTorch's results, where torchax alone fails."""
+
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+from torch.nn.attention import flex_attention as flex
+
+from porter.plugins import builtin
+from porter.shims.compat import import_torchax
+
+from matrix import check
+
+torchax = import_torchax()
+
+
+def window(b, h, q_idx, kv_idx):
+    """A local window of 3 keys each side (LTX-2's decoder attends in a window)."""
+    return (q_idx - kv_idx).abs() <= 3
+
+
+def frames(b, h, q_idx, kv_idx):
+    """Attention within a frame of 16 tokens (LTX-2's decoder splits its indices so)."""
+    return q_idx // 16 == kv_idx // 16
+
+
+def causal(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx
+
+
+def bias(score, b, h, q_idx, kv_idx):
+    return score + 0.1 * h - 0.01 * (q_idx - kv_idx).abs()
+
+
+@pytest.mark.parametrize("mask_mod, score_mod", [(window, None), (causal, bias),
+                                                 (None, bias), (frames, None)])
+def test_dense_flex_attention_is_pytorchs(mask_mod, score_mod):
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 128, 16, generator=gen) for _ in range(3))
+    with check.without_accelerator():  # PyTorch's own, on the CPU
+        block = None if mask_mod is None else flex.create_block_mask(
+            mask_mod, None, None, 128, 128, device="cpu")
+        expected, expected_lse = flex.flex_attention(q, k, v, score_mod=score_mod,
+                                                     block_mask=block, return_lse=True)
+    env = torchax.default_env()
+    with env, builtin.BLOCK_MASK.applied(), builtin.FLEX_ATTENTION.applied():
+        ours = None if mask_mod is None else flex.create_block_mask(mask_mod, None, None, 128,
+                                                                    128, device="jax")
+        out, lse = flex.flex_attention(*env.to_xla((q, k, v)), score_mod=score_mod,
+                                       block_mask=ours, return_lse=True)
+        out, lse = np.asarray(out.jax()), np.asarray(lse.jax())
+    assert np.allclose(out, expected.numpy(), atol=2e-5)
+    assert np.allclose(lse, expected_lse.numpy(), atol=2e-5)
+
+
+def test_a_query_with_no_key_gets_zeros():
+    q = k = v = torch.ones(1, 1, 128, 16)
+    env = torchax.default_env()
+    with env, builtin.BLOCK_MASK.applied(), builtin.FLEX_ATTENTION.applied():
+        block = flex.create_block_mask(lambda b, h, q_idx, kv_idx: q_idx > 0, None, None,
+                                       128, 128, device="jax")
+        out, lse = flex.flex_attention(*env.to_xla((q, k, v)), block_mask=block,
+                                       return_lse=True)
+        out, lse = np.asarray(out.jax()), np.asarray(lse.jax())
+    assert (out[0, 0, 0] == 0).all() and np.isneginf(lse[0, 0, 0])
+    assert np.allclose(out[0, 0, 1:], 1.0)
+
+
+def test_torchax_alone_cannot_make_the_mask():
+    env = torchax.default_env()
+    with env, pytest.raises(AttributeError, match="dtype"):
+        flex.create_block_mask(frames, None, None, 128, 128, device="jax")
+
+
+def test_a_module_that_imported_the_function_by_name_gets_the_patch(monkeypatch):
+    """AnyFlow-FAR's transformer does ``from torch.nn.attention.flex_attention import
+    create_block_mask``: the patch reaches that name too, and is undone after."""
+    model = types.ModuleType("some_model")
+    model.create_block_mask = flex.create_block_mask
+    monkeypatch.setitem(sys.modules, "some_model", model)
+    original = flex.create_block_mask
+    with builtin.BLOCK_MASK.applied():
+        assert model.create_block_mask is flex.create_block_mask is not original
+    assert model.create_block_mask is original and flex.create_block_mask is original
+
+
+def test_a_mask_of_listed_blocks_is_honoured():
+    """Kandinsky 6's NABLA mask: block tables computed on the device, full blocks (no
+    mask_mod) beside partial ones. The tables decide, as in PyTorch's compiled kernel
+    (its eager CPU path applies the mask_mod alone, ignoring the tables). Head 0: query
+    block 0 sees key block 0; block 1 sees key block 1, and block 0 where the window
+    allows. Head 1: query block 0 sees block 0 where the window allows; block 1 all."""
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 128, 16, generator=gen) for _ in range(3))
+    full_counts = torch.tensor([[[1, 1], [0, 2]]], dtype=torch.int32)
+    full_indices = torch.tensor([[[[0, 1], [1, 0]], [[0, 1], [0, 1]]]], dtype=torch.int32)
+    partial_counts = torch.tensor([[[0, 1], [1, 0]]], dtype=torch.int32)
+    partial_indices = torch.tensor([[[[1, 0], [0, 1]], [[0, 1], [0, 1]]]], dtype=torch.int32)
+
+    def near(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx).abs() <= 70
+
+    keep = torch.zeros(2, 128, 128, dtype=torch.bool)
+    rows, columns = torch.arange(128)[:, None], torch.arange(128)[None, :]
+    for head in range(2):
+        for block in range(2):
+            tile = slice(block * 64, block * 64 + 64)
+            for j in range(int(full_counts[0, head, block])):
+                key = int(full_indices[0, head, block, j])
+                keep[head, tile, key * 64:key * 64 + 64] = True
+            for j in range(int(partial_counts[0, head, block])):
+                key = int(partial_indices[0, head, block, j])
+                keep[head, tile, key * 64:key * 64 + 64] |= \
+                    near(0, head, rows, columns)[tile, key * 64:key * 64 + 64]
+    scores = (q @ k.transpose(-1, -2) / 4).masked_fill(~keep, float("-inf"))
+    expected = torch.softmax(scores, -1) @ v
+
+    env = torchax.default_env()
+    with env, builtin.FLEX_ATTENTION.applied():
+        tables = env.to_xla((partial_counts, partial_indices, full_counts, full_indices))
+        mask = flex.BlockMask.from_kv_blocks(*tables, BLOCK_SIZE=64, mask_mod=near,
+                                             seq_lengths=(128, 128))
+        out = np.asarray(flex.flex_attention(*env.to_xla((q, k, v)), block_mask=mask).jax())
+    assert np.allclose(out, expected.numpy(), atol=2e-5)
+
+
+def test_grouped_heads_a_scale_and_auxiliary_outputs_are_pytorchs():
+    """Two query heads per key head (enable_gqa), a given scale, 256 tokens in blocks of
+    128 (PyTorch's own mask skips a block there), and return_aux's log-sum-exp."""
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 4, 256, 16, generator=gen)
+    k, v = (torch.randn(1, 2, 256, 16, generator=gen) for _ in range(2))
+    aux = flex.AuxRequest(lse=True)
+    with check.without_accelerator():
+        mask = flex.create_block_mask(causal, None, None, 256, 256, device="cpu")
+        expected, expected_aux = flex.flex_attention(q, k, v, block_mask=mask, scale=0.3,
+                                                     enable_gqa=True, return_aux=aux)
+    env = torchax.default_env()
+    with env, builtin.BLOCK_MASK.applied(), builtin.FLEX_ATTENTION.applied():
+        mask = flex.create_block_mask(causal, None, None, 256, 256, device="jax")
+        out, out_aux = flex.flex_attention(*env.to_xla((q, k, v)), block_mask=mask, scale=0.3,
+                                           enable_gqa=True, return_aux=aux)
+        out, lse = np.asarray(out.jax()), np.asarray(out_aux.lse.jax())
+    assert out_aux.max_scores is None
+    assert np.allclose(out, expected.numpy(), atol=2e-5)
+    assert np.allclose(lse, expected_aux.lse.numpy(), atol=2e-5)

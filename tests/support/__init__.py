@@ -1,0 +1,20 @@
+"""What the tests share: where things are, the tiny recipe most tests start from, and
+(in the modules here) fresh processes, references computed by plain diffusers, and
+the hostile-input harness."""
+
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent.parent
+ROOT = TESTS.parent
+RECIPES = ROOT / "recipes"
+
+TINY_RECIPE = """\
+model: {family: wan, source: tiny}
+generate:
+  prompt: "a cat"
+  height: 32
+  width: 32
+  frames: 9
+  steps: 3
+  max_sequence_length: 16
+"""

@@ -1,0 +1,109 @@
+"""The porter command in new processes, as users and schedulers run it: fresh, with
+nothing imported; interrupted; on a full disk."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def user_porter(*args, timeout=600, env=None):
+    """The porter command as a user's shell runs it: a new process, nothing imported,
+    no JAX settings in the environment (the tests' own are removed): one CPU device."""
+    base = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    return subprocess.run([sys.executable, "-m", "porter.cli", *map(str, args)],
+                          capture_output=True, text=True, env={**base, **(env or {})},
+                          timeout=timeout)
+
+
+def porter_process(*args, env=None, script=None, timeout=600):
+    """`porter ARGS` in a new process with nothing imported first, in the tests'
+    environment (8 virtual CPU devices); ``script``: the source it runs instead of
+    ``python -m porter.cli`` (which ends by calling it)."""
+    command = [sys.executable, "-c", script, *map(str, args)] if script else \
+        [sys.executable, "-m", "porter.cli", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def interrupt_at_step(monkeypatch, scheduler, step: int) -> None:
+    """``scheduler.step`` raises a real SIGINT in this process at its ``step``-th call
+    (that step finishes, is saved, the run stops); ``monkeypatch.undo()`` or the end of
+    the test puts it back."""
+    import signal
+
+    original, calls = scheduler.step, []
+
+    def signalled(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == step:
+            signal.raise_signal(signal.SIGINT)
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(scheduler, "step", signalled)
+
+
+def terminate_after(child, path: Path, seconds: float) -> str:
+    """SIGTERM to ``child`` once ``path`` exists (a checkpoint written); its stderr."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, f"no {path.name} within {seconds} s"
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    return child.communicate(timeout=120)[1]
+
+
+def slow_porter(scheduler: str) -> str:
+    """Source of a child process that runs the porter CLI with ``scheduler``'s step
+    slowed down, so a signal sent after a checkpoint lands mid-denoising."""
+    return f"""\
+import functools, sys, time
+import diffusers
+step = diffusers.{scheduler}.step
+@functools.wraps(step)  # the same signature: pipelines pass what it names (generator)
+def slow(self, *args, **kwargs):
+    time.sleep(0.5)
+    return step(self, *args, **kwargs)
+diffusers.{scheduler}.step = slow
+from porter.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+#: Source of a child process that runs the porter CLI on a disk that is full for one
+#: file: the first argument is part of its name; writing it fails with ENOSPC.
+FULL_DISK = """\
+import builtins, errno, sys
+
+opened = builtins.open
+
+
+class Full:
+    '''A file on a disk that is full: write() fails as the kernel's does, naming no
+    file.'''
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def full_open(file, mode="r", *args, **kwargs):
+    handle = opened(file, mode, *args, **kwargs)
+    return Full(handle) if "w" in mode and FULL in str(file) else handle
+
+
+FULL = sys.argv.pop(1)  # the file whose writes fail
+builtins.open = full_open
+from porter.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
