@@ -5,6 +5,8 @@ and its handler (``handle``), which calls the library (``porter.commands``)."""
 from __future__ import annotations
 
 import argparse
+import importlib
+import logging
 import os
 import sys
 import warnings
@@ -121,16 +123,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _quiet_libraries() -> None:
-    """Library chatter (deprecations, dtype notes) hides Porter's own output."""
+    """Library chatter (deprecations, dtype notes) hides Porter's own output. Through
+    the settings each library reads when it is imported, so that a command that needs
+    none of them (plugins, patches, new) does not import them to quiet them."""
     warnings.filterwarnings("ignore")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import logging
-
-    from diffusers.utils import logging as diffusers_logging
-    from transformers.utils import logging as transformers_logging
-
-    diffusers_logging.set_verbosity_error()
-    transformers_logging.set_verbosity_error()
+    for key, value in (("TF_CPP_MIN_LOG_LEVEL", "2"), ("DIFFUSERS_VERBOSITY", "error"),
+                       ("TRANSFORMERS_VERBOSITY", "error")):
+        os.environ.setdefault(key, value)
+    for library in ("diffusers", "transformers"):  # already imported: told directly
+        if library in sys.modules:
+            importlib.import_module(f"{library}.utils.logging").set_verbosity_error()
     for name in ("jax", "absl"):
         logging.getLogger(name).setLevel(logging.ERROR)
 

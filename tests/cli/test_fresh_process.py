@@ -4,7 +4,7 @@ it."""
 import pytest
 
 from support import RECIPES
-from support.processes import user_porter
+from support.processes import porter_calls, user_porter
 
 
 def test_cpu_devices_flag_in_a_fresh_process():
@@ -35,17 +35,18 @@ def test_commands_in_a_fresh_process(args):
 
 def test_a_recipe_for_a_bigger_machine_validates_with_devices():
     """On one CPU device, an 8-chip recipe's mesh is refused with the flag that checks
-    it as if; with --devices 8 every rule is checked against 8 devices."""
-    out = user_porter("validate", str(RECIPES / "wan14b.yaml"))
-    assert out.returncode == 2 and "needs 8 devices but 1 exist" in out.stderr
-    assert "--devices 8" in out.stderr and "--cpu-devices 8" in out.stderr
-    out = user_porter("validate", str(RECIPES / "wan14b.yaml"), "--devices", "8",
-                       "mesh.tp=16", "mesh.dp=1")
-    assert out.returncode == 2 and "needs 16 devices but --devices gives 8" in out.stderr
-    out = user_porter("validate", str(RECIPES / "wan14b.yaml"), "--devices", "3",
-                       "mesh.tp=3", "mesh.dp=1", "generate.cfg_parallel=false")
-    assert out.returncode == 2  # 14B's width 5120 does not split 3 ways
-    assert "(5120) does not divide by tp=3" in out.stderr
+    it as if; with --devices 8 every rule is checked against 8 devices (three validates
+    in one new process: they differ only in their arguments)."""
+    recipe = str(RECIPES / "wan14b.yaml")
+    one, sixteen, three = porter_calls(
+        ["validate", recipe], ["validate", recipe, "--devices", "8", "mesh.tp=16", "mesh.dp=1"],
+        ["validate", recipe, "--devices", "3", "mesh.tp=3", "mesh.dp=1",
+         "generate.cfg_parallel=false"])
+    assert one.returncode == 2 and "needs 8 devices but 1 exist" in one.stderr
+    assert "--devices 8" in one.stderr and "--cpu-devices 8" in one.stderr
+    assert sixteen.returncode == 2 and "needs 16 devices but --devices gives 8" in sixteen.stderr
+    assert three.returncode == 2  # 14B's width 5120 does not split 3 ways
+    assert "(5120) does not divide by tp=3" in three.stderr
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from porter.commands.validate import validate
 
 from support import RECIPES, TINY_RECIPE
 from support.hostile import SEED_DATA, dump, validates_or_refuses, within
-from support.processes import porter_process
+from support.processes import porter_calls, porter_process
 from support.runs import RECIPE
 
 pytestmark = pytest.mark.usefixtures("warm")  # timed: JAX and the models imported first
@@ -75,12 +75,12 @@ def test_run_and_plan_refuse_what_validate_refuses_with_its_message(saved_tiny, 
     else:
         args.append("model.config={num_layers: -3}")
         expected = "model.config.num_layers: -3 is a negative count or size"
-    checked = porter_process("validate", *args)
+    # one new process: the three commands differ only in their arguments
+    checked, *others = porter_calls(["validate", *args], ["run", *args, "--no-progress"],
+                                    ["plan", *args], user=False)
     assert checked.returncode == 2 and expected in checked.stderr, checked.stderr
     message = checked.stderr[checked.stderr.index("error:"):]
-    for command in ("run", "plan"):
-        done = porter_process(command, *args, *(["--no-progress"] if command == "run"
-                                                else []))
+    for done in others:
         assert done.returncode == 2, done.stderr
         assert done.stderr.endswith(message), done.stderr
         assert "internal error" not in done.stderr and "loading" not in done.stderr

@@ -1,10 +1,12 @@
 """The porter command in new processes, as users and schedulers run it: fresh, with
 nothing imported; interrupted; on a full disk."""
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 
 def user_porter(*args, timeout=600, env=None):
@@ -14,6 +16,39 @@ def user_porter(*args, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "porter.cli", *map(str, args)],
                           capture_output=True, text=True, env={**base, **(env or {})},
                           timeout=timeout)
+
+
+#: the porter command run for each argv (a JSON list, the first argument) in turn, in one
+#: process: what each printed and returned, as a JSON list on stdout
+_IN_ONE_PROCESS = """\
+import contextlib, io, json, sys
+from porter.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    results.append({"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+sys.__stdout__.write(json.dumps(results))
+"""
+
+
+def porter_calls(*argvs, env=None, timeout=600, user=True) -> list:
+    """Each ``argv`` run by the porter command in turn in one new process, nothing
+    imported before the first: checks that differ only in their arguments share what
+    the process imports. ``user``: as a user's shell runs it (one CPU device), else in
+    the tests' environment. Each result has returncode, stdout and stderr."""
+    base = {k: v for k, v in os.environ.items()
+            if not user or k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    done = subprocess.run([sys.executable, "-c", _IN_ONE_PROCESS,
+                           json.dumps([[str(a) for a in argv] for argv in argvs])],
+                          capture_output=True, text=True, env={**base, **(env or {})},
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [SimpleNamespace(**result) for result in json.loads(done.stdout)]
 
 
 def porter_process(*args, env=None, script=None, timeout=600):
