@@ -1,6 +1,6 @@
 """Where torchax does not yet behave as PyTorch does, fixed for every run (besides
 ``porter.shims.setitem``): each is a core patch (``porter/plugins/builtin.py``) with the versions it
-is known to fit, and ``tests/test_torchax_fixes.py`` shows the gap it closes.
+is known to fit, and ``tests/shims/test_fixes.py`` shows the gap it closes.
 
 - ``copy.deepcopy`` of a tensor inside torchax's environment: PyTorch copies a host
   tensor by making an empty one and pointing it at a copy of the storage

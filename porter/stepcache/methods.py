@@ -2,7 +2,7 @@
 
 The parameters and their defaults are diffusers' own (``MagCacheConfig``,
 ``FirstBlockCacheConfig``, ``TaylorSeerCacheConfig``), so a recipe means what
-the same numbers mean to diffusers; ``tests/test_cache.py`` keeps the defaults
+the same numbers mean to diffusers; ``tests/stepcache/test_stepcache.py`` keeps the defaults
 equal. What Porter sets itself is left out: the step count (from the run). The
 guidance cache is Porter's own.
 """

@@ -3,12 +3,12 @@
 from matrix.entries import VIDEO, Family, Matches, NotVideo, Refused
 
 ENTRIES = {
-    "WanPipeline": Family("wan", "tests/test_wan_variants.py"),
-    "WanImageToVideoPipeline": Family("wan", "tests/test_wan_i2v.py"),
-    "CogVideoXPipeline": Family("cogvideox", "tests/test_cogvideox.py"),
-    "CogVideoXImageToVideoPipeline": Family("cogvideox", "tests/test_cogvideox.py"),
-    "HunyuanVideoPipeline": Family("hunyuan", "tests/test_hunyuan.py"),
-    "HunyuanVideo15Pipeline": Family("hunyuan", "tests/test_hunyuan.py"),
+    "WanPipeline": Family("wan", "tests/wan/test_variants.py"),
+    "WanImageToVideoPipeline": Family("wan", "tests/wan/test_i2v.py"),
+    "CogVideoXPipeline": Family("cogvideox", "tests/cogvideox/test_family.py"),
+    "CogVideoXImageToVideoPipeline": Family("cogvideox", "tests/cogvideox/test_family.py"),
+    "HunyuanVideoPipeline": Family("hunyuan", "tests/hunyuan/test_family.py"),
+    "HunyuanVideo15Pipeline": Family("hunyuan", "tests/hunyuan/test_family.py"),
     "LattePipeline": Matches(
         "latte", {"height": 8, "width": 8, "frames": 1, "steps": 2, "guidance_scale": 5.0,
                   "extra": {"clean_caption": False}},

@@ -1,7 +1,7 @@
 """What the pipeline matrix says of each diffusers video pipeline class, one entry
 per class: it matches plain diffusers from a recipe (``Matches``), a plugin family
 runs it with its own tests (``Family``), or ``porter validate`` refuses it with a
-message naming why (``Refused``). ``tests/test_pipeline_matrix.py`` proves each
+message naming why (``Refused``). ``tests/e2e/test_pipeline_matrix.py`` proves each
 entry; ``docs/pipelines.md`` is written from them (``python tests/matrix/page.py``).
 """
 

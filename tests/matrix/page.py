@@ -62,7 +62,7 @@ def render() -> str:
         "it, and run by Porter from a recipe of `model: {family: generic, source: DIR}` "
         "and `generate` keys (the column says which beyond prompt, size, frames, steps, "
         "guidance and text length); its frames are compared with plain diffusers from the "
-        "same seed (`tests/test_pipeline_matrix*.py`: every test run compares a cheap "
+        "same seed (`tests/e2e/test_pipeline_matrix.py`: every test run compares a cheap "
         "few of each group, `pytest -m matrix` the rest). A class `porter validate` refuses "
         "is refused with the reason below, before any weight is read.",
         "",

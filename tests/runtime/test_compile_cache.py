@@ -42,7 +42,7 @@ def cached_run_into(cache, out):
 def filled_cache(tmp_path_factory):
     """A compile cache one run filled (JAX's entries and Porter's stored traces) and
     that run's output directory: each test damages its own copy (a copied cache hits
-    as the original does: tests/test_runtime.py)."""
+    as the original does: tests/runtime/test_runtime.py)."""
     directory = tmp_path_factory.mktemp("filled")
     done = cached_run_into(directory / "cache", directory / "out")
     assert done.returncode == 0, done.stderr

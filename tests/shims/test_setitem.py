@@ -59,7 +59,7 @@ def test_no_scatter_in_the_compiled_program():
 
 def test_no_interior_padding_in_the_program():
     """Strided writes are edge pads and a select: the TPU compiler emits interior
-    padding of a lane dimension element by element (tests/test_aot.py measures it)."""
+    padding of a lane dimension element by element (tests/aot/test_compiler.py measures it)."""
     def rotate(x, a, b):
         x = strided_set(x, (Ellipsis, slice(0, None, 2)), a)
         return strided_set(x, (slice(1, None, 3), Ellipsis, slice(1, 7, 2)), b[1::3, :, :3])
