@@ -24,10 +24,10 @@ MAX_DEPTH = 32
 
 
 def build_app(jobs, token: str | None = None):
-    """The FastAPI application serving ``jobs`` (a ``porter.commands.serve.jobs.Jobs``)."""
+    """The FastAPI application serving ``jobs`` (a ``porter.commands.serve.jobs.Jobs``):
+    every route behind the token, every refusal ``{"error": ...}``."""
     from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.openapi.docs import get_swagger_ui_html
-    from fastapi.responses import FileResponse, JSONResponse
+    from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     @contextlib.asynccontextmanager
@@ -47,7 +47,7 @@ def build_app(jobs, token: str | None = None):
     recipe = jobs.port.recipe
     # the description names the recipe's file, not where it lies on the server;
     # the API description and its pages are routes of ours, behind the token
-    app = FastAPI(title="Porter", version=_version(), lifespan=lifespan,
+    app = FastAPI(title="Porter", version=porter.__version__, lifespan=lifespan,
                   dependencies=[Depends(authorized)], openapi_url=None, docs_url=None,
                   redoc_url=None,
                   description=f"Videos from `{recipe.path.name}` ({recipe.model.family}); "
@@ -62,6 +62,16 @@ def build_app(jobs, token: str | None = None):
         return JSONResponse({"error": f"internal error: {type(exc).__name__} (a Porter "
                                       "bug; the server log has more)"}, 500)
 
+    _description_routes(app)
+    _job_routes(app, jobs)
+    _result_routes(app, jobs)
+    return app
+
+
+def _description_routes(app) -> None:
+    """The API's description and its page, behind the token like every route."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi():
         return app.openapi()
@@ -70,8 +80,17 @@ def build_app(jobs, token: str | None = None):
     async def docs():
         return get_swagger_ui_html(openapi_url="/openapi.json", title="Porter API")
 
-    def missing(job_id):
-        return HTTPException(404, f"no job {job_id!r}")
+
+def _missing(job_id):
+    from fastapi import HTTPException
+
+    return HTTPException(404, f"no job {job_id!r}")
+
+
+def _job_routes(app, jobs) -> None:
+    """Submit, list, look at and cancel jobs; and the server's health."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
 
     body = _body_schema(GenerateSection)
 
@@ -109,23 +128,35 @@ def build_app(jobs, token: str | None = None):
         try:
             return _described(jobs.get(job_id))
         except KeyError:
-            raise missing(job_id) from None
+            raise _missing(job_id) from None
 
     @app.delete("/jobs/{job_id}", summary="cancel a queued job")
     async def cancel(job_id: str):
         try:
             return _described(jobs.cancel(job_id))
         except KeyError:
-            raise missing(job_id) from None
+            raise _missing(job_id) from None
         except jobs_mod.Conflict as exc:
             return JSONResponse({"error": exc.message}, 409)
+
+    @app.get("/health", summary="the server, its model and its queue")
+    async def health():
+        recipe = jobs.port.recipe
+        return {"status": "ok", "recipe": recipe.path.name, "family": recipe.model.family,
+                **jobs.state()}
+
+
+def _result_routes(app, jobs) -> None:
+    """A done job's video and run record."""
+    from fastapi import HTTPException
+    from fastapi.responses import FileResponse
 
     def result(job_id: str, find, what: str):
         """A done job's result (``find(job_id)``), or 404 saying why there is none."""
         try:
             found = find(job_id)
         except KeyError:
-            raise missing(job_id) from None
+            raise _missing(job_id) from None
         if found is None:
             raise HTTPException(404, f"job {job_id} has no {what} yet (status "
                                 f"{jobs.get(job_id).status})")
@@ -140,13 +171,6 @@ def build_app(jobs, token: str | None = None):
     @app.get("/jobs/{job_id}/record", summary="the run record of a done job (run.json)")
     async def run_record(job_id: str):
         return result(job_id, jobs.record_of, "record")
-
-    @app.get("/health", summary="the server, its model and its queue")
-    async def health():
-        return {"status": "ok", "recipe": recipe.path.name, "family": recipe.model.family,
-                **jobs.state()}
-
-    return app
 
 
 class _BadBody(UsageError):
@@ -237,8 +261,3 @@ def _body_schema(section) -> dict:
             f"{key.replace('_', ' ')}: a data URL (data:{example};base64,...), or the name "
             "of a file in the folder the server's --inputs names")
     return schema
-
-
-def _version() -> str:
-
-    return porter.__version__
