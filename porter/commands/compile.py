@@ -61,8 +61,9 @@ def build(recipe, registry, target_name: str, only: list[str] | None = None,
         say(f"[{index}/{len(programs)}] {program.name}: tracing, then the {target.name} "
             "compiler")
         results.append(done.setdefault(same, compiler.compile_program(port, program)))
-    return _report(recipe, port, target, results, declared is None, bool(only),
-                   unknown_calls)
+    compiled = {r.program.component for r in results}
+    left_out = {**_left_out(port, compiled, declared is None, bool(only)), **unknown_calls}
+    return _report(recipe, port, target, results, left_out)
 
 
 def _paths(port, program) -> list[str]:
@@ -121,8 +122,8 @@ def _check(recipe, registry, target) -> None:
         raise RecipeError(problems)
 
 
-def _report(recipe, port, target, results, undeclared: bool, chosen: bool,
-            unknown_calls: dict) -> dict:
+def _report(recipe, port, target, results, left_out: dict) -> dict:
+    """The report of ``results``; ``left_out`` names what was not compiled, and why."""
     chip = target.facts
     resident = port.resident_bytes_per_chip
     total = sum(resident.values())
@@ -130,8 +131,6 @@ def _report(recipe, port, target, results, undeclared: bool, chosen: bool,
     if given != resident:  # the plan's rules and the shardings the compiler got disagree
         raise RuntimeError(f"weights per chip: planned {resident}, compiled {given}")
     rows = [_program_row(result, total, chip.usable_hbm_bytes) for result in results]
-    compiled = {r.program.component for r in results}
-    left_out = {**_left_out(port, compiled, undeclared, chosen), **unknown_calls}
     bound = roofline.step(results, target)
     anchors = [roofline.implied(bound, a, target) for a in roofline.anchors_for(recipe, target)] \
         if bound else []

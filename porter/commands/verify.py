@@ -94,12 +94,13 @@ def _ported(family, recipe, registry, runtime):
     return pipe, _unwrap(pipe.transformer), host
 
 
-def _run_ported(module, compiled, inputs, recipe, registry, runtime, dtype):
-    """Module outputs (eager, hooked) and the compiled final output, on the host."""
-    placed = {k: to_device(v, runtime) for k, v in cast(inputs, dtype).items()}
+def _run_ported(module, compiled, inputs, runtime, recorded):
+    """Module outputs (eager, hooked) and the compiled final output, on the host: the
+    caller installs the recipe's ops; ``recorded`` names the modules to hook."""
+    placed = {k: to_device(v, runtime) for k, v in inputs.items()}
     outputs: dict = {}
-    with ops_installed(recipe, registry, runtime), runtime.env:
-        handles = _record(module, recipe.verify.modules, outputs, to_host)
+    with runtime.env:
+        handles = _record(module, recorded, outputs, to_host)
         try:
             module(return_dict=False, **placed)  # eager: hooks see concrete values
         finally:
@@ -138,13 +139,17 @@ def verify(recipe, registry, sharded: bool = False) -> dict:
         pipe, module, host = _ported(family, recipe, registry, runtime)
         dtype = module.dtype
         inputs = random_inputs(family, recipe, module.config)
-        got, final = _run_ported(module, pipe.transformer, inputs, recipe, registry,
-                                 runtime, dtype)
+        ported_inputs = cast(inputs, dtype)
+        with ops_installed(recipe, registry, runtime):
+            got, final = _run_ported(module, pipe.transformer, ported_inputs, runtime,
+                                     recipe.verify.modules)
         if sharded:
             single = _single_device(runtime)
             pipe_1, module_1, _ = _ported(family, recipe, registry, single)
-            expected, expected_final = _run_ported(module_1, pipe_1.transformer, inputs,
-                                                   recipe, registry, single, dtype)
+            with ops_installed(recipe, registry, single):
+                expected, expected_final = _run_ported(
+                    module_1, pipe_1.transformer, ported_inputs, single,
+                    recipe.verify.modules)
         else:
             reference = host.float().eval()
             expected = {}

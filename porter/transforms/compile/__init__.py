@@ -74,10 +74,10 @@ def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=No
     and ``splits[name]`` (a ``Split``) says how. ``traces`` (a TraceCache) keeps the
     traced programs, and the splits, on disk; ``xla_options`` are XLA's compiler
     options for every program."""
-    jit_kwargs, split = _prepared(rule, traces, name, xla_options, splits)
+    split = _prepared(rule, traces, name, xla_options, splits)
     if rule.modules is not None:
-        return _compile_submodules(module, rule, traces, split, jit_kwargs)
-    return _jit(module, rule, traces, split, jit_kwargs)
+        return _compile_submodules(module, rule, split)
+    return _jit(module, rule, split)
 
 
 def pieces(module, rule: CompileRule, traces=None, name: str = "", xla_options=None,
@@ -85,24 +85,23 @@ def pieces(module, rule: CompileRule, traces=None, name: str = "", xla_options=N
     """``module`` with each child that holds weights compiled in place (each block of
     a block list its own program), its forward left to run on the host between them:
     what a step cache needs to decide, between programs, which ones to run."""
-    jit_kwargs, split = _prepared(rule, traces, name, xla_options, splits)
-    autosplit.split_children(module, "", split, traces, jit_kwargs)
+    split = _prepared(rule, traces, name, xla_options, splits)
+    autosplit.split_children(module, "", split)
     return module
 
 
 def _prepared(rule: CompileRule, traces, name: str, xla_options, splits):
-    """jax.jit's arguments for ``rule`` and the component's Split."""
+    """The component's Split, with jax.jit's arguments for ``rule``."""
     output_classes_as_pytrees()
     jit_kwargs = {"static_argnames": tuple(rule.static_argnames)}
     if rule.donate_argnames:
         jit_kwargs["donate_argnames"] = tuple(rule.donate_argnames)
     if xla_options:
         jit_kwargs["compiler_options"] = dict(xla_options)
-    split = autosplit.Split.remembered(name, traces.split_store(name)
-                                       if traces is not None else None)
+    split = autosplit.Split.remembered(name, traces, jit_kwargs)
     if splits is not None:
         splits[name] = split
-    return jit_kwargs, split
+    return split
 
 
 _REGISTERED: set = set()
@@ -137,16 +136,16 @@ def output_classes_as_pytrees() -> None:
             deserialize_auxdata=lambda data: tuple(json.loads(data)))
 
 
-def _compile_submodules(module, rule: CompileRule, traces, split, jit_kwargs: dict):
+def _compile_submodules(module, rule: CompileRule, split):
     import re
 
     for path, sub in module.named_modules():
         if path and re.fullmatch(rule.modules, path):
-            autosplit.compile_in_place(sub, path, split, traces, jit_kwargs)
+            autosplit.compile_in_place(sub, path, split)
     return module
 
 
-def _jit(module, rule: CompileRule, traces, split, jit_kwargs: dict):
+def _jit(module, rule: CompileRule, split):
     """torchax's JittableModule for ``module`` (weights as inputs of every program),
     each of ``rule.methods`` a call that splits the module if it cannot be traced; with
     ``rule.scan``, each list of identical blocks stacked and run as one scan."""
@@ -159,7 +158,7 @@ def _jit(module, rule: CompileRule, traces, split, jit_kwargs: dict):
         compiled.functional_call = scan.scanned_call(compiled.functional_call, module, lists)
     for method in rule.methods:
         compiled._jitted[method] = _signed(
-            _whole(compiled, method, traces, split, jit_kwargs, lists), getattr(module, method))
+            _whole(compiled, method, split, lists), getattr(module, method))
     # pipelines read their components' signatures (Stable Video Diffusion asks its VAE's
     # forward whether it takes num_frames) and call nn.Module's buffers(), which the
     # compiled module holds as a dict of that name
@@ -207,14 +206,14 @@ def _signed(call, original):
     return signed
 
 
-def _whole(compiled, method: str, traces, split, jit_kwargs: dict, lists: list[str]):
+def _whole(compiled, method: str, split, lists: list[str]):
     """One compiled method of a JittableModule: jitted per set of static arguments
-    (trace-cached where ``traces`` is given); eager, with its submodules compiled,
+    (trace-cached where the split has a trace cache); eager, with its submodules compiled,
     once it proves untraceable. With ``lists`` (scanned block lists), a failure to
     trace is the recipe's to settle: the blocks' weights are stacked."""
     function = getattr(type(compiled._model), method)
     program = autosplit.programs(functools.partial(compiled.functional_call, method),
-                                 f"{split.component}.{method}", traces, jit_kwargs)
+                                 f"{split.component}.{method}", split)
 
     # the buffers as a plain dict: the trace cache serialises the program's arguments'
     # tree, which a registered node would not pass
@@ -227,8 +226,8 @@ def _whole(compiled, method: str, traces, split, jit_kwargs: dict, lists: list[s
 
     if lists:
         return scan.refusing(traced, split.component, signature_of=function)
-    return autosplit.splitting_call(compiled._model, "", split, traces, jit_kwargs,
-                                    signature_of=function, traced=traced, eager=eager)
+    return autosplit.splitting_call(compiled._model, "", split, signature_of=function,
+                                    traced=traced, eager=eager)
 
 
 def problems(recipe, family, modules: dict) -> list:

@@ -73,15 +73,21 @@ def static_names(kwargs: dict) -> tuple[str, ...]:
 @dataclass
 class Split:
     """What an automatic split of one compiled component did: module path -> why it
-    ran eagerly ("" is the component itself), and the paths compiled below it."""
+    ran eagerly ("" is the component itself), and the paths compiled below it; with
+    how its pieces are compiled (``traces``, a TraceCache or None, and jax.jit's
+    arguments)."""
     component: str
     store: Path | None = None  # where the split is remembered (None: not kept)
+    traces: object = None
+    jit_kwargs: dict = field(default_factory=dict)
     eager: dict[str, str] = field(default_factory=dict)
     compiled: set[str] = field(default_factory=set)
 
     @classmethod
-    def remembered(cls, component: str, store: Path | None) -> "Split":
-        split = cls(component, store)
+    def remembered(cls, component: str, traces, jit_kwargs: dict) -> "Split":
+        """The split of ``component``, as an earlier run kept it in ``traces``."""
+        store = traces.split_store(component) if traces is not None else None
+        split = cls(component, store, traces, jit_kwargs)
         if store is not None:
             try:
                 split.eager = dict(json.loads(store.read_text())["eager"])
@@ -119,12 +125,13 @@ class Split:
             pass  # only a shortcut for the next run: the trace cache warns about its dir
 
 
-def programs(function, name: str, traces, jit_kwargs: dict):
+def programs(function, name: str, split: Split):
     """``program(static)``: ``function`` (taking and returning torch tensors) jitted
     with the argument names ``static`` static besides the recipe's, one program per
-    set of names, trace-cached as ``name`` where ``traces`` is given."""
+    set of names, trace-cached as ``name`` where the split has a trace cache."""
     import jax
 
+    traces, jit_kwargs = split.traces, split.jit_kwargs
     interop = import_torchax().interop
     made: dict = {}
 
@@ -139,7 +146,7 @@ def programs(function, name: str, traces, jit_kwargs: dict):
     return program
 
 
-def split_children(module, prefix: str, split: Split, traces, jit_kwargs: dict) -> None:
+def split_children(module, prefix: str, split: Split) -> None:
     """Compile, in place, each child of ``module`` that holds weights (through
     containers such as ``ModuleList``); the rest runs eagerly inside its parent."""
     import torch
@@ -148,13 +155,13 @@ def split_children(module, prefix: str, split: Split, traces, jit_kwargs: dict) 
         path = f"{prefix}.{name}" if prefix else name
         has_forward = type(child).forward is not torch.nn.Module.forward
         if not has_forward:  # ModuleList, ModuleDict: a container, not a call
-            split_children(child, path, split, traces, jit_kwargs)
+            split_children(child, path, split)
         elif next(child.parameters(), None) is not None or \
                 next(child.buffers(), None) is not None:
-            compile_in_place(child, path, split, traces, jit_kwargs)
+            compile_in_place(child, path, split)
 
 
-def compile_in_place(module, path: str, split: Split, traces, jit_kwargs: dict) -> None:
+def compile_in_place(module, path: str, split: Split) -> None:
     """``module.forward`` becomes a compiled call of the module's own forward, with
     the tensors the module holds at call time as inputs (so a parent's
     reparametrization reaches it); if it cannot be traced, ``split_children``."""
@@ -165,19 +172,18 @@ def compile_in_place(module, path: str, split: Split, traces, jit_kwargs: dict) 
         with stateless._reparametrize_module(module, state):
             return forward(module, *args, **kwargs)
 
-    program = programs(functional, f"{split.component}.{path}.forward", traces, jit_kwargs)
+    program = programs(functional, f"{split.component}.{path}.forward", split)
 
     def traced(static, *args, **kwargs):
         state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
         return program(static)(state, *args, **kwargs)
 
     module.forward = splitting_call(
-        module, path, split, traces, jit_kwargs, signature_of=forward, traced=traced,
+        module, path, split, signature_of=forward, traced=traced,
         eager=functools.partial(forward, module))
 
 
-def splitting_call(module, path: str, split: Split, traces, jit_kwargs: dict, *,
-                   signature_of, traced, eager):
+def splitting_call(module, path: str, split: Split, *, signature_of, traced, eager):
     """The call that replaces a compiled method: ``traced(static_names, *args,
     **kwargs)`` (arguments named by ``signature_of``'s signature where it allows) until
     a call proves it untraceable, then, and from then on, ``eager(*args, **kwargs)``
@@ -193,11 +199,11 @@ def splitting_call(module, path: str, split: Split, traces, jit_kwargs: dict, *,
             result = traced(static_names(named_kwargs), *named_args, **named_kwargs)
         except untraceable() as exc:
             split.failed(path, exc)
-            split_children(module, path, split, traces, jit_kwargs)
+            split_children(module, path, split)
             return eager(*args, **kwargs)
         split.compiled.add(path)
         return result
 
     if path in split.eager:
-        split_children(module, path, split, traces, jit_kwargs)
+        split_children(module, path, split)
     return call
