@@ -42,17 +42,6 @@ def test_two_experts_on_given_timesteps_switch_as_diffusers(write, tmp_path):
     assert record["schedule"]["timesteps"] == timesteps
 
 
-@pytest.mark.slow
-def test_another_scheduler_class_with_its_settings(write, tmp_path):
-    """UniPC with a flow shift, as diffusers users write it (from_config with
-    overrides), in place of the pipeline's own scheduler."""
-    loaded = load(write, tmp_path, "steps: 3", "{name: UniPCMultistepScheduler, config: "
-                  "{prediction_type: flow_prediction, use_flow_sigmas: true, "
-                  "flow_shift: 3.0}}", guidance=4.0)
-    result = run(loaded, plugins.registry(), progress=False)
-    assert (result.latents - wan_latents(loaded)).abs().max() <= 1e-4
-
-
 def problems(write, tmp_path, generate, scheduler="{}", variant="t2v"):
     loaded = load(write, tmp_path, generate, scheduler, variant)
     return [(p.path, p.message, p.hint, p.line) for p in validate(loaded, plugins.registry())]

@@ -268,10 +268,14 @@ def test_warmed_up_shapes_compile_nothing_when_asked_for(tmp_path):
 
 
 def test_a_warmup_the_recipe_cannot_run_is_refused_before_loading(tmp_path):
-    from support.processes import porter_process
+    from porter import plugins, recipe as recipes
+    from porter.commands.serve import warmup_recipes
+    from porter.errors import RecipeError
 
-    recipe = tmp_path / "warm.yaml"
-    recipe.write_text(TINY_RECIPE + "serve:\n  warmup:\n    - {height: 30}\n")
-    done = porter_process("serve", str(recipe), f"output.dir={tmp_path / 'out'}")
-    assert done.returncode == 2 and "warm.yaml:" in done.stderr and "height" in \
-        done.stderr, done.stderr
+    path = tmp_path / "warm.yaml"
+    path.write_text(TINY_RECIPE + "serve:\n  warmup:\n    - {width: 48}\n    - {height: 30}\n")
+    with pytest.raises(RecipeError) as refused:
+        warmup_recipes(recipes.load(path), plugins.registry())
+    [problem] = refused.value.problems
+    assert problem.path == "generate.height" and problem.line == 12
+    assert str(problem.file).endswith("warm.yaml")
