@@ -67,6 +67,7 @@ class Outcome:
     history: list = field(default_factory=list)
     warnings: list = field(default_factory=list)  # given while loading and in this call
     stage_files: dict = field(default_factory=dict)  # stage file -> SHA-256 (a directory's)
+    schedule: dict | None = None  # the scheduler and timesteps the steps ran on
 
 
 @dataclass
@@ -119,6 +120,8 @@ class Port:
     @classmethod
     def open(cls, recipe, registry, family, say=notices.quiet) -> "Port":
         """Start the runtime, check shapes, load and port (see ``porter.load``)."""
+        # what the process spent before the port: the interpreter, imports, the checks
+        started = monitor.process_seconds()
         runtime = runtime_mod.start(recipe)
         say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
             f"mesh {runtime.axes}" + (f", {distributed.process_count()} processes; "
@@ -130,6 +133,8 @@ class Port:
             raise RecipeError(problems)
         compile_mark = monitor.compile_monitor().summary()
         building = Building(recipe, registry, family, runtime, say=say)
+        if started is not None:
+            building.timings["startup_s"] = started
         with out_of_memory.explained(recipe, registry), building.stack, \
                 tracing.explained():
             passes.build(building)
@@ -217,7 +222,8 @@ class Port:
         finally:  # compilation a failed call paid is not charged to the next one
             call.timings["compile"] = self._compile_since_last()
         return Outcome(latents, frames, call.timings, call.history,
-                       self._load_warnings + notices.given()[warned:], call.stage_files)
+                       self._load_warnings + notices.given()[warned:], call.stage_files,
+                       call.schedule)
 
     def _run(self, call: Call):
         runner = runners.of(self.family)

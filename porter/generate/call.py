@@ -38,6 +38,7 @@ class Call:
     history: list = field(default_factory=list)  # where each stage ran
     stage_files: dict = field(default_factory=dict)  # stage file -> SHA-256, in directory
     guidance_cache: object = None  # this run's (porter.stepcache.guidance), if any
+    schedule: dict | None = None  # the scheduler and timesteps it ran (scheduler.describe)
 
     def __post_init__(self):
         previous = self.resumed.previous if self.resumed else None

@@ -15,6 +15,7 @@ from porter.generate.call import Call, Resumed
 from porter.rundir import artifacts, record
 from porter.rundir import progress as saved_progress
 from porter.shims.interop import to_device, to_host
+from porter.transforms import scheduler as scheduling
 
 
 class StagedLoop:
@@ -83,8 +84,11 @@ class StagedLoop:
         if stage == "encode":
             call.history.append(record.segment(port.runtime, "encode"))
         if call.directory is not None:
-            artifacts.save(call.directory, stage, tensors, call.recipe,
-                           extra={"history": call.history}, inputs=port.inputs)
+            extra = {"history": call.history}
+            if stage == "denoise":
+                extra["schedule"] = call.schedule
+            artifacts.save(call.directory, stage, tensors, call.recipe, extra=extra,
+                           inputs=port.inputs)
 
     @staticmethod
     def _checkpoint(port, call: Call):
@@ -119,6 +123,9 @@ class PipelineLoop:
         with port.runtime.env:
             frames, latents = port.family.generate(port.pipe, call.recipe)
         call.timings["generate_s"] = round(time.perf_counter() - start, 4)
+        scheduler = getattr(port.pipe, "scheduler", None)
+        if getattr(scheduler, "timesteps", None) is not None:  # as the pipeline left it
+            call.schedule = scheduling.describe(scheduler, scheduler.timesteps)
         call.history.append(record.segment(port.runtime, "generate"))
         return (to_host(latents) if latents is not None else None), frames
 

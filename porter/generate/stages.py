@@ -17,6 +17,7 @@ from porter.rundir import record
 from porter.rundir.progress import REDO, Progress, restore_scheduler, scheduler_state
 from porter.runtime import finite, interrupt
 from porter.shims.interop import to_device, to_host
+from porter.transforms import scheduler as scheduling
 from porter.transforms.dtypes import DTYPES
 
 
@@ -58,7 +59,8 @@ def denoise(port, call: Call, conditioning: dict, save=None):
     latents = to_device(family.initial_latents(pipe, call.recipe, sampling.generator),
                         port.runtime)
     with port.runtime.env:
-        sampling.timesteps = family.timesteps(pipe, call.recipe)
+        sampling.timesteps = scheduling.timesteps(family, pipe, call.recipe)
+        call.schedule = scheduling.describe(pipe.scheduler, sampling.timesteps)
         latents = _continued(port, call, latents, sampling)
         steps = _Steps(call, len(sampling.timesteps))
         with steps, interrupt.deferred() as stop:
@@ -81,6 +83,12 @@ def _continued(port, call: Call, latents, sampling: Sampling):
     start = call.resumed.progress if call.resumed else None
     if start is None:
         return latents
+    changed = scheduling.differences(start.schedule, call.schedule) \
+        if start.schedule is not None else []
+    if changed:
+        raise UsageError(f"{start.source}: its steps were taken on another schedule: "
+                         + "; ".join(changed[:4]), hint="resume with the scheduler and "
+                         "schedule that made it, or " + REDO)
     total = len(sampling.timesteps)
     if start.step > total:
         raise UsageError(f"{start.source}: step: {start.step} is not a completed step of "
@@ -111,7 +119,7 @@ def _save_or_stop(port, steps: "_Steps", latents, sampling: Sampling, signum, sa
     due = every and steps.done % every == 0 and steps.done < steps.total
     if save is not None and (due or signum):
         save(Progress(steps.done, latents, *scheduler_state(port.pipe.scheduler),
-                      sampling=sampling.state()))
+                      sampling=sampling.state(), schedule=steps.call.schedule))
         steps.saved_at = steps.done
     if signum:
         raise Interrupted(signum, saved=f"{steps.done} of {steps.total} denoising steps"

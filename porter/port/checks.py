@@ -285,6 +285,9 @@ def with_settings(recipe, registry, values: dict, source: str = CALL,
     ``line`` name where the values came from in messages. Relative image paths start
     from that file's folder when there is a line, else from the current directory."""
     values = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+    schedule = values.get("timesteps") or values.get("sigmas")
+    if isinstance(schedule, (list, tuple)) and "steps" not in values:
+        values["steps"] = len(schedule)  # a schedule given step by step counts its steps
     if line is None:
         values.update({k: str(Path(values[k]).expanduser().absolute())
                        for k in INPUTS if isinstance(values.get(k), str)})

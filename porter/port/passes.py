@@ -23,10 +23,11 @@ from porter.transforms import (
     patches,
     placement,
     rotary,
+    scheduler,
     setup,
 )
 
-HOST = (patches.PASS, loading.PASS, setup.PASS, lora.PASS, dtypes.PASS)
+HOST = (patches.PASS, loading.PASS, setup.PASS, scheduler.PASS, lora.PASS, dtypes.PASS)
 MESH = (placement.PASS, rotary.PASS, compile.PASS, attention.PASS, stepcache.PASS)
 PASSES = HOST + MESH
 

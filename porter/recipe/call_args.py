@@ -28,6 +28,8 @@ NAMES = {
     "width": ("width",),
     "frames": ("num_frames", "video_length", "frames"),
     "steps": ("num_inference_steps",),
+    "timesteps": ("timesteps",),
+    "sigmas": ("sigmas",),
     "guidance_scale": ("guidance_scale",),
     "guidance_scale_2": ("guidance_scale_2",),
     "max_sequence_length": ("max_sequence_length",),
@@ -107,9 +109,13 @@ def problems(recipe, cls) -> list:
     for key in wanted(recipe):
         if _name(key, taken) is None:
             names = " or ".join(NAMES[key])
+            hint = f"leave generate.{key} out; it takes: {accepted}"
+            if key in ("timesteps", "sigmas"):  # the pipeline's own loop sets its schedule
+                hint = ("a generic pipeline runs its own loop, which spreads "
+                        "generate.steps itself; the model's staged family (wan, "
+                        "cogvideox, hunyuan) sets the schedule on the scheduler")
             found.append(recipe.problem(
-                f"generate.{key}", f"{cls.__name__} takes no {names} argument",
-                hint=f"leave generate.{key} out; it takes: {accepted}"))
+                f"generate.{key}", f"{cls.__name__} takes no {names} argument", hint=hint))
     mapped = {_name(key, taken): key for key in NAMES if _name(key, taken)}
     given = {_name(key, taken) for key in wanted(recipe)} | set(recipe.generate.extra)
     for name, parameter in taken.items():

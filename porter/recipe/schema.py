@@ -128,7 +128,17 @@ class GenerateSection(Section):
     steps: int | None = Field(
         None, ge=1, le=10000, description="denoising steps (required by every family but "
         "generic; a generic pipeline that does not denoise, or counts its steps its own "
-        "way, takes none)")
+        "way, takes none; default with timesteps or sigmas: their count)")
+    timesteps: Annotated[list[Annotated[float, Field(ge=0)]], Field(
+        min_length=1, max_length=10000)] | None = Field(
+        None, description="the schedule's timesteps, in the scheduler's units (e.g. [1000, "
+        "750, 500, 250]), in place of steps evenly spread: set on the scheduler by the "
+        "core's loop (every family but generic), or passed to a generic pipeline that "
+        "takes them")
+    sigmas: Annotated[list[Annotated[float, Field(ge=0)]], Field(
+        min_length=1, max_length=10000)] | None = Field(
+        None, description="the schedule's noise levels (flow matching: 1.0 .. 0), which "
+        "the scheduler shifts as its configuration says; as timesteps")
     guidance_scale: float = Field(5.0, ge=0.0)
     guidance_scale_2: float | None = Field(
         None, ge=0.0, description="two-expert models: guidance of the low-noise expert "
@@ -140,6 +150,17 @@ class GenerateSection(Section):
     extra: dict[str, Any] = Field(
         default_factory=dict, description="family generic: more keyword arguments for the "
         "pipeline call (e.g. decode_timestep)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _steps_of_the_schedule(cls, data):
+        # a schedule given step by step counts its steps; a count given too must agree
+        # (the scheduler pass's check says so where the recipe set it)
+        if isinstance(data, dict) and data.get("steps") is None:
+            given = data.get("timesteps") or data.get("sigmas")
+            if isinstance(given, list) and given:
+                data = {**data, "steps": len(given)}
+        return data
 
 
 # One entry per tensor dimension: a mesh axis, null (not split) or a list of
@@ -224,6 +245,16 @@ class LoraAdapter(Section):
         "transformer_2 or both)")
 
 
+class SchedulerSection(Section):
+    name: str | None = Field(
+        None, description="a diffusers scheduler class (any the installed diffusers has), "
+        "e.g. FlowMatchEulerDiscreteScheduler; default: the pipeline's own")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="its configuration's overrides, e.g. {shift: "
+        "5.0} or {flow_shift: 3.0}: the scheduler is made as "
+        "from_config(pipe.scheduler.config, **config)")
+
+
 class PatchRef(Section):
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
@@ -295,6 +326,14 @@ class OutputSection(Section):
                                   "steps, for --resume; 0: only when interrupted")
 
 
+class ServeSection(Section):
+    warmup: list[dict[str, Any]] = Field(
+        default_factory=list, description="porter serve: the jobs to expect, as generate "
+        "settings (a job's body, e.g. {height: 480, width: 832, frames: 81}); each runs "
+        "once when the server starts, before /health says it is ready, so the first "
+        "request of its shape compiles nothing")
+
+
 class RecipeSpec(Section):
     model: ModelSection
     runtime: RuntimeSection = RuntimeSection()
@@ -308,6 +347,8 @@ class RecipeSpec(Section):
     setup: dict[str, list[str | SetupCall]] = Field(
         default_factory=dict, description="per component: diffusers' own set-up methods "
         "called after loading, before porting (e.g. vae: [enable_tiling])")
+    scheduler: SchedulerSection = Field(
+        SchedulerSection(), description="the scheduler: another class, its settings")
     lora: list[LoraAdapter] = Field(
         default_factory=list, description="LoRA adapters fused into the weights on the host, "
         "before dtypes, sharding and compile")
@@ -323,3 +364,4 @@ class RecipeSpec(Section):
         "magcache, first_block, taylorseer, guidance (docs/caching.md)")
     verify: VerifySection = VerifySection()
     output: OutputSection = OutputSection()
+    serve: ServeSection = ServeSection()

@@ -38,6 +38,9 @@ def settings_of(data: dict) -> dict:
         found["lora"] = data["lora"]
     if data.get("cache"):  # a step cache changes the latents
         found["cache"] = data["cache"]
+    scheduler = data.get("scheduler") or {}
+    if scheduler.get("name") or scheduler.get("config"):  # absent when unused, as LoRA
+        found["scheduler"] = scheduler
     return found
 
 

@@ -30,6 +30,9 @@ class Progress:
     source: object = None  # the record it was read from (a Path), for errors
     history: list = field(default_factory=list)  # where the steps so far ran
     sampling: dict = field(default_factory=dict)  # ``Sampling.state()``: random stream, carry
+    #: the schedule the steps were taken on (``porter.transforms.scheduler.describe``);
+    #: None in a checkpoint written before it was recorded
+    schedule: dict | None = None
 
 
 def _is_tensor(value) -> bool:
@@ -247,7 +250,8 @@ def save(directory, progress: Progress, recipe, inputs: dict | None = None) -> N
                **{f"sampling.{k}": v for k, v in progress.sampling.items()}}
     artifacts.save(directory, _stage(progress.step), tensors, recipe,
                    extra={"step": progress.step, "scheduler": progress.scheduler_description,
-                          "history": progress.history}, inputs=inputs)
+                          "history": progress.history, "schedule": progress.schedule},
+                   inputs=inputs)
     if not distributed.writes():
         return
     for step in _saved_steps(directory):
@@ -271,9 +275,10 @@ def load(directory, recipe) -> Progress | None:
     history = meta.get("history") if isinstance(meta.get("history"), list) else []
     sampling = {k[len("sampling."):]: v for k, v in tensors.items()
                 if k.startswith("sampling.")}
+    schedule = meta.get("schedule") if isinstance(meta.get("schedule"), dict) else None
     return Progress(step=meta["step"], latents=tensors["latents"], scheduler_tensors=saved,
                     scheduler_description=meta["scheduler"], source=path, history=history,
-                    sampling=sampling)
+                    sampling=sampling, schedule=schedule)
 
 
 def discard(directory) -> None:

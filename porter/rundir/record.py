@@ -58,6 +58,7 @@ def build(recipe, runtime, ported, outcome, outputs: dict) -> dict:
                     for p, params in ported.patches],
         "compile_cache": str(runtime.cache) if runtime.cache else None,
         "timings": outcome.timings,
+        "schedule": outcome.schedule,
         "weights": weights(ported.weights or {}, outcome.timings),
         "memory": peak_memory(runtime),
         "outputs": outputs,

@@ -19,7 +19,7 @@ from support import TINY_RECIPE
 
 def test_the_table_holds_the_passes_in_the_order_a_run_applies_them():
     assert [step.name for step in passes.PASSES] == [
-        "patches", "load", "setup", "lora", "dtypes",  # on the host
+        "patches", "load", "setup", "scheduler", "lora", "dtypes",  # on the host
         "placement", "rotary", "compile", "attention", "cache"]  # on the mesh
     assert passes.PASSES == passes.HOST + passes.MESH
     for step in passes.PASSES:
@@ -73,7 +73,9 @@ def test_plan_lists_the_passes_in_order_with_the_probe_in_its_place(probe, write
     assert cli.main(["plan", str(path), "--devices", "8", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["passes"]
     assert [row["pass"] for row in rows] == [step.name for step in passes.PASSES]
-    assert rows[6] == {"pass": "probe", "reads": ["generate.seed"],
+    names = [row["pass"] for row in rows]
+    assert names.index("probe") == names.index("placement") + 1
+    assert rows[names.index("probe")] == {"pass": "probe", "reads": ["generate.seed"],
                        "does": "records what is asked of it", "applies": True,
                        "detail": "probing"}
     assert cli.main(["plan", str(path), "--devices", "8", "generate.seed=14"]) == 2

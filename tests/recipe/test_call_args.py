@@ -212,3 +212,16 @@ def test_a_pipeline_that_takes_tensors_only_gets_its_inputs_as_tensors(write, tm
     assert kwargs["mask_video"].min() == 255.0  # the pipeline's own helper's scale
     # a pipeline that takes images gets images
     assert isinstance(call_args.kwargs(loaded, pipeline("WanVACEPipeline"))["video"], list)
+
+
+def test_a_schedule_goes_to_a_pipeline_that_takes_it_and_is_refused_where_none_does(write):
+    """A generic pipeline runs its own loop: a schedule given step by step reaches its
+    scheduler only through a call argument of that name."""
+    loaded = recipe.load(write("s.yaml", "model: {family: generic, source: tiny}\n"
+                               "generate: {prompt: a cat, sigmas: [1.0, 0.5]}\n"))
+    assert loaded.generate.steps == 2
+    kwargs = call_args.kwargs(loaded, pipeline("HunyuanVideoPipeline"))
+    assert kwargs["sigmas"] == [1.0, 0.5] and "num_inference_steps" not in kwargs
+    [problem] = call_args.problems(loaded, pipeline("WanPipeline"))
+    assert problem.path == "generate.sigmas" and "takes no sigmas argument" in problem.message
+    assert "staged family" in problem.hint

@@ -120,3 +120,29 @@ def test_an_edited_progress_record_is_named_not_blamed_on_the_model(interrupted,
     assert "delete the progress" in done.stderr
     assert "porting gap" not in done.stderr and "model code" not in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_checkpoint_taken_on_another_schedule_is_refused(interrupted, tmp_path):
+    """The checkpoint names the scheduler, its configuration and its timesteps; steps
+    taken on one schedule do not continue on another (here: a shift changed in the
+    scheduler's own configuration, which the recipe does not show)."""
+    meta = json.loads((interrupted / "progress-000001.json").read_text())
+    assert meta["schedule"]["class"] == "FlowMatchEulerDiscreteScheduler"
+    assert len(meta["schedule"]["timesteps"]) == 3
+
+    def shifted(meta):
+        meta["schedule"]["config"]["shift"] = 3.0
+    out, record = _edited_progress(interrupted, tmp_path, shifted)
+    with pytest.raises(UsageError, match=f"{record}: its steps were taken on another "
+                       "schedule: config.shift 3.0 -> 7.0"):
+        run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3"), plugins.registry(),
+            progress=False, resume=True)
+
+
+def test_a_resume_with_another_scheduler_setting_is_refused(interrupted, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(interrupted, out)
+    with pytest.raises(UsageError, match="made with other settings: scheduler"):
+        run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3",
+                        "scheduler.config={shift: 3.0}"), plugins.registry(),
+            progress=False, resume=True)

@@ -19,6 +19,54 @@ def diffusers_latents(recipe):
                 generator=torch.Generator().manual_seed(gen.seed), output_type="latent").frames
 
 
+
+def wan_latents(loaded, **schedule):
+    """Final latents of plain diffusers for a tiny Wan recipe: its layout, input images,
+    scheduler (the recipe's class and settings, made with from_config), LoRA adapters
+    (load_lora_weights into the experts each names, then fuse_lora) and seed. A
+    ``schedule`` (``timesteps=`` or ``sigmas=``) goes to the scheduler's set_timesteps:
+    the pipeline's call takes none."""
+    import diffusers
+    from PIL import Image
+
+    from porter.transforms import lora
+    from porter_wan.tiny import build
+
+    gen = loaded.generate
+    pipe = build(loaded.model.variant, image=gen.image is not None)
+    for module in pipe.components.values():
+        if isinstance(module, torch.nn.Module):
+            module.eval()
+    section = loaded.scheduler
+    cls = getattr(diffusers, section.name) if section.name else type(pipe.scheduler)
+    pipe.scheduler = cls.from_config(pipe.scheduler.config, **section.config)
+    if schedule:
+        own = pipe.scheduler.set_timesteps
+        pipe.scheduler.set_timesteps = lambda steps, device=None: own(device=device,
+                                                                      **schedule)
+    fused = set()
+    for index, adapter in enumerate(loaded.lora):
+        assert adapter.scale == 1.0  # one fuse_lora for every adapter
+        for component in adapter.components:
+            pipe.load_lora_weights(str(lora.locate(loaded, index)), adapter_name=f"a{index}"
+                                   f"-{component}",
+                                   load_into_transformer_2=component == "transformer_2")
+            fused.add(component)
+    if fused:
+        pipe.fuse_lora(components=sorted(fused))
+    extra = {}
+    for key in ("image", "last_image"):
+        value = getattr(gen, key)
+        if value is not None:
+            extra[key] = Image.open(loaded.file_path(f"generate.{key}", value)).convert("RGB")
+    if gen.guidance_scale_2 is not None:
+        extra["guidance_scale_2"] = gen.guidance_scale_2
+    return pipe(prompt=gen.prompt, negative_prompt=gen.negative_prompt, height=gen.height,
+                width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
+                guidance_scale=gen.guidance_scale, max_sequence_length=gen.max_sequence_length,
+                generator=torch.Generator().manual_seed(gen.seed), output_type="latent",
+                **extra).frames
+
 def lowered_text(module, runtime, **inputs) -> str:
     """StableHLO of a compiled (torchax) module's forward for these keyword inputs."""
     import functools

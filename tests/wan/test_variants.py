@@ -4,13 +4,13 @@ in text and image mode, Wan 2.1 first-last-frame), and the rules that keep a
 recipe from asking a model for what it cannot do."""
 
 import pytest
-import torch
 
 from porter import plugins, recipe
 from porter.commands.run import run
 from porter.port import checks
 
 from support import RECIPES
+from support.references import wan_latents
 
 FIRST = RECIPES / "assets" / "first_frame.png"
 LAST = RECIPES / "assets" / "last_frame.png"
@@ -42,31 +42,6 @@ def make(tmp_path):
     return _make
 
 
-def diffusers_latents(loaded):
-    """Plain diffusers, the same tiny pipeline, the same seed: final latents."""
-    from PIL import Image
-
-    from porter_wan.tiny import build
-
-    gen = loaded.generate
-    pipe = build(loaded.model.variant, image=gen.image is not None)
-    for module in pipe.components.values():
-        if isinstance(module, torch.nn.Module):
-            module.eval()
-    extra = {}
-    for key in ("image", "last_image"):
-        value = getattr(gen, key)
-        if value is not None:
-            extra[key] = Image.open(loaded.file_path(f"generate.{key}", value)).convert("RGB")
-    if gen.guidance_scale_2 is not None:
-        extra["guidance_scale_2"] = gen.guidance_scale_2
-    return pipe(prompt=gen.prompt, negative_prompt=gen.negative_prompt, height=gen.height,
-                width=gen.width, num_frames=gen.frames, num_inference_steps=gen.steps,
-                guidance_scale=gen.guidance_scale, max_sequence_length=gen.max_sequence_length,
-                generator=torch.Generator().manual_seed(gen.seed), output_type="latent",
-                **extra).frames
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_matches_diffusers(case, make):
@@ -74,7 +49,7 @@ def test_matches_diffusers(case, make):
     loaded = make(variant, CASES[case])
     assert checks.recipe_problems(loaded, plugins.registry()) == []
     result = run(loaded, plugins.registry(), progress=False)
-    expected = diffusers_latents(loaded)
+    expected = wan_latents(loaded)
     assert result.latents.shape == expected.shape
     assert (result.latents - expected).abs().max() <= 1e-4
 
@@ -94,7 +69,7 @@ def test_guidance_free_runs_one_pass_per_step(make, monkeypatch):
     monkeypatch.setattr(WanFamily, "call", counting)
     result = run(loaded, plugins.registry(), progress=False)
     assert len(calls) == 3
-    assert (result.latents - diffusers_latents(loaded)).abs().max() <= 1e-4
+    assert (result.latents - wan_latents(loaded)).abs().max() <= 1e-4
 
 
 def test_plan_counts_one_pass_without_guidance(make):

@@ -11,6 +11,7 @@ from porter.families import batch as guidance_batch
 from porter.families import guided
 from porter.aot.programs import Input, Program
 from porter.loading.model_configs import checkpoint_root
+from porter.transforms import scheduler as scheduling
 from porter.transforms.dtypes import component_dtype
 from porter_wan import shapes
 
@@ -104,8 +105,7 @@ def _expert_steps(family, recipe, layout) -> dict[str, int | None]:
     if scheduler is None:
         return {"transformer": None, "transformer_2": None}
     boundary = layout.boundary_ratio * scheduler.config.num_train_timesteps
-    scheduler.set_timesteps(steps, device="cpu")
-    first = sum(1 for t in scheduler.timesteps if float(t) >= boundary)
+    first = sum(1 for t in scheduling.planned(scheduler, recipe) if t >= boundary)
     return {"transformer": first, "transformer_2": steps - first}
 
 

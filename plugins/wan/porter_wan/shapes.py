@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from porter.families import batch, guided
 from porter.transforms import rotary
+from porter.transforms import scheduler as scheduling
 
 
 def transformer_inputs(family, recipe, config) -> dict[str, tuple[int, ...]]:
@@ -42,13 +43,12 @@ def rotary_tables(family, pipe, recipe) -> list:
 
 
 def transformer_steps(family, pipe, recipe) -> dict[str, int]:
-    """Two experts split the schedule at the boundary timestep."""
+    """Two experts split the schedule (the recipe's, or its steps evenly spread) at the
+    boundary timestep."""
     boundary = family.boundary(pipe)
     if boundary is None:
         return {"transformer": recipe.generate.steps}
-    scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config)
-    scheduler.set_timesteps(recipe.generate.steps, device="cpu")
-    first = sum(1 for t in scheduler.timesteps if float(t) >= boundary)
+    first = sum(1 for t in scheduling.planned(pipe.scheduler, recipe) if t >= boundary)
     return {"transformer": first, "transformer_2": recipe.generate.steps - first}
 
 

@@ -8,7 +8,9 @@ submission order from a bounded queue (``jobs``); the HTTP side is ``app``'s. Th
 - ``GET /jobs``, ``GET /jobs/{id}``: status, with the denoising step under way
 - ``GET /jobs/{id}/video``, ``GET /jobs/{id}/record``: the results of a done job
 - ``DELETE /jobs/{id}``: cancel a queued job (409 once it runs)
-- ``GET /health``; the OpenAPI description at ``/openapi.json``, pages at ``/docs``
+- ``GET /health``: ``ready`` once the recipe's ``serve.warmup`` jobs have run (each
+  once, at start, so a request of their shape compiles nothing), and the queue; the
+  OpenAPI description at ``/openapi.json``, pages at ``/docs``
 
 With a token (``--token`` or ``PORTER_TOKEN``) every request needs
 ``Authorization: Bearer <token>``, the API description included; the server
@@ -32,7 +34,7 @@ from pathlib import Path
 from porter import api
 from porter.commands.serve import jobs as jobs_mod
 from porter.commands.serve.app import build_app
-from porter.errors import Interrupted, UsageError
+from porter.errors import Interrupted, RecipeError, UsageError
 from porter.port import checks
 from porter.rundir import outputs
 from porter.rundir.outputs import output_dir
@@ -72,6 +74,22 @@ def inputs_folder(given: str | None):
     return folder.resolve()
 
 
+def warmup_recipes(recipe, registry) -> list:
+    """``serve.warmup``'s entries as the recipes their jobs would run, checked as a
+    job's settings are (problems located at the entry)."""
+    found, problems = [], []
+    for index, settings in enumerate(recipe.serve.warmup):
+        where = recipe.problem(f"serve.warmup.{index}", "")
+        try:
+            found.append(checks.with_settings(recipe, registry, settings,
+                                              str(where.file or "recipe"), where.line))
+        except RecipeError as exc:
+            problems += exc.problems
+    if problems:
+        raise RecipeError(problems)
+    return found
+
+
 @dataclass(frozen=True)
 class Listen:
     """Where the server listens, for whom, and what it takes."""
@@ -92,6 +110,7 @@ def serve(recipe, registry, listen: Listen = Listen(), say=print) -> dict:
     token = token_for(host, listen.token)
     inputs = inputs_folder(listen.inputs)
     family = checks.checked_family(recipe, registry)
+    warmups = warmup_recipes(recipe, registry)  # before loading: a bad one fails at once
     directory = output_dir(recipe)
     distributed.initialize()
     if distributed.process_count() > 1:
@@ -99,7 +118,7 @@ def serve(recipe, registry, listen: Listen = Listen(), say=print) -> dict:
                          hint="serve from one host; use `porter run --prompts` across hosts")
     with outputs.owned(directory):
         port_ = api.Port.open(recipe, registry, family, say)
-        queue = jobs_mod.Jobs(port_, directory, listen.queue, say, inputs)
+        queue = jobs_mod.Jobs(port_, directory, listen.queue, say, inputs, warmups)
         app = build_app(queue, token)
         say(f"serving {recipe.path} on http://{host}:{port} (API description: /docs); "
             f"jobs in {queue.directory}")

@@ -142,8 +142,9 @@ def _job_routes(app, jobs) -> None:
     @app.get("/health", summary="the server, its model and its queue")
     async def health():
         recipe = jobs.port.recipe
-        return {"status": "ok", "recipe": recipe.path.name, "family": recipe.model.family,
-                **jobs.state()}
+        state = jobs.state()
+        return {"status": "ok" if state["ready"] else "warming up",
+                "recipe": recipe.path.name, "family": recipe.model.family, **state}
 
 
 def _result_routes(app, jobs) -> None:

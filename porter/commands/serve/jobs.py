@@ -25,7 +25,7 @@ from porter.errors import Interrupted, UsageError, failure
 from porter.generate.call import Call
 from porter.port import checks
 from porter.rundir import outputs, record
-from porter.runtime import atomic, interrupt, notices
+from porter.runtime import atomic, interrupt, monitor, notices
 
 JOB = "job.json"
 #: a job's input files (images, videos), in its folder (``porter.commands.serve.uploads``)
@@ -70,8 +70,13 @@ class Jobs:
     """Submitted jobs and the worker thread that runs them on ``port``."""
 
     def __init__(self, port, directory: Path, max_queue: int = 16, say=None,
-                 inputs: Path | None = None):
+                 inputs: Path | None = None, warmups: tuple = ()):
         self.port, self.max_queue = port, max_queue
+        #: recipes (``serve.warmup``'s, checked) run before any job; then ready
+        self.warmups = list(warmups)
+        self.warmed: list[dict] = []  # each warm-up's settings, seconds and compilation
+        #: the process's age when it became ready (at once without warm-ups)
+        self.ready_s: float | None = None if self.warmups else monitor.process_seconds() or 0.0
         self.directory = Path(directory) / "jobs"
         self.inputs = inputs  # the folder clients may name input files in (None: none)
         self.say = say or notices.quiet
@@ -189,7 +194,10 @@ class Jobs:
 
     def state(self) -> dict:
         with self._lock:
-            return {"queued": self._waiting(), "running": self._running,
+            return {"ready": self.ready_s is not None, "ready_s": self.ready_s,
+                    "warmup": {"done": len(self.warmed), "total": len(self.warmups),
+                               "runs": list(self.warmed)},
+                    "queued": self._waiting(), "running": self._running,
                     "closing": self._closing, "max_queue": self.max_queue}
 
     # ------------------------------------------------------------------ worker
@@ -210,6 +218,8 @@ class Jobs:
         interrupt.clear_stop()
 
     def _work(self) -> None:
+        if not self._warm():
+            return
         while True:
             with self._lock:
                 while not self._queue and not self._closing:
@@ -236,6 +246,35 @@ class Jobs:
             self.say(f"job {job.id} {job.status}")
             if stop:
                 return
+
+    def _warm(self) -> bool:
+        """Run each warm-up, nothing kept but its figures; then the server is ready.
+        False when the server is stopping. A warm-up that fails is reported and
+        skipped: jobs of its shape compile when they come."""
+        if not self.warmups:
+            return True
+        for recipe in self.warmups:
+            gen = recipe.generate
+            shape = f"{gen.width}x{gen.height}, {gen.frames} frames, {gen.steps} steps"
+            start = time.perf_counter()
+            try:
+                outcome = self.port.run(Call(recipe, say=self.say))
+            except Interrupted:
+                return False
+            except Exception as exc:  # the server serves on: that shape compiles later
+                self.warmed.append({"shape": shape, "error": failure(exc).render()})
+                self.say(f"warm-up {shape} failed: {self.warmed[-1]['error']}")
+                continue
+            seconds = round(time.perf_counter() - start, 2)
+            compiled = outcome.timings["compile"]
+            self.warmed.append({"shape": shape, "seconds": seconds,
+                                "compile_s": compiled["seconds"],
+                                "programs": compiled["programs"]})
+            self.say(f"warmed up {shape}: {seconds:.1f} s ({compiled['programs']} "
+                     f"programs compiled in {compiled['seconds']:.1f} s)")
+        self.ready_s = monitor.process_seconds() or 0.0
+        self.say(f"ready, {self.ready_s:.1f} s after the process started")
+        return True
 
     def _run(self, job: Job) -> tuple[bool, tuple[str, str | None]]:
         """Run one job: (whether the server is stopping, (status, error)); a stopped

@@ -241,3 +241,41 @@ def test_a_cogvideox_job_continues_after_a_restart(tmp_path):
         assert len(segments) == 2 and segments[1]["steps"][0] >= at - at % 5 > 0
     finally:
         assert again.stop() == 0
+
+
+def test_warmed_up_shapes_compile_nothing_when_asked_for(tmp_path):
+    """serve.warmup's jobs run before /health says ready; a request of their shape then
+    compiles nothing, and one of another shape compiles its own programs."""
+    recipe = tmp_path / "warm.yaml"
+    recipe.write_text(TINY_RECIPE + "serve:\n  warmup:\n    - {height: 32, width: 48}\n")
+    server = Server(recipe, tmp_path / "out")
+    try:
+        deadline = time.time() + 300
+        while not (health := server.client.get("/health").json())["ready"]:
+            assert health["status"] == "warming up" and time.time() < deadline, health
+            time.sleep(0.2)
+        assert health["status"] == "ok" and health["ready_s"] > 0
+        [warmed] = health["warmup"]["runs"]
+        assert warmed["shape"] == "48x32, 9 frames, 3 steps" and warmed["programs"] > 0
+        warm, other = (server.client.post("/jobs", json=body).json()
+                       for body in ({"width": 48, "seed": 5}, {"width": 64}))
+        compiled = [server.client.get(server.wait(job["id"])["record"]).json()
+                    ["timings"]["compile"] for job in (warm, other)]
+        assert compiled[0]["programs"] == 0 and compiled[0]["seconds"] == 0
+        assert compiled[1]["programs"] > 0
+    finally:
+        assert server.stop() == 0, server.output()
+
+
+def test_a_warmup_the_recipe_cannot_run_is_refused_before_loading(tmp_path):
+    from porter import plugins, recipe as recipes
+    from porter.commands.serve import warmup_recipes
+    from porter.errors import RecipeError
+
+    path = tmp_path / "warm.yaml"
+    path.write_text(TINY_RECIPE + "serve:\n  warmup:\n    - {width: 48}\n    - {height: 30}\n")
+    with pytest.raises(RecipeError) as refused:
+        warmup_recipes(recipes.load(path), plugins.registry())
+    [problem] = refused.value.problems
+    assert problem.path == "generate.height" and problem.line == 12
+    assert str(problem.file).endswith("warm.yaml")
