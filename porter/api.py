@@ -29,6 +29,7 @@ from porter.runtime import distributed, monitor, notices
 from porter.shims import tracing
 from porter.shims.interop import to_device, to_host
 from porter.transforms import attention
+from porter.transforms import scheduler as scheduling
 
 
 def load(recipe, *overrides: str, cpu_devices: int | None = None,
@@ -101,6 +102,8 @@ class Port:
     modules; ``as_torch(name)`` calls one with torch tensors in and out.
     """
 
+    opened = 0  # ports this process opened (the first one's record has its start-up)
+
     def __init__(self, built: Building, compile_mark: dict):
         self.recipe = built.recipe
         self.registry = built.registry
@@ -120,8 +123,10 @@ class Port:
     @classmethod
     def open(cls, recipe, registry, family, say=notices.quiet) -> "Port":
         """Start the runtime, check shapes, load and port (see ``porter.load``)."""
-        # what the process spent before the port: the interpreter, imports, the checks
-        started = monitor.process_seconds()
+        # what the process spent before its first port: the interpreter, imports, the
+        # checks (a later port's would be the process's age, not its start-up)
+        started = monitor.process_seconds() if not cls.opened else None
+        cls.opened += 1
         runtime = runtime_mod.start(recipe)
         say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
             f"mesh {runtime.axes}" + (f", {distributed.process_count()} processes; "
@@ -183,8 +188,15 @@ class Port:
     # ------------------------------------------------------------------ generating
 
     def settings(self, source: str = checks.CALL, line: int | None = None, **values):
-        """The port's recipe with ``generate`` settings changed (``checks.with_settings``)."""
-        return checks.with_settings(self.recipe, self.registry, values, source, line)
+        """The port's recipe with ``generate`` settings changed (``checks.with_settings``),
+        its schedule checked against the scheduler the port loaded."""
+        changed = checks.with_settings(self.recipe, self.registry, values, source, line)
+        scheduler = getattr(self.pipe, "scheduler", None)
+        problems = scheduling.schedule_problems(changed, type(scheduler)) \
+            if scheduler is not None else []
+        if problems:
+            raise RecipeError(problems)
+        return changed
 
     def encode(self, prompt: str | None = None, **settings) -> dict:
         """The family's conditioning for a prompt (the encode stage: text embeddings for

@@ -87,7 +87,8 @@ def _continued(port, call: Call, latents, sampling: Sampling):
         if start.schedule is not None else []
     if changed:
         raise UsageError(f"{start.source}: its steps were taken on another schedule: "
-                         + "; ".join(changed[:4]), hint="resume with the scheduler and "
+                         + "; ".join(changed[:4]) + (" ..." if len(changed) > 4 else ""),
+                         hint="resume with the scheduler and "
                          "schedule that made it, or " + REDO)
     total = len(sampling.timesteps)
     if start.step > total:

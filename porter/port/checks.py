@@ -245,7 +245,8 @@ def checkpoint_problems(recipe) -> list[Problem]:
 
 def lora_problems(recipe, registry) -> list[Problem]:
     """Each LoRA adapter read and checked against the model's shapes (built on the
-    meta device; no model weights read)."""
+    meta device; no model weights read); a hub file not yet in the local cache is
+    fetched and checked by the run."""
     if not recipe.lora:
         return []
     family = registry.family(recipe.model.family)
@@ -253,7 +254,7 @@ def lora_problems(recipe, registry) -> list[Problem]:
     if modules is None:
         return []  # an unknown hub id: only its files can tell; the run checks
     try:
-        lora.read_all(recipe, family.pipeline_class(recipe), modules)
+        lora.read_all(recipe, family.pipeline_class(recipe), modules, fetch=False)
     except RecipeError as exc:
         return exc.problems
     return []
@@ -285,9 +286,6 @@ def with_settings(recipe, registry, values: dict, source: str = CALL,
     ``line`` name where the values came from in messages. Relative image paths start
     from that file's folder when there is a line, else from the current directory."""
     values = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
-    schedule = values.get("timesteps") or values.get("sigmas")
-    if isinstance(schedule, (list, tuple)) and "steps" not in values:
-        values["steps"] = len(schedule)  # a schedule given step by step counts its steps
     if line is None:
         values.update({k: str(Path(values[k]).expanduser().absolute())
                        for k in INPUTS if isinstance(values.get(k), str)})

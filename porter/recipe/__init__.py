@@ -142,7 +142,24 @@ def _load_with_extends(path: Path, chain: tuple[Path, ...]) -> tuple[dict, dict]
         raise RecipeError([Problem("extends", f"base recipe {_describe(base_ref)} is {kind}",
                                    *where, hint="extends names a recipe .yaml file")])
     base_data, base_locations = _load_with_extends(base_path, chain + (path,))
-    return _deep_merge(base_data, data), {**base_locations, **locations}
+    merged, merged_locations = _deep_merge(base_data, data), {**base_locations, **locations}
+    _schedule_counts_steps(merged, merged_locations, data.get("generate"))
+    return merged, merged_locations
+
+
+#: generate settings that give the schedule step by step
+SCHEDULE_KEYS = ("timesteps", "sigmas")
+
+
+def _schedule_counts_steps(data: dict, locations: dict, layer) -> None:
+    """A layer (a recipe over the one it extends, the overrides, a call's settings)
+    that gives a schedule step by step and no step count: the schedule counts the
+    steps, whatever a layer below said (the schema fills ``steps`` in)."""
+    generate = data.get("generate")
+    if isinstance(layer, dict) and isinstance(generate, dict) and "steps" not in layer \
+            and any(layer.get(key) is not None for key in SCHEDULE_KEYS):
+        generate.pop("steps", None)
+        locations.pop(("generate", "steps"), None)
 
 
 # ---------------------------------------------------------------- overrides
@@ -333,6 +350,8 @@ def with_values(recipe: Recipe, section: str, values: dict, source: str,
     for key, value in values.items():
         data.setdefault(section, {})[key] = value
         locations[(section, key)] = (source, line)
+    if section == "generate":
+        _schedule_counts_steps(data, locations, values)
     return validate_data(data, locations, recipe.path)
 
 
@@ -340,15 +359,18 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recip
     """Load, merge, override and validate a recipe file."""
     path = Path(path)
     data, locations = _load_with_extends(path, ())
-    problems = []
+    problems, overridden = [], {}
     for text in overrides:
         try:
             key, value = parse_override(text)
             _apply_override(data, locations, key, value)
+            if key[:1] == ("generate",) and len(key) == 2:
+                overridden[key[1]] = value
         except RecipeError as exc:
             problems += exc.problems
     if problems:
         raise RecipeError(problems)
+    _schedule_counts_steps(data, locations, overridden)
     return validate_data(data, locations, _resolve(path) if _exists(path) else path)
 
 

@@ -128,7 +128,7 @@ class GenerateSection(Section):
     steps: int | None = Field(
         None, ge=1, le=10000, description="denoising steps (required by every family but "
         "generic; a generic pipeline that does not denoise, or counts its steps its own "
-        "way, takes none; default with timesteps or sigmas: their count)")
+        "way, takes none; with timesteps or sigmas: their count, unless set beside them)")
     timesteps: Annotated[list[Annotated[float, Field(ge=0)]], Field(
         min_length=1, max_length=10000)] | None = Field(
         None, description="the schedule's timesteps, in the scheduler's units (e.g. [1000, "
@@ -155,7 +155,8 @@ class GenerateSection(Section):
     @classmethod
     def _steps_of_the_schedule(cls, data):
         # a schedule given step by step counts its steps; a count given too must agree
-        # (the scheduler pass's check says so where the recipe set it)
+        # (the scheduler pass's check says so where the recipe set it; a layer that
+        # gives a schedule without a count drops a lower layer's: porter.recipe)
         if isinstance(data, dict) and data.get("steps") is None:
             given = data.get("timesteps") or data.get("sigmas")
             if isinstance(given, list) and given:

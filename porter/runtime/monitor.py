@@ -53,10 +53,11 @@ def process_seconds() -> float | None:
         with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
             # the command name (field 2) may hold spaces: count fields after its ")"
             started = int(stat.read().rsplit(")", 1)[1].split()[19])
-            return round(float(uptime.read().split()[0])
-                         - started / os.sysconf("SC_CLK_TCK"), 2)
+            age = float(uptime.read().split()[0]) - started / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+    # a container may show its own uptime beside the host's start times: no answer
+    return round(age, 2) if age >= 0 else None
 
 
 _monitor: CompileMonitor | None = None

@@ -30,7 +30,7 @@ import torch
 
 from porter.errors import Problem, RecipeError, first_line
 from porter.recipe.sources import HUB_ID
-from porter.runtime import finite
+from porter.runtime import finite, notices
 from porter.runtime.atomic import sha256
 from porter.transforms import Pass
 
@@ -94,8 +94,9 @@ class Adapter:
                 "modules": sum(len(m) for m in self.deltas.values())}
 
 
-def locate(recipe, index: int) -> Path:
-    """The adapter's safetensors file: a file, a folder holding one, or a hub id."""
+def locate(recipe, index: int, fetch: bool = True) -> Path | None:
+    """The adapter's safetensors file: a file, a folder holding one, or a hub id
+    (without ``fetch``, from the local cache only: None when it is not there)."""
 
     spec = recipe.lora[index]
     name = spec.weight_name or DEFAULT_WEIGHT_NAME
@@ -113,8 +114,10 @@ def locate(recipe, index: int) -> Path:
     if HUB_ID.match(spec.file) and not spec.file.startswith((".", "/", "~")):
         from huggingface_hub import hf_hub_download
         try:
-            return Path(hf_hub_download(spec.file, name))
+            return Path(hf_hub_download(spec.file, name, local_files_only=not fetch))
         except Exception as exc:  # network, missing repository or file, offline cache
+            if not fetch:
+                return None
             raise RecipeError([recipe.problem(
                 f"lora.{index}.file", f"cannot fetch {name!r} from {spec.file!r}: "
                 f"{first_line(exc)}",
@@ -125,10 +128,12 @@ def locate(recipe, index: int) -> Path:
         hint="paths are relative to the recipe's folder")])
 
 
-def read(recipe, index: int, pipeline_class, modules: dict) -> tuple[Adapter | None,
-                                                                     list[Problem]]:
+def read(recipe, index: int, pipeline_class, modules: dict,
+         fetch: bool = True) -> tuple[Adapter | None, list[Problem]]:
     """Adapter ``index`` read with the pipeline's own LoRA loader and checked against
-    ``modules`` (component -> torch module, weights may be on the meta device)."""
+    ``modules`` (component -> torch module, weights may be on the meta device).
+    Without ``fetch``, a hub file not in the local cache is left for the run to fetch
+    and check (a notice says so)."""
     spec = recipe.lora[index]
     where = f"lora.{index}"
     transformers = [n for n, m in modules.items()
@@ -142,7 +147,12 @@ def read(recipe, index: int, pipeline_class, modules: dict) -> tuple[Adapter | N
     if loader is None:
         return None, [recipe.problem(where, f"{pipeline_class.__name__} has no LoRA loader "
                                      "in diffusers", hint="leave lora out for this model")]
-    path = locate(recipe, index)
+    path = locate(recipe, index, fetch)
+    if path is None:
+        notices.warn(f"lora.{index}: {spec.weight_name or DEFAULT_WEIGHT_NAME} from "
+                     f"{spec.file} is not in the local hub cache: the run fetches it and "
+                     "checks it against the model then")
+        return None, []
     try:
         digest = sha256(path)  # before reading: the record must name what was read
         state, metadata = loader(str(path), return_lora_metadata=True)
@@ -303,11 +313,11 @@ def digests(recipe) -> list[dict]:
     return found
 
 
-def read_all(recipe, pipeline_class, modules: dict) -> list[Adapter]:
+def read_all(recipe, pipeline_class, modules: dict, fetch: bool = True) -> list[Adapter]:
     """Every adapter of the recipe, checked; every problem of every adapter at once."""
     adapters, problems = [], []
     for index in range(len(recipe.lora)):
-        adapter, found = read(recipe, index, pipeline_class, modules)
+        adapter, found = read(recipe, index, pipeline_class, modules, fetch)
         problems += found
         if adapter is not None:
             adapters.append(adapter)

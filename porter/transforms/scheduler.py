@@ -21,11 +21,10 @@ import inspect
 import json
 
 from porter.errors import RecipeError, first_line
+from porter.recipe import SCHEDULE_KEYS, sources
 from porter.shims.interop import to_host
 from porter.transforms import Pass
 
-#: the generate settings that give the schedule one step at a time
-SCHEDULE_KEYS = ("timesteps", "sigmas")
 
 
 def given(gen) -> dict[str, list[float]]:
@@ -49,7 +48,9 @@ def scheduler_class(name: str) -> type:
 
     if name not in scheduler_names():
         raise ValueError(name)
-    cls = getattr(diffusers, name)  # ImportError where it needs a missing backend
+    cls = getattr(diffusers, name)
+    if type(cls).__name__ == "DummyObject":  # diffusers' stand-in: a library is missing
+        raise ImportError(f"{name} needs {', '.join(getattr(cls, '_backends', []))}")
     if not (isinstance(cls, type) and issubclass(cls, SchedulerMixin)):
         raise ValueError(name)
     return cls
@@ -61,14 +62,35 @@ def settings_of(cls) -> list[str]:
             if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
+def checkpoint_class(recipe) -> str | None:
+    """The scheduler class a local checkpoint's configuration names (None: a tiny
+    model or a hub id, whose scheduler is known once the pipeline is loaded)."""
+    from pathlib import Path
+
+    if sources.source_kind(recipe.model.source) != "local":
+        return None
+    try:
+        config = json.loads((Path(recipe.model.source).expanduser() / "scheduler" /
+                             "scheduler_config.json").read_text())
+        return config["_class_name"] if isinstance(config, dict) else None
+    except (OSError, ValueError, KeyError):
+        return None  # the load pass says what is wrong with the checkpoint
+
+
 def class_problems(recipe) -> tuple[type | None, list]:
-    """The class ``scheduler.name`` names (None: the pipeline's own, or unknown) and
-    what is wrong with the section: an unknown class, settings it does not take."""
+    """The class the run will have (``scheduler.name``'s, else a local checkpoint's;
+    None: known only once loaded, or unknown) and what is wrong with the section: an
+    unknown class, settings it does not take."""
     import difflib
 
     name = recipe.scheduler.name
     if name is None:
-        return None, []
+        own = checkpoint_class(recipe)
+        try:
+            cls = scheduler_class(own) if own else None
+        except (ValueError, ImportError):
+            cls = None  # not a scheduler Porter can check by name: the load pass does
+        return cls, config_problems(recipe, cls) if cls is not None else []
     try:
         cls = scheduler_class(name)
     except ValueError:
@@ -114,8 +136,8 @@ def schedule_problems(recipe, cls) -> list:
         if gen.steps is not None and gen.steps != len(value):
             found.append(recipe.problem("generate.steps", f"{gen.steps} steps, but "
                                         f"generate.{key} gives {len(value)}",
-                                        hint=f"set generate.steps: {len(value)}, or leave "
-                                        "it out (the schedule counts its steps)"))
+                                        hint=f"set generate.steps: {len(value)}, or null "
+                                        "(the schedule then counts its steps)"))
     if cls is None:
         return found
     taken = inspect.signature(cls.set_timesteps).parameters
@@ -198,7 +220,10 @@ def describe(scheduler, steps) -> dict:
     """What decides a run's schedule: the scheduler's class, its configuration and the
     timesteps it runs (``steps``), as JSON (run records, stages and checkpoints)."""
     values = to_host(steps) if hasattr(steps, "jax") else steps
-    config = json.loads(json.dumps(dict(scheduler.config), default=str))
+    # its public settings: diffusers' private keys (``_use_default_values``, a list in
+    # the order of a set) differ between processes for one configuration
+    public = {k: v for k, v in scheduler.config.items() if not k.startswith("_")}
+    config = json.loads(json.dumps(public, default=str))
     return {"class": type(scheduler).__name__, "config": config,
             "timesteps": [round(float(t), 6) for t in values]}
 
@@ -208,7 +233,7 @@ def differences(saved: dict, now: dict) -> list[str]:
     found = []
     if saved.get("class") != now["class"]:
         found.append(f"class {saved.get('class')} -> {now['class']}")
-    then_config = saved.get("config") or {}
+    then_config = saved.get("config") if isinstance(saved.get("config"), dict) else {}
     for key in sorted(set(then_config) | set(now["config"])):
         if then_config.get(key) != now["config"].get(key):
             found.append(f"config.{key} {then_config.get(key)!r} -> {now['config'].get(key)!r}")

@@ -176,3 +176,20 @@ def test_every_shipped_recipe_validates(path):
     assert text.startswith((f"# porter run {relative}", f"# porter bench {relative}"))
     loaded = recipe.load(path)
     assert validate(loaded, plugins.registry()) == []
+
+
+def test_a_layer_giving_a_schedule_gives_the_step_count(write):
+    """A recipe, the overrides or a call that gives a schedule step by step and no
+    count: the schedule counts the steps, whatever the recipe below said; a count given
+    beside the schedule stands (and the scheduler's check holds it to the schedule)."""
+    base = write("base.yaml", TINY_RECIPE)  # steps: 3
+    child = write("child.yaml", "extends: base.yaml\ngenerate: {sigmas: [1.0, 0.5]}\n")
+    assert recipe.load(child).generate.steps == 2
+    assert not recipe.load(child).sets("generate.steps")
+    assert recipe.load(base, ["generate.timesteps=[900, 600, 300, 100]"]).generate.steps == 4
+    assert recipe.load(base, ["generate.timesteps=[900, 600]", "generate.steps=5"]) \
+        .generate.steps == 5
+    called = recipe.with_values(recipe.load(base), "generate", {"sigmas": [1.0]}, "call")
+    assert called.generate.steps == 1
+    kept = write("kept.yaml", "extends: base.yaml\ngenerate: {steps: 7, sigmas: [1.0]}\n")
+    assert recipe.load(kept).generate.steps == 7

@@ -54,7 +54,8 @@ def in_format(directory, style: str, variant="t2v", seed=1, name=None, rank=4):
     from porter_wan.tiny import VARIANTS
 
     image = VARIANTS[variant].get("clip", False)
-    source = make_lora(directory, variant, rank=rank, seed=seed, name=f"source-{seed}.safetensors",
+    source = make_lora(directory, variant, rank=rank, seed=seed,
+                       name=f"source-{seed}.safetensors",
                        targets=TARGETS + (IMAGE_TARGETS if image else []))
     generator = torch.Generator().manual_seed(seed)
     out = {}

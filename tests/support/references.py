@@ -19,7 +19,6 @@ def diffusers_latents(recipe):
                 generator=torch.Generator().manual_seed(gen.seed), output_type="latent").frames
 
 
-
 def wan_latents(loaded, **schedule):
     """Final latents of plain diffusers for a tiny Wan recipe: its layout, input images,
     scheduler (the recipe's class and settings, made with from_config), LoRA adapters
@@ -66,6 +65,7 @@ def wan_latents(loaded, **schedule):
                 guidance_scale=gen.guidance_scale, max_sequence_length=gen.max_sequence_length,
                 generator=torch.Generator().manual_seed(gen.seed), output_type="latent",
                 **extra).frames
+
 
 def lowered_text(module, runtime, **inputs) -> str:
     """StableHLO of a compiled (torchax) module's forward for these keyword inputs."""

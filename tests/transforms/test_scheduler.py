@@ -77,3 +77,42 @@ def test_a_step_count_the_schedule_contradicts(write, tmp_path):
     assert {p[0] for p in found} == {"generate.steps", "generate.sigmas"}
     assert any("3 steps, but generate.sigmas gives 2" in p[1] for p in found)
 
+
+
+def test_a_scheduler_whose_library_is_missing_says_which(write, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("torchsde") is not None:
+        pytest.skip("torchsde is installed here")
+    [(path, message, _, _)] = problems(write, tmp_path, "steps: 2",
+                                       "{name: DPMSolverSDEScheduler}")
+    assert path == "scheduler.name" and "needs a library this machine lacks" in message
+    assert "torchsde" in message
+
+
+def test_a_local_checkpoints_own_scheduler_is_checked_before_loading(write, tmp_path,
+                                                                       saved_tiny):
+    """No class named: the checkpoint's scheduler_config.json names it."""
+    path = write("r.yaml", f"model: {{family: wan, source: '{saved_tiny}'}}\n"
+                 "generate: {prompt: a cat, height: 32, width: 32, frames: 9, steps: 2, "
+                 "max_sequence_length: 16}\nscheduler: {config: {shfit: 5.0}}\n")
+    [problem] = validate(recipe.load(path), plugins.registry())
+    assert problem.path == "scheduler.config.shfit" and "'shift'" in problem.hint
+
+
+def test_the_recorded_schedule_leaves_out_what_differs_between_processes():
+    """diffusers' private configuration keys (``_use_default_values``, built from a set)
+    change order from one process to the next: a resume elsewhere would be refused."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from porter.transforms import scheduler
+
+    made = FlowMatchEulerDiscreteScheduler.from_config({"shift": 5.0})
+    made.set_timesteps(2)
+    described = scheduler.describe(made, made.timesteps)
+    assert described["config"]["shift"] == 5.0
+    assert not [key for key in described["config"] if key.startswith("_")]
+    # an edited record is compared, not a traceback
+    changed = scheduler.differences({"class": "X", "config": "edited"}, described)
+    assert changed[0] == "class X -> FlowMatchEulerDiscreteScheduler"
+    assert "config.shift None -> 5.0" in changed and changed[-1].startswith("timesteps None")

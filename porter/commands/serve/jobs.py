@@ -23,7 +23,6 @@ from porter.commands import batch
 from porter.commands.serve import uploads
 from porter.errors import Interrupted, UsageError, failure
 from porter.generate.call import Call
-from porter.port import checks
 from porter.rundir import outputs, record
 from porter.runtime import atomic, interrupt, monitor, notices
 
@@ -137,9 +136,8 @@ class Jobs:
             names = {key: f"{INPUTS}/{key}{suffix}" for key, (_, suffix) in images.items()}
             for key, (data, _) in images.items():
                 atomic.write_bytes(staging / Path(names[key]).name, data)
-            checks.with_settings(self.port.recipe, self.port.registry, {
-                **settings, **{k: str(staging / Path(n).name) for k, n in names.items()}},
-                "request")
+            self.port.settings("request", **{**settings, **{
+                k: str(staging / Path(n).name) for k, n in names.items()}})
             return self._queued({**settings, **names}, staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -262,17 +260,21 @@ class Jobs:
             except Interrupted:
                 return False
             except Exception as exc:  # the server serves on: that shape compiles later
-                self.warmed.append({"shape": shape, "error": failure(exc).render()})
-                self.say(f"warm-up {shape} failed: {self.warmed[-1]['error']}")
+                error = failure(exc).render()
+                with self._lock:
+                    self.warmed.append({"shape": shape, "error": error})
+                self.say(f"warm-up {shape} failed: {error}")
                 continue
             seconds = round(time.perf_counter() - start, 2)
             compiled = outcome.timings["compile"]
-            self.warmed.append({"shape": shape, "seconds": seconds,
-                                "compile_s": compiled["seconds"],
-                                "programs": compiled["programs"]})
+            with self._lock:
+                self.warmed.append({"shape": shape, "seconds": seconds,
+                                    "compile_s": compiled["seconds"],
+                                    "programs": compiled["programs"]})
             self.say(f"warmed up {shape}: {seconds:.1f} s ({compiled['programs']} "
                      f"programs compiled in {compiled['seconds']:.1f} s)")
-        self.ready_s = monitor.process_seconds() or 0.0
+        with self._lock:
+            self.ready_s = monitor.process_seconds() or 0.0
         self.say(f"ready, {self.ready_s:.1f} s after the process started")
         return True
 
@@ -283,8 +285,7 @@ class Jobs:
         def on_step(done, total):
             job.step, job.steps = done, total
         try:
-            recipe = checks.with_settings(self.port.recipe, self.port.registry,
-                                          self._settings(job), "request")
+            recipe = self.port.settings("request", **self._settings(job))
             job.steps = recipe.generate.steps
             call = Call(recipe, directory=self.directory / job.id, on_step=on_step,
                         say=self.say)
