@@ -28,6 +28,8 @@ dtypes:
   components: {{}}                # e.g. {{vae: float32}}
   overrides: {{}}                 # e.g. transformer: [{{match: 'time_embedder\\..*', dtype: float32}}]
 
+quantize: {{format: null}}        # 8-bit: fp8, int8, fp8-weights, int8-weights or auto
+
 sharding:
   weights: {{}}                   # e.g. transformer: [{{match: 'blocks\\.\\d+\\.attn1\\.to_q\\.weight', spec: [tp, null]}}]
   inputs: {{}}                    # e.g. hidden_states: [dp, null, null, null, null]
@@ -46,7 +48,7 @@ extends: {base}
 # mesh: {{dp: 2, tp: 4}}
 # generate: {{prompt: "...", height: 480, width: 832, frames: 81, steps: 50}}
 # patches: [...]                # replaces the base's list
-# dtypes: / sharding: / rotary: / attention: / compile: / verify: / output:
+# dtypes: / quantize: / sharding: / rotary: / attention: / compile: / verify: / output:
 """
 
 

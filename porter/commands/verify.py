@@ -26,13 +26,20 @@ from porter.port.passes import ported as port
 from porter.shims.interop import to_device, to_host
 from porter.stepcache import without_cache
 from porter.transforms import compile as compile_transform
-from porter.transforms import dtypes, patches
+from porter.transforms import dtypes, patches, quantize
 
 DEFAULT_TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 5e-2}
 
 
 def tolerance(recipe) -> float:
-    return recipe.verify.tolerance or DEFAULT_TOLERANCE[recipe.model.dtype]
+    """The recipe's ``verify.tolerance``, else its dtype's, widened to its quantization
+    format's bound (``auto``: the widest, as the chip decides the format)."""
+    if recipe.verify.tolerance:
+        return recipe.verify.tolerance
+    fmt = recipe.quantize.format
+    formats = list(quantize.FORMATS.values()) if fmt == "auto" else \
+        [quantize.FORMATS[fmt]] if fmt else []
+    return max([DEFAULT_TOLERANCE[recipe.model.dtype], *(f.tolerance for f in formats)])
 
 
 def random_inputs(family, recipe, config) -> dict:
@@ -64,10 +71,14 @@ def _record(module, pattern: str, store: dict, convert) -> list:
 
 
 def _compare(expected: torch.Tensor, got: torch.Tensor) -> dict:
+    """Max error, relative to the reference's largest value, and the cosine of the
+    two as vectors (what quantization's published gates are given in)."""
     expected, got = expected.double(), got.double()
     diff = (got - expected).abs().max().item()
     scale = expected.abs().max().item() or 1.0
-    return {"max_abs": diff, "max_rel": diff / scale}
+    cosine = torch.nn.functional.cosine_similarity(got.flatten(), expected.flatten(),
+                                                   dim=0).item()
+    return {"max_abs": diff, "max_rel": diff / scale, "cosine": cosine}
 
 
 def _unwrap(component):
@@ -182,11 +193,11 @@ def report(recipe, expected: dict, got: dict, expected_final, final, sharded) ->
 def render(result: dict) -> str:
     lines = [f"verify {result['recipe']} against {result['against']}, "
              f"tolerance {result['tolerance']:.0e} (max |diff| / max |reference|)",
-             f"{'module':<28} {'max abs':>11} {'max rel':>11}"]
+             f"{'module':<28} {'max abs':>11} {'max rel':>11} {'cosine':>10}"]
     for row in result["modules"] + [result["output"]]:
         flag = "" if row["ok"] else "   OVER"
         lines.append(f"{row['module']:<28} {row['max_abs']:>11.3e} {row['max_rel']:>11.3e}"
-                     f"{flag}")
+                     f" {row['cosine']:>10.6f}{flag}")
     if result["first_over_tolerance"]:
         lines.append(f"first module over tolerance: {result['first_over_tolerance']}")
     lines.append("ok" if result["ok"] else "FAILED")

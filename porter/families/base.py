@@ -48,6 +48,11 @@ class ModelFamily:
     #: the transformer components whose steps ``transformer_steps`` counts (a step
     #: cache is refused on one it does not)
     stepped_transformers: tuple[str, ...] = ("transformer",)
+    #: the linear layers ``quantize`` takes by default (regexes over module names): those
+    #: inside the block lists, less the modulation ones (AdaLayerNorm's ``norm*.linear``);
+    #: embeddings, norms and the output projection stay in the model's dtype
+    quantize_include: tuple[str, ...] = (r"\w*blocks\.\d+\..*",)
+    quantize_exclude: tuple[str, ...] = (r".*norm.*",)
 
     #: ``model:`` keys (besides family) that `porter new` writes, as YAML text
     starter_model: dict = {"source": "tiny", "dtype": "float32"}

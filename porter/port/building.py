@@ -10,6 +10,7 @@ from porter.loading import Loaded
 from porter.runtime.notices import quiet
 from porter.transforms.compile import Compiled
 from porter.transforms.placement import Placement
+from porter.transforms.quantize import Quantized
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Building:
     patches: list = field(default_factory=list)  # [(Patch, params)] applied
     load: Loaded | None = None  # the pipeline, its torch components, their weights
     lora: list = field(default_factory=list)  # the adapters fused (their record entries)
+    quantize: Quantized = field(default_factory=Quantized)
     placement: Placement = field(default_factory=Placement)
     compile: Compiled = field(default_factory=Compiled)
     cache: object = None  # porter.stepcache.session.Caching, with a ``cache:`` section
@@ -45,6 +47,8 @@ class Building:
         checkpoint = dict(self.load.checkpoint)
         if self.lora:
             checkpoint["lora"] = self.lora
+        if self.quantize.record():  # the weights as run: what a stage was made with
+            checkpoint["quantize"] = self.quantize.record()
         return Ported(self.compile.traces, self.placement.reports, self.compile.splits,
                       self.cache, self.patches, checkpoint)
 

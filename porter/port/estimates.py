@@ -10,7 +10,7 @@ from porter.errors import UsageError
 from porter.loading import abstract
 from porter.port import passes
 from porter.runtime import configure, resolve_mesh
-from porter.transforms import sharding
+from porter.transforms import quantize, sharding
 from porter.transforms.attention import backends
 
 
@@ -59,14 +59,15 @@ def build(recipe, registry, devices: int | None = None, target=None) -> dict:
         raise UsageError(f"cannot plan {recipe.model.source!r} without its configuration",
                          hint="point model.source at a local diffusers directory")
     axes = resolve_mesh(recipe.mesh, device_count(recipe, devices), given=devices is not None)
-    components = weights(recipe, modules, axes)
     problems = passes.fit_problems(recipe, family, modules, axes)
+    details = passes.details(recipe, registry, family, modules)
+    quantize.on_meta(recipe, family, modules)  # the weights as placed: 8-bit where asked
+    components = weights(recipe, modules, axes)
     found = {"recipe": recipe.name, "mesh": axes, "devices": math.prod(axes.values()),
              "components": components,
              "weights_bytes_per_device": sum(c["bytes_per_device"] for c in components),
              "estimates": step_costs(recipe, family, modules, axes),
-             "passes": passes.details(recipe, registry, family, modules),
-             "problems": problems}
+             "passes": details, "problems": problems}
     if target is not None:
         found["target"] = {"name": target.name, "chip": target.facts.name,
                            "usable_hbm_bytes": target.facts.usable_hbm_bytes}

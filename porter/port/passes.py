@@ -2,7 +2,7 @@
 `plan`, `run` and `compile` read, and the driver that runs it.
 
 Each row (``porter.transforms.Pass``) lives in its pass's room, beside the work it
-does. The first passes work on the host (``HOST``); the rest (``MESH``, from placement
+does. The first passes work on the host (``HOST``); the rest (``MESH``, from quantize
 on) need the mesh: ``ported`` applies those to a pipeline loaded some other way
 (``porter verify`` and ``porter bench`` keep a PyTorch copy of it first).
 """
@@ -22,13 +22,14 @@ from porter.transforms import (
     lora,
     patches,
     placement,
+    quantize,
     rotary,
     scheduler,
     setup,
 )
 
 HOST = (patches.PASS, loading.PASS, setup.PASS, scheduler.PASS, lora.PASS, dtypes.PASS)
-MESH = (placement.PASS, rotary.PASS, compile.PASS, attention.PASS, stepcache.PASS)
+MESH = (quantize.PASS, placement.PASS, rotary.PASS, compile.PASS, attention.PASS, stepcache.PASS)
 PASSES = HOST + MESH
 
 

@@ -256,6 +256,26 @@ class SchedulerSection(Section):
         "from_config(pipe.scheduler.config, **config)")
 
 
+class QuantizeSection(Section):
+    format: Literal["fp8", "int8", "fp8-weights", "int8-weights", "auto"] | None = Field(
+        None, description="fp8 (e4m3 weights and activations) or int8 (int8 weights and "
+        "activations, int32 sums): 8-bit matmuls; fp8-weights, int8-weights: 8-bit weights, "
+        "matmuls in the model's dtype; auto: the 8-bit matmul the chip runs fastest; "
+        "null: off. Weights scaled per output channel, activations per token, on the fly")
+    components: list[str] | None = Field(
+        None, min_length=1, description="the components quantized (default: the "
+        "family's transformers; the text encoder and VAE only when named)")
+    include: list[str] | None = Field(
+        None, description="regexes, full match on linear layers' module names (default: "
+        "the family's: the layers inside the transformer blocks)")
+    exclude: list[str] | None = Field(
+        None, description="regexes of layers kept in the model's dtype (default: the "
+        "family's: the blocks' modulation layers)")
+    keep_edge_blocks: bool = Field(
+        False, description="keep each block list's first and last block in the model's "
+        "dtype (their blocks then differ: no scan)")
+
+
 class PatchRef(Section):
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
@@ -307,7 +327,8 @@ class CompileRule(Section):
 class VerifySection(Section):
     tolerance: float | None = Field(
         None, gt=0, description="max relative error (max |diff| / max |reference|); "
-        "default 1e-5 for float32, 5e-2 for 16-bit models")
+        "default 1e-5 for float32, 5e-2 for 16-bit models, or the quantize format's bound "
+        "when larger (docs/quantize.md)")
     modules: str = Field(r"blocks\.\d+", description="regex of the modules compared one by one")
     seed: int = Field(0, ge=0, description="seed of the random inputs")
 
@@ -354,6 +375,8 @@ class RecipeSpec(Section):
         default_factory=list, description="LoRA adapters fused into the weights on the host, "
         "before dtypes, sharding and compile")
     dtypes: DtypesSection = DtypesSection()
+    quantize: QuantizeSection = Field(
+        QuantizeSection(), description="8-bit weights and matmuls (docs/quantize.md)")
     sharding: ShardingSection = ShardingSection()
     rotary: RotarySection = RotarySection()
     attention: AttentionSection = AttentionSection()

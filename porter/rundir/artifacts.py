@@ -38,6 +38,8 @@ def settings_of(data: dict) -> dict:
         found["lora"] = data["lora"]
     if data.get("cache"):  # a step cache changes the latents
         found["cache"] = data["cache"]
+    if (data.get("quantize") or {}).get("format"):  # 8-bit weights change the latents
+        found["quantize"] = data["quantize"]
     scheduler = data.get("scheduler") or {}
     if scheduler.get("name") or scheduler.get("config"):  # absent when unused, as LoRA
         found["scheduler"] = scheduler

@@ -35,7 +35,7 @@ READ_AHEAD_BYTES = 512 * 2**20
 
 
 def apply(module: torch.nn.Module, runtime, rules, weights=None,
-          nonfinite: dict | None = None) -> list[Assignment]:
+          nonfinite: dict | None = None, pending: dict | None = None) -> list[Assignment]:
     """Place every tensor of ``module`` on the mesh by its rule (``sharding``).
 
     A tensor's values come from ``weights`` (a ``porter.loading.weights.ComponentWeights``)
@@ -45,33 +45,75 @@ def apply(module: torch.nn.Module, runtime, rules, weights=None,
     x64 disabled). Each parameter's NaN and infinite values are counted on the host
     as it passes, in its final dtype (one read at memory speed), into ``nonfinite``
     (name -> count, only the tensors that have any), where given. Buffers are not
-    counted: a mask may hold -inf on purpose.
+    counted: a mask may hold -inf on purpose. ``pending`` (weight name ->
+    ``quantize.Pending``) names the weights quantized as they are read: each one's rows
+    are read, counted and quantized, and its scales placed beside it.
     """
     from jax.sharding import NamedSharding
-    from torchax.tensor import Tensor
 
+    pending = pending or {}
     slots = tensor_slots(module)
     assignments = assign(named_tensors(module), rules)
     shardings = [NamedSharding(runtime.mesh, partition_spec(a.spec)) for a in assignments]
+    index = {a.name: i for i, a in enumerate(assignments)}
+    scales = {p.scale for p in pending.values()}
+    order = [i for i, a in enumerate(assignments) if a.name not in scales]
 
-    def placed_array(i: int):  # in a worker thread: reads and copies run in parallel
-        store, key = slots[assignments[i].name][0]
-        counted = nonfinite if isinstance(store[key], torch.nn.Parameter) else None
-        return _placed_array(assignments[i], store[key], shardings[i], weights, counted)
-
-    for i, array in _read_ahead([a.nbytes for a in assignments], placed_array):
+    def placed_array(j: int):  # in a worker thread: reads and copies run in parallel
+        i = order[j]
         a = assignments[i]
         store, key = slots[a.name][0]
-        tensor = store[key]
-        with runtime.env:  # only here: it would intercept every torch call on the host
-            placed = Tensor(array, runtime.env)
-            if isinstance(tensor, torch.nn.Parameter):
-                placed = torch.nn.Parameter(placed, requires_grad=tensor.requires_grad)
-        for store, key in slots[a.name]:
-            store[key] = placed
-        del tensor, array
+        if a.name in pending:
+            return _quantized_arrays(a, pending[a.name], shardings[i],
+                                     shardings[index[pending[a.name].scale]], weights,
+                                     nonfinite)
+        counted = nonfinite if isinstance(store[key], torch.nn.Parameter) else None
+        return _placed_array(a, store[key], shardings[i], weights, counted)
+
+    for j, array in _read_ahead([assignments[i].nbytes for i in order], placed_array):
+        a = assignments[order[j]]
+        if a.name in pending:
+            array, scale = array
+            _install(slots, assignments[index[pending[a.name].scale]], scale, runtime)
+        _install(slots, a, array, runtime)
+        del array
     _plain_attributes(module, runtime)
     return assignments
+
+
+def _install(slots: dict, a: Assignment, array, runtime) -> None:
+    """The placed ``array`` in every slot of tensor ``a`` (its host copy is dropped)."""
+    from torchax.tensor import Tensor
+
+    store, key = slots[a.name][0]
+    tensor = store[key]
+    with runtime.env:  # only here: it would intercept every torch call on the host
+        placed = Tensor(array, runtime.env)
+        if isinstance(tensor, torch.nn.Parameter):
+            placed = torch.nn.Parameter(placed, requires_grad=tensor.requires_grad)
+    for store, key in slots[a.name]:
+        store[key] = placed
+
+
+def _quantized_arrays(a: Assignment, pending, sharding, scale_sharding, weights,
+                      nonfinite):
+    """A weight read from the checkpoint, quantized row by row as read: (values, scales),
+    each placed; only this process's rows are read, in the recipe's dtype first (the
+    values a weight on the host is quantized from). Its NaN and infinities are counted
+    there, before it is scaled."""
+    if weights is None or a.name not in weights.entries:
+        raise LoadError(f"{a.name} has no value: it is in no weight file",
+                        hint="is the checkpoint complete?")
+    rows = local_rows(a.shape, sharding)
+    source = weights.read(a.name, pending.dtype, rows)
+    if nonfinite is not None:
+        bad = finite.count(source)
+        if bad:
+            nonfinite[a.name] = bad
+    values, scale = pending.format.quantize(source)
+    del source
+    return (place(values, a.shape, sharding, rows),
+            place(scale, a.shape[:1], scale_sharding, rows))
 
 
 def _plain_attributes(module: torch.nn.Module, runtime) -> None:
@@ -236,7 +278,7 @@ def _place(b) -> None:
         found: dict = {}
         weights = b.load.weights.get(name)
         assignments = apply(component, b.runtime, _weight_rules(b.recipe, name), weights,
-                            found)
+                            found, b.quantize.pending.get(name))
         nonfinite.update({f"{name}.{tensor}": count for tensor, count in found.items()})
         b.placement.reports[name] = report(component, assignments, b.runtime.axes, weights)
         _constrain(b, name, component, assignments)

@@ -79,6 +79,20 @@ def assign(tensors, rules) -> list[Assignment]:
         spec = normalize(rules[index].spec) if index is not None else ()
         itemsize = jax_dtype(tensor.dtype).itemsize  # as it will be on a device
         out.append(Assignment(name, tuple(tensor.shape), itemsize, index, spec))
+    return _scales_follow(out)
+
+
+def _scales_follow(assignments: list[Assignment]) -> list[Assignment]:
+    """A tensor ``<x>_scale`` that no rule places (a quantized weight's scales, one per
+    row) is split as ``<x>``'s rows are, so each device holds its rows' scales."""
+    by_name = {a.name: a for a in assignments}
+    out = []
+    for a in assignments:
+        of = by_name.get(a.name.removesuffix("_scale")) if a.name.endswith("_scale") \
+            else None
+        if a.rule is None and of is not None and of.spec and len(a.shape) == 1:
+            a = Assignment(a.name, a.shape, a.itemsize, None, of.spec[:1])
+        out.append(a)
     return out
 
 

@@ -146,3 +146,12 @@ def test_a_resume_with_another_scheduler_setting_is_refused(interrupted, tmp_pat
         run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3",
                         "scheduler.config={shift: 3.0}"), plugins.registry(),
             progress=False, resume=True)
+
+
+def test_a_resume_with_another_quantization_is_refused(interrupted, tmp_path):
+    """Steps taken with full-precision weights do not continue on 8-bit ones."""
+    out = tmp_path / "out"
+    shutil.copytree(interrupted, out)
+    with pytest.raises(UsageError, match="made with other settings: quantize"):
+        run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3", "quantize.format=int8"),
+            plugins.registry(), progress=False, resume=True)

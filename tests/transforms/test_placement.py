@@ -126,7 +126,9 @@ MESHES = [("wan-tiny-tp.yaml", []),
                                    r"[{match: 'transformer_blocks\.\d+\.ff\.net\.0\.proj\."
                                    r"(weight|bias)', spec: [tp]}]}"]),
           ("hunyuan-tiny.yaml", ["mesh={tp: 8}", r"sharding.weights={transformer: [{match: "
-                                 r"'.*\.ff\.net\.0\.proj\.weight', spec: [tp, null]}]}"])]
+                                 r"'.*\.ff\.net\.0\.proj\.weight', spec: [tp, null]}]}"]),
+          # 8-bit weights with their scales split as their rows are
+          ("wan-tiny-tp.yaml", ["quantize.format=int8"])]
 
 
 @pytest.mark.parametrize("name,overrides", MESHES, ids=lambda v: str(v))

@@ -1,0 +1,197 @@
+"""``quantize``: linear layers' weights in an 8-bit format and, for ``fp8`` and ``int8``,
+their matmuls on 8-bit operands (``linear``), per output channel and per token
+(``formats``).
+
+The pass runs after LoRA is fused and dtypes are cast, before placement: each chosen
+``torch.nn.Linear`` becomes a ``QuantizedLinear``. A layer whose weight is on the host
+(a tiny model, a checkpoint the library converted) is quantized there; one whose
+weight is still to be read from the checkpoint (built empty) is quantized by
+placement as its rows are read, straight into its shards, with its scales beside it:
+no bfloat16 copy of the model is ever whole, on the host or on a device.
+
+Which layers: the recipe's ``include`` and ``exclude`` regexes over module names, or
+the family's (``Family.quantize_include``/``quantize_exclude``: the layers inside the
+transformer blocks, not the modulation ones); embeddings, norms and the output
+projection stay in high precision, as the published ports keep them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+
+from porter.errors import RecipeError
+from porter.transforms import Pass, unknown_components
+from porter.transforms.compile import block_lists
+from porter.transforms.quantize.formats import FORMATS, resolve
+from porter.transforms.quantize.linear import SCALE, QuantizedLinear
+
+
+def components(recipe, family, modules: dict | None = None) -> list[str]:
+    """The components quantized: the recipe's, or the family's transformers (those the
+    model has, when ``modules`` is given)."""
+    named = recipe.quantize.components
+    if named is not None:
+        return list(named)
+    found = list(family.stepped_transformers) if family else ["transformer"]
+    return [n for n in found if modules is None or n in modules]
+
+
+def patterns(recipe, family) -> tuple[list[str], list[str]]:
+    """(include, exclude) regexes: the recipe's where it gives them, else the family's."""
+    section = recipe.quantize
+    include = section.include if section.include is not None else family.quantize_include
+    exclude = section.exclude if section.exclude is not None else family.quantize_exclude
+    return list(include), list(exclude)
+
+
+def chosen(recipe, family, module: torch.nn.Module) -> list[str]:
+    """The names of ``module``'s linear layers the recipe quantizes, in module order."""
+    include, exclude = patterns(recipe, family)
+    kept = _edge_blocks(module) if recipe.quantize.keep_edge_blocks else ()
+    return [path for path, sub in module.named_modules()
+            if isinstance(sub, torch.nn.Linear)
+            and any(re.fullmatch(rx, path) for rx in include)
+            and not any(re.fullmatch(rx, path) for rx in exclude)
+            and not any(path.startswith(prefix) for prefix in kept)]
+
+
+def _edge_blocks(module) -> tuple[str, ...]:
+    """The first and last block of each block list, as name prefixes."""
+    return tuple(f"{name}.{i}." for name, blocks in block_lists(module)
+                 for i in {0, len(blocks) - 1})
+
+
+def quantized(module: torch.nn.Module, names: list[str], fmt) -> dict:
+    """Each named linear layer of ``module`` replaced by a ``QuantizedLinear``; returns
+    weight name -> Pending for those whose weights are still to be read (placement
+    quantizes them as it reads them)."""
+    pending = {}
+    for path in names:
+        parent_name, _, child = path.rpartition(".")
+        parent = module.get_submodule(parent_name)
+        dtype = getattr(parent, child).weight.dtype
+        layer = QuantizedLinear(getattr(parent, child), fmt)
+        setattr(parent, child, layer)
+        if layer.weight.is_meta:
+            pending[f"{path}.weight"] = Pending(fmt, f"{path}.{SCALE}", dtype)
+    return pending
+
+
+class Pending(NamedTuple):
+    """A weight placement quantizes as it reads it."""
+
+    format: object  # formats.Format
+    scale: str  # the name of its scales' tensor
+    #: the dtype its values are read in first (the recipe's, as the dtypes pass left
+    #: it): the same values a weight on the host is quantized from
+    dtype: torch.dtype
+
+
+def chip_format(recipe, runtime):
+    """The recipe's format on ``runtime``'s chip; RecipeError where it gains nothing."""
+    fmt, why = resolve(recipe.quantize.format, runtime.platform, runtime.device_kind)
+    if fmt is None:
+        weights_only = {"fp8": "fp8-weights", "int8": "int8-weights"}.get(
+            recipe.quantize.format)
+        raise RecipeError([recipe.problem(
+            "quantize.format", f"{recipe.quantize.format!r} gains nothing here: {why}",
+            hint=(f"use {weights_only!r} (halves the weights' memory; matmuls stay in "
+                  f"{recipe.model.dtype})" if weights_only else
+                  "name a weights-only format (fp8-weights, int8-weights)"))])
+    return fmt
+
+
+def on_meta(recipe, family, modules: dict) -> None:
+    """The recipe's layers quantized in meta ``modules`` (``porter plan``'s shapes and
+    bytes). ``auto`` stands as int8 here: every format stores one byte a weight."""
+    if recipe_off(recipe):
+        return
+    fmt = FORMATS.get(recipe.quantize.format, FORMATS["int8"])
+    for name in components(recipe, family, modules):
+        if name in modules:
+            quantized(modules[name], chosen(recipe, family, modules[name]), fmt)
+
+
+# ------------------------------------------------------------------------- the pass
+
+@dataclass
+class Quantized:
+    """What the quantize pass records."""
+
+    format: str | None = None  # the format run (``auto`` resolved), None: off
+    layers: dict = field(default_factory=dict)  # component -> linear layers quantized
+    #: component -> {weight name: Pending}: quantized by placement as read
+    pending: dict = field(default_factory=dict)
+
+    def record(self) -> dict | None:
+        """For the run record (None: nothing quantized)."""
+        return {"format": self.format, "layers": self.layers} if self.format else None
+
+
+def _quantize(b) -> None:
+    if recipe_off(b.recipe):
+        return
+    fmt = chip_format(b.recipe, b.runtime)
+    done = {}
+    for name in components(b.recipe, b.family, b.modules):
+        names = chosen(b.recipe, b.family, b.modules[name])
+        b.quantize.pending[name] = quantized(b.modules[name], names, fmt)
+        done[name] = len(names)
+    b.quantize.format, b.quantize.layers = fmt.name, done
+    b.say(f"quantizing {sum(done.values())} linear layer(s) to {fmt.name}")
+
+
+def recipe_off(recipe) -> bool:
+    return recipe.quantize.format is None
+
+
+def _check(recipe, registry, family) -> list:
+    problems = []
+    for key in ("include", "exclude"):
+        for i, rx in enumerate(getattr(recipe.quantize, key) or []):
+            try:
+                re.compile(rx)
+            except re.error as exc:
+                problems.append(recipe.problem(f"quantize.{key}.{i}",
+                                               f"invalid regex: {exc}"))
+    if recipe_off(recipe) and (recipe.quantize.include is not None
+                               or recipe.quantize.components is not None):
+        problems.append(recipe.problem(
+            "quantize", "layers are named but no format is given: nothing is quantized",
+            hint="add quantize.format (fp8, int8, fp8-weights, int8-weights or auto)"))
+    return problems
+
+
+def _fit(recipe, family, modules, axes) -> list:
+    if recipe_off(recipe):
+        return []
+    names = components(recipe, family, modules)
+    problems = unknown_components(recipe, modules, {"quantize.components": names})
+    for name in names:
+        if name in modules and not chosen(recipe, family, modules[name]):
+            problems.append(recipe.problem(
+                "quantize", f"{name}: no linear layer matches quantize.include less "
+                "quantize.exclude", hint="name layers by their module path, e.g. "
+                r"'blocks\.\d+\.ffn\..*' (`porter inspect` lists them)"))
+    return problems
+
+
+def _detail(recipe, registry, family, modules) -> str | None:
+    if recipe_off(recipe):
+        return None
+    counts = [f"{name} {len(chosen(recipe, family, modules[name]))} linear layer(s)"
+              for name in components(recipe, family, modules) if name in modules]
+    edges = ", first and last blocks kept" if recipe.quantize.keep_edge_blocks else ""
+    return f"{recipe.quantize.format}: {', '.join(counts)}{edges}"
+
+
+PASS = Pass(
+    "quantize", ("quantize",), "linear layers' weights to 8 bits (per output channel) "
+    "and, for fp8 and int8, their matmuls on 8-bit operands (activations per token)",
+    check=_check, fit=_fit, apply=_quantize, abstract=_quantize, detail=_detail)
+
+__all__ = ["FORMATS", "PASS", "Quantized", "QuantizedLinear", "chosen", "components", "quantized"]
