@@ -20,7 +20,7 @@ from support import TINY_RECIPE
 def test_the_table_holds_the_passes_in_the_order_a_run_applies_them():
     assert [step.name for step in passes.PASSES] == [
         "patches", "load", "setup", "scheduler", "lora", "dtypes",  # on the host
-        "placement", "rotary", "compile", "attention", "cache"]  # on the mesh
+        "quantize", "placement", "rotary", "compile", "attention", "cache"]  # on the mesh
     assert passes.PASSES == passes.HOST + passes.MESH
     for step in passes.PASSES:
         assert step.reads and step.does and (step.apply or step.abstract), step.name
@@ -52,7 +52,8 @@ def probe(monkeypatch):
     step = Pass("probe", ("generate.seed",), "records what is asked of it",
                        check=check, fit=fit, apply=apply, abstract=abstract,
                        detail=lambda recipe, registry, family, modules: "probing")
-    mesh = (passes.MESH[0], step, *passes.MESH[1:])
+    after = [p.name for p in passes.MESH].index("placement") + 1
+    mesh = (*passes.MESH[:after], step, *passes.MESH[after:])
     monkeypatch.setattr(passes, "MESH", mesh)
     monkeypatch.setattr(passes, "PASSES", passes.HOST + mesh)
     return seen

@@ -173,8 +173,9 @@ def _fit(recipe, family, modules, axes) -> list:
     problems = unknown_components(recipe, modules, {"quantize.components": names})
     for name in names:
         if name in modules and not chosen(recipe, family, modules[name]):
+            where = "quantize.include" if recipe.quantize.include is not None else "quantize"
             problems.append(recipe.problem(
-                "quantize", f"{name}: no linear layer matches quantize.include less "
+                where, f"{name}: no linear layer matches quantize.include less "
                 "quantize.exclude", hint="name layers by their module path, e.g. "
                 r"'blocks\.\d+\.ffn\..*' (`porter inspect` lists them)"))
     return problems
