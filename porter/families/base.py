@@ -48,6 +48,10 @@ class ModelFamily:
     #: the transformer components whose steps ``transformer_steps`` counts (a step
     #: cache is refused on one it does not)
     stepped_transformers: tuple[str, ...] = ("transformer",)
+    #: the diffusers function (in ``diffusers.loaders.single_file_utils``) that renames
+    #: the original release's keys to diffusers' for ``model.transformer``; None: such a
+    #: file must use diffusers' names
+    single_file_converter: str | None = None
     #: the linear layers ``quantize`` takes by default (regexes over module names): those
     #: inside the block lists, less the modulation ones (AdaLayerNorm's ``norm*.linear``);
     #: embeddings, norms and the output projection stay in the model's dtype

@@ -14,13 +14,22 @@ from typing import NamedTuple
 import torch
 
 from porter.errors import LoadError, Problem, UsageError, first_line
-from porter.loading import abstract, checkpoints
+from porter.loading import abstract, checkpoints, single_file
 from porter.loading import weights as checkpoint_weights
 from porter.recipe.sources import source_kind
 from porter.transforms import Pass, dtypes, lora
 
 
 def source_problems(recipe) -> list[Problem]:
+    found = [recipe.problem("model.transformer", problem, hint="a .safetensors file "
+                            "holding the transformer's weights")
+             for problem in single_file.file_problems(
+                 Path(recipe.model.transformer).expanduser())] \
+        if recipe.model.transformer else []
+    return found + _source_problems(recipe)
+
+
+def _source_problems(recipe) -> list[Problem]:
     source = recipe.model.source
     kind = source_kind(source)
     if kind == "missing":
@@ -73,20 +82,32 @@ def load_for_port(family, recipe) -> Loaded:
         checkpoint = {"source": "tiny", "variant": recipe.model.variant,
                       "config": recipe.model.config}
     else:
-        root = _local_root(family.pipeline_class(recipe), recipe.model.source, kind)
-        empty, weights = _empty_components(root)
+        root = _local_root(family.pipeline_class(recipe), recipe.model.source, kind,
+                           _elsewhere(recipe))
+        empty, weights = _empty_components(root, _elsewhere(recipe))
         pipe = _from_pretrained(family.pipeline_class(recipe), root, _torch_dtypes(recipe),
                                 recipe.model.source, components=empty)
         _eval(pipe)
         checkpoint = checkpoints.identity(root, recipe.model.source if kind == "hub"
                                           else None)
+    if recipe.model.transformer:  # read from the file at placement, as a checkpoint is
+        path = Path(recipe.model.transformer).expanduser()
+        weights["transformer"] = single_file.located(path, pipe.transformer,
+                                                     single_file.converter_of(family))
+        checkpoint.setdefault("files", {})["model.transformer"] = single_file.identity(path)
     return Loaded(pipe, torch_components(pipe), weights, checkpoint)
+
+
+def _elsewhere(recipe) -> tuple[str, ...]:
+    """The components whose weights come from a file of their own (``model.transformer``):
+    model.source needs only their configuration."""
+    return ("transformer",) if recipe.model.transformer else ()
 
 
 def checkpoint_files(recipe) -> dict | None:
     """The ``files`` of the checkpoint's identity (``checkpoints.identity``) as they are
-    on disk now, from headers, without loading: None for a tiny model, or a hub
-    checkpoint that is not in the local cache yet."""
+    on disk now, from headers, without loading, ``model.transformer``'s too: None for a
+    tiny model (without such a file), or a hub checkpoint not in the local cache yet."""
 
     source = recipe.model.source
     kind = source_kind(source)
@@ -99,17 +120,24 @@ def checkpoint_files(recipe) -> dict | None:
         except Exception:  # not cached (or no such repository): nothing to compare yet
             return None
     else:
-        return None
-    return checkpoints.identity(root)["files"]
+        root = None
+    files = checkpoints.identity(root)["files"] if root is not None else None
+    if recipe.model.transformer:
+        path = Path(recipe.model.transformer).expanduser()
+        files = {**(files or {}), "model.transformer": single_file.identity(path)}
+    return files
 
 
-def _empty_components(root: Path) -> tuple[dict, dict]:
+def _empty_components(root: Path, elsewhere: tuple[str, ...] = ()) -> tuple[dict, dict]:
     """Components whose weights can be read tensor by tensor: built empty, with
-    where each tensor lies."""
+    where each tensor lies (``elsewhere``: built empty, located by the caller)."""
 
     empty, found = {}, {}
     for name, (library, cls) in abstract.module_classes(root).items():
         module = abstract.empty_component(library, cls, root / name)
+        if name in elsewhere:
+            empty[name] = module
+            continue
         located = checkpoint_weights.for_module(module, root / name, library)
         if located is not None:
             empty[name], found[name] = module, located
@@ -121,6 +149,10 @@ def load_untouched(family, recipe):
     (dtypes not yet applied), in eval mode."""
 
     pipe = _loaded(family, recipe)
+    if recipe.model.transformer:  # on the host, as the file gives it
+        single_file.materialize(pipe.transformer, single_file.located(
+            Path(recipe.model.transformer).expanduser(), pipe.transformer,
+            single_file.converter_of(family)), torch.float32)
     lora.apply(family, recipe, pipe, {})
     return pipe
 
@@ -148,7 +180,7 @@ def _torch_dtypes(recipe) -> dict:
             **{k: dtypes.DTYPES[v] for k, v in recipe.dtypes.components.items()}}
 
 
-def _local_root(cls, source: str, kind: str) -> Path:
+def _local_root(cls, source: str, kind: str, elsewhere: tuple[str, ...] = ()) -> Path:
     """The checkpoint's directory (a hub id: its snapshot, fetched unless offline),
     its weight-file headers checked: a bad file fails here, not mid-load or mid-run."""
     if kind == "local":
@@ -158,7 +190,7 @@ def _local_root(cls, source: str, kind: str) -> Path:
             root = Path(cls.download(source))
         except (OSError, ValueError) as exc:
             raise _load_error(cls, source, exc) from exc
-    checkpoints.check(root)
+    checkpoints.check(root, elsewhere)
     return root
 
 
@@ -216,14 +248,23 @@ class MetaPipeline:
         self.__dict__.update(modules)
 
 
-def _size_problems(recipe, family, modules, axes) -> list:
+def _fit(recipe, family, modules, axes) -> list:
     transformer = modules.get("transformer")
-    return [] if transformer is None else family.size_problems(recipe, transformer.config)
+    if transformer is None:
+        return []
+    found = family.size_problems(recipe, transformer.config)
+    if recipe.model.transformer:  # its header against the model: nothing loaded
+        found += [recipe.problem("model.transformer", problem, hint="is it this model's "
+                                 "transformer (the same variant and size as model.source's)?")
+                  for problem in single_file.problems(
+                      Path(recipe.model.transformer).expanduser(), transformer,
+                      single_file.converter_of(family))[:single_file.SHOWN]]
+    return found
 
 
 PASS = Pass(
     "load", ("model",), "build the pipeline on the host; components whose checkpoint "
     "files hold exactly their tensors are built empty and read at placement",
     check=lambda recipe, registry, family: source_problems(recipe),
-    fit=_size_problems, apply=_load, abstract=_load_abstract,
+    fit=_fit, apply=_load, abstract=_load_abstract,
     detail=lambda recipe, registry, family, modules: recipe.model.source)

@@ -236,8 +236,9 @@ def _missing(model, expected: dict, found: dict[str, Entry], folder: Path) -> li
 
 # --- the whole directory ------------------------------------------------------------
 
-def directory_problems(root: Path) -> list[str]:
-    """Every problem in the weight files of a save_pretrained directory."""
+def directory_problems(root: Path, elsewhere: tuple[str, ...] = ()) -> list[str]:
+    """Every problem in the weight files of a save_pretrained directory; the components
+    ``elsewhere`` (whose weights come from another file) need only their configuration."""
 
     try:
         classes = abstract.module_classes(root)
@@ -245,6 +246,10 @@ def directory_problems(root: Path) -> list[str]:
         return [f"model_index.json: {root / 'model_index.json'} cannot be read: {exc}"]
     out = []
     for name, (library, cls) in classes.items():
+        if name in elsewhere:
+            config = root / name / "config.json"
+            out += [] if config.is_file() else [f"{name}: {config} is missing"]
+            continue
         out += [f"{name}: {p}" for p in component_problems(root / name, library, cls)]
     return out
 
@@ -280,9 +285,9 @@ def _quantized(folder: Path) -> bool:
     return isinstance(config, dict) and "quantization_config" in config
 
 
-def check(root: Path) -> None:
+def check(root: Path, elsewhere: tuple[str, ...] = ()) -> None:
     """Raise one LoadError listing every weight-file problem under ``root``."""
-    found = directory_problems(root)
+    found = directory_problems(root, elsewhere)
     if not found:
         return
     shown = "\n  ".join(found[:SHOWN])

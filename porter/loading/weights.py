@@ -36,6 +36,9 @@ class ComponentWeights:
     read_bytes: int = 0  # what this process has read so far (only its rows)
     #: LoRA updates added as tensors are read: name -> ("weight" | "bias", lora.Delta)
     deltas: dict = field(default_factory=dict)
+    #: a scaled fp8 file's scales: name -> the Entry of its scale (one, or one a row),
+    #: multiplied in as the tensor is read (``single_file``)
+    scales: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -55,10 +58,23 @@ class ComponentWeights:
         with self._lock:  # reads run in several threads
             self.read_bytes += data.numel()
         tensor = data.view(stored).reshape((stop - start, *shape[1:]) if shape else ())
+        if name in self.scales:
+            tensor = self._scaled(tensor, self.scales[name], slice(start, stop))
         if name in self.deltas:  # a LoRA update, in float32 before the cast
             what, delta = self.deltas[name]
             return delta.added(what, tensor, dtype, slice(start, stop))
         return tensor if stored == dtype else tensor.to(dtype)
+
+
+    def _scaled(self, tensor: torch.Tensor, entry, rows: slice) -> torch.Tensor:
+        """An fp8 tensor times its scale, in float32: one scale for the tensor, or one
+        for each of its rows."""
+        data = torch.empty(entry.nbytes, dtype=torch.uint8)
+        _read_into(entry.file, data, entry.offset)
+        scale = data.view(checkpoints.torch_dtype(entry.dtype)).float().flatten()
+        if scale.numel() > 1:
+            scale = scale[rows].reshape(-1, *([1] * (tensor.dim() - 1)))
+        return tensor.float() * scale
 
 
 def _read_into(path: Path, buffer: torch.Tensor, offset: int) -> None:

@@ -58,6 +58,11 @@ class ModelSection(Section):
     pipeline: str | None = Field(
         None, description="family generic: a diffusers pipeline class name (default: the "
         "checkpoint's model_index.json)")
+    transformer: PathText | None = Field(
+        None, description="the transformer's weights from one .safetensors file (e.g. "
+        "wan2.1_t2v_1.3B_bf16.safetensors or a scaled fp8 file), in diffusers' or the "
+        "original release's key names, in place of model.source's; the rest of the "
+        "pipeline comes from model.source (docs/quantize.md)")
     allow_nonfinite: bool = Field(
         False, description="load weights that hold NaN or infinity (refused otherwise, "
         "naming each tensor; allowed, they are a warning)")

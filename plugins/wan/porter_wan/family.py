@@ -34,6 +34,7 @@ class WanFamily(StagedFamily):
     embedding_keys = ("prompt", "negative", "image_embeds")
     scan_blocks = True  # each block's output is the next one's input
     stepped_transformers = ("transformer", "transformer_2")  # two experts
+    single_file_converter = "convert_wan_transformer_to_diffusers"  # Wan's own key names
     compiled = {"text_encoder": ("forward",), "image_encoder": ("forward",),
                 "transformer": ("forward",), "transformer_2": ("forward",),
                 "vae": ("decode", "_encode")}

@@ -1,0 +1,162 @@
+"""``model.transformer``: the transformer's weights from one ``.safetensors`` file, as
+users hold them: diffusers' key names or the original release's (Wan's own, converted
+by diffusers' single-file converter the family names), in bfloat16, float16, float32
+or float8 e4m3 (cast, or scaled with a ``<layer>.scale_weight`` per weight).
+
+Nothing is loaded to check or to locate the file: its header gives every tensor's
+name, dtype, shape and place. The converter runs on stand-ins of the header's shapes
+(meta tensors), so each of the module's tensors is matched to the one it comes from
+in the file; placement then reads them tensor by tensor, straight into their shards,
+as it reads a diffusers checkpoint (``weights.ComponentWeights``), each scaled fp8
+weight multiplied by its scale as it is read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from porter.errors import LoadError
+from porter.loading import checkpoints
+from porter.loading.weights import ComponentWeights
+from porter.transforms.sharding import tensor_slots
+
+#: a scaled fp8 file's marker tensor (ComfyUI's) and each weight's scale, by suffix
+MARKER = "scaled_fp8"
+SCALE = "scale_weight"
+#: the prefix some single files put before every key
+PREFIXES = ("model.diffusion_model.", "diffusion_model.")
+SHOWN = 8
+
+
+def file_problems(path: Path) -> list[str]:
+    """What is wrong with the file itself (readable without loading anything)."""
+    if not path.is_file():
+        return [f"{path} is not a file"]
+    if path.suffix != ".safetensors":
+        return [f"{path} is not a .safetensors file (only safetensors files are read: "
+                "they hold no code)"]
+    try:
+        checkpoints.read_header(path)
+    except (OSError, checkpoints.CorruptFile) as exc:
+        return [f"{path}: {exc}"]
+    return []
+
+
+def located(path: Path, module: torch.nn.Module, converter=None) -> ComponentWeights:
+    """Where each of ``module``'s tensors lies in the file (LoadError naming every
+    tensor that is missing, unexpected, of another shape, or fp8 without its scale)."""
+    weights, problems = _located(path, module, converter)
+    if problems:
+        shown = "\n  ".join(problems[:SHOWN])
+        more = f"\n  ... and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
+        raise LoadError(f"model.transformer {path}: {len(problems)} problem(s) against the "
+                        f"model's {type(module).__name__}:\n  {shown}{more}",
+                        hint="is it this model's transformer (the same variant and size "
+                             "as model.source's)?")
+    return weights
+
+
+def problems(path: Path, module: torch.nn.Module, converter=None) -> list[str]:
+    """``located``'s problems, for ``validate``."""
+    found = file_problems(path)
+    return found or _located(path, module, converter)[1]
+
+
+def _located(path: Path, module, converter) -> tuple[ComponentWeights | None, list[str]]:
+    header = checkpoints.read_header(path)
+    header = {_unprefixed(name): entry for name, entry in header.items()}
+    marked = header.pop(MARKER, None) is not None
+    scales = {name: header.pop(name) for name in [n for n in header
+                                                  if n.endswith("." + SCALE)]}
+    names = _converted(header, module, converter)
+    if isinstance(names, str):
+        return None, [names]
+    expected = module.state_dict(keep_vars=True)
+    found: list[str] = []
+    entries, scale_of = {}, {}
+    for name, original in names.items():
+        if name not in expected:
+            found.append(f"{original}: the model has no tensor {name!r}")
+            continue
+        entry = header[original]
+        if tuple(entry.shape) != tuple(expected[name].shape):
+            found.append(f"{original}: shape {list(entry.shape)}, the model's {name} is "
+                         f"{list(expected[name].shape)}")
+        if checkpoints.torch_dtype(entry.dtype) is None:
+            found.append(f"{original}: dtype {entry.dtype} cannot be loaded")
+        scale = original[:-len("weight")] + SCALE if original.endswith("weight") else None
+        if scale in scales:
+            scale_of[name] = scales.pop(scale)
+        elif entry.dtype.startswith("F8") and (marked or scales or scale_of):
+            found.append(f"{original}: fp8 with no {SCALE} in a scaled fp8 file (loaded "
+                         "as if unscaled, its values would be wrong)")
+        entries[name] = entry
+    found += [f"{name}: a scale with no weight" for name in scales]
+    found += [f"{name}: not in the file" for name, tensor in expected.items()
+              if name not in entries and tensor.is_meta]
+    return ComponentWeights(entries, scales=scale_of), found
+
+
+def _unprefixed(name: str) -> str:
+    for prefix in PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def _converted(header: dict, module, converter) -> dict[str, str] | str:
+    """The module's name of each of the file's tensors -> the file's name: the same
+    where the file uses diffusers' names, else the converter's renaming, found by
+    running it on stand-ins (a converter that splits or reshapes a tensor is refused:
+    such a tensor could not be read straight into its shards)."""
+    expected = module.state_dict(keep_vars=True)
+    if converter is None or all(name in expected for name in header):
+        return {name: name for name in header}
+    stand_ins = {name: torch.empty(entry.shape, device="meta") for name, entry in
+                 header.items()}
+    original = {id(tensor): name for name, tensor in stand_ins.items()}
+    try:
+        converted = converter(dict(stand_ins))
+    except Exception as exc:  # a third-party converter: say which, and what it said
+        return f"{converter.__name__} cannot convert it: {type(exc).__name__}: {exc}"
+    reshaped = [name for name, tensor in converted.items() if id(tensor) not in original]
+    if reshaped:
+        return (f"{converter.__name__} reshapes {', '.join(reshaped[:4])}: such a file is "
+                "not read yet")
+    return {name: original[id(tensor)] for name, tensor in converted.items()}
+
+
+def converter_of(family):
+    """The family's single-file converter (a function of diffusers'), or None."""
+    name = getattr(family, "single_file_converter", None)
+    if name is None:
+        return None
+    from diffusers.loaders import single_file_utils
+
+    return getattr(single_file_utils, name)
+
+
+def materialize(module: torch.nn.Module, weights: ComponentWeights, dtype) -> None:
+    """Every tensor ``weights`` locates, read into ``module`` on the host (``porter
+    verify`` keeps a PyTorch copy of the model as the file gives it)."""
+    for name, held in tensor_slots(module).items():
+        if name in weights.entries:
+            store, key = held[0]
+            value = weights.read(name, dtype)
+            if isinstance(store[key], torch.nn.Parameter):
+                value = torch.nn.Parameter(value, requires_grad=False)
+            for store, key in held:
+                store[key] = value
+
+
+def identity(path: Path) -> dict:
+    """What names the file, for the run record and ``--resume``: its size and its
+    header's SHA-256 (as ``checkpoints.identity`` names a checkpoint's files)."""
+    import hashlib
+
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        head = f.read(min(length, checkpoints.MAX_HEADER))
+    return {"bytes": path.stat().st_size, "header_sha256": hashlib.sha256(head).hexdigest()}
