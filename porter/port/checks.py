@@ -18,7 +18,7 @@ from porter.port import estimates, passes
 from porter.recipe import sources
 from porter.recipe.inputs import INPUTS
 from porter.runtime import configure, memory, resolve_mesh
-from porter.transforms import attention, lora
+from porter.transforms import attention, lora, quantize
 from porter.transforms.attention import backends
 from porter.transforms.sharding import human_bytes
 
@@ -208,6 +208,7 @@ def shape_problems(recipe, registry, devices: int | None = None) -> list[Problem
         return []  # ``mesh_problems`` says why
     problems = passes.fit_problems(recipe, family, modules, axes)
     if devices is None:
+        quantize.on_meta(recipe, family, modules)  # the weights' bytes as placed
         problems += memory_problems(recipe, registry, family, modules, axes)
     return problems
 

@@ -269,10 +269,12 @@ class QuantizeSection(Section):
         "null: off. Weights scaled per output channel, activations per token, on the fly")
     components: list[str] | None = Field(
         None, min_length=1, description="the components quantized (default: the "
-        "family's transformers; the text encoder and VAE only when named)")
+        "family's transformers; another component needs an include that names its "
+        "layers, as the default names the transformer blocks')")
     include: list[str] | None = Field(
-        None, description="regexes, full match on linear layers' module names (default: "
-        "the family's: the layers inside the transformer blocks)")
+        None, description="regexes, full match on linear layers' module names, in every "
+        "component named (default: the family's: the layers inside the transformer "
+        "blocks)")
     exclude: list[str] | None = Field(
         None, description="regexes of layers kept in the model's dtype (default: the "
         "family's: the blocks' modulation layers)")

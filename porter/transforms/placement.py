@@ -32,6 +32,9 @@ from porter.transforms.sharding import (
 #: this many bytes: both are mostly filling fresh pages, which threads do in parallel
 READ_AHEAD = 4
 READ_AHEAD_BYTES = 512 * 2**20
+#: host bytes an 8-bit weight being quantized as read holds per value, beyond its own
+#: (its rows in the recipe's dtype, their float32 copy): what read-ahead counts
+QUANTIZING = 6
 
 
 def apply(module: torch.nn.Module, runtime, rules, weights=None,
@@ -67,10 +70,15 @@ def apply(module: torch.nn.Module, runtime, rules, weights=None,
             return _quantized_arrays(a, pending[a.name], shardings[i],
                                      shardings[index[pending[a.name].scale]], weights,
                                      nonfinite)
-        counted = nonfinite if isinstance(store[key], torch.nn.Parameter) else None
+        # a weight quantized on the host has NaN or infinite scales where it had any
+        counted = nonfinite if isinstance(store[key], torch.nn.Parameter) \
+            or a.name.endswith(".weight_scale") else None
         return _placed_array(a, store[key], shardings[i], weights, counted)
 
-    for j, array in _read_ahead([assignments[i].nbytes for i in order], placed_array):
+    # a weight quantized as read holds its source rows and a float32 copy meanwhile
+    sizes = [assignments[i].nbytes * (1 + QUANTIZING if assignments[i].name in pending
+                                      else 1) for i in order]
+    for j, array in _read_ahead(sizes, placed_array):
         a = assignments[order[j]]
         if a.name in pending:
             array, scale = array

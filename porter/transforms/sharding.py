@@ -83,14 +83,16 @@ def assign(tensors, rules) -> list[Assignment]:
 
 
 def _scales_follow(assignments: list[Assignment]) -> list[Assignment]:
-    """A tensor ``<x>_scale`` that no rule places (a quantized weight's scales, one per
-    row) is split as ``<x>``'s rows are, so each device holds its rows' scales."""
+    """A quantized weight's scales (``<layer>.weight_scale``, one per row of
+    ``<layer>.weight``) are split as the weight's rows are, whatever rule matched them:
+    each device holds its rows' scales, and a process reads a weight's rows and their
+    scales together (``placement``)."""
     by_name = {a.name: a for a in assignments}
     out = []
     for a in assignments:
-        of = by_name.get(a.name.removesuffix("_scale")) if a.name.endswith("_scale") \
-            else None
-        if a.rule is None and of is not None and of.spec and len(a.shape) == 1:
+        of = by_name.get(a.name.removesuffix("_scale")) \
+            if a.name.endswith(".weight_scale") else None
+        if of is not None and len(a.shape) == 1 and of.shape[:1] == a.shape:
             a = Assignment(a.name, a.shape, a.itemsize, None, of.spec[:1])
         out.append(a)
     return out

@@ -79,6 +79,7 @@ def _np(tensor):
     ("TPU v6 lite", "fp8", None), ("TPU v6 lite", "fp8-weights", "fp8-weights"),
     ("TPU7x", "auto", "fp8"), ("NVIDIA H100 80GB HBM3", "auto", "fp8"),
     ("NVIDIA A100-SXM4-80GB", "fp8", None), ("NVIDIA A100-SXM4-80GB", "auto", "int8"),
+    ("NVIDIA A10G", "fp8", None), ("NVIDIA RTX 2000 Ada Generation", "auto", "fp8"),
     ("a chip from next year", "fp8", "fp8")])
 def test_each_chip_gets_the_format_it_runs_faster(kind, asked, got):
     platform = "tpu" if "TPU" in kind else "gpu"
@@ -96,6 +97,33 @@ def test_a_format_the_chip_runs_no_faster_is_refused_with_the_weights_only_one()
     [problem] = caught.value.problems
     assert "TPU v6 lite runs fp8 matmuls no faster than bfloat16 (it runs int8 faster)" \
         in problem.message and "'fp8-weights'" in problem.hint
+
+
+def test_scales_follow_their_weights_rows_whatever_rule_matched_them():
+    from porter.transforms.sharding import assign, named_tensors
+    from porter.recipe.schema import ShardRule
+
+    layer = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 8))
+    quantize.quantized(layer, ["0", "1"], formats.FORMATS["int8"])
+    rules = [ShardRule(match=r"0\.weight", spec=["tp", None]),
+             ShardRule(match=r"1\.weight", spec=[None, "tp"]), ShardRule(match=".*", spec=[])]
+    specs = {a.name: a.spec for a in assign(named_tensors(layer), rules)}
+    assert specs["0.weight_scale"] == ("tp",) and specs["1.weight_scale"] == (None,)
+
+
+def test_a_weight_quantized_on_the_host_with_nan_is_counted():
+    """Its scale is NaN where the row was: placement counts the scales as it counts
+    parameters, so the run refuses it (naming it) as it refuses a NaN weight."""
+    from porter.transforms import placement
+
+    layer = torch.nn.Sequential(torch.nn.Linear(8, 4))
+    with torch.no_grad():
+        layer[0].weight[2, 3] = float("nan")
+    quantize.quantized(layer, ["0"], formats.FORMATS["int8"])
+    found = {}
+    placement.apply(layer, runtime.start(recipe.load(RECIPES / "wan-tiny.yaml")), [],
+                    nonfinite=found)
+    assert found == {"0.weight_scale": 1}
 
 
 def meta_modules(*overrides, name="wan-tiny.yaml"):

@@ -107,8 +107,8 @@ def _stacked_sharding(sharding):
 
 
 def stored_dtype(dtype):
-    """The dtype a stack of ``dtype`` tensors is held in. Half-precision floats are
-    held as unsigned integers of their width, bit for bit, and each block's slice is
+    """The dtype a stack of ``dtype`` tensors is held in. Half-precision and 8-bit
+    floats (quantized weights) are held as unsigned integers of their width, bit for bit, and each block's slice is
     read back as floats inside the scan: XLA's CPU backend upcasts every
     half-precision operation to float32, the scan's slicing of the stack included,
     and then converts the whole stack once, ahead of the loop (a float32 copy of the
@@ -118,8 +118,8 @@ def stored_dtype(dtype):
     import jax.numpy as jnp
 
     dtype = jnp.dtype(dtype)
-    if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize == 2:
-        return jnp.dtype(jnp.uint16)
+    if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize in (1, 2):  # fp8 too
+        return jnp.dtype({1: jnp.uint8, 2: jnp.uint16}[dtype.itemsize])
     return dtype
 
 

@@ -34,11 +34,11 @@ class Format:
     def quantize(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(values, scales) of a weight's rows: ``values * scales[:, None]`` is the
         weight, to within the format's rounding."""
-        wide = rows.float()
+        wide = rows.to(torch.float32, copy=True)  # one copy, worked on in place
         scale = (wide.abs().amax(dim=1) / self.largest).clamp(min=TINY)
-        scaled = (wide / scale[:, None]).clamp(-self.largest, self.largest)
+        scaled = wide.div_(scale[:, None]).clamp_(-self.largest, self.largest)
         if self.weight == torch.int8:
-            scaled = scaled.round()
+            scaled = scaled.round_()
         return scaled.to(self.weight), scale
 
     def weight_bytes(self) -> int:
@@ -59,9 +59,9 @@ FORMATS = {
 FASTER = (
     (r"TPU v5 lite|TPU v5e|TPU v6|TPU v5p|TPU v5$|TPU v4", {"int8"}),
     (r"TPU7|TPU v7", {"fp8", "int8"}),
-    (r"H100|H200|H800|H20\b|GH200|B200|GB200|B100|L40|L4\b|RTX 40|RTX 50|RTX PRO",
-     {"fp8", "int8"}),
-    (r"A100|A800|A10\b|A30|A40|RTX 30|RTX A|T4\b|RTX 20", {"int8"}),
+    (r"H100|H200|H800|H20\b|GH200|B200|GB200|B100|L40|L4\b|RTX 40|RTX 50|RTX PRO|Ada\b",
+     {"fp8", "int8"}),  # Hopper, Ada, Blackwell (checked first: "RTX 2000 Ada")
+    (r"A100|A800|A10G?\b|A30|A40|RTX 30|RTX A\d|T4\b|RTX 20", {"int8"}),
 )
 
 #: the format ``auto`` means on a chip, by the kind it runs faster (fp8 first)
