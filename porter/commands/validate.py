@@ -8,6 +8,7 @@ from porter.errors import Problem
 from porter.port import checks
 from porter.rundir.outputs import output_dir
 from porter.runtime import atomic, compile_cache, notices
+from porter.transforms import quantize
 
 
 def validate(recipe, registry, devices: int | None = None,
@@ -25,6 +26,8 @@ def validate(recipe, registry, devices: int | None = None,
         devices = target.chips
     problems = checks.mesh_problems(recipe, registry, devices, target and target.platform,
                                     target and target.name)
+    if target is not None:  # a full 8-bit format the chip runs no faster
+        problems += quantize.chip_problems(recipe, target.platform, target.facts.name)
     return problems or (checks.shape_problems(recipe, registry, devices)
                         + write_problems(recipe))
 

@@ -69,6 +69,7 @@ def build(recipe, registry, devices: int | None = None, target=None) -> dict:
              "estimates": step_costs(recipe, family, modules, axes),
              "passes": details, "problems": problems}
     if target is not None:
+        problems += quantize.chip_problems(recipe, target.platform, target.facts.name)
         found["target"] = {"name": target.name, "chip": target.facts.name,
                            "usable_hbm_bytes": target.facts.usable_hbm_bytes}
     return found

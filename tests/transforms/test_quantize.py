@@ -126,6 +126,19 @@ def test_a_weight_quantized_on_the_host_with_nan_is_counted():
     assert found == {"0.weight_scale": 1}
 
 
+def test_validate_for_a_target_refuses_what_its_chips_run_no_faster():
+    """`validate --target` and `plan --target` say it before any compile or rental."""
+    from porter.aot import targets
+    from porter.commands.validate import validate
+
+    v6e = targets.named("v6e-8")
+    registry = plugins.registry()
+    for name, refused in [("fp8", True), ("int8", False), ("fp8-weights", False)]:
+        loaded = recipe.load(RECIPES / "wan14b.yaml", [f"quantize.format={name}"])
+        found = [p.path for p in validate(loaded, registry, target=v6e)]
+        assert ("quantize.format" in found) == refused, (name, found)
+
+
 def meta_modules(*overrides, name="wan-tiny.yaml"):
     loaded = recipe.load(RECIPES / name, list(overrides))
     family = plugins.registry().family(loaded.model.family)

@@ -95,14 +95,26 @@ def chip_format(recipe, runtime):
     """The recipe's format on ``runtime``'s chip; RecipeError where it gains nothing."""
     fmt, why = resolve(recipe.quantize.format, runtime.platform, runtime.device_kind)
     if fmt is None:
-        weights_only = {"fp8": "fp8-weights", "int8": "int8-weights"}.get(
-            recipe.quantize.format)
-        raise RecipeError([recipe.problem(
-            "quantize.format", f"{recipe.quantize.format!r} gains nothing here: {why}",
-            hint=(f"use {weights_only!r} (halves the weights' memory; matmuls stay in "
-                  f"{recipe.model.dtype})" if weights_only else
-                  "name a weights-only format (fp8-weights, int8-weights)"))])
+        raise RecipeError([_no_gain(recipe, why)])
     return fmt
+
+
+def chip_problems(recipe, platform: str, device_kind: str) -> list:
+    """``chip_format``'s refusal as a problem, for a chip that need not be here
+    (``validate`` and ``plan`` with ``--target``)."""
+    if recipe_off(recipe):
+        return []
+    fmt, why = resolve(recipe.quantize.format, platform, device_kind)
+    return [] if fmt is not None else [_no_gain(recipe, why)]
+
+
+def _no_gain(recipe, why: str):
+    weights_only = {"fp8": "fp8-weights", "int8": "int8-weights"}.get(recipe.quantize.format)
+    return recipe.problem(
+        "quantize.format", f"{recipe.quantize.format!r} gains nothing here: {why}",
+        hint=(f"use {weights_only!r} (halves the weights' memory; matmuls stay in "
+              f"{recipe.model.dtype})" if weights_only else
+              "name a weights-only format (fp8-weights, int8-weights)"))
 
 
 def on_meta(recipe, family, modules: dict) -> None:
