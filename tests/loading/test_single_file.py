@@ -14,7 +14,7 @@ from porter.port import passes
 from porter.port.building import Building
 
 from support import RECIPES
-from support.processes import porter_calls, porter_process
+from support.processes import porter_calls
 from support.single_file import dequantized, fp8, wan_names
 
 
@@ -84,36 +84,36 @@ def test_a_scaled_fp8_file_missing_a_scale_is_refused(files, tmp_path):
         ported(f"model.transformer={tmp_path / 'broken.safetensors'}")
 
 
-def test_validate_refuses_a_file_of_another_model_from_its_header(files, state, tmp_path):
-    """`porter validate`, a user's fresh process: a file of another width, a missing
-    file and a non-safetensors file, each named with the key and what is wrong."""
+def test_as_a_user_runs_it_refused_files_and_a_scaled_fp8_run(files, state, tmp_path):
+    """A user's fresh process (one process for all: they differ only in arguments):
+    `porter validate` refuses a file of another width, a missing file and a
+    non-safetensors file, each named with what is wrong; the file users hold for fp8
+    (Wan's names, scaled fp8) runs with 8-bit matmuls, its record naming the file and
+    the quantization."""
+    import json
+
     wider = {name: torch.zeros(*(2 * d for d in t.shape), dtype=torch.bfloat16)
              if name.endswith("to_q.weight") else t for name, t in state.items()}
     save_file(wider, tmp_path / "wider.safetensors")
     (tmp_path / "model.pt").write_bytes(b"not a safetensors file")
     wider_file, absent, pickle = (tmp_path / "wider.safetensors",
                                   tmp_path / "absent.safetensors", tmp_path / "model.pt")
-    results = porter_calls(*[["validate", RECIPES / "wan-tiny.yaml", f"model.transformer={f}"]
-                             for f in (wider_file, absent, pickle)])
-    for done in results:
+    paths, _ = files
+    out = tmp_path / "run"
+    *refused, ran = porter_calls(
+        *[["validate", RECIPES / "wan-tiny.yaml", f"model.transformer={f}"]
+          for f in (wider_file, absent, pickle)],
+        ["run", RECIPES / "wan-tiny.yaml", "model.dtype=bfloat16",
+         f"model.transformer={paths['wan-scaled-fp8']}", "quantize.format=fp8",
+         f"output.dir={out}", "--no-progress"])
+    for done in refused:
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "model.transformer: blocks.0.attn1.to_q.weight: shape [48, 48], the model's " \
-        "blocks.0.attn1.to_q.weight is [24, 24]" in results[0].stderr
-    assert "is not a file" in results[1].stderr
-    assert "is not a .safetensors file" in results[2].stderr
-
-
-def test_a_scaled_fp8_file_runs_quantized_to_fp8(files, tmp_path):
-    """The file users hold for fp8 (Wan's names, scaled fp8), run with 8-bit matmuls, in
-    a fresh process: the video and the record naming the file and the quantization."""
-    import json
-
-    paths, _ = files
-    done = porter_process("run", str(RECIPES / "wan-tiny.yaml"), "model.dtype=bfloat16",
-                          f"model.transformer={paths['wan-scaled-fp8']}",
-                          "quantize.format=fp8", f"output.dir={tmp_path}", "--no-progress")
-    assert done.returncode == 0, done.stderr
-    record = json.loads((tmp_path / "run.json").read_text())
+        "blocks.0.attn1.to_q.weight is [24, 24]" in refused[0].stderr
+    assert "is not a file" in refused[1].stderr
+    assert "is not a .safetensors file" in refused[2].stderr
+    assert ran.returncode == 0, ran.stderr
+    record = json.loads((out / "run.json").read_text())
     assert record["checkpoint"]["quantize"]["format"] == "fp8"
     assert "model.transformer" in record["checkpoint"]["files"]
-    assert (tmp_path / "video.mp4").stat().st_size > 0
+    assert (out / "video.mp4").stat().st_size > 0
