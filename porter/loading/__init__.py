@@ -94,7 +94,7 @@ def load_for_port(family, recipe) -> Loaded:
         path = Path(recipe.model.transformer).expanduser()
         weights["transformer"] = single_file.located(path, pipe.transformer,
                                                      single_file.converter_of(family))
-        checkpoint.setdefault("files", {})["model.transformer"] = single_file.identity(path)
+        checkpoint.setdefault("files", {})["model.transformer"] = checkpoints.header_identity(path)
     return Loaded(pipe, torch_components(pipe), weights, checkpoint)
 
 
@@ -124,7 +124,7 @@ def checkpoint_files(recipe) -> dict | None:
     files = checkpoints.identity(root)["files"] if root is not None else None
     if recipe.model.transformer:
         path = Path(recipe.model.transformer).expanduser()
-        files = {**(files or {}), "model.transformer": single_file.identity(path)}
+        files = {**(files or {}), "model.transformer": checkpoints.header_identity(path)}
     return files
 
 

@@ -302,6 +302,17 @@ def check(root: Path, elsewhere: tuple[str, ...] = ()) -> None:
 
 # --- identity, for the run record ---------------------------------------------------
 
+def header_identity(path: Path) -> dict:
+    """A safetensors file named cheaply: its size and its header's SHA-256 (names,
+    dtypes, shapes and byte offsets of every tensor; not the data)."""
+    import hashlib
+
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        head = f.read(min(length, MAX_HEADER))
+    return {"bytes": path.stat().st_size, "header_sha256": hashlib.sha256(head).hexdigest()}
+
+
 def identity(root: Path, hub_id: str | None = None) -> dict:
     """What names this checkpoint exactly, cheaply: for a hub snapshot its id and
     revision; for every checkpoint the SHA-256 of each weight file's header (names,
@@ -317,11 +328,7 @@ def identity(root: Path, hub_id: str | None = None) -> dict:
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         name = str(path.relative_to(root))
         if path.suffix == ".safetensors":
-            with open(path, "rb") as f:
-                length = int.from_bytes(f.read(8), "little")
-                head = f.read(min(length, MAX_HEADER))
-            files[name] = {"bytes": path.stat().st_size,
-                           "header_sha256": hashlib.sha256(head).hexdigest()}
+            files[name] = header_identity(path)
         elif path.suffix == ".json":
             files[name] = {"bytes": path.stat().st_size,
                            "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}

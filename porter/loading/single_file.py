@@ -70,10 +70,10 @@ def _located(path: Path, module, converter) -> tuple[ComponentWeights | None, li
     marked = header.pop(MARKER, None) is not None
     scales = {name: header.pop(name) for name in [n for n in header
                                                   if n.endswith("." + SCALE)]}
-    names = _converted(header, module, converter)
+    expected = module.state_dict(keep_vars=True)
+    names = _converted(header, expected, converter)
     if isinstance(names, str):
         return None, [names]
-    expected = module.state_dict(keep_vars=True)
     found: list[str] = []
     entries, scale_of = {}, {}
     for name, original in names.items():
@@ -106,12 +106,11 @@ def _unprefixed(name: str) -> str:
     return name
 
 
-def _converted(header: dict, module, converter) -> dict[str, str] | str:
+def _converted(header: dict, expected: dict, converter) -> dict[str, str] | str:
     """The module's name of each of the file's tensors -> the file's name: the same
     where the file uses diffusers' names, else the converter's renaming, found by
     running it on stand-ins (a converter that splits or reshapes a tensor is refused:
     such a tensor could not be read straight into its shards)."""
-    expected = module.state_dict(keep_vars=True)
     if converter is None or all(name in expected for name in header):
         return {name: name for name in header}
     stand_ins = {name: torch.empty(entry.shape, device="meta") for name, entry in
@@ -130,7 +129,7 @@ def _converted(header: dict, module, converter) -> dict[str, str] | str:
 
 def converter_of(family):
     """The family's single-file converter (a function of diffusers'), or None."""
-    name = getattr(family, "single_file_converter", None)
+    name = family.single_file_converter
     if name is None:
         return None
     from diffusers.loaders import single_file_utils
@@ -150,13 +149,3 @@ def materialize(module: torch.nn.Module, weights: ComponentWeights, dtype) -> No
             for store, key in held:
                 store[key] = value
 
-
-def identity(path: Path) -> dict:
-    """What names the file, for the run record and ``--resume``: its size and its
-    header's SHA-256 (as ``checkpoints.identity`` names a checkpoint's files)."""
-    import hashlib
-
-    with open(path, "rb") as f:
-        length = int.from_bytes(f.read(8), "little")
-        head = f.read(min(length, checkpoints.MAX_HEADER))
-    return {"bytes": path.stat().st_size, "header_sha256": hashlib.sha256(head).hexdigest()}

@@ -65,7 +65,6 @@ class ComponentWeights:
             return delta.added(what, tensor, dtype, slice(start, stop))
         return tensor if stored == dtype else tensor.to(dtype)
 
-
     def _scaled(self, tensor: torch.Tensor, entry, rows: slice) -> torch.Tensor:
         """An fp8 tensor times its scale, in float32: one scale for the tensor, or one
         for each of its rows."""
