@@ -29,6 +29,7 @@ class Compiled:
     memory: dict = field(default_factory=dict)  # XLA's memory analysis, bytes
     flops: float = 0.0  # XLA's count, and attention kernels' it cannot see inside
     kernel_flops: float = 0.0  # attention's, counted while tracing
+    matmul_flops: dict = field(default_factory=dict)  # operand kind -> FLOPs (hlo.py)
     bytes_accessed: float = 0.0
     collectives: dict = field(default_factory=dict)  # kind -> hlo.Collective
     scanned: dict = field(default_factory=dict)  # block list -> blocks, run as one scan
@@ -70,6 +71,7 @@ def compile_program(port, program: Program) -> Compiled:
     result.flops, result.bytes_accessed = _costs(executable, text, kernel_flops,
                                                  result.weights_bytes)
     result.kernel_flops = kernel_flops
+    result.matmul_flops = hlo.matmul_flops(text)
     result.collectives = hlo.collectives(text, port.runtime.mesh.devices.size)
     result.scanned = {name: len(component.module._modules[name])
                       for name in component.scanned}

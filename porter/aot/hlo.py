@@ -232,15 +232,57 @@ def repeated_flops(text: str) -> float:
         surplus = times.get(name, 0) - once.get(name, 0)
         if surplus <= 0:
             continue
-        shapes = dict(headers.get(name, {}))
-        for line in lines:
-            result = _RESULT.match(line)
-            if result:
-                shapes[result.group(1)] = result.group(2)
+        shapes = _shapes(lines, headers.get(name, {}))
         extra += surplus * sum(_matmul_flops(line, shapes) for line in lines
                                if " convolution(" in line or " dot(" in line)
         extra += surplus * sum(_elementwise_flops(line) for line in lines)
     return extra
+
+
+#: an HLO element type -> the operand kind a chip's peak is published for
+_KINDS = {"s8": "int8", "u8": "int8", "s4": "int8", "u4": "int8", "bf16": "bf16",
+          "f16": "f16", "f32": "f32", "f64": "f64"}
+
+
+def _kind(hlo_type: str) -> str:
+    return "fp8" if hlo_type.startswith("f8") else _KINDS.get(hlo_type, hlo_type)
+
+
+def _operand_kind(line: str, shapes: dict) -> str:
+    """The operand type a dot or convolution runs on: both operands' when they agree,
+    else the wider one's (a mixed dot runs at the wider type's rate)."""
+    operands = _OPERANDS.search(line)
+    names = [n.strip().lstrip("%") for n in operands.group(1).split(",")][:2] \
+        if operands else []
+    kinds = [_kind(found.group(1)) for found in
+             (_ARRAY.search(shapes.get(name, "")) for name in names) if found]
+    if not kinds:
+        return "unknown"
+    order = ("int8", "fp8", "bf16", "f16", "f32", "f64")
+    return max(kinds, key=lambda k: order.index(k) if k in order else len(order))
+
+
+def matmul_flops(text: str) -> dict[str, float]:
+    """Operand kind ("bf16", "int8", "fp8", "f32") -> the FLOPs of the program's dots
+    and convolutions on it, per call, every trip of every loop counted: what the
+    compiler left of a low-precision matmul (an 8-bit dot it widened shows as bf16)."""
+    computations, entry = _computations(text)
+    if entry is None:
+        return {}
+    headers = _headers(text)
+    times = _multipliers(computations, entry)
+    found: dict[str, float] = {}
+    for name, lines in computations.items():
+        if not times.get(name):
+            continue
+        shapes = _shapes(lines, headers.get(name, {}))
+        for line in lines:
+            if " convolution(" in line or " dot(" in line:
+                flops = _matmul_flops(line, shapes)
+                if flops:
+                    kind = _operand_kind(line, shapes)
+                    found[kind] = found.get(kind, 0.0) + flops * times[name]
+    return found
 
 
 def _elementwise_flops(line: str) -> float:
@@ -249,6 +291,16 @@ def _elementwise_flops(line: str) -> float:
         return 0.0
     arrays = _ARRAY.findall(match.group(1))
     return float(math.prod(int(d) for d in arrays[0][1].split(",") if d)) if arrays else 0.0
+
+
+def _shapes(lines: list[str], parameters: dict) -> dict[str, str]:
+    """Value name -> its HLO shape in one computation: its parameters' and results'."""
+    shapes = dict(parameters)
+    for line in lines:
+        result = _RESULT.match(line)
+        if result:
+            shapes[result.group(1)] = result.group(2)
+    return shapes
 
 
 def _headers(text: str) -> dict[str, dict[str, str]]:

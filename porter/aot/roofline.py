@@ -28,7 +28,7 @@ class Anchor:
 
 #: whole-video wall time divided by the steps (text encoder and VAE included), on
 #: TPU v6e-8 through torchax with splash attention
-ANCHORS = (
+ANCHORS: tuple = (
     Anchor("Wan-AI/Wan2.1-T2V-14B-Diffusers", "v6e-8", 720, 1280, 81, 4.59,
            "229.29 s for 50 steps, torchax, dp=2 x tp=4",
            "https://github.com/yangwhale/gpu-tpu-pedia/blob/main/tpu/Wan2.1/README.md"),
@@ -39,6 +39,22 @@ ANCHORS = (
            121, 5.81, "4.8 min for 50 steps, torchax, custom splash kernel",
            "https://github.com/yangwhale/gpu-tpu-pedia/blob/main/tpu/HunyuanVideo-1.5/"
            "README.md"),
+)
+
+# MaxDiffusion's own JAX Wan on TPU7x (Tokamax flash attention, dp=2 x context
+# parallel, the two guidance passes batched over dp), 720p, 81 frames: whole-video
+# times of its README's ring-attention table, over the steps
+_MAXDIFFUSION = ("https://github.com/AI-Hypercomputer/maxdiffusion/blob/"
+                 "7cfb8801d41d1728f0232cd7ee59e900a151fecf/README.md#ring-attention")
+ANCHORS += (
+    Anchor("Wan-AI/Wan2.1-T2V-14B-Diffusers", "v7x-8", 720, 1280, 81, 249.3 / 50,
+           "MaxDiffusion: 249.3 s for 50 steps, dp2 x context4", _MAXDIFFUSION),
+    Anchor("Wan-AI/Wan2.1-T2V-14B-Diffusers", "v7x-16", 720, 1280, 81, 127.1 / 50,
+           "MaxDiffusion: 127.1 s for 50 steps, dp2 x context8", _MAXDIFFUSION),
+    Anchor("Wan-AI/Wan2.2-T2V-A14B-Diffusers", "v7x-8", 720, 1280, 81, 194.4 / 40,
+           "MaxDiffusion: 194.4 s for 40 steps, dp2 x context4", _MAXDIFFUSION),
+    Anchor("Wan-AI/Wan2.2-T2V-A14B-Diffusers", "v7x-16", 720, 1280, 81, 106.0 / 40,
+           "MaxDiffusion: 106.0 s for 40 steps, dp2 x context8", _MAXDIFFUSION),
 )
 
 
@@ -56,31 +72,44 @@ def step(results: list, target) -> dict | None:
         program = result.program
         if program.stage != "denoise" or result.memory == {}:
             continue
-        sums = per_component.setdefault(program.component, [0.0, 0.0, 0.0])
+        sums = per_component.setdefault(program.component, {
+            "flops": 0.0, "accessed": 0.0, "sent": 0.0, "matmuls": {}})
         calls = max(1, program.per_step)
-        sums[0] += result.flops * calls
-        sums[1] += result.bytes_accessed * calls
-        sums[2] += sum(c.traffic_bytes for c in result.collectives.values()) * calls
+        sums["flops"] += result.flops * calls
+        sums["accessed"] += result.bytes_accessed * calls
+        sums["sent"] += sum(c.traffic_bytes for c in result.collectives.values()) * calls
+        for kind, flops in result.matmul_flops.items():
+            sums["matmuls"][kind] = sums["matmuls"].get(kind, 0.0) + flops * calls
     if not per_component:
         return None
     chip = target.facts
     rows = []
-    for component, (flops, accessed, sent) in per_component.items():
-        times = {"compute_s": flops / chip.peak_bf16_flops,
-                 "memory_s": accessed / chip.hbm_bytes_per_s,
-                 "interconnect_s": sent / chip.ici_bytes_per_s}
-        rows.append({"component": component, "flops_per_chip": flops,
-                     "bytes_accessed_per_chip": accessed, "bytes_sent_per_chip": sent,
+    for component, sums in per_component.items():
+        times = {"compute_s": compute_seconds(sums["flops"], sums["matmuls"], chip),
+                 "memory_s": sums["accessed"] / chip.hbm_bytes_per_s,
+                 "interconnect_s": sums["sent"] / chip.ici_bytes_per_s}
+        rows.append({"component": component, "flops_per_chip": sums["flops"],
+                     "matmul_flops_per_chip": sums["matmuls"],
+                     "bytes_accessed_per_chip": sums["accessed"],
+                     "bytes_sent_per_chip": sums["sent"],
                      **times, "bound_s": max(times.values()),
                      "limited_by": max(times, key=times.get).removesuffix("_s")})
     return max(rows, key=lambda row: row["bound_s"])
+
+
+def compute_seconds(flops: float, matmuls: dict, chip) -> float:
+    """The FLOPs' time at the chip's peaks: each kind of matmul at its operands' peak
+    (int8 at v6e's int8 rate, fp8 at TPU7x's fp8 rate), the rest (attention kernels,
+    elementwise work) at the bfloat16 peak."""
+    seconds = sum(count / chip.peak(kind) for kind, count in matmuls.items())
+    return seconds + max(0.0, flops - sum(matmuls.values())) / chip.peak_bf16_flops
 
 
 def implied(bound: dict, anchor: Anchor, target) -> dict:
     """What a published time per step implies: the fraction of peak FLOP/s it reaches
     (MFU, counting the FLOPs the compiler reports for the step) and its ratio to the
     bound."""
-    useful = bound["flops_per_chip"] / target.facts.peak_bf16_flops
+    useful = bound["compute_s"]  # the step's FLOPs at the chip's peaks for their kinds
     return {"seconds_per_step": anchor.seconds_per_step, "how": anchor.how,
             "url": anchor.url, "mfu": useful / anchor.seconds_per_step,
             "times_bound": anchor.seconds_per_step / bound["bound_s"]

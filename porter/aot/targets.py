@@ -2,9 +2,11 @@
 users rent them under, each chip's public facts, and its deviceless devices.
 
 Names follow Cloud TPU's accelerator types: the number after the version counts
-TensorCores for v4 and v5p (two per chip, one JAX device per chip in megacore
-mode: a v5p-8 is 4 chips) and chips for v5e and v6e (one TensorCore each: a
-v6e-8 is 8 chips).
+TensorCores for v4, v5p and v7x (two per chip: one JAX device per chip in megacore
+mode for v4 and v5p, a v5p-8 is 4 devices; one device per TensorCore for v7x, a
+v7x-8 is 4 chips and 8 devices) and chips for v5e and v6e (one TensorCore each: a
+v6e-8 is 8 chips). ``chips`` below counts JAX devices, and a chip's facts
+(``porter.runtime.chips``) are per device.
 """
 
 from __future__ import annotations
@@ -13,39 +15,8 @@ import math
 from dataclasses import dataclass
 
 from porter.errors import UsageError
+from porter.runtime.chips import CHIPS, Chip
 from porter.runtime.environment import quiet_libtpu
-
-GiB = 2**30
-
-
-@dataclass(frozen=True)
-class Chip:
-    """One chip's public facts (per chip; sources in ``source``)."""
-
-    name: str  # as XLA names the device kind
-    hbm_bytes: int  # HBM capacity as published
-    usable_hbm_bytes: int  # what the compiler lets a program use (its refusals say so)
-    peak_bf16_flops: float  # dense bfloat16 FLOP/s
-    hbm_bytes_per_s: float
-    ici_bytes_per_s: float  # inter-chip interconnect, per chip, as published
-    source: str
-
-
-CHIPS = {
-    "v4": Chip("TPU v4", 32 * GiB, int(30.75 * GiB), 275e12, 1200e9, 2400e9 / 8,
-               "https://cloud.google.com/tpu/docs/v4 (275 TFLOP/s bf16; 32 GiB, "
-               "1200 GBps); ICI 2400 Gbps per chip: https://cloud.google.com/blog/products/"
-               "ai-machine-learning/introducing-cloud-tpu-v5p-and-ai-hypercomputer"),
-    "v5e": Chip("TPU v5 lite", 16 * GiB, int(15.75 * GiB), 197e12, 819e9, 400e9,
-                "https://cloud.google.com/tpu/docs/v5e (197 TFLOP/s bf16; 16 GB, 819 GBps;"
-                " 400 GBps bidirectional ICI per chip)"),
-    "v5p": Chip("TPU v5", 95 * GiB, int(95.74 * GiB), 459e12, 2765e9, 4800e9 / 8,
-                "https://cloud.google.com/tpu/docs/v5p (459 TFLOP/s bf16; 95 GB, "
-                "2765 GBps; ICI 4800 Gbps per chip)"),
-    "v6e": Chip("TPU v6 lite", 32 * GiB, int(31.25 * GiB), 918e12, 1638e9, 800e9,
-                "https://cloud.google.com/tpu/docs/v6e (918 TFLOP/s bf16; 32 GB, "
-                "1638 GBps; 800 GBps bidirectional ICI per chip)"),
-}
 
 
 @dataclass(frozen=True)
@@ -87,11 +58,14 @@ TARGETS = {t.name: t for t in (
     Target("v6e-4", "v6e", "v6e:2x2", 4, 1),
     Target("v6e-8", "v6e", "v6e:2x4", 8, 1, _EIGHT),
     Target("v6e-16", "v6e", "v6e:4x4", 16, 2, _EIGHT),
+    # libtpu's default host for TPU7x: 2x2x1 chips (8 devices)
+    Target("v7x-8", "v7x", "tpu7x:2x2x1", 8, 1),
+    Target("v7x-16", "v7x", "tpu7x:2x2x2", 16, 2),
 )}
 
 #: other names the same slices go by
 ALIASES = {"v5litepod-1": "v5e-1", "v5litepod-4": "v5e-4", "v5litepod-8": "v5e-8",
-           "v5litepod-16": "v5e-16"}
+           "v5litepod-16": "v5e-16", "tpu7x-8": "v7x-8", "tpu7x-16": "v7x-16"}
 
 
 def named(name: str) -> Target:

@@ -30,7 +30,7 @@ def add(commands) -> None:
                         help="override recipe keys, type-checked (e.g. mesh.tp=8)")
     parser.add_argument("--target", required=True, metavar="TPU",
                         help="the slice to compile for, as Cloud TPU names it (v6e-8, "
-                             "v5e-8 or v5litepod-8, v5p-8, v4-8, v6e-16, ...)")
+                             "v5e-8 or v5litepod-8, v5p-8, v4-8, v6e-16, v7x-8, ...)")
     parser.add_argument("--program", action="append", metavar="NAME",
                         help="compile only this program (e.g. transformer.forward, "
                              "vae.decode; repeat for more); every weight still counts")

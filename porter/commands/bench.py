@@ -135,7 +135,8 @@ def _one_step(recipe, registry, steps: int) -> dict:
         config = pipe.transformer.config
         host = cast(random_inputs(family, recipe, config),
                     loading.dtypes.DTYPES[recipe.model.dtype])
-        traces = port(pipe, recipe, registry, runtime).traces
+        built = port(pipe, recipe, registry, runtime)
+        traces = built.traces
         placed = {k: to_device(v, runtime) for k, v in host.items()}
 
         def ported():
@@ -183,7 +184,22 @@ def _one_step(recipe, registry, steps: int) -> dict:
         "memory": peaks,
         "reference_device": str(device),
         "torch_threads": torch.get_num_threads(),
+        "quantize": _quantized(built.checkpoint.get("quantize"), runtime.platform),
     }
+
+
+def _quantized(record: dict | None, platform: str) -> dict | None:
+    """What the recipe's quantize section did to the step timed, and what that time
+    means on this platform (the eager reference beside it is never quantized)."""
+    if record is None:
+        return None
+    layers = sum(record["layers"].values())  # component -> layers quantized
+    meaning = ("this CPU's own timing: XLA:CPU runs the 8-bit dots in its own loops "
+               "(int8 in integers, fp8 widened), so the ratio is no forecast of a TPU's "
+               "or GPU's; the CPU measures fidelity (porter verify)"
+               if platform == "cpu" else
+               "the chip's 8-bit matmuls against PyTorch eager in the model's dtype")
+    return {"format": record["format"], "layers": layers, "meaning": meaning}
 
 
 def _compile_line(label: str, measured: dict) -> str:
@@ -206,6 +222,10 @@ def render(result: dict) -> str:
                      f"{result['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s = "
                      f"{result['fraction_of_matmul_peak']:.0%} of a measured matmul peak "
                      f"({result['matmul_peak_flops_per_s'] / 1e9:.1f} GFLOP/s)")
+    if result.get("quantize"):
+        q = result["quantize"]
+        lines.append(f"  quantized: {q['format']} in {q['layers']} linear layers "
+                     f"(PyTorch eager runs unquantized); {q['meaning']}")
     memory = result["memory"]
     for key, value in memory.items():
         lines.append(f"  {key.replace('_', ' ')}: {value / 2**30:.2f} GiB")

@@ -185,7 +185,8 @@ def _target_row(target) -> dict:
     return {"name": target.name, "chip": chip.name, "chips": target.chips,
             "hosts": target.hosts, "topology": target.topology,
             "hbm_bytes": chip.hbm_bytes, "usable_hbm_bytes": chip.usable_hbm_bytes,
-            "peak_bf16_flops": chip.peak_bf16_flops, "hbm_bytes_per_s": chip.hbm_bytes_per_s,
+            "peak_bf16_flops": chip.peak_bf16_flops, "peak_8bit": chip.peak_8bit,
+            "hbm_bytes_per_s": chip.hbm_bytes_per_s,
             "ici_bytes_per_s": chip.ici_bytes_per_s, "source": chip.source}
 
 
@@ -212,6 +213,7 @@ def _program_row(result, resident_total: int, usable: int) -> dict:
     return {**row, "status": "compiled", "memory": result.memory,
             "program_peak_bytes": result.peak_bytes, "peak_bytes_per_chip": peak,
             "fits": peak <= usable, "flops": result.flops,
+            "matmul_flops": result.matmul_flops,
             "bytes_accessed": result.bytes_accessed,
             "collectives": {kind: {"count": c.count, "bytes": c.bytes,
                                    "bytes_sent_per_chip": c.traffic_bytes}
@@ -349,7 +351,8 @@ def render(report: dict) -> str:
                      f"({'fits' if row['fits'] else 'DOES NOT FIT'})")
         moved = ", ".join(f"{k} x{c['count']} ({human_bytes(c['bytes'])})"
                           for k, c in row["collectives"].items()) or "none"
-        lines.append(f"  {row['flops'] / 1e12:.3g} TFLOP and "
+        lines.append(f"  {row['flops'] / 1e12:.3g} TFLOP (matmuls: "
+                     f"{_by_kind(row.get('matmul_flops') or {})}) and "
                      f"{human_bytes(int(row['bytes_accessed']))} accessed per chip and call; "
                      f"collectives: {moved}")
         scanned = ", ".join(f"{n} x{c}" for n, c in row["scanned_blocks"].items())
@@ -362,13 +365,22 @@ def render(report: dict) -> str:
         lines.append(f"\none denoising step ({bound['component']}), a lower bound: "
                      f"{bound['bound_s']:.3g} s ({bound['limited_by']}; compute "
                      f"{bound['compute_s']:.3g} s, HBM {bound['memory_s']:.3g} s, "
-                     f"interconnect {bound['interconnect_s']:.3g} s)")
+                     f"interconnect {bound['interconnect_s']:.3g} s); matmuls "
+                     f"{_by_kind(bound.get('matmul_flops_per_chip') or {})}, each kind at "
+                     f"the chip's peak for it")
         for anchor in report["anchors"]:
-            lines.append(f"  published: {anchor['seconds_per_step']} s/step ({anchor['how']}):"
+            lines.append(f"  published: {anchor['seconds_per_step']:.3g} s/step "
+                         f"({anchor['how']}):"
                          f" {anchor['times_bound']:.1f}x the bound, MFU "
                          f"{anchor['mfu']:.0%}; {anchor['url']}")
     lines.append(f"\n{report['verdict']['message']} (compile {report['compile_s']:.0f} s)")
     return "\n".join(lines)
+
+
+def _by_kind(matmuls: dict) -> str:
+    """Matmul FLOPs by operand kind, largest first: "bf16 1.2 TFLOP, int8 30.1 TFLOP"."""
+    return ", ".join(f"{kind} {flops / 1e12:.3g} TFLOP" for kind, flops in
+                     sorted(matmuls.items(), key=lambda item: -item[1])) or "none"
 
 
 def _short(inputs: dict) -> str:

@@ -13,12 +13,31 @@ from support.processes import user_porter
 def test_targets_as_tpu_users_name_them():
     assert targets.named("v5litepod-8") is targets.named("v5e-8")
     for name, chips in (("v4-8", 4), ("v5e-8", 8), ("v5p-8", 4), ("v6e-8", 8),
-                        ("v5e-16", 16), ("v6e-16", 16)):
+                        ("v5e-16", 16), ("v6e-16", 16), ("v7x-8", 8), ("v7x-16", 16)):
         target = targets.named(name)
         assert target.chips == chips and target.facts.source.startswith("https://")
     with pytest.raises(UsageError, match="unknown target 'v6e-9'") as refused:
         targets.named("v6e-9")
     assert "did you mean 'v6e-8'" in refused.value.hint
+    assert targets.named("tpu7x-8") is targets.named("v7x-8")
+
+
+def test_each_chip_runs_matmuls_at_its_published_peak_for_their_operands():
+    """The roofline counts an int8 matmul at v6e's int8 rate and an fp8 one at TPU7x's
+    fp8 rate; a kind without a faster published peak runs at bfloat16's (v4's int8,
+    v6e's fp8). Per JAX device: a TPU7x chip is two."""
+    from porter.aot import roofline
+
+    v4, v6e, v7x = (targets.named(n).facts for n in ("v4-8", "v6e-8", "v7x-8"))
+    assert v6e.peak("int8") == 2 * v6e.peak("bf16") == 2 * v6e.peak("fp8")
+    assert v7x.peak("fp8") == 2 * v7x.peak("bf16") == 2307e12
+    assert v4.peak("int8") == v4.peak("bf16") and v4.faster == set()
+    assert v7x.hbm_bytes == 96 * 2**30  # half of a chip's 192 GiB
+    # 10 TFLOP of int8 matmuls and 1 TFLOP of other work, on a v6e
+    assert roofline.compute_seconds(11e12, {"int8": 10e12}, v6e) == \
+        10e12 / 1836e12 + 1e12 / 918e12
+    # the rest never goes below zero where XLA counts fewer FLOPs than the matmuls
+    assert roofline.compute_seconds(1e12, {"bf16": 2e12}, v6e) == 2e12 / 918e12
 
 
 def test_without_libtpu_compile_says_what_to_install(monkeypatch):

@@ -22,3 +22,13 @@ def test_bench_reports_both_sides(capsys):
     assert cold["cache_hits"] == 0 and cold["cache_misses"] > 0
     assert warm["cache_misses"] == 0 and warm["cache_hits"] == cold["cache_misses"]
     assert warm["traces_loaded"] == 1  # the step's traced program, read back from disk
+    assert result["quantize"] is None
+
+
+def test_bench_says_what_quantizing_does_to_the_step_it_times(capsys):
+    assert cli.main(["bench", str(RECIPES / "wan-tiny.yaml"), "--steps", "1",
+                     "mesh.dp=1", "quantize.format=int8"]) == 0
+    out = capsys.readouterr().out
+    # the tiny Wan's two blocks: 4 attention projections twice, and the FFN's two
+    assert "quantized: int8 in 20 linear layers (PyTorch eager runs unquantized)" in out
+    assert "no forecast of a TPU's or GPU's" in out

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from porter.runtime import chips
+
 #: the smallest scale: an all-zero row quantizes to zeros, not to NaN
 TINY = 1e-12
 
@@ -52,13 +54,10 @@ FORMATS = {
     "int8-weights": Format("int8-weights", torch.int8, 127.0, False, "int8", 5e-2),
 }
 
-# Which 8-bit matmul a chip runs faster than bfloat16, by its JAX device kind: the
-# published peaks (v5e 197 bf16 / 394 int8 TOP/s, v6e 918 / 1836 with fp8 no faster,
-# v7x 2307 / 4614 fp8) and, on GPUs, the tensor cores' formats (fp8 from Ada and
-# Hopper on: an fp8 dot measured 1.4-1.7x bf16 on an H100; int8 from Turing on).
+# Which 8-bit matmul a GPU runs faster than bfloat16, by its JAX device kind: the tensor
+# cores' formats (fp8 from Ada and Hopper on: an fp8 dot measured 1.4-1.7x bf16 on an
+# H100; int8 from Turing on). TPUs: their published peaks, in porter.runtime.chips.
 FASTER = (
-    (r"TPU v5 lite|TPU v5e|TPU v6|TPU v5p|TPU v5$|TPU v4", {"int8"}),
-    (r"TPU7|TPU v7", {"fp8", "int8"}),
     (r"H100|H200|H800|H20\b|GH200|B200|GB200|B100|L40|L4\b|RTX 40|RTX 50|RTX PRO|Ada\b",
      {"fp8", "int8"}),  # Hopper, Ada, Blackwell (checked first: "RTX 2000 Ada")
     (r"A100|A800|A10G?\b|A30|A40|RTX 30|RTX A\d|T4\b|RTX 20", {"int8"}),
@@ -70,7 +69,10 @@ AUTO_ORDER = ("fp8", "int8")
 
 def faster(device_kind: str) -> set[str] | None:
     """The 8-bit matmul kinds ``device_kind`` runs faster than bfloat16 (None: a chip
-    this table does not know)."""
+    these tables do not know)."""
+    tpu = chips.by_kind(device_kind)
+    if tpu is not None:
+        return tpu.faster
     for pattern, kinds in FASTER:
         if re.search(pattern, device_kind):
             return kinds
