@@ -32,7 +32,7 @@ from porter.errors import Interrupted, RecipeError, UsageError, failure
 from porter.generate import runners
 from porter.generate.call import Call, Resumed
 from porter.port import checks
-from porter.recipe import yamlio
+from porter.recipe import jsonio, yamlio
 from porter.rundir import artifacts, outputs, progress, record, results
 from porter.runtime import distributed, notices
 
@@ -52,10 +52,13 @@ class Item:
     settings: dict
     recipe: object = None  # the batch's recipe with these settings, once checked
     problem: str | None = None  # why it cannot run (found before loading)
-    status: str = "pending"  # pending, done, failed, skipped (done before --resume)
+    #: pending, done, failed, skipped (done before --resume), replaced (its folder
+    #: changed after it was done)
+    status: str = "pending"
     error: str | None = None
     seconds: float | None = None
     compile_s: float | None = None
+    record_digest: str | None = None  # its run.json as the batch wrote it
 
     def summary(self) -> dict:
         return {"name": self.name, "line": self.line,
@@ -118,7 +121,11 @@ def porter_name(name: str) -> bool:
 
 def _json_item(item: Item, content: str) -> None:
     try:
-        data = json.loads(content)
+        data = jsonio.loads(content)
+    except jsonio.DuplicateKey as exc:
+        item.problem = (f"names {exc.key!r} twice (give each setting once: JSON would "
+                        "keep the last silently)")
+        return
     except ValueError as exc:
         item.problem = f"not JSON: {exc}"
         return
@@ -192,6 +199,12 @@ def _earlier_batch_problem(directory: Path) -> None:
     without a word and leave the ones it does not list: refuse it."""
     found = sorted(path.name for path in directory.glob("batch*.json")
                    if _SUMMARIES.match(path.name)) if directory.is_dir() else []
+    running = outputs.holder(directory) if directory.is_dir() else None
+    if running is not None:
+        what = "holds a batch that is still running" if found else \
+            "is in use by another porter run"
+        raise outputs.Busy(f"{directory} {what} ({running})",
+                           hint="wait for it to finish, or choose another output.dir")
     if found:
         raise UsageError(f"{directory} holds an earlier batch ({found[0]}); a new batch "
                          "there would replace its items",
@@ -330,6 +343,29 @@ def _run_item(port, item: Item, batch: Batch, on_step) -> None:
     item.status = "done"
     item.seconds = round(time.perf_counter() - begin, 4)
     item.compile_s = outcome.timings["compile"]["seconds"]
+    if distributed.writes():
+        item.record_digest = _record_digest(call.directory)
+
+
+def _record_digest(directory: Path) -> str | None:
+    import hashlib
+
+    try:
+        return hashlib.sha256((directory / outputs.RECORD).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _still_ours(items: list[Item], directory: Path) -> None:
+    """A done item whose record is no longer the one the batch wrote (a run into its
+    folder from outside Porter's locks, or by hand) is said so in the summary, not
+    described as the batch made it."""
+    for item in items:
+        if item.status == "done" and item.record_digest is not None and \
+                _record_digest(directory / item.name) != item.record_digest:
+            item.status = "replaced"
+            item.error = (f"{directory / item.name / outputs.RECORD} changed after the "
+                          "batch made it: the folder holds another run's files now")
 
 
 def run_into(port, call: Call, resume: bool, name: str = "item"):
@@ -386,6 +422,7 @@ class _Summary:
         self.path, self.prompts, self.port, self.started = path, prompts, port, started
 
     def write(self, items: list[Item]) -> dict:
+        _still_ours(items, self.path.parent)
         counts = {}
         for item in items:
             counts[item.status] = counts.get(item.status, 0) + 1

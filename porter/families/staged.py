@@ -50,7 +50,8 @@ class Grid:
         for key in ("height", "width"):
             value = getattr(gen, key)
             if value % step:
-                fit = f"{value - value % step or step} or {value + step - value % step}"
+                fits = sorted({value - value % step or step, value + step - value % step})
+                fit = " or ".join(str(v) for v in fits)
                 found.append(recipe.problem(
                     f"generate.{key}", f"{model} needs a multiple of {step}, got {value}",
                     hint=f"try {fit} (the VAE downsamples by {self.spatial}, patches are "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from porter.runtime import atomic, distributed
 from porter.runtime.memory import peak_memory
-from porter.runtime.versions import source_revision, versions
+from porter.runtime.versions import cpu_model, source_revision, versions
 from porter.shims import compat
 
 
@@ -52,7 +52,7 @@ def build(recipe, runtime, ported, outcome, outputs: dict) -> dict:
         "torchax_compat_overloads": len(compat.replaced_overloads),
         "device": {"platform": runtime.platform, "kind": runtime.device_kind,
                    "count": int(runtime.mesh.devices.size),
-                   "processes": distributed.process_count()},
+                   "processes": distributed.process_count(), "host_cpu": cpu_model()},
         "mesh": runtime.axes,
         "patches": [{"name": p.name, "params": params, "fits": p.fits}
                     for p, params in ported.patches],

@@ -9,7 +9,8 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("porter", "torch", "torchax", "jax", "jaxlib", "diffusers", "transformers")
+PACKAGES = ("porter", "torch", "torchax", "jax", "jaxlib", "diffusers", "transformers",
+            "numpy", "safetensors", "av")  # av: PyAV, which writes the mp4
 
 
 def versions() -> dict[str, str | None]:
@@ -20,6 +21,20 @@ def versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             found[name] = None
     return found
+
+
+@functools.cache
+def cpu_model() -> str | None:
+    """The host CPU's model name (Linux's /proc/cpuinfo; else what Python knows):
+    host work (loading, the VAE on CPU, a CPU run's every step) depends on it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "cpu model"):
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def source_revision() -> dict | None:

@@ -71,6 +71,9 @@ def test_wan_shape_rules(capsys, write):
                           "generate.height=40")
     assert code == 2 and "4n+1 frames" in err and "multiple of 16" in err
     assert "try 9 or 13" in err and "try 32 or 48" in err
+    # below the smallest size there is one to suggest, not the same one twice
+    code, _, err = porter(capsys, "validate", str(path), "generate.height=8")
+    assert code == 2 and "hint: try 16 (the VAE" in err
 
 
 def test_internal_failure_is_exit_1_without_traceback(capsys, monkeypatch, write):

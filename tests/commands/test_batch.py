@@ -28,12 +28,61 @@ def test_reading_prompt_files(tmp_path):
         (1, "0001", {"prompt": "a red fox"}), (4, "0002", {"prompt": "a blue bird"})]
     lines = tmp_path / "p.jsonl"
     lines.write_text('{"prompt": "x", "seed": 2, "name": "fox"}\n[1]\nnot json\n'
-                     '{"prompt": "y", "name": "../up"}\n{"prompt": "z", "name": "fox"}\n')
+                     '{"prompt": "y", "name": "../up"}\n{"prompt": "z", "name": "fox"}\n'
+                     '{"prompt": "w", "seed": 1, "seed": 2}\n')
     items = read_items(lines)
     assert items[0].name == "fox" and items[0].settings == {"prompt": "x", "seed": 2}
     assert "expected an object" in items[1].problem and "not JSON" in items[2].problem
     assert "not a folder name" in items[3].problem
     assert "used by an earlier item" in items[4].problem
+    # JSON keeps the last of a key given twice: refused, as recipes refuse it
+    assert items[5].problem.startswith("names 'seed' twice")
+
+
+def test_an_item_folder_belongs_to_its_batch_until_the_batch_ends(tmp_path):
+    """While a batch runs, its finished items' folders are its own: a run into one is
+    refused (it would replace a video batch.json describes), and so is a second batch
+    into the folder, told the batch is running. A record changed behind the batch's
+    back anyway is said so in its summary."""
+    from porter.commands import batch as batch_mod
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(TINY_RECIPE)
+    out = tmp_path / "batch"
+    (out / "0001").mkdir(parents=True)
+    record = out / "0001" / "run.json"
+    record.write_text('{"made": "by the batch"}')
+    (out / "batch.json").write_text("{}")
+    holding = subprocess.Popen(  # the running batch: it holds its folder
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from porter.rundir import outputs; held = outputs.owned(Path(sys.argv[1])); "
+         "held.__enter__(); print('held', flush=True); time.sleep(120)", str(out)],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holding.stdout.readline().strip() == "held"
+        into_item = porter_cli("run", recipe, f"output.dir={out / '0001'}", "--no-progress")
+        assert into_item.returncode == 2, into_item.stderr
+        assert f"{out / '0001'} is inside {out}, which another porter run holds (pid " \
+            f"{holding.pid} on" in into_item.stderr
+        assert "a batch's item folders belong to it until it ends" in into_item.stderr
+        assert record.read_text() == '{"made": "by the batch"}'
+        prompts = tmp_path / "p.txt"
+        prompts.write_text("a cat\n")
+        second = porter_cli("run", recipe, "--prompts", prompts, f"output.dir={out}",
+                            "--no-progress")
+        assert second.returncode == 2, second.stderr
+        assert f"{out} holds a batch that is still running (pid {holding.pid}" in \
+            second.stderr and "Traceback" not in second.stderr
+    finally:
+        holding.kill()
+        holding.wait()
+    item = batch_mod.Item(1, 1, "0001", {"prompt": "a cat"}, status="done",
+                          record_digest=batch_mod._record_digest(out / "0001"))
+    batch_mod._still_ours([item], out)
+    assert item.status == "done"
+    record.write_text('{"made": "by someone else"}')
+    batch_mod._still_ours([item], out)
+    assert item.status == "replaced" and "changed after the batch made it" in item.error
 
 
 def test_batch_writes_each_item_like_a_run_and_compiles_once(tmp_path):

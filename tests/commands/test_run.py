@@ -48,6 +48,9 @@ def test_tiny_run_writes_video_and_record(tiny):
     assert data["recipe_sha256"] == loaded.digest()
     assert data["recipe"]["generate"]["steps"] == 3
     assert data["seed"] == 0 and data["versions"]["torchax"]
+    # what made the bytes: the array, file and video libraries, and the host CPU
+    assert all(data["versions"][name] for name in ("numpy", "safetensors", "av"))
+    assert data["device"].pop("host_cpu")
     assert data["device"] == {"platform": "cpu", "kind": "cpu", "count": 8, "processes": 1}
     assert data["mesh"] == {"dp": 8}
     timings = data["timings"]

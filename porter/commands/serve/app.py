@@ -14,6 +14,7 @@ import porter
 from porter.commands.serve import jobs as jobs_mod
 from porter.commands.serve import uploads
 from porter.errors import RecipeError, UsageError, failure
+from porter.recipe import jsonio
 from porter.recipe.inputs import INPUTS, PATH_KEYS
 from porter.recipe.schema import GenerateSection
 
@@ -203,7 +204,11 @@ def _parsed(body: bytes):
         raise _BadBody(400, f"the body nests deeper than {MAX_DEPTH} levels",
                        hint="a job is one JSON object of generate settings")
     try:
-        return json.loads(body)
+        return jsonio.loads(body)
+    except jsonio.DuplicateKey as exc:
+        raise _BadBody(400, f"the body names {exc.key!r} twice",
+                       hint="give each setting once (JSON would keep the last "
+                            "silently)") from None
     except (ValueError, RecursionError) as exc:
         raise _BadBody(400, f"the body is not JSON: {exc}",
                        hint='e.g. {"prompt": "a red fox", "seed": 3}') from None

@@ -94,6 +94,8 @@ def test_jobs_over_http_and_a_restart_mid_job(recipe, tmp_path):
         # malformed requests: 400 with validate's messages, nothing queued
         assert client.post("/jobs", content=b"{not json").status_code == 400
         assert client.post("/jobs", json=[1, 2]).status_code == 400
+        twice = client.post("/jobs", content=b'{"prompt": "x", "seed": 1, "seed": 2}')
+        assert twice.status_code == 400 and "names 'seed' twice" in twice.json()["error"]
         bad = client.post("/jobs", json={"prompt": "x", "framez": 9})
         assert bad.status_code == 400 and "did you mean 'frames'" in bad.json()["error"]
         bad = client.post("/jobs", json={"prompt": "x", "frames": 10})
