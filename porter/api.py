@@ -86,7 +86,7 @@ class Generation:
         for) and ``run.json`` to ``directory``, as ``porter run`` does; returns the
         record's path."""
         directory = Path(directory)
-        with outputs.owned(directory):
+        with outputs.owned(directory, "Porter's Python API (Generation.save)"):
             results.invalidate(directory, artifacts.STAGES, keep_progress=False)
             written = results.write_results(directory, self.recipe, self.frames,
                                             self.latents)

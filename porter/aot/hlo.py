@@ -164,8 +164,7 @@ _PARAM = re.compile(r"%?([\w.\-]+):\s*((?:\w+\[[0-9,]*\])|\([^)]*\))")
 _RESULT = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\S+)\s")
 _OPERANDS = re.compile(r"\b(?:convolution|dot)\(([^)]*)\)")
 _LABELS = re.compile(r"dim_labels=([\w]+)_([\w]+)->([\w]+)")
-_WINDOW = re.compile(r"window=\{size=([0-9x]+)")
-_DILATE = re.compile(r"window=\{[^}]*lhs_dilate=([0-9x]+)")
+_WINDOW_ATTRS = re.compile(r"window=\{([^}]*)\}")
 _GROUPS = re.compile(r"feature_group_count=(\d+)")
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([0-9,]*)\}")
 
@@ -188,24 +187,41 @@ def _matmul_flops(line: str, shapes: dict) -> float:
     if labels and lhs:  # convolution: lhs feature dim, times the window
         feature = lhs[labels.group(1).index("f")] if "f" in labels.group(1) else 1
         groups = int(_GROUPS.search(line).group(1)) if _GROUPS.search(line) else 1
-        return 2.0 * out * feature / groups * _taps(line)
+        return 2.0 * out * feature / groups * _taps(line, lhs, labels.group(1))
     contracting = _CONTRACTING.search(line)
     if contracting and lhs:
         return 2.0 * out * math.prod(lhs[int(i)] for i in contracting.group(1).split(",") if i)
     return 0.0
 
 
-def _taps(line: str) -> int:
-    """Window positions that meet an input value, per output element: a window of k
-    over an input dilated by d meets k / d of them (XLA writes a batched matmul as a
-    convolution whose batch is a window over an input dilated by its size: one tap)."""
-    window = _WINDOW.search(line)
+def _taps(line: str, lhs: list[int], lhs_labels: str) -> float:
+    """Window positions that meet an input value, per output element, on average: a
+    window's positions over padding or between a dilated input's values meet none
+    (XLA writes a batched matmul as a convolution whose batch is a window over an
+    input dilated by its size, one tap; and a matmul split over chips as a window over
+    an input padded on both sides, one tap of the window's width)."""
+    window = _WINDOW_ATTRS.search(line)
     if window is None:
-        return 1
-    sizes = [int(n) for n in window.group(1).split("x")]
-    dilate = _DILATE.search(line)
-    dilations = [int(n) for n in dilate.group(1).split("x")] if dilate else [1] * len(sizes)
-    return math.prod(max(1, math.ceil(k / d)) for k, d in zip(sizes, dilations))
+        return 1.0
+    attrs = dict(item.split("=", 1) for item in window.group(1).split())
+    sizes = [int(n) for n in attrs["size"].split("x")]
+    count = len(sizes)
+    spatial = [lhs[lhs_labels.index(str(d))] if str(d) in lhs_labels else 1
+               for d in range(count)]
+    strides = [int(n) for n in attrs.get("stride", "x".join(["1"] * count)).split("x")]
+    dilate = [int(n) for n in attrs.get("lhs_dilate", "x".join(["1"] * count)).split("x")]
+    pads = [tuple(int(v) for v in p.split("_")) for p in
+            attrs.get("pad", "x".join(["0_0"] * count)).split("x")]
+    taps = 1.0
+    for size, length, stride, step, (low, high) in zip(sizes, spatial, strides, dilate,
+                                                       pads):
+        extent = (length - 1) * step + 1 + low + high
+        outputs = max(1, (extent - size) // stride + 1)
+        met = sum(1 for o in range(outputs) for k in range(size)
+                  if (o * stride + k - low) % step == 0
+                  and 0 <= (o * stride + k - low) // step < length)
+        taps *= met / outputs
+    return taps
 
 
 #: elementwise operations XLA's cost analysis counts as one FLOP per element

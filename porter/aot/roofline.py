@@ -24,6 +24,7 @@ class Anchor:
     seconds_per_step: float
     how: str
     url: str
+    precision: str = "bfloat16"  # of the published run's matmuls
 
 
 #: whole-video wall time divided by the steps (text encoder and VAE included), on
@@ -106,11 +107,14 @@ def compute_seconds(flops: float, matmuls: dict, chip) -> float:
 
 
 def implied(bound: dict, anchor: Anchor, target) -> dict:
-    """What a published time per step implies: the fraction of peak FLOP/s it reaches
-    (MFU, counting the FLOPs the compiler reports for the step) and its ratio to the
-    bound."""
-    useful = bound["compute_s"]  # the step's FLOPs at the chip's peaks for their kinds
+    """What a published time per step implies: the fraction of the chip's peaks it
+    reaches (MFU: the time the compiled step's FLOPs take at the peaks for their
+    kinds, over the published time; a quantized compile's FLOPs are counted at the
+    8-bit peaks while the published run may be bfloat16: ``precision`` says) and its
+    ratio to the bound."""
+    useful = bound["compute_s"]
     return {"seconds_per_step": anchor.seconds_per_step, "how": anchor.how,
+            "precision": anchor.precision,
             "url": anchor.url, "mfu": useful / anchor.seconds_per_step,
             "times_bound": anchor.seconds_per_step / bound["bound_s"]
             if bound["bound_s"] else None}

@@ -129,4 +129,4 @@ def _batch(args, loaded) -> int:
     print(f"batch of {len(summary['items'])}: {shown}; "
           f"{summary['timings']['total_s']:.1f} s in all; "
           f"see {summary['summary']} in {output_dir(loaded)}")
-    return 2 if counts.get("failed") else 0
+    return 2 if counts.get("failed") or counts.get("replaced") else 0

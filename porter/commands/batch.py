@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from porter import api
 from porter import recipe as recipe_mod
@@ -34,7 +34,7 @@ from porter.generate.call import Call, Resumed
 from porter.port import checks
 from porter.recipe import jsonio, yamlio
 from porter.rundir import artifacts, outputs, progress, record, results
-from porter.runtime import distributed, notices
+from porter.runtime import atomic, distributed, notices
 
 SUMMARY = "batch.json"
 #: a prompts file's bytes: tens of thousands of prompts, not an endless stream
@@ -42,6 +42,9 @@ MAX_PROMPTS_BYTES = 64 * 2**20
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _SUMMARIES = re.compile(r"^batch(-\d+)?\.json$")  # batch.json; batch-K.json per process
 HINT = "one prompt a line, or JSON Lines (.jsonl)"
+#: what a batch's locks say holds its folder, and an item's
+HOLDER = "porter run --prompts (a batch)"
+ITEM_HOLDER = "porter run --prompts (an item of a batch)"
 
 
 @dataclass
@@ -190,7 +193,7 @@ def run_batch(recipe, registry, prompts: Path, progress: bool = True,
                   progress=progress and distributed.writes())
     with contextlib.ExitStack() as owner:
         if distributed.writes() and not distributed.alone():  # alone: items are owned
-            owner.enter_context(outputs.owned(directory))
+            owner.enter_context(outputs.owned(directory, HOLDER))
         return _owned_batch(batch, family, registry)
 
 
@@ -199,11 +202,11 @@ def _earlier_batch_problem(directory: Path) -> None:
     without a word and leave the ones it does not list: refuse it."""
     found = sorted(path.name for path in directory.glob("batch*.json")
                    if _SUMMARIES.match(path.name)) if directory.is_dir() else []
-    running = outputs.holder(directory) if directory.is_dir() else None
+    running = outputs.holder(directory)
     if running is not None:
-        what = "holds a batch that is still running" if found else \
-            "is in use by another porter run"
-        raise outputs.Busy(f"{directory} {what} ({running})",
+        what = "holds a batch that is still running" if running.startswith(HOLDER) \
+            else "is in use by"
+        raise outputs.Busy(f"{directory} {what}: {running}",
                            hint="wait for it to finish, or choose another output.dir")
     if found:
         raise UsageError(f"{directory} holds an earlier batch ({found[0]}); a new batch "
@@ -339,19 +342,16 @@ def _run_item(port, item: Item, batch: Batch, on_step) -> None:
     begin = time.perf_counter()
     call = Call(item.recipe, directory=batch.directory / item.name, on_step=on_step,
                 say=batch.say)
-    outcome = run_into(port, call, batch.resume, item.name)
+    made = run_into(port, call, batch.resume, item.name, ITEM_HOLDER)
     item.status = "done"
     item.seconds = round(time.perf_counter() - begin, 4)
-    item.compile_s = outcome.timings["compile"]["seconds"]
-    if distributed.writes():
-        item.record_digest = _record_digest(call.directory)
+    item.compile_s = made.outcome.timings["compile"]["seconds"]
+    item.record_digest = made.record_sha256
 
 
 def _record_digest(directory: Path) -> str | None:
-    import hashlib
-
     try:
-        return hashlib.sha256((directory / outputs.RECORD).read_bytes()).hexdigest()
+        return atomic.sha256(directory / outputs.RECORD)
     except OSError:
         return None
 
@@ -368,22 +368,30 @@ def _still_ours(items: list[Item], directory: Path) -> None:
                           "batch made it: the folder holds another run's files now")
 
 
-def run_into(port, call: Call, resume: bool, name: str = "item"):
+class Made(NamedTuple):
+    outcome: object  # api.Outcome
+    record_sha256: str | None  # the run.json written, hashed while the folder was held
+
+
+def run_into(port, call: Call, resume: bool, name: str = "item",
+             what: str = "porter run") -> Made:
     """One generation into its own run directory (``call.directory``), as ``porter run``
-    (``--resume``) writes one: owned while it runs, every stage saved, video and record
-    at the end. With ``resume``, it continues after the directory's last complete stage
-    or checkpoint; files left by other settings start it over. Returns the Outcome."""
+    (``--resume``) writes one: owned while it runs (its lock saying ``what`` holds it),
+    every stage saved, video and record at the end. With ``resume``, it continues after
+    the directory's last complete stage or checkpoint; files left by other settings
+    start it over."""
     directory = call.directory
     with contextlib.ExitStack() as owner:
         if distributed.writes():
-            owner.enter_context(outputs.owned(directory))
+            owner.enter_context(outputs.owned(directory, what))
         call.wanted, call.resumed = _continuation(port, call, resume, name)
         if distributed.writes():
             results.invalidate(directory, call.wanted,
                                keep_progress=call.resumed.progress is not None)
         outcome = port.run(call)
-        run_mod.finish(port, call.recipe, outcome, directory)
-    return outcome
+        written = run_mod.finish(port, call.recipe, outcome, directory)
+        digest = atomic.sha256(written.record) if written.record else None
+    return Made(outcome, digest)
 
 
 def _continuation(port, call: Call, resume: bool, name: str):

@@ -278,7 +278,7 @@ def _verdict(report: dict, chip) -> dict:
         return {"fits": False, "program": worst["program"], "needed_bytes": need,
                 "available_bytes": usable,
                 "message": f"{worst['program']} does not fit a {report['target']['name']} "
-                           f"chip: it needs {amount} per chip (weights of every component "
+                           f"device: it needs {amount} per device (weights of every component "
                            f"{human_bytes(report['weights_per_chip']['total'])}), "
                            f"{human_bytes(usable)} are available",
                 "hint": _hint(worst, report)}
@@ -300,7 +300,7 @@ def _verdict(report: dict, chip) -> dict:
     peak = max(row["peak_bytes_per_chip"] for row in report["programs"])
     return {"fits": True, "peak_bytes_per_chip": peak, "available_bytes": usable,
             "message": f"every program fits: peak {human_bytes(peak)} of "
-                       f"{human_bytes(usable)} per chip", "hint": None}
+                       f"{human_bytes(usable)} per device", "hint": None}
 
 
 def _hint(row: dict, report: dict) -> str:
@@ -331,7 +331,7 @@ def render(report: dict) -> str:
              f"attention {report['attention_backend']}"]
     weights = report["weights_per_chip"]
     shown = ", ".join(f"{n} {human_bytes(b)}" for n, b in weights["components"].items())
-    lines.append(f"weights per chip: {human_bytes(weights['total'])} ({shown}); every "
+    lines.append(f"weights per device: {human_bytes(weights['total'])} ({shown}); every "
                  "component stays resident while a run goes on")
     for row in report["programs"]:
         calls = "?" if row["calls"] is None else row["calls"]
@@ -343,7 +343,7 @@ def render(report: dict) -> str:
             lines.append(f"  {row['status'].upper()}: {row['reason']}")
             continue
         m = row["memory"]
-        lines.append(f"  per chip: arguments {human_bytes(m['argument'])}, outputs "
+        lines.append(f"  per device: arguments {human_bytes(m['argument'])}, outputs "
                      f"{human_bytes(m['output'])}, temporaries {human_bytes(m['temporary'])}, "
                      f"code {human_bytes(m['generated_code'])}; peak with every weight "
                      f"{human_bytes(row['peak_bytes_per_chip'])} of "
@@ -353,7 +353,7 @@ def render(report: dict) -> str:
                           for k, c in row["collectives"].items()) or "none"
         lines.append(f"  {row['flops'] / 1e12:.3g} TFLOP (matmuls: "
                      f"{_by_kind(row.get('matmul_flops') or {})}) and "
-                     f"{human_bytes(int(row['bytes_accessed']))} accessed per chip and call; "
+                     f"{human_bytes(int(row['bytes_accessed']))} accessed per device and call; "
                      f"collectives: {moved}")
         scanned = ", ".join(f"{n} x{c}" for n, c in row["scanned_blocks"].items())
         lines.append(f"  traced in {row['trace_s']:.1f} s, compiled in {row['compile_s']:.1f} s"
@@ -369,8 +369,8 @@ def render(report: dict) -> str:
                      f"{_by_kind(bound.get('matmul_flops_per_chip') or {})}, each kind at "
                      f"the chip's peak for it")
         for anchor in report["anchors"]:
-            lines.append(f"  published: {anchor['seconds_per_step']:.3g} s/step "
-                         f"({anchor['how']}):"
+            lines.append(f"  published, {anchor['precision']}: "
+                         f"{anchor['seconds_per_step']:.3g} s/step ({anchor['how']}):"
                          f" {anchor['times_bound']:.1f}x the bound, MFU "
                          f"{anchor['mfu']:.0%}; {anchor['url']}")
     lines.append(f"\n{report['verdict']['message']} (compile {report['compile_s']:.0f} s)")

@@ -50,58 +50,80 @@ class Busy(UsageError):
 
 
 #: the directories this process holds (resolved): a batch holds its folder while its
-#: items, inside it, are owned one by one
+#: items, inside it, are owned one by one; a server its folder while its jobs run
 _HELD: set[Path] = set()
+#: tries of a lock another process may be probing (``holder``'s shared lock) at once
+_TRIES = 5
 
 
 def holder(directory: Path) -> str | None:
-    """Who holds ``directory``'s lock, when another process does (its pid, host and
-    since when, as it wrote them); None when it is free or this process holds it."""
+    """Who holds ``directory``'s lock, when another process does (what it wrote: the
+    command, its pid, host and since when); None when it is free, unreadable, or
+    this process holds it."""
     import fcntl
 
-    path = directory / LOCK
-    if directory.resolve() in _HELD or not path.is_file():
-        return None
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
+        if Path(directory).resolve() in _HELD:
+            return None
+        fd = os.open(Path(directory) / LOCK, os.O_RDONLY)
+    except OSError:  # no lock file, or a folder this process cannot search
         return None
     try:
         try:  # a shared lock is refused only while a run holds the exclusive one
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+            return _written(fd)
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
         os.close(fd)
 
 
+def _written(fd: int) -> str:
+    return os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+
+
+def _held_above(directory: Path) -> tuple[Path, str] | None:
+    """The nearest folder above ``directory`` that another process holds, and who."""
+    try:
+        above = Path(directory).resolve().parents
+    except OSError:
+        return None
+    for folder in above:
+        found = holder(folder)
+        if found is not None:
+            return folder, found
+    return None
+
+
 @contextlib.contextmanager
-def owned(directory: Path):
-    """Hold the directory's lock for the block; Busy if another run holds it, or holds
-    the directory it is in (a batch's item folder belongs to the batch until the batch
-    ends: a run there would replace a video the batch has recorded)."""
+def owned(directory: Path, what: str = "porter run"):
+    """Hold the directory's lock for the block (its file says ``what`` holds it: the
+    command); Busy if another process holds it, or holds a folder it is in (a batch's
+    item folder belongs to the batch until the batch ends, a server's job folder to
+    the server: a run there would replace a video they have recorded)."""
     import fcntl
 
-    parent = holder(directory.parent)
-    if parent is not None:
-        raise Busy(f"{directory} is inside {directory.parent}, which another porter run "
-                   f"holds ({parent}); a batch's item folders belong to it until it ends",
-                   hint="wait for that run to finish, or give this run another output.dir")
+    above = _held_above(directory)
+    if above is not None:
+        raise Busy(f"{directory} is inside {above[0]}, in use by {above[1]}",
+                   hint="wait for it to finish, or give this run another output.dir")
     prepare(directory)
     path = directory / LOCK
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # less the umask
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder_ = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
-            raise Busy(f"{directory} is in use by another porter run ({holder_})",
-                       hint="wait for it to finish, or give this run another output.dir"
-                       ) from None
+        for attempt in range(_TRIES):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == _TRIES - 1 or _written(fd) != "unknown":
+                    raise Busy(f"{directory} is in use by {_written(fd)}",
+                               hint="wait for it to finish, or give this run another "
+                                    "output.dir") from None
+                time.sleep(0.01)  # another process probing it with a shared lock
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
+        os.pwrite(fd, f"{what}, pid {os.getpid()} on {socket.gethostname()}, since "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
         held = directory.resolve()
         _HELD.add(held)

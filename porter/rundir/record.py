@@ -8,7 +8,7 @@ from pathlib import Path
 
 from porter.runtime import atomic, distributed
 from porter.runtime.memory import peak_memory
-from porter.runtime.versions import cpu_model, source_revision, versions
+from porter.runtime.versions import RECORDED, cpu_model, source_revision, versions
 from porter.shims import compat
 
 
@@ -44,7 +44,7 @@ def build(recipe, runtime, ported, outcome, outputs: dict) -> dict:
         "recipe_file": str(recipe.path) if recipe.path else None,
         "recipe_sha256": recipe.digest(),
         "seed": recipe.generate.seed,
-        "versions": versions(),
+        "versions": versions(RECORDED),
         "porter_source": source_revision(),
         "environment": environment(runtime),
         "checkpoint": ported.checkpoint,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from porter.errors import UsageError
-from porter.runtime import compile_cache, distributed, environment, monitor, xla
+from porter.runtime import compile_cache, distributed, environment, memory, monitor, xla
 from porter.shims.compat import import_torchax
 
 
@@ -93,6 +93,7 @@ def start(recipe) -> Runtime:
     axes = resolve_mesh(recipe.mesh, len(devices))
     used = np.array(devices[: math.prod(axes.values())]).reshape(tuple(axes.values()))
     mesh = jax.sharding.Mesh(used, tuple(axes))
+    memory.mapped_at_start()  # JAX is up, no weight is loaded: what limits count from
     return Runtime(env=torchax.default_env(), mesh=mesh, platform=platform,
                    device_kind=devices[0].device_kind, cache=directory,
                    xla_options=options)

@@ -28,11 +28,14 @@ class Chip:
     source: str
     #: 8-bit matmul kinds ("int8", "fp8") whose published peak beats bfloat16's, with it
     peak_8bit: dict = field(default_factory=dict)
+    #: 8-bit kinds with no published rate at all (neither faster nor not): the user's call
+    unpublished: tuple = ()
 
     def peak(self, operand: str) -> float:
         """Peak rate of a matmul on ``operand``s ("bf16", "int8", "fp8", "f32", ...):
         the published 8-bit peak where there is one, else bfloat16's (f32 matmuls run
-        as bf16 passes; a lower bound counts them at bf16's rate)."""
+        as bf16 passes; a lower bound counts them at bf16's rate, and an unpublished
+        8-bit rate at bf16's too, so the bound is a bound only where it is no faster)."""
         return self.peak_8bit.get(operand, self.peak_bf16_flops)
 
     @property
@@ -64,7 +67,7 @@ CHIPS = {
                 "https://cloud.google.com/tpu/docs/tpu7x (per chip: 2307 TFLOP/s bf16, "
                 "4614 fp8; 192 GiB, 7380 GBps; 1200 GBps bidirectional ICI; two "
                 "TensorCores, each a JAX device: the figures here are halves)",
-                {"fp8": 4614e12 / 2}),
+                {"fp8": 4614e12 / 2}, unpublished=("int8",)),
 }
 
 

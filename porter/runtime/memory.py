@@ -10,6 +10,7 @@ an estimate with memory takes the least of these and names it.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -38,38 +39,47 @@ def physical() -> Limit:
 
 #: address space a run maps after its checks, beside its arrays: compiler and
 #: thread-pool stacks, malloc's per-thread arenas (measured on a tiny Wan run: 2.8
-#: GiB mapped at its checks, 3.1 GiB when it ends; it peaks higher while compiling,
-#: at 6.9 GiB, before the step's arrays exist)
+#: GiB mapped at its checks, 3.1 GiB when it ended; its peak, 6.9 GiB, is transient
+#: and not foreseen: a limit that close fails the run, exit 2, instead)
 MAPPED_LATER = 2**30
 
 
 def address_space() -> list[Limit]:
     """RLIMIT_AS counts every byte the process maps, not only what it holds: what it
-    has mapped already (the interpreter, torch, JAX: about 2.5 GiB) and what a run maps
-    beside its arrays (``MAPPED_LATER``) are not there for them."""
+    mapped before anything was loaded (the interpreter, torch, JAX: about 2.5 GiB;
+    read once, at the first check, so that later checks and the out-of-memory
+    message do not count the loaded model against itself) and what a run maps beside
+    its arrays (``MAPPED_LATER``) are not there for them."""
     import resource
 
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return []
-    mapped = mapped_bytes()
+    mapped = mapped_at_start()
     left = max(0, soft - mapped - MAPPED_LATER)
     return [Limit(left, f"the address-space limit RLIMIT_AS, `ulimit -v`: {soft / 2**30:.2f}"
-                        f" GiB, less the {mapped / 2**30:.2f} GiB this process maps "
-                        f"already and {MAPPED_LATER / 2**30:.0f} GiB a run maps beside "
-                        "its arrays")]
+                        f" GiB, less the {mapped / 2**30:.2f} GiB this process mapped "
+                        f"before loading and {MAPPED_LATER / 2**30:.0f} GiB a run maps "
+                        "beside its arrays")]
 
 
-def mapped_bytes() -> int:
-    """The address space this process maps now (Linux's VmSize; 0 where unknown)."""
+@functools.cache
+def mapped_at_start() -> int:
+    """The address space this process mapped when first asked (its checks run before
+    any weight is loaded)."""
+    return _status_bytes("VmSize:") or 0
+
+
+def _status_bytes(field: str) -> int | None:
+    """A size field of Linux's /proc/self/status in bytes (None where unknown)."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
-                if line.startswith("VmSize:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return None
 
 
 def cgroup_limits(proc_cgroup: Path, mountinfo: Path) -> list[Limit]:
@@ -165,13 +175,9 @@ def own_peak_rss() -> int:
     by a large one (a test worker, a notebook) would report its parent's size."""
     import resource
 
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    found = _status_bytes("VmHWM:")
+    if found is not None:
+        return found
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 

@@ -9,13 +9,16 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("porter", "torch", "torchax", "jax", "jaxlib", "diffusers", "transformers",
-            "numpy", "safetensors", "av")  # av: PyAV, which writes the mp4
+#: what a traced program depends on (a stored trace's key names them)
+PACKAGES = ("porter", "torch", "torchax", "jax", "jaxlib", "diffusers", "transformers")
+#: and what a run's files depend on besides (run.json names them too): arrays, weight
+#: files, the mp4 (PyAV)
+RECORDED = PACKAGES + ("numpy", "safetensors", "av")
 
 
-def versions() -> dict[str, str | None]:
+def versions(packages: tuple = PACKAGES) -> dict[str, str | None]:
     found = {"python": platform.python_version()}
-    for name in PACKAGES:
+    for name in packages:
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -25,16 +28,18 @@ def versions() -> dict[str, str | None]:
 
 @functools.cache
 def cpu_model() -> str | None:
-    """The host CPU's model name (Linux's /proc/cpuinfo; else what Python knows):
+    """The host CPU's model name (Linux's /proc/cpuinfo; else what Python knows, at
+    least the architecture):
     host work (loading, the VAE on CPU, a CPU run's every step) depends on it."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
-            if key.strip() in ("model name", "Model", "cpu model"):
+            if key.strip() in ("model name", "Model", "cpu model") and value.strip():
                 return value.strip()
     except OSError:
         pass
-    return platform.processor() or None
+    # ARM servers' cpuinfo names no model: at least the architecture
+    return platform.processor() or platform.machine() or None
 
 
 def source_revision() -> dict | None:

@@ -63,3 +63,23 @@ ENTRY %main (a: bf16[8,16], b: bf16[16,4]) -> bf16[8,4] {
 """
     assert hlo.matmul_flops(text) == {"int8": 40 * 2 * 16 * 64 * 32,
                                       "bf16": 2 * 8 * 4 * 16, "fp8": 2 * 4 * 2 * 8}
+
+
+def test_a_windows_taps_over_padding_or_between_dilated_values_are_no_work():
+    """The forms XLA writes matmuls in: a matmul split over chips as a window of 4 over
+    one value padded by 3 on each side (one tap of the 4 meets a value), a batched
+    matmul as a window over an input dilated by its size (one tap); and a plain 3-wide
+    convolution over 8 values padded by 1 (22 of 24 taps meet one)."""
+    text = """HloModule m
+
+ENTRY %main (a: bf16[32,8,1], b: bf16[4,8,8], c: f32[4,32,32], d: f32[4,32,32], e: f32[1,8,16], k: f32[3,16,16]) -> f32[] {
+  %split = bf16[32,4,8]{0,2,1} convolution(%a, %b), window={size=4 pad=3_3 rhs_reversal=1}, dim_labels=bf0_0oi->b0f
+  %batched = f32[4,32,32]{1,2,0} convolution(%c, %d), window={size=4 stride=3 lhs_dilate=4}, dim_labels=0bf_0io->0bf
+  %conv = f32[1,8,16]{2,1,0} convolution(%e, %k), window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f
+}
+"""
+    found = hlo.matmul_flops(text)
+    split = 2 * 32 * 4 * 8 * 8 * 1  # out x features in x 1 tap
+    batched = 2 * 4 * 32 * 32 * 32 * 1
+    conv = 2 * 8 * 16 * 16 * 22 / 8
+    assert found == {"bf16": split, "f32": batched + conv}

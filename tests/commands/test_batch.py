@@ -53,26 +53,31 @@ def test_an_item_folder_belongs_to_its_batch_until_the_batch_ends(tmp_path):
     record = out / "0001" / "run.json"
     record.write_text('{"made": "by the batch"}')
     (out / "batch.json").write_text("{}")
-    holding = subprocess.Popen(  # the running batch: it holds its folder
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from porter.rundir import outputs; held = outputs.owned(Path(sys.argv[1])); "
-         "held.__enter__(); print('held', flush=True); time.sleep(120)", str(out)],
-        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    holding = subprocess.Popen(  # the running batch: it holds its folder until told
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from porter.commands.batch import HOLDER; from porter.rundir import outputs; "
+         "held = outputs.owned(Path(sys.argv[1]), HOLDER); held.__enter__(); "
+         "print('held', flush=True); sys.stdin.read()", str(out)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert holding.stdout.readline().strip() == "held"
         into_item = porter_cli("run", recipe, f"output.dir={out / '0001'}", "--no-progress")
         assert into_item.returncode == 2, into_item.stderr
-        assert f"{out / '0001'} is inside {out}, which another porter run holds (pid " \
-            f"{holding.pid} on" in into_item.stderr
-        assert "a batch's item folders belong to it until it ends" in into_item.stderr
+        assert f"{out / '0001'} is inside {out}, in use by porter run --prompts (a " \
+            f"batch), pid {holding.pid} on" in into_item.stderr
         assert record.read_text() == '{"made": "by the batch"}'
+        # deeper too: a folder anywhere inside a held one (a server's jobs/<id>)
+        deeper = porter_cli("run", recipe, f"output.dir={out / 'jobs' / '000001'}",
+                            "--no-progress")
+        assert deeper.returncode == 2 and f"is inside {out}, in use by" in deeper.stderr
         prompts = tmp_path / "p.txt"
         prompts.write_text("a cat\n")
         second = porter_cli("run", recipe, "--prompts", prompts, f"output.dir={out}",
                             "--no-progress")
         assert second.returncode == 2, second.stderr
-        assert f"{out} holds a batch that is still running (pid {holding.pid}" in \
-            second.stderr and "Traceback" not in second.stderr
+        assert f"{out} holds a batch that is still running: porter run --prompts (a " \
+            f"batch), pid {holding.pid}" in second.stderr
+        assert "Traceback" not in second.stderr
     finally:
         holding.kill()
         holding.wait()

@@ -165,7 +165,7 @@ def test_a_program_that_cannot_fit_is_refused_with_the_compilers_numbers():
                       "attention.backend=reference")
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and "internal error" not in out.stderr
-    assert "transformer.forward does not fit a v5e-8 chip" in out.stderr
+    assert "transformer.forward does not fit a v5e-8 device" in out.stderr
     assert "15.75 GiB are available" in out.stderr
     assert "attention.backend: auto (splash on TPU)" in out.stderr
     assert "RESOURCE_EXHAUSTED" in out.stdout  # the compiler's own words, in the report

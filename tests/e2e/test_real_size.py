@@ -231,8 +231,9 @@ def test_cogvideox_2b(cogvideox, cogvideox_reference, tmp_path, devices, dtype):
     255 anywhere (measured: 0 values off by more than 1). In the recipe's float16 on
     8 devices the VAE's 10-bit mantissa shows (measured at 9 frames, before the test
     took 5: mean 0.63 levels, 99.9% of values within 7, and 112 of 165,888 values,
-    0.07%, in three frames, up to 66 off, where the decoder's activations saturate); plain diffusers in float16 on a CPU
-    takes over half an hour here, so float32 is the reference. A wrong shard or a
+    0.07%, in three frames, up to 66 off, where the decoder's activations saturate);
+    plain diffusers in float16 on a CPU takes over half an hour here, so float32 is the
+    reference. A wrong shard or a
     dropped tensor moves every pixel."""
     recipe_file = RECIPES / "cogvideox-2b.yaml"
     overrides = [f"model.source={cogvideox}", *LOW, "generate.frames=5",

@@ -37,7 +37,7 @@ def test_a_busy_directory_is_refused_naming_the_holder(tmp_path):
         time.sleep(0.05)
     second = porter_process("run", str(path), "generate.seed=1", "--no-progress")
     assert second.returncode == 2, second.stderr
-    assert f"{out} is in use by another porter run (pid {first.pid}" in second.stderr
+    assert f"{out} is in use by porter run, pid {first.pid} on" in second.stderr
     assert "Traceback" not in second.stderr
     _, stderr = first.communicate(timeout=600)
     assert first.returncode == 0, stderr

@@ -77,7 +77,8 @@ def _np(tensor):
 @pytest.mark.parametrize("kind,asked,got", [
     ("TPU v6 lite", "auto", "int8"), ("TPU v5 lite", "int8", "int8"),
     ("TPU v6 lite", "fp8", None), ("TPU v6 lite", "fp8-weights", "fp8-weights"),
-    ("TPU7x", "auto", "fp8"), ("TPU v4", "int8", None), ("TPU v5", "auto", "int8"),
+    ("TPU7x", "auto", "fp8"), ("TPU7x", "int8", "int8"),  # no int8 rate published
+    ("TPU v4", "int8", None), ("TPU v5", "auto", "int8"),
     ("NVIDIA H100 80GB HBM3", "auto", "fp8"),
     ("NVIDIA A100-SXM4-80GB", "fp8", None), ("NVIDIA A100-SXM4-80GB", "auto", "int8"),
     ("NVIDIA A10G", "fp8", None), ("NVIDIA RTX 2000 Ada Generation", "auto", "fp8"),

@@ -116,7 +116,7 @@ def serve(recipe, registry, listen: Listen = Listen(), say=print) -> dict:
     if distributed.process_count() > 1:
         raise UsageError("porter serve runs in one process",
                          hint="serve from one host; use `porter run --prompts` across hosts")
-    with outputs.owned(directory):
+    with outputs.owned(directory, "porter serve"):
         port_ = api.Port.open(recipe, registry, family, say)
         queue = jobs_mod.Jobs(port_, directory, listen.queue, say, inputs, warmups)
         app = build_app(queue, token)

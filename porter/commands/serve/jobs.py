@@ -289,7 +289,8 @@ class Jobs:
             job.steps = recipe.generate.steps
             call = Call(recipe, directory=self.directory / job.id, on_step=on_step,
                         say=self.say)
-            batch.run_into(self.port, call, resume=True, name=f"job {job.id}")
+            batch.run_into(self.port, call, resume=True, name=f"job {job.id}",
+                           what=f"porter serve (job {job.id})")
             return False, ("done", None)
         except Interrupted as exc:
             self.say(f"job {job.id} stopped" + (f"; kept: {exc.saved}" if exc.saved else ""))

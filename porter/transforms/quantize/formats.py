@@ -95,7 +95,9 @@ def resolve(name: str, platform: str, device_kind: str) -> tuple[Format | None, 
                           "bfloat16 (that Porter knows of)")
         return FORMATS[chosen], ""
     fmt = FORMATS[name]
-    if not fmt.activations or kinds is None or fmt.kind in kinds:
-        return fmt, ""  # an unknown chip: the user's call
+    tpu = chips.by_kind(device_kind)
+    unknown = kinds is None or (tpu is not None and fmt.kind in tpu.unpublished)
+    if not fmt.activations or unknown or fmt.kind in kinds:
+        return fmt, ""  # a chip (or a rate) nobody published: the user's call
     return None, (f"{device_kind} runs {fmt.kind} matmuls no faster than bfloat16"
                   + (f" (it runs {' and '.join(sorted(kinds))} faster)" if kinds else ""))
