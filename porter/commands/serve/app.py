@@ -12,7 +12,7 @@ import secrets
 
 import porter
 from porter.commands.serve import jobs as jobs_mod
-from porter.commands.serve import uploads
+from porter.commands.serve import openai_api, uploads
 from porter.errors import RecipeError, UsageError, failure
 from porter.recipe import jsonio
 from porter.recipe.inputs import INPUTS, PATH_KEYS
@@ -66,6 +66,7 @@ def build_app(jobs, token: str | None = None):
     _description_routes(app)
     _job_routes(app, jobs)
     _result_routes(app, jobs)
+    openai_api.routes(app, jobs, _json_body)
     return app
 
 

@@ -186,6 +186,26 @@ class Jobs:
             self._save(job)
             return job
 
+    def delete(self, job_id: str) -> None:
+        """Forget a job and its files (a queued one leaves the queue first); a running
+        one cannot be (Conflict). Its folder stays, empty, so that its id is never
+        given to another job."""
+        with self._lock:
+            job = self.get(job_id)
+            if job.status == "running":
+                raise Conflict(f"job {job_id} is running: it can be deleted once it has "
+                               "finished (or cancel it while it is queued)")
+            if job_id in self._queue:
+                self._queue.remove(job_id)
+            del self._jobs[job_id]
+            folder = self.directory / job_id
+            (folder / JOB).unlink(missing_ok=True)  # first: a restart forgets it
+        for path in list(folder.iterdir()) if folder.is_dir() else []:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
     def _waiting(self) -> int:
         """Jobs in line behind the running one (that one is first in the queue)."""
         return len(self._queue) - (self._running is not None)

@@ -279,3 +279,71 @@ def test_a_warmup_the_recipe_cannot_run_is_refused_before_loading(tmp_path):
     [problem] = refused.value.problems
     assert problem.path == "generate.height" and problem.line == 12
     assert str(problem.file).endswith("warm.yaml")
+
+
+def test_the_official_openai_client_makes_a_video(recipe, tmp_path):
+    """OpenAI's video API on the same server: the official `openai` client creates a
+    video (form data, Porter's settings as extra fields), follows its progress,
+    downloads the mp4, lists and deletes it; what it cannot say here is refused in
+    OpenAI's error shape, which the client raises as its own errors."""
+    import io
+
+    import numpy as np
+    import openai
+    from PIL import Image
+
+    from porter.rundir import video as video_io
+
+    server = Server(recipe, tmp_path / "out")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=TOKEN, max_retries=0)
+    try:
+        made = client.videos.create(prompt="a red fox", seconds="0.5", size="32x32",
+                                    extra_body={"seed": 3, "steps": 2})
+        assert made.object == "video" and made.status in ("queued", "in_progress")
+        assert (made.size, made.seconds, made.model) == ("32x32", "0.5", "tiny")
+        assert made.prompt == "a red fox" and made.created_at > 0
+        seen = set()
+        deadline = time.time() + 300
+        while (video := client.videos.retrieve(made.id)).status != "completed":
+            assert video.status != "failed", video.error
+            assert time.time() < deadline, video
+            seen.add(video.progress)
+            time.sleep(0.1)
+        assert video.progress == 100 and video.completed_at >= video.created_at
+        assert all(0 <= p <= 100 for p in seen)
+        job = server.client.get(f"/jobs/{made.id}").json()  # the same job, Porter's way
+        assert job["settings"] == {"prompt": "a red fox", "seed": 3, "steps": 2,
+                                   "width": 32, "height": 32, "frames": 9}
+        mp4 = tmp_path / "fox.mp4"
+        client.videos.download_content(made.id).write_to_file(mp4)
+        frames, fps = video_io.read_mp4(mp4)
+        assert frames.shape == (9, 32, 32, 3) and fps == 16 and np.ptp(frames) > 0
+        assert [v.id for v in client.videos.list()] == [made.id]
+
+        image = io.BytesIO()
+        Image.new("RGB", (32, 32), "red").save(image, "PNG")
+        png = image.getvalue()
+        refusals = [({"size": "big"}, "size", "size 'big' is not WIDTHxHEIGHT"),
+                    ({"extra_body": {"framez": 3}}, "framez", "unknown field 'framez'"),
+                    ({"extra_body": {"frames": 9}}, "frames", "give 'seconds' instead"),
+                    ({"model": "sora-2"}, "model", "with 'tiny' only"),
+                    ({"input_reference": ("red.png", png, "image/png")},
+                     "input_reference", "takes no image")]
+        for fields, param, said in refusals:
+            with pytest.raises(openai.BadRequestError) as refused:
+                client.videos.create(prompt="x", **fields)
+            assert refused.value.body["param"] == param, refused.value.body
+            assert said in refused.value.body["message"]
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=server.url + "/v1", api_key="wrong",
+                          max_retries=0).videos.list()
+        with pytest.raises(openai.NotFoundError):
+            client.videos.download_content("999999")
+
+        assert client.videos.delete(made.id).deleted
+        with pytest.raises(openai.NotFoundError):
+            client.videos.retrieve(made.id)
+        assert client.videos.list().data == []
+        assert server.client.get("/jobs").json()["jobs"] == []
+    finally:
+        assert server.stop() == 0

@@ -1,0 +1,267 @@
+"""OpenAI's video API on ``porter serve`` (``/v1/videos``), on the same queue, jobs and
+folders as Porter's own routes: what the official ``openai`` client
+(``client.videos.create``, ``retrieve``, ``list``, ``delete``, ``download_content``)
+and the serving systems that speak it expect.
+
+A create request is multipart form data (what the client sends) or JSON: ``prompt``,
+``size`` ("WIDTHxHEIGHT"), ``seconds`` (frames at the recipe's fps: seconds x fps + 1),
+``input_reference`` (an uploaded image, for a recipe that takes one), ``model`` (the
+recipe's name, the only model a server serves) and any of the recipe's ``generate``
+settings as extra fields (``extra_body={"seed": 3, "steps": 20}``). Every refusal
+answers in OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+# no ``from __future__ import annotations``: FastAPI reads the handlers' annotations
+# (``Request``) at run time, from names local to ``routes``
+import asyncio
+import base64
+import re
+
+from porter.commands.serve import jobs as jobs_mod
+from porter.commands.serve import uploads
+from porter.errors import RecipeError, UsageError, failure
+from porter.recipe import jsonio
+from porter.recipe.schema import GenerateSection
+
+#: the create request's own fields; the rest are the recipe's generate settings
+OWN = ("prompt", "model", "seconds", "size", "input_reference")
+#: generate settings a create request gives through OpenAI's fields instead
+REPLACED = {"frames": "seconds", "height": "size", "width": "size", "image": "input_reference"}
+#: generate settings that are text whatever they look like ("42" stays a prompt)
+TEXT = ("prompt", "negative_prompt")
+#: Porter's job states as OpenAI's video states
+STATES = {"queued": "queued", "running": "in_progress", "done": "completed",
+          "failed": "failed", "cancelled": "failed"}
+_SIZE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
+
+
+class Refused(UsageError):
+    """A request OpenAI's dialect cannot express here: its status and the field."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.status, self.param = status, param
+
+
+def error(status: int, message: str, param: str | None = None, code: str | None = None):
+    """An answer in OpenAI's error shape."""
+    from fastapi.responses import JSONResponse
+
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param,
+                                   "code": code}}, status)
+
+
+def settings_of(fields: dict, recipe) -> dict:
+    """A create request's fields as the generate settings of a Porter job (Refused for
+    what they cannot say here). ``input_reference`` is the uploaded image's bytes."""
+    if not isinstance(fields.get("prompt"), str) or not fields["prompt"].strip():
+        raise Refused(400, "prompt is required: the text the video shows", "prompt")
+    model = fields.get("model")
+    if model not in (None, "", recipe.name):
+        raise Refused(400, f"model {model!r}: this server makes videos with "
+                      f"{recipe.name!r} only", "model", hint=f"model={recipe.name!r}, or "
+                      "leave it out")
+    for key, instead in REPLACED.items():
+        if key in fields:
+            raise Refused(400, f"{key}: give {instead!r} instead (OpenAI's field for it)",
+                          key)
+    known = set(GenerateSection.model_fields) | set(OWN)
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise Refused(400, f"unknown field {unknown[0]!r}: neither OpenAI's ("
+                      f"{', '.join(OWN)}) nor a generate setting of the recipe", unknown[0])
+    settings = {key: _typed(key, value) for key, value in fields.items() if key not in OWN}
+    settings["prompt"] = fields["prompt"]
+    if fields.get("size"):
+        settings["width"], settings["height"] = _size(fields["size"])
+    if fields.get("seconds") not in (None, ""):
+        settings["frames"] = _frames(fields["seconds"], recipe.output.fps)
+    if fields.get("input_reference") is not None:
+        settings["image"] = _image(fields["input_reference"])
+    return settings
+
+
+def _typed(key: str, value):
+    """A form field's text as the value it stands for (form fields are text: "3" is
+    the number 3, "true" true, a JSON list a list); text settings stay text."""
+    if key in TEXT or not isinstance(value, str):
+        return value
+    try:
+        return jsonio.loads(value)
+    except ValueError:
+        return value
+
+
+def _size(size) -> tuple[int, int]:
+    found = _SIZE.match(str(size))
+    if found is None:
+        raise Refused(400, f"size {size!r} is not WIDTHxHEIGHT", "size",
+                      hint="e.g. 832x480")
+    return int(found.group(1)), int(found.group(2))
+
+
+def _frames(seconds, fps: int) -> int:
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not 0 < value <= 600:
+        raise Refused(400, f"seconds {seconds!r} is not a duration in seconds", "seconds",
+                      hint="e.g. 4")
+    return round(value * fps) + 1
+
+
+def _image(reference) -> str:
+    """The reference image as the data URL a job takes: an upload's bytes, or
+    ``{"image_url": "data:..."}`` (its format is checked with the job's other inputs;
+    a URL the server would fetch, or an OpenAI file id, it does not take)."""
+    if isinstance(reference, bytes):
+        return "data:image/png;base64," + base64.b64encode(reference).decode()
+    url = reference.get("image_url") if isinstance(reference, dict) else reference
+    if isinstance(url, str) and url.startswith("data:"):
+        return url
+    raise Refused(400, "input_reference: upload the image, or give {\"image_url\": a "
+                  "data URL}; a server fetches no URL and knows no file ids",
+                  "input_reference")
+
+
+def video_object(job, recipe) -> dict:
+    """A job as OpenAI's Video object (Porter's own fields beside: ``porter``)."""
+    settings = job.settings
+    width = settings.get("width", recipe.generate.width)
+    height = settings.get("height", recipe.generate.height)
+    frames = settings.get("frames", recipe.generate.frames)
+    status = STATES[job.status]
+    progress = {"completed": 100, "queued": 0}.get(
+        status, int(100 * job.step / job.steps) if job.steps else 0)
+    found = {"id": job.id, "object": "video", "model": recipe.name, "status": status,
+             "progress": progress, "created_at": int(job.submitted),
+             "completed_at": int(job.finished) if job.finished else None,
+             "expires_at": None, "prompt": settings.get("prompt", recipe.generate.prompt),
+             "seconds": _seconds(frames, recipe.output.fps), "size": f"{width}x{height}",
+             "remixed_from_video_id": None, "error": None,
+             "porter": {"status": job.status, "step": job.step, "steps": job.steps,
+                        "job": f"/jobs/{job.id}"}}
+    if job.status in ("failed", "cancelled"):
+        found["error"] = {"code": "cancelled" if job.status == "cancelled" else
+                          "generation_failed", "message": job.error or "cancelled"}
+    return found
+
+
+def _seconds(frames: int, fps: int) -> str:
+    """A video's duration as OpenAI writes it: "4", or "0.5" where it is not whole."""
+    return f"{(frames - 1) / fps:.2f}".rstrip("0").rstrip(".")
+
+
+def routes(app, jobs, read_json) -> None:
+    """``/v1/videos``: create, list, retrieve, delete and the video's content
+    (``read_json``: the server's bounded reader of a JSON body)."""
+    from fastapi import Request
+    from fastapi.responses import FileResponse
+
+    recipe = jobs.port.recipe
+
+    @app.post("/v1/videos", summary="OpenAI: create a video (multipart form or JSON)")
+    async def create(request: Request):
+        try:
+            fields = await _fields(request, read_json)
+            settings = settings_of(fields, recipe)
+            job = await asyncio.to_thread(jobs.submit, settings)
+        except Refused as exc:
+            return error(exc.status, _said(exc), exc.param)
+        except RecipeError as exc:
+            problem = exc.problems[0]
+            key = problem.path.removeprefix("generate.")
+            return error(400, exc.render(), REPLACED.get(key, key))
+        except jobs_mod.QueueFull as exc:
+            return error(429, _said(exc), code="queue_full")
+        except jobs_mod.Closing as exc:
+            return error(503, _said(exc))
+        except UsageError as exc:
+            return error(400, _said(exc))
+        except OSError as exc:
+            return error(507, failure(exc).render())
+        return video_object(job, recipe)
+
+    @app.get("/v1/videos", summary="OpenAI: the videos, newest first")
+    async def listing(limit: int = 20, after: str | None = None, order: str = "desc"):
+        found = sorted(jobs.list(), key=lambda job: job.seq, reverse=order != "asc")
+        if after is not None:
+            at = next((i for i, job in enumerate(found) if job.id == after), None)
+            if at is None:
+                return error(404, f"no video {after!r}", "after")
+            found = found[at + 1:]
+        page = found[:max(1, min(limit, 100))]
+        return {"object": "list", "data": [video_object(job, recipe) for job in page],
+                "first_id": page[0].id if page else None,
+                "last_id": page[-1].id if page else None,
+                "has_more": len(found) > len(page)}
+
+    @app.get("/v1/videos/{video_id}", summary="OpenAI: a video's status and progress")
+    async def retrieve(video_id: str):
+        try:
+            return video_object(jobs.get(video_id), recipe)
+        except KeyError:
+            return error(404, f"no video {video_id!r}", "video_id")
+
+    @app.delete("/v1/videos/{video_id}", summary="OpenAI: delete a video (a queued one "
+                "is cancelled; a running one cannot be)")
+    async def delete(video_id: str):
+        try:
+            await asyncio.to_thread(jobs.delete, video_id)
+        except KeyError:
+            return error(404, f"no video {video_id!r}", "video_id")
+        except jobs_mod.Conflict as exc:
+            return error(409, _said(exc), "video_id")
+        return {"id": video_id, "object": "video.deleted", "deleted": True}
+
+    @app.get("/v1/videos/{video_id}/content", summary="OpenAI: a completed video (mp4)",
+             response_class=FileResponse)
+    async def content(video_id: str, variant: str = "video"):
+        if variant != "video":
+            return error(400, f"variant {variant!r}: Porter makes the video only",
+                         "variant")
+        try:
+            path = jobs.video(video_id)
+        except KeyError:
+            return error(404, f"no video {video_id!r}", "video_id")
+        if path is None:
+            return error(404, f"video {video_id} is not completed (status "
+                         f"{STATES[jobs.get(video_id).status]})", "video_id")
+        return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
+
+
+def _said(exc: UsageError) -> str:
+    return exc.message + (f" ({exc.hint})" if exc.hint else "")
+
+
+async def _fields(request, read_json) -> dict:
+    """A create request's fields: a multipart form's (an upload's bytes, no more than
+    an input image may have) or a JSON object's (``read_json``: the server's reader,
+    bounded like every job's), each key once."""
+    kind = request.headers.get("content-type", "")
+    if kind.startswith("application/json"):
+        try:
+            body = await read_json(request)
+        except UsageError as exc:
+            raise Refused(getattr(exc, "status", 400), exc.message, hint=exc.hint) from None
+        if not isinstance(body, dict):
+            raise Refused(400, "a create request is a JSON object of fields")
+        return body
+    if not kind.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
+        raise Refused(415, f"content type {kind or 'none'!r}: send multipart form data "
+                      "(as OpenAI's clients do) or JSON")
+    form = await request.form(max_files=1, max_fields=64)
+    fields = {}
+    for key, value in form.multi_items():
+        if key in fields:
+            raise Refused(400, f"the request names {key!r} twice", key)
+        if hasattr(value, "read"):  # an upload
+            value = await value.read(uploads.MAX_IMAGE_BYTES + 1)
+            if len(value) > uploads.MAX_IMAGE_BYTES:
+                raise Refused(413, f"{key}: larger than the "
+                              f"{uploads.MAX_IMAGE_BYTES >> 20} MiB an image may have", key)
+        fields[key] = value
+    return fields

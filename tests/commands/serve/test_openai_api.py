@@ -1,0 +1,54 @@
+"""OpenAI's create fields as a Porter job's generate settings (no server: the whole
+API is driven by the official client in test_serve.py)."""
+
+import pytest
+
+from porter import recipe as recipe_mod
+from porter.commands.serve.openai_api import Refused, settings_of, video_object
+from porter.commands.serve.jobs import Job
+
+from support import RECIPES
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return recipe_mod.load(RECIPES / "wan-tiny.yaml")  # fps 8
+
+
+def test_openai_fields_become_generate_settings(tiny):
+    fields = {"prompt": "42", "size": "96x64", "seconds": "2", "model": "wan-tiny",
+              "seed": "3", "guidance_scale": "4.5", "negative_prompt": "7",
+              "input_reference": b"\x89PNG..."}
+    settings = settings_of(fields, tiny)
+    assert settings == {"prompt": "42", "negative_prompt": "7", "seed": 3,
+                        "guidance_scale": 4.5, "width": 96, "height": 64, "frames": 17,
+                        "image": "data:image/png;base64,iVBORy4uLg=="}
+    assert settings_of({"prompt": "x", "input_reference": {"image_url": "data:image/png;"
+                                                           "base64,AA=="}}, tiny)["image"] \
+        == "data:image/png;base64,AA=="
+
+
+@pytest.mark.parametrize("fields,param", [
+    ({}, "prompt"), ({"prompt": " "}, "prompt"), ({"prompt": "x", "size": "64"}, "size"),
+    ({"prompt": "x", "seconds": "-1"}, "seconds"), ({"prompt": "x", "seconds": "a"}, "seconds"),
+    ({"prompt": "x", "model": "sora-2"}, "model"), ({"prompt": "x", "width": 64}, "width"),
+    ({"prompt": "x", "stepz": 3}, "stepz"),
+    ({"prompt": "x", "input_reference": {"image_url": "https://example.com/a.png"}},
+     "input_reference"),
+    ({"prompt": "x", "input_reference": {"file_id": "file-1"}}, "input_reference")])
+def test_what_openai_fields_cannot_say_here_is_refused_naming_the_field(tiny, fields, param):
+    with pytest.raises(Refused) as refused:
+        settings_of(fields, tiny)
+    assert refused.value.status == 400 and refused.value.param == param
+
+
+def test_a_job_as_openais_video_object(tiny):
+    job = Job("000007", 7, {"prompt": "a fox", "frames": 17, "width": 96, "height": 64},
+              status="running", submitted=100.5, step=3, steps=4)
+    video = video_object(job, tiny)
+    assert (video["id"], video["status"], video["progress"], video["seconds"],
+            video["size"], video["model"]) == ("000007", "in_progress", 75, "2", "96x64",
+                                               "wan-tiny")
+    job.status, job.error, job.finished = "cancelled", None, 200.0
+    assert video_object(job, tiny)["error"]["code"] == "cancelled"
+    assert video_object(job, tiny)["status"] == "failed"
