@@ -212,14 +212,16 @@ def _taps(line: str, lhs: list[int], lhs_labels: str) -> float:
     dilate = [int(n) for n in attrs.get("lhs_dilate", "x".join(["1"] * count)).split("x")]
     pads = [tuple(int(v) for v in p.split("_")) for p in
             attrs.get("pad", "x".join(["0_0"] * count)).split("x")]
+    spread = [int(n) for n in attrs.get("rhs_dilate", "x".join(["1"] * count)).split("x")]
     taps = 1.0
-    for size, length, stride, step, (low, high) in zip(sizes, spatial, strides, dilate,
-                                                       pads):
+    for size, length, stride, step, (low, high), gap in zip(sizes, spatial, strides,
+                                                            dilate, pads, spread):
         extent = (length - 1) * step + 1 + low + high
-        outputs = max(1, (extent - size) // stride + 1)
+        reach = (size - 1) * gap + 1  # a dilated window's span
+        outputs = max(1, (extent - reach) // stride + 1)
         met = sum(1 for o in range(outputs) for k in range(size)
-                  if (o * stride + k - low) % step == 0
-                  and 0 <= (o * stride + k - low) // step < length)
+                  if (o * stride + k * gap - low) % step == 0
+                  and 0 <= (o * stride + k * gap - low) // step < length)
         taps *= met / outputs
     return taps
 

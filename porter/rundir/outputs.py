@@ -54,6 +54,7 @@ class Busy(UsageError):
 _HELD: set[Path] = set()
 #: tries of a lock another process may be probing (``holder``'s shared lock) at once
 _TRIES = 5
+WAIT = "wait for it to finish, or give this run another output.dir"
 
 
 def holder(directory: Path) -> str | None:
@@ -62,13 +63,18 @@ def holder(directory: Path) -> str | None:
     this process holds it."""
     import fcntl
 
+    import stat
+
     try:
         if Path(directory).resolve() in _HELD:
             return None
-        fd = os.open(Path(directory) / LOCK, os.O_RDONLY)
+        # never blocks (a FIFO in its place), never follows a link
+        fd = os.open(Path(directory) / LOCK, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:  # no lock file, or a folder this process cannot search
         return None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         try:  # a shared lock is refused only while a run holds the exclusive one
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -84,12 +90,21 @@ def _written(fd: int) -> str:
 
 
 def _held_above(directory: Path) -> tuple[Path, str] | None:
-    """The nearest folder above ``directory`` that another process holds, and who."""
+    """The nearest folder above ``directory`` that another process holds, and who; up
+    to the first folder anyone may write to (``/tmp``: a lock file there is anyone's,
+    not a run's)."""
+    import stat
+
     try:
         above = Path(directory).resolve().parents
     except OSError:
         return None
     for folder in above:
+        try:
+            if folder.stat().st_mode & stat.S_ISVTX:  # sticky: a shared scratch folder
+                return None
+        except OSError:  # not made yet (the run makes it), or not ours to look in
+            continue
         found = holder(folder)
         if found is not None:
             return folder, found
@@ -106,8 +121,7 @@ def owned(directory: Path, what: str = "porter run"):
 
     above = _held_above(directory)
     if above is not None:
-        raise Busy(f"{directory} is inside {above[0]}, in use by {above[1]}",
-                   hint="wait for it to finish, or give this run another output.dir")
+        raise Busy(f"{directory} is inside {above[0]}, in use by {above[1]}", hint=WAIT)
     prepare(directory)
     path = directory / LOCK
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # less the umask
@@ -116,12 +130,11 @@ def owned(directory: Path, what: str = "porter run"):
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
-            except BlockingIOError:
-                if attempt == _TRIES - 1 or _written(fd) != "unknown":
+            except BlockingIOError:  # held, or probed for a moment (``holder``)
+                if attempt == _TRIES - 1:
                     raise Busy(f"{directory} is in use by {_written(fd)}",
-                               hint="wait for it to finish, or give this run another "
-                                    "output.dir") from None
-                time.sleep(0.01)  # another process probing it with a shared lock
+                               hint=WAIT) from None
+                time.sleep(0.01)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{what}, pid {os.getpid()} on {socket.gethostname()}, since "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)

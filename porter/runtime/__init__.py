@@ -93,7 +93,8 @@ def start(recipe) -> Runtime:
     axes = resolve_mesh(recipe.mesh, len(devices))
     used = np.array(devices[: math.prod(axes.values())]).reshape(tuple(axes.values()))
     mesh = jax.sharding.Mesh(used, tuple(axes))
-    memory.mapped_at_start()  # JAX is up, no weight is loaded: what limits count from
+    memory.mapped_at_start.cache_clear()  # JAX is up, this port's weights not loaded:
+    memory.mapped_at_start()  # what the limits count from (a second port: from here)
     return Runtime(env=torchax.default_env(), mesh=mesh, platform=platform,
                    device_kind=devices[0].device_kind, cache=directory,
                    xla_options=options)

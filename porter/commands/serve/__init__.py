@@ -17,8 +17,8 @@ With a token (``--token`` or ``PORTER_TOKEN``) every request needs
 refuses to listen beyond this machine without one. A job's images come in the
 request as data URLs, or as names of files in the folder ``--inputs DIR`` names;
 the server opens no other path a client gives (``porter.commands.serve.uploads``). A request body
-has at most ``MAX_BODY`` bytes and ``MAX_DEPTH`` levels of nesting; every refusal
-answers ``{"error": ...}``. SIGTERM (or Ctrl-C) stops taking jobs, lets the running job
+has at most ``MAX_BODY`` bytes and ``MAX_DEPTH`` levels of nesting (``limits``); every
+refusal answers ``{"error": ...}``, OpenAI's shape under ``/v1/`` (``openai_api``). SIGTERM (or Ctrl-C) stops taking jobs, lets the running job
 reach its next step end and save a checkpoint, and exits; a server started again
 on the same ``output.dir`` serves what is done and continues the rest.
 """

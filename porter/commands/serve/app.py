@@ -7,27 +7,22 @@ description."""
 import asyncio
 import contextlib
 import json
-import re
 import secrets
 
 import porter
 from porter.commands.serve import jobs as jobs_mod
 from porter.commands.serve import openai_api, uploads
+from porter.commands.serve.limits import MAX_BODY, MAX_DEPTH, nesting
 from porter.errors import RecipeError, UsageError, failure
 from porter.recipe import jsonio
 from porter.recipe.inputs import INPUTS, PATH_KEYS
 from porter.recipe.schema import GenerateSection
 
-#: bytes a request body may have: room for two largest images as data URLs
-MAX_BODY = 12 * 2**20
-#: nesting a request body may have (a job's settings nest two levels)
-MAX_DEPTH = 32
-
-
 def build_app(jobs, token: str | None = None):
     """The FastAPI application serving ``jobs`` (a ``porter.commands.serve.jobs.Jobs``):
     every route behind the token, every refusal ``{"error": ...}``."""
     from fastapi import Depends, FastAPI, HTTPException, Request
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -54,14 +49,27 @@ def build_app(jobs, token: str | None = None):
                   description=f"Videos from `{recipe.path.name}` ({recipe.model.family}); "
                   "jobs run one at a time in submission order.")
 
+    def answer(request, status: int, message: str, headers=None):
+        """Every error answers {"error": ...}, as submit's do; under /v1/, OpenAI's."""
+        if request.url.path.startswith("/v1/"):
+            found = openai_api.error(status, message)
+            found.headers.update(headers or {})
+            return found
+        return JSONResponse({"error": message}, status, headers=headers)
+
     @app.exception_handler(StarletteHTTPException)
-    async def refused(request, exc):  # every error answers {"error": ...}, as submit's do
-        return JSONResponse({"error": exc.detail}, exc.status_code, headers=exc.headers)
+    async def refused(request, exc):
+        return answer(request, exc.status_code, exc.detail, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request, exc):  # a query parameter of the wrong type
+        where = ".".join(str(part) for part in exc.errors()[0]["loc"])
+        return answer(request, 400, f"{where}: {exc.errors()[0]['msg']}")
 
     @app.exception_handler(Exception)
     async def failed(request, exc):  # a Porter bug: still JSON, and the server goes on
-        return JSONResponse({"error": f"internal error: {type(exc).__name__} (a Porter "
-                                      "bug; the server log has more)"}, 500)
+        return answer(request, 500, f"internal error: {type(exc).__name__} (a Porter "
+                      "bug; the server log has more)")
 
     _description_routes(app)
     _job_routes(app, jobs)
@@ -213,35 +221,6 @@ def _parsed(body: bytes):
     except (ValueError, RecursionError) as exc:
         raise _BadBody(400, f"the body is not JSON: {exc}",
                        hint='e.g. {"prompt": "a red fox", "seed": 3}') from None
-
-
-_STRUCTURE = re.compile(rb'[\[\]{}"\\]')
-
-
-def nesting(body: bytes, stop: int) -> int:
-    """How deep ``body``'s arrays and objects nest (strings skipped), counted no
-    further than ``stop`` + 1; linear in the brackets, quotes and backslashes."""
-    depth = deepest = 0
-    in_string, escaped_at = False, -1
-    for found in _STRUCTURE.finditer(body):
-        char, at = found.group(), found.start()
-        if in_string:
-            if at == escaped_at:
-                continue
-            if char == b"\\":
-                escaped_at = at + 1
-            elif char == b'"':
-                in_string = False
-        elif char == b'"':
-            in_string = True
-        elif char in b"[{":
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > stop:
-                break
-        elif char in b"]}":
-            depth -= 1
-    return deepest
 
 
 def _described(job) -> dict:

@@ -194,7 +194,7 @@ class Jobs:
             job = self.get(job_id)
             if job.status == "running":
                 raise Conflict(f"job {job_id} is running: it can be deleted once it has "
-                               "finished (or cancel it while it is queued)")
+                               "finished")
             if job_id in self._queue:
                 self._queue.remove(job_id)
             del self._jobs[job_id]

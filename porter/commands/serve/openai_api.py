@@ -19,6 +19,7 @@ import re
 
 from porter.commands.serve import jobs as jobs_mod
 from porter.commands.serve import uploads
+from porter.commands.serve.limits import MAX_BODY, MAX_DEPTH, nesting
 from porter.errors import RecipeError, UsageError, failure
 from porter.recipe import jsonio
 from porter.recipe.schema import GenerateSection
@@ -72,7 +73,7 @@ def settings_of(fields: dict, recipe) -> dict:
     if unknown:
         raise Refused(400, f"unknown field {unknown[0]!r}: neither OpenAI's ("
                       f"{', '.join(OWN)}) nor a generate setting of the recipe", unknown[0])
-    settings = {key: _typed(key, value) for key, value in fields.items() if key not in OWN}
+    settings = {key: value for key, value in fields.items() if key not in OWN}
     settings["prompt"] = fields["prompt"]
     if fields.get("size"):
         settings["width"], settings["height"] = _size(fields["size"])
@@ -85,13 +86,50 @@ def settings_of(fields: dict, recipe) -> dict:
 
 def _typed(key: str, value):
     """A form field's text as the value it stands for (form fields are text: "3" is
-    the number 3, "true" true, a JSON list a list); text settings stay text."""
+    the number 3, "true" true, a JSON list a list; lists and objects the client sent
+    as ``key[]`` and ``key[sub]`` fields arrive rebuilt); text settings stay text."""
+    if isinstance(value, dict):
+        return {k: _typed(k, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(key, v) for v in value]
     if key in TEXT or not isinstance(value, str):
         return value
+    if nesting(value.encode(), MAX_DEPTH) > MAX_DEPTH:
+        raise Refused(400, f"{key}: nests deeper than {MAX_DEPTH} levels", key)
     try:
         return jsonio.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return value
+
+
+_PART = re.compile(r"\[([^\[\]]*)\]")
+
+
+def _place(fields: dict, name: str, value) -> None:
+    """A form field into ``fields``, its bracketed name (``a[b][]``, as OpenAI's
+    clients write nested values) as nested objects and lists; a name given twice is
+    refused."""
+    base = name.split("[", 1)[0]
+    parts = _PART.findall(name[len(base):])
+    if not base or "".join(f"[{p}]" for p in parts) != name[len(base):]:
+        raise Refused(400, f"field name {name!r} is not NAME, NAME[KEY] or NAME[]", name)
+    node, key = fields, base
+    for part in parts:
+        empty = [] if part == "" else {}
+        child = node.get(key, empty) if isinstance(node, dict) else empty
+        if type(child) is not type(empty):
+            raise Refused(400, f"the request names {name!r} twice or both ways", base)
+        if isinstance(node, dict):
+            node[key] = child
+        else:
+            node.append(child)
+        node, key = child, part
+    if isinstance(node, list):
+        node.append(value)
+    elif key in node:
+        raise Refused(400, f"the request names {name!r} twice", base)
+    else:
+        node[key] = value
 
 
 def _size(size) -> tuple[int, int]:
@@ -132,7 +170,7 @@ def video_object(job, recipe) -> dict:
     settings = job.settings
     width = settings.get("width", recipe.generate.width)
     height = settings.get("height", recipe.generate.height)
-    frames = settings.get("frames", recipe.generate.frames)
+    frames = settings.get("frames", recipe.generate.frames)  # None: the pipeline's own
     status = STATES[job.status]
     progress = {"completed": 100, "queued": 0}.get(
         status, int(100 * job.step / job.steps) if job.steps else 0)
@@ -140,7 +178,8 @@ def video_object(job, recipe) -> dict:
              "progress": progress, "created_at": int(job.submitted),
              "completed_at": int(job.finished) if job.finished else None,
              "expires_at": None, "prompt": settings.get("prompt", recipe.generate.prompt),
-             "seconds": _seconds(frames, recipe.output.fps), "size": f"{width}x{height}",
+             "seconds": _seconds(frames, recipe.output.fps),
+             "size": f"{width}x{height}" if width and height else "",
              "remixed_from_video_id": None, "error": None,
              "porter": {"status": job.status, "step": job.step, "steps": job.steps,
                         "job": f"/jobs/{job.id}"}}
@@ -150,8 +189,11 @@ def video_object(job, recipe) -> dict:
     return found
 
 
-def _seconds(frames: int, fps: int) -> str:
-    """A video's duration as OpenAI writes it: "4", or "0.5" where it is not whole."""
+def _seconds(frames: int | None, fps: int) -> str:
+    """A video's duration as OpenAI writes it: "4", or "0.5" where it is not whole;
+    "" where the recipe leaves the frames to the pipeline."""
+    if not frames:
+        return ""
     return f"{(frames - 1) / fps:.2f}".rstrip("0").rstrip(".")
 
 
@@ -187,12 +229,14 @@ def routes(app, jobs, read_json) -> None:
 
     @app.get("/v1/videos", summary="OpenAI: the videos, newest first")
     async def listing(limit: int = 20, after: str | None = None, order: str = "desc"):
-        found = sorted(jobs.list(), key=lambda job: job.seq, reverse=order != "asc")
-        if after is not None:
-            at = next((i for i, job in enumerate(found) if job.id == after), None)
-            if at is None:
-                return error(404, f"no video {after!r}", "after")
-            found = found[at + 1:]
+        if order not in ("asc", "desc"):
+            return error(400, f"order {order!r}: asc or desc", "order")
+        found = sorted(jobs.list(), key=lambda job: job.seq, reverse=order == "desc")
+        if after is not None:  # by its place in the order: it may have been deleted
+            if not after.isdigit():
+                return error(400, f"after {after!r} is not a video id", "after")
+            found = [job for job in found
+                     if (job.seq < int(after) if order == "desc" else job.seq > int(after))]
         page = found[:max(1, min(limit, 100))]
         return {"object": "list", "data": [video_object(job, recipe) for job in page],
                 "first_id": page[0].id if page else None,
@@ -225,11 +269,12 @@ def routes(app, jobs, read_json) -> None:
                          "variant")
         try:
             path = jobs.video(video_id)
+            state = STATES[jobs.get(video_id).status]
         except KeyError:
             return error(404, f"no video {video_id!r}", "video_id")
         if path is None:
-            return error(404, f"video {video_id} is not completed (status "
-                         f"{STATES[jobs.get(video_id).status]})", "video_id")
+            return error(404, f"video {video_id} is not completed (status {state})",
+                         "video_id")
         return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
 
 
@@ -253,15 +298,28 @@ async def _fields(request, read_json) -> dict:
     if not kind.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
         raise Refused(415, f"content type {kind or 'none'!r}: send multipart form data "
                       "(as OpenAI's clients do) or JSON")
-    form = await request.form(max_files=1, max_fields=64)
-    fields = {}
-    for key, value in form.multi_items():
-        if key in fields:
-            raise Refused(400, f"the request names {key!r} twice", key)
-        if hasattr(value, "read"):  # an upload
-            value = await value.read(uploads.MAX_IMAGE_BYTES + 1)
-            if len(value) > uploads.MAX_IMAGE_BYTES:
-                raise Refused(413, f"{key}: larger than the "
-                              f"{uploads.MAX_IMAGE_BYTES >> 20} MiB an image may have", key)
-        fields[key] = value
-    return fields
+    length = request.headers.get("content-length", "")
+    if not length.isdigit():
+        raise Refused(411, "a form needs its Content-Length (OpenAI's clients send it)")
+    if int(length) > MAX_BODY:
+        raise Refused(413, f"the form is larger than the {MAX_BODY >> 20} MiB a video "
+                      "request may have")
+    fields: dict = {}
+    async with request.form(max_files=1, max_fields=64,
+                            max_part_size=uploads.MAX_IMAGE_BYTES) as form:
+        for key, value in form.multi_items():
+            if hasattr(value, "read"):  # an upload
+                value = await value.read(uploads.MAX_IMAGE_BYTES + 1)
+                if len(value) > uploads.MAX_IMAGE_BYTES:
+                    raise Refused(413, f"{key}: larger than the "
+                                  f"{uploads.MAX_IMAGE_BYTES >> 20} MiB an image may "
+                                  "have", key)
+            _place(fields, key, value)
+    return form_values(fields)
+
+
+def form_values(fields: dict) -> dict:
+    """A form's fields as the values they stand for (``_typed``; OpenAI's own fields
+    stay as sent)."""
+    return {key: value if key in OWN else _typed(key, value)
+            for key, value in fields.items()}

@@ -4,7 +4,7 @@ API is driven by the official client in test_serve.py)."""
 import pytest
 
 from porter import recipe as recipe_mod
-from porter.commands.serve.openai_api import Refused, settings_of, video_object
+from porter.commands.serve.openai_api import Refused, form_values, settings_of, video_object
 from porter.commands.serve.jobs import Job
 
 from support import RECIPES
@@ -19,7 +19,7 @@ def test_openai_fields_become_generate_settings(tiny):
     fields = {"prompt": "42", "size": "96x64", "seconds": "2", "model": "wan-tiny",
               "seed": "3", "guidance_scale": "4.5", "negative_prompt": "7",
               "input_reference": b"\x89PNG..."}
-    settings = settings_of(fields, tiny)
+    settings = settings_of(form_values(fields), tiny)
     assert settings == {"prompt": "42", "negative_prompt": "7", "seed": 3,
                         "guidance_scale": 4.5, "width": 96, "height": 64, "frames": 17,
                         "image": "data:image/png;base64,iVBORy4uLg=="}
@@ -52,3 +52,34 @@ def test_a_job_as_openais_video_object(tiny):
     job.status, job.error, job.finished = "cancelled", None, 200.0
     assert video_object(job, tiny)["error"]["code"] == "cancelled"
     assert video_object(job, tiny)["status"] == "failed"
+
+
+def test_nested_form_fields_arrive_as_the_values_the_client_sent():
+    """OpenAI's client writes a nested value as bracketed field names (its form
+    encoder): they are rebuilt, and a name given twice is refused."""
+    from porter.commands.serve.openai_api import _place, _typed
+
+    fields = {}
+    for name, value in [("prompt", "x"), ("input_reference[image_url]", "data:,A"),
+                        ("timesteps[]", "999"), ("timesteps[]", "500"),
+                        ("extra[flow_shift]", "3.0")]:
+        _place(fields, name, value)
+    assert fields == {"prompt": "x", "input_reference": {"image_url": "data:,A"},
+                      "timesteps": ["999", "500"], "extra": {"flow_shift": "3.0"}}
+    assert _typed("timesteps", fields["timesteps"]) == [999, 500]
+    assert _typed("extra", fields["extra"]) == {"flow_shift": 3.0}
+    for twice in (["seed", "seed"], ["extra[a]", "extra[a]"], ["extra[a]", "extra[]"]):
+        with pytest.raises(Refused):
+            found = {}
+            for name in twice:
+                _place(found, name, "1")
+    with pytest.raises(Refused) as deep:
+        _typed("extra", "[" * 100)
+    assert deep.value.param == "extra"
+
+
+def test_a_recipe_that_leaves_frames_to_the_pipeline_still_describes_its_jobs():
+    generic = recipe_mod.load(RECIPES / "cogvideox-5b-v2v.yaml")
+    assert generic.generate.frames is None
+    video = video_object(Job("000001", 1, {"prompt": "x"}), generic)
+    assert video["seconds"] == "" and video["status"] == "queued"

@@ -1,5 +1,5 @@
 """What a server client may give as an image (porter.commands.serve.uploads), and how deep a request
-body may nest (porter.commands.serve.app.nesting): no server needed."""
+body may nest (porter.commands.serve.limits.nesting): no server needed."""
 
 import base64
 import io
@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from porter.commands.serve import uploads
-from porter.commands.serve.app import nesting
+from porter.commands.serve.limits import nesting
 from porter.errors import UsageError
 
 
