@@ -6,7 +6,6 @@ description."""
 # (``Request``) at run time, from names local to ``build_app``
 import asyncio
 import contextlib
-import json
 import secrets
 
 import porter
@@ -114,19 +113,14 @@ def _job_routes(app, jobs) -> None:
             return JSONResponse({"error": exc.message, "hint": exc.hint}, exc.status)
         try:
             job = await asyncio.to_thread(jobs.submit, settings)
-        except RecipeError as exc:
-            return JSONResponse({"error": exc.render(), "problems": [
-                {"path": p.path, "message": p.message, "hint": p.hint}
-                for p in exc.problems]}, 400)
-        except jobs_mod.QueueFull as exc:
-            return JSONResponse({"error": exc.message, "hint": exc.hint}, 429)
-        except jobs_mod.Closing as exc:
-            return JSONResponse({"error": exc.message, "hint": exc.hint}, 503)
-        except UsageError as exc:
-            return JSONResponse({"error": exc.message, "hint": exc.hint}, 400)
-        except OSError as exc:  # the server's disk refused the job's files
-            problem = failure(exc)
-            return JSONResponse({"error": problem.message, "hint": problem.hint}, 507)
+        except (UsageError, OSError) as exc:
+            status = jobs_mod.refused_status(exc)
+            if isinstance(exc, RecipeError):
+                return JSONResponse({"error": exc.render(), "problems": [
+                    {"path": p.path, "message": p.message, "hint": p.hint}
+                    for p in exc.problems]}, status)
+            problem = failure(exc)  # the server's disk, in the words a run uses
+            return JSONResponse({"error": problem.message, "hint": problem.hint}, status)
         return _described(job)
 
     @app.get("/jobs", summary="every job, in submission order")

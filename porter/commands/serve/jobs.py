@@ -47,6 +47,21 @@ class Closing(UsageError):
     """The server is shutting down."""
 
 
+def refused_status(exc: Exception) -> int | None:
+    """The HTTP status a refusal of ``Jobs.submit`` answers with (None: not one of its
+    refusals): a full queue 429, a server shutting down 503, settings that cannot
+    run (RecipeError, UsageError) 400, the server's disk refusing the job's files 507."""
+    if isinstance(exc, QueueFull):
+        return 429
+    if isinstance(exc, Closing):
+        return 503
+    if isinstance(exc, UsageError):  # RecipeError is one
+        return 400
+    if isinstance(exc, OSError):
+        return 507
+    return None
+
+
 class Job:
     def __init__(self, id: str, seq: int, settings: dict, **state):
         self.id, self.seq, self.settings = id, seq, settings

@@ -214,17 +214,10 @@ def routes(app, jobs, read_json) -> None:
         except Refused as exc:
             return error(exc.status, _said(exc), exc.param)
         except RecipeError as exc:
-            problem = exc.problems[0]
-            key = problem.path.removeprefix("generate.")
+            key = exc.problems[0].path.removeprefix("generate.")
             return error(400, exc.render(), REPLACED.get(key, key))
-        except jobs_mod.QueueFull as exc:
-            return error(429, _said(exc), code="queue_full")
-        except jobs_mod.Closing as exc:
-            return error(503, _said(exc))
-        except UsageError as exc:
-            return error(400, _said(exc))
-        except OSError as exc:
-            return error(507, failure(exc).render())
+        except (UsageError, OSError) as exc:
+            return error(jobs_mod.refused_status(exc), failure(exc).render())
         return video_object(job, recipe)
 
     @app.get("/v1/videos", summary="OpenAI: the videos, newest first")
