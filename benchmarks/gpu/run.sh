@@ -18,9 +18,16 @@
 #   ALLOW_CPU    1: skip the checks that JAX and the PyTorch reference run on the GPU
 #   PARITY       the recipe of the whole-run parity check (default recipes/wan-tiny.yaml;
 #                empty: skip it)
+#   ATTENTION    1: also time attention alone at Wan's shapes, each backend against
+#                float32 (benchmarks/gpu/attention.py; ATTENTION_ARGS go to it)
+#   ALSO         more benches of the same recipe after the first, one per ';'-separated
+#                set of arguments, e.g. 'quantize.format=fp8;quantize.format=int8
+#                --torch-compile' (each one's result is a line of variants.jsonl)
 # Results: $OUT/bench.json (porter bench --json), bench.log (its stderr),
 # summary.txt (readable, with MFU), env.txt (versions, devices), nvidia-smi.txt,
-# parity.json and parity.log (benchmarks/gpu/parity.py).
+# parity.json and parity.log (benchmarks/gpu/parity.py), attention.json (ATTENTION=1),
+# variants.jsonl (ALSO; their logs are appended to bench.log, their summaries to
+# summary.txt).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -247,6 +254,43 @@ if peak and flops:
 EOF
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv >&2 || true
+fi
+
+# ------------------------------------------------------------------ attention alone
+if [[ "${ATTENTION:-0}" == 1 ]]; then
+  say "attention alone: benchmarks/gpu/attention.py ${ATTENTION_ARGS:-}"
+  # shellcheck disable=SC2086  # ATTENTION_ARGS is a list of arguments
+  (cd "$repo" && "$py" -P benchmarks/gpu/attention.py --json "$out/attention.json" \
+       ${ATTENTION_ARGS:-} > /dev/null) || say "warning: the attention benchmark failed (above)"
+fi
+
+# ------------------------------------------------------------------ variants
+# Each set of arguments in ALSO, benched after the first; a failing one is recorded and
+# the rest go on.
+if [[ -n "${ALSO:-}" ]]; then
+  IFS=';' read -r -a variants <<< "$ALSO"
+  for variant in "${variants[@]}"; do
+    read -r -a arguments <<< "$variant"
+    say "variant: porter bench $recipe --steps $steps --json ${arguments[*]}"
+    start=$(date +%s)
+    if result=$("$py" -P -m porter.cli bench "$recipe" --steps "$steps" --json \
+                "${arguments[@]}" 2> >(tee -a "$out/bench.log" >&2)); then
+      (cd / && "$py" - "$variant" "$result" <<'EOF') >> "$out/variants.jsonl" \
+          2> >(tee -a "$out/summary.txt" >&2)
+import json, sys
+from porter.commands.bench import render
+result = json.loads(sys.argv[2])
+print(f"\nvariant: {sys.argv[1]}\n{render(result)}", file=sys.stderr)
+print(json.dumps({"arguments": sys.argv[1], "result": result}))
+EOF
+    else
+      echo "{\"arguments\": \"$variant\", \"error\": \"porter bench failed: see bench.log\"}" \
+        >> "$out/variants.jsonl"
+      say "warning: variant '$variant' failed"
+    fi
+    wait
+    say "variant took $(( $(date +%s) - start )) s"
+  done
 fi
 
 # ------------------------------------------------------------------ parity

@@ -13,13 +13,17 @@ def add(commands) -> None:
     parser = commands.add_parser(
         "bench", help=HELP,
         description="Compile time, steady step time of the ported transformer and of the "
-        "same transformer in PyTorch eager (same device, same inputs) and their ratio, "
+        "same transformer in PyTorch eager (same device, same inputs) and their ratio "
+        "(with --torch-compile, under torch.compile too), "
         "peak memory, FLOPs per step and the fraction of a measured matmul peak. With a "
         "cache: section, also the recipe's denoise stage (its steps) with and without "
         "the cache: wall time, blocks computed, steps skipped, how far the latents moved.")
     common.recipe_args(parser, json=True)
     parser.add_argument("--steps", type=int, default=5, metavar="N",
                         help="timed steps after the first (default 5)")
+    parser.add_argument("--torch-compile", action="store_true",
+                        help="also time the PyTorch model under torch.compile (default "
+                        "mode; its first call, which compiles, is reported apart)")
 
 
 def handle(args) -> int:
@@ -27,6 +31,7 @@ def handle(args) -> int:
     from porter.commands import bench  # lazy: only the subcommand asked for is imported
 
     loaded = common.load_recipe(args)
-    result = bench.bench(loaded, plugins.registry(), steps=args.steps)
+    result = bench.bench(loaded, plugins.registry(), steps=args.steps,
+                         torch_compile=args.torch_compile)
     print(json.dumps(result, indent=2) if args.json else bench.render(result))
     return 0

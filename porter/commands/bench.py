@@ -21,6 +21,7 @@ import torch
 
 from porter import api, loading
 from porter import runtime as runtime_mod
+from porter.commands import torch_peer
 from porter.commands.verify import cast, random_inputs
 from porter.generate.call import Call
 from porter.generate.stages import block
@@ -115,16 +116,17 @@ def _reference_device(runtime) -> torch.device:
     return torch.device("cpu")
 
 
-def bench(recipe, registry, steps: int = 5) -> dict:
-    """One step of the port beside PyTorch eager; with a ``cache:`` section, also the
+def bench(recipe, registry, steps: int = 5, torch_compile: bool = False) -> dict:
+    """One step of the port beside PyTorch eager (and, with ``torch_compile``, beside
+    the same model under ``torch.compile``); with a ``cache:`` section, also the
     recipe's denoise stage with the cache beside it without (``cache_compared``)."""
-    result = _one_step(without_cache(recipe), registry, steps)
+    result = _one_step(without_cache(recipe), registry, steps, torch_compile)
     if recipe.cache:
         result["cache"] = cache_compared(recipe)
     return result
 
 
-def _one_step(recipe, registry, steps: int) -> dict:
+def _one_step(recipe, registry, steps: int, torch_compile: bool = False) -> dict:
     family = checks.checked_family(recipe, registry)
     started = runtime_mod.start(recipe)
     compiles = monitor.compile_monitor()
@@ -161,6 +163,8 @@ def _one_step(recipe, registry, steps: int) -> dict:
     peaks = memory.peak_memory(runtime)
     if device.type == "cuda":
         peaks["torch_device_peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
+    compiled_peer = (torch_peer.compiled_step(reference, inputs, str(device), steps)
+                     if torch_compile else None)
 
     estimates = family.estimates(recipe, config)
     batch = next(iter(host.values())).shape[0]
@@ -177,6 +181,7 @@ def _one_step(recipe, registry, steps: int) -> dict:
         "compile": compiled,
         "step_s": {"porter": round(step, 5), "pytorch_eager": round(torch_step, 5),
                    "ratio": round(step / torch_step, 3)},
+        "torch_compile": compiled_peer,
         "flops_per_step": flops,
         "achieved_flops_per_s": None if flops is None else flops / step,
         "matmul_peak_flops_per_s": peak,
@@ -217,6 +222,13 @@ def render(result: dict) -> str:
                  f" = {comp['warm_over_cold']:.0%} of cold" if comp["warm_over_cold"] else ""),
              f"  step: porter {step['porter'] * 1e3:.1f} ms, PyTorch eager "
              f"{step['pytorch_eager'] * 1e3:.1f} ms, ratio {step['ratio']:.2f}x"]
+    peer = result.get("torch_compile")
+    if peer and "error" in peer:
+        lines.append(f"  PyTorch under torch.compile: failed ({peer['error']})")
+    elif peer:
+        lines.append(f"  PyTorch under torch.compile: {peer['step_s'] * 1e3:.1f} ms a step "
+                     f"(first call, compiling: {peer['first_call_s']:.1f} s); porter's "
+                     f"ratio to it {step['porter'] / peer['step_s']:.2f}x")
     if result["flops_per_step"]:
         lines.append(f"  {result['flops_per_step'] / 1e9:.1f} GFLOP per step, "
                      f"{result['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s = "

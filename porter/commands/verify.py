@@ -31,15 +31,18 @@ from porter.transforms import dtypes, patches, quantize
 DEFAULT_TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 5e-2}
 
 
-def tolerance(recipe) -> float:
+def tolerance(recipe, registry) -> float:
     """The recipe's ``verify.tolerance``, else its dtype's, widened to its quantization
-    format's bound (``auto``: the widest, as the chip decides the format)."""
+    format's bound (``auto``: the widest, as the chip decides the format) and to its
+    attention backend's (an approximate kernel's, e.g. fp8 attention)."""
     if recipe.verify.tolerance:
         return recipe.verify.tolerance
     fmt = recipe.quantize.format
     formats = list(quantize.FORMATS.values()) if fmt == "auto" else \
         [quantize.FORMATS[fmt]] if fmt else []
-    return max([DEFAULT_TOLERANCE[recipe.model.dtype], *(f.tolerance for f in formats)])
+    backend = registry.attention.get(recipe.attention.backend)
+    return max([DEFAULT_TOLERANCE[recipe.model.dtype], *(f.tolerance for f in formats),
+                backend.tolerance if backend else 0.0])
 
 
 def random_inputs(family, recipe, config) -> dict:
@@ -170,11 +173,12 @@ def verify(recipe, registry, sharded: bool = False) -> dict:
                 expected_final = reference(return_dict=False, **inputs)[0]
             for handle in handles:
                 handle.remove()
-    return report(recipe, expected, got, expected_final, final, sharded)
+    return report(recipe, registry, expected, got, expected_final, final, sharded)
 
 
-def report(recipe, expected: dict, got: dict, expected_final, final, sharded) -> dict:
-    limit = tolerance(recipe)
+def report(recipe, registry, expected: dict, got: dict, expected_final, final,
+           sharded) -> dict:
+    limit = tolerance(recipe, registry)
     rows = []
     for name in expected:
         if name in got:

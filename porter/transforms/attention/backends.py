@@ -7,7 +7,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
-from porter.transforms.attention import kernels
+from porter.transforms.attention import fp8, kernels
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,9 @@ class AttentionBackend:
     #: ``auto`` picks it only for attention whose float32 scores would take at least
     #: this many bytes
     auto_from_bytes: int = 0
+    #: ``porter verify``'s default bound (max |diff| / max |reference|) for a port that
+    #: runs it: an approximate kernel's error, which the dtype's bound would refuse
+    tolerance: float = 0.0
 
 
 # On CPU, PyTorch's fused attention beats both XLA formulations once the
@@ -46,6 +49,15 @@ BUILTIN = (
     AttentionBackend("cudnn", kernels.cudnn,
                      "cuDNN fused attention via jax.nn.dot_product_attention; GPU, "
                      "bfloat16/float16", platforms=("gpu",), auto={"gpu": 10}),
+    AttentionBackend("cudnn-fp8", fp8.cudnn_fp8,
+                     "cuDNN's fused fp8 attention (q, k, v and the probabilities in e4m3, "
+                     "per-tensor scales, keys smoothed); GPU with compute capability 9.0+ "
+                     "(Hopper); a call with a mask runs the bfloat16 kernel",
+                     platforms=("gpu",), tolerance=fp8.TOLERANCE),
+    AttentionBackend("fp8-emulated", fp8.emulated,
+                     "cudnn-fp8's arithmetic written out in XLA, every score materialised "
+                     "(memory ~ S^2): its error, measured on any platform",
+                     materialises=True, tolerance=fp8.TOLERANCE),
     AttentionBackend("torch-cpu", kernels.torch_cpu,
                      "PyTorch's fused CPU attention called from XLA on the host; CPU only; "
                      "programs using it are not kept in the persistent compile cache",
