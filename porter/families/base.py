@@ -48,10 +48,12 @@ class ModelFamily:
     #: the transformer components whose steps ``transformer_steps`` counts (a step
     #: cache is refused on one it does not)
     stepped_transformers: tuple[str, ...] = ("transformer",)
-    #: the diffusers function (in ``diffusers.loaders.single_file_utils``) that renames
-    #: the original release's keys to diffusers' for ``model.transformer``; None: such a
-    #: file must use diffusers' names
-    single_file_converter: str | None = None
+    #: component -> what renames the original release's keys to the library's for a
+    #: file of its own (``model.transformer``, ``model.vae``, ``model.text_encoder``): the
+    #: name of a function in ``diffusers.loaders.single_file_utils``, or a function
+    #: (``{name: tensor} -> {name: tensor}``); absent: such a file must use the
+    #: library's names
+    single_file_converters: dict = {}
     #: the linear layers ``quantize`` takes by default (regexes over module names): those
     #: inside the block lists, less the modulation ones (AdaLayerNorm's ``norm*.linear``);
     #: embeddings, norms and the output projection stay in the model's dtype

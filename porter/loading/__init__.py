@@ -21,11 +21,10 @@ from porter.transforms import Pass, dtypes, lora
 
 
 def source_problems(recipe) -> list[Problem]:
-    found = [recipe.problem("model.transformer", problem, hint="a .safetensors file "
-                            "holding the transformer's weights")
-             for problem in single_file.file_problems(
-                 Path(recipe.model.transformer).expanduser())] \
-        if recipe.model.transformer else []
+    found = [recipe.problem(f"model.{name}", problem, hint=f"a .safetensors file or a "
+                            f"PyTorch checkpoint (.pth) holding the {name}'s weights")
+             for name, path in single_file.given(recipe).items()
+             for problem in single_file.file_problems(path)]
     return found + _source_problems(recipe)
 
 
@@ -90,18 +89,27 @@ def load_for_port(family, recipe) -> Loaded:
         _eval(pipe)
         checkpoint = checkpoints.identity(root, recipe.model.source if kind == "hub"
                                           else None)
-    if recipe.model.transformer:  # read from the file at placement, as a checkpoint is
-        path = Path(recipe.model.transformer).expanduser()
-        weights["transformer"] = single_file.located(path, pipe.transformer,
-                                                     single_file.converter_of(family))
-        checkpoint.setdefault("files", {})["model.transformer"] = checkpoints.header_identity(path)
+    for name, path in single_file.given(recipe).items():  # read at placement, as a
+        # checkpoint is
+        weights[name] = single_file.located(path, _component(pipe, name),
+                                            single_file.converter_of(family, name),
+                                            f"model.{name}")
+        checkpoint.setdefault("files", {})[f"model.{name}"] = single_file.identity(path)
     return Loaded(pipe, torch_components(pipe), weights, checkpoint)
 
 
+def _component(pipe, name: str) -> torch.nn.Module:
+    module = pipe.components.get(name)
+    if not isinstance(module, torch.nn.Module):
+        raise UsageError(f"model.{name}: this pipeline has no {name} to read it into",
+                         hint=f"its components: {', '.join(torch_components(pipe))}")
+    return module
+
+
 def _elsewhere(recipe) -> tuple[str, ...]:
-    """The components whose weights come from a file of their own (``model.transformer``):
-    model.source needs only their configuration."""
-    return ("transformer",) if recipe.model.transformer else ()
+    """The components whose weights come from a file of their own (``model.transformer``,
+    ``model.vae``, ``model.text_encoder``): model.source needs only their configuration."""
+    return tuple(single_file.given(recipe))
 
 
 def checkpoint_files(recipe) -> dict | None:
@@ -122,9 +130,8 @@ def checkpoint_files(recipe) -> dict | None:
     else:
         root = None
     files = checkpoints.identity(root)["files"] if root is not None else None
-    if recipe.model.transformer:
-        path = Path(recipe.model.transformer).expanduser()
-        files = {**(files or {}), "model.transformer": checkpoints.header_identity(path)}
+    for name, path in single_file.given(recipe).items():
+        files = {**(files or {}), f"model.{name}": single_file.identity(path)}
     return files
 
 
@@ -149,10 +156,11 @@ def load_untouched(family, recipe):
     (dtypes not yet applied), in eval mode."""
 
     pipe = _loaded(family, recipe)
-    if recipe.model.transformer:  # on the host, as the file gives it
-        single_file.materialize(pipe.transformer, single_file.located(
-            Path(recipe.model.transformer).expanduser(), pipe.transformer,
-            single_file.converter_of(family)), torch.float32)
+    for name, path in single_file.given(recipe).items():  # on the host, as the file has it
+        module = _component(pipe, name)
+        single_file.materialize(module, single_file.located(
+            path, module, single_file.converter_of(family, name), f"model.{name}"),
+            torch.float32)
     lora.apply(family, recipe, pipe, {})
     return pipe
 
@@ -250,15 +258,17 @@ class MetaPipeline:
 
 def _fit(recipe, family, modules, axes) -> list:
     transformer = modules.get("transformer")
-    if transformer is None:
-        return []
-    found = family.size_problems(recipe, transformer.config)
-    if recipe.model.transformer:  # its header against the model: nothing loaded
-        found += [recipe.problem("model.transformer", problem, hint="is it this model's "
-                                 "transformer (the same variant and size as model.source's)?")
+    found = [] if transformer is None else family.size_problems(recipe, transformer.config)
+    for name, path in single_file.given(recipe).items():  # headers against the model:
+        module = modules.get(name)  # nothing loaded
+        if module is None:
+            found.append(recipe.problem(f"model.{name}", f"this pipeline has no {name}",
+                                        hint=f"its components: {', '.join(modules)}"))
+            continue
+        found += [recipe.problem(f"model.{name}", problem, hint=f"is it this model's {name} "
+                                 "(the same variant and size as model.source's)?")
                   for problem in single_file.problems(
-                      Path(recipe.model.transformer).expanduser(), transformer,
-                      single_file.converter_of(family))[:single_file.SHOWN]]
+                      path, module, single_file.converter_of(family, name))[:single_file.SHOWN]]
     return found
 
 

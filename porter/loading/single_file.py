@@ -1,10 +1,12 @@
-"""``model.transformer``: the transformer's weights from one ``.safetensors`` file, as
-users hold them: diffusers' key names or the original release's (Wan's own, converted
-by diffusers' single-file converter the family names), in bfloat16, float16, float32
-or float8 e4m3 (cast, or scaled with a ``<layer>.scale_weight`` per weight).
+"""``model.transformer``, ``model.vae``, ``model.text_encoder``: a component's weights
+from one file, as users hold them: a ``.safetensors`` file or a PyTorch checkpoint
+(``.pth``, as the original Wan release ships its VAE and text encoder), in diffusers'
+(or transformers') key names or the original release's (converted by the converter
+the family names for that component), in bfloat16, float16, float32 or float8 e4m3
+(cast, or scaled with a ``<layer>.scale_weight`` per weight).
 
-Nothing is loaded to check or to locate the file: its header gives every tensor's
-name, dtype, shape and place. The converter runs on stand-ins of the header's shapes
+Nothing is loaded to check or to locate the file: a safetensors header, or a
+checkpoint's pickle (``pickled``), gives every tensor's name, dtype, shape and place. The converter runs on stand-ins of the header's shapes
 (meta tensors), so each of the module's tensors is matched to the one it comes from
 in the file; placement then reads them tensor by tensor, straight into their shards,
 as it reads a diffusers checkpoint (``weights.ComponentWeights``), each scaled fp8
@@ -18,42 +20,66 @@ from pathlib import Path
 import torch
 
 from porter.errors import LoadError
-from porter.loading import checkpoints
+from porter.loading import checkpoints, pickled
 from porter.loading.weights import ComponentWeights
 from porter.transforms.sharding import tensor_slots
 
 #: a scaled fp8 file's marker tensor (ComfyUI's) and each weight's scale, by suffix
 MARKER = "scaled_fp8"
 SCALE = "scale_weight"
+#: the components a recipe may give a file of their own (``model.<component>``)
+COMPONENTS = ("transformer", "vae", "text_encoder")
 #: the prefix some single files put before every key
 PREFIXES = ("model.diffusion_model.", "diffusion_model.")
 SHOWN = 8
+
+
+def given(recipe) -> dict[str, Path]:
+    """component -> the file the recipe gives its weights in (``model.<component>``)."""
+    return {name: Path(getattr(recipe.model, name)).expanduser() for name in COMPONENTS
+            if getattr(recipe.model, name)}
+
+
+def read_header(path: Path) -> dict:
+    """Tensor name -> ``checkpoints.Entry``, from a safetensors header or a PyTorch
+    checkpoint's pickle (CorruptFile when neither reads)."""
+    if path.suffix in pickled.SUFFIXES:
+        return pickled.read_entries(path)
+    return checkpoints.read_header(path)
+
+
+def identity(path: Path) -> dict:
+    """The file named cheaply, for run.json and for resuming (nothing of the data)."""
+    if path.suffix in pickled.SUFFIXES:
+        return pickled.identity(path)
+    return checkpoints.header_identity(path)
 
 
 def file_problems(path: Path) -> list[str]:
     """What is wrong with the file itself (readable without loading anything)."""
     if not path.is_file():
         return [f"{path} is not a file"]
-    if path.suffix != ".safetensors":
-        return [f"{path} is not a .safetensors file (only safetensors files are read: "
-                "they hold no code)"]
+    if path.suffix not in (".safetensors", *pickled.SUFFIXES):
+        return [f"{path} is neither a .safetensors file nor a PyTorch checkpoint (.pth, "
+                ".pt)"]
     try:
-        checkpoints.read_header(path)
+        read_header(path)
     except (OSError, checkpoints.CorruptFile) as exc:
         return [f"{path}: {exc}"]
     return []
 
 
-def located(path: Path, module: torch.nn.Module, converter=None) -> ComponentWeights:
+def located(path: Path, module: torch.nn.Module, converter=None,
+            key: str = "model.transformer") -> ComponentWeights:
     """Where each of ``module``'s tensors lies in the file (LoadError naming every
     tensor that is missing, unexpected, of another shape, or fp8 without its scale)."""
     weights, problems = _located(path, module, converter)
     if problems:
         shown = "\n  ".join(problems[:SHOWN])
         more = f"\n  ... and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
-        raise LoadError(f"model.transformer {path}: {len(problems)} problem(s) against the "
+        raise LoadError(f"{key} {path}: {len(problems)} problem(s) against the "
                         f"model's {type(module).__name__}:\n  {shown}{more}",
-                        hint="is it this model's transformer (the same variant and size "
+                        hint="is it this model's component (the same variant and size "
                              "as model.source's)?")
     return weights
 
@@ -65,7 +91,7 @@ def problems(path: Path, module: torch.nn.Module, converter=None) -> list[str]:
 
 
 def _located(path: Path, module, converter) -> tuple[ComponentWeights | None, list[str]]:
-    header = checkpoints.read_header(path)
+    header = read_header(path)
     header = {_unprefixed(name): entry for name, entry in header.items()}
     marked = header.pop(MARKER, None) is not None
     scales = {name: header.pop(name) for name in [n for n in header
@@ -127,14 +153,15 @@ def _converted(header: dict, expected: dict, converter) -> dict[str, str] | str:
     return {name: original[id(tensor)] for name, tensor in converted.items()}
 
 
-def converter_of(family):
-    """The family's single-file converter (a function of diffusers'), or None."""
-    name = family.single_file_converter
-    if name is None:
-        return None
-    from diffusers.loaders import single_file_utils
+def converter_of(family, component: str = "transformer"):
+    """The family's converter of the original release's key names for ``component``:
+    a function of diffusers' (named by a string) or of the family's own, or None."""
+    converter = family.single_file_converters.get(component)
+    if not isinstance(converter, str):
+        return converter
+    from diffusers.loaders import single_file_utils  # lazy: diffusers is heavy
 
-    return getattr(single_file_utils, name)
+    return getattr(single_file_utils, converter)
 
 
 def materialize(module: torch.nn.Module, weights: ComponentWeights, dtype) -> None:

@@ -59,10 +59,17 @@ class ModelSection(Section):
         None, description="family generic: a diffusers pipeline class name (default: the "
         "checkpoint's model_index.json)")
     transformer: PathText | None = Field(
-        None, description="the transformer's weights from one .safetensors file (e.g. "
-        "wan2.1_t2v_1.3B_bf16.safetensors or a scaled fp8 file), in diffusers' or the "
-        "original release's key names, in place of model.source's; the rest of the "
-        "pipeline comes from model.source (docs/quantize.md)")
+        None, description="the transformer's weights from one file (.safetensors, or a "
+        "PyTorch .pth; e.g. wan2.1_t2v_1.3B_bf16.safetensors or a scaled fp8 file), in "
+        "diffusers' or the original release's key names, in place of model.source's; "
+        "the rest of the pipeline comes from model.source (docs/quantize.md)")
+    vae: PathText | None = Field(
+        None, description="the VAE's weights from one file, like model.transformer (e.g. "
+        "the original Wan release's Wan2.1_VAE.pth)")
+    text_encoder: PathText | None = Field(
+        None, description="the text encoder's weights from one file, like "
+        "model.transformer (e.g. the original Wan release's "
+        "models_t5_umt5-xxl-enc-bf16.pth)")
     allow_nonfinite: bool = Field(
         False, description="load weights that hold NaN or infinity (refused otherwise, "
         "naming each tensor; allowed, they are a warning)")

@@ -38,6 +38,9 @@ def files(state, tmp_path_factory):
     for name, tensors in made.items():
         paths[name] = folder / f"{name}.safetensors"
         save_file(tensors, paths[name])
+    made["wan-pth"] = made["wan"]  # a PyTorch checkpoint, as the original release ships
+    paths["wan-pth"] = folder / "wan.pth"
+    torch.save(made["wan"], paths["wan-pth"])
     return paths, made
 
 
@@ -54,7 +57,7 @@ def ported(*overrides):
         return passes.build(building)
 
 
-@pytest.mark.parametrize("kind", ["diffusers", "wan", "wan-fp8", "wan-scaled-fp8",
+@pytest.mark.parametrize("kind", ["diffusers", "wan", "wan-pth", "wan-fp8", "wan-scaled-fp8",
                                   "wan-scaled-fp8-rows"])
 def test_each_file_gives_the_transformer_its_values(files, state, kind):
     """Each tensor read from the file into its shards on a dp=2 x tp=4 mesh: the file's
@@ -86,8 +89,8 @@ def test_a_scaled_fp8_file_missing_a_scale_is_refused(files, tmp_path):
 
 def test_as_a_user_runs_it_refused_files_and_a_scaled_fp8_run(files, state, tmp_path):
     """A user's fresh process (one process for all: they differ only in arguments):
-    `porter validate` refuses a file of another width, a missing file and a
-    non-safetensors file, each named with what is wrong; the file users hold for fp8
+    `porter validate` refuses a file of another width, a missing file and a file that
+    is neither safetensors nor a PyTorch checkpoint, each named with what is wrong; the file users hold for fp8
     (Wan's names, scaled fp8) runs with 8-bit matmuls, its record naming the file and
     the quantization."""
     import json
@@ -95,7 +98,7 @@ def test_as_a_user_runs_it_refused_files_and_a_scaled_fp8_run(files, state, tmp_
     wider = {name: torch.zeros(*(2 * d for d in t.shape), dtype=torch.bfloat16)
              if name.endswith("to_q.weight") else t for name, t in state.items()}
     save_file(wider, tmp_path / "wider.safetensors")
-    (tmp_path / "model.pt").write_bytes(b"not a safetensors file")
+    (tmp_path / "model.pt").write_bytes(b"not a checkpoint of any kind")
     wider_file, absent, pickle = (tmp_path / "wider.safetensors",
                                   tmp_path / "absent.safetensors", tmp_path / "model.pt")
     paths, _ = files
@@ -111,7 +114,7 @@ def test_as_a_user_runs_it_refused_files_and_a_scaled_fp8_run(files, state, tmp_
     assert "model.transformer: blocks.0.attn1.to_q.weight: shape [48, 48], the model's " \
         "blocks.0.attn1.to_q.weight is [24, 24]" in refused[0].stderr
     assert "is not a file" in refused[1].stderr
-    assert "is not a .safetensors file" in refused[2].stderr
+    assert "model.pt: not a zip-format PyTorch checkpoint" in refused[2].stderr
     assert ran.returncode == 0, ran.stderr
     record = json.loads((out / "run.json").read_text())
     assert record["checkpoint"]["quantize"]["format"] == "fp8"

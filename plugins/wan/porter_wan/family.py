@@ -18,7 +18,7 @@ from porter.families import StagedFamily, guided
 from porter.loading.model_configs import cached_snapshot
 from porter.recipe.sources import source_kind
 from porter.shims.interop import to_host
-from porter_wan import i2v, rules, shapes, tiny
+from porter_wan import i2v, rules, shapes, tiny, umt5
 from porter_wan.configs import OFFICIAL, PIPELINE
 from porter_wan.layout import Layout
 
@@ -34,7 +34,11 @@ class WanFamily(StagedFamily):
     embedding_keys = ("prompt", "negative", "image_embeds")
     scan_blocks = True  # each block's output is the next one's input
     stepped_transformers = ("transformer", "transformer_2")  # two experts
-    single_file_converter = "convert_wan_transformer_to_diffusers"  # Wan's own key names
+    # the original release's own key names: its transformer and VAE through diffusers'
+    # converters, its UMT5 encoder (a .pth) through Porter's
+    single_file_converters = {"transformer": "convert_wan_transformer_to_diffusers",
+                              "vae": "convert_wan_vae_to_diffusers",
+                              "text_encoder": umt5.from_wan_names}
     compiled = {"text_encoder": ("forward",), "image_encoder": ("forward",),
                 "transformer": ("forward",), "transformer_2": ("forward",),
                 "vae": ("decode", "_encode")}
