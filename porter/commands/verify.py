@@ -34,15 +34,16 @@ DEFAULT_TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 5e-2}
 def tolerance(recipe, registry) -> float:
     """The recipe's ``verify.tolerance``, else its dtype's, widened to its quantization
     format's bound (``auto``: the widest, as the chip decides the format) and to its
-    attention backend's (an approximate kernel's, e.g. fp8 attention)."""
+    attention backends' (an approximate kernel's, e.g. fp8 attention)."""
     if recipe.verify.tolerance:
         return recipe.verify.tolerance
     fmt = recipe.quantize.format
     formats = list(quantize.FORMATS.values()) if fmt == "auto" else \
         [quantize.FORMATS[fmt]] if fmt else []
-    backend = registry.attention.get(recipe.attention.backend)
+    section = recipe.attention
+    kernels = [registry.attention.get(name) for name in (section.backend, section.cross_backend)]
     return max([DEFAULT_TOLERANCE[recipe.model.dtype], *(f.tolerance for f in formats),
-                backend.tolerance if backend else 0.0])
+                *(kernel.tolerance for kernel in kernels if kernel)])
 
 
 def random_inputs(family, recipe, config) -> dict:

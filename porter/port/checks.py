@@ -216,13 +216,16 @@ def shape_problems(recipe, registry, devices: int | None = None) -> list[Problem
 def memory_problems(recipe, registry, family, modules: dict, axes: dict) -> list[Problem]:
     """Attention scores that cannot fit beside the weights on a device, with a backend
     that materialises them all (torchax's default, ``reference``)."""
-    if not backends.materialises(recipe.attention.backend, registry.attention):
+    section = recipe.attention
+    if not any(backends.materialises(name, registry.attention)
+               for name in (section.backend, section.cross_backend or section.backend)):
         return []
     weights = sum(c["bytes_per_device"] for c in estimates.weights(recipe, modules, axes))
     need = estimates.attention_need(recipe, registry, weights,
                                     estimates.step_costs(recipe, family, modules, axes))
     limit = memory.device_memory(math.prod(axes.values()))
-    if limit is None or need is None or need["bytes"] <= limit.bytes:
+    if limit is None or need is None or not need["materialised"] \
+            or need["bytes"] <= limit.bytes:
         return []
     return [recipe.problem(
         "attention.backend", f"{need['attention']}-attention scores at this size take "

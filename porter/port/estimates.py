@@ -129,17 +129,24 @@ def attention_need(recipe, registry, weights_bytes: int, step: dict) -> dict | N
     costs = (step or {}).get("attention", {})
     if not costs:
         return None
-    name, worst = max(costs.items(), key=lambda item: item[1]["reference_bytes_per_device"])
-    materialised = backends.materialises(recipe.attention.backend, registry.attention)
+    needs = [_scores_need(recipe, registry, name, cost) for name, cost in costs.items()]
+    worst = max(needs, key=lambda need: need["copies"] * need["scores"])
+    copies = worst.pop("copies")
+    return {**worst, "weights": weights_bytes, "bytes": weights_bytes + copies * worst["scores"]}
+
+
+def _scores_need(recipe, registry, name: str, cost: dict) -> dict:
+    """One kind of attention's scores on a device, as the backend its calls run keeps
+    them (``attention.cross_backend`` for cross-attention, where set)."""
+    backend = backends.for_call(recipe.attention, *cost["shape"][2:])
+    materialised = backends.materialises(backend, registry.attention)
     if materialised:
         # the plan counts float32 scores (Porter's reference kernel); torchax's own
         # lowering (no backend) keeps them in the model's dtype
-        itemsize = 4 if recipe.attention.backend is not None else \
-            {"float32": 4}.get(recipe.model.dtype, 2)
-        scores = worst["reference_bytes_per_device"] * itemsize // 4
+        itemsize = 4 if backend is not None else {"float32": 4}.get(recipe.model.dtype, 2)
+        scores = cost["reference_bytes_per_device"] * itemsize // 4
     else:
-        scores = worst["blockwise_bytes_per_device"]
-    copies = MATERIALISED_COPIES if materialised else 1
-    return {"attention": name, "shape": worst["shape"], "scores": scores,
-            "materialised": materialised, "weights": weights_bytes,
-            "bytes": weights_bytes + copies * scores}
+        scores = cost["blockwise_bytes_per_device"]
+    return {"attention": name, "shape": cost["shape"], "scores": scores,
+            "materialised": materialised,
+            "copies": MATERIALISED_COPIES if materialised else 1}

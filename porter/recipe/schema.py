@@ -309,6 +309,11 @@ class RotarySection(Section):
 class AttentionSection(Section):
     backend: str | None = Field(
         None, description="registered backend or 'auto'; null keeps torchax's own lowering")
+    cross_backend: str | None = Field(
+        None, description="the backend for cross-attention (keys of another length than "
+        "the queries: video tokens to text tokens), where it should differ from "
+        "`backend` (e.g. cudnn-fp8 for self-attention, cudnn for the short cross-attention "
+        "fp8 runs slower); null: `backend`")
     block_q: int = Field(512, ge=1, description="query block (blockwise, splash)")
     block_kv: int = Field(512, ge=1, description="key/value block (blockwise, splash)")
     min_seq_len: int = Field(0, ge=0, description="shorter query sequences keep torchax's lowering")

@@ -75,3 +75,25 @@ def test_verify_measures_a_port_with_fp8_attention_against_its_bound(capsys):
     assert result["tolerance"] == fp8.TOLERANCE and result["ok"]
     # fp8 attention is an approximation: float32's own bound (1e-5) would refuse it
     assert 1e-3 < result["output"]["max_rel"] < fp8.TOLERANCE
+
+
+def test_cross_attention_takes_its_own_backend(capsys):
+    """``attention.cross_backend`` runs the calls whose keys are of another length (the
+    tiny Wan's video tokens to its text): fp8 there and not in self-attention moves the
+    output off float32's bound; validate refuses what cannot run."""
+    tiny = str(RECIPES / "wan-tiny.yaml")
+    assert cli.main(["verify", tiny, "--json", "attention.backend=blockwise",
+                     "attention.cross_backend=fp8-emulated"]) == 0
+    crossed = json.loads(capsys.readouterr().out)
+    assert crossed["tolerance"] == fp8.TOLERANCE  # the widest backend's bound
+    assert 1e-4 < crossed["output"]["max_rel"] < fp8.TOLERANCE
+    assert cli.main(["verify", tiny, "--json", "attention.backend=blockwise"]) == 0
+    assert json.loads(capsys.readouterr().out)["output"]["max_rel"] < 1e-5
+    for overrides, said in (
+            (["attention.cross_backend=reference"], "set without attention.backend"),
+            (["attention.backend=auto", "attention.cross_backend=cudnn-fp8"],
+             "attention.cross_backend: backend 'cudnn-fp8' does not run on cpu"),
+            (["attention.backend=auto", "attention.cross_backend=blockwyse"],
+             "did you mean 'blockwise'?")):
+        assert cli.main(["validate", tiny, *overrides]) == 2
+        assert said in capsys.readouterr().err

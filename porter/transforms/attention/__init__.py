@@ -115,8 +115,9 @@ def install(env, recipe_attention, registry: dict, mesh, platform: str):
             return fallback.func(query, key, value, attn_mask, dropout_p, is_causal, scale,
                                  enable_gqa, env=env)
         q, k, v, mask = interop.jax_view((query, key, value, attn_mask))
-        out = attend(q, k, v, mask, is_causal, scale, backend=recipe_attention.backend,
-                     mesh=mesh, config=config, platform=platform)
+        backend = backends.for_call(recipe_attention, q.shape[2], k.shape[2])
+        out = attend(q, k, v, mask, is_causal, scale, backend=backend, mesh=mesh,
+                     config=config, platform=platform)
         return interop.torch_view(out)
 
     for op in SDPA_OPS:
@@ -155,13 +156,19 @@ def problems(recipe, registry) -> list:
     """Backend registered, axes in the mesh (no devices needed)."""
     section, found = recipe.attention, []
     known = sorted(registry.attention)
-    if section.backend is not None and section.backend != "auto" \
-            and section.backend not in registry.attention:
-        import difflib
-        close = difflib.get_close_matches(section.backend, known, n=1)
-        found.append(recipe.problem("attention.backend", f"unknown backend {section.backend!r}",
-                                    hint=f"did you mean {close[0]!r}?" if close else
-                                    f"registered: auto, {', '.join(known)}"))
+    for key in ("backend", "cross_backend"):
+        name = getattr(section, key)
+        if name is not None and name != "auto" and name not in registry.attention:
+            import difflib  # lazy: only for a misspelt name
+            close = difflib.get_close_matches(name, known, n=1)
+            found.append(recipe.problem(f"attention.{key}", f"unknown backend {name!r}",
+                                        hint=f"did you mean {close[0]!r}?" if close else
+                                        f"registered: auto, {', '.join(known)}"))
+    if section.cross_backend is not None and section.backend is None:
+        found.append(recipe.problem(
+            "attention.cross_backend", "set without attention.backend: with no backend, "
+            "torchax's own lowering runs every attention call",
+            hint="set attention.backend too (e.g. auto)"))
     for key in ("data_axis", "head_axis"):
         axis = getattr(section, key)
         if axis is not None and axis not in recipe.mesh:
@@ -171,13 +178,16 @@ def problems(recipe, registry) -> list:
 
 
 def platform_problems(recipe, registry, platform: str) -> list:
-    name = recipe.attention.backend
-    backend = registry.attention.get(name) if name not in (None, "auto") else None
-    if backend is not None and platform not in backend.platforms:
-        return [recipe.problem("attention.backend", f"backend {name!r} does not run on "
-                               f"{platform} (runs on {', '.join(backend.platforms)})",
-                               hint="use 'auto' to pick one for the platform")]
-    return []
+    found = []
+    for key in ("backend", "cross_backend"):
+        name = getattr(recipe.attention, key)
+        backend = registry.attention.get(name) if name not in (None, "auto") else None
+        if backend is not None and platform not in backend.platforms:
+            found.append(recipe.problem(
+                f"attention.{key}", f"backend {name!r} does not run on {platform} (runs "
+                f"on {', '.join(backend.platforms)})",
+                hint="use 'auto' to pick one for the platform"))
+    return found
 
 
 # ------------------------------------------------------------------------- the pass
@@ -207,8 +217,9 @@ def _detail(recipe, registry, family, modules) -> str | None:
     section = recipe.attention
     if section.backend is None:
         return None
-    return section.backend + (f", skipped in {', '.join(section.skip)}"
-                              if section.skip else "")
+    cross = f" (cross-attention: {section.cross_backend})" if section.cross_backend else ""
+    return section.backend + cross + (f", skipped in {', '.join(section.skip)}"
+                                      if section.skip else "")
 
 
 PASS = Pass(

@@ -90,6 +90,15 @@ def choose(name: str, platform: str, q_len: int, k_len: int, registry: dict,
     return max(candidates, key=lambda b: b.auto[platform])
 
 
+def for_call(section, q_len: int, k_len: int) -> str | None:
+    """The backend a call runs by the recipe's ``attention`` section: ``cross_backend``
+    for cross-attention (keys of another length than the queries), where it is set,
+    else ``backend``."""
+    if q_len != k_len and section.cross_backend is not None:
+        return section.cross_backend
+    return section.backend
+
+
 def materialises(name: str | None, registry: dict) -> bool:
     """Does the recipe's ``attention.backend`` keep every score in memory? None (no
     backend: torchax's own lowering) does; ``auto`` picks blocks where it matters."""
