@@ -22,6 +22,7 @@ from porter import runtime as runtime_mod
 from porter.errors import RecipeError
 from porter.generate import runners, stages
 from porter.generate.call import Call
+from porter.loading import release
 from porter.port import active, checks, out_of_memory, passes
 from porter.port.building import Building
 from porter.rundir import artifacts, outputs, record, results
@@ -53,6 +54,7 @@ def load(recipe, *overrides: str, cpu_devices: int | None = None,
         raise TypeError("overrides and cpu_devices go with a recipe path, not a loaded "
                         "Recipe (load it with them instead)")
     registry = plugins.registry()
+    recipe = release.resolved(recipe, registry)  # an original release's folder as source
     family = checks.checked_family(recipe, registry)
     distributed.initialize()
     return Port.open(recipe, registry, family,

@@ -265,31 +265,37 @@ if [[ "${ATTENTION:-0}" == 1 ]]; then
 fi
 
 # ------------------------------------------------------------------ variants
-# Each set of arguments in ALSO, benched after the first; a failing one is recorded and
-# the rest go on.
+# Each set of arguments in ALSO, benched after the first with the same command-line
+# arguments; a failing one is recorded and the rest (and parity) go on.
 if [[ -n "${ALSO:-}" ]]; then
   IFS=';' read -r -a variants <<< "$ALSO"
   for variant in "${variants[@]}"; do
     read -r -a arguments <<< "$variant"
-    say "variant: porter bench $recipe --steps $steps --json ${arguments[*]}"
+    say "variant: porter bench $recipe --steps $steps --json $* ${arguments[*]}"
     start=$(date +%s)
-    if result=$("$py" -P -m porter.cli bench "$recipe" --steps "$steps" --json \
-                "${arguments[@]}" 2> >(tee -a "$out/bench.log" >&2)); then
-      (cd / && "$py" - "$variant" "$result" <<'EOF') >> "$out/variants.jsonl" \
-          2> >(tee -a "$out/summary.txt" >&2)
+    set +e
+    "$py" -P -m porter.cli bench "$recipe" --steps "$steps" --json "$@" "${arguments[@]}" \
+        > "$out/variant.json" 2> "$out/variant.log"
+    status=$?
+    cat "$out/variant.log" >> "$out/bench.log"
+    (cd / && "$py" - "$variant" "$status" "$out/variant.json" "$out/variant.log" <<'EOF') \
+        >> "$out/variants.jsonl" 2> >(tee -a "$out/summary.txt" >&2)
 import json, sys
-from porter.commands.bench import render
-result = json.loads(sys.argv[2])
-print(f"\nvariant: {sys.argv[1]}\n{render(result)}", file=sys.stderr)
-print(json.dumps({"arguments": sys.argv[1], "result": result}))
+variant, status, result_file, log_file = sys.argv[1], int(sys.argv[2]), *sys.argv[3:]
+try:
+    from porter.commands.bench import render
+    result = json.load(open(result_file))
+    print(f"\nvariant: {variant}\n{render(result)}", file=sys.stderr)
+    print(json.dumps({"arguments": variant, "result": result}))
+except Exception as error:  # a failed bench (or output that is not its JSON): recorded
+    tail = open(log_file, errors="replace").read()[-2000:]
+    print(f"\nvariant: {variant}: failed (exit {status}): {error}", file=sys.stderr)
+    print(json.dumps({"arguments": variant, "exit": status, "error": str(error),
+                      "log_tail": tail}))
 EOF
-    else
-      echo "{\"arguments\": \"$variant\", \"error\": \"porter bench failed: see bench.log\"}" \
-        >> "$out/variants.jsonl"
-      say "warning: variant '$variant' failed"
-    fi
-    wait
-    say "variant took $(( $(date +%s) - start )) s"
+    set -e
+    rm -f "$out/variant.json" "$out/variant.log"
+    say "variant took $(( $(date +%s) - start )) s (exit $status)"
   done
 fi
 

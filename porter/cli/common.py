@@ -59,4 +59,13 @@ def load_recipe(args):
         overrides.append(f"runtime.cpu_devices={args.cpu_devices}")
     loaded = recipe.load(args.recipe, overrides)
     runtime.configure(loaded.runtime.platform, loaded.runtime.cpu_devices)
-    return loaded
+    return resolved(loaded)
+
+
+def resolved(loaded):
+    """The recipe with an original release's folder as model.source read as a
+    diffusers layout (``porter.loading.release``)."""
+    from porter import plugins  # lazy: the registry loads every plugin
+    from porter.loading import release  # lazy: diffusers and torch come with it
+
+    return release.resolved(loaded, plugins.registry())

@@ -6,6 +6,7 @@ import json
 import sys
 
 from porter.aot.targets import TARGETS
+from porter.cli import common
 from porter.runtime import notices
 
 HELP = "compile every program of a run for a TPU, without a TPU or weights"
@@ -42,7 +43,7 @@ def handle(args) -> int:
     from porter.commands import compile  # lazy: only the subcommand asked for is imported
 
     compile.host_compiles()  # JAX on the CPU; libtpu only describes the target
-    loaded = recipe.load(args.recipe, list(args.overrides))
+    loaded = common.resolved(recipe.load(args.recipe, list(args.overrides)))
     built = compile.build(loaded, plugins.registry(), args.target, only=args.program,
                           say=notices.status)
     print(json.dumps(built, indent=2) if args.json else compile.render(built))

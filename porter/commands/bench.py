@@ -129,6 +129,7 @@ def bench(recipe, registry, steps: int = 5, torch_compile: bool = False) -> dict
 def _one_step(recipe, registry, steps: int, torch_compile: bool = False) -> dict:
     family = checks.checked_family(recipe, registry)
     started = runtime_mod.start(recipe)
+    checks.check_platform(recipe, registry, started)
     compiles = monitor.compile_monitor()
     with _private_compile_cache(started) as runtime, \
             patches.applied(patches.selected(recipe, registry, family)):

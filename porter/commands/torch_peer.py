@@ -23,9 +23,12 @@ def compiled_step(model: torch.nn.Module, inputs: dict, device: str, steps: int)
     ``steps`` calls after it. A failure is reported as ``{"error": ...}``, not raised:
     the port's own figures still stand without the peer."""
     host = {k: v.cpu() for k, v in inputs.items()}
+    model.cpu()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the eager side's cached blocks: the child needs them
     try:
         with multiprocessing.get_context("spawn").Pool(1) as pool:
-            return pool.apply(_in_child, (model.cpu(), host, device, steps))
+            return pool.apply(_in_child, (model, host, device, steps))
     except Exception as error:  # noqa: BLE001 - the peer's failure is a finding
         return {"error": f"{type(error).__name__}: {error}"[:500]}
 

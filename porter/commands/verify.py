@@ -150,6 +150,7 @@ def verify(recipe, registry, sharded: bool = False) -> dict:
     recipe = unscanned(without_cache(recipe), registry)
     family = checks.checked_family(recipe, registry)
     runtime = runtime_mod.start(recipe)
+    checks.check_platform(recipe, registry, runtime)
     with patches.applied(patches.selected(recipe, registry, family)):
         pipe, module, host = _ported(family, recipe, registry, runtime)
         dtype = module.dtype

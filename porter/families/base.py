@@ -102,6 +102,15 @@ class ModelFamily:
         """
         return None
 
+    def release(self, folder) -> dict | None:
+        """An original release's folder (not a diffusers one) as ``model.source``: what
+        ``porter.loading.release`` needs to stand a diffusers layout beside it, or None
+        where the family does not know the folder. Keys: ``pipeline`` (diffusers class
+        name), ``configs`` (component -> (library, class name, config)), ``scheduler``
+        ((class name, config)), ``tokenizer`` (the tokenizer's folder), ``files``
+        (component -> the weights' file, read as ``model.<component>``)."""
+        return None
+
     def build_tiny(self, recipe) -> Any:
         """A small random-weight pipeline built in code (``model.source: tiny``)."""
         raise NotImplementedError

@@ -82,8 +82,8 @@ def load_for_port(family, recipe) -> Loaded:
                       "config": recipe.model.config}
     else:
         root = _local_root(family.pipeline_class(recipe), recipe.model.source, kind,
-                           _elsewhere(recipe))
-        empty, weights = _empty_components(root, _elsewhere(recipe))
+                           elsewhere_components(recipe))
+        empty, weights = _empty_components(root, elsewhere_components(recipe))
         pipe = _from_pretrained(family.pipeline_class(recipe), root, _torch_dtypes(recipe),
                                 recipe.model.source, components=empty)
         _eval(pipe)
@@ -106,7 +106,7 @@ def _component(pipe, name: str) -> torch.nn.Module:
     return module
 
 
-def _elsewhere(recipe) -> tuple[str, ...]:
+def elsewhere_components(recipe) -> tuple[str, ...]:
     """The components whose weights come from a file of their own (``model.transformer``,
     ``model.vae``, ``model.text_encoder``): model.source needs only their configuration."""
     return tuple(single_file.given(recipe))
@@ -171,9 +171,14 @@ def _loaded(family, recipe):
     if kind == "tiny":
         pipe = family.build_tiny(recipe)
     elif kind in ("local", "hub"):
-        root = _local_root(family.pipeline_class(recipe), source, kind)
-        pipe = _from_pretrained(family.pipeline_class(recipe), root, _torch_dtypes(recipe),
-                                source)
+        cls, elsewhere = family.pipeline_class(recipe), elsewhere_components(recipe)
+        root = _local_root(cls, source, kind, elsewhere)
+        # a component whose weights come from a file of its own: built empty from its
+        # configuration (the folder may hold no weights for it); the caller fills it
+        empty = {name: abstract.empty_component(library, module_class, root / name)
+                 for name, (library, module_class) in abstract.module_classes(root).items()
+                 if name in elsewhere}
+        pipe = _from_pretrained(cls, root, _torch_dtypes(recipe), source, components=empty)
     else:
         raise LoadError(f"model source {source!r} does not exist",
                         hint="use 'tiny', a local diffusers directory, or a hub id")

@@ -33,6 +33,12 @@ def read_entries(path: Path) -> dict[str, Entry]:
     if not zipfile.is_zipfile(path):
         raise CorruptFile("not a zip-format PyTorch checkpoint (torch.save's format since "
                           "PyTorch 1.6; an older file: load and save it again)")
+    with zipfile.ZipFile(path) as archive:  # offsets hold only for stored, not deflated,
+        packed = [info.filename for info in archive.infolist()  # data (torch.save's way)
+                  if "/data/" in info.filename and info.compress_type != zipfile.ZIP_STORED]
+    if packed:
+        raise CorruptFile(f"its tensor data is compressed ({packed[0]}; re-zipped by another "
+                          "tool?): load and save it again with torch.save")
     try:
         with FakeTensorMode():
             loaded = torch.load(path, weights_only=True, map_location="cpu")
@@ -55,9 +61,11 @@ def read_entries(path: Path) -> dict[str, Entry]:
 
 
 def _state_dict(loaded) -> dict:
-    for key in WRAPPERS:  # {"state_dict": {...}} and the like, one level
-        if isinstance(loaded, dict) and isinstance(loaded.get(key), dict) and len(loaded) <= 4:
-            loaded = loaded[key]
+    for key in WRAPPERS:  # {"state_dict": {...}, "epoch": ...} and the like, one level
+        inner = loaded.get(key) if isinstance(loaded, dict) else None
+        if isinstance(inner, dict) and inner and all(
+                isinstance(value, torch.Tensor) for value in inner.values()):
+            loaded = inner
             break
     if not isinstance(loaded, dict) or not loaded:
         raise CorruptFile(f"it holds a {type(loaded).__name__}, not a state dict "

@@ -15,11 +15,13 @@ weight multiplied by its scale as it is read.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import torch
 
-from porter.errors import LoadError
+from porter.errors import LoadError, UsageError
 from porter.loading import checkpoints, pickled
 from porter.loading.weights import ComponentWeights
 from porter.transforms.sharding import tensor_slots
@@ -29,29 +31,59 @@ MARKER = "scaled_fp8"
 SCALE = "scale_weight"
 #: the components a recipe may give a file of their own (``model.<component>``)
 COMPONENTS = ("transformer", "vae", "text_encoder")
+#: a transformer in shards: the index that names them
+INDEX = ".safetensors.index.json"
 #: the prefix some single files put before every key
 PREFIXES = ("model.diffusion_model.", "diffusion_model.")
 SHOWN = 8
 
 
 def given(recipe) -> dict[str, Path]:
-    """component -> the file the recipe gives its weights in (``model.<component>``)."""
-    return {name: Path(getattr(recipe.model, name)).expanduser() for name in COMPONENTS
-            if getattr(recipe.model, name)}
+    """component -> the file the recipe gives its weights in (``model.<component>``),
+    from the current directory as ``model.source`` is."""
+    files = {}
+    for name in COMPONENTS:
+        value = getattr(recipe.model, name)
+        if value:
+            try:
+                files[name] = Path(value).expanduser()
+            except RuntimeError:  # '~name/...' for a user this machine does not have
+                raise UsageError(f"model.{name}: cannot expand {value.split('/')[0]!r}: no "
+                                 "such user", hint="write the path out in full") from None
+    return files
 
 
 def read_header(path: Path) -> dict:
-    """Tensor name -> ``checkpoints.Entry``, from a safetensors header or a PyTorch
-    checkpoint's pickle (CorruptFile when neither reads)."""
+    """Tensor name -> ``checkpoints.Entry``, from a safetensors header (or the headers
+    of the shards an index names) or a PyTorch checkpoint's pickle (CorruptFile when
+    none reads)."""
     if path.suffix in pickled.SUFFIXES:
         return pickled.read_entries(path)
+    if path.name.endswith(INDEX):
+        entries = {}
+        for shard in _shards(path):
+            entries.update(checkpoints.read_header(shard))
+        return entries
     return checkpoints.read_header(path)
+
+
+def _shards(index: Path) -> list[Path]:
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return [index.parent / name for name in sorted(set(weight_map.values()))]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise checkpoints.CorruptFile("not a safetensors index (no weight_map of tensor "
+                                      "-> shard file)") from None
 
 
 def identity(path: Path) -> dict:
     """The file named cheaply, for run.json and for resuming (nothing of the data)."""
     if path.suffix in pickled.SUFFIXES:
         return pickled.identity(path)
+    if path.name.endswith(INDEX):
+        shards = [checkpoints.header_identity(shard) for shard in _shards(path)]
+        digest = hashlib.sha256(json.dumps(shards).encode()).hexdigest()
+        return {"bytes": sum(shard["bytes"] for shard in shards), "header_sha256": digest}
     return checkpoints.header_identity(path)
 
 
@@ -59,9 +91,9 @@ def file_problems(path: Path) -> list[str]:
     """What is wrong with the file itself (readable without loading anything)."""
     if not path.is_file():
         return [f"{path} is not a file"]
-    if path.suffix not in (".safetensors", *pickled.SUFFIXES):
-        return [f"{path} is neither a .safetensors file nor a PyTorch checkpoint (.pth, "
-                ".pt)"]
+    if path.suffix not in (".safetensors", *pickled.SUFFIXES) and not path.name.endswith(INDEX):
+        return [f"{path} is neither a .safetensors file (or a {INDEX} of shards) nor a "
+                "PyTorch checkpoint (.pth, .pt)"]
     try:
         read_header(path)
     except (OSError, checkpoints.CorruptFile) as exc:
@@ -120,9 +152,24 @@ def _located(path: Path, module, converter) -> tuple[ComponentWeights | None, li
                          "as if unscaled, its values would be wrong)")
         entries[name] = entry
     found += [f"{name}: a scale with no weight" for name in scales]
+    _shared(expected, entries, scale_of)
     found += [f"{name}: not in the file" for name, tensor in expected.items()
               if name not in entries and tensor.is_meta]
     return ComponentWeights(entries, scales=scale_of), found
+
+
+def _shared(expected: dict, entries: dict, scale_of: dict) -> None:
+    """A tensor the module holds under several names (tied weights: UMT5's ``shared``
+    and ``encoder.embed_tokens``) is read from the file under whichever it has."""
+    names: dict[int, list[str]] = {}
+    for name, tensor in expected.items():
+        names.setdefault(id(tensor), []).append(name)
+    for group in names.values():
+        found = next((name for name in group if name in entries), None)
+        for name in group if found else ():
+            entries.setdefault(name, entries[found])
+            if found in scale_of:
+                scale_of.setdefault(name, scale_of[found])
 
 
 def _unprefixed(name: str) -> str:

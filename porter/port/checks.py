@@ -11,6 +11,7 @@ import difflib
 import math
 from pathlib import Path
 
+from porter import loading
 from porter import recipe as recipe_mod
 from porter.errors import Problem, RecipeError, UsageError
 from porter.loading import abstract, checkpoints, config_values
@@ -63,6 +64,10 @@ def path_problems(recipe) -> list[Problem]:
     problems = []
     if recipe.model.source != sources.TINY:
         problems += _path_problem(recipe, "model.source", recipe.model.source, False)
+    for name in loading.single_file.COMPONENTS:  # a file of its own
+        if getattr(recipe.model, name):
+            problems += _path_problem(recipe, f"model.{name}", getattr(recipe.model, name),
+                                      False)
     for key in INPUTS:
         if getattr(recipe.generate, key):
             problems += _path_problem(recipe, f"generate.{key}",
@@ -243,8 +248,8 @@ def checkpoint_problems(recipe) -> list[Problem]:
         return []
     return [recipe.problem("model.source", problem, hint="re-download that component, "
                            "or re-save the pipeline with save_pretrained")
-            for problem in checkpoints.directory_problems(Path(recipe.model.source)
-                                                          .expanduser())]
+            for problem in checkpoints.directory_problems(
+                Path(recipe.model.source).expanduser(), loading.elsewhere_components(recipe))]
 
 
 def lora_problems(recipe, registry) -> list[Problem]:
@@ -262,6 +267,14 @@ def lora_problems(recipe, registry) -> list[Problem]:
     except RecipeError as exc:
         return exc.problems
     return []
+
+
+def check_platform(recipe, registry, runtime) -> None:
+    """RecipeError where the recipe's attention backends cannot run on the platform JAX
+    started on (``validate`` checks it only where the recipe names the platform)."""
+    problems = attention.platform_problems(recipe, registry, runtime.platform)
+    if problems:
+        raise RecipeError(problems)
 
 
 def checked_family(recipe, registry):

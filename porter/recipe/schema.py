@@ -45,7 +45,9 @@ class ModelSection(Section):
     family: str = Field(description="model family a plugin registered, e.g. wan")
     source: PathText = Field(
         "tiny",
-        description="'tiny' (random weights built in code), a hub id, or a local diffusers directory",
+        description="'tiny' (random weights built in code), a hub id, a local diffusers "
+        "directory, or an original release's folder a family reads (Wan 2.1 "
+        "text-to-video: docs/quantize.md)",
     )
     dtype: Dtype = Field("float32", description="compute dtype of the model's weights")
     variant: str | None = Field(

@@ -5,8 +5,6 @@ map them back)."""
 
 import re
 
-from porter_wan import umt5
-
 # The Wan 2.1 VAE's layout (dims 1, 2, 4, 4 x base, two residual blocks a stage,
 # temporal downsampling in the last two) at a small width: diffusers' converter knows
 # only this layout's block numbering.
@@ -52,10 +50,26 @@ def _vae_name(name: str) -> str:
     raise ValueError(f"no original name known for {name}")
 
 
+# transformers' name in an encoder block -> the release's (written out from Wan's
+# wan/modules/t5.py, not from porter_wan.umt5's map, which the tests check against it)
+_UMT5_BLOCK = {
+    "layer.0.layer_norm.weight": "norm1.weight",
+    "layer.0.SelfAttention.q.weight": "attn.q.weight",
+    "layer.0.SelfAttention.k.weight": "attn.k.weight",
+    "layer.0.SelfAttention.v.weight": "attn.v.weight",
+    "layer.0.SelfAttention.o.weight": "attn.o.weight",
+    "layer.0.SelfAttention.relative_attention_bias.weight": "pos_embedding.embedding.weight",
+    "layer.1.layer_norm.weight": "norm2.weight",
+    # Wan: fc2(fc1(x) * gelu(gate(x))); transformers: wo(gelu(wi_0(x)) * wi_1(x))
+    "layer.1.DenseReluDense.wi_0.weight": "ffn.gate.0.weight",
+    "layer.1.DenseReluDense.wi_1.weight": "ffn.fc1.weight",
+    "layer.1.DenseReluDense.wo.weight": "ffn.fc2.weight",
+}
+
+
 def wan_umt5_names(state: dict) -> dict:
     """A transformers ``UMT5EncoderModel`` state dict under the original release's names
-    (the inverse of porter_wan.umt5's map; the tied embedding once)."""
-    block = {theirs: ours for ours, theirs in umt5.BLOCK.items()}
+    (the tied embedding once, as ``token_embedding``)."""
     out = {}
     for name, tensor in state.items():
         if name == "encoder.embed_tokens.weight":
@@ -66,5 +80,5 @@ def wan_umt5_names(state: dict) -> dict:
             out["norm.weight"] = tensor
         else:
             index, rest = re.fullmatch(r"encoder\.block\.(\d+)\.(.+)", name).groups()
-            out[f"blocks.{index}.{block[rest]}"] = tensor
+            out[f"blocks.{index}.{_UMT5_BLOCK[rest]}"] = tensor
     return out

@@ -92,6 +92,10 @@ class WanFamily(StagedFamily):
     def official_configs(self, source):
         return OFFICIAL.get(source)
 
+    def release(self, folder):
+        from porter_wan import release  # lazy: only for a folder that is not diffusers'
+        return release.describe(folder)
+
     def build_tiny(self, recipe):
         return tiny.build(recipe.model.variant, image=recipe.generate.image is not None,
                           transformer_config_overrides=dict(recipe.model.config))

@@ -77,4 +77,6 @@ def emulated_from(qf, kf, vf, sq, sk, sv, keep=None, *, scale: float):
     probabilities = (weights * LARGEST).astype(E4M3).astype(f32)
     mixed = jnp.einsum("bhqk,bhkd->bhqd", probabilities, vf.astype(f32)) / LARGEST
     out = mixed / jnp.where(total > 0, total, 1.0)  # in units of sv
-    return out.astype(E4M3).astype(f32) * sv
+    # the quantized probabilities can sum past the unquantized total: clip before the
+    # cast (e4m3 has no infinity: past 464 a value becomes NaN)
+    return jnp.clip(out, -LARGEST, LARGEST).astype(E4M3).astype(f32) * sv
