@@ -134,42 +134,12 @@ def test_each_file_gives_its_component_its_values(release, tmp_path):
     assert {"model.vae", "model.text_encoder"} <= set(files)
 
 
-def test_as_a_user_runs_it(release, tmp_path):
-    """Fresh processes: a run from the release's files encodes and denoises exactly as
-    a run from the diffusers folder does (the same weights, the same seed); a file of
-    another component is refused by `porter validate`, naming tensors that do not fit."""
-    from safetensors.torch import load_file
-
-    folder, _ = release
-    source = f"model.source={folder / 'diffusers'}"
-    files = [f"model.vae={folder / 'release' / 'Wan2.1_VAE.pth'}",
-             f"model.text_encoder={folder / 'release' / 'models_t5_umt5-xxl-enc-bf16.pth'}"]
-    common = ["generate.frames=5", "generate.steps=2", "--no-progress"]
-    refused, plain, from_files = porter_calls(
-        ["validate", RECIPES / "wan-tiny.yaml",
-         f"model.text_encoder={folder / 'release' / 'Wan2.1_VAE.pth'}"],
-        ["run", RECIPES / "wan-tiny.yaml", source, f"output.dir={tmp_path / 'a'}", *common],
-        ["run", RECIPES / "wan-tiny.yaml", source, *files, f"output.dir={tmp_path / 'b'}",
-         *common])
-    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
-    assert "model.text_encoder: " in refused.stderr and "the model has no tensor" in \
-        refused.stderr
-    assert plain.returncode == 0, plain.stderr
-    assert from_files.returncode == 0, from_files.stderr
-    record = json.loads((tmp_path / "b" / "run.json").read_text())
-    assert {"model.vae", "model.text_encoder"} <= set(record["checkpoint"]["files"])
-    for stage in ("encode", "denoise"):
-        a, b = (load_file(tmp_path / run / f"{stage}.safetensors") for run in "ab")
-        assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a), stage
-    assert (tmp_path / "b" / "video.mp4").stat().st_size > 0
-
-
 def test_the_release_folder_is_a_source(release, tmp_path):
     """Fresh processes, as a user runs them: the release's folder as model.source
     validates, verifies, and runs (its scheduler set to the diffusers folder's, whose
     own is another), encoding and denoising exactly as the diffusers folder of the same
-    weights; a folder lacking a file, and a release of another model type, are refused
-    naming what is wrong."""
+    weights; a folder lacking a file, a release of another model type, and one
+    component's file given as another's are refused naming what is wrong."""
     from safetensors.torch import load_file
 
     folder, _ = release
@@ -183,7 +153,7 @@ def test_the_release_folder_is_a_source(release, tmp_path):
     common = ["generate.frames=5", "generate.steps=2", "--no-progress"]
     same_scheduler = ["scheduler.name=FlowMatchEulerDiscreteScheduler",
                       "scheduler.config={shift: 7.0}"]
-    validated, verified, plain, from_release, refused, other_kind = porter_calls(
+    validated, verified, plain, from_release, refused, other_kind, mixed_up = porter_calls(
         ["validate", RECIPES / "wan-tiny.yaml", f"model.source={folder / 'release'}"],
         ["verify", RECIPES / "wan-tiny.yaml", f"model.source={folder / 'release'}"],
         ["run", RECIPES / "wan-tiny.yaml", f"model.source={folder / 'diffusers'}",
@@ -191,7 +161,9 @@ def test_the_release_folder_is_a_source(release, tmp_path):
         ["run", RECIPES / "wan-tiny.yaml", f"model.source={folder / 'release'}",
          *same_scheduler, f"output.dir={tmp_path / 'b'}", *common],
         ["validate", RECIPES / "wan-tiny.yaml", f"model.source={lacking}"],
-        ["validate", RECIPES / "wan-tiny.yaml", f"model.source={other}"])
+        ["validate", RECIPES / "wan-tiny.yaml", f"model.source={other}"],
+        ["validate", RECIPES / "wan-tiny.yaml", f"model.source={folder / 'diffusers'}",
+         f"model.text_encoder={folder / 'release' / 'Wan2.1_VAE.pth'}"])
     for done in (validated, verified, plain, from_release):  # the layout holds no
         assert done.returncode == 0, done.stderr  # weights: each reads the release's
     assert "ok (wan" in validated.stdout
@@ -201,8 +173,10 @@ def test_the_release_folder_is_a_source(release, tmp_path):
     record = json.loads((tmp_path / "b" / "run.json").read_text())
     assert {"model.transformer", "model.vae", "model.text_encoder"} <= \
         set(record["checkpoint"]["files"])
-    for done in (refused, other_kind):
+    for done in (refused, other_kind, mixed_up):
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "model.text_encoder: " in mixed_up.stderr and "the model has no tensor" in \
+        mixed_up.stderr  # a VAE's file given as the text encoder's
     assert "a Wan release folder without transformer, vae, text_encoder, " \
         "google/umt5-xxl" in refused.stderr
     assert "a Wan release of model_type 'i2v'" in other_kind.stderr

@@ -86,9 +86,9 @@ def test_cross_attention_takes_its_own_backend(capsys):
                      "attention.cross_backend=fp8-emulated"]) == 0
     crossed = json.loads(capsys.readouterr().out)
     assert crossed["tolerance"] == fp8.TOLERANCE  # the widest backend's bound
+    # blockwise alone is float32-exact (test_attention.py): the error is fp8's, in
+    # cross-attention only
     assert 1e-4 < crossed["output"]["max_rel"] < fp8.TOLERANCE
-    assert cli.main(["verify", tiny, "--json", "attention.backend=blockwise"]) == 0
-    assert json.loads(capsys.readouterr().out)["output"]["max_rel"] < 1e-5
     for overrides, said in (
             (["attention.cross_backend=reference"], "set without attention.backend"),
             (["attention.backend=auto", "attention.cross_backend=cudnn-fp8"],
