@@ -32,6 +32,9 @@ class Call:
     resumed: Resumed | None = None  # what the run continues from
     progress: bool = False  # a progress bar on stderr while denoising
     on_step: Callable | None = None  # on_step(done, total) after each denoising step
+    #: live previews every N steps (``porter.generate.preview``); None: the recipe's
+    #: ``output.preview_every``
+    preview_every: int | None = None
     say: Callable = notices.quiet  # status lines
     # filled as the call runs
     timings: dict = field(default_factory=dict)

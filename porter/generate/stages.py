@@ -10,12 +10,12 @@ import sys
 import time
 
 from porter.errors import Interrupted, NonFinite, UsageError
-from porter.generate import guidance
+from porter.generate import guidance, preview
 from porter.generate.call import Call
 from porter.generate.sampling import Sampling
 from porter.rundir import record
 from porter.rundir.progress import REDO, Progress, restore_scheduler, scheduler_state
-from porter.runtime import finite, interrupt
+from porter.runtime import atomic, distributed, finite, interrupt
 from porter.shims.interop import to_device, to_host
 from porter.transforms import scheduler as scheduling
 from porter.transforms.dtypes import DTYPES
@@ -70,6 +70,7 @@ def denoise(port, call: Call, conditioning: dict, save=None):
                 if not finite.on_device(latents):
                     raise NonFinite(index + 1, steps.total, steps.saved_at)
                 steps.finished(index + 1, time.perf_counter() - begin)
+                _preview(port, steps, latents)
                 _save_or_stop(port, steps, latents, sampling, stop.agreed(), save)
         latents = family.final_latents(pipe, latents, conditioning)
     call.timings.update(steps.timings())
@@ -112,6 +113,27 @@ def _step(port, call: Call, latents, conditioning: dict, sampling: Sampling):
     latents = port.family.step(port.pipe, noise, timestep, latents, sampling)
     block(latents)
     return latents
+
+
+def _preview(port, steps: "_Steps", latents) -> None:
+    """``preview.png`` in the call's directory when one is due (``preview``); its cost
+    counted in the call's timings."""
+    call = steps.call
+    every = call.preview_every if call.preview_every is not None \
+        else call.recipe.output.preview_every
+    if not every or steps.done % every or call.directory is None or not distributed.writes():
+        return
+    start = time.perf_counter()
+    if port.latent_colours is None:  # once per port: its decode compiles
+        port.latent_colours = preview.fitted(port.family, port.pipe, call.recipe,
+                                             latents.shape[1])
+    image = port.latent_colours.image(to_host(latents))
+    atomic.write_bytes(call.directory / preview.FILE, preview.png(image))
+    spent = call.timings.setdefault("preview", {"every": every, "written": 0, "seconds": 0.0})
+    spent["written"] += 1
+    spent["seconds"] = round(spent["seconds"] + time.perf_counter() - start, 4)
+    spent["fit_s"] = port.latent_colours.fit_s  # inside the first preview's seconds
+    spent["fit_rms_levels"] = port.latent_colours.residual
 
 
 def _save_or_stop(port, steps: "_Steps", latents, sampling: Sampling, signum, save) -> None:

@@ -367,6 +367,10 @@ class OutputSection(Section):
                           "(latents.safetensors, key 'latents')")
     checkpoint_every: int = Field(10, ge=0, description="save denoising progress every N "
                                   "steps, for --resume; 0: only when interrupted")
+    preview_every: int = Field(0, ge=0, description="write preview.png every N denoising "
+                               "steps: the current latents as a picture, through a linear "
+                               "map fitted to the VAE once (no decode a step); 0: never "
+                               "(porter serve's jobs: serve.preview_every)")
 
 
 class ServeSection(Section):
@@ -375,6 +379,8 @@ class ServeSection(Section):
         "settings (a job's body, e.g. {height: 480, width: 832, frames: 81}); each runs "
         "once when the server starts, before /health says it is ready, so the first "
         "request of its shape compiles nothing")
+    preview_every: int = Field(2, ge=0, description="porter serve: each job's preview.png "
+                               "every N denoising steps (GET /jobs/{id}/preview); 0: none")
 
 
 class RecipeSpec(Section):

@@ -121,23 +121,23 @@ def _job_routes(app, jobs) -> None:
                     for p in exc.problems]}, status)
             problem = failure(exc)  # the server's disk, in the words a run uses
             return JSONResponse({"error": problem.message, "hint": problem.hint}, status)
-        return _described(job)
+        return _described(job, jobs)
 
     @app.get("/jobs", summary="every job, in submission order")
     async def listing():
-        return {"jobs": [_described(job) for job in jobs.list()]}
+        return {"jobs": [_described(job, jobs) for job in jobs.list()]}
 
     @app.get("/jobs/{job_id}", summary="a job's status and step")
     async def status(job_id: str):
         try:
-            return _described(jobs.get(job_id))
+            return _described(jobs.get(job_id), jobs)
         except KeyError:
             raise _missing(job_id) from None
 
     @app.delete("/jobs/{job_id}", summary="cancel a queued job")
     async def cancel(job_id: str):
         try:
-            return _described(jobs.cancel(job_id))
+            return _described(jobs.cancel(job_id), jobs)
         except KeyError:
             raise _missing(job_id) from None
         except jobs_mod.Conflict as exc:
@@ -172,6 +172,14 @@ def _result_routes(app, jobs) -> None:
     async def video(job_id: str):
         path = result(job_id, jobs.video, "video")
         return FileResponse(path, media_type="video/mp4", filename=f"{job_id}.mp4")
+
+    @app.get("/jobs/{job_id}/preview", response_class=FileResponse,
+             summary="the job's latest live preview (PNG), written while it denoises "
+             "(serve.preview_every) from the latents, no VAE decode")
+    async def latest_preview(job_id: str):
+        path = result(job_id, jobs.preview, "preview")
+        return FileResponse(path, media_type="image/png",
+                            headers={"Cache-Control": "no-store"})  # it changes
 
     @app.get("/jobs/{job_id}/record", summary="the run record of a done job (run.json)")
     async def run_record(job_id: str):
@@ -217,11 +225,12 @@ def _parsed(body: bytes):
                        hint='e.g. {"prompt": "a red fox", "seed": 3}') from None
 
 
-def _described(job) -> dict:
+def _described(job, jobs) -> dict:
     data = job.to_dict()
     done = job.status == "done"
     data["video"] = f"/jobs/{job.id}/video" if done else None
     data["record"] = f"/jobs/{job.id}/record" if done else None
+    data["preview"] = f"/jobs/{job.id}/preview" if jobs.preview(job.id) else None
     return data
 
 

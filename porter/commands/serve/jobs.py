@@ -22,6 +22,7 @@ from pathlib import Path
 from porter.commands import batch
 from porter.commands.serve import uploads
 from porter.errors import Interrupted, UsageError, failure
+from porter.generate import preview
 from porter.generate.call import Call
 from porter.rundir import outputs, record
 from porter.runtime import atomic, interrupt, monitor, notices
@@ -323,7 +324,7 @@ class Jobs:
             recipe = self.port.settings("request", **self._settings(job))
             job.steps = recipe.generate.steps
             call = Call(recipe, directory=self.directory / job.id, on_step=on_step,
-                        say=self.say)
+                        say=self.say, preview_every=recipe.serve.preview_every)
             batch.run_into(self.port, call, resume=True, name=f"job {job.id}",
                            what=f"porter serve (job {job.id})")
             return False, ("done", None)
@@ -338,6 +339,12 @@ class Jobs:
         folder = self.directory / job.id
         return {**job.settings, **{key: str(folder / job.settings[key]) for key in
                                    uploads.INPUT_KEYS if job.settings.get(key)}}
+
+    def preview(self, job_id: str) -> Path | None:
+        """The job's latest live preview (``porter.generate.preview``), while it runs and
+        after; None before its first."""
+        path = self.folder(job_id) / preview.FILE
+        return path if path.exists() else None
 
     def video(self, job_id: str) -> Path | None:
         path = self.folder(job_id) / outputs.VIDEO

@@ -165,8 +165,9 @@ def _image(reference) -> str:
                   "input_reference")
 
 
-def video_object(job, recipe) -> dict:
-    """A job as OpenAI's Video object (Porter's own fields beside: ``porter``)."""
+def video_object(job, recipe, previewed: bool = False) -> dict:
+    """A job as OpenAI's Video object (Porter's own fields beside: ``porter``, with its
+    live preview's address once it has one)."""
     settings = job.settings
     width = settings.get("width", recipe.generate.width)
     height = settings.get("height", recipe.generate.height)
@@ -182,7 +183,8 @@ def video_object(job, recipe) -> dict:
              "size": f"{width}x{height}" if width and height else "",
              "remixed_from_video_id": None, "error": None,
              "porter": {"status": job.status, "step": job.step, "steps": job.steps,
-                        "job": f"/jobs/{job.id}"}}
+                        "job": f"/jobs/{job.id}",
+                        "preview": f"/jobs/{job.id}/preview" if previewed else None}}
     if job.status in ("failed", "cancelled"):
         found["error"] = {"code": "cancelled" if job.status == "cancelled" else
                           "generation_failed", "message": job.error or "cancelled"}
@@ -218,7 +220,7 @@ def routes(app, jobs, read_json) -> None:
             return error(400, exc.render(), REPLACED.get(key, key))
         except (UsageError, OSError) as exc:
             return error(jobs_mod.refused_status(exc), failure(exc).render())
-        return video_object(job, recipe)
+        return video_object(job, recipe, bool(jobs.preview(job.id)))
 
     @app.get("/v1/videos", summary="OpenAI: the videos, newest first")
     async def listing(limit: int = 20, after: str | None = None, order: str = "desc"):
@@ -231,7 +233,8 @@ def routes(app, jobs, read_json) -> None:
             found = [job for job in found
                      if (job.seq < int(after) if order == "desc" else job.seq > int(after))]
         page = found[:max(1, min(limit, 100))]
-        return {"object": "list", "data": [video_object(job, recipe) for job in page],
+        data = [video_object(job, recipe, bool(jobs.preview(job.id))) for job in page]
+        return {"object": "list", "data": data,
                 "first_id": page[0].id if page else None,
                 "last_id": page[-1].id if page else None,
                 "has_more": len(found) > len(page)}
@@ -239,7 +242,7 @@ def routes(app, jobs, read_json) -> None:
     @app.get("/v1/videos/{video_id}", summary="OpenAI: a video's status and progress")
     async def retrieve(video_id: str):
         try:
-            return video_object(jobs.get(video_id), recipe)
+            return video_object(jobs.get(video_id), recipe, bool(jobs.preview(video_id)))
         except KeyError:
             return error(404, f"no video {video_id!r}", "video_id")
 

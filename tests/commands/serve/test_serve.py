@@ -134,6 +134,13 @@ def test_jobs_over_http_and_a_restart_mid_job(recipe, tmp_path):
         assert client.delete("/jobs/nope").json() == {"error": "no job 'nope'"}
         early = client.get(f"/jobs/{long['id']}/video")
         assert early.status_code == 404 and "has no video yet" in early.json()["error"]
+        # live previews while it denoises (serve.preview_every: 2 steps), no decode
+        server.wait(long["id"], step=4)
+        running = client.get(f"/jobs/{long['id']}").json()
+        picture = client.get(running["preview"])
+        assert picture.status_code == 200 and picture.headers["content-type"] == "image/png"
+        assert picture.content[:8] == b"\x89PNG\r\n\x1a\n"
+        assert client.get(f"/jobs/{waiting['id']}/preview").status_code == 404  # none yet
 
         # SIGTERM mid-job: the job stops at a step end with a checkpoint; exit 0
         at = server.wait(long["id"], step=12)["step"]
