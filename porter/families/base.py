@@ -48,6 +48,10 @@ class ModelFamily:
     #: the transformer components whose steps ``transformer_steps`` counts (a step
     #: cache is refused on one it does not)
     stepped_transformers: tuple[str, ...] = ("transformer",)
+    #: live previews (``porter.generate.preview``) while Porter's loop denoises: the
+    #: family's latents are (batch, channels, frames, height, width) and its ``decode``
+    #: takes any such latents; False: none (``output.preview_every`` is refused)
+    previews: bool = False
     #: component -> what renames the original release's keys to the library's for a
     #: file of its own (``model.transformer``, ``model.vae``, ``model.text_encoder``): the
     #: name of a function in ``diffusers.loaders.single_file_utils``, or a function

@@ -67,6 +67,7 @@ class Grid:
 
 class StagedFamily(ModelFamily):
     staged = True
+    previews = True  # (batch, channels, frames, height, width) latents; see the base
     #: the models' name in messages ("Wan needs 4n+1 frames")
     title: str = ""
     required = ("prompt", "height", "width", "frames", "steps")

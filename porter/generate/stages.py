@@ -121,8 +121,9 @@ def _preview(port, steps: "_Steps", latents) -> None:
     call = steps.call
     every = call.preview_every if call.preview_every is not None \
         else call.recipe.output.preview_every
-    if not every or steps.done % every or call.directory is None or not distributed.writes():
-        return
+    if not every or steps.done % every or call.directory is None \
+            or not port.family.previews or not distributed.writes():
+        return  # (a served job's default asks for previews of any family)
     start = time.perf_counter()
     if port.latent_colours is None:  # once per port: its decode compiles
         port.latent_colours = preview.fitted(port.family, port.pipe, call.recipe,

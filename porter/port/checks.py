@@ -94,7 +94,18 @@ def recipe_problems(recipe, registry) -> list[Problem]:
     if not problems:
         family = registry.family(recipe.model.family)
         problems += required_problems(recipe, family) or family.check(recipe)
+        problems += preview_problems(recipe, family)
     return problems + passes.check_problems(recipe, registry, family)
+
+
+def preview_problems(recipe, family) -> list[Problem]:
+    """``output.preview_every`` for a family that makes no live previews."""
+    if not recipe.output.preview_every or family.previews:
+        return []
+    return [recipe.problem("output.preview_every", f"family {family.name!r} makes no live "
+                           "previews (its latents or its decode take another layout, or "
+                           "the pipeline runs its own loop)",
+                           hint="leave output.preview_every at 0")]
 
 
 class _TooLarge(Exception):

@@ -60,3 +60,12 @@ def test_previews_while_denoising_change_nothing(tmp_path):
     spent = timings["preview"]
     assert spent["every"] == 1 and spent["written"] == 3
     assert 0 < spent["fit_s"] <= spent["seconds"]
+
+
+def test_a_family_without_previews_refuses_them(capsys):
+    from porter import cli
+
+    assert cli.main(["validate", str(RECIPES / "cogvideox-tiny.yaml"),
+                     "output.preview_every=1"]) == 2
+    assert "output.preview_every: family 'cogvideox' makes no live previews" in \
+        capsys.readouterr().err

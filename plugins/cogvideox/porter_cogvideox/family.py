@@ -84,6 +84,10 @@ class CogVideoXFamily(StagedFamily):
             return None
         return "1.5" if config.get("patch_size_t") else "1.0"
 
+    # latents are (batch, frames, channels, height, width) and decode pads frames by the
+    # recipe's count: no live previews yet
+    previews = False
+
     def check(self, recipe):
         return super().check(recipe) + rules.problems(self, recipe)
 
