@@ -119,7 +119,8 @@ class Port:
         self._compile_mark = compile_mark  # compile totals before loading began
         self._traces_mark = (0, 0)
         self._load_warnings = notices.given()  # the load's: every record carries them
-        #: live previews' latent-to-RGB map, fitted at the first preview
+        #: live previews' latent-to-RGB map, fitted at the first preview (False: a
+        #: preview failed, previews are off for this port)
         self.latent_colours = None
 
     # ------------------------------------------------------------------ building

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-FILE = "preview.png"
+from porter.rundir import outputs
+
+FILE = outputs.PREVIEW
 #: the fit's latents: this many samples of (1 frame x SIDE x SIDE) latent cells
 SAMPLES, SIDE = 4, 8
 #: each latent cell becomes SCALE x SCALE pixels of the preview

@@ -15,7 +15,7 @@ from porter.generate.call import Call
 from porter.generate.sampling import Sampling
 from porter.rundir import record
 from porter.rundir.progress import REDO, Progress, restore_scheduler, scheduler_state
-from porter.runtime import atomic, distributed, finite, interrupt
+from porter.runtime import atomic, distributed, finite, interrupt, notices
 from porter.shims.interop import to_device, to_host
 from porter.transforms import scheduler as scheduling
 from porter.transforms.dtypes import DTYPES
@@ -117,21 +117,34 @@ def _step(port, call: Call, latents, conditioning: dict, sampling: Sampling):
 
 def _preview(port, steps: "_Steps", latents) -> None:
     """``preview.png`` in the call's directory when one is due (``preview``); its cost
-    counted in the call's timings."""
+    counted in the call's timings. Every process computes it (the latents and the
+    fit's decode may span them all); process 0 writes it. A call with no directory (a
+    server's warm-up) fits the map and writes nothing, so a first job compiles
+    nothing new. A preview that fails turns previews off for the port, with a
+    warning: the video matters more than its picture."""
     call = steps.call
     every = call.preview_every if call.preview_every is not None \
         else call.recipe.output.preview_every
-    if not every or steps.done % every or call.directory is None \
-            or not port.family.previews or not distributed.writes():
+    if not every or steps.done % every or not port.family.previews \
+            or port.latent_colours is False:
         return  # (a served job's default asks for previews of any family)
     start = time.perf_counter()
-    if port.latent_colours is None:  # once per port: its decode compiles
-        port.latent_colours = preview.fitted(port.family, port.pipe, call.recipe,
-                                             latents.shape[1])
-    image = port.latent_colours.image(to_host(latents))
-    atomic.write_bytes(call.directory / preview.FILE, preview.png(image))
+    try:
+        if port.latent_colours is None:  # once per port: its decode compiles
+            port.latent_colours = preview.fitted(port.family, port.pipe, call.recipe,
+                                                 latents.shape[1])
+        image = port.latent_colours.image(to_host(latents))
+        writes = call.directory is not None and distributed.writes()
+        if writes:
+            atomic.write_bytes(call.directory / preview.FILE, preview.png(image))
+    except (OSError, ValueError, RuntimeError, TypeError) as exc:
+        port.latent_colours = False
+        notices.warn(f"live previews are off for this model: {type(exc).__name__}: "
+                     f"{str(exc).splitlines()[0] if str(exc) else ''}",
+                     hint="the run goes on; set output.preview_every: 0 to skip them")
+        return
     spent = call.timings.setdefault("preview", {"every": every, "written": 0, "seconds": 0.0})
-    spent["written"] += 1
+    spent["written"] += writes
     spent["seconds"] = round(spent["seconds"] + time.perf_counter() - start, 4)
     spent["fit_s"] = port.latent_colours.fit_s  # inside the first preview's seconds
     spent["fit_rms_levels"] = port.latent_colours.residual

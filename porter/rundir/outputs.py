@@ -29,6 +29,7 @@ def output_dir(recipe) -> Path:
 
 LOCK = ".porter.lock"
 RECORD, VIDEO = "run.json", "video.mp4"
+PREVIEW = "preview.png"  # the latest live preview (porter.generate.preview)
 FRAMES_DIR, FRAMES_NPY, LATENTS = "frames", "frames.npy", "latents.safetensors"
 
 

@@ -26,8 +26,10 @@ def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) ->
     first = artifacts.STAGES.index(stages[0]) if stages else len(artifacts.STAGES)
     for stage in artifacts.STAGES[first:]:
         artifacts.remove(directory, stage)
-    if not keep_progress and "denoise" in artifacts.STAGES[first:]:
-        progress.discard(directory)
+    if "denoise" in artifacts.STAGES[first:]:
+        (directory / outputs.PREVIEW).unlink(missing_ok=True)  # an earlier run's picture
+        if not keep_progress:
+            progress.discard(directory)
     outputs.remove_partials(directory)
 
 

@@ -40,18 +40,24 @@ def test_the_fit_finds_a_linear_decoders_map():
 
 
 def test_previews_while_denoising_change_nothing(tmp_path):
-    """As a user runs it: previews every step leave the latents bit for bit those of a
-    run without them; preview.png is the latents' middle frame, 4 pixels a cell; the
-    record says what the previews cost."""
+    """As a user runs it: previews every step leave the latents and the frames bit for
+    bit those of a run without them (the fit's decode runs before the run's own);
+    preview.png is the latents' middle frame, 4 pixels a cell; the record says what the
+    previews cost; Wan 2.2's 48-channel layout (16x spatial) previews too."""
     common = [RECIPES / "wan-tiny.yaml", "generate.frames=5", "generate.steps=3",
-              "--no-progress"]
-    with_previews, without = porter_calls(
+              "output.frames=npy", "--no-progress"]
+    with_previews, without, ti2v = porter_calls(
         ["run", *common, "output.preview_every=1", f"output.dir={tmp_path / 'a'}"],
-        ["run", *common, f"output.dir={tmp_path / 'b'}"])
-    assert with_previews.returncode == 0, with_previews.stderr
-    assert without.returncode == 0, without.stderr
+        ["run", *common, f"output.dir={tmp_path / 'b'}"],
+        ["run", RECIPES / "wan22-ti2v-tiny.yaml", "generate.steps=2",
+         "output.preview_every=2", f"output.dir={tmp_path / 'c'}", "--no-progress"])
+    for done in (with_previews, without, ti2v):
+        assert done.returncode == 0, done.stderr
     a, b = (load_file(tmp_path / run / "denoise.safetensors") for run in "ab")
     assert all(torch.equal(a[k], b[k]) for k in a)
+    assert np.array_equal(np.load(tmp_path / "a" / "frames.npy"),
+                          np.load(tmp_path / "b" / "frames.npy"))
+
     assert not (tmp_path / "b" / preview.FILE).exists()
     latents = a["latents"]
     picture = Image.open(tmp_path / "a" / preview.FILE)
@@ -60,6 +66,19 @@ def test_previews_while_denoising_change_nothing(tmp_path):
     spent = timings["preview"]
     assert spent["every"] == 1 and spent["written"] == 3
     assert 0 < spent["fit_s"] <= spent["seconds"]
+    ti2v_latents = load_file(tmp_path / "c" / "denoise.safetensors")["latents"]
+    assert Image.open(tmp_path / "c" / preview.FILE).size == (
+        ti2v_latents.shape[4] * preview.SCALE, ti2v_latents.shape[3] * preview.SCALE)
+
+
+def test_a_new_denoising_removes_an_earlier_runs_preview(tmp_path):
+    from porter.rundir import results
+
+    (tmp_path / preview.FILE).write_bytes(b"an earlier run's picture")
+    results.invalidate(tmp_path, ("decode",), keep_progress=False)
+    assert (tmp_path / preview.FILE).exists()  # decoding again: the picture stands
+    results.invalidate(tmp_path, ("denoise", "decode"), keep_progress=True)
+    assert not (tmp_path / preview.FILE).exists()
 
 
 def test_a_family_without_previews_refuses_them(capsys):

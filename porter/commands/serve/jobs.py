@@ -292,7 +292,8 @@ class Jobs:
             shape = f"{gen.width}x{gen.height}, {gen.frames} frames, {gen.steps} steps"
             start = time.perf_counter()
             try:
-                outcome = self.port.run(Call(recipe, say=self.say))
+                outcome = self.port.run(Call(recipe, say=self.say,  # previews as jobs do:
+                                             preview_every=recipe.serve.preview_every))
             except Interrupted:
                 return False
             except Exception as exc:  # the server serves on: that shape compiles later
