@@ -28,12 +28,15 @@ def resolved(recipe, registry):
     diffusers layout of it (and ``model.<component>`` by the release's files, where the
     recipe names none); any other recipe as it is."""
     source = recipe.model.source
-    if source_kind(source) != "local":
-        return recipe
-    root = Path(source).expanduser().resolve()
     family = registry.families.get(recipe.model.family)
-    if (root / "model_index.json").exists() or family is None:
-        return recipe
+    try:
+        if family is None or source_kind(source) != "local":
+            return recipe
+        root = Path(source).expanduser().resolve()
+        if (root / "model_index.json").exists():
+            return recipe
+    except (OSError, RuntimeError, ValueError):  # a path the system refuses to look at:
+        return recipe  # `validate` says why (porter.port.checks.path_problems)
     release = family.release(root)
     if release is None:
         return recipe

@@ -126,11 +126,13 @@ def test_unwritable_output_and_cache_paths_fail_validate(tmp_path, capsys, monke
     ("compile_cache", "a\0b", "runtime.compile_cache: a path cannot contain a NUL"),
     ("image", "y" * 300, "generate.image: cannot look at this path: File name too long"),
     ("image", "~nosuchuser_porter/a.png", "generate.image: cannot expand"),
+    ("vae", "v" * 300, "model.vae: cannot look at this path: File name too long"),
+    ("text_encoder", "~nosuchuser_porter/t.pth", "model.text_encoder: cannot expand"),
 ])
 def test_hostile_paths_are_problems(write, key, value, expected):
     data = yaml.safe_load(TINY_RECIPE)
     section = {"source": "model", "dir": "output", "compile_cache": "runtime",
-               "image": "generate"}[key]
+               "image": "generate", "vae": "model", "text_encoder": "model"}[key]
     data.setdefault(section, {})[key] = value
     if key == "image":
         data["model"]["variant"] = "i2v"
