@@ -15,8 +15,10 @@ def add(commands) -> None:
         "serve", help=HELP,
         description="Load and port the recipe's model once, then take jobs over HTTP: "
         "POST /jobs with any generate settings (JSON), GET /jobs/ID for status and step, "
-        "GET /jobs/ID/video and /record for results, DELETE /jobs/ID to cancel a queued "
-        "job; the API is described at /docs. Jobs run one at a time in submission order "
+        "GET /jobs/ID/video and /record for results, DELETE /jobs/ID to cancel a job; "
+        "the API is described at /docs, OpenAI's video API answers at /v1/videos, and "
+        "a page for people at / (open the address in a browser). Jobs run one at a time "
+        "in submission order "
         "and live in output.dir/jobs. SIGTERM or Ctrl-C stops after the running job's "
         "next step with a checkpoint; started again on the same output.dir, the server "
         "serves what is done and continues the rest.")

@@ -7,19 +7,22 @@ submission order from a bounded queue (``jobs``); the HTTP side is ``app``'s. Th
   429 when the queue is full; 503 while shutting down)
 - ``GET /jobs``, ``GET /jobs/{id}``: status, with the denoising step under way
 - ``GET /jobs/{id}/video``, ``GET /jobs/{id}/record``: the results of a done job
-- ``DELETE /jobs/{id}``: cancel a queued job (409 once it runs)
+- ``DELETE /jobs/{id}``: cancel a job (a running one at its next step end)
+- ``GET /``: a page for people (``page``), its form filled from ``GET /settings``
 - ``GET /health``: ``ready`` once the recipe's ``serve.warmup`` jobs have run (each
   once, at start, so a request of their shape compiles nothing), and the queue; the
   OpenAPI description at ``/openapi.json``, pages at ``/docs``
 
 With a token (``--token`` or ``PORTER_TOKEN``) every request needs
-``Authorization: Bearer <token>``, the API description included; the server
+``Authorization: Bearer <token>``, the API description included (the page's three
+files alone are open: a browser cannot send a token for a page it opens); the server
 refuses to listen beyond this machine without one. A job's images come in the
 request as data URLs, or as names of files in the folder ``--inputs DIR`` names;
-the server opens no other path a client gives (``porter.commands.serve.uploads``). A request body
-has at most ``MAX_BODY`` bytes and ``MAX_DEPTH`` levels of nesting (``limits``); every
-refusal answers ``{"error": ...}``, OpenAI's shape under ``/v1/`` (``openai_api``). SIGTERM (or Ctrl-C) stops taking jobs, lets the running job
-reach its next step end and save a checkpoint, and exits; a server started again
+the server opens no other path a client gives (``porter.commands.serve.uploads``).
+A request body has at most ``MAX_BODY`` bytes and ``MAX_DEPTH`` levels of nesting
+(``limits``); every refusal answers ``{"error": ...}``, OpenAI's shape under
+``/v1/`` (``openai_api``). SIGTERM (or Ctrl-C) stops taking jobs, lets the running
+job reach its next step end and save a checkpoint, and exits; a server started again
 on the same ``output.dir`` serves what is done and continues the rest.
 """
 
@@ -120,7 +123,8 @@ def serve(recipe, registry, listen: Listen = Listen(), say=print) -> dict:
         port_ = api.Port.open(recipe, registry, family, say)
         queue = jobs_mod.Jobs(port_, directory, listen.queue, say, inputs, warmups)
         app = build_app(queue, token)
-        say(f"serving {recipe.path} on http://{host}:{port} (API description: /docs); "
+        say(f"serving {recipe.path} on http://{host}:{port} (a page at /, the API "
+            "described at /docs); "
             f"jobs in {queue.directory}")
         try:
             uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,6 +1,6 @@
 """The HTTP side of ``porter serve``: the FastAPI application over a job queue, its
-routes, its refusals (``{"error": ...}``, bodies too large or too deep) and its OpenAPI
-description."""
+routes (the page's in ``page``, OpenAI's in ``openai_api``), its refusals
+(``{"error": ...}``, bodies too large or too deep) and its OpenAPI description."""
 
 # no ``from __future__ import annotations``: FastAPI reads the handlers' annotations
 # (``Request``) at run time, from names local to ``build_app``
@@ -10,7 +10,7 @@ import secrets
 
 import porter
 from porter.commands.serve import jobs as jobs_mod
-from porter.commands.serve import openai_api, uploads
+from porter.commands.serve import openai_api, page, uploads
 from porter.commands.serve.limits import MAX_BODY, MAX_DEPTH, nesting
 from porter.errors import RecipeError, UsageError, failure
 from porter.recipe import jsonio
@@ -19,7 +19,8 @@ from porter.recipe.schema import GenerateSection
 
 def build_app(jobs, token: str | None = None):
     """The FastAPI application serving ``jobs`` (a ``porter.commands.serve.jobs.Jobs``):
-    every route behind the token, every refusal ``{"error": ...}``."""
+    every route behind the token but the page's files (``page.OPEN``), every refusal
+    ``{"error": ...}``."""
     from fastapi import Depends, FastAPI, HTTPException, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
@@ -32,7 +33,7 @@ def build_app(jobs, token: str | None = None):
         await asyncio.to_thread(jobs.shutdown)  # the running job checkpoints first
 
     async def authorized(request: Request):
-        if token is None:
+        if token is None or request.url.path in page.OPEN:  # the page asks for it itself
             return
         given = request.headers.get("authorization", "")
         if not secrets.compare_digest(given.encode(), f"Bearer {token}".encode()):
@@ -74,6 +75,7 @@ def build_app(jobs, token: str | None = None):
     _job_routes(app, jobs)
     _result_routes(app, jobs)
     openai_api.routes(app, jobs, _json_body)
+    page.routes(app, jobs.port)
     return app
 
 
@@ -134,7 +136,8 @@ def _job_routes(app, jobs) -> None:
         except KeyError:
             raise _missing(job_id) from None
 
-    @app.delete("/jobs/{job_id}", summary="cancel a queued job")
+    @app.delete("/jobs/{job_id}", summary="cancel a job: a queued one at once, a running "
+                "one at its next step end (`cancelling` until then)")
     async def cancel(job_id: str):
         try:
             return _described(jobs.cancel(job_id), jobs)
@@ -231,6 +234,7 @@ def _described(job, jobs) -> dict:
     data["video"] = f"/jobs/{job.id}/video" if done else None
     data["record"] = f"/jobs/{job.id}/record" if done else None
     data["preview"] = f"/jobs/{job.id}/preview" if jobs.preview(job.id) else None
+    data["cancelling"] = job.cancelling
     return data
 
 

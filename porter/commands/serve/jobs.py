@@ -73,6 +73,7 @@ class Job:
         self.error = state.get("error")
         self.step, self.steps = state.get("step", 0), state.get("steps")
         self.resumed = state.get("resumed", 0)  # times it continued after a stop
+        self.cancelling = False  # asked to stop while running (not kept on disk)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "seq": self.seq, "status": self.status,
@@ -192,11 +193,18 @@ class Jobs:
             return list(self._jobs.values())
 
     def cancel(self, job_id: str) -> Job:
+        """Cancel a job: a queued one at once, a running one at its next step end (it
+        reads ``running`` until then, with ``cancelling`` set); a finished one cannot
+        be (Conflict)."""
         with self._lock:
             job = self.get(job_id)
+            if job.status == "running":
+                job.cancelling = True
+                interrupt.request_stop()  # the denoising loop stops at its step end
+                return job
             if job.status != "queued":
-                raise Conflict(f"job {job_id} is {job.status}: only a queued job can be "
-                               "cancelled")
+                raise Conflict(f"job {job_id} is {job.status}: only a queued or running "
+                               "job can be cancelled")
             self._queue.remove(job_id)
             job.status, job.finished = "cancelled", time.time()
             self._save(job)
@@ -273,13 +281,15 @@ class Jobs:
                 with self._lock:  # readers see a job's final fields together
                     self._running = None
                     job.status, job.error = outcome
-                    if not stop:  # a stopped job stays first in line
+                    if job.status in FINISHED:  # a stopped job stays first in line
                         self._queue.popleft()
                         job.finished = time.time()
                     self._save(job)
             self.say(f"job {job.id} {job.status}")
             if stop:
                 return
+            if job.cancelling:  # its stop is spent, or came too late (decoding): cleared
+                interrupt.clear_stop()
 
     def _warm(self) -> bool:
         """Run each warm-up, nothing kept but its figures; then the server is ready.
@@ -330,6 +340,10 @@ class Jobs:
                            what=f"porter serve (job {job.id})")
             return False, ("done", None)
         except Interrupted as exc:
+            with self._lock:
+                closing = self._closing
+            if job.cancelling:  # cancelled: the server goes on, unless it is closing too
+                return closing, ("cancelled", f"cancelled at step {job.step}")
             self.say(f"job {job.id} stopped" + (f"; kept: {exc.saved}" if exc.saved else ""))
             return True, ("queued", None)
         except Exception as exc:  # one job failed: the server goes on

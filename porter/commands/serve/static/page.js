@@ -1,0 +1,295 @@
+// porter serve's page: a client of the server's own JSON API (/settings, /jobs,
+// /health), sending the bearer token with every call. Text from the server is set as
+// text, never as HTML. Videos and previews are fetched with the token and shown from
+// memory (object URLs), so no address carries the token.
+"use strict";
+
+const TOKEN_KEY = "porter.token";
+const POLL_MS = 1000;
+const NUMBERS = {width: "Width", height: "Height", frames: "Frames", steps: "Steps",
+                 seed: "Seed", guidance_scale: "Guidance"};
+const STATES = {queued: "queued", running: "running", done: "done", failed: "failed",
+                cancelled: "cancelled"};
+
+let token = localStorage.getItem(TOKEN_KEY) || "";
+let settings = null;
+let polling = null;
+const rows = new Map();  // job id -> its row's elements and what they show
+
+const $ = (id) => document.getElementById(id);
+
+class Unauthorized extends Error {}
+
+function element(tag, attributes = {}, text = "") {
+  const made = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) made.setAttribute(key, value);
+  if (text) made.textContent = text;
+  return made;
+}
+
+// A call to the server with the token; a 401 asks for the token again.
+async function call(path, options = {}) {
+  const headers = Object.assign({}, options.headers || {});
+  if (token) headers.Authorization = "Bearer " + token;
+  const answer = await fetch(path, Object.assign({}, options, {headers}));
+  if (answer.status === 401) {
+    askToken(token ? "The server refused that token." : "");
+    throw new Unauthorized();
+  }
+  return answer;
+}
+
+async function blobUrl(path) {
+  const answer = await call(path, {cache: "no-store"});
+  if (!answer.ok) return null;
+  return URL.createObjectURL(await answer.blob());
+}
+
+function askToken(message) {
+  clearTimeout(polling);
+  polling = null;
+  $("app").hidden = true;
+  $("token").hidden = false;
+  $("token-said").textContent = message;
+  $("token-input").focus();
+}
+
+async function start() {
+  let answer;
+  try {
+    answer = await call("/settings");
+  } catch (error) {
+    if (!(error instanceof Unauthorized)) say("The server cannot be reached: " + error, true);
+    return;
+  }
+  settings = await answer.json();
+  $("token").hidden = true;
+  $("app").hidden = false;
+  $("forget").hidden = !token;
+  $("model").textContent = `${settings.recipe} (${settings.family})`;
+  document.title = `Porter: ${settings.recipe}`;
+  fillForm(settings);
+  poll();
+}
+
+function fillForm(found) {
+  const gen = found.generate;
+  $("f-prompt").value = gen.prompt || "";
+  $("f-negative_prompt").value = gen.negative_prompt || "";
+  const numbers = $("numbers");
+  numbers.replaceChildren();
+  for (const [key, label] of Object.entries(NUMBERS)) {
+    const box = element("div");
+    box.append(element("label", {for: "f-" + key}, label));
+    const input = element("input", {id: "f-" + key, name: key, type: "number", min: "0",
+                                    step: key === "guidance_scale" ? "any" : "1"});
+    if (gen[key] === null || gen[key] === undefined) input.placeholder = "the model's";
+    else input.value = gen[key];
+    box.append(input);
+    numbers.append(box);
+  }
+  const files = $("files");
+  files.replaceChildren();
+  for (const [key, input] of Object.entries(found.inputs)) {
+    const box = element("div");
+    const name = key.replace(/_/g, " ");
+    box.append(element("label", {for: "f-" + key},
+                       name + (input.recipe_has ? " (the recipe's if none)" : "")));
+    const accept = {image: "image/*", video: "video/*", either: "image/*,video/*"};
+    box.append(element("input", {id: "f-" + key, name: key, type: "file",
+                                 accept: accept[input.kind]}));
+    files.append(box);
+  }
+}
+
+function readAsDataUrl(file) {
+  return new Promise((done, failed) => {
+    const reader = new FileReader();
+    reader.onload = () => done(reader.result);
+    reader.onerror = () => failed(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+
+function say(message, bad = false, problems = []) {
+  $("said").textContent = message;
+  $("said").className = bad ? "bad" : "";
+  $("problems").replaceChildren(...problems.map((problem) => element(
+    "li", {}, `${problem.path}: ${problem.message}` + (problem.hint ? ` (${problem.hint})` : ""))));
+}
+
+// The form as a job's settings: the prompt and what differs from the recipe's values
+// (what is left empty or unchanged, the recipe gives).
+async function jobSettings() {
+  const body = {}, recipe = settings.generate;
+  const prompt = $("f-prompt").value.trim();
+  if (prompt) body.prompt = prompt;
+  const negative = $("f-negative_prompt").value.trim();
+  if (negative !== (recipe.negative_prompt || "")) body.negative_prompt = negative;
+  for (const key of Object.keys(NUMBERS)) {
+    const value = $("f-" + key).value.trim();
+    if (value !== "" && Number(value) !== recipe[key]) body[key] = Number(value);
+  }
+  for (const key of Object.keys(settings.inputs)) {
+    const file = $("f-" + key).files[0];
+    if (file) body[key] = await readAsDataUrl(file);
+  }
+  return body;
+}
+
+async function submit(event) {
+  event.preventDefault();
+  $("submit").disabled = true;
+  try {
+    const answer = await call("/jobs", {method: "POST", body: JSON.stringify(await jobSettings()),
+                                        headers: {"Content-Type": "application/json"}});
+    const got = await answer.json();
+    if (answer.ok) {
+      say(`Job ${got.id} queued.`);
+      await refresh();
+    } else {
+      say(got.error + (got.hint ? ` (${got.hint})` : ""), true, got.problems || []);
+    }
+  } catch (error) {
+    if (!(error instanceof Unauthorized)) say("Not sent: " + error, true);
+  } finally {
+    $("submit").disabled = false;
+  }
+}
+
+function newRow(job) {
+  const row = {item: element("li", {class: "job", "data-job": job.id})};
+  const head = element("div", {class: "head"});
+  head.append(element("strong", {}, "#" + Number(job.id)));
+  row.prompt = element("span", {class: "prompt"}, job.settings.prompt || settings.generate.prompt || "");
+  row.prompt.title = row.prompt.textContent;
+  row.state = element("span", {class: "state"});
+  row.cancel = element("button", {type: "button", class: "cancel"}, "cancel");
+  row.cancel.addEventListener("click", () => cancel(job.id));
+  row.recordButton = element("button", {type: "button", class: "record"}, "run record");
+  row.recordButton.hidden = true;
+  row.recordButton.addEventListener("click", () => toggleRecord(row, job.id));
+  head.append(row.prompt, row.state, row.cancel, row.recordButton);
+  row.progress = element("progress", {max: "1", value: "0"});
+  row.error = element("p", {class: "error"});
+  row.preview = element("img", {class: "preview", alt: "live preview of the latents"});
+  row.preview.hidden = true;
+  row.video = element("video", {controls: "", loop: "", muted: "", playsinline: "",
+                                autoplay: ""});
+  row.video.muted = true;
+  row.video.hidden = true;
+  row.record = element("pre", {class: "record"});
+  row.record.hidden = true;
+  row.item.append(head, row.progress, row.error, row.preview, row.video, row.record);
+  $("jobs").prepend(row.item);  // newest first
+  rows.set(job.id, row);
+  return row;
+}
+
+function stateText(job) {
+  if (job.status === "running") {
+    const steps = job.steps ? ` · step ${job.step} of ${job.steps}` : "";
+    return (job.cancelling ? "cancelling" : "running") + steps;
+  }
+  if (job.status === "done" && job.started && job.finished)
+    return `done in ${(job.finished - job.started).toFixed(1)} s`;
+  return STATES[job.status] || job.status;
+}
+
+async function render(job) {
+  const row = rows.get(job.id) || newRow(job);
+  row.item.dataset.status = job.status;
+  row.state.textContent = stateText(job);
+  row.progress.max = job.steps || 1;
+  row.progress.value = job.status === "done" ? row.progress.max : job.step;
+  row.cancel.hidden = !(job.status === "queued" || job.status === "running") || job.cancelling;
+  row.error.textContent = job.error || "";
+  row.recordButton.hidden = !job.record;
+  if (job.preview && job.status === "running" && job.step !== row.previewStep) {
+    row.previewStep = job.step;
+    const url = await blobUrl(job.preview);
+    if (url) {
+      if (row.preview.src) URL.revokeObjectURL(row.preview.src);
+      row.preview.src = url;
+      row.preview.hidden = false;
+    }
+  }
+  if (job.video && !row.videoShown) {
+    row.videoShown = true;
+    const url = await blobUrl(job.video);
+    if (url) {
+      row.video.src = url;
+      row.video.hidden = false;
+      row.preview.hidden = true;
+    } else {
+      row.videoShown = false;  // try again at the next poll
+    }
+  }
+}
+
+async function toggleRecord(row, id) {
+  if (!row.record.hidden) {
+    row.record.hidden = true;
+    return;
+  }
+  const answer = await call(`/jobs/${id}/record`);
+  row.record.textContent = JSON.stringify(await answer.json(), null, 2);
+  row.record.hidden = false;
+}
+
+async function cancel(id) {
+  const answer = await call(`/jobs/${id}`, {method: "DELETE"});
+  if (!answer.ok) say((await answer.json()).error, true);
+  await refresh();
+}
+
+function healthText(health) {
+  const waiting = health.queued ? `, ${health.queued} waiting` : "";
+  if (!health.ready)
+    return `warming up (${health.warmup.done} of ${health.warmup.total})${waiting}`;
+  return (health.running ? "working" : "idle") + waiting;
+}
+
+async function refresh() {
+  const [jobs, health] = await Promise.all([
+    call("/jobs").then((answer) => answer.json()),
+    call("/health").then((answer) => answer.json())]);
+  $("health").textContent = healthText(health);
+  const present = new Set(jobs.jobs.map((job) => job.id));
+  for (const [id, row] of rows) {
+    if (!present.has(id)) {  // deleted by another client
+      row.item.remove();
+      rows.delete(id);
+    }
+  }
+  for (const job of jobs.jobs) await render(job);
+  $("empty").hidden = rows.size > 0;
+}
+
+async function poll() {
+  clearTimeout(polling);
+  try {
+    await refresh();
+  } catch (error) {
+    if (error instanceof Unauthorized) return;
+    $("health").textContent = "the server does not answer";
+  }
+  polling = setTimeout(poll, POLL_MS);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    token = $("token-input").value.trim();
+    localStorage.setItem(TOKEN_KEY, token);
+    $("token-input").value = "";
+    start();
+  });
+  $("forget").addEventListener("click", () => {
+    localStorage.removeItem(TOKEN_KEY);
+    token = "";
+    location.reload();
+  });
+  $("job").addEventListener("submit", submit);
+  start();
+});
