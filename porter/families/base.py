@@ -52,6 +52,11 @@ class ModelFamily:
     #: family's latents are (batch, channels, frames, height, width) and its ``decode``
     #: takes any such latents; False: none (``output.preview_every`` is refused)
     previews: bool = False
+    #: block-sparse video attention (``attention.window``): the transformer's
+    #: self-attention runs over the video's tokens alone, in the grid's order, and
+    #: ``token_grid`` says the grid; False: refused (text and video tokens attend
+    #: together, or the pipeline runs its own loop)
+    windows: bool = False
     #: component -> what renames the original release's keys to the library's for a
     #: file of its own (``model.transformer``, ``model.vae``, ``model.text_encoder``): the
     #: name of a function in ``diffusers.loaders.single_file_utils``, or a function
@@ -74,6 +79,11 @@ class ModelFamily:
     def rotary_patch_for(self, recipe) -> str | None:
         """The rotary patch for this recipe's model (families with several layouts)."""
         return self.rotary_patch
+
+    def token_grid(self, recipe) -> tuple[int, int, int] | None:
+        """The transformer's video tokens (frames, height, width) where ``windows``;
+        None: not windowed, or not known without the model's configuration."""
+        return None
 
     def check(self, recipe) -> list[Problem]:
         """Problems a recipe has for this family, found without weights."""

@@ -43,6 +43,12 @@ class Grid:
         return ((gen.frames - 1) // self.temporal + 1, gen.height // self.spatial,
                 gen.width // self.spatial)
 
+    def tokens(self, recipe) -> tuple[int, int, int]:
+        """The transformer's video tokens as a grid (frames, height, width): the
+        latents cut into patches (one latent frame deep)."""
+        frames, height, width = self.latents(recipe)
+        return frames, height // self.patch, width // self.patch
+
     def problems(self, recipe, model: str) -> list[Problem]:
         """Heights and widths the patches do not divide, frame counts the VAE does not
         take (``model`` names the model in the messages)."""
@@ -122,6 +128,12 @@ class StagedFamily(ModelFamily):
     def latent_grid(self, recipe) -> tuple[int, int, int]:
         """The recipe's latent frames, height and width (``grid``)."""
         return self.grid(recipe).latents(recipe)
+
+    def token_grid(self, recipe) -> tuple[int, int, int] | None:
+        """The transformer's video tokens (frames, height, width) for ``attention.window``
+        (None: the family's attention is not windowed)."""
+        grid = self.grid(recipe) if self.windows else None
+        return None if grid is None else grid.tokens(recipe)
 
     def text_length(self, recipe) -> int:
         """Text tokens per prompt: the recipe's, or the pipeline's own default."""

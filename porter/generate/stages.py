@@ -18,6 +18,7 @@ from porter.rundir.progress import REDO, Progress, restore_scheduler, scheduler_
 from porter.runtime import atomic, distributed, finite, interrupt, notices
 from porter.shims.interop import to_device, to_host
 from porter.transforms import scheduler as scheduling
+from porter.transforms.attention import window
 from porter.transforms.dtypes import DTYPES
 
 
@@ -63,10 +64,13 @@ def denoise(port, call: Call, conditioning: dict, save=None):
         call.schedule = scheduling.describe(pipe.scheduler, sampling.timesteps)
         latents = _continued(port, call, latents, sampling)
         steps = _Steps(call, len(sampling.timesteps))
-        with steps, interrupt.deferred() as stop:
+        windowed = call.recipe.attention.window
+        grid = family.token_grid(call.recipe) if windowed else None
+        with steps, interrupt.deferred() as stop, window.video(grid):
             for index in range(call.first_step, steps.total):
                 begin, sampling.index = time.perf_counter(), index
-                latents = _step(port, call, latents, conditioning, sampling)
+                with window.dense(windowed is not None and index < windowed.dense_steps):
+                    latents = _step(port, call, latents, conditioning, sampling)
                 if not finite.on_device(latents):
                     raise NonFinite(index + 1, steps.total, steps.saved_at)
                 steps.finished(index + 1, time.perf_counter() - begin)

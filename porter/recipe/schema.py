@@ -308,6 +308,25 @@ class RotarySection(Section):
         "hand them to the compiled transformer")
 
 
+#: three numbers, one per axis of the video's token grid (frames, height, width)
+Tokens3 = Annotated[list[Annotated[int, Field(ge=1, le=4096)]],
+                    Field(min_length=3, max_length=3)]
+Reach3 = Annotated[list[Annotated[int, Field(ge=0, le=4096)]],
+                   Field(min_length=3, max_length=3)]
+
+
+class WindowSection(Section):
+    tile: Tokens3 = Field(description="a tile's size in video tokens (frames, height, "
+                          "width of the transformer's token grid: latents cut into "
+                          "patches); a tile is one block of the kernel")
+    reach: Reach3 = Field(description="tiles on each side of a query's own tile whose "
+                          "keys it sees, per axis (frames, height, width)")
+    global_frames: int = Field(0, ge=0, description="the first N token frames' keys "
+                               "every query sees too (a multiple of tile's frames)")
+    dense_steps: int = Field(0, ge=0, description="the first N denoising steps run "
+                             "dense attention (they lay the video out)")
+
+
 class AttentionSection(Section):
     backend: str | None = Field(
         None, description="registered backend or 'auto'; null keeps torchax's own lowering")
@@ -323,6 +342,9 @@ class AttentionSection(Section):
     data_axis: str | None = Field(None, description="mesh axis that splits the batch")
     head_axis: str | None = Field(
         None, description="mesh axis that splits heads (or the sequence when heads don't divide)")
+    window: WindowSection | None = Field(
+        None, description="block-sparse video self-attention: each query sees a 3-D "
+        "window of tiles around its own (and the first frames); null: dense")
 
 
 class CompileRule(Section):

@@ -26,6 +26,7 @@ from porter_wan.layout import Layout
 class WanFamily(StagedFamily):
     name = "wan"
     title = "Wan"
+    windows = True  # self-attention over the video's tokens alone, text by cross-attention
     summary = ("Wan 2.1 and 2.2: text-to-video, two-expert A14B (text and image), "
                "image-to-video, first-last-frame, TI2V-5B (text and image)")
     variants = tuple(tiny.VARIANTS)

@@ -18,7 +18,7 @@ import torch
 
 from porter.shims.compat import import_torchax
 from porter.transforms import Pass
-from porter.transforms.attention import backends, sharded
+from porter.transforms.attention import backends, sharded, window
 from porter.transforms.attention.backends import BUILTIN, AttentionBackend
 
 __all__ = ["AttentionBackend", "BUILTIN", "PASS", "install", "disabled", "attend", "skipped"]
@@ -82,18 +82,31 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
     if k.shape[1] != q.shape[1]:  # grouped-query attention: repeat key/value heads
         k = jnp.repeat(k, q.shape[1] // k.shape[1], axis=1)
         v = jnp.repeat(v, q.shape[1] // v.shape[1], axis=1)
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    tiling = window.tiling(config.get("window"), q.shape[2], k.shape[2]) \
+        if attn_mask is None and not is_causal else None
+    if tiling is not None:  # the video's self-attention, windowed: its own kernel
+        _count(4 * math.prod(q.shape) * q.shape[2] * tiling.computed_fraction, mesh,
+               window.split_shape(q.shape, tiling), config)
+        return window.attend(q, k, v, tiling, scale=scale, mesh=mesh,
+                             data_axis=config["data_axis"], head_axis=config["head_axis"])
     keep = _keep_mask(attn_mask, is_causal, q.shape[2], k.shape[2])
     chosen = backends.choose(backend, platform, q.shape[2], k.shape[2], config["registry"],
                              batch_heads=q.shape[0] * q.shape[1])
-    options = dict(scale=scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]),
-                   block_q=config["block_q"], block_kv=config["block_kv"])
+    options = dict(scale=scale, block_q=config["block_q"], block_kv=config["block_kv"])
     if backends.takes_platform(chosen.kernel):  # compiled for this platform, wherever
         options["platform"] = platform  # the host is (a TPU target from a CPU host)
-    if _tally.get() is not None and _repeats.get():  # 0: traced for shapes only
-        shares = sharded.split(mesh, q.shape, config["data_axis"], config["head_axis"])
-        _tally.get().append(4 * math.prod(q.shape) * k.shape[2] * _repeats.get() / shares)
+    _count(4 * math.prod(q.shape) * k.shape[2], mesh, q.shape, config)
     return sharded.run(chosen.kernel, mesh, q, k, v, keep, data_axis=config["data_axis"],
                        head_axis=config["head_axis"], **options)
+
+
+def _count(flops: float, mesh, split_shape, config) -> None:
+    """Into ``counted()``'s list: a call's ``flops`` per device (shared as queries of
+    ``split_shape`` are split over the mesh)."""
+    if _tally.get() is not None and _repeats.get():  # 0: traced for shapes only
+        shares = sharded.split(mesh, split_shape, config["data_axis"], config["head_axis"])
+        _tally.get().append(flops * _repeats.get() / shares)
 
 
 def install(env, recipe_attention, registry: dict, mesh, platform: str):
@@ -104,7 +117,7 @@ def install(env, recipe_attention, registry: dict, mesh, platform: str):
     fallback = saved[torch.nn.functional.scaled_dot_product_attention]
     config = dict(registry=registry, block_q=recipe_attention.block_q,
                   block_kv=recipe_attention.block_kv, data_axis=recipe_attention.data_axis,
-                  head_axis=recipe_attention.head_axis)
+                  head_axis=recipe_attention.head_axis, window=recipe_attention.window)
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
              enable_gqa=False):
@@ -152,7 +165,7 @@ class Skipped:
         return value
 
 
-def problems(recipe, registry) -> list:
+def problems(recipe, registry, family=None) -> list:
     """Backend registered, axes in the mesh (no devices needed)."""
     section, found = recipe.attention, []
     known = sorted(registry.attention)
@@ -174,6 +187,60 @@ def problems(recipe, registry) -> list:
         if axis is not None and axis not in recipe.mesh:
             found.append(recipe.problem(f"attention.{key}", f"mesh has no axis {axis!r}",
                                         hint=f"mesh axes: {', '.join(recipe.mesh)}"))
+    return found + window_problems(recipe, family)
+
+
+def window_problems(recipe, family) -> list:
+    """``attention.window`` against the backend, the family and the video's token grid:
+    tiles that fit it, a window that skips something, dense steps fewer than all."""
+    spec = recipe.attention.window
+    if spec is None:
+        return []
+    where = "attention.window"
+    if recipe.attention.backend is None:
+        return [recipe.problem(where, "set without attention.backend: with no backend, "
+                               "torchax's own lowering runs every attention call",
+                               hint="set attention.backend too (e.g. auto)")]
+    if family is not None and not family.windows:
+        return [recipe.problem(where, f"family {family.name!r} does not window its "
+                               "attention (its text and video tokens attend together, or "
+                               "its pipeline runs its own loop)",
+                               hint="windows run on Wan models; leave it out here")]
+    found = []
+    if spec.global_frames % spec.tile[0]:
+        found.append(recipe.problem(f"{where}.global_frames", f"{spec.global_frames} is not "
+                                    f"a multiple of the tile's {spec.tile[0]} frames",
+                                    hint="global keys are whole tiles"))
+    steps = recipe.generate.steps
+    if steps is not None and spec.dense_steps >= steps:
+        found.append(recipe.problem(f"{where}.dense_steps", f"{spec.dense_steps} dense "
+                                    f"steps of {steps}: no step is windowed",
+                                    hint=f"fewer than {steps}, or leave attention.window "
+                                    "out"))
+    grid = family.token_grid(recipe) if family is not None else None
+    if grid is None or found:
+        return found
+    axes = ("frames", "height", "width")
+    for axis, size, tile in zip(axes, grid, spec.tile):
+        if tile > size:
+            found.append(recipe.problem(f"{where}.tile", f"{tile} {axis} per tile, but the "
+                                        f"video has {size} token {axis} "
+                                        f"({'x'.join(map(str, grid))} tokens)",
+                                        hint=f"at most {size}"))
+    tiling = window.Tiling(grid, tuple(spec.tile), tuple(spec.reach), spec.global_frames)
+    count = math.prod(tiling.tiles)
+    if not found and count > window.MAX_TILES:
+        found.append(recipe.problem(f"{where}.tile", f"{count} tiles of "
+                                    f"{'x'.join(map(str, spec.tile))} tokens: at most "
+                                    f"{window.MAX_TILES}", hint="larger tiles (a tile is "
+                                    "a kernel block: 128 tokens or more suit every chip)"))
+    if not found:
+        if tiling.seen.all():
+            found.append(recipe.problem(
+                where, f"every tile sees every other ({'x'.join(map(str, tiling.tiles))} "
+                f"tiles of {'x'.join(map(str, spec.tile))} tokens, reach "
+                f"{'x'.join(map(str, spec.reach))}): attention stays dense, with padding",
+                hint="smaller tiles or reach, or leave attention.window out"))
     return found
 
 
@@ -225,5 +292,5 @@ def _detail(recipe, registry, family, modules) -> str | None:
 PASS = Pass(
     "attention", ("attention",), "attention through the recipe's backend while programs "
     "are traced (installed around each call)",
-    check=lambda recipe, registry, family: problems(recipe, registry),
+    check=problems,
     apply=_skip, detail=_detail)

@@ -96,28 +96,46 @@ def blockwise(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv:
             keep_q = jax.lax.dynamic_slice_in_dim(keep_k, q_index * block_q, block_q, axis=3)
 
         def step(carry, inputs):
-            peak, total, acc = carry
             k_block, v_block, keep_block = inputs
-            scores = jnp.where(keep_block, _scores(q_block, k_block, scale), NEG_INF)
-            new_peak = jnp.maximum(peak, jnp.max(scores, axis=-1))
-            safe = jnp.where(jnp.isfinite(new_peak), new_peak, 0.0)
-            weights = jnp.exp(scores - safe[..., None])
-            correction = jnp.exp(jnp.where(jnp.isfinite(peak), peak - safe, NEG_INF))
-            total = total * correction + jnp.sum(weights, axis=-1)
-            acc = acc * correction[..., None] + jnp.einsum(
-                "bhqk,bhkd->bhqd", weights.astype(v_block.dtype), v_block,
-                preferred_element_type=jnp.float32)
-            return (new_peak, total, acc), None
+            return online_step(carry, q_block, k_block, v_block, keep_block, scale), None
 
-        start = (jnp.full((batch, heads, block_q), NEG_INF, jnp.float32),
-                 jnp.zeros((batch, heads, block_q), jnp.float32),
-                 jnp.zeros((batch, heads, block_q, dim), jnp.float32))
-        (_, total, acc), _ = jax.lax.scan(step, start, (k_blocks, v_blocks, keep_q))
-        return acc / jnp.where(total > 0, total, 1.0)[..., None]
+        (_, total, acc), _ = jax.lax.scan(step, online_start(q_block),
+                                          (k_blocks, v_blocks, keep_q))
+        return online_result(total, acc)
 
     out = jax.lax.map(one_query_block, (q_blocks, jnp.arange(nq)))
     out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, nq * block_q, dim)
     return out[:, :, :q_len].astype(q.dtype)
+
+
+def online_start(q_block):
+    """An online softmax's running (peak, total, weighted sum) before any key block."""
+    batch, heads, size, dim = q_block.shape
+    return (jnp.full((batch, heads, size), NEG_INF, jnp.float32),
+            jnp.zeros((batch, heads, size), jnp.float32),
+            jnp.zeros((batch, heads, size, dim), jnp.float32))
+
+
+def online_step(carry, q_block, k_block, v_block, keep_block, scale: float):
+    """One key block into an online softmax's running (peak, total, weighted sum): the
+    earlier blocks' sums rescaled to the new peak (a row with nothing kept yet keeps
+    its -inf peak and zero sums)."""
+    peak, total, acc = carry
+    scores = jnp.where(keep_block, _scores(q_block, k_block, scale), NEG_INF)
+    new_peak = jnp.maximum(peak, jnp.max(scores, axis=-1))
+    safe = jnp.where(jnp.isfinite(new_peak), new_peak, 0.0)
+    weights = jnp.exp(scores - safe[..., None])
+    correction = jnp.exp(jnp.where(jnp.isfinite(peak), peak - safe, NEG_INF))
+    total = total * correction + jnp.sum(weights, axis=-1)
+    acc = acc * correction[..., None] + jnp.einsum(
+        "bhqk,bhkd->bhqd", weights.astype(v_block.dtype), v_block,
+        preferred_element_type=jnp.float32)
+    return new_peak, total, acc
+
+
+def online_result(total, acc):
+    """The attention output of an online softmax's sums (zeros where no key was kept)."""
+    return acc / jnp.where(total > 0, total, 1.0)[..., None]
 
 
 def key_padding(keep, batch: int, k_len: int):

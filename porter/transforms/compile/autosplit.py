@@ -28,6 +28,7 @@ from porter.runtime import atomic, distributed, notices
 from porter.shims import fixes as torchax_fixes
 from porter.shims.compat import import_torchax
 from porter.shims.tracing import model_frame, untraceable
+from porter.transforms.attention import window
 
 
 def holds_tensor(value) -> bool:
@@ -136,13 +137,16 @@ def programs(function, name: str, split: Split):
     made: dict = {}
 
     def program(static: tuple[str, ...]):
-        if static not in made:
+        # the attention window's dense steps trace another program of the same shapes
+        key = (static, window.phase())
+        if key not in made:
             options = {**jit_kwargs, "static_argnames": tuple(
                 sorted(set(jit_kwargs.get("static_argnames", ())) | set(static)))}
-            jit = functools.partial(traces.jit, name) if traces is not None else jax.jit
-            made[static] = interop.wrap_jax_jit(function, jax_jit_func=jit,
-                                                kwargs_for_jax=options)
-        return made[static]
+            named = name if key[1] is None else f"{name}@{key[1]}"
+            jit = functools.partial(traces.jit, named) if traces is not None else jax.jit
+            made[key] = interop.wrap_jax_jit(function, jax_jit_func=jit,
+                                             kwargs_for_jax=options)
+        return made[key]
     return program
 
 

@@ -1,0 +1,237 @@
+"""Block-sparse video attention: each query sees the keys of a 3-D window of tiles
+around its own (sliding-tile attention), and optionally the first frames' keys.
+
+The transformer's video tokens form a grid (frames, height, width: the latents cut
+into patches). ``attention.window`` cuts the grid into tiles of ``tile`` tokens; a
+query in tile (a, b, c) sees every key of the tiles within ``reach`` tiles of it on
+each axis, and every key of the first ``global_frames`` frames. Tokens are gathered
+into tile order (tile by tile, each tile's tokens together), so each tile is one
+block of the kernel; a block a query tile does not see is never computed, which is
+where the FLOPs go. Tiles at the grid's far edges are padded (keys masked, queries
+dropped). The mask is exact: the result is dense attention with the same token mask
+(``Tiling.keep``), to the float sums' order.
+
+Only self-attention over exactly the grid's tokens is windowed (``applies``); cross-
+attention to text, and components with other sequences, run dense. The grid comes
+from the call (``video``, set by the denoising loop); ``dense()`` marks the steps
+that run dense attention (``dense_steps``: the first steps lay out the video), and
+``phase`` keys compiled programs by it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: tiles a video may be cut into (the table of which tile sees which has this squared)
+MAX_TILES = 4096
+
+_grid = contextvars.ContextVar("porter_video_grid", default=None)
+_dense = contextvars.ContextVar("porter_dense_attention", default=False)
+
+
+@contextlib.contextmanager
+def video(grid: tuple[int, int, int] | None):
+    """Inside, the video's token grid (frames, height, width) is ``grid`` (None: no
+    video: nothing is windowed)."""
+    token = _grid.set(None if grid is None else tuple(int(n) for n in grid))
+    try:
+        yield
+    finally:
+        _grid.reset(token)
+
+
+@contextlib.contextmanager
+def dense(on: bool = True):
+    """Inside (when ``on``), windowed attention runs dense (the anchor steps)."""
+    token = _dense.set(bool(on))
+    try:
+        yield
+    finally:
+        _dense.reset(token)
+
+
+def phase() -> str | None:
+    """What a program traced now is keyed by besides its shapes: "dense" inside
+    ``dense()`` while a video grid is set, else None (one program for both where no
+    window is configured: the grid alone changes nothing)."""
+    return "dense" if _dense.get() and _grid.get() is not None else None
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """A video's token grid cut into tiles, and which key tiles each query tile sees."""
+
+    grid: tuple[int, int, int]
+    tile: tuple[int, int, int]
+    reach: tuple[int, int, int]
+    global_frames: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def tiles(self) -> tuple[int, int, int]:
+        """Tiles along each axis (the last ones padded where the tile does not divide)."""
+        return tuple(-(-n // t) for n, t in zip(self.grid, self.tile))
+
+    @property
+    def tile_tokens(self) -> int:
+        return math.prod(self.tile)
+
+    @property
+    def padded(self) -> int:
+        """Tokens in tile order, padding included."""
+        return math.prod(self.tiles) * self.tile_tokens
+
+    @functools.cached_property
+    def order(self) -> np.ndarray:
+        """For each position in tile order, the token there (``tokens``: padding)."""
+        tiled = np.full(tuple(n * t for n, t in zip(self.tiles, self.tile)), self.tokens,
+                        np.int32)
+        f, h, w = self.grid
+        tiled[:f, :h, :w] = np.arange(self.tokens, dtype=np.int32).reshape(self.grid)
+        (nf, nh, nw), (tf, th, tw) = self.tiles, self.tile
+        return tiled.reshape(nf, tf, nh, th, nw, tw).transpose(0, 2, 4, 1, 3, 5).ravel()
+
+    @functools.cached_property
+    def inverse(self) -> np.ndarray:
+        """For each token, its position in tile order."""
+        found = np.empty(self.tokens, np.int32)
+        real = self.order < self.tokens
+        found[self.order[real]] = np.nonzero(real)[0]
+        return found
+
+    @functools.cached_property
+    def seen(self) -> np.ndarray:
+        """(query tile, key tile) -> whether the query tile sees the key tile (tiles in
+        frame, row, column order; ``MAX_TILES`` bounds its size)."""
+        near = None
+        for count, reach in zip(self.tiles, self.reach):  # one axis at a time
+            index = np.arange(count)
+            axis = np.abs(index[:, None] - index[None, :]) <= reach
+            near = axis if near is None else (
+                near[:, None, :, None] & axis[None, :, None, :]).reshape(
+                    len(near) * count, len(near) * count)
+        first = np.arange(len(near)) // (len(near) // self.tiles[0]) \
+            < self.global_frames // self.tile[0]
+        return near | first[None, :]
+
+    @functools.cached_property
+    def table(self) -> tuple[np.ndarray, np.ndarray]:
+        """(indices, used), each (query tiles, most key tiles any sees): each query
+        tile's key tiles, the rest of its row unused (index 0, masked)."""
+        seen = self.seen
+        width = int(seen.sum(axis=1).max())
+        indices = np.zeros((len(seen), width), np.int32)
+        used = np.zeros((len(seen), width), bool)
+        for row, keys in enumerate(seen):
+            found = np.nonzero(keys)[0]
+            indices[row, :len(found)], used[row, :len(found)] = found, True
+        return indices, used
+
+    @property
+    def computed_fraction(self) -> float:
+        """Score blocks the kernel computes, against dense attention's (padding and
+        unused table entries count: they are computed and masked)."""
+        indices, _ = self.table
+        return indices.size * self.tile_tokens ** 2 / self.tokens ** 2
+
+    def keep(self) -> np.ndarray:
+        """The token mask (queries x keys, in the grid's order) the window is: dense
+        attention with it gives the window's result. (tokens^2 booleans: for tests.)"""
+        tile_of = np.empty(self.tokens, np.int64)
+        tile_of[self.order[self.order < self.tokens]] = \
+            np.nonzero(self.order < self.tokens)[0] // self.tile_tokens
+        return self.seen[tile_of[:, None], tile_of[None, :]]
+
+
+def tiling(section, q_len: int, k_len: int) -> Tiling | None:
+    """The window a call runs (None: dense): ``section`` (``attention.window``) set,
+    self-attention over exactly the current video's tokens, outside ``dense()``."""
+    grid = _grid.get()
+    if section is None or grid is None or _dense.get() or q_len != k_len \
+            or q_len != math.prod(grid):
+        return None
+    return _tilings(grid, tuple(section.tile), tuple(section.reach), section.global_frames)
+
+
+@functools.lru_cache(maxsize=16)
+def _tilings(grid, tile, reach, global_frames) -> Tiling:
+    return Tiling(grid, tile, reach, global_frames)
+
+
+def split_shape(q_shape, tiling: Tiling) -> tuple:
+    """The query shape ``sharded.layout`` splits: query tiles, each kept whole."""
+    return (*q_shape[:2], len(tiling.table[0]), q_shape[3])
+
+
+def attend(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis):
+    """Windowed attention of (B, H, tokens, D) arrays: gathered into tile order, the
+    block-sparse kernel under ``shard_map`` (batch on ``data_axis``, heads on
+    ``head_axis``, or query tiles where the heads do not divide it), gathered back."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    from porter.transforms.attention import sharded
+
+    def tiled(x):  # a zero row for the padding to take
+        x = jnp.concatenate([x, jnp.zeros_like(x[:, :, :1])], axis=2)
+        return jnp.take(x, jnp.asarray(tiling.order), axis=2)
+
+    indices, used = (jnp.asarray(a) for a in tiling.table)
+    valid = jnp.asarray(tiling.order < tiling.tokens)
+    body = functools.partial(sparse, scale=scale, block=tiling.tile_tokens)
+    axes = sharded.layout(mesh, split_shape(q.shape, tiling), data_axis, head_axis)
+    args = (tiled(q), tiled(k), tiled(v), indices, used, valid)
+    if axes == (None, None, None):
+        out = body(*args)
+    else:
+        batch_axis, heads_axis, seq_axis = axes
+        q_spec = P(batch_axis, heads_axis, seq_axis, None)
+        kv_spec = P(batch_axis, heads_axis, None, None)
+        rows = P(seq_axis, None)
+        out = jax.shard_map(body, mesh=mesh, check_vma=False,
+                            in_specs=(q_spec, kv_spec, kv_spec, rows, rows, P(None)),
+                            out_specs=q_spec)(*args)
+    return jnp.take(out, jnp.asarray(tiling.inverse), axis=2)
+
+
+def sparse(q, k, v, indices, used, valid, *, scale: float, block: int):
+    """Block-sparse attention in tile order: query block i (``block`` tokens) attends
+    to the key blocks ``indices[i][used[i]]`` only, with an online softmax over them
+    (the blockwise kernel's, walking a table instead of every block); ``valid``
+    masks padded keys. Query blocks: ``len(indices)`` (a shard's rows)."""
+    import jax
+    import jax.numpy as jnp
+
+    from porter.transforms.attention import kernels
+
+    batch, heads, _, dim = q.shape
+    q_blocks = jnp.moveaxis(q.reshape(batch, heads, -1, block, dim), 2, 0)
+    k_blocks = jnp.moveaxis(k.reshape(batch, heads, -1, block, dim), 2, 0)
+    v_blocks = jnp.moveaxis(v.reshape(batch, heads, -1, block, dim), 2, 0)
+    valid_blocks = valid.reshape(-1, block)
+
+    def one_query_block(args):
+        q_block, row, row_used = args
+
+        def step(carry, entry):
+            index, on = entry
+            keep = jnp.logical_and(valid_blocks[index], on)[None, None, None, :]
+            return kernels.online_step(carry, q_block, k_blocks[index], v_blocks[index],
+                                       keep, scale), None
+
+        (_, total, acc), _ = jax.lax.scan(step, kernels.online_start(q_block),
+                                          (row, row_used))
+        return kernels.online_result(total, acc)
+
+    out = jax.lax.map(one_query_block, (q_blocks, indices, used))
+    return jnp.moveaxis(out, 0, 2).reshape(q.shape).astype(q.dtype)

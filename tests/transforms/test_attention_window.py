@@ -1,0 +1,189 @@
+"""Block-sparse video attention (attention.window): the tiling, the kernel equal to
+dense attention with the same mask, sharded as dense attention is, the FLOPs it skips."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from porter.transforms.attention import kernels, window
+
+TOLERANCE = 2e-5  # float32 on CPU; the sums run in another order than reference's
+
+
+def mesh(**axes):
+    devices = np.array(jax.devices()[: int(np.prod(list(axes.values())))])
+    return jax.sharding.Mesh(devices.reshape(tuple(axes.values())), tuple(axes))
+
+
+def qkv(batch, heads, tokens, dim=16, seed=0):
+    keys = jax.random.split(jax.random.key(seed), 3)
+    return tuple(jax.random.normal(key, (batch, heads, tokens, dim)) for key in keys)
+
+
+def test_the_tiling_orders_every_token_once_and_pads_the_far_edges():
+    tiling = window.Tiling(grid=(3, 5, 6), tile=(2, 2, 4), reach=(0, 1, 0))
+    assert tiling.tiles == (2, 3, 2) and tiling.tile_tokens == 16
+    assert tiling.padded == 12 * 16 and tiling.tokens == 90
+    real = tiling.order[tiling.order < 90]
+    assert sorted(real.tolist()) == list(range(90))  # each token once
+    assert (tiling.order[tiling.inverse] == np.arange(90)).all()
+    # the first tile: frames 0-1, rows 0-1, columns 0-3 of the grid
+    first = tiling.order[:16]
+    f, h, w = np.unravel_index(first, (3, 5, 6))
+    assert set(f) == {0, 1} and set(h) == {0, 1} and set(w) == {0, 1, 2, 3}
+
+
+def test_a_query_tile_sees_its_window_and_the_first_frames():
+    tiling = window.Tiling(grid=(4, 4, 4), tile=(1, 2, 2), reach=(1, 0, 0),
+                           global_frames=1)
+    seen = tiling.seen  # tiles: 4 frames x 2 x 2
+    index = {c: i for i, c in enumerate(np.ndindex(4, 2, 2))}
+    row = seen[index[(2, 1, 0)]]
+    expect = {index[(f, 1, 0)] for f in (1, 2, 3)} | {index[(0, a, b)] for a in (0, 1)
+                                                     for b in (0, 1)}
+    assert set(np.nonzero(row)[0]) == expect
+    indices, used = tiling.table
+    assert indices.shape == (16, 7) and used.sum(axis=1).max() == 7
+
+
+@pytest.mark.parametrize("grid,tile,reach,first", [
+    ((4, 6, 8), (2, 2, 4), (0, 1, 0), 0),       # tiles divide the grid
+    ((5, 6, 7), (2, 4, 4), (1, 0, 1), 2),       # padded edges, the first frames global
+    ((3, 4, 4), (1, 2, 2), (1, 1, 1), 0),       # every tile sees every other: dense
+])
+def test_the_window_is_dense_attention_with_its_mask(grid, tile, reach, first):
+    tiling = window.Tiling(grid, tile, reach, first)
+    q, k, v = qkv(2, 3, tiling.tokens)
+    keep = jnp.asarray(tiling.keep())
+    expected = kernels.reference(q, k, v, keep, scale=0.25)
+    got = jax.jit(lambda q, k, v: window.attend(
+        q, k, v, tiling, scale=0.25, mesh=mesh(dp=1), data_axis="dp",
+        head_axis=None))(q, k, v)
+    assert float(jnp.abs(got - expected).max()) <= TOLERANCE
+    dense = kernels.reference(q, k, v, None, scale=0.25)
+    assert (tiling.keep().all()) == bool(float(jnp.abs(got - dense).max()) <= TOLERANCE)
+
+
+@pytest.mark.parametrize("axes,heads", [
+    ({"dp": 2, "tp": 4}, 4),     # heads split
+    ({"tp": 4}, 3),              # 3 heads on 4: the query tiles split (8 of them)
+    ({"tp": 8}, 3),              # 8 devices, 12 query tiles: unsplit there
+])
+def test_sharded_window_equals_unsharded(axes, heads):
+    tiling = window.Tiling((4, 6, 8), (1, 3, 4), (1, 0, 1), 1)  # 4 x 2 x 2 = 16 tiles
+    if axes == {"tp": 8}:
+        tiling = window.Tiling((3, 6, 8), (1, 3, 4), (1, 0, 1), 1)  # 12 tiles
+    q, k, v = qkv(2, heads, tiling.tokens)
+    expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
+    got = jax.jit(lambda q, k, v: window.attend(
+        q, k, v, tiling, scale=0.25, mesh=mesh(**axes), data_axis="dp",
+        head_axis="tp"))(q, k, v)
+    assert float(jnp.abs(got - expected).max()) <= TOLERANCE
+
+
+def test_the_kernel_computes_only_the_blocks_a_window_sees():
+    """Each query tile's loop walks its table row (the key tiles it sees), not every
+    tile: the scan's trip count is the row's width; a sixteenth of dense here."""
+    q, k, v = qkv(1, 2, 512)
+    for reach, trips in (((0, 0, 0), 1), ((3, 1, 1), 16)):
+        tiling = window.Tiling((8, 8, 8), (2, 4, 4), reach)  # 4 x 2 x 2 tiles
+        program = jax.make_jaxpr(lambda q, k, v: window.attend(
+            q, k, v, tiling, scale=0.25, mesh=mesh(dp=1), data_axis="dp",
+            head_axis=None))(q, k, v)
+        lengths = [eqn.params["length"] for eqn in _equations(program.jaxpr)
+                   if eqn.primitive.name == "scan"]
+        assert lengths == [16, trips]  # the query tiles (lax.map), then each one's keys
+        assert tiling.computed_fraction == trips / 16
+
+
+def _equations(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            inner = getattr(value, "jaxpr", value)
+            if hasattr(inner, "eqns"):
+                yield from _equations(inner)
+
+
+WINDOWED = """\
+model: {family: wan, source: tiny}
+generate: {prompt: "a cat", height: 64, width: 64, frames: 17, steps: 3,
+           max_sequence_length: 16}
+attention:
+  backend: auto
+  window: {tile: [1, 2, 2], reach: [1, 1, 0], global_frames: 1, dense_steps: 1}
+"""
+
+
+@pytest.mark.slow
+def test_a_windowed_run_is_the_dense_run_with_the_windows_mask(tmp_path, monkeypatch):
+    """Through the tiny Wan on 8 devices: the windowed kernel's latents equal those of a
+    run whose windowed calls are dense attention with the window's token mask; a run
+    without the window differs (the window is in use)."""
+    import porter
+    from porter.generate.call import Call
+
+    path = tmp_path / "windowed.yaml"
+    path.write_text(WINDOWED)
+
+    def latents(*overrides):
+        with porter.load(path, *overrides) as port:
+            recipe = port.recipe
+            return port.run(Call(recipe, wanted=("encode", "denoise"))).latents
+
+    windowed = latents()
+
+    def masked_dense(q, k, v, tiling, *, scale, **_):
+        return kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=scale)
+    monkeypatch.setattr(window, "attend", masked_dense)
+    masked = latents("attention.block_q=256")  # another recipe: no trace of the first
+    monkeypatch.undo()
+    dense = latents("attention.window=null")
+    assert float((windowed - masked).abs().max()) <= 1e-5
+    assert float((windowed - dense).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("window_yaml,path,said", [
+    ("{tile: [1, 2, 2], reach: [1, 1, 1], global_frames: 1, dense_steps: 0}", None, None),
+    ("{tile: [2, 2, 2], reach: [0, 0, 0], global_frames: 1}", "attention.window.global_frames",
+     "not a multiple of the tile's 2 frames"),
+    ("{tile: [1, 2, 2], reach: [0, 0, 0], dense_steps: 3}", "attention.window.dense_steps",
+     "no step is windowed"),
+    ("{tile: [1, 8, 2], reach: [0, 0, 0]}", "attention.window.tile",
+     "8 height per tile, but the video has 4 token height (5x4x4 tokens)"),
+    ("{tile: [2, 2, 2], reach: [2, 1, 1]}", "attention.window",
+     "every tile sees every other (3x2x2 tiles"),
+])
+def test_validate_checks_the_window_against_the_video(tmp_path, window_yaml, path, said):
+    from porter import plugins, recipe
+    from porter.port import checks
+
+    file = tmp_path / "r.yaml"
+    file.write_text(WINDOWED.replace(
+        "{tile: [1, 2, 2], reach: [1, 1, 0], global_frames: 1, dense_steps: 1}", window_yaml))
+    problems = checks.recipe_problems(recipe.load(file), plugins.registry())
+    if path is None:
+        assert problems == []
+        return
+    [problem] = problems
+    assert problem.path == path and said in problem.message, problem
+
+
+@pytest.mark.parametrize("text,said", [
+    ("model: {family: cogvideox, source: tiny}", "family 'cogvideox' does not window"),
+    ("attention: {backend: null}", "set without attention.backend"),
+])
+def test_a_window_where_it_cannot_run_is_refused(tmp_path, text, said):
+    from porter import plugins, recipe
+    from porter.port import checks
+
+    file = tmp_path / "r.yaml"
+    body = WINDOWED.replace("  backend: auto\n", "  backend: null\n") \
+        if "backend" in text else WINDOWED.replace(
+            "model: {family: wan, source: tiny}", text).replace(
+            "frames: 17", "frames: 9").replace("height: 64, width: 64",
+                                                "height: 32, width: 32")
+    file.write_text(body)
+    found = checks.recipe_problems(recipe.load(file), plugins.registry())
+    assert any(p.path == "attention.window" and said in p.message for p in found), found
