@@ -24,7 +24,6 @@ from porter.shims import interop
 from porter.shims.compat import import_torchax
 from porter.transforms import attention
 from porter.transforms import sharding as shard_transform
-from porter.transforms.attention import window
 from porter.transforms.compile import scan
 
 
@@ -67,12 +66,9 @@ class AbstractPort:
     def active(self):
         """What a run has in place while it calls its programs (``porter.port.active``,
         the attention backend for the target's platform and mesh), and torchax's
-        environment; the video's token grid where the recipe windows attention (the
-        windowed steps' programs: ``dense_steps``' programs are the dense ones)."""
-        grid = self.family.token_grid(self.recipe) if self.recipe.attention.window \
-            else None
+        environment."""
         with active.active(self.recipe, self.registry, self.runtime, self.patches), \
-                self.runtime.env, window.video(grid):
+                self.runtime.env:
             yield
 
     @property

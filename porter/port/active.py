@@ -10,20 +10,26 @@ import contextlib
 from porter.generate import schedulers
 from porter.shims import lowerings, tracing
 from porter.transforms import attention, patches
+from porter.transforms.attention import window
 
 
 @contextlib.contextmanager
 def ops_installed(recipe, registry, runtime):
     """Porter's lowerings (``porter.shims.lowerings``) and the recipe's attention
-    backend in place of torchax's, for the block."""
+    backend in place of torchax's, for the block; where the recipe windows attention,
+    its video's token grid (``attention.window.video``: a call of other settings, a
+    served job's, sets its own inside)."""
     with lowerings.installed(runtime.env):
         if recipe.attention.backend is None:
             yield
             return
         undo = attention.install(runtime.env, recipe.attention, registry.attention,
                                  runtime.mesh, runtime.platform)
+        grid = registry.family(recipe.model.family).token_grid(recipe) \
+            if recipe.attention.window else None
         try:
-            yield
+            with window.video(grid):
+                yield
         finally:
             undo()
 

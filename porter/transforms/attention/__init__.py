@@ -85,9 +85,8 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     tiling = window.tiling(config.get("window"), q.shape[2], k.shape[2]) \
         if attn_mask is None and not is_causal else None
-    if tiling is not None:  # the video's self-attention, windowed: its own kernel
-        _count(4 * math.prod(q.shape) * q.shape[2] * tiling.computed_fraction, mesh,
-               window.split_shape(q.shape, tiling), config)
+    if tiling is not None:  # the video's self-attention, windowed: its own kernel (in
+        # XLA, which counts its FLOPs itself: not in ``counted()``'s list)
         return window.attend(q, k, v, tiling, scale=scale, mesh=mesh,
                              data_axis=config["data_axis"], head_axis=config["head_axis"])
     keep = _keep_mask(attn_mask, is_causal, q.shape[2], k.shape[2])
@@ -96,17 +95,11 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
     options = dict(scale=scale, block_q=config["block_q"], block_kv=config["block_kv"])
     if backends.takes_platform(chosen.kernel):  # compiled for this platform, wherever
         options["platform"] = platform  # the host is (a TPU target from a CPU host)
-    _count(4 * math.prod(q.shape) * k.shape[2], mesh, q.shape, config)
+    if _tally.get() is not None and _repeats.get():  # 0: traced for shapes only
+        shares = sharded.split(mesh, q.shape, config["data_axis"], config["head_axis"])
+        _tally.get().append(4 * math.prod(q.shape) * k.shape[2] * _repeats.get() / shares)
     return sharded.run(chosen.kernel, mesh, q, k, v, keep, data_axis=config["data_axis"],
                        head_axis=config["head_axis"], **options)
-
-
-def _count(flops: float, mesh, split_shape, config) -> None:
-    """Into ``counted()``'s list: a call's ``flops`` per device (shared as queries of
-    ``split_shape`` are split over the mesh)."""
-    if _tally.get() is not None and _repeats.get():  # 0: traced for shapes only
-        shares = sharded.split(mesh, split_shape, config["data_axis"], config["head_axis"])
-        _tally.get().append(flops * _repeats.get() / shares)
 
 
 def install(env, recipe_attention, registry: dict, mesh, platform: str):

@@ -167,11 +167,6 @@ def _tilings(grid, tile, reach, global_frames) -> Tiling:
     return Tiling(grid, tile, reach, global_frames)
 
 
-def split_shape(q_shape, tiling: Tiling) -> tuple:
-    """The query shape ``sharded.layout`` splits: query tiles, each kept whole."""
-    return (*q_shape[:2], len(tiling.table[0]), q_shape[3])
-
-
 def attend(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis):
     """Windowed attention of (B, H, tokens, D) arrays: gathered into tile order, the
     block-sparse kernel under ``shard_map`` (batch on ``data_axis``, heads on
@@ -180,7 +175,7 @@ def attend(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis)
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
 
-    from porter.transforms.attention import sharded
+    from porter.transforms.attention import sharded  # lazy: JAX, only when a call windows
 
     def tiled(x):  # a zero row for the padding to take
         x = jnp.concatenate([x, jnp.zeros_like(x[:, :, :1])], axis=2)
@@ -189,7 +184,8 @@ def attend(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis)
     indices, used = (jnp.asarray(a) for a in tiling.table)
     valid = jnp.asarray(tiling.order < tiling.tokens)
     body = functools.partial(sparse, scale=scale, block=tiling.tile_tokens)
-    axes = sharded.layout(mesh, split_shape(q.shape, tiling), data_axis, head_axis)
+    tiles = (*q.shape[:2], len(tiling.table[0]), q.shape[3])  # query tiles split whole
+    axes = sharded.layout(mesh, tiles, data_axis, head_axis)
     args = (tiled(q), tiled(k), tiled(v), indices, used, valid)
     if axes == (None, None, None):
         out = body(*args)
@@ -212,7 +208,7 @@ def sparse(q, k, v, indices, used, valid, *, scale: float, block: int):
     import jax
     import jax.numpy as jnp
 
-    from porter.transforms.attention import kernels
+    from porter.transforms.attention import kernels  # lazy: JAX, only when traced
 
     batch, heads, _, dim = q.shape
     q_blocks = jnp.moveaxis(q.reshape(batch, heads, -1, block, dim), 2, 0)
