@@ -29,7 +29,6 @@ from porter.rundir import artifacts, outputs, record, results
 from porter.runtime import distributed, monitor, notices
 from porter.shims import tracing
 from porter.shims.interop import to_device, to_host
-from porter.transforms import attention
 from porter.transforms import scheduler as scheduling
 
 
@@ -138,7 +137,7 @@ class Port:
                                       "process 0 writes the outputs"
                                       if distributed.process_count() > 1 else ""))
         problems = checks.shape_problems(recipe, registry)  # before any weight is read
-        problems += attention.platform_problems(recipe, registry, runtime.platform)
+        problems += checks.runtime_problems(recipe, registry, runtime)
         if problems:
             raise RecipeError(problems)
         compile_mark = monitor.compile_monitor().summary()

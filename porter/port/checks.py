@@ -280,10 +280,17 @@ def lora_problems(recipe, registry) -> list[Problem]:
     return []
 
 
+def runtime_problems(recipe, registry, runtime) -> list[Problem]:
+    """The recipe's attention backends that cannot run on the platform JAX started on,
+    or on its devices (``validate`` checks the platform only where the recipe names
+    it, and no device)."""
+    return attention.platform_problems(recipe, registry, runtime.platform,
+                                       runtime.mesh.devices.flat[0])
+
+
 def check_platform(recipe, registry, runtime) -> None:
-    """RecipeError where the recipe's attention backends cannot run on the platform JAX
-    started on (``validate`` checks it only where the recipe names the platform)."""
-    problems = attention.platform_problems(recipe, registry, runtime.platform)
+    """RecipeError for ``runtime_problems``."""
+    problems = runtime_problems(recipe, registry, runtime)
     if problems:
         raise RecipeError(problems)
 

@@ -68,6 +68,26 @@ def test_cudnn_fp8_is_refused_where_it_cannot_run(capsys):
     assert "backend 'cudnn-fp8' does not run on cpu (runs on gpu)" in capsys.readouterr().err
 
 
+def test_cudnn_fp8_is_refused_on_a_gpu_before_hopper():
+    """Checked against the devices JAX started with: an Ampere GPU would fail only
+    when the program compiles."""
+    from types import SimpleNamespace
+
+    from porter import plugins, recipe
+    from porter.transforms import attention
+
+    loaded = recipe.load(RECIPES / "wan-tiny.yaml", ["attention.backend=cudnn-fp8"])
+    registry = plugins.registry()
+
+    def problems(capability):
+        device = SimpleNamespace(compute_capability=capability, device_kind="NVIDIA A100")
+        return attention.platform_problems(loaded, registry, "gpu", device)
+    [problem] = problems("8.0")
+    assert problem.path == "attention.backend" and "needs compute capability 9.0 " \
+        "(Hopper) or later; NVIDIA A100 has 8.0" in problem.message
+    assert problems("9.0") == problems("10.0") == []
+
+
 def test_verify_measures_a_port_with_fp8_attention_against_its_bound(capsys):
     assert cli.main(["verify", str(RECIPES / "wan-tiny.yaml"), "--json",
                      "attention.backend=fp8-emulated"]) == 0

@@ -237,16 +237,24 @@ def window_problems(recipe, family) -> list:
     return found
 
 
-def platform_problems(recipe, registry, platform: str) -> list:
+def platform_problems(recipe, registry, platform: str, device=None) -> list:
+    """The recipe's backends that cannot run on ``platform``, or on ``device`` (one of
+    the devices JAX started with, where it has: a GPU of an older generation)."""
     found = []
     for key in ("backend", "cross_backend"):
         name = getattr(recipe.attention, key)
         backend = registry.attention.get(name) if name not in (None, "auto") else None
-        if backend is not None and platform not in backend.platforms:
+        if backend is None:
+            continue
+        if platform not in backend.platforms:
             found.append(recipe.problem(
                 f"attention.{key}", f"backend {name!r} does not run on {platform} (runs "
                 f"on {', '.join(backend.platforms)})",
                 hint="use 'auto' to pick one for the platform"))
+        elif device is not None and backend.requires is not None \
+                and (reason := backend.requires(device)):
+            found.append(recipe.problem(f"attention.{key}", f"backend {name!r}: {reason}",
+                                        hint="use 'auto' to pick one for this device"))
     return found
 
 

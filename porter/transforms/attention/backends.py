@@ -28,6 +28,9 @@ class AttentionBackend:
     #: ``porter verify``'s default bound (max |diff| / max |reference|) for a port that
     #: runs it: an approximate kernel's error, which the dtype's bound would refuse
     tolerance: float = 0.0
+    #: ``requires(device)``: why the device cannot run it (None: it can), beyond its
+    #: platform (a GPU generation); checked once JAX has started
+    requires: Callable | None = None
 
 
 # On CPU, PyTorch's fused attention beats both XLA formulations once the
@@ -53,7 +56,8 @@ BUILTIN = (
                      "cuDNN's fused fp8 attention (q, k, v and the probabilities in e4m3, "
                      "per-tensor scales, keys smoothed); GPU with compute capability 9.0+ "
                      "(Hopper); a call with a mask runs the bfloat16 kernel",
-                     platforms=("gpu",), tolerance=fp8.TOLERANCE),
+                     platforms=("gpu",), tolerance=fp8.TOLERANCE,
+                     requires=fp8.hopper_or_later),
     AttentionBackend("fp8-emulated", fp8.emulated,
                      "cudnn-fp8's arithmetic written out in XLA, every score materialised "
                      "(memory ~ S^2): its error, measured on any platform",

@@ -13,7 +13,6 @@ a convex mix of v's rows fits the range). ``emulated`` does those steps in XLA.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from porter.transforms.attention import kernels
@@ -25,6 +24,19 @@ TINY = 1e-12  # an all-zero tensor's scale: zeros, not NaN
 #: (porter.transforms.quantize.formats): the tiny Wan measured 6.9e-3 (float32)
 TOLERANCE = 8e-2
 LAYOUT = (0, 2, 1, 3)  # (batch, heads, seq, dim) <-> cuDNN's (batch, seq, heads, dim)
+
+
+def hopper_or_later(device) -> str | None:
+    """Why ``device`` cannot run cuDNN's fp8 attention (None: it can): compute
+    capability 9.0 (Hopper) or later."""
+    found = getattr(device, "compute_capability", None)
+    try:
+        if found is None or float(found) >= 9.0:
+            return None  # not told: the compiler says
+    except (TypeError, ValueError):
+        return None
+    return (f"cuDNN's fp8 attention needs compute capability 9.0 (Hopper) or later; "
+            f"{getattr(device, 'device_kind', 'this GPU')} has {found}")
 
 
 def smoothed(k):
