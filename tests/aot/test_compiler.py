@@ -42,6 +42,40 @@ def test_splash_compiles_as_a_mosaic_kernel_at_a_real_length():
 
 
 @needs_libtpu
+def test_a_window_compiles_as_splash_with_its_block_mask_at_a_real_length():
+    """Wan 14B's 720p self-attention windowed (tiles of 3 x 16 x 16 tokens, each seeing
+    its neighbours and the first frames): splash as Mosaic's custom call, and the FLOPs
+    counted are the blocks its mask keeps, under a third of dense attention's."""
+    from types import SimpleNamespace
+
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from porter.transforms import attention
+    from porter.transforms.attention import window
+
+    mesh = targets.mesh(targets.named("v6e-8"), {"dp": 2, "tp": 4})
+    shape = (2, 40, 75600, 128)
+    spec = jax.ShapeDtypeStruct(shape, jnp.bfloat16,
+                                sharding=NamedSharding(mesh, P("dp", "tp")))
+    section = SimpleNamespace(tile=[3, 16, 16], reach=[1, 1, 1], global_frames=3)
+    config = dict(registry={b.name: b for b in attention.BUILTIN}, block_q=1024,
+                  block_kv=1024, data_axis="dp", head_axis="tp", window=section)
+    with attention.counted() as flops, window.video((21, 45, 80)):
+        lowered = jax.jit(lambda q, k, v: attention.attend(
+            q, k, v, backend="auto", mesh=mesh, config=config, platform="tpu")).lower(
+                spec, spec, spec)
+    compiled = lowered.compile()
+    assert hlo.opaque_kernels(compiled.as_text()) >= 1
+    tiling = window.Tiling((21, 45, 80), (3, 16, 16), (1, 1, 1), 3)
+    assert flops == [window.splash_flops(tiling, shape) / 8]
+    dense = 4 * 2 * 40 * 75600 * 75600 * 128
+    assert 0.30 < flops[0] * 8 / dense < 0.33  # 28% of the tiles, padded 45 -> 48 rows
+
+
+@needs_libtpu
 def test_rotary_writes_compile_to_little_tpu_code():
     """Wan's rotary writes q and k through strided slices (``out[..., 0::2] = ...``),
     which core.setitem turns into pads and a select: at the 1.3B's 480p length, sharded

@@ -187,3 +187,35 @@ def test_a_window_where_it_cannot_run_is_refused(tmp_path, text, said):
     file.write_text(body)
     found = checks.recipe_problems(recipe.load(file), plugins.registry())
     assert any(p.path == "attention.window" and said in p.message for p in found), found
+
+
+@pytest.mark.parametrize("grid,reach,first,axes", [
+    ((4, 8, 16), (1, 0, 0), 0, {"dp": 1}),           # 4 tiles of 128 tokens, banded
+    ((3, 8, 20), (0, 0, 1), 1, {"dp": 2, "tp": 2}),  # padded columns; heads split
+])
+def test_splash_runs_the_window_with_its_block_mask(grid, reach, first, axes):
+    """On TPU, splash takes the window's tiles as its blocks and skips the blocks the
+    mask leaves out (here interpreted): equal to dense attention with the mask."""
+    tiling = window.Tiling(grid, (1, 8, 16), reach, first)
+    q, k, v = qkv(2, 2, tiling.tokens)
+    expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
+    m = mesh(**axes)
+    assert window.splash_fits(tiling, window.layout(tiling, q.shape, m, "dp", "tp"))
+    got = jax.jit(lambda q, k, v: window.attend(
+        q, k, v, tiling, scale=0.25, mesh=m, data_axis="dp", head_axis="tp",
+        splash_wanted=True, platform="cpu"))(q, k, v)
+    assert float(jnp.abs(got - expected).max()) <= TOLERANCE
+    # the blocks splash visits are those the window keeps, each whole (no partial
+    # block to mask within): what Porter counts as its FLOPs
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_mask as mask_lib,
+    )
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_mask_info as info_lib,
+    )
+    info, _ = info_lib._process_mask(mask_lib.MultiHeadMask(
+        [window._tile_mask_type()(tiling)]), (128, 128), is_dkv=False)
+    blocks = np.asarray(info.block_mask)[0]
+    assert (blocks == 2).sum() == tiling.seen.sum() and (blocks == 1).sum() == 0
+    assert window.splash_flops(tiling, q.shape) == 4 * 2 * 2 * 16 * \
+        (blocks == 2).sum() * 128 ** 2

@@ -85,13 +85,11 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     tiling = window.tiling(config.get("window"), q.shape[2], k.shape[2]) \
         if attn_mask is None and not is_causal else None
-    if tiling is not None:  # the video's self-attention, windowed: its own kernel (in
-        # XLA, which counts its FLOPs itself: not in ``counted()``'s list)
-        return window.attend(q, k, v, tiling, scale=scale, mesh=mesh,
-                             data_axis=config["data_axis"], head_axis=config["head_axis"])
-    keep = _keep_mask(attn_mask, is_causal, q.shape[2], k.shape[2])
     chosen = backends.choose(backend, platform, q.shape[2], k.shape[2], config["registry"],
                              batch_heads=q.shape[0] * q.shape[1])
+    if tiling is not None:  # the video's self-attention, windowed
+        return _windowed(q, k, v, tiling, chosen, scale, mesh, config, platform)
+    keep = _keep_mask(attn_mask, is_causal, q.shape[2], k.shape[2])
     options = dict(scale=scale, block_q=config["block_q"], block_kv=config["block_kv"])
     if backends.takes_platform(chosen.kernel):  # compiled for this platform, wherever
         options["platform"] = platform  # the host is (a TPU target from a CPU host)
@@ -100,6 +98,22 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
         _tally.get().append(4 * math.prod(q.shape) * k.shape[2] * _repeats.get() / shares)
     return sharded.run(chosen.kernel, mesh, q, k, v, keep, data_axis=config["data_axis"],
                        head_axis=config["head_axis"], **options)
+
+
+def _windowed(q, k, v, tiling, chosen, scale, mesh, config, platform: str):
+    """A windowed call: splash's block mask where the backend is splash and the window
+    fits it (its FLOPs counted here: the compiler cannot see inside), else Porter's
+    XLA kernel (which the compiler counts itself)."""
+    axes = (config["data_axis"], config["head_axis"])
+    splash_wanted = chosen.name == "splash"
+    if splash_wanted and window.splash_fits(tiling, window.layout(tiling, q.shape, mesh,
+                                                                  *axes)) \
+            and _tally.get() is not None and _repeats.get():
+        shares = sharded.split(mesh, (*q.shape[:2], len(tiling.table[0]), q.shape[3]),
+                               *axes)
+        _tally.get().append(window.splash_flops(tiling, q.shape) * _repeats.get() / shares)
+    return window.attend(q, k, v, tiling, scale=scale, mesh=mesh, data_axis=axes[0],
+                         head_axis=axes[1], splash_wanted=splash_wanted, platform=platform)
 
 
 def install(env, recipe_attention, registry: dict, mesh, platform: str):

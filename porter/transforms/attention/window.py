@@ -167,37 +167,58 @@ def _tilings(grid, tile, reach, global_frames) -> Tiling:
     return Tiling(grid, tile, reach, global_frames)
 
 
-def attend(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis):
-    """Windowed attention of (B, H, tokens, D) arrays: gathered into tile order, the
+def layout(tiling: Tiling, q_shape, mesh, data_axis, head_axis) -> tuple:
+    """How ``attend`` splits a call over the mesh (``sharded.layout``'s axes): query
+    tiles, not tokens, are what a device takes whole."""
+    from porter.transforms.attention import sharded  # lazy: JAX, only when a call windows
+
+    tiles = (*q_shape[:2], len(tiling.table[0]), q_shape[3])
+    return sharded.layout(mesh, tiles, data_axis, head_axis)
+
+
+def attend(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis,
+           splash_wanted: bool = False, platform: str | None = None):
+    """Windowed attention of (B, H, tokens, D) arrays: gathered into tile order, a
     block-sparse kernel under ``shard_map`` (batch on ``data_axis``, heads on
-    ``head_axis``, or query tiles where the heads do not divide it), gathered back."""
+    ``head_axis``, or query tiles where the heads do not divide it), gathered back.
+    The kernel is splash where ``splash_wanted`` and it ``splash_fits``, else
+    Porter's ``sparse``."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
-
-    from porter.transforms.attention import sharded  # lazy: JAX, only when a call windows
 
     def tiled(x):  # a zero row for the padding to take
         x = jnp.concatenate([x, jnp.zeros_like(x[:, :, :1])], axis=2)
         return jnp.take(x, jnp.asarray(tiling.order), axis=2)
 
-    indices, used = (jnp.asarray(a) for a in tiling.table)
+    axes = layout(tiling, q.shape, mesh, data_axis, head_axis)
+    batch_axis, heads_axis, seq_axis = axes
+    q_spec = P(batch_axis, heads_axis, seq_axis, None)
+    kv_spec = P(batch_axis, heads_axis, None, None)
     valid = jnp.asarray(tiling.order < tiling.tokens)
-    body = functools.partial(sparse, scale=scale, block=tiling.tile_tokens)
-    tiles = (*q.shape[:2], len(tiling.table[0]), q.shape[3])  # query tiles split whole
-    axes = sharded.layout(mesh, tiles, data_axis, head_axis)
-    args = (tiled(q), tiled(k), tiled(v), indices, used, valid)
+    if splash_wanted and splash_fits(tiling, axes):
+        body = functools.partial(splash, tiling=tiling, scale=scale, platform=platform)
+        args, specs = (tiled(q), tiled(k), tiled(v), valid), (q_spec, kv_spec, kv_spec,
+                                                              P(None))
+    else:
+        indices, used = (jnp.asarray(a) for a in tiling.table)
+        body = functools.partial(sparse, scale=scale, block=tiling.tile_tokens)
+        rows = P(seq_axis, None)
+        args = (tiled(q), tiled(k), tiled(v), indices, used, valid)
+        specs = (q_spec, kv_spec, kv_spec, rows, rows, P(None))
     if axes == (None, None, None):
         out = body(*args)
     else:
-        batch_axis, heads_axis, seq_axis = axes
-        q_spec = P(batch_axis, heads_axis, seq_axis, None)
-        kv_spec = P(batch_axis, heads_axis, None, None)
-        rows = P(seq_axis, None)
-        out = jax.shard_map(body, mesh=mesh, check_vma=False,
-                            in_specs=(q_spec, kv_spec, kv_spec, rows, rows, P(None)),
+        out = jax.shard_map(body, mesh=mesh, check_vma=False, in_specs=specs,
                             out_specs=q_spec)(*args)
     return jnp.take(out, jnp.asarray(tiling.inverse), axis=2)
+
+
+def splash_flops(tiling: Tiling, q_shape) -> float:
+    """What splash computes for a windowed call (the blocks its mask keeps), which
+    the compiler cannot see inside the kernel."""
+    batch, heads, _, dim = q_shape
+    return 4.0 * batch * heads * dim * float(tiling.seen.sum()) * tiling.tile_tokens ** 2
 
 
 def sparse(q, k, v, indices, used, valid, *, scale: float, block: int):
@@ -231,3 +252,75 @@ def sparse(q, k, v, indices, used, valid, *, scale: float, block: int):
 
     out = jax.lax.map(one_query_block, (q_blocks, indices, used))
     return jnp.moveaxis(out, 0, 2).reshape(q.shape).astype(q.dtype)
+
+
+def splash_fits(tiling: Tiling, axes) -> bool:
+    """Can splash run the window (on TPU)? Its blocks are the tiles, a multiple of the
+    TPU's 128 lanes; and its block mask is static, so the query tiles stay whole on
+    each device (heads or the batch split, not the queries)."""
+    return tiling.tile_tokens % 128 == 0 and axes[2] is None
+
+
+def splash(q, k, v, valid, *, tiling: Tiling, scale: float, platform: str | None):
+    """The window through splash attention, in tile order: its block mask says which
+    (query tile, key tile) blocks exist, and the kernel skips the rest; padded keys are
+    segment 0. Compiled by Mosaic for a TPU, interpreted elsewhere (tests)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_kernel as kernel_lib,
+    )
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_mask as mask_lib,
+    )
+
+    batch, heads, length, _ = q.shape
+    mask = mask_lib.MultiHeadMask([_tile_mask_type()(tiling) for _ in range(heads)])
+    block = tiling.tile_tokens
+    sizes = kernel_lib.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block)
+    attend_ = kernel_lib.make_splash_mha_single_device(
+        mask=mask, block_sizes=sizes, interpret=(platform or jax.default_backend()) != "tpu")
+    segments = kernel_lib.SegmentIds(q=jnp.ones((batch, length), jnp.int32),
+                                     kv=jnp.broadcast_to(valid.astype(jnp.int32),
+                                                         (batch, length)))
+    scaled = (q * jnp.asarray(scale, q.dtype))  # splash does not scale q
+    return jax.vmap(attend_)(scaled, k, v, segments).astype(q.dtype)
+
+
+@functools.cache
+def _tile_mask_type():
+    """``TileMask``: splash's Mask (its module imported only where splash runs)."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_mask as mask_lib,
+    )
+
+    class TileMask(mask_lib.Mask):
+        """The window's token mask in tile order, for splash: every block is one (query
+        tile, key tile) pair, all kept or all not (``Tiling.seen``), computed per block
+        as splash asks rather than held whole (75,600^2 tokens would be 5.7 GB)."""
+
+        def __init__(self, tiling: Tiling):
+            self.tiling = tiling
+
+        @property
+        def shape(self) -> tuple[int, int]:
+            return (self.tiling.padded, self.tiling.padded)
+
+        def __getitem__(self, index) -> np.ndarray:
+            rows, columns = (range(*i.indices(self.tiling.padded)) for i in index)
+            size = self.tiling.tile_tokens
+            if rows and columns and rows[0] // size == rows[-1] // size \
+                    and columns[0] // size == columns[-1] // size:  # one block: all or none
+                return np.full((len(rows), len(columns)),
+                               self.tiling.seen[rows[0] // size, columns[0] // size])
+            q_tiles = np.asarray(rows) // size
+            k_tiles = np.asarray(columns) // size
+            return self.tiling.seen[q_tiles[:, None], k_tiles[None, :]]
+
+        def __eq__(self, other) -> bool:
+            return isinstance(other, TileMask) and other.tiling == self.tiling
+
+        def __hash__(self) -> int:
+            return hash(self.tiling)
+
+    return TileMask
