@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from porter.aot import hlo
 from porter.aot.programs import Input, Program
+from porter.port import active
 from porter.shims.compat import import_torchax
 from porter.shims.interop import array_dtype
 from porter.shims.tracing import model_frame
@@ -68,10 +69,13 @@ def compile_program(port, program: Program) -> Compiled:
     result.compile_s = time.perf_counter() - start
     text = executable.as_text()
     result.memory = _memory(executable)
-    result.flops, result.bytes_accessed = _costs(executable, text, kernel_flops,
+    result.flops, result.bytes_accessed = _costs(executable, text, sum(kernel_flops),
                                                  result.weights_bytes)
-    result.kernel_flops = kernel_flops
+    result.kernel_flops = sum(kernel_flops)
     result.matmul_flops = hlo.matmul_flops(text)
+    if hlo.opaque_kernels(text):  # an int8 attention kernel's Q.K^T, out of XLA's sight
+        for kind, flops in kernel_flops.matmuls.items():
+            result.matmul_flops[kind] = result.matmul_flops.get(kind, 0.0) + flops
     result.collectives = hlo.collectives(text, port.runtime.mesh.devices.size)
     result.scanned = {name: len(component.module._modules[name])
                       for name in component.scanned}
@@ -79,7 +83,8 @@ def compile_program(port, program: Program) -> Compiled:
 
 
 def _lower(port, component, program: Program):
-    """(the lowered program, attention FLOPs per chip counted while tracing it)."""
+    """(the lowered program, attention FLOPs per chip counted while tracing it: an
+    ``attention.Tally``)."""
     import jax
 
     interop = import_torchax().interop
@@ -101,10 +106,12 @@ def _lower(port, component, program: Program):
     compile_transform.output_classes_as_pytrees()
     options = {"compiler_options": dict(port.runtime.xla_options)} \
         if port.runtime.xla_options else {}
-    with port.active(), attention.counted() as kernel_flops:
+    video = active.transformer_video(port.recipe, port.registry) \
+        if program.component.startswith("transformer") else _nothing()
+    with port.active(), attention.counted() as kernel_flops, video:
         lowered = jax.jit(interop.jax_view(call), **options).lower(
             *component.state, abstract_leaves)
-    return lowered, sum(kernel_flops)
+    return lowered, kernel_flops
 
 
 def _method(module, name: str):

@@ -26,7 +26,7 @@ from porter.commands.verify import cast, random_inputs
 from porter.generate.call import Call
 from porter.generate.stages import block
 from porter.port import checks
-from porter.port.active import ops_installed
+from porter.port.active import transformer_ops
 from porter.port.passes import ported as port
 from porter.runtime import compile_cache, memory, monitor
 from porter.shims.interop import to_device
@@ -145,7 +145,7 @@ def _one_step(recipe, registry, steps: int, torch_compile: bool = False) -> dict
         def ported():
             block(pipe.transformer(return_dict=False, **placed)[0])
 
-        with ops_installed(recipe, registry, runtime), runtime.env:
+        with transformer_ops(recipe, registry, runtime), runtime.env:
             compiled = compile_cold_and_warm(ported, compiles, traces)
             step = _median_seconds(ported, steps)
 

@@ -21,7 +21,7 @@ from porter import loading
 from porter import recipe as recipe_mod
 from porter import runtime as runtime_mod
 from porter.port import checks
-from porter.port.active import ops_installed
+from porter.port.active import transformer_ops
 from porter.port.passes import ported as port
 from porter.shims.interop import to_device, to_host
 from porter.stepcache import without_cache
@@ -156,13 +156,13 @@ def verify(recipe, registry, sharded: bool = False) -> dict:
         dtype = module.dtype
         inputs = random_inputs(family, recipe, module.config)
         ported_inputs = cast(inputs, dtype)
-        with ops_installed(recipe, registry, runtime):
+        with transformer_ops(recipe, registry, runtime):
             got, final = _run_ported(module, pipe.transformer, ported_inputs, runtime,
                                      recipe.verify.modules)
         if sharded:
             single = _single_device(runtime)
             pipe_1, module_1, _ = _ported(family, recipe, registry, single)
-            with ops_installed(recipe, registry, single):
+            with transformer_ops(recipe, registry, single):
                 expected, expected_final = _run_ported(
                     module_1, pipe_1.transformer, ported_inputs, single,
                     recipe.verify.modules)

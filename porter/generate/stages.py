@@ -64,12 +64,13 @@ def denoise(port, call: Call, conditioning: dict, save=None):
         call.schedule = scheduling.describe(pipe.scheduler, sampling.timesteps)
         latents = _continued(port, call, latents, sampling)
         steps = _Steps(call, len(sampling.timesteps))
-        windowed = call.recipe.attention.window
+        windowed = call.recipe.attention.window  # its grid: this call's size
         grid = family.token_grid(call.recipe) if windowed else None
-        with steps, interrupt.deferred() as stop, window.video(grid):
+        with steps, interrupt.deferred() as stop:
             for index in range(call.first_step, steps.total):
                 begin, sampling.index = time.perf_counter(), index
-                with window.dense(windowed is not None and index < windowed.dense_steps):
+                with window.video(grid), window.dense(
+                        windowed is not None and index < windowed.dense_steps):
                     latents = _step(port, call, latents, conditioning, sampling)
                 if not finite.on_device(latents):
                     raise NonFinite(index + 1, steps.total, steps.saved_at)

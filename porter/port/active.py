@@ -16,22 +16,34 @@ from porter.transforms.attention import window
 @contextlib.contextmanager
 def ops_installed(recipe, registry, runtime):
     """Porter's lowerings (``porter.shims.lowerings``) and the recipe's attention
-    backend in place of torchax's, for the block; where the recipe windows attention,
-    its video's token grid (``attention.window.video``: a call of other settings, a
-    served job's, sets its own inside)."""
+    backend in place of torchax's, for the block."""
     with lowerings.installed(runtime.env):
         if recipe.attention.backend is None:
             yield
             return
         undo = attention.install(runtime.env, recipe.attention, registry.attention,
                                  runtime.mesh, runtime.platform)
-        grid = registry.family(recipe.model.family).token_grid(recipe) \
-            if recipe.attention.window else None
         try:
-            with window.video(grid):
-                yield
+            yield
         finally:
             undo()
+
+
+def transformer_video(recipe, registry):
+    """The context a transformer runs in: where the recipe windows attention, its
+    video's token grid (``attention.window.video``). Only around transformer calls: a
+    VAE's or text encoder's attention may have as many tokens, and is not windowed."""
+    grid = registry.family(recipe.model.family).token_grid(recipe) \
+        if recipe.attention.window else None
+    return window.video(grid)
+
+
+@contextlib.contextmanager
+def transformer_ops(recipe, registry, runtime):
+    """``ops_installed`` and ``transformer_video``: what `verify` and `bench` call the
+    transformer in, as a run's denoising steps do."""
+    with ops_installed(recipe, registry, runtime), transformer_video(recipe, registry):
+        yield
 
 
 @contextlib.contextmanager

@@ -144,6 +144,20 @@ def test_a_windowed_run_is_the_dense_run_with_the_windows_mask(tmp_path, monkeyp
     assert float((windowed - dense).abs().max()) > 1e-3
 
 
+def test_programs_are_told_apart_by_grid_and_phase():
+    """Two grids of one token count (480x832 and 832x480) trace two programs: a block's
+    inputs show only the count."""
+    assert window.phase() is None
+    with window.video((21, 30, 52)):
+        assert window.phase() == "21x30x52"
+        with window.dense():
+            assert window.phase() == "dense"
+    with window.video((21, 52, 30)):
+        assert window.phase() == "21x52x30"
+    with window.video(None), window.dense():
+        assert window.phase() is None
+
+
 @pytest.mark.parametrize("window_yaml,path,said", [
     ("{tile: [1, 2, 2], reach: [1, 1, 1], global_frames: 1, dense_steps: 0}", None, None),
     ("{tile: [2, 2, 2], reach: [0, 0, 0], global_frames: 1}", "attention.window.global_frames",
@@ -173,14 +187,19 @@ def test_validate_checks_the_window_against_the_video(tmp_path, window_yaml, pat
 @pytest.mark.parametrize("text,said", [
     ("model: {family: cogvideox, source: tiny}", "family 'cogvideox' does not window"),
     ("attention: {backend: null}", "set without attention.backend"),
+    ("max_sequence_length: 80", "as many as the text's"),  # 5 x 4 x 4 video tokens
 ])
 def test_a_window_where_it_cannot_run_is_refused(tmp_path, text, said):
     from porter import plugins, recipe
     from porter.port import checks
 
     file = tmp_path / "r.yaml"
-    body = WINDOWED.replace("  backend: auto\n", "  backend: null\n") \
-        if "backend" in text else WINDOWED.replace(
+    if text.startswith("max_sequence_length"):
+        body = WINDOWED.replace("max_sequence_length: 16", text)
+    elif "backend" in text:
+        body = WINDOWED.replace("  backend: auto\n", "  backend: null\n")
+    else:
+        body = WINDOWED.replace(
             "model: {family: wan, source: tiny}", text).replace(
             "frames: 17", "frames: 9").replace("height: 64, width: 64",
                                                 "height: 32, width: 32")

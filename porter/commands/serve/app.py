@@ -33,7 +33,9 @@ def build_app(jobs, token: str | None = None):
         await asyncio.to_thread(jobs.shutdown)  # the running job checkpoints first
 
     async def authorized(request: Request):
-        if token is None or request.url.path in page.OPEN:  # the page asks for it itself
+        # the page asks for the token itself; the path the router matched (scope), not
+        # one rebuilt from the Host header
+        if token is None or request.scope["path"] in page.OPEN:
             return
         given = request.headers.get("authorization", "")
         if not secrets.compare_digest(given.encode(), f"Bearer {token}".encode()):

@@ -281,6 +281,7 @@ class Jobs:
                 with self._lock:  # readers see a job's final fields together
                     self._running = None
                     job.status, job.error = outcome
+                    job.cancelling = False  # done, if the cancel came after its last step
                     if job.status in FINISHED:  # a stopped job stays first in line
                         self._queue.popleft()
                         job.finished = time.time()

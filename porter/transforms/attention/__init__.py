@@ -41,13 +41,29 @@ def disabled():
         _disabled.reset(token)
 
 
+class Tally(list):
+    """Attention's FLOPs per device, one entry a call traced; ``matmuls``: those of
+    them a kernel runs as matmuls of a narrower kind (operand kind -> FLOPs: int8
+    attention's Q.K^T), which a chip may run at another peak."""
+
+    def __init__(self):
+        super().__init__()
+        self.matmuls: dict[str, float] = {}
+
+    def add(self, flops: float, backend=None) -> None:
+        self.append(flops)
+        kind = getattr(backend, "score_kind", None)
+        if kind is not None:  # the scores' half: Q.K^T
+            self.matmuls[kind] = self.matmuls.get(kind, 0.0) + flops / 2
+
+
 @contextlib.contextmanager
 def counted():
     """Inside, each attention call traced adds its FLOPs per device (the scores and the
     weighted sum: 4 x batch x heads x queries x keys x head_dim, divided among the
-    devices the kernel is sharded over) to the list this yields: the work a kernel
+    devices the kernel is sharded over) to the ``Tally`` this yields: the work a kernel
     that the compiler sees as an opaque call (Pallas, cuDNN) does out of its sight."""
-    found: list[float] = []
+    found = Tally()
     token = _tally.set(found)
     try:
         yield found
@@ -95,7 +111,8 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
         options["platform"] = platform  # the host is (a TPU target from a CPU host)
     if _tally.get() is not None and _repeats.get():  # 0: traced for shapes only
         shares = sharded.split(mesh, q.shape, config["data_axis"], config["head_axis"])
-        _tally.get().append(4 * math.prod(q.shape) * k.shape[2] * _repeats.get() / shares)
+        _tally.get().add(4 * math.prod(q.shape) * k.shape[2] * _repeats.get() / shares,
+                         chosen)
     return sharded.run(chosen.kernel, mesh, q, k, v, keep, data_axis=config["data_axis"],
                        head_axis=config["head_axis"], **options)
 
@@ -111,7 +128,7 @@ def _windowed(q, k, v, tiling, chosen, scale, mesh, config, platform: str):
             and _tally.get() is not None and _repeats.get():
         shares = sharded.split(mesh, (*q.shape[:2], len(tiling.table[0]), q.shape[3]),
                                *axes)
-        _tally.get().append(window.splash_flops(tiling, q.shape) * _repeats.get() / shares)
+        _tally.get().add(window.splash_flops(tiling, q.shape) * _repeats.get() / shares)
     return window.attend(q, k, v, tiling, scale=scale, mesh=mesh, data_axis=axes[0],
                          head_axis=axes[1], splash_wanted=splash_wanted, platform=platform)
 
@@ -241,6 +258,12 @@ def window_problems(recipe, family) -> list:
                                     f"{'x'.join(map(str, spec.tile))} tokens: at most "
                                     f"{window.MAX_TILES}", hint="larger tiles (a tile is "
                                     "a kernel block: 128 tokens or more suit every chip)"))
+    text = family.text_length(recipe) if hasattr(family, "text_length") else None
+    if not found and math.prod(grid) == text:
+        found.append(recipe.problem(
+            where, f"the video's {math.prod(grid)} tokens are as many as the text's: "
+            "cross-attention to the text would be windowed as if it were the video's",
+            hint="another size or generate.max_sequence_length"))
     if not found:
         if tiling.seen.all():
             found.append(recipe.problem(

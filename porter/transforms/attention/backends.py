@@ -7,7 +7,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
-from porter.transforms.attention import fp8, kernels
+from porter.transforms.attention import fp8, int8, kernels
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class AttentionBackend:
     #: ``requires(device)``: why the device cannot run it (None: it can), beyond its
     #: platform (a GPU generation); checked once JAX has started
     requires: Callable | None = None
+    #: the operand kind of its Q.K^T matmuls where narrower than the inputs' ("int8"):
+    #: ``porter compile`` counts those FLOPs at the chip's peak for the kind
+    score_kind: str | None = None
 
 
 # On CPU, PyTorch's fused attention beats both XLA formulations once the
@@ -62,6 +65,12 @@ BUILTIN = (
                      "cudnn-fp8's arithmetic written out in XLA, every score materialised "
                      "(memory ~ S^2): its error, measured on any platform",
                      materialises=True, tolerance=fp8.TOLERANCE),
+    AttentionBackend("int8", int8.int8_pallas,
+                     "Pallas flash attention with int8 Q.K^T (k smoothed, q and k scaled "
+                     "per block of tokens) and bfloat16 P.V; compiled by Mosaic for a TPU "
+                     "(v5e and v6e run int8 at twice bfloat16's rate), interpreted "
+                     "elsewhere (slow: for tests); a call with a mask runs blockwise",
+                     tolerance=int8.TOLERANCE, score_kind="int8"),
     AttentionBackend("torch-cpu", kernels.torch_cpu,
                      "PyTorch's fused CPU attention called from XLA on the host; CPU only; "
                      "programs using it are not kept in the persistent compile cache",

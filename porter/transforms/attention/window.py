@@ -58,9 +58,13 @@ def dense(on: bool = True):
 
 def phase() -> str | None:
     """What a program traced now is keyed by besides its shapes: "dense" inside
-    ``dense()`` while a video grid is set, else None (one program for both where no
-    window is configured: the grid alone changes nothing)."""
-    return "dense" if _dense.get() and _grid.get() is not None else None
+    ``dense()``, else the grid ("21x30x52": a block's program sees only its token count,
+    which two grids may share, 480x832 and 832x480), while a video grid is set; None
+    without one (no window configured: nothing to tell apart)."""
+    grid = _grid.get()
+    if grid is None:
+        return None
+    return "dense" if _dense.get() else "x".join(map(str, grid))
 
 
 @dataclass(frozen=True)
@@ -254,11 +258,18 @@ def sparse(q, k, v, indices, used, valid, *, scale: float, block: int):
     return jnp.moveaxis(out, 0, 2).reshape(q.shape).astype(q.dtype)
 
 
+#: tiles splash takes a window in (it visits every pair of blocks in Python while
+#: tracing: a million pairs take seconds); more run Porter's XLA loop
+SPLASH_TILES = 1024
+
+
 def splash_fits(tiling: Tiling, axes) -> bool:
     """Can splash run the window (on TPU)? Its blocks are the tiles, a multiple of the
-    TPU's 128 lanes; and its block mask is static, so the query tiles stay whole on
-    each device (heads or the batch split, not the queries)."""
-    return tiling.tile_tokens % 128 == 0 and axes[2] is None
+    TPU's 128 lanes, at most ``SPLASH_TILES`` of them; and its block mask is static, so
+    the query tiles stay whole on each device (heads or the batch split, not the
+    queries)."""
+    return tiling.tile_tokens % 128 == 0 and math.prod(tiling.tiles) <= SPLASH_TILES \
+        and axes[2] is None
 
 
 def splash(q, k, v, valid, *, tiling: Tiling, scale: float, platform: str | None):

@@ -125,7 +125,7 @@ async function jobSettings() {
   const prompt = $("f-prompt").value.trim();
   if (prompt) body.prompt = prompt;
   const negative = $("f-negative_prompt").value.trim();
-  if (negative !== (recipe.negative_prompt || "")) body.negative_prompt = negative;
+  if (negative !== (recipe.negative_prompt || "").trim()) body.negative_prompt = negative;
   for (const key of Object.keys(NUMBERS)) {
     const value = $("f-" + key).value.trim();
     if (value !== "" && Number(value) !== recipe[key]) body[key] = Number(value);
@@ -258,6 +258,8 @@ async function refresh() {
   const present = new Set(jobs.jobs.map((job) => job.id));
   for (const [id, row] of rows) {
     if (!present.has(id)) {  // deleted by another client
+      for (const media of [row.video, row.preview])
+        if (media.src) URL.revokeObjectURL(media.src);  // the video's bytes, freed
       row.item.remove();
       rows.delete(id);
     }

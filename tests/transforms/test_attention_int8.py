@@ -1,0 +1,88 @@
+"""int8 attention (Pallas, int8 Q.K^T): interpreted on the CPU against float32
+attention, compiled by Mosaic for a TPU at Wan 14B's real length, and a tiny Wan
+verified with it."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from porter import cli
+from porter.transforms.attention import int8, kernels
+
+from support import RECIPES
+from support.aot import needs_libtpu
+
+# Relative L2 error against float32 attention that int8 attention may not exceed
+# (docs/recipes.md, "Attention"); measured at these shapes: 0.014 (unit normals),
+# 0.060 self and 0.050 cross (peaked rows, keys offset); bfloat16 inputs throughout.
+BOUNDS = {"random": 0.03, "peaked": 0.08}
+
+
+def inputs(kind, q_len, k_len, heads=2, dim=128):
+    a, b, c = jax.random.split(jax.random.key(1), 3)
+    sharp, offset = (4.0, 2.0) if kind == "peaked" else (1.0, 0.0)
+    q = jax.random.normal(a, (1, heads, q_len, dim)) * sharp
+    k = jax.random.normal(b, (1, heads, k_len, dim)) * sharp + offset
+    v = jax.random.normal(c, (1, heads, k_len, dim))
+    return [x.astype(jnp.bfloat16) for x in (q, k, v)]
+
+
+@pytest.mark.parametrize("kind", sorted(BOUNDS))
+@pytest.mark.parametrize("q_len,k_len", [(700, 700), (300, 77)], ids=["self", "cross"])
+def test_int8_attention_error_stays_within_its_bound(kind, q_len, k_len):
+    """Padded to blocks of 256 (the last key block's padding masked), interpreted."""
+    q, k, v = inputs(kind, q_len, k_len)
+    scale = 128 ** -0.5
+    expected = kernels.reference(*(x.astype(jnp.float32) for x in (q, k, v)), None,
+                                 scale=scale)
+    got = int8.int8_pallas(q, k, v, None, scale=scale, block_q=256, block_kv=256,
+                           platform="cpu").astype(jnp.float32)
+    error = float(jnp.linalg.norm((got - expected).ravel())
+                  / jnp.linalg.norm(expected.ravel()))
+    assert got.shape == expected.shape and error <= BOUNDS[kind], error
+
+
+def test_quantized_blocks_round_trip_within_half_a_step():
+    x = jax.random.normal(jax.random.key(3), (2, 512, 64)) * 3
+    values, scales = int8.quantized(x, 128)
+    assert values.dtype == jnp.int8 and scales.shape == (8,)
+    back = values.astype(jnp.float32).reshape(2, 4, 128, 64) * scales.reshape(2, 4, 1, 1)
+    assert float(jnp.abs(back.reshape(x.shape) - x).max()) <= float(scales.max()) / 2 + 1e-6
+
+
+@needs_libtpu
+@pytest.mark.parametrize("target", ["v6e-8", "v5e-8"])
+def test_int8_attention_compiles_as_a_mosaic_kernel_at_a_real_length(target):
+    """Wan 14B's 720p self-attention (75,600 tokens, 40 heads of 128) on a v6e-8 and a
+    v5e-8, batch on dp and heads on tp: Mosaic's custom call with int8 operands, small
+    temporaries, and half its FLOPs (Q.K^T) counted as int8 matmuls."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from porter.aot import hlo, targets
+    from porter.transforms import attention
+
+    mesh = targets.mesh(targets.named(target), {"dp": 2, "tp": 4})
+    shape = (2, 40, 75600, 128)
+    spec = jax.ShapeDtypeStruct(shape, jnp.bfloat16,
+                                sharding=NamedSharding(mesh, P("dp", "tp")))
+    config = dict(registry={b.name: b for b in attention.BUILTIN}, block_q=1024,
+                  block_kv=1024, data_axis="dp", head_axis="tp")
+    with attention.counted() as flops:
+        compiled = jax.jit(lambda q, k, v: attention.attend(
+            q, k, v, backend="int8", mesh=mesh, config=config, platform="tpu")).lower(
+                spec, spec, spec).compile()
+    text = compiled.as_text()
+    assert hlo.opaque_kernels(text) >= 1 and "s8[" in text
+    assert compiled.memory_analysis().temp_size_in_bytes < 2**30
+    dense = 4 * 2 * 40 * 75600 * 75600 * 128 / 8
+    assert flops == [dense] and flops.matmuls == {"int8": dense / 2}
+
+
+@pytest.mark.slow
+def test_verify_holds_a_tiny_wan_with_int8_attention_to_its_bound(capsys):
+    assert cli.main(["verify", str(RECIPES / "wan-tiny.yaml"), "--json",
+                     "attention.backend=int8"]) == 0
+    import json
+    found = json.loads(capsys.readouterr().out)
+    assert found["tolerance"] == int8.TOLERANCE and found["ok"], found
