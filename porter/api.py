@@ -175,9 +175,12 @@ class Port:
         are moved onto the mesh, the compiled component runs, tensors in the result
         come back as CPU torch tensors (a teacher inside a PyTorch training loop)."""
         module = self.component(name)
+        windowed = name in self.family.stepped_transformers  # as the denoising steps
 
         def call(*args, **kwargs):
-            with self.active() as env, env:
+            video = active.transformer_video(self.recipe, self.registry) if windowed \
+                else contextlib.nullcontext()
+            with self.active() as env, env, video:
                 moved = torch.utils._pytree.tree_map(self._to_mesh, (args, kwargs))
                 out = module(*moved[0], **moved[1])
             return torch.utils._pytree.tree_map(

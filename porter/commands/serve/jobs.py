@@ -281,7 +281,9 @@ class Jobs:
                 with self._lock:  # readers see a job's final fields together
                     self._running = None
                     job.status, job.error = outcome
-                    job.cancelling = False  # done, if the cancel came after its last step
+                    if job.cancelling:  # its stop is spent, or came too late (decoding):
+                        interrupt.clear_stop()  # cleared before the next job starts
+                        job.cancelling = False
                     if job.status in FINISHED:  # a stopped job stays first in line
                         self._queue.popleft()
                         job.finished = time.time()
@@ -289,8 +291,6 @@ class Jobs:
             self.say(f"job {job.id} {job.status}")
             if stop:
                 return
-            if job.cancelling:  # its stop is spent, or came too late (decoding): cleared
-                interrupt.clear_stop()
 
     def _warm(self) -> bool:
         """Run each warm-up, nothing kept but its figures; then the server is ready.

@@ -111,8 +111,11 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
         options["platform"] = platform  # the host is (a TPU target from a CPU host)
     if _tally.get() is not None and _repeats.get():  # 0: traced for shapes only
         shares = sharded.split(mesh, q.shape, config["data_axis"], config["head_axis"])
+        # its int8 Q.K^T only where Mosaic runs it (elsewhere, or with a mask, XLA
+        # runs it and counts it)
+        native = keep is None and platform == "tpu"
         _tally.get().add(4 * math.prod(q.shape) * k.shape[2] * _repeats.get() / shares,
-                         chosen)
+                         chosen if native else None)
     return sharded.run(chosen.kernel, mesh, q, k, v, keep, data_axis=config["data_axis"],
                        head_axis=config["head_axis"], **options)
 

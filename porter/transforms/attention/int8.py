@@ -45,8 +45,9 @@ def int8_pallas(q, k, v, keep=None, *, scale: float, block_q: int = 512,
                                  block_kv=block_kv)
     batch, heads, q_len, dim = q.shape
     k_len = k.shape[2]
-    block_q = min(block_q, _round_up(q_len, LANES))
-    block_kv = min(block_kv, _round_up(k_len, LANES))
+    # blocks of whole lanes (a recipe's block_q may be any size), no longer than needed
+    block_q = _round_up(min(block_q, q_len), LANES)
+    block_kv = _round_up(min(block_kv, k_len), LANES)
     k = k.astype(jnp.float32)
     k = k - jnp.mean(k, axis=2, keepdims=True)  # smoothed: the softmax does not see it
 
