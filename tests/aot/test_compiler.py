@@ -10,6 +10,7 @@ from porter.aot import hlo, targets
 
 from support import RECIPES
 from support.aot import needs_libtpu
+from support.attention import WAN14B_720P, compiled_wan14b_720p
 from support.processes import user_porter
 
 
@@ -18,24 +19,7 @@ def test_splash_compiles_as_a_mosaic_kernel_at_a_real_length():
     """Wan 14B's 720p attention (75,600 tokens, 40 heads of 128), batch 2 on dp, heads on
     tp: on a CPU host, compiled for a TPU target, splash is Mosaic's custom call, not the
     interpreted kernel, and its FLOPs (out of XLA's sight) are counted while tracing."""
-    import jax
-    import jax.numpy as jnp
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    from porter.transforms import attention
-
-    mesh = targets.mesh(targets.named("v6e-8"), {"dp": 2, "tp": 4})
-    shape = (2, 40, 75600, 128)
-    spec = jax.ShapeDtypeStruct(shape, jnp.bfloat16,
-                                sharding=NamedSharding(mesh, P("dp", "tp")))
-    config = dict(registry={b.name: b for b in attention.BUILTIN}, block_q=1024,
-                  block_kv=1024, data_axis="dp", head_axis="tp")
-    with attention.counted() as flops:
-        lowered = jax.jit(lambda q, k, v: attention.attend(
-            q, k, v, backend="auto", mesh=mesh, config=config, platform="tpu")).lower(
-                spec, spec, spec)
-    compiled = lowered.compile()
+    compiled, flops = compiled_wan14b_720p("v6e-8")
     assert hlo.opaque_kernels(compiled.as_text()) >= 1
     assert compiled.memory_analysis().temp_size_in_bytes < 2**30
     assert flops == [4 * 2 * 40 * 75600 * 75600 * 128 / 8]
@@ -48,29 +32,13 @@ def test_a_window_compiles_as_splash_with_its_block_mask_at_a_real_length():
     counted are the blocks its mask keeps, under a third of dense attention's."""
     from types import SimpleNamespace
 
-    import jax
-    import jax.numpy as jnp
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    from porter.transforms import attention
     from porter.transforms.attention import window
 
-    mesh = targets.mesh(targets.named("v6e-8"), {"dp": 2, "tp": 4})
-    shape = (2, 40, 75600, 128)
-    spec = jax.ShapeDtypeStruct(shape, jnp.bfloat16,
-                                sharding=NamedSharding(mesh, P("dp", "tp")))
     section = SimpleNamespace(tile=[3, 16, 16], reach=[1, 1, 1], global_frames=3)
-    config = dict(registry={b.name: b for b in attention.BUILTIN}, block_q=1024,
-                  block_kv=1024, data_axis="dp", head_axis="tp", window=section)
-    with attention.counted() as flops, window.video((21, 45, 80)):
-        lowered = jax.jit(lambda q, k, v: attention.attend(
-            q, k, v, backend="auto", mesh=mesh, config=config, platform="tpu")).lower(
-                spec, spec, spec)
-    compiled = lowered.compile()
+    compiled, flops = compiled_wan14b_720p("v6e-8", window=section)
     assert hlo.opaque_kernels(compiled.as_text()) >= 1
     tiling = window.Tiling((21, 45, 80), (3, 16, 16), (1, 1, 1), 3)
-    assert flops == [window.splash_flops(tiling, shape) / 8]
+    assert flops == [window.splash_flops(tiling, WAN14B_720P) / 8]
     dense = 4 * 2 * 40 * 75600 * 75600 * 128
     assert 0.30 < flops[0] * 8 / dense < 0.33  # 28% of the tiles, padded 45 -> 48 rows
 

@@ -4,7 +4,6 @@ runs only on a Hopper GPU (benchmarks/gpu/attention.py compares the two there)."
 
 import json
 
-import jax
 import jax.numpy as jnp
 import pytest
 
@@ -12,21 +11,13 @@ from porter import cli
 from porter.transforms.attention import fp8, kernels
 
 from support import RECIPES
+from support.attention import inputs
 
 # Relative L2 error against float32 attention, and the cosine, that fp8 attention may
 # not exceed (docs/recipes.md, "Attention"). Measured here at this test's shape:
 # 0.060 / 0.998 (unit normals), 0.148 / 0.989 (peaked); cuDNN's kernel on an H100 at
 # Wan 1.3B's 32,760 tokens: 0.060 / 0.998 and 0.187 / 0.982.
 BOUNDS = {"random": (0.08, 0.997), "peaked": (0.25, 0.975)}
-
-
-def inputs(kind, q_len=512, k_len=512, heads=2, dim=64):
-    a, b, c = jax.random.split(jax.random.key(1), 3)
-    sharp, offset = (4.0, 2.0) if kind == "peaked" else (1.0, 0.0)
-    q = jax.random.normal(a, (1, heads, q_len, dim)) * sharp
-    k = jax.random.normal(b, (1, heads, k_len, dim)) * sharp + offset
-    v = jax.random.normal(c, (1, heads, k_len, dim))
-    return [x.astype(jnp.bfloat16) for x in (q, k, v)]
 
 
 @pytest.mark.parametrize("kind", sorted(BOUNDS))

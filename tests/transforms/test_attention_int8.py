@@ -11,6 +11,7 @@ from porter.transforms.attention import int8, kernels
 
 from support import RECIPES
 from support.aot import needs_libtpu
+from support.attention import compiled_wan14b_720p, inputs
 
 # Relative L2 error against float32 attention that int8 attention may not exceed
 # (docs/recipes.md, "Attention"); measured at these shapes: 0.014 (unit normals),
@@ -18,20 +19,11 @@ from support.aot import needs_libtpu
 BOUNDS = {"random": 0.03, "peaked": 0.08}
 
 
-def inputs(kind, q_len, k_len, heads=2, dim=128):
-    a, b, c = jax.random.split(jax.random.key(1), 3)
-    sharp, offset = (4.0, 2.0) if kind == "peaked" else (1.0, 0.0)
-    q = jax.random.normal(a, (1, heads, q_len, dim)) * sharp
-    k = jax.random.normal(b, (1, heads, k_len, dim)) * sharp + offset
-    v = jax.random.normal(c, (1, heads, k_len, dim))
-    return [x.astype(jnp.bfloat16) for x in (q, k, v)]
-
-
 @pytest.mark.parametrize("kind", sorted(BOUNDS))
 @pytest.mark.parametrize("q_len,k_len", [(700, 700), (300, 77)], ids=["self", "cross"])
 def test_int8_attention_error_stays_within_its_bound(kind, q_len, k_len):
     """Padded to blocks of 256 (the last key block's padding masked), interpreted."""
-    q, k, v = inputs(kind, q_len, k_len)
+    q, k, v = inputs(kind, q_len, k_len, dim=128)
     scale = 128 ** -0.5
     expected = kernels.reference(*(x.astype(jnp.float32) for x in (q, k, v)), None,
                                  scale=scale)
@@ -56,22 +48,9 @@ def test_int8_attention_compiles_as_a_mosaic_kernel_at_a_real_length(target):
     """Wan 14B's 720p self-attention (75,600 tokens, 40 heads of 128) on a v6e-8 and a
     v5e-8, batch on dp and heads on tp: Mosaic's custom call with int8 operands, small
     temporaries, and half its FLOPs (Q.K^T) counted as int8 matmuls."""
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from porter.aot import hlo
 
-    from porter.aot import hlo, targets
-    from porter.transforms import attention
-
-    mesh = targets.mesh(targets.named(target), {"dp": 2, "tp": 4})
-    shape = (2, 40, 75600, 128)
-    spec = jax.ShapeDtypeStruct(shape, jnp.bfloat16,
-                                sharding=NamedSharding(mesh, P("dp", "tp")))
-    config = dict(registry={b.name: b for b in attention.BUILTIN}, block_q=1024,
-                  block_kv=1024, data_axis="dp", head_axis="tp")
-    with attention.counted() as flops:
-        compiled = jax.jit(lambda q, k, v: attention.attend(
-            q, k, v, backend="int8", mesh=mesh, config=config, platform="tpu")).lower(
-                spec, spec, spec).compile()
+    compiled, flops = compiled_wan14b_720p(target, backend="int8")
     text = compiled.as_text()
     assert hlo.opaque_kernels(text) >= 1 and "s8[" in text
     assert compiled.memory_analysis().temp_size_in_bytes < 2**30
