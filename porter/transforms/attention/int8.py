@@ -15,7 +15,6 @@ than none run ``blockwise`` (Wan's self-attention has none).
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -46,8 +45,8 @@ def int8_pallas(q, k, v, keep=None, *, scale: float, block_q: int = 512,
     batch, heads, q_len, dim = q.shape
     k_len = k.shape[2]
     # blocks of whole lanes (a recipe's block_q may be any size), no longer than needed
-    block_q = _round_up(min(block_q, q_len), LANES)
-    block_kv = _round_up(min(block_kv, k_len), LANES)
+    block_q = kernels._round_up(min(block_q, q_len), LANES)
+    block_kv = kernels._round_up(min(block_kv, k_len), LANES)
     k = k.astype(jnp.float32)
     k = k - jnp.mean(k, axis=2, keepdims=True)  # smoothed: the softmax does not see it
 
@@ -60,10 +59,6 @@ def int8_pallas(q, k, v, keep=None, *, scale: float, block_q: int = 512,
                 block_q=block_q, block_kv=block_kv, k_len=k_len,
                 interpret=(platform or jax.default_backend()) != "tpu")
     return out.reshape(batch, heads, -1, dim)[:, :, :q_len].astype(q.dtype)
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return math.ceil(n / multiple) * multiple
 
 
 def _call(q8, k8, v, q_scale, k_scale, *, block_q: int, block_kv: int, k_len: int,
