@@ -38,7 +38,7 @@ def test_a_window_compiles_as_splash_with_its_block_mask_at_a_real_length():
     compiled, flops = compiled_wan14b_720p("v6e-8", window=section)
     assert hlo.opaque_kernels(compiled.as_text()) >= 1
     tiling = window.Tiling((21, 45, 80), (3, 16, 16), (1, 1, 1), 3)
-    assert flops == [window.splash_flops(tiling, WAN14B_720P) / 8]
+    assert flops == [window.kernel_flops(tiling, WAN14B_720P, "splash") / 8]
     dense = 4 * 2 * 40 * 75600 * 75600 * 128
     assert 0.30 < flops[0] * 8 / dense < 0.33  # 28% of the tiles, padded 45 -> 48 rows
 

@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from porter.transforms.attention import kernels, window
+from porter.transforms.attention import BUILTIN, kernels, window
 
+BACKENDS = {backend.name: backend for backend in BUILTIN}
 TOLERANCE = 2e-5  # float32 on CPU; the sums run in another order than reference's
 
 
@@ -80,6 +81,86 @@ def test_sharded_window_equals_unsharded(axes, heads):
         q, k, v, tiling, scale=0.25, mesh=mesh(**axes), data_axis="dp",
         head_axis="tp"))(q, k, v)
     assert float(jnp.abs(got - expected).max()) <= TOLERANCE
+
+
+def test_the_groups_hold_each_query_once_with_exactly_the_keys_it_sees():
+    tiling = window.Tiling((5, 6, 7), (2, 4, 4), (1, 0, 1), 2)  # padded edges, global
+    keep = tiling.keep()
+    laid = np.concatenate([queries.ravel() for queries, _ in tiling.groups])
+    assert sorted(laid.tolist()) == list(range(tiling.tokens))
+    assert (laid[tiling.grouped_inverse] == np.arange(tiling.tokens)).all()
+    for queries, keys in tiling.groups:
+        for row, seen in zip(queries, keys):
+            for query in row:
+                assert set(seen.tolist()) == set(np.nonzero(keep[query])[0].tolist())
+    pairs = sum(queries.size * keys.shape[1] for queries, keys in tiling.groups)
+    assert pairs == keep.sum()  # no padding, no unused table entry: the mask's pairs
+
+
+@pytest.mark.parametrize("grid,tile,reach,first", [
+    ((4, 6, 8), (2, 2, 4), (0, 1, 0), 0),
+    ((5, 6, 7), (2, 4, 4), (1, 0, 1), 2),
+])
+@pytest.mark.parametrize("budget", [None, 1])
+def test_a_backend_without_a_block_mask_runs_the_window_on_gathered_keys(
+        grid, tile, reach, first, budget, monkeypatch):
+    """A dense backend (here ``reference``; cuDNN on a GPU) runs each group of query
+    tiles with the keys they see, no mask: equal to dense attention with the window's
+    mask, also a group at a time when the gathered keys would be too large."""
+    if budget is not None:
+        monkeypatch.setattr(window, "GATHER_BYTES", budget)  # one query tile a call
+    tiling = window.Tiling(grid, tile, reach, first)
+    q, k, v = qkv(2, 3, tiling.tokens)
+    expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
+    counted = []
+
+    def run(q, k, v):
+        return window.attend(q, k, v, tiling, scale=0.25, mesh=mesh(dp=1), data_axis="dp",
+                             head_axis=None, backend=BACKENDS["reference"],
+                             counted=lambda *a: counted.append(a))
+    program = jax.make_jaxpr(run)(q, k, v)
+    got = jax.jit(run)(q, k, v)
+    counted = counted[:1]  # traced twice
+    assert float(jnp.abs(got - expected).max()) <= TOLERANCE
+    maps = [e for e in _equations(program.jaxpr) if e.primitive.name == "scan"]
+    several = any(len(queries) > 1 for queries, _ in tiling.groups)
+    assert bool(maps) == (budget is not None and several)
+    assert counted == [(window.kernel_flops(tiling, q.shape, "gathered"), "gathered")]
+    assert counted[0][0] == 4 * 2 * 3 * 16 * tiling.keep().sum()
+
+
+@pytest.mark.parametrize("axes,heads,kernel", [
+    ({"dp": 2, "tp": 4}, 4, "gathered"),   # heads split: each device its heads' groups
+    ({"tp": 4}, 3, "sparse"),              # the query tiles split: Porter's loop
+])
+def test_gathered_windows_shard_by_heads(axes, heads, kernel):
+    tiling = window.Tiling((4, 6, 8), (1, 3, 4), (1, 0, 1), 1)
+    q, k, v = qkv(2, heads, tiling.tokens)
+    m = mesh(**axes)
+    assert window.kernel_for(tiling, BACKENDS["reference"],
+                             window.layout(tiling, q.shape, m, "dp", "tp")) == kernel
+    expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
+    got = jax.jit(lambda q, k, v: window.attend(
+        q, k, v, tiling, scale=0.25, mesh=m, data_axis="dp", head_axis="tp",
+        backend=BACKENDS["reference"]))(q, k, v)
+    assert float(jnp.abs(got - expected).max()) <= TOLERANCE
+
+
+@pytest.mark.parametrize("backend,bound", [("fp8-emulated", 0.08), ("int8", 0.03)])
+def test_low_precision_attention_runs_the_window(backend, bound):
+    """fp8 (cuDNN's, emulated here) and int8 (its Pallas kernel, interpreted) run a
+    window through their own kernels: within their documented error of float32
+    attention with the window's mask."""
+    tiling = window.Tiling((3, 8, 16), (1, 8, 16), (1, 0, 0), 1)  # 3 tiles of 128
+    q, k, v = qkv(1, 2, tiling.tokens, dim=64)
+    expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.125)
+    got = jax.jit(lambda q, k, v: window.attend(
+        *(x.astype(jnp.bfloat16) for x in (q, k, v)), tiling, scale=0.125,
+        mesh=mesh(dp=1), data_axis="dp", head_axis=None, backend=BACKENDS[backend],
+        platform="cpu"))(q, k, v)
+    error = float(jnp.linalg.norm(got.astype(jnp.float32) - expected)
+                  / jnp.linalg.norm(expected))
+    assert error <= bound, error
 
 
 def test_the_kernel_computes_only_the_blocks_a_window_sees():
@@ -222,7 +303,7 @@ def test_splash_runs_the_window_with_its_block_mask(grid, reach, first, axes):
     assert window.splash_fits(tiling, window.layout(tiling, q.shape, m, "dp", "tp"))
     got = jax.jit(lambda q, k, v: window.attend(
         q, k, v, tiling, scale=0.25, mesh=m, data_axis="dp", head_axis="tp",
-        splash_wanted=True, platform="cpu"))(q, k, v)
+        backend=BACKENDS["splash"], platform="cpu"))(q, k, v)
     assert float(jnp.abs(got - expected).max()) <= TOLERANCE
     # the blocks splash visits are those the window keeps, each whole (no partial
     # block to mask within): what Porter counts as its FLOPs
@@ -236,5 +317,5 @@ def test_splash_runs_the_window_with_its_block_mask(grid, reach, first, axes):
         [window._tile_mask_type()(tiling)]), (128, 128), is_dkv=False)
     blocks = np.asarray(info.block_mask)[0]
     assert (blocks == 2).sum() == tiling.seen.sum() and (blocks == 1).sum() == 0
-    assert window.splash_flops(tiling, q.shape) == 4 * 2 * 2 * 16 * \
+    assert window.kernel_flops(tiling, q.shape, "splash") == 4 * 2 * 2 * 16 * \
         (blocks == 2).sum() * 128 ** 2

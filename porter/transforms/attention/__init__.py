@@ -121,19 +121,18 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend, mes
 
 
 def _windowed(q, k, v, tiling, chosen, scale, mesh, config, platform: str):
-    """A windowed call: splash's block mask where the backend is splash and the window
-    fits it (its FLOPs counted here: the compiler cannot see inside), else Porter's
-    XLA kernel (which the compiler counts itself)."""
-    axes = (config["data_axis"], config["head_axis"])
-    splash_wanted = chosen.name == "splash"
-    if splash_wanted and window.splash_fits(tiling, window.layout(tiling, q.shape, mesh,
-                                                                  *axes)) \
-            and _tally.get() is not None and _repeats.get():
-        shares = sharded.split(mesh, (*q.shape[:2], len(tiling.table[0]), q.shape[3]),
-                               *axes)
-        _tally.get().add(window.splash_flops(tiling, q.shape) * _repeats.get() / shares)
-    return window.attend(q, k, v, tiling, scale=scale, mesh=mesh, data_axis=axes[0],
-                         head_axis=axes[1], splash_wanted=splash_wanted, platform=platform)
+    """A windowed call (``window.attend`` picks the kernel for the backend); what a
+    kernel the compiler cannot see computes is counted here, the int8 backend's own
+    kernel's Q.K^T as int8 where Mosaic runs it (a TPU)."""
+    def count(flops, kernel):
+        if _tally.get() is not None and _repeats.get():
+            native = kernel == "gathered" and platform == "tpu"
+            _tally.get().add(flops * _repeats.get(), chosen if native else None)
+
+    return window.attend(q, k, v, tiling, scale=scale, mesh=mesh,
+                         data_axis=config["data_axis"], head_axis=config["head_axis"],
+                         backend=chosen, platform=platform, block_q=config["block_q"],
+                         block_kv=config["block_kv"], counted=count)
 
 
 def install(env, recipe_attention, registry: dict, mesh, platform: str):

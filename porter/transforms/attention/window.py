@@ -11,6 +11,14 @@ where the FLOPs go. Tiles at the grid's far edges are padded (keys masked, queri
 dropped). The mask is exact: the result is dense attention with the same token mask
 (``Tiling.keep``), to the float sums' order.
 
+Three kernels run a window (``kernel_for``): splash with the window as its block mask
+(TPU); the backend's own dense kernel on each query tile and the keys it sees, query
+tiles of one shape batched together (``Tiling.groups``: cuDNN and its fp8 form on a
+GPU, int8 on a TPU, any backend that takes no block mask: no mask is needed, since
+each call holds only the keys its queries see); and Porter's XLA loop, walking each
+query tile's table of key tiles (``blockwise``, and where query tiles split over the
+devices).
+
 Only self-attention over exactly the grid's tokens is windowed (``applies``); cross-
 attention to text, and components with other sequences, run dense. The grid comes
 from the call (``video``, set by the denoising loop); ``dense()`` marks the steps
@@ -140,6 +148,28 @@ class Tiling:
             indices[row, :len(found)], used[row, :len(found)] = found, True
         return indices, used
 
+    @functools.cached_property
+    def groups(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        """The window as dense calls: the query tiles that hold as many real queries and
+        see as many real keys, together; each group (queries (tiles, q), keys (tiles,
+        k)), token indices in the grid's order (padding left out: no mask needed)."""
+        size = self.tile_tokens
+        real = [t[t < self.tokens] for t in self.order.reshape(-1, size)]
+        found: dict[tuple[int, int], tuple[list, list]] = {}
+        for row, sees in enumerate(self.seen):
+            keys = np.concatenate([real[j] for j in np.nonzero(sees)[0]])
+            queries, rows = found.setdefault((len(real[row]), len(keys)), ([], []))
+            queries.append(real[row])
+            rows.append(keys)
+        return tuple((np.stack(found[shape][0]), np.stack(found[shape][1]))
+                     for shape in sorted(found))
+
+    @functools.cached_property
+    def grouped_inverse(self) -> np.ndarray:
+        """For each token, its position in the groups' queries laid end to end."""
+        laid = np.concatenate([queries.ravel() for queries, _ in self.groups])
+        return np.argsort(laid).astype(np.int32)
+
     @property
     def computed_fraction(self) -> float:
         """Score blocks the kernel computes, against dense attention's (padding and
@@ -147,13 +177,14 @@ class Tiling:
         indices, _ = self.table
         return indices.size * self.tile_tokens ** 2 / self.tokens ** 2
 
-    def keep(self) -> np.ndarray:
+    def keep(self, queries: int | None = None) -> np.ndarray:
         """The token mask (queries x keys, in the grid's order) the window is: dense
-        attention with it gives the window's result. (tokens^2 booleans: for tests.)"""
+        attention with it gives the window's result. (tokens^2 booleans: for tests;
+        ``queries``: the first rows only.)"""
         tile_of = np.empty(self.tokens, np.int64)
         tile_of[self.order[self.order < self.tokens]] = \
             np.nonzero(self.order < self.tokens)[0] // self.tile_tokens
-        return self.seen[tile_of[:, None], tile_of[None, :]]
+        return self.seen[tile_of[:queries, None], tile_of[None, :]]
 
 
 def tiling(section, q_len: int, k_len: int) -> Tiling | None:
@@ -180,16 +211,47 @@ def layout(tiling: Tiling, q_shape, mesh, data_axis, head_axis) -> tuple:
     return sharded.layout(mesh, tiles, data_axis, head_axis)
 
 
+def kernel_for(tiling: Tiling, backend, axes) -> str:
+    """Which kernel runs a window for ``backend`` (an ``AttentionBackend``; None: Porter's
+    loop), split over the mesh as ``axes`` (``layout``): "splash" (its block mask) where
+    the backend is splash and the window fits it; "gathered" (the backend's own dense
+    kernel on each group of query tiles and the keys they see) for a backend without a
+    block mask while the query tiles stay whole on each device; else "sparse"."""
+    name = getattr(backend, "name", None)
+    if name == "splash":
+        return "splash" if splash_fits(tiling, axes) else "sparse"
+    if name in (None, "blockwise") or axes[2] is not None:
+        return "sparse"
+    return "gathered"
+
+
+def kernel_flops(tiling: Tiling, q_shape, kernel: str) -> float | None:
+    """What ``kernel`` computes for a windowed call of queries ``q_shape`` where the
+    compiler cannot see inside it (splash's kept blocks, the gathered calls' scores),
+    all devices together; None for Porter's loop, which the compiler counts itself."""
+    batch, heads, _, dim = q_shape
+    if kernel == "splash":
+        pairs = float(tiling.seen.sum()) * tiling.tile_tokens ** 2
+    elif kernel == "gathered":
+        pairs = float(sum(queries.size * keys.shape[1] for queries, keys in tiling.groups))
+    else:
+        return None
+    return 4.0 * batch * heads * dim * pairs
+
+
 def attend(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis,
-           splash_wanted: bool = False, platform: str | None = None):
-    """Windowed attention of (B, H, tokens, D) arrays: gathered into tile order, a
-    block-sparse kernel under ``shard_map`` (batch on ``data_axis``, heads on
-    ``head_axis``, or query tiles where the heads do not divide it), gathered back.
-    The kernel is splash where ``splash_wanted`` and it ``splash_fits``, else
-    Porter's ``sparse``."""
+           backend=None, platform: str | None = None, block_q: int = 1024,
+           block_kv: int = 1024, counted=None):
+    """Windowed attention of (B, H, tokens, D) arrays under ``shard_map`` (batch on
+    ``data_axis``, heads on ``head_axis``, or query tiles where the heads do not
+    divide it), by the kernel ``kernel_for`` picks for ``backend``. ``counted(flops,
+    kernel)``, where given, is told what a kernel the compiler cannot see computes on
+    each device (``kernel``: "splash" or "gathered")."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
+
+    from porter.transforms.attention import backends  # lazy: JAX, only when a call windows
 
     def tiled(x):  # a zero row for the padding to take
         x = jnp.concatenate([x, jnp.zeros_like(x[:, :, :1])], axis=2)
@@ -197,32 +259,89 @@ def attend(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis,
 
     axes = layout(tiling, q.shape, mesh, data_axis, head_axis)
     batch_axis, heads_axis, seq_axis = axes
+    kernel = kernel_for(tiling, backend, axes)
     q_spec = P(batch_axis, heads_axis, seq_axis, None)
     kv_spec = P(batch_axis, heads_axis, None, None)
     valid = jnp.asarray(tiling.order < tiling.tokens)
-    if splash_wanted and splash_fits(tiling, axes):
+    if kernel == "splash":
         body = functools.partial(splash, tiling=tiling, scale=scale, platform=platform)
         args, specs = (tiled(q), tiled(k), tiled(v), valid), (q_spec, kv_spec, kv_spec,
                                                               P(None))
+    elif kernel == "gathered":
+        options = dict(scale=scale, block_q=block_q, block_kv=block_kv)
+        if backends.takes_platform(backend.kernel):
+            options["platform"] = platform
+        body = functools.partial(gathered, tiling=tiling, kernel=backend.kernel,
+                                 options=options)
+        args, specs = (q, k, v), (q_spec, kv_spec, kv_spec)
     else:
         indices, used = (jnp.asarray(a) for a in tiling.table)
         body = functools.partial(sparse, scale=scale, block=tiling.tile_tokens)
         rows = P(seq_axis, None)
         args = (tiled(q), tiled(k), tiled(v), indices, used, valid)
         specs = (q_spec, kv_spec, kv_spec, rows, rows, P(None))
+    flops = kernel_flops(tiling, q.shape, kernel)
+    if counted is not None and flops is not None:
+        shares = math.prod(dict(mesh.shape)[axis] for axis in axes if axis is not None)
+        counted(flops / shares, kernel)
     if axes == (None, None, None):
         out = body(*args)
     else:
         out = jax.shard_map(body, mesh=mesh, check_vma=False, in_specs=specs,
                             out_specs=q_spec)(*args)
-    return jnp.take(out, jnp.asarray(tiling.inverse), axis=2)
+    return out if kernel == "gathered" else jnp.take(out, jnp.asarray(tiling.inverse),
+                                                     axis=2)
 
 
-def splash_flops(tiling: Tiling, q_shape) -> float:
-    """What splash computes for a windowed call (the blocks its mask keeps), which
-    the compiler cannot see inside the kernel."""
-    batch, heads, _, dim = q_shape
-    return 4.0 * batch * heads * dim * float(tiling.seen.sum()) * tiling.tile_tokens ** 2
+#: bytes of gathered keys and values one dense call of a window takes at most (on each
+#: device); a group of query tiles that would take more runs as several calls in turn
+GATHER_BYTES = 2**30
+
+
+def gathered(q, k, v, *, tiling: Tiling, kernel, options: dict):
+    """The window as dense attention (B, H, tokens, D in the grid's order): for each
+    group of query tiles of one shape (``Tiling.groups``), their queries and the keys
+    they see gathered and run through ``kernel`` with no mask, the group's tiles as the
+    batch (several calls in turn where one would gather more than ``GATHER_BYTES``)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, heads, _, dim = q.shape
+    outputs = []
+    for queries, keys in tiling.groups:
+        rows, q_len = queries.shape
+        k_len = keys.shape[1]
+        per_row = 2 * batch * heads * k_len * dim * k.dtype.itemsize
+        chunk = _divisor_at_most(rows, max(1, GATHER_BYTES // per_row))
+
+        def call(indices, q_len=q_len, k_len=k_len):
+            q_index, k_index = indices
+
+            def take(x, index, length):  # (B, H, n, length, D) -> (B n, H, length, D)
+                n = index.shape[0]
+                x = jnp.take(x, index.ravel(), axis=2).reshape(batch, heads, n, length, dim)
+                return jnp.moveaxis(x, 2, 1).reshape(batch * n, heads, length, dim)
+
+            n = q_index.shape[0]
+            out = kernel(take(q, q_index, q_len), take(k, k_index, k_len),
+                         take(v, k_index, k_len), None, **options)
+            return jnp.moveaxis(out.reshape(batch, n, heads, q_len, dim), 1, 2)
+
+        indices = (jnp.asarray(queries), jnp.asarray(keys))
+        if chunk == rows:
+            out = call(indices)
+        else:  # (chunks, B, H, chunk, q, D): chunk after chunk
+            out = jax.lax.map(call, tuple(a.reshape(rows // chunk, chunk, -1)
+                                          for a in indices))
+            out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, rows, q_len, dim)
+        outputs.append(out.reshape(batch, heads, rows * q_len, dim))
+    laid = jnp.concatenate(outputs, axis=2)
+    return jnp.take(laid, jnp.asarray(tiling.grouped_inverse), axis=2).astype(q.dtype)
+
+
+def _divisor_at_most(n: int, most: int) -> int:
+    """The largest divisor of ``n`` not above ``most``."""
+    return max(d for d in range(1, min(n, most) + 1) if n % d == 0)
 
 
 def sparse(q, k, v, indices, used, valid, *, scale: float, block: int):
