@@ -268,6 +268,9 @@ fi
 # Each set of arguments in ALSO, benched after the first with the same command-line
 # arguments; a failing one is recorded and the rest (and parity) go on.
 if [[ -n "${ALSO:-}" ]]; then
+  # each variant's own output waits outside $out: a run cut off mid-variant leaves
+  # only the results (what comes back from a lent machine is a few files)
+  scratch="$(mktemp -d)"
   IFS=';' read -r -a variants <<< "$ALSO"
   for variant in "${variants[@]}"; do
     read -r -a arguments <<< "$variant"
@@ -275,10 +278,10 @@ if [[ -n "${ALSO:-}" ]]; then
     start=$(date +%s)
     set +e
     "$py" -P -m porter.cli bench "$recipe" --steps "$steps" --json "$@" "${arguments[@]}" \
-        > "$out/variant.json" 2> "$out/variant.log"
+        > "$scratch/variant.json" 2> "$scratch/variant.log"
     status=$?
-    cat "$out/variant.log" >> "$out/bench.log"
-    (cd / && "$py" - "$variant" "$status" "$out/variant.json" "$out/variant.log" <<'EOF') \
+    cat "$scratch/variant.log" >> "$out/bench.log"
+    (cd / && "$py" - "$variant" "$status" "$scratch/variant.json" "$scratch/variant.log" <<'EOF') \
         >> "$out/variants.jsonl" 2> >(tee -a "$out/summary.txt" >&2)
 import json, sys
 variant, status, result_file, log_file = sys.argv[1], int(sys.argv[2]), *sys.argv[3:]
@@ -294,7 +297,7 @@ except Exception as error:  # a failed bench (or output that is not its JSON): r
                       "log_tail": tail}))
 EOF
     set -e
-    rm -f "$out/variant.json" "$out/variant.log"
+    rm -f "$scratch/variant.json" "$scratch/variant.log"
     say "variant took $(( $(date +%s) - start )) s (exit $status)"
   done
 fi

@@ -23,6 +23,13 @@ def compiled_wan14b_720p(target: str, backend: str = "auto", window=None):
     """Wan 14B's 720p attention, batch on dp and heads on tp, compiled for ``target``
     by Porter's ``attend`` (``window``: an ``attention.window`` section, over its token
     grid): (the compiled program, the FLOPs tally traced)."""
+    return compiled_attention(target, WAN14B_720P, (21, 45, 80), backend, window)
+
+
+def compiled_attention(target: str, shape, grid, backend: str = "auto", window=None):
+    """Self-attention of ``shape`` (batch, heads, tokens, dim) over the video ``grid``,
+    batch on dp and heads on tp (2 x 4), compiled for ``target`` by Porter's ``attend``:
+    (the compiled program, the FLOPs tally traced)."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -31,12 +38,12 @@ def compiled_wan14b_720p(target: str, backend: str = "auto", window=None):
     from porter.transforms.attention import window as window_mod
 
     mesh = targets.mesh(targets.named(target), {"dp": 2, "tp": 4})
-    spec = jax.ShapeDtypeStruct(WAN14B_720P, jnp.bfloat16,
+    spec = jax.ShapeDtypeStruct(shape, jnp.bfloat16,
                                 sharding=NamedSharding(mesh, P("dp", "tp")))
     config = dict(registry={b.name: b for b in attention.BUILTIN}, block_q=1024,
                   block_kv=1024, data_axis="dp", head_axis="tp", window=window)
     with attention.counted() as flops, \
-            window_mod.video((21, 45, 80) if window is not None else None):
+            window_mod.video(grid if window is not None else None):
         compiled = jax.jit(lambda q, k, v: attention.attend(
             q, k, v, backend=backend, mesh=mesh, config=config, platform="tpu")).lower(
                 spec, spec, spec).compile()

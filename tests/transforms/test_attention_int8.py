@@ -11,7 +11,7 @@ from porter.transforms.attention import int8, kernels
 
 from support import RECIPES
 from support.aot import needs_libtpu
-from support.attention import compiled_wan14b_720p, inputs
+from support.attention import compiled_attention, compiled_wan14b_720p, inputs
 
 # Relative L2 error against float32 attention that int8 attention may not exceed
 # (docs/recipes.md, "Attention"); measured at these shapes: 0.014 (unit normals),
@@ -56,6 +56,28 @@ def test_int8_attention_compiles_as_a_mosaic_kernel_at_a_real_length(target):
     assert compiled.memory_analysis().temp_size_in_bytes < 2**30
     dense = 4 * 2 * 40 * 75600 * 75600 * 128 / 8
     assert flops == [dense] and flops.matmuls == {"int8": dense / 2}
+
+
+@needs_libtpu
+def test_a_window_runs_int8_attention_compiled_by_mosaic():
+    """Wan 1.3B's 480p self-attention (both guidance passes, 12 heads), each frame seeing
+    the two frames either side and the first: int8's own kernel on each group of query
+    frames and the keys they see, Mosaic's custom calls with int8 operands, the FLOPs
+    counted those of the window's pairs (29% of dense here), their Q.K^T as int8."""
+    from types import SimpleNamespace
+
+    from porter.aot import hlo
+    from porter.transforms.attention import window
+
+    shape, grid = (2, 12, 32760, 128), (21, 30, 52)
+    section = SimpleNamespace(tile=[1, 30, 52], reach=[2, 0, 0], global_frames=1)
+    compiled, flops = compiled_attention("v6e-8", shape, grid, "int8", section)
+    text = compiled.as_text()
+    tiling = window.Tiling(grid, (1, 30, 52), (2, 0, 0), 1)
+    assert hlo.opaque_kernels(text) == len(tiling.groups) and "s8[" in text
+    windowed = window.kernel_flops(tiling, shape, "gathered") / 8
+    assert flops == [windowed] and flops.matmuls == {"int8": windowed / 2}
+    assert 0.26 < windowed * 8 / (4 * 2 * 12 * 32760 ** 2 * 128) < 0.30
 
 
 @pytest.mark.slow
