@@ -80,9 +80,9 @@ def main() -> int:
             times.append(time.perf_counter() - start)
         found[name] = {"seconds": round(min(times), 3), "first_call_s": round(compiled, 2)}
     found["speedup"] = round(found["dense"]["seconds"] / found["window"]["seconds"], 2)
-    # against dense attention with the window's mask, a tenth of the queries (memory)
-    rows = slice(0, tiling.tokens // 10)
-    keep = jnp.asarray(tiling.keep()[rows])
+    # against dense attention with the window's mask, every tenth query (memory)
+    rows = np.arange(0, tiling.tokens, 10)
+    keep = jnp.asarray(tiling.keep(rows))
     masked = kernels.reference(q[:, :, rows], k, v, keep, scale=scale)
     found["max_abs_error_vs_masked_dense"] = float(jnp.abs(outputs["window"][:, :, rows]
                                                            - masked).max())

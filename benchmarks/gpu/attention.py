@@ -17,7 +17,8 @@ A backend that fails is reported with its error and the rest go on.
 ``--window 3x10x13/1x1x1/3`` (repeatable) also times each backend's windowed
 self-attention (``attention.window``: tile, reach, global frames) over the video's token
 grid (``--grid``, default Wan 1.3B's 480x832 81-frame 21x30x52), with its error against
-float32 attention with the window's mask; the ``vs_dense`` entry is the backend's own
+float32 attention with the window's mask (512 query rows spread over the grid, so
+every group of query tiles is checked); the ``vs_dense`` entry is the backend's own
 dense time over its windowed time.
 """
 
@@ -93,9 +94,10 @@ def windowed(spec: str, args, scale: float, dense: dict) -> dict:
                            tuple(int(n) for n in reach.split("x")), int(first))
     q, k, v = _inputs("random", 1, args.heads, tiling.tokens, tiling.tokens, args.dim)
     wide = [x.astype(jnp.float32) for x in (q, k, v)]
-    keep = jnp.asarray(tiling.keep(ROWS))[None, None]
+    rows = jnp.arange(ROWS) * (tiling.tokens // ROWS)  # spread over the grid: every group
+    keep = jnp.asarray(tiling.keep(rows))[None, None]
     reference = jax.jit(lambda q, k, v: kernels.reference(q, k, v, keep, scale=scale))(
-        wide[0][:, :, :ROWS], wide[1], wide[2])
+        wide[0][:, :, rows], wide[1], wide[2])
     mesh = jax.sharding.Mesh(jax.devices()[:1], ("dp",))
     found = {"tokens": tiling.tokens, "mask_fraction": round(float(tiling.seen.mean()), 4),
              "groups": len(tiling.groups)}
@@ -106,7 +108,7 @@ def windowed(spec: str, args, scale: float, dense: dict) -> dict:
             backend=backend))
         try:
             seconds = _timed(lambda: run(q, k, v))
-            out = run(q, k, v)[:, :, :ROWS]
+            out = run(q, k, v)[:, :, rows]
         except Exception as error:  # noqa: BLE001 - a finding, as in measure
             found[name] = {"error": f"{type(error).__name__}: {error}"[:600]}
             continue

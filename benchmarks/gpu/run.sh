@@ -278,9 +278,9 @@ if [[ -n "${ALSO:-}" ]]; then
     start=$(date +%s)
     set +e
     "$py" -P -m porter.cli bench "$recipe" --steps "$steps" --json "$@" "${arguments[@]}" \
-        > "$scratch/variant.json" 2> "$scratch/variant.log"
+        > "$scratch/variant.json" 2> >(tee "$scratch/variant.log" >> "$out/bench.log")
     status=$?
-    cat "$scratch/variant.log" >> "$out/bench.log"
+    wait  # for tee
     (cd / && "$py" - "$variant" "$status" "$scratch/variant.json" "$scratch/variant.log" <<'EOF') \
         >> "$out/variants.jsonl" 2> >(tee -a "$out/summary.txt" >&2)
 import json, sys
@@ -300,6 +300,7 @@ EOF
     rm -f "$scratch/variant.json" "$scratch/variant.log"
     say "variant took $(( $(date +%s) - start )) s (exit $status)"
   done
+  rm -rf "$scratch"
 fi
 
 # ------------------------------------------------------------------ parity

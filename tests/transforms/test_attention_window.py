@@ -98,19 +98,22 @@ def test_the_groups_hold_each_query_once_with_exactly_the_keys_it_sees():
 
 
 @pytest.mark.parametrize("grid,tile,reach,first", [
-    ((4, 6, 8), (2, 2, 4), (0, 1, 0), 0),
-    ((5, 6, 7), (2, 4, 4), (1, 0, 1), 2),
+    ((4, 6, 8), (2, 2, 4), (0, 1, 0), 0),       # groups of 8 and 4 query tiles
+    ((5, 6, 7), (2, 4, 4), (1, 0, 1), 2),       # padded edges, global frames
 ])
-@pytest.mark.parametrize("budget", [None, 1])
+@pytest.mark.parametrize("rows_per_call", [None, 1, 3])
 def test_a_backend_without_a_block_mask_runs_the_window_on_gathered_keys(
-        grid, tile, reach, first, budget, monkeypatch):
+        grid, tile, reach, first, rows_per_call, monkeypatch):
     """A dense backend (here ``reference``; cuDNN on a GPU) runs each group of query
     tiles with the keys they see, no mask: equal to dense attention with the window's
-    mask, also a group at a time when the gathered keys would be too large."""
-    if budget is not None:
-        monkeypatch.setattr(window, "GATHER_BYTES", budget)  # one query tile a call
+    mask, also a few tiles a call when the gathered keys would be too large (3 a call:
+    8 tiles in 3 calls, the last padded)."""
     tiling = window.Tiling(grid, tile, reach, first)
     q, k, v = qkv(2, 3, tiling.tokens)
+    if rows_per_call is not None:  # the budget of that many of the first group's rows
+        (queries, keys), *_ = tiling.groups
+        per_row = 2 * 3 * keys.shape[1] * (2 * 16 * 4 + 4 * queries.shape[1])  # k, v, scores
+        monkeypatch.setattr(window, "GATHER_BYTES", rows_per_call * per_row)
     expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
     counted = []
 
@@ -122,11 +125,27 @@ def test_a_backend_without_a_block_mask_runs_the_window_on_gathered_keys(
     got = jax.jit(run)(q, k, v)
     counted = counted[:1]  # traced twice
     assert float(jnp.abs(got - expected).max()) <= TOLERANCE
-    maps = [e for e in _equations(program.jaxpr) if e.primitive.name == "scan"]
-    several = any(len(queries) > 1 for queries, _ in tiling.groups)
-    assert bool(maps) == (budget is not None and several)
+    calls = [e.params["length"] for e in _equations(program.jaxpr)
+             if e.primitive.name == "scan"]
+    if rows_per_call is None:
+        assert calls == []
+    elif grid == (4, 6, 8):  # the first group, 8 tiles: 8 calls, or 3 (the last padded)
+        assert calls[0] == -(-8 // rows_per_call)
     assert counted == [(window.kernel_flops(tiling, q.shape, "gathered"), "gathered")]
     assert counted[0][0] == 4 * 2 * 3 * 16 * tiling.keep().sum()
+
+
+def test_pytorchs_cpu_attention_runs_a_window_a_tile_a_call(monkeypatch):
+    """``torch-cpu`` (``auto`` on CPU for large calls: a host callback) on gathered
+    keys, one query tile a call (inside a loop): the window's masked attention."""
+    monkeypatch.setattr(window, "GATHER_BYTES", 1)
+    tiling = window.Tiling((4, 6, 8), (2, 2, 4), (0, 1, 0), 0)
+    q, k, v = qkv(1, 2, tiling.tokens)
+    expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
+    got = jax.jit(lambda q, k, v: window.attend(
+        q, k, v, tiling, scale=0.25, mesh=mesh(dp=1), data_axis="dp", head_axis=None,
+        backend=BACKENDS["torch-cpu"], platform="cpu"))(q, k, v)
+    assert float(jnp.abs(got - expected).max()) <= TOLERANCE
 
 
 @pytest.mark.parametrize("axes,heads,kernel", [

@@ -177,14 +177,15 @@ class Tiling:
         indices, _ = self.table
         return indices.size * self.tile_tokens ** 2 / self.tokens ** 2
 
-    def keep(self, queries: int | None = None) -> np.ndarray:
+    def keep(self, rows=None) -> np.ndarray:
         """The token mask (queries x keys, in the grid's order) the window is: dense
         attention with it gives the window's result. (tokens^2 booleans: for tests;
-        ``queries``: the first rows only.)"""
+        ``rows``: those queries' rows only.)"""
         tile_of = np.empty(self.tokens, np.int64)
         tile_of[self.order[self.order < self.tokens]] = \
             np.nonzero(self.order < self.tokens)[0] // self.tile_tokens
-        return self.seen[tile_of[:queries, None], tile_of[None, :]]
+        queries = tile_of if rows is None else tile_of[np.asarray(rows)]
+        return self.seen[queries[:, None], tile_of[None, :]]
 
 
 def tiling(section, q_len: int, k_len: int) -> Tiling | None:
@@ -262,7 +263,7 @@ def attend(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis,
     kernel = kernel_for(tiling, backend, axes)
     q_spec = P(batch_axis, heads_axis, seq_axis, None)
     kv_spec = P(batch_axis, heads_axis, None, None)
-    valid = jnp.asarray(tiling.order < tiling.tokens)
+    valid = jnp.asarray(tiling.order < tiling.tokens) if kernel != "gathered" else None
     if kernel == "splash":
         body = functools.partial(splash, tiling=tiling, scale=scale, platform=platform)
         args, specs = (tiled(q), tiled(k), tiled(v), valid), (q_spec, kv_spec, kv_spec,
@@ -272,7 +273,7 @@ def attend(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis,
         if backends.takes_platform(backend.kernel):
             options["platform"] = platform
         body = functools.partial(gathered, tiling=tiling, kernel=backend.kernel,
-                                 options=options)
+                                 options=options, scores=backend.materialises)
         args, specs = (q, k, v), (q_spec, kv_spec, kv_spec)
     else:
         indices, used = (jnp.asarray(a) for a in tiling.table)
@@ -293,16 +294,19 @@ def attend(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis,
                                                      axis=2)
 
 
-#: bytes of gathered keys and values one dense call of a window takes at most (on each
-#: device); a group of query tiles that would take more runs as several calls in turn
+#: bytes of gathered keys and values (and scores, for a backend that holds them all)
+#: one dense call of a window takes at most (on each device); a group of query tiles
+#: that would take more runs as several calls in turn
 GATHER_BYTES = 2**30
 
 
-def gathered(q, k, v, *, tiling: Tiling, kernel, options: dict):
+def gathered(q, k, v, *, tiling: Tiling, kernel, options: dict, scores: bool = False):
     """The window as dense attention (B, H, tokens, D in the grid's order): for each
     group of query tiles of one shape (``Tiling.groups``), their queries and the keys
     they see gathered and run through ``kernel`` with no mask, the group's tiles as the
-    batch (several calls in turn where one would gather more than ``GATHER_BYTES``)."""
+    batch (several calls in turn where one would hold more than ``GATHER_BYTES``:
+    gathered keys and values, and the float32 scores where ``scores``: a kernel that
+    materialises them)."""
     import jax
     import jax.numpy as jnp
 
@@ -311,8 +315,10 @@ def gathered(q, k, v, *, tiling: Tiling, kernel, options: dict):
     for queries, keys in tiling.groups:
         rows, q_len = queries.shape
         k_len = keys.shape[1]
-        per_row = 2 * batch * heads * k_len * dim * k.dtype.itemsize
-        chunk = _divisor_at_most(rows, max(1, GATHER_BYTES // per_row))
+        per_row = batch * heads * k_len * (2 * dim * k.dtype.itemsize
+                                           + (4 * q_len if scores else 0))
+        calls = -(-rows // max(1, GATHER_BYTES // per_row))
+        chunk = -(-rows // calls)  # calls of equal size, the last padded
 
         def call(indices, q_len=q_len, k_len=k_len):
             q_index, k_index = indices
@@ -327,21 +333,18 @@ def gathered(q, k, v, *, tiling: Tiling, kernel, options: dict):
                          take(v, k_index, k_len), None, **options)
             return jnp.moveaxis(out.reshape(batch, n, heads, q_len, dim), 1, 2)
 
-        indices = (jnp.asarray(queries), jnp.asarray(keys))
-        if chunk == rows:
-            out = call(indices)
-        else:  # (chunks, B, H, chunk, q, D): chunk after chunk
-            out = jax.lax.map(call, tuple(a.reshape(rows // chunk, chunk, -1)
-                                          for a in indices))
-            out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, rows, q_len, dim)
+        if calls == 1:
+            out = call((jnp.asarray(queries), jnp.asarray(keys)))
+        else:  # chunk after chunk; the padding repeats the last tile, its output dropped
+            padded = [np.concatenate([a, np.repeat(a[-1:], calls * chunk - rows, axis=0)])
+                      for a in (queries, keys)]
+            out = jax.lax.map(call, tuple(jnp.asarray(a.reshape(calls, chunk, -1))
+                                          for a in padded))  # (calls, B, H, chunk, q, D)
+            out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, calls * chunk, q_len,
+                                                  dim)[:, :, :rows]
         outputs.append(out.reshape(batch, heads, rows * q_len, dim))
     laid = jnp.concatenate(outputs, axis=2)
     return jnp.take(laid, jnp.asarray(tiling.grouped_inverse), axis=2).astype(q.dtype)
-
-
-def _divisor_at_most(n: int, most: int) -> int:
-    """The largest divisor of ``n`` not above ``most``."""
-    return max(d for d in range(1, min(n, most) + 1) if n % d == 0)
 
 
 def sparse(q, k, v, indices, used, valid, *, scale: float, block: int):
