@@ -94,7 +94,8 @@ def windowed(spec: str, args, scale: float, dense: dict) -> dict:
                            tuple(int(n) for n in reach.split("x")), int(first))
     q, k, v = _inputs("random", 1, args.heads, tiling.tokens, tiling.tokens, args.dim)
     wide = [x.astype(jnp.float32) for x in (q, k, v)]
-    rows = jnp.arange(ROWS) * (tiling.tokens // ROWS)  # spread over the grid: every group
+    # spread over the grid (every group of query tiles, at a real size)
+    rows = jnp.arange(min(ROWS, tiling.tokens)) * max(1, tiling.tokens // ROWS)
     keep = jnp.asarray(tiling.keep(rows))[None, None]
     reference = jax.jit(lambda q, k, v: kernels.reference(q, k, v, keep, scale=scale))(
         wide[0][:, :, rows], wide[1], wide[2])
