@@ -35,6 +35,7 @@ import jax.numpy as jnp
 
 from porter.transforms.attention import backends, fp8, kernels, window
 
+BACKENDS = {b.name: b for b in backends.BUILTIN}
 ROWS = 512  # query rows checked against float32 (a subset: float32 scores are S^2)
 
 
@@ -67,7 +68,7 @@ def _timed(call, repeats: int = 10) -> float:
 
 
 def measure(name: str, q, k, v, scale: float, reference) -> dict:
-    kernel = {b.name: b for b in backends.BUILTIN}[name].kernel
+    kernel = BACKENDS[name].kernel
     run = jax.jit(lambda q, k, v: kernel(q, k, v, None, scale=scale))
     try:
         seconds = _timed(lambda: run(q, k, v))
@@ -103,7 +104,7 @@ def windowed(spec: str, args, scale: float, dense: dict) -> dict:
     found = {"tokens": tiling.tokens, "mask_fraction": round(float(tiling.seen.mean()), 4),
              "groups": len(tiling.groups)}
     for name in args.backends.split(","):
-        backend = {b.name: b for b in backends.BUILTIN}[name]
+        backend = BACKENDS[name]
         run = jax.jit(lambda q, k, v: window.attend(
             q, k, v, tiling, scale=scale, mesh=mesh, data_axis="dp", head_axis=None,
             backend=backend))

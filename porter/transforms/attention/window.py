@@ -19,7 +19,7 @@ each call holds only the keys its queries see); and Porter's XLA loop, walking e
 query tile's table of key tiles (``blockwise``, and where query tiles split over the
 devices).
 
-Only self-attention over exactly the grid's tokens is windowed (``applies``); cross-
+Only self-attention over exactly the grid's tokens is windowed (``tiling``); cross-
 attention to text, and components with other sequences, run dense. The grid comes
 from the call (``video``, set by the denoising loop); ``dense()`` marks the steps
 that run dense attention (``dense_steps``: the first steps lay out the video), and
