@@ -31,12 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # the child: porter's CLI with the compiled program's optimized HLO written to a file
 _CHILD = """
 import sys
-from porter.aot import compiler
-keep = compiler.hlo.collectives
+from porter.aot import executable
+keep = executable.hlo.collectives
 def collectives(text, devices):
     open(sys.argv[1], "w").write(text)
     return keep(text, devices)
-compiler.hlo.collectives = collectives
+executable.hlo.collectives = collectives
 from porter import cli
 sys.exit(cli.main(sys.argv[2:]))
 """

@@ -56,7 +56,7 @@ def main() -> int:
     runs = {
         "dense": jax.jit(lambda q, k, v: dense(
             q, k, v, None, scale=scale, block_q=args.block, block_kv=args.block)),
-        "window": jax.jit(lambda q, k, v: window.attend(
+        "window": jax.jit(lambda q, k, v: window.attend_windowed(
             q, k, v, tiling, scale=scale, mesh=mesh, data_axis="dp", head_axis=None,
             backend=backend, block_q=args.block, block_kv=args.block)),
     }

@@ -7,7 +7,7 @@ makes videos (docs/python-api.md); ``porter.hookimpl`` marks a plugin's hooks
 imported.
 """
 
-from porter.plugins.hookspecs import hookimpl
+from porter.registry.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 __all__ = ["Generation", "Port", "hookimpl", "load"]

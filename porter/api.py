@@ -16,19 +16,21 @@ from pathlib import Path
 
 import torch
 
-from porter import plugins
+from porter import registry as registry_mod
 from porter import recipe as recipe_mod
 from porter import runtime as runtime_mod
 from porter.errors import RecipeError
-from porter.generate import runners, stages
+from porter.generate import preview, runners, stages
 from porter.generate.call import Call
 from porter.loading import release
+from porter.recipe import Recipe
 from porter.port import active, checks, out_of_memory, passes
 from porter.port.building import Building
 from porter.rundir import artifacts, outputs, record, results
 from porter.runtime import distributed, monitor, notices
 from porter.shims import tracing
 from porter.shims.interop import to_device, to_host
+from porter.transforms import Calling
 from porter.transforms import scheduler as scheduling
 
 
@@ -52,7 +54,7 @@ def load(recipe, *overrides: str, cpu_devices: int | None = None,
     elif overrides or cpu_devices is not None:
         raise TypeError("overrides and cpu_devices go with a recipe path, not a loaded "
                         "Recipe (load it with them instead)")
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     recipe = release.resolved(recipe, registry)  # an original release's folder as source
     family = checks.checked_family(recipe, registry)
     distributed.initialize()
@@ -118,9 +120,7 @@ class Port:
         self._compile_mark = compile_mark  # compile totals before loading began
         self._traces_mark = (0, 0)
         self._load_warnings = notices.given()  # the load's: every record carries them
-        #: live previews' latent-to-RGB map, fitted at the first preview (False: a
-        #: preview failed, previews are off for this port)
-        self.latent_colours = None
+        self.previews = preview.Previews()  # live previews' map, fitted once per port
 
     # ------------------------------------------------------------------ building
 
@@ -162,25 +162,37 @@ class Port:
     def component(self, name: str):
         return getattr(self.pipe, name)
 
+    def calling(self, call: Call | None = None) -> Calling:
+        """What the passes' call-time parts work with for ``call`` (None: components
+        called directly, with the port's recipe)."""
+        return Calling(call.recipe if call is not None else self.recipe, self.registry,
+                       self.family, self.runtime, self.ported, self.pipe, call)
+
     @contextlib.contextmanager
     def active(self):
-        """The port's patches, attention backend and torchax environment, for calling
-        its components directly (``generate`` and ``as_torch`` enter it themselves)."""
-        with active.active(self.recipe, self.registry, self.runtime, self.ported.patches,
-                           getattr(self.pipe, "scheduler", None)):
+        """Every pass's call-time part (``porter.port.active``: the patches, the attention
+        backend, the scheduler's tables) and the torchax environment, for calling the
+        port's components directly (``generate`` and ``as_torch`` enter it themselves)."""
+        with active.entered(self.calling()):
             yield self.runtime.env
+
+    def stepping(self, call: Call, step: int):
+        """Around one denoising step of ``call``: each pass's part for a transformer's
+        calls (the attention window's grid and dense phase)."""
+        return active.entered(self.calling(call).at_step(step))
 
     def as_torch(self, name: str = "transformer"):
         """The ported component ``name`` as a function of CPU torch tensors: arguments
         are moved onto the mesh, the compiled component runs, tensors in the result
         come back as CPU torch tensors (a teacher inside a PyTorch training loop)."""
         module = self.component(name)
-        windowed = name in self.family.stepped_transformers  # as the denoising steps
+        stepped = name in self.family.stepped_transformers  # as the denoising steps
 
         def call(*args, **kwargs):
-            video = active.transformer_video(self.recipe, self.registry) if windowed \
-                else contextlib.nullcontext()
-            with self.active() as env, env, video:
+            calling = self.calling()
+            entered = active.transformer_calls(calling) if stepped \
+                else active.entered(calling)
+            with entered, self.runtime.env:
                 moved = torch.utils._pytree.tree_map(self._to_mesh, (args, kwargs))
                 out = module(*moved[0], **moved[1])
             return torch.utils._pytree.tree_map(
@@ -224,8 +236,8 @@ class Port:
             settings["prompt"] = prompt
         recipe = self.settings(**settings)
         outcome = self.run(Call(recipe))
-        return Generation(outcome.frames, outcome.latents, self.record(recipe, outcome),
-                          recipe)
+        return Generation(outcome.frames, outcome.latents,
+                          self.run_record(recipe, outcome), recipe)
 
     def run(self, call: Call) -> Outcome:
         """Run ``call``: the stages it wants of its recipe (this port's, or one from
@@ -246,35 +258,17 @@ class Port:
 
     def _run(self, call: Call):
         runner = runners.of(self.family)
-        # a step cache serves runs that denoise (a pipeline's own loop always does)
-        caching = self.ported.caching \
-            if "denoise" in call.wanted or not self.family.staged else None
-        with self.active():
+        with active.entered(self.calling(call)):  # every pass's call-time part
             # What a pipeline draws with no generator (I2VGen-XL's VAE encode samples
             # latent_dist without one) comes from the device's key, which each draw
             # moves on: from the seed at every call, so a call repeats in a process
             # that made others before it (a server, a notebook, a test worker).
             self.runtime.env.manual_seed(call.recipe.generate.seed % (1 << 63))  # JAX's
-            if caching is not None:
-                self._begin_cache(caching, call)
             latents, frames = runner.generate(self, call)
         call.timings["stages"] = list(call.wanted) if self.family.staged \
             else list(runner.stages)
         call.timings["port_call"] = self.calls
-        if caching is not None:
-            call.timings["cache"] = caching.summary()
         return latents, frames
-
-    def _begin_cache(self, caching, call: Call) -> None:
-        """Every cache state cold; a run continued mid-denoise starts its cache there."""
-        start = call.first_step
-        with self.runtime.env:
-            caching.begin(self.pipe, self.family, call.recipe, start)
-        call.guidance_cache = caching.guidance
-        if start:
-            notices.warn(f"continuing after step {start}: the step cache starts cold there "
-                         "(and TaylorSeer counts its steps from there), so the result can "
-                         "differ slightly from an uninterrupted run")
 
     @property
     def inputs(self) -> dict:
@@ -298,7 +292,8 @@ class Port:
             spent["split"] = split
         return spent
 
-    def record(self, recipe, outcome: Outcome, written: dict | None = None) -> dict:
+    def run_record(self, recipe: Recipe, outcome: Outcome,
+                   written: dict | None = None) -> dict:
         """The run record of one generation (``run.json``); ``written``: what
         ``results.write_results`` wrote."""
         described = {}

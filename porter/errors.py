@@ -6,6 +6,7 @@ messages. Each carries enough to act on: what went wrong, where, and a hint.
 
 from __future__ import annotations
 
+import math
 import signal
 from dataclasses import dataclass
 
@@ -33,6 +34,17 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def kind_of(value) -> str:
+    """A value's kind, in words, for messages ("a string where an integer belongs")."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):  # torch, JAX, numpy
+        return "a tensor"
+    for kind, words in ((bool, "a bool"), (int, "an integer"), (float, "a number"),
+                        (str, "a string"), ((list, tuple), "a list"), (dict, "a mapping")):
+        if isinstance(value, kind):
+            return words
+    return f"a {type(value).__name__}"
+
+
 class UsageError(PorterError):
     """The user asked for something that cannot work as asked (bad input)."""
 
@@ -44,13 +56,24 @@ class LoadError(UsageError):
 
 
 class NonFinite(UsageError):
-    """The latents went NaN or infinite at a denoising step."""
+    """The latents went NaN or infinite at a denoising step, or finite but larger than
+    real latents ever are (``magnitude``, their largest |value|: ``finite.BOUND``)."""
 
     def __init__(self, step: int, total: int | None, saved_at: int | None,
-                 staged: bool = True):
+                 staged: bool = True, magnitude: float = math.nan):
         kept = (f"; kept: the encode stage and the checkpoint after step {saved_at}"
                 if saved_at else "; kept: the encode stage" if staged else "")
         of = f" of {total}" if total else ""  # a generic run may not know its count
+        self.step, self.magnitude = step, magnitude
+        if math.isfinite(magnitude):  # finite, so no overflow yet: the model is off
+            super().__init__(
+                f"denoising step {step}{of} made latents of magnitude {magnitude:.3g} (their "
+                f"largest |value|; real latents are of order 1 to 10): stopped{kept}",
+                hint="the model's output is orders of magnitude off: weights read as the "
+                     "wrong format (a scaled fp8 file whose scale_weight tensors are gone "
+                     "reads as a plain fp8 cast), or a model.transformer of another model "
+                     "or size; compare with `porter verify`")
+            return
         super().__init__(
             f"denoising step {step}{of} made NaN or infinite latents: stopped{kept}",
             hint="with finite weights this is numerical overflow: try model.dtype float32, "

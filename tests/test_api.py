@@ -60,10 +60,10 @@ def test_new_shapes_compile_and_bad_settings_are_recipe_errors(port):
 def test_settings_that_need_another_pipeline_are_refused():
     """TI2V-5B takes text or an image, through two pipelines: a port loaded for one
     cannot run the other (checked without loading anything)."""
-    from porter import plugins, recipe
+    from porter import registry as registry_mod, recipe
     from porter.port.checks import with_settings as checked_settings
 
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     text_mode = recipe.load(ROOT / "recipes" / "wan22-ti2v-tiny.yaml", ["generate.image=null"])
     with pytest.raises(RecipeError, match="needs WanImageToVideoPipeline, but this port "
                        "loaded WanPipeline"):

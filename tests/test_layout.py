@@ -1,7 +1,11 @@
 """The package's layout as the README shows it: packages in layers that only point down,
 no import cycle (imports inside functions count: one there would only hide a cycle),
 Porter's own modules imported at module level unless a reason is given, tests where
-the code they test is."""
+the code they test is, every pass row in one shape.
+
+Imports under ``if TYPE_CHECKING:`` never run: they name the classes a signature takes
+(a lower layer naming ``Registry`` or ``Building``), so the layers and cycles here are
+those of the imports that run."""
 
 import ast
 import re
@@ -16,7 +20,7 @@ TESTS = ROOT / "tests"
 LAYERS = ("porter.errors", "porter.shims", "porter.runtime", "porter.recipe",
           "porter.families", "porter.transforms", "porter.loading", "porter.stepcache",
           "porter.rundir", "porter.generate", "porter.port", "porter.aot",
-          "porter.plugins", "porter.api", "porter.commands", "porter.cli", "porter")
+          "porter.registry", "porter.api", "porter.commands", "porter.cli", "porter")
 
 
 def module_name(path: Path) -> str:
@@ -26,14 +30,25 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def type_only(tree: ast.Module) -> set[int]:
+    """The ids of the nodes under ``if TYPE_CHECKING:`` (imports for annotations only)."""
+    return {id(sub) for node in ast.walk(tree)
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING"
+            for sub in ast.walk(node) if sub is not node}
+
+
 def imports(path: Path, modules: set[str]):
     """(porter module imported, the import node, inside a function?) for each import of
-    Porter's own modules in ``path``, wherever in the file it is."""
+    Porter's own modules in ``path`` that runs, wherever in the file it is."""
     tree = ast.parse(path.read_text())
     inner = {id(sub) for node in ast.walk(tree)
              if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
              for sub in ast.walk(node) if sub is not node}
+    skipped = type_only(tree)
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -129,6 +144,13 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert upward == []
 
 
+def test_imports_for_annotations_only_are_not_counted(tmp_path):
+    (tmp_path / "x.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                   "    from porter.commands import run\n")
+    modules = {"porter.runtime.x", "porter.commands.run"}
+    assert list(imports(tmp_path / "x.py", modules)) == []
+
+
 def test_the_layer_check_finds_an_upward_import(tmp_path):
     (tmp_path / "x.py").write_text("def f():\n    from porter.commands import run\n")
     modules = {"porter.runtime.x", "porter.commands.run"}
@@ -198,3 +220,61 @@ def test_no_test_file_is_over_400_lines():
     long = [f"{path.relative_to(ROOT)}: {n}" for path in TESTS.rglob("test_*.py")
             if (n := len(path.read_text().splitlines())) > 400]
     assert long == []
+
+
+#: a pass row's parts, each the module's function of this name (``abstract`` may name
+#: ``_apply``: the same work on meta models)
+PARTS = ("check", "fit", "apply", "abstract", "detail", "around")
+
+
+def pass_rows() -> dict[str, tuple[ast.Module, ast.Call]]:
+    """Each module declaring a pass row (``PASS = Pass(...)``): its tree and the call."""
+    found = {}
+    for name, path in sources().items():
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in
+                                                 node.targets] == ["PASS"] \
+                    and isinstance(node.value, ast.Call) \
+                    and getattr(node.value.func, "id", None) == "Pass":
+                found[name] = (tree, node.value)
+    return found
+
+
+def row_problems(name: str, tree: ast.Module, call: ast.Call) -> list[str]:
+    """How one row strays from the shape: a part that is not the module's ``_<part>``
+    function (a lambda bridging another signature), or one that takes more than one
+    input object."""
+    functions = {node.name: node for node in tree.body
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    wrong = []
+    for keyword in call.keywords:
+        if keyword.arg not in PARTS:
+            continue
+        allowed = {f"_{keyword.arg}"} | ({"_apply"} if keyword.arg == "abstract" else set())
+        value = keyword.value
+        if not isinstance(value, ast.Name) or value.id not in allowed:
+            wrong.append(f"{name}: {keyword.arg}={ast.unparse(value)}")
+        elif value.id not in functions:
+            wrong.append(f"{name}: {value.id} is not a function of the module")
+        else:
+            args = functions[value.id].args
+            if len(args.posonlyargs + args.args) != 1 or args.vararg or args.kwonlyargs:
+                wrong.append(f"{name}: {value.id} takes more than one input object")
+    return wrong
+
+
+def test_every_pass_row_has_the_same_shape():
+    rows = pass_rows()
+    assert len(rows) == 12, sorted(rows)
+    assert [problem for name, (tree, call) in rows.items()
+            for problem in row_problems(name, tree, call)] == []
+
+
+def test_the_pass_shape_check_finds_a_lambda_a_stray_name_and_two_inputs():
+    tree = ast.parse("def _select(b):\n    pass\n\ndef _fit(recipe, modules):\n    pass\n\n"
+                     "PASS = Pass('x', (), '', apply=_select, fit=_fit,\n"
+                     "            check=lambda recipe, registry, family: [])\n")
+    assert row_problems("x", tree, tree.body[-1].value) == [
+        "x: apply=_select", "x: _fit takes more than one input object",
+        "x: check=lambda recipe, registry, family: []"]

@@ -105,7 +105,7 @@ def windowed(spec: str, args, scale: float, dense: dict) -> dict:
              "groups": len(tiling.groups)}
     for name in args.backends.split(","):
         backend = BACKENDS[name]
-        run = jax.jit(lambda q, k, v: window.attend(
+        run = jax.jit(lambda q, k, v: window.attend_windowed(
             q, k, v, tiling, scale=scale, mesh=mesh, data_axis="dp", head_axis=None,
             backend=backend))
         try:

@@ -9,7 +9,7 @@ chip's real memory and cost figures, or its refusal when a program cannot fit.
 - ``targets``: the chips and slices Porter compiles for, with their public facts;
 - ``programs``: what a family says each compiled program is called with;
 - ``port``: the recipe's components as a run ports them, with abstract weights;
-- ``compiler``: one program lowered and compiled for the target;
+- ``executable``: one program lowered and compiled for the target;
 - ``hlo``: collectives and loop trip counts read from the compiled program;
 - ``roofline``: lower bounds on a denoising step's time from those figures;
 

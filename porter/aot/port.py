@@ -13,18 +13,24 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from porter.aot import targets
 from porter.port import active, passes
-from porter.port.building import Building
+from porter.port.building import Building, Ported
 from porter.runtime import Runtime, resolve_mesh, xla
 from porter.shims import interop
 from porter.shims.compat import import_torchax
-from porter.transforms import attention
+from porter.transforms import Calling, attention
 from porter.transforms import sharding as shard_transform
-from porter.transforms.compile import scan
+from porter.transforms.jit import scan
+
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
+    from porter.registry import Registry
 
 
 @dataclass
@@ -54,21 +60,25 @@ class Component:
 
 @dataclass
 class AbstractPort:
-    recipe: object
-    registry: object
-    family: object
+    recipe: Recipe
+    registry: Registry
+    family: ModelFamily
     target: targets.Target
     runtime: Runtime  # the target's deviceless mesh, its platform, its XLA options
     components: dict  # name -> Component
-    patches: list  # the patches a run applies
+    ported: Ported  # what the passes recorded (the patches a run applies around calls)
 
     @contextlib.contextmanager
-    def active(self):
-        """What a run has in place while it calls its programs (``porter.port.active``,
-        the attention backend for the target's platform and mesh), and torchax's
-        environment."""
-        with active.active(self.recipe, self.registry, self.runtime, self.patches), \
-                self.runtime.env:
+    def active(self, component: str):
+        """What a run has in place while it calls ``component``'s programs: every pass's
+        call-time part (``porter.port.active``: the patches, the attention backend for
+        the target's platform and mesh; around a transformer, the video's grid), and
+        torchax's environment."""
+        calling = Calling(self.recipe, self.registry, self.family, self.runtime,
+                          self.ported)
+        entered = active.transformer_calls(calling) \
+            if component in self.family.stepped_transformers else active.entered(calling)
+        with entered, self.runtime.env:
             yield
 
     @property
@@ -106,7 +116,8 @@ def build(recipe, registry, target: targets.Target) -> AbstractPort:
     for component in components.values():
         component.jittable, component.state, component.sharded_bytes_per_chip = \
             _abstract_state(component, b.runtime)
-    return AbstractPort(recipe, registry, family, target, b.runtime, components, b.patches)
+    return AbstractPort(recipe, registry, family, target, b.runtime, components,
+                        b.ported())
 
 
 def _abstract_state(component: Component, runtime):
@@ -136,7 +147,7 @@ def _abstract_state(component: Component, runtime):
                                            sharding=sharding(t))
                 for name, t in store.items()}
 
-    def stacked(found: dict) -> dict:  # as a run stacks them (porter.transforms.compile.scan)
+    def stacked(found: dict) -> dict:  # as a run stacks them (porter.transforms.jit.scan)
         return scan.stacked(found, scan.groups(found, component.scanned),
                             scan.stack_abstract)
 

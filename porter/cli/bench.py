@@ -27,11 +27,11 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
     from porter.commands import bench  # lazy: only the subcommand asked for is imported
 
     loaded = common.load_recipe(args)
-    result = bench.bench(loaded, plugins.registry(), steps=args.steps,
+    result = bench.bench(loaded, registry_mod.loaded(), steps=args.steps,
                          torch_compile=args.torch_compile)
     print(json.dumps(result, indent=2) if args.json else bench.render(result))
     return 0

@@ -39,12 +39,12 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import plugins, recipe  # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod, recipe# lazy: only the subcommand asked for is imported
     from porter.commands import compile  # lazy: only the subcommand asked for is imported
 
     compile.host_compiles()  # JAX on the CPU; libtpu only describes the target
     loaded = common.resolved(recipe.load(args.recipe, list(args.overrides)))
-    built = compile.build(loaded, plugins.registry(), args.target, only=args.program,
+    built = compile.build(loaded, registry_mod.loaded(), args.target, only=args.program,
                           say=notices.status)
     print(json.dumps(built, indent=2) if args.json else compile.render(built))
     verdict = built["verdict"]

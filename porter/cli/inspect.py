@@ -18,10 +18,10 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
     from porter.commands import inspect  # lazy: only the subcommand asked for is imported
 
     loaded = common.load_recipe(args)
-    result = inspect.inspect(loaded, plugins.registry())
+    result = inspect.inspect(loaded, registry_mod.loaded())
     print(json.dumps(result, indent=2) if args.json else inspect.render(result))
     return 0

@@ -18,10 +18,10 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
     from porter.commands import new  # lazy: only the subcommand asked for is imported
 
-    path = new.write(args.name, plugins.registry().family(args.family), args.base,
+    path = new.write(args.name, registry_mod.loaded().family(args.family), args.base,
                      force=args.force)
     print(f"wrote {path}; next: porter validate {path}")
     return 0

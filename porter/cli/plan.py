@@ -22,11 +22,11 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
     from porter.commands import plan  # lazy: only the subcommand asked for is imported
 
     loaded = common.load_recipe(args)
     devices, target = common.devices_for(args)
-    built = plan.plan(loaded, plugins.registry(), devices, target)
+    built = plan.plan(loaded, registry_mod.loaded(), devices, target)
     print(json.dumps(plan.to_json(built), indent=2) if args.json else plan.render(built))
     return 2 if built["problems"] else 0

@@ -10,9 +10,9 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
 
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     for name in registry.plugins:
         items = registry.registered_by(name)
         print(f"{name}: " + (", ".join(items) if items else "registers nothing yet"))

@@ -45,7 +45,7 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
     from porter.commands.run import run  # lazy: only the subcommand asked for is imported
 
     if args.resume:
@@ -56,7 +56,7 @@ def handle(args) -> int:
     loaded = common.load_recipe(args)
     if args.prompts:
         return _batch(args, loaded)
-    result = run(loaded, plugins.registry(), progress=not args.no_progress,
+    result = run(loaded, registry_mod.loaded(), progress=not args.no_progress,
                  stage=args.stage, resume=bool(args.resume))
     if not distributed.writes():
         print(f"{distributed.label()}done; process 0 wrote the outputs to {result.directory}")
@@ -114,13 +114,13 @@ def _cache_line(summary: dict) -> str:
 
 
 def _batch(args, loaded) -> int:
-    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
     from porter.commands import batch  # lazy: only the subcommand asked for is imported
 
     if args.stage:
         raise UsageError("--stage and --prompts do not go together",
                          hint="a batch runs every stage of each item")
-    summary = batch.run_batch(loaded, plugins.registry(), Path(args.prompts),
+    summary = batch.run_batch(loaded, registry_mod.loaded(), Path(args.prompts),
                               progress=not args.no_progress, resume=bool(args.resume))
     if not distributed.writes():
         return 0

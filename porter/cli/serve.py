@@ -39,12 +39,12 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
     from porter.commands import serve  # lazy: only the subcommand asked for is imported
 
     loaded = common.load_recipe(args)
     listen = serve.Listen(args.host, args.port, args.token, args.queue, args.inputs)
-    state = serve.serve(loaded, plugins.registry(), listen, say=notices.status)
+    state = serve.serve(loaded, registry_mod.loaded(), listen, say=notices.status)
     print("stopped" + (f"; {state['queued']} job(s) left queued for the next start"
                        if state["queued"] else ""), file=sys.stderr)
     return 0

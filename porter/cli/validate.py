@@ -24,12 +24,12 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
     from porter.commands.validate import validate  # lazy: only the subcommand asked for
 
     loaded = common.load_recipe(args)
     devices, target = common.devices_for(args)
-    problems = validate(loaded, plugins.registry(), devices, target)
+    problems = validate(loaded, registry_mod.loaded(), devices, target)
     if problems:
         print(RecipeError(problems).render(), file=sys.stderr)
         return 2

@@ -23,10 +23,10 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import plugins  # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
     from porter.commands import verify  # lazy: only the subcommand asked for is imported
 
     loaded = common.load_recipe(args)
-    result = verify.verify(loaded, plugins.registry(), sharded=args.sharded)
+    result = verify.verify(loaded, registry_mod.loaded(), sharded=args.sharded)
     print(json.dumps(result, indent=2) if args.json else verify.render(result))
     return 0 if result["ok"] else 3

@@ -23,17 +23,17 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from porter import api
 from porter import recipe as recipe_mod
-from porter.commands import run as run_mod
 from porter.errors import Interrupted, RecipeError, UsageError, failure
 from porter.generate import runners
-from porter.generate.call import Call, Resumed
+from porter.generate.call import Call
 from porter.port import checks
 from porter.recipe import jsonio, yamlio
-from porter.rundir import artifacts, outputs, progress, record, results
+from porter.rundir import artifacts, outputs, progress, record
+from porter.rundir.lifecycle import resume_problem
 from porter.runtime import atomic, distributed, notices
 
 SUMMARY = "batch.json"
@@ -168,7 +168,7 @@ def run_batch(recipe, registry, prompts: Path, progress: bool = True,
     family = checks.checked_family(recipe, registry)
     say = notices.status if progress else notices.quiet
     directory = outputs.output_dir(recipe)
-    run_mod._resume_problem(directory, resume)
+    resume_problem(directory, resume)
     if not resume:
         _earlier_batch_problem(directory)
     items = read_items(prompts)
@@ -306,12 +306,9 @@ class _Bar:
     """The batch's progress bar: videos done, the item under way and its step."""
 
     def __init__(self, batch: Batch):
-        from tqdm import tqdm
-
         todo = sum(item.status == "pending" for item in batch.items)
-        self.bar = tqdm(total=len(batch.items), initial=len(batch.items) - todo,
-                        desc="batch", unit="video", file=sys.stderr,
-                        disable=not batch.progress, dynamic_ncols=True)
+        self.bar = notices.progress_bar(len(batch.items), len(batch.items) - todo, "batch",
+                                        "video", batch.progress)
 
     def __enter__(self):
         self.bar.__enter__()
@@ -342,7 +339,7 @@ def _run_item(port, item: Item, batch: Batch, on_step) -> None:
     begin = time.perf_counter()
     call = Call(item.recipe, directory=batch.directory / item.name, on_step=on_step,
                 say=batch.say)
-    made = run_into(port, call, batch.resume, item.name, ITEM_HOLDER)
+    made = runners.run_into(port, call, batch.resume, item.name, ITEM_HOLDER)
     item.status = "done"
     item.seconds = round(time.perf_counter() - begin, 4)
     item.compile_s = made.outcome.timings["compile"]["seconds"]
@@ -366,46 +363,6 @@ def _still_ours(items: list[Item], directory: Path) -> None:
             item.status = "replaced"
             item.error = (f"{directory / item.name / outputs.RECORD} changed after the "
                           "batch made it: the folder holds another run's files now")
-
-
-class Made(NamedTuple):
-    outcome: object  # api.Outcome
-    record_sha256: str | None  # the run.json written, hashed while the folder was held
-
-
-def run_into(port, call: Call, resume: bool, name: str = "item",
-             what: str = "porter run") -> Made:
-    """One generation into its own run directory (``call.directory``), as ``porter run``
-    (``--resume``) writes one: owned while it runs (its lock saying ``what`` holds it),
-    every stage saved, video and record at the end. With ``resume``, it continues after
-    the directory's last complete stage or checkpoint; files left by other settings
-    start it over."""
-    directory = call.directory
-    with contextlib.ExitStack() as owner:
-        if distributed.writes():
-            owner.enter_context(outputs.owned(directory, what))
-        call.wanted, call.resumed = _continuation(port, call, resume, name)
-        if distributed.writes():
-            results.invalidate(directory, call.wanted,
-                               keep_progress=call.resumed.progress is not None)
-        outcome = port.run(call)
-        written = run_mod.finish(port, call.recipe, outcome, directory)
-        digest = atomic.sha256(written.record) if written.record else None
-    return Made(outcome, digest)
-
-
-def _continuation(port, call: Call, resume: bool, name: str):
-    """(the stages to run, what they continue from): after the directory's last
-    complete stage or checkpoint when resuming and its files fit, else all."""
-    runner, directory = runners.of(port.family), call.directory
-    if not (resume and port.family.staged and directory.is_dir()):
-        return runner.stages_to_run(directory, None, False), Resumed()
-    wanted = runner.stages_to_run(directory, None, True)
-    try:
-        return wanted, runner.continuation(directory, wanted, call.recipe, True)
-    except UsageError as exc:
-        call.say(f"{name}: starting over ({exc.message})")
-        return runner.stages_to_run(directory, None, False), Resumed()
 
 
 def _finished(directory: Path, recipe, made_from: dict) -> bool:

@@ -8,7 +8,7 @@ import dataclasses
 import math
 import os
 
-from porter.aot import compiler, roofline, targets
+from porter.aot import executable, roofline, targets
 from porter.aot import port as abstract_port
 from porter.aot.programs import Input, outermost, submodule_calls, unique
 from porter.errors import RecipeError, UsageError
@@ -60,7 +60,7 @@ def build(recipe, registry, target_name: str, only: list[str] | None = None,
             continue
         say(f"[{index}/{len(programs)}] {program.name}: tracing, then the {target.name} "
             "compiler")
-        results.append(done.setdefault(same, compiler.compile_program(port, program)))
+        results.append(done.setdefault(same, executable.compile_program(port, program)))
     compiled = {r.program.component for r in results}
     left_out = {**_left_out(port, compiled, declared is None, bool(only)), **unknown_calls}
     return _report(recipe, port, target, results, left_out)
@@ -95,7 +95,7 @@ def _as_run_compiles(port, declared: list, say) -> tuple[list, dict]:
         except Exception as exc:  # noqa: BLE001 - the glue needs values
             unknown[program.component] = (
                 f"compile.{program.component}.modules compiles submodules, and the code "
-                f"between them needs values to run ({compiler._traced_failure(exc)})")
+                f"between them needs values to run ({executable._traced_failure(exc)})")
     return found, unknown
 
 
@@ -205,7 +205,7 @@ def _program_row(result, resident_total: int, usable: int) -> dict:
         # this dtype or shape): no verdict on its memory
         return {**row, "status": "not compiled", "reason": result.refused}
     if result.refused:
-        found = compiler.needed_bytes(result.refused)
+        found = executable.needed_bytes(result.refused)
         needed = None if found is None else resident_total - result.weights_bytes + found[0]
         return {**row, "status": "refused", "reason": result.refused,
                 "peak_bytes_per_chip": needed, "fits": False}

@@ -24,10 +24,12 @@ def to_json(plan: dict) -> dict:
 def render(plan: dict) -> str:
     mesh = " x ".join(f"{a}={s}" for a, s in plan["mesh"].items())
     lines = [f"plan for {plan['recipe']}: mesh {mesh} ({plan['devices']} devices)",
-             "\npasses, in the order a run applies them:"]
+             "\npasses, in the order a run applies them (once; then around each call):"]
     width = max(len(row["pass"]) for row in plan["passes"])
-    lines += [f"  {row['pass']:<{width}}  {row['detail'] if row['applies'] else '-'}"
-              for row in plan["passes"]]
+    for row in plan["passes"]:
+        lines.append(f"  {row['pass']:<{width}}  {row['detail'] if row['applies'] else '-'}")
+        if row["applies"] and row["each_call"]:
+            lines.append(f"  {'':<{width}}    around each call: {row['each_call']}")
     for comp in plan["components"]:
         lines.append(f"\n{comp['component']}: {comp['tensors']} tensors, "
                      f"{human_bytes(comp['bytes'])}; per device {human_bytes(comp['bytes_per_device'])} "

@@ -20,12 +20,10 @@ import torch
 from porter import loading
 from porter import recipe as recipe_mod
 from porter import runtime as runtime_mod
-from porter.port import checks
-from porter.port.active import transformer_ops
-from porter.port.passes import ported as port
+from porter.port import beside, checks
 from porter.shims.interop import to_device, to_host
 from porter.stepcache import without_cache
-from porter.transforms import compile as compile_transform
+from porter.transforms import jit
 from porter.transforms import dtypes, patches, quantize
 
 DEFAULT_TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 5e-2}
@@ -44,23 +42,6 @@ def tolerance(recipe, registry) -> float:
     kernels = [registry.attention.get(name) for name in (section.backend, section.cross_backend)]
     return max([DEFAULT_TOLERANCE[recipe.model.dtype], *(f.tolerance for f in formats),
                 *(kernel.tolerance for kernel in kernels if kernel)])
-
-
-def random_inputs(family, recipe, config) -> dict:
-    """Seeded random float32 inputs of the recipe's shapes (host tensors)."""
-    generator = torch.Generator().manual_seed(recipe.verify.seed)
-    inputs = {}
-    for name, shape in family.transformer_inputs(recipe, config).items():
-        if name == "timestep":
-            inputs[name] = torch.full(shape, 500.0)
-        else:
-            inputs[name] = torch.randn(shape, generator=generator)
-    return inputs
-
-
-def cast(inputs: dict, dtype) -> dict:
-    """Inputs in the model's compute dtype; the timestep stays float32, as pipelines pass it."""
-    return {k: v if k == "timestep" else v.to(dtype) for k, v in inputs.items()}
 
 
 def _record(module, pattern: str, store: dict, convert) -> list:
@@ -101,12 +82,13 @@ def _single_device(runtime):
 
 
 def _ported(family, recipe, registry, runtime):
-    """The recipe's pipeline ported to ``runtime``; returns (pipe, eager transformer)."""
+    """The recipe's pipeline ported to ``runtime``: (pipe, eager transformer, its
+    PyTorch copy before the recipe's dtypes, what its calls run inside)."""
     pipe = loading.load_untouched(family, recipe)
     host = copy.deepcopy(pipe.transformer)  # before the recipe's dtypes: the reference
     dtypes.apply_all(pipe.components, recipe)
-    port(pipe, recipe, registry, runtime)
-    return pipe, _unwrap(pipe.transformer), host
+    calling = beside.ported(pipe, recipe, registry, runtime)
+    return pipe, _unwrap(pipe.transformer), host, calling
 
 
 def _run_ported(module, compiled, inputs, runtime, recorded):
@@ -133,7 +115,7 @@ def unscanned(recipe, registry):
     family = registry.families.get(recipe.model.family)
     if family is None:
         return recipe
-    rules = compile_transform.rules(recipe, family, None)
+    rules = jit.rules(recipe, family, None)
     scanned = {name: rule for name, rule in rules.items() if rule.scan}
     if not scanned:
         return recipe
@@ -152,17 +134,17 @@ def verify(recipe, registry, sharded: bool = False) -> dict:
     runtime = runtime_mod.start(recipe)
     checks.check_platform(recipe, registry, runtime)
     with patches.applied(patches.selected(recipe, registry, family)):
-        pipe, module, host = _ported(family, recipe, registry, runtime)
+        pipe, module, host, calling = _ported(family, recipe, registry, runtime)
         dtype = module.dtype
-        inputs = random_inputs(family, recipe, module.config)
-        ported_inputs = cast(inputs, dtype)
-        with transformer_ops(recipe, registry, runtime):
+        inputs = beside.random_inputs(family, recipe, module.config)
+        ported_inputs = beside.cast(inputs, dtype)
+        with beside.transformer_calls(calling):
             got, final = _run_ported(module, pipe.transformer, ported_inputs, runtime,
                                      recipe.verify.modules)
         if sharded:
             single = _single_device(runtime)
-            pipe_1, module_1, _ = _ported(family, recipe, registry, single)
-            with transformer_ops(recipe, registry, single):
+            pipe_1, module_1, _, calling_1 = _ported(family, recipe, registry, single)
+            with beside.transformer_calls(calling_1):
                 expected, expected_final = _run_ported(
                     module_1, pipe_1.transformer, ported_inputs, single,
                     recipe.verify.modules)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from porter.families.base import ModelFamily
 from porter.families.generic import GenericFamily
-from porter.families.staged import Grid, StagedFamily
+from porter.families.staged import Grid, StagedFamily, from_the_start
 
-__all__ = ["GenericFamily", "Grid", "ModelFamily", "StagedFamily", "batch", "guided"]
+__all__ = ["GenericFamily", "Grid", "ModelFamily", "StagedFamily", "batch",
+           "from_the_start", "guided"]
 
 
 def guided(family, recipe) -> bool:

@@ -106,8 +106,8 @@ class _StepWatch:
 
         if interrupt.requested():  # a server shutting down: no checkpoint to keep here
             raise Interrupted(interrupt.requested())
-        if not finite.on_device(tensors["latents"]):
-            raise NonFinite(step + 1, self.total, None, staged=False)
+        if not finite.bounded(size := finite.magnitude(tensors["latents"])):
+            raise NonFinite(step + 1, self.total, None, staged=False, magnitude=size)
         self.latents = tensors["latents"]
         return tensors
 

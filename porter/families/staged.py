@@ -71,6 +71,14 @@ class Grid:
         return found
 
 
+def from_the_start(scheduler) -> None:
+    """Fix the scheduler's start index at its first timestep: ``scheduler.step`` then
+    needs no value-dependent lookup of the timestep, which a traced value cannot answer
+    (a scheduler without ``set_begin_index`` looks nothing up)."""
+    if hasattr(scheduler, "set_begin_index"):
+        scheduler.set_begin_index(0)
+
+
 class StagedFamily(ModelFamily):
     staged = True
     previews = True  # (batch, channels, frames, height, width) latents; see the base

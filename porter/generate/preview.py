@@ -70,6 +70,22 @@ def fitted(family, pipe, recipe, channels: int) -> LatentColours:
                          round(residual, 2))
 
 
+class Previews:
+    """A port's live previews: the latent-to-RGB map, fitted at the first preview and
+    kept; a preview that fails turns them off for the port (the video matters more
+    than its picture)."""
+
+    def __init__(self):
+        self.colours: LatentColours | None = None
+        self.off = False
+
+    def image(self, family, pipe, recipe, latents: torch.Tensor) -> np.ndarray:
+        """The preview of ``latents`` (host tensor); the map fitted first, once."""
+        if self.colours is None:  # once per port: its decode compiles
+            self.colours = fitted(family, pipe, recipe, latents.shape[1])
+        return self.colours.image(latents)
+
+
 def png(image: np.ndarray) -> bytes:
     """The image, each pixel SCALE x SCALE, as PNG bytes."""
     from PIL import Image  # lazy: only when previews are on

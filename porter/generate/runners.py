@@ -2,20 +2,28 @@
 
 A staged family (``ModelFamily.staged``) runs through ``STAGED``, any other through
 ``PIPELINE`` (``of``); a port runs every call through it, and the commands ask it
-which stages a run has and what it continues from.
+which stages a run has and what it continues from. ``run_into`` runs one generation
+into its own run directory, as a batch's items and a server's jobs are run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
+from porter.errors import Interrupted, UsageError
 from porter.generate import stages
 from porter.generate.call import Call, Resumed
-from porter.rundir import artifacts, record
+from porter.rundir import artifacts, lifecycle, outputs, record, results
 from porter.rundir import progress as saved_progress
+from porter.runtime import atomic, distributed, interrupt
 from porter.shims.interop import to_device, to_host
 from porter.transforms import scheduler as scheduling
+
+if TYPE_CHECKING:
+    from porter.api import Outcome
 
 
 class StagedLoop:
@@ -57,10 +65,12 @@ class StagedLoop:
         previous = call.resumed.previous if call.resumed else None
         conditioning = latents = frames = None
         if "encode" in call.wanted:
+            _stop_if_asked(call)
             call.say("encoding the prompt")
             conditioning = stages.encode(port, call)
             self._saved(port, call, "encode", conditioning)
         if "denoise" in call.wanted:
+            _stop_if_asked(call, "the encode stage" if "encode" in call.wanted else None)
             if conditioning is None:
                 conditioning = {k: to_device(v, port.runtime)
                                 for k, v in previous["tensors"].items()}
@@ -69,6 +79,7 @@ class StagedLoop:
             if call.directory is not None:
                 saved_progress.discard(call.directory)
         if "decode" in call.wanted:
+            _stop_if_asked(call, "the denoise stage" if "denoise" in call.wanted else None)
             if latents is None:
                 latents = previous["tensors"]["latents"]
             call.say("decoding latents to frames")
@@ -101,6 +112,16 @@ class StagedLoop:
             done.history = stages.denoised_history(port, call, done.step)
             saved_progress.save(call.directory, done, call.recipe, port.inputs)
         return save
+
+
+def _stop_if_asked(call: Call, kept: str | None = None) -> None:
+    """A stop asked for by code (a served job cancelled, a server closing: ``interrupt.
+    request_stop``) takes effect before the next stage, not only at a denoising step's
+    end: a job cancelled while it encodes never starts denoising. ``kept``: the stage
+    saved before it (where the call saves its stages)."""
+    signum = interrupt.requested()
+    if signum:
+        raise Interrupted(signum, saved=kept if call.directory is not None else None)
 
 
 class PipelineLoop:
@@ -137,3 +158,45 @@ PIPELINE = PipelineLoop()
 def of(family):
     """How ``family`` generates: the core's staged loop, or the pipeline's own."""
     return STAGED if family.staged else PIPELINE
+
+
+# ------------------------------------------------ a generation into its own directory
+
+class Made(NamedTuple):
+    outcome: Outcome
+    record_sha256: str | None  # the run.json written, hashed while the folder was held
+
+
+def run_into(port, call: Call, resume: bool, name: str = "item",
+             what: str = "porter run") -> Made:
+    """One generation into its own run directory (``call.directory``), as ``porter run``
+    (``--resume``) writes one: owned while it runs (its lock saying ``what`` holds it),
+    every stage saved, video and record at the end. With ``resume``, it continues after
+    the directory's last complete stage or checkpoint; files left by other settings
+    start it over."""
+    directory = call.directory
+    with contextlib.ExitStack() as owner:
+        if distributed.writes():
+            owner.enter_context(outputs.owned(directory, what))
+        call.wanted, call.resumed = _continuation(port, call, resume, name)
+        if distributed.writes():
+            results.invalidate(directory, call.wanted,
+                               keep_progress=call.resumed.progress is not None)
+        outcome = port.run(call)
+        written = lifecycle.finish(port, call.recipe, outcome, directory)
+        digest = atomic.sha256(written.record) if written.record else None
+    return Made(outcome, digest)
+
+
+def _continuation(port, call: Call, resume: bool, name: str):
+    """(the stages to run, what they continue from): after the directory's last
+    complete stage or checkpoint when resuming and its files fit, else all."""
+    runner, directory = of(port.family), call.directory
+    if not (resume and port.family.staged and directory.is_dir()):
+        return runner.stages_to_run(directory, None, False), Resumed()
+    wanted = runner.stages_to_run(directory, None, True)
+    try:
+        return wanted, runner.continuation(directory, wanted, call.recipe, True)
+    except UsageError as exc:
+        call.say(f"{name}: starting over ({exc.message})")
+        return runner.stages_to_run(directory, None, False), Resumed()

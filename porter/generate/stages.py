@@ -6,7 +6,6 @@ recipe, where to report, what to fill in).
 
 from __future__ import annotations
 
-import sys
 import time
 
 from porter.errors import Interrupted, NonFinite, UsageError
@@ -18,7 +17,6 @@ from porter.rundir.progress import REDO, Progress, restore_scheduler, scheduler_
 from porter.runtime import atomic, distributed, finite, interrupt, notices
 from porter.shims.interop import to_device, to_host
 from porter.transforms import scheduler as scheduling
-from porter.transforms.attention import window
 from porter.transforms.dtypes import DTYPES
 
 
@@ -64,16 +62,13 @@ def denoise(port, call: Call, conditioning: dict, save=None):
         call.schedule = scheduling.describe(pipe.scheduler, sampling.timesteps)
         latents = _continued(port, call, latents, sampling)
         steps = _Steps(call, len(sampling.timesteps))
-        windowed = call.recipe.attention.window  # its grid: this call's size
-        grid = family.token_grid(call.recipe) if windowed else None
         with steps, interrupt.deferred() as stop:
             for index in range(call.first_step, steps.total):
                 begin, sampling.index = time.perf_counter(), index
-                with window.video(grid), window.dense(
-                        windowed is not None and index < windowed.dense_steps):
+                with port.stepping(call, index):  # each pass's part around a step
                     latents = _step(port, call, latents, conditioning, sampling)
-                if not finite.on_device(latents):
-                    raise NonFinite(index + 1, steps.total, steps.saved_at)
+                if not finite.bounded(size := finite.magnitude(latents)):
+                    raise NonFinite(index + 1, steps.total, steps.saved_at, magnitude=size)
                 steps.finished(index + 1, time.perf_counter() - begin)
                 _preview(port, steps, latents)
                 _save_or_stop(port, steps, latents, sampling, stop.agreed(), save)
@@ -130,20 +125,17 @@ def _preview(port, steps: "_Steps", latents) -> None:
     call = steps.call
     every = call.preview_every if call.preview_every is not None \
         else call.recipe.output.preview_every
-    if not every or steps.done % every or not port.family.previews \
-            or port.latent_colours is False:
+    previews = port.previews
+    if not every or steps.done % every or not port.family.previews or previews.off:
         return  # (a served job's default asks for previews of any family)
     start = time.perf_counter()
     try:
-        if port.latent_colours is None:  # once per port: its decode compiles
-            port.latent_colours = preview.fitted(port.family, port.pipe, call.recipe,
-                                                 latents.shape[1])
-        image = port.latent_colours.image(to_host(latents))
+        image = previews.image(port.family, port.pipe, call.recipe, to_host(latents))
         writes = call.directory is not None and distributed.writes()
         if writes:
             atomic.write_bytes(call.directory / preview.FILE, preview.png(image))
     except (OSError, ValueError, RuntimeError, TypeError) as exc:
-        port.latent_colours = False
+        previews.off = True
         notices.warn(f"live previews are off for this model: {type(exc).__name__}: "
                      f"{str(exc).splitlines()[0] if str(exc) else ''}",
                      hint="the run goes on; set output.preview_every: 0 to skip them")
@@ -151,8 +143,8 @@ def _preview(port, steps: "_Steps", latents) -> None:
     spent = call.timings.setdefault("preview", {"every": every, "written": 0, "seconds": 0.0})
     spent["written"] += writes
     spent["seconds"] = round(spent["seconds"] + time.perf_counter() - start, 4)
-    spent["fit_s"] = port.latent_colours.fit_s  # inside the first preview's seconds
-    spent["fit_rms_levels"] = port.latent_colours.residual
+    spent["fit_s"] = previews.colours.fit_s  # inside the first preview's seconds
+    spent["fit_rms_levels"] = previews.colours.residual
 
 
 def _save_or_stop(port, steps: "_Steps", latents, sampling: Sampling, signum, save) -> None:
@@ -173,14 +165,11 @@ class _Steps:
     progress bar, the call's ``on_step``."""
 
     def __init__(self, call: Call, total: int):
-        from tqdm import tqdm
-
         self.call, self.total, self.done = call, total, call.first_step
         self.seconds: list[float] = []
         start = call.resumed.progress if call.resumed else None
         self.saved_at = start.step if start is not None else None
-        self.bar = tqdm(total=total, initial=self.done, desc="denoise", unit="step",
-                        file=sys.stderr, disable=not call.progress, dynamic_ncols=True)
+        self.bar = notices.progress_bar(total, self.done, "denoise", "step", call.progress)
 
     def __enter__(self):
         self.bar.__enter__()

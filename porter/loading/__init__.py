@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -17,7 +17,10 @@ from porter.errors import LoadError, Problem, UsageError, first_line
 from porter.loading import abstract, checkpoints, single_file
 from porter.loading import weights as checkpoint_weights
 from porter.recipe.sources import source_kind
-from porter.transforms import Pass, dtypes, lora
+from porter.transforms import Checking, Pass, dtypes, lora
+
+if TYPE_CHECKING:
+    from porter.port.building import Building
 
 
 def source_problems(recipe) -> list[Problem]:
@@ -95,6 +98,7 @@ def load_for_port(family, recipe) -> Loaded:
                                             single_file.converter_of(family, name),
                                             f"model.{name}")
         checkpoint.setdefault("files", {})[f"model.{name}"] = single_file.identity(path)
+        checkpoint.setdefault("read_as", {})[f"model.{name}"] = weights[name].read_as
     return Loaded(pipe, torch_components(pipe), weights, checkpoint)
 
 
@@ -237,13 +241,16 @@ def _modules(pipe):
 
 # ------------------------------------------------------------------------- the pass
 
-def _load(b) -> None:
+def _check(c: Checking) -> list[Problem]:
+    return source_problems(c.recipe)
+
+
+def _apply(b: Building) -> None:
     b.say(f"loading {b.family.name} from {b.recipe.model.source} ({b.recipe.model.dtype})")
     b.load = load_for_port(b.family, b.recipe)
 
 
-def _load_abstract(b) -> None:
-
+def _abstract(b: Building) -> None:
     modules = abstract.components(b.family, b.recipe)
     if modules is None:
         raise UsageError(f"cannot compile {b.recipe.model.source!r} without its "
@@ -261,7 +268,8 @@ class MetaPipeline:
         self.__dict__.update(modules)
 
 
-def _fit(recipe, family, modules, axes) -> list:
+def _fit(c: Checking) -> list[Problem]:
+    recipe, family, modules = c.recipe, c.family, c.modules
     transformer = modules.get("transformer")
     found = [] if transformer is None else family.size_problems(recipe, transformer.config)
     for name, path in single_file.given(recipe).items():  # headers against the model:
@@ -270,16 +278,21 @@ def _fit(recipe, family, modules, axes) -> list:
             found.append(recipe.problem(f"model.{name}", f"this pipeline has no {name}",
                                         hint=f"its components: {', '.join(modules)}"))
             continue
-        found += [recipe.problem(f"model.{name}", problem, hint=f"is it this model's {name} "
-                                 "(the same variant and size as model.source's)?")
-                  for problem in single_file.problems(
-                      path, module, single_file.converter_of(family, name))[:single_file.SHOWN]]
+        refused = single_file.problems(path, module, single_file.converter_of(family, name))
+        found += [recipe.problem(f"model.{name}", problem.text, hint=problem.hint)
+                  for problem in refused[:single_file.SHOWN]]
+        hidden = len(refused) - single_file.SHOWN
+        if hidden > 0:  # say so: the recipe's count of problems is of those shown
+            found.append(recipe.problem(f"model.{name}", f"and {hidden} more ("
+                                        f"{len(refused)} problems with {path.name})"))
     return found
+
+
+def _detail(c: Checking) -> str:
+    return c.recipe.model.source
 
 
 PASS = Pass(
     "load", ("model",), "build the pipeline on the host; components whose checkpoint "
     "files hold exactly their tensors are built empty and read at placement",
-    check=lambda recipe, registry, family: source_problems(recipe),
-    fit=_fit, apply=_load, abstract=_load_abstract,
-    detail=lambda recipe, registry, family, modules: recipe.model.source)
+    check=_check, fit=_fit, apply=_apply, abstract=_abstract, detail=_detail)

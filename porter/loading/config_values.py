@@ -15,31 +15,16 @@ import inspect
 import json
 from pathlib import Path
 
+from porter.errors import kind_of
 from porter.loading import abstract
-
-
-def _kind(value) -> str | None:
-    if isinstance(value, bool):
-        return "a bool"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return None
 
 
 def _fits(value, default) -> str | None:
     """Why ``value`` cannot stand where ``default`` does (None: it can). Only plain
     nonsense: many arguments take an integer or a list (``sample_size``) and a
     count may be 0, so those pass."""
-    want, got = _kind(default), _kind(value)
-    if want is None or value is None:
+    want, got = kind_of(default), kind_of(value)
+    if value is None:
         return None
     wrong = {"an integer": ("a string", "a bool", "a mapping"),
              "a number": ("a string", "a bool", "a mapping"),

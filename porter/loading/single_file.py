@@ -6,7 +6,9 @@ the family names for that component), in bfloat16, float16, float32 or float8 e4
 (cast, or scaled with a ``<layer>.scale_weight`` per weight).
 
 Nothing is loaded to check or to locate the file: a safetensors header, or a
-checkpoint's pickle (``pickled``), gives every tensor's name, dtype, shape and place. The converter runs on stand-ins of the header's shapes
+checkpoint's pickle (``pickled``), gives every tensor's name, dtype, shape and place
+(but one fp8 tensor of a file without scales is read: scaled fp8 that lost its scales
+shows in any of its weights). The converter runs on stand-ins of the header's shapes
 (meta tensors), so each of the module's tensors is matched to the one it comes from
 in the file; placement then reads them tensor by tensor, straight into their shards,
 as it reads a diffusers checkpoint (``weights.ComponentWeights``), each scaled fp8
@@ -17,13 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 from porter.errors import LoadError, UsageError
 from porter.loading import checkpoints, pickled
-from porter.loading.weights import ComponentWeights
+from porter.loading.weights import SCALES_LOST, ComponentWeights, cast_fp8_problem
 from porter.transforms.sharding import tensor_slots
 
 #: a scaled fp8 file's marker tensor (ComfyUI's) and each weight's scale, by suffix
@@ -36,6 +40,13 @@ INDEX = ".safetensors.index.json"
 #: the prefix some single files put before every key
 PREFIXES = ("model.diffusion_model.", "diffusion_model.")
 SHOWN = 8
+
+
+class Refusal(NamedTuple):
+    """One thing wrong with a file against the model, and what to do about it."""
+
+    text: str
+    hint: str
 
 
 def given(recipe) -> dict[str, Path]:
@@ -107,22 +118,24 @@ def located(path: Path, module: torch.nn.Module, converter=None,
     tensor that is missing, unexpected, of another shape, or fp8 without its scale)."""
     weights, problems = _located(path, module, converter)
     if problems:
-        shown = "\n  ".join(problems[:SHOWN])
+        shown = "\n  ".join(problem.text for problem in problems[:SHOWN])
         more = f"\n  ... and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
+        hints = dict.fromkeys(problem.hint for problem in problems[:SHOWN])
         raise LoadError(f"{key} {path}: {len(problems)} problem(s) against the "
                         f"model's {type(module).__name__}:\n  {shown}{more}",
-                        hint="is it this model's component (the same variant and size "
-                             "as model.source's)?")
+                        hint="; ".join(hints))
     return weights
 
 
-def problems(path: Path, module: torch.nn.Module, converter=None) -> list[str]:
-    """``located``'s problems, for ``validate``."""
-    found = file_problems(path)
+def problems(path: Path, module: torch.nn.Module, converter=None) -> list[Refusal]:
+    """``located``'s problems, each with its hint, for ``validate``."""
+    found = [Refusal(problem, "a .safetensors file or a PyTorch checkpoint (.pth)")
+             for problem in file_problems(path)]
     return found or _located(path, module, converter)[1]
 
 
-def _located(path: Path, module, converter) -> tuple[ComponentWeights | None, list[str]]:
+def _located(path: Path, module, converter) -> tuple[ComponentWeights | None,
+                                                    list[Refusal]]:
     header = read_header(path)
     header = {_unprefixed(name): entry for name, entry in header.items()}
     marked = header.pop(MARKER, None) is not None
@@ -130,32 +143,77 @@ def _located(path: Path, module, converter) -> tuple[ComponentWeights | None, li
                                                   if n.endswith("." + SCALE)]}
     expected = module.state_dict(keep_vars=True)
     names = _converted(header, expected, converter)
+    kind = type(module).__name__
+    other = f"is it this model's {kind} (the same variant and size as model.source's)?"
     if isinstance(names, str):
-        return None, [names]
-    found: list[str] = []
+        return None, [Refusal(names, f"is it a {kind}, in diffusers' key names or the "
+                              "original release's?" if "cannot convert" in names else
+                              "convert it with diffusers (from_single_file, then "
+                              "save_pretrained) and give the .safetensors it writes")]
+    found: list[Refusal] = []
     entries, scale_of = {}, {}
     for name, original in names.items():
         if name not in expected:
-            found.append(f"{original}: the model has no tensor {name!r}")
+            found.append(Refusal(f"{original}: the model has no tensor {name!r}", other))
             continue
         entry = header[original]
         if tuple(entry.shape) != tuple(expected[name].shape):
-            found.append(f"{original}: shape {list(entry.shape)}, the model's {name} is "
-                         f"{list(expected[name].shape)}")
+            found.append(Refusal(f"{original}: shape {list(entry.shape)}, the model's "
+                                 f"{name} is {list(expected[name].shape)}", other))
         if checkpoints.torch_dtype(entry.dtype) is None:
-            found.append(f"{original}: dtype {entry.dtype} cannot be loaded")
+            found.append(Refusal(f"{original}: dtype {entry.dtype} cannot be loaded",
+                                 "save it in bfloat16, float16, float32 or float8 e4m3"))
         scale = original[:-len("weight")] + SCALE if original.endswith("weight") else None
         if scale in scales:
             scale_of[name] = scales.pop(scale)
         elif entry.dtype.startswith("F8") and (marked or scales or scale_of):
-            found.append(f"{original}: fp8 with no {SCALE} in a scaled fp8 file (loaded "
-                         "as if unscaled, its values would be wrong)")
+            found.append(Refusal(f"{original}: fp8 with no {SCALE} in a scaled fp8 file "
+                                 "(loaded as if unscaled, its values would be wrong)",
+                                 f"the file has lost this weight's {SCALE}: use the file "
+                                 f"as published, each fp8 weight beside its {SCALE}"))
         entries[name] = entry
-    found += [f"{name}: a scale with no weight" for name in scales]
+    found += [Refusal(f"{name}: a scale with no weight", f"the file lacks the weight of "
+                      f"this {SCALE}: is it this model's {kind}, whole?") for name in scales]
     _shared(expected, entries, scale_of)
-    found += [f"{name}: not in the file" for name, tensor in expected.items()
+    found += [Refusal(f"{name}: not in the file", other) for name, tensor in expected.items()
               if name not in entries and tensor.is_meta]
-    return ComponentWeights(entries, scales=scale_of), found
+    weights = ComponentWeights(entries, scales=scale_of)
+    weights.read_as = _read_as(entries, scale_of, names, converter)
+    if not scale_of and not marked:
+        found += _cast_problems(weights, names)
+    return weights, found
+
+
+def _cast_problems(weights: ComponentWeights, names: dict) -> list[Refusal]:
+    """A file of fp8 weights with no scales at all: a cast, or scaled fp8 whose scales
+    (and marker) are gone. The second reads as a cast and gives latents ~1e9 too large,
+    finite; every scaled weight holds the format's largest value, so one weight, the
+    smallest, is read to tell them apart (``weights.cast_fp8_problem``)."""
+    fp8 = [name for name, entry in weights.entries.items() if entry.dtype.startswith("F8")
+           and checkpoints.torch_dtype(entry.dtype) is not None]
+    if not fp8:
+        return []
+    name = min(fp8, key=lambda n: weights.entries[n].nbytes)
+    problem = cast_fp8_problem(weights.stored(name))
+    weights.read_bytes = 0  # a check, not the run's reading
+    return [Refusal(f"{names.get(name, name)}: {problem}", SCALES_LOST)] if problem else []
+
+
+def _read_as(entries: dict, scale_of: dict, names: dict, converter) -> dict:
+    """What the file was read as, for the run record: its format and whose key names."""
+    dtypes = sorted({str(checkpoints.torch_dtype(e.dtype) or e.dtype).removeprefix("torch.")
+                     for e in entries.values()})
+    if scale_of:
+        per_row = any(math.prod(entry.shape) > 1 for entry in scale_of.values())
+        form = f"scaled fp8, a {SCALE} per {'row' if per_row else 'weight'}"
+    else:
+        form = "fp8 cast" if any(e.dtype.startswith("F8") for e in entries.values()) \
+            else "unquantized"
+    renamed = converter is not None and any(name != original for name, original
+                                            in names.items())
+    return {"format": form, "dtypes": dtypes,
+            "names": f"the original release's, converted by {converter.__name__}"
+            if renamed else "the model's own"}
 
 
 def _shared(expected: dict, entries: dict, scale_of: dict) -> None:

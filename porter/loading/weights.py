@@ -17,6 +17,7 @@ would have to rename, convert or initialize goes through the library instead
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ class ComponentWeights:
     #: a scaled fp8 file's scales: name -> the Entry of its scale (one, or one a row),
     #: multiplied in as the tensor is read (``single_file``)
     scales: dict = field(default_factory=dict)
+    #: what a single file was read as (its format, whose key names), for the run record
+    read_as: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -50,6 +53,20 @@ class ComponentWeights:
         """Rows ``rows`` of tensor ``name`` (all of them by default), in ``dtype``."""
         entry = self.entries[name]
         stored = checkpoints.torch_dtype(entry.dtype)
+        tensor = self.stored(name, rows)
+        start, stop, _ = rows.indices(entry.shape[0]) if entry.shape else (0, 1, 1)
+        if name in self.scales:
+            tensor = self._scaled(tensor, self.scales[name], slice(start, stop))
+        elif problem := cast_fp8_problem(tensor):
+            raise LoadError(f"{entry.file}: {name}: {problem}", hint=SCALES_LOST)
+        if name in self.deltas:  # a LoRA update, in float32 before the cast
+            what, delta = self.deltas[name]
+            return delta.added(what, tensor, dtype, slice(start, stop))
+        return tensor if stored == dtype else tensor.to(dtype)
+
+    def stored(self, name: str, rows: slice = slice(None)) -> torch.Tensor:
+        """Rows ``rows`` of tensor ``name``, as the file stores them (no scale, no cast)."""
+        entry = self.entries[name]
         shape = entry.shape
         start, stop, _ = rows.indices(shape[0]) if shape else (0, 1, 1)
         row_bytes = entry.nbytes // shape[0] if shape and shape[0] else entry.nbytes
@@ -57,13 +74,8 @@ class ComponentWeights:
         _read_into(entry.file, data, entry.offset + start * row_bytes)
         with self._lock:  # reads run in several threads
             self.read_bytes += data.numel()
-        tensor = data.view(stored).reshape((stop - start, *shape[1:]) if shape else ())
-        if name in self.scales:
-            tensor = self._scaled(tensor, self.scales[name], slice(start, stop))
-        if name in self.deltas:  # a LoRA update, in float32 before the cast
-            what, delta = self.deltas[name]
-            return delta.added(what, tensor, dtype, slice(start, stop))
-        return tensor if stored == dtype else tensor.to(dtype)
+        return data.view(checkpoints.torch_dtype(entry.dtype)).reshape(
+            (stop - start, *shape[1:]) if shape else ())
 
     def _scaled(self, tensor: torch.Tensor, entry, rows: slice) -> torch.Tensor:
         """An fp8 tensor times its scale, in float32: one scale for the tensor, or one
@@ -74,6 +86,33 @@ class ComponentWeights:
         if scale.numel() > 1:
             scale = scale[rows].reshape(-1, *([1] * (tensor.dim() - 1)))
         return tensor.float() * scale
+
+
+#: what to do with an fp8 file whose values are scaled fp8's but whose scales are gone
+SCALES_LOST = ("the file has lost its scale_weight tensors (and its scaled_fp8 marker): "
+               "use the file as published, or one in bfloat16")
+
+
+def cast_fp8_problem(tensor: torch.Tensor) -> str | None:
+    """Why an fp8 tensor read with no scale cannot be a weight cast to fp8, or None.
+
+    A cast keeps a weight's own values, far below 1 in a trained model; scaled fp8
+    divides each weight by its largest value / the format's limit, so every scaled
+    weight reaches that limit (448 in e4m3). Read without its scale, such a weight is
+    hundreds of times too large and the latents come out finite but ~1e9 too large.
+    Values past half the format's range are therefore refused. Bytes, not floats, are
+    compared (fp8 is sign-magnitude: the low 7 bits order the values by size), at the
+    speed of reading memory; a NaN byte hides the rest (NaN is counted at placement)."""
+    dtype = tensor.dtype
+    if not dtype.is_floating_point or dtype.itemsize != 1 or tensor.numel() == 0:
+        return None
+    top = (tensor.reshape(-1).view(torch.uint8) & 0x7F).max().reshape(1)
+    largest, limit = float(top.view(dtype).float()), torch.finfo(dtype).max
+    if not math.isfinite(largest) or largest <= limit / 2:
+        return None
+    return (f"{str(dtype).removeprefix('torch.')} values up to {largest:g} with no scale "
+            f"(the format holds up to {limit:g}): a weight cast to fp8 keeps its own, far "
+            "smaller values; these are scaled fp8 weights read without their scales")
 
 
 def _read_into(path: Path, buffer: torch.Tensor, offset: int) -> None:

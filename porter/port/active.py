@@ -1,57 +1,36 @@
-"""What a port's calls run inside: its patches, Porter's lowerings and the recipe's
-attention backend in torchax's op table, failures in model code explained, the
-scheduler's tables on the mesh. A run, ``porter verify``, ``porter bench`` and
-``porter compile`` enter the same context around the same programs."""
+"""What a port's calls run inside: every pass's call-time part (``Pass.around``), in the
+table's order, with failures in model code explained. A run, ``porter verify``,
+``porter bench`` and ``porter compile`` enter the same rows around the same programs;
+what a pass does at call time is in its row, not here."""
 
 from __future__ import annotations
 
 import contextlib
 
-from porter.generate import schedulers
-from porter.shims import lowerings, tracing
-from porter.transforms import attention, patches
-from porter.transforms.attention import window
+from porter.port import passes
+from porter.shims import tracing
+from porter.transforms import CALL, Calling
 
 
 @contextlib.contextmanager
-def ops_installed(recipe, registry, runtime):
-    """Porter's lowerings (``porter.shims.lowerings``) and the recipe's attention
-    backend in place of torchax's, for the block."""
-    with lowerings.installed(runtime.env):
-        if recipe.attention.backend is None:
-            yield
-            return
-        undo = attention.install(runtime.env, recipe.attention, registry.attention,
-                                 runtime.mesh, runtime.platform)
-        try:
-            yield
-        finally:
-            undo()
-
-
-def transformer_video(recipe, registry):
-    """The context a transformer runs in: where the recipe windows attention, its
-    video's token grid (``attention.window.video``). Only around transformer calls: a
-    VAE's or text encoder's attention may have as many tokens, and is not windowed."""
-    grid = registry.family(recipe.model.family).token_grid(recipe) \
-        if recipe.attention.window else None
-    return window.video(grid)
-
-
-@contextlib.contextmanager
-def transformer_ops(recipe, registry, runtime):
-    """``ops_installed`` and ``transformer_video``: what `verify` and `bench` call the
-    transformer in, as a run's denoising steps do."""
-    with ops_installed(recipe, registry, runtime), transformer_video(recipe, registry):
+def entered(c: Calling):
+    """Each pass's ``around`` for ``c`` at its scope (``CALL``: around a call of the
+    port's components, model failures explained; ``STEP``: around a transformer's calls
+    inside one), in the table's order; undone in reverse, even on error."""
+    with contextlib.ExitStack() as stack:
+        if c.scope == CALL:
+            stack.enter_context(tracing.explained())
+        for row in passes.PASSES:
+            context = row.around(c) if row.around is not None else None
+            if context is not None:
+                stack.enter_context(context)
         yield
 
 
 @contextlib.contextmanager
-def active(recipe, registry, runtime, applied: list, scheduler=None):
-    """Everything ``ops_installed`` does, with the patches ``applied`` (as the patches
-    pass chose them), model failures explained (``tracing``) and ``scheduler``'s tables
-    moved onto the mesh as its methods run (``schedulers``)."""
-    with patches.applied(applied), tracing.explained(), \
-            ops_installed(recipe, registry, runtime), \
-            schedulers.on_device(scheduler, runtime):
+def transformer_calls(c: Calling):
+    """Both scopes, for calling a transformer by itself (``porter verify``, ``porter
+    bench``, ``Port.as_torch``, a compiled transformer program): the call's, then a
+    transformer's outside any denoising step."""
+    with entered(c), entered(c.at_step()):
         yield

@@ -1,16 +1,26 @@
-"""A port while its passes run, and the record a built port leaves for its runs."""
+"""A port while its passes run, and the record a built port leaves for its calls."""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from porter.loading import Loaded
 from porter.runtime.notices import quiet
-from porter.transforms.compile import Compiled
+from porter.transforms.jit import Jitted
 from porter.transforms.placement import Placement
 from porter.transforms.quantize import Quantized
+
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
+    from porter.registry import Registry
+    from porter.runtime import Runtime
+    from porter.stepcache.session import Caching
+    from porter.transforms.jit.autosplit import Split
+    from porter.transforms.jit.traces import TraceCache
+    from porter.transforms.patches import Patch
 
 
 @dataclass
@@ -18,22 +28,22 @@ class Building:
     """What the passes share. The driver sets the first fields; a pass that records
     something writes the field named after it and reads those of the passes before it."""
 
-    recipe: object
-    registry: object
-    family: object
-    runtime: object  # porter.runtime.Runtime: the mesh (a target's deviceless one)
-    say: Callable = quiet  # status lines, for a run with progress shown
+    recipe: Recipe
+    registry: Registry
+    family: ModelFamily
+    runtime: Runtime  # the mesh (a target's deviceless one, for ``porter compile``)
+    say: Callable[[str], None] = quiet  # status lines, for a run with progress shown
     #: contexts held until the port is built (the patches, while the model loads)
     stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     timings: dict = field(default_factory=dict)  # seconds the driver measured
     # written by the passes, in their order
-    patches: list = field(default_factory=list)  # [(Patch, params)] applied
+    patches: list[tuple[Patch, dict]] = field(default_factory=list)  # applied, in order
     load: Loaded | None = None  # the pipeline, its torch components, their weights
-    lora: list = field(default_factory=list)  # the adapters fused (their record entries)
+    lora: list[dict] = field(default_factory=list)  # the adapters fused (record entries)
     quantize: Quantized = field(default_factory=Quantized)
     placement: Placement = field(default_factory=Placement)
-    compile: Compiled = field(default_factory=Compiled)
-    cache: object = None  # porter.stepcache.session.Caching, with a ``cache:`` section
+    compile: Jitted = field(default_factory=Jitted)
+    cache: Caching | None = None  # with a ``cache:`` section
 
     @property
     def pipe(self):
@@ -43,23 +53,26 @@ class Building:
     def modules(self) -> dict:
         return self.load.modules
 
-    def ported(self) -> "Ported":
+    def ported(self) -> Ported:
         checkpoint = dict(self.load.checkpoint)
         if self.lora:
             checkpoint["lora"] = self.lora
-        if self.quantize.record():  # the weights as run: what a stage was made with
-            checkpoint["quantize"] = self.quantize.record()
+        if self.quantize.described():  # the weights as run: what a stage was made with
+            checkpoint["quantize"] = self.quantize.described()
         return Ported(self.compile.traces, self.placement.reports, self.compile.splits,
                       self.cache, self.patches, checkpoint)
 
 
 @dataclass
 class Ported:
-    """A built port's records: what its runs read."""
+    """A built port's records: what its calls read."""
 
-    traces: object  # the TraceCache used (None when the compile cache is off)
-    weights: dict  # component -> where its weights came from and what each device holds
-    splits: dict  # component -> autosplit.Split: what could not be compiled whole
-    caching: object = None  # porter.stepcache.session.Caching, with a ``cache:`` section
-    patches: list = field(default_factory=list)  # [(Patch, params)] applied around calls
+    traces: TraceCache | None = None  # the trace cache used (None: compile cache off)
+    #: component -> where its weights came from and what each device holds
+    weights: dict = field(default_factory=dict)
+    #: component -> what could not be compiled whole
+    splits: dict[str, Split] = field(default_factory=dict)
+    caching: Caching | None = None  # with a ``cache:`` section
+    #: applied around calls (empty where the caller holds the patches itself)
+    patches: list[tuple[Patch, dict]] = field(default_factory=list)
     checkpoint: dict = field(default_factory=dict)  # what names the weights, LoRA too

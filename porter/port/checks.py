@@ -19,7 +19,7 @@ from porter.port import estimates, passes
 from porter.recipe import sources
 from porter.recipe.inputs import INPUTS
 from porter.runtime import configure, memory, resolve_mesh
-from porter.transforms import attention, lora, quantize
+from porter.transforms import Checking, attention, lora, quantize
 from porter.transforms.attention import backends
 from porter.transforms.sharding import human_bytes
 
@@ -95,7 +95,7 @@ def recipe_problems(recipe, registry) -> list[Problem]:
         family = registry.family(recipe.model.family)
         problems += required_problems(recipe, family) or family.check(recipe)
         problems += preview_problems(recipe, family)
-    return problems + passes.check_problems(recipe, registry, family)
+    return problems + passes.check_problems(Checking(recipe, registry, family))
 
 
 def preview_problems(recipe, family) -> list[Problem]:
@@ -222,7 +222,7 @@ def shape_problems(recipe, registry, devices: int | None = None) -> list[Problem
                             given=devices is not None)
     except UsageError:
         return []  # ``mesh_problems`` says why
-    problems = passes.fit_problems(recipe, family, modules, axes)
+    problems = passes.fit_problems(Checking(recipe, registry, family, modules, axes))
     if devices is None:
         quantize.on_meta(recipe, family, modules)  # the weights' bytes as placed
         problems += memory_problems(recipe, registry, family, modules, axes)
@@ -250,6 +250,43 @@ def memory_problems(recipe, registry, family, modules: dict, axes: dict) -> list
         f"than the {human_bytes(limit.bytes)} a device has (set by {limit.source})",
         hint="use attention.backend: blockwise (memory ~ block_q x block_kv) or auto, or "
              "a smaller size; `porter plan` shows the numbers")]
+
+
+#: memory a check of what is free now leaves to the rest of a call: activations,
+#: compiled programs and temporaries the estimate does not count, and what other
+#: processes take meanwhile
+FREE_MARGIN = 2**30
+
+
+def headroom_problems(recipe, registry) -> list[Problem]:
+    """A call of ``recipe`` on a port already loaded (a server's job, when it is
+    submitted and again when it starts): what its largest attention takes per device,
+    beyond the weights the port already holds, against what a device can still take
+    now (other processes' use counted: ``memory.device_free``) less ``FREE_MARGIN``.
+    ``memory_problems`` holds the whole call to what a device has at all; this one
+    holds the growth to what is free."""
+    family = registry.family(recipe.model.family)
+    modules = abstract.components(family, recipe)
+    if modules is None:
+        return []
+    axes = resolve_mesh(recipe.mesh, estimates.device_count(recipe, None))
+    need = estimates.attention_need(recipe, registry, 0,
+                                    estimates.step_costs(recipe, family, modules, axes))
+    free = memory.device_free(math.prod(axes.values()))
+    if need is None or free is None or need["bytes"] + FREE_MARGIN <= free.bytes:
+        return []
+    kept = " (scores and softmax)" if need["materialised"] else ""
+    # at the size the call asked for, where it set one (a job's request)
+    asked = [key for key in ("frames", "height", "width")
+             if str(recipe.problem(f"generate.{key}", "").file) != str(recipe.path)]
+    return [recipe.problem(
+        f"generate.{(asked or ['frames'])[0]}",
+        f"not enough memory free now: {need['attention']}-attention at this size takes "
+        f"about {human_bytes(need['bytes'])} per device{kept} beyond the loaded weights, "
+        f"and a device can take {human_bytes(max(0, free.bytes))} now (set by "
+        f"{free.source}; {human_bytes(FREE_MARGIN)} is left for the rest of the call)",
+        hint="a smaller size (generate.height, width, frames), or again when other "
+             "processes have freed memory")]
 
 
 def checkpoint_problems(recipe) -> list[Problem]:

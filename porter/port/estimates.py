@@ -10,7 +10,7 @@ from porter.errors import UsageError
 from porter.loading import abstract
 from porter.port import passes
 from porter.runtime import configure, resolve_mesh
-from porter.transforms import quantize, sharding
+from porter.transforms import Checking, quantize, sharding
 from porter.transforms.attention import backends
 
 
@@ -59,8 +59,8 @@ def build(recipe, registry, devices: int | None = None, target=None) -> dict:
         raise UsageError(f"cannot plan {recipe.model.source!r} without its configuration",
                          hint="point model.source at a local diffusers directory")
     axes = resolve_mesh(recipe.mesh, device_count(recipe, devices), given=devices is not None)
-    problems = passes.fit_problems(recipe, family, modules, axes)
-    details = passes.details(recipe, registry, family, modules)
+    problems = passes.fit_problems(Checking(recipe, registry, family, modules, axes))
+    details = passes.details(Checking(recipe, registry, family, modules, axes))
     quantize.on_meta(recipe, family, modules)  # the weights as placed: 8-bit where asked
     components = weights(recipe, modules, axes)
     found = {"recipe": recipe.name, "mesh": axes, "devices": math.prod(axes.values()),

@@ -1,24 +1,27 @@
 """The port's passes, in the order a run applies them: the one table that `validate`,
-`plan`, `run` and `compile` read, and the driver that runs it.
+`plan`, `run`, the port's calls and `compile` read, and the driver that runs it.
 
 Each row (``porter.transforms.Pass``) lives in its pass's room, beside the work it
 does. The first passes work on the host (``HOST``); the rest (``MESH``, from quantize
 on) need the mesh: ``ported`` applies those to a pipeline loaded some other way
-(``porter verify`` and ``porter bench`` keep a PyTorch copy of it first).
+(``porter verify`` and ``porter bench`` keep a PyTorch copy of it first). What a port
+does around its calls is the rows' ``around`` parts, entered by ``porter.port.active``.
 """
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from porter import loading
 from porter.errors import RecipeError
 from porter.port.building import Building, Ported
 from porter.stepcache import session as stepcache
 from porter.transforms import (
+    Checking,
     attention,
-    compile,
     dtypes,
+    jit,
     lora,
     patches,
     placement,
@@ -28,30 +31,37 @@ from porter.transforms import (
     setup,
 )
 
+if TYPE_CHECKING:
+    from porter.errors import Problem
+    from porter.recipe import Recipe
+    from porter.registry import Registry
+    from porter.runtime import Runtime
+
 HOST = (patches.PASS, loading.PASS, setup.PASS, scheduler.PASS, lora.PASS, dtypes.PASS)
-MESH = (quantize.PASS, placement.PASS, rotary.PASS, compile.PASS, attention.PASS, stepcache.PASS)
+MESH = (quantize.PASS, placement.PASS, rotary.PASS, jit.PASS, attention.PASS, stepcache.PASS)
 PASSES = HOST + MESH
 
 
-def check_problems(recipe, registry, family) -> list:
+def check_problems(c: Checking) -> list[Problem]:
     """Every pass's ``check``: what the recipe alone shows."""
-    return [problem for step in PASSES if step.check
-            for problem in step.check(recipe, registry, family)]
+    return [problem for step in PASSES if step.check for problem in step.check(c)]
 
 
-def fit_problems(recipe, family, modules: dict, axes: dict) -> list:
-    """Every pass's ``fit``: the recipe against the model's shapes on ``axes``."""
-    return [problem for step in PASSES if step.fit
-            for problem in step.fit(recipe, family, modules, axes)]
+def fit_problems(c: Checking) -> list[Problem]:
+    """Every pass's ``fit``: the recipe against the model's shapes (``c.modules``) on
+    ``c.axes``."""
+    return [problem for step in PASSES if step.fit for problem in step.fit(c)]
 
 
-def details(recipe, registry, family, modules: dict) -> list[dict]:
-    """What each pass does for this recipe and model, in order (``porter plan``)."""
+def details(c: Checking) -> list[dict]:
+    """What each pass does for this recipe and model, in order, once and around each
+    call (``porter plan``)."""
     rows = []
     for step in PASSES:
-        detail = step.detail(recipe, registry, family, modules) if step.detail else None
+        detail = step.detail(c) if step.detail else None
         rows.append({"pass": step.name, "reads": list(step.reads), "does": step.does,
-                     "applies": bool(detail), "detail": detail or ""})
+                     "applies": bool(detail), "detail": detail or "",
+                     "each_call": step.each_call})
     return rows
 
 
@@ -63,7 +73,8 @@ def build(b: Building, abstract: bool = False) -> Building:
     start = time.perf_counter()
     _run(HOST, b, abstract)
     b.timings["load_s"] = round(time.perf_counter() - start, 4)  # LoRA, dtypes too
-    problems = fit_problems(b.recipe, b.family, b.modules, b.runtime.axes)
+    problems = fit_problems(Checking(b.recipe, b.registry, b.family, b.modules,
+                                     b.runtime.axes))
     if problems:
         raise RecipeError(problems)
     return port(b, abstract)
@@ -77,8 +88,9 @@ def port(b: Building, abstract: bool = False) -> Building:
     return b
 
 
-def ported(pipe, recipe, registry, runtime) -> Ported:
-    """The mesh passes on a pipeline loaded otherwise (its LoRA fused, dtypes cast)."""
+def ported(pipe, recipe: Recipe, registry: Registry, runtime: Runtime) -> Ported:
+    """The mesh passes on a pipeline loaded otherwise (its LoRA fused, dtypes cast; the
+    caller holds the patches, so the record applies none around calls)."""
     b = Building(recipe, registry, registry.family(recipe.model.family), runtime)
     b.load = loading.Loaded(pipe, loading.torch_components(pipe), {}, {})
     return port(b).ported()

@@ -77,10 +77,30 @@ def _split(dotted: str) -> KeyPath:
 
 
 def _lookup(locations: dict[KeyPath, Location], path: KeyPath, default: Path | None):
-    for end in range(len(path), -1, -1):
+    """Where ``path`` was set: its own place, or its nearest parent's; a section no
+    file holds is where the keys inside it were set (the file's line 1, the root's
+    place, would point at a file without the section)."""
+    for end in range(len(path), 0, -1):
         if path[:end] in locations:
             return locations[path[:end]]
-    return (str(default) if default else None, None)
+    for end in range(len(path), 0, -1):
+        if inside := _inside(locations, path[:end]):
+            return inside
+    return locations.get((), (str(default) if default else None, None))
+
+
+def _inside(locations: dict[KeyPath, Location], path: KeyPath) -> Location | None:
+    """Where the keys inside section ``path`` were set: the overrides that set them,
+    named (``command line (quantize.include)``), else the first one's place."""
+    inside = [key for key in locations if len(key) > len(path) and key[:len(path)] == path]
+    if not path or not inside:
+        return None
+    overrides = [".".join(map(str, key)) for key in inside
+                 if locations[key][0] == OVERRIDE_FILE]
+    if not overrides:
+        return locations[inside[0]]
+    more = f" and {len(overrides) - 3} more" if len(overrides) > 3 else ""
+    return (f"{OVERRIDE_FILE} ({', '.join(overrides[:3])}{more})", None)
 
 
 # ---------------------------------------------------------------- extends

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from porter.errors import UsageError
+from porter.errors import UsageError, kind_of
 from porter.rundir import artifacts
 from porter.runtime import distributed
 
@@ -107,18 +107,8 @@ def restore_scheduler(scheduler, tensors: dict, description: dict, to_jax,
         setattr(scheduler, name, value)
 
 
-def _kind(value) -> str:
-    if _is_tensor(value):
-        return "a tensor"
-    if isinstance(value, bool):
-        return "a bool"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return f"a {type(value).__name__}"
+#: kinds one scheduler attribute may take in turn (a count kept as a number)
+_NUMBERS = {"an integer", "a number"}
 
 
 def _check_kinds(scheduler, tensors: dict, description: dict, source) -> None:
@@ -131,10 +121,12 @@ def _check_kinds(scheduler, tensors: dict, description: dict, source) -> None:
         # after set_timesteps: any plain value may fill it
         current = getattr(scheduler, name, None)
         saved = ("a tensor" if "tensor" in entry else "a list" if "tensors" in entry
-                 else None if entry["value"] is None else _kind(entry["value"]))
-        if current is not None and saved is not None and saved != _kind(current):
+                 else None if entry["value"] is None else kind_of(entry["value"]))
+        now = kind_of(current)
+        if current is not None and saved is not None and saved != now \
+                and not {saved, now} <= _NUMBERS:
             raise UsageError(f"{where}: {key}: {saved} where {type(scheduler).__name__} "
-                             f"holds {_kind(current)}", hint=REDO)
+                             f"holds {now}", hint=REDO)
         # an index or a count with a fraction fails deep in the scheduler's step
         if isinstance(current, int) and isinstance(entry.get("value"), float):
             raise UsageError(f"{where}: {key}: {entry['value']!r} is a fraction where "

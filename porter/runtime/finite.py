@@ -1,5 +1,6 @@
 """NaN and infinity, caught where they enter (weights, saved stages) and where they
-matter (the latents after each denoising step), instead of ending as a black video."""
+matter (the latents after each denoising step), instead of ending as a black video;
+and latents that stay finite but explode, instead of ending as a video of noise."""
 
 from __future__ import annotations
 
@@ -22,20 +23,41 @@ def count(tensor: torch.Tensor) -> int:
     return int((~torch.isfinite(tensor)).sum())
 
 
+#: The largest |value| latents may reach after a denoising step. Real latents are O(1)
+#: to O(10) (unit-variance noise and what a VAE's scaling makes of images); the largest
+#: start is a Karras schedule's noise, sigma up to 700 (Stable Video Diffusion): a few
+#: thousand at most. A model whose output is off by orders of magnitude (a scaled fp8
+#: file read without its scales: the tiny Wan's latents reach 3e8 at the first step and
+#: 5.6e9 at the last) passes it at its first steps, long before float32 or bfloat16
+#: overflow (3.4e38) would make the NaN that ``on_device`` sees.
+BOUND = 1e6
+
+
 @functools.cache
-def _all_finite():
+def _largest():
     import jax
     import jax.numpy as jnp
 
-    return jax.jit(lambda x: jnp.isfinite(x).all())
+    return jax.jit(lambda x: jnp.max(jnp.abs(x)).astype(jnp.float32))
 
 
-def on_device(tensor) -> bool:
-    """Are all values of a torchax tensor finite? One scalar reduction on the
+def magnitude(tensor) -> float:
+    """The largest |value| of a torchax tensor: NaN when any value is NaN, infinity
+    when one is infinite (the maximum carries both). One scalar reduction on the
     devices and a one-value read; every process of a run gets the same answer."""
+    import jax.numpy as jnp
     import numpy as np
 
     array = tensor.jax() if hasattr(tensor, "jax") else tensor
-    if not np.issubdtype(array.dtype, np.inexact):
-        return True
-    return bool(np.asarray(_all_finite()(array)))
+    # jnp's, not np's: numpy does not count bfloat16 as inexact (ml_dtypes), and
+    # bfloat16 latents went unchecked
+    if not jnp.issubdtype(array.dtype, jnp.inexact) or array.size == 0:
+        return 0.0
+    return float(np.asarray(_largest()(array)))
+
+
+def bounded(size: float) -> bool:
+    """Is ``size`` (a ``magnitude``) one that real latents have: finite and within
+    ``BOUND``? (NaN compares false.)"""
+    return size <= BOUND
+

@@ -109,6 +109,44 @@ def _read_limit(path: Path) -> list[Limit]:
     return [Limit(int(text), f"the cgroup limit in {path}")] if text.isdigit() else []
 
 
+#: a cgroup's limit file -> the file of what it uses now
+USAGE = {"memory.max": "memory.current", "memory.limit_in_bytes": "memory.usage_in_bytes"}
+
+
+def host_free(proc_cgroup: Path = Path("/proc/self/cgroup"),
+              mountinfo: Path = Path("/proc/self/mountinfo"),
+              meminfo: Path = Path("/proc/meminfo")) -> Limit | None:
+    """What the host can still give this process now: the least of the machine's
+    available memory (``MemAvailable``: what other processes hold is not) and, for each
+    cgroup with a limit (its own or a parent's), that limit less what the cgroup uses;
+    None where none can be read (not Linux)."""
+    found = []
+    try:
+        text = meminfo.read_text()
+        kib = next(int(line.split()[1]) for line in text.splitlines()
+                   if line.startswith("MemAvailable:"))
+        found.append(Limit(kib * 1024, "the machine's available memory (MemAvailable)"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        pass
+    try:
+        memberships, mounts = proc_cgroup.read_text(), mountinfo.read_text()
+    except OSError:
+        memberships = mounts = ""
+    for directory, mount, name in _cgroup_directories(memberships, mounts):
+        while True:
+            for limit in _read_limit(directory / name):
+                try:
+                    used = int((directory / USAGE[name]).read_text().strip())
+                except (OSError, ValueError):
+                    continue
+                found.append(Limit(max(0, limit.bytes - used),
+                                   f"{limit.source} less what the cgroup uses"))
+            if directory == mount or mount not in directory.parents:
+                break
+            directory = directory.parent
+    return min(found, key=lambda limit: limit.bytes) if found else None
+
+
 def _cgroup_directories(memberships: str, mounts: str) -> list[tuple[Path, Path, str]]:
     """(this process's cgroup directory, its mount point, the limit file's name) for the
     cgroup v2 hierarchy and the v1 memory hierarchy, where mounted."""
@@ -167,6 +205,27 @@ def device_memory(mesh_devices: int) -> Limit | None:
         return host
     return Limit(host.bytes // shared,
                  f"{host.source}, shared by {shared} virtual CPU devices")
+
+
+def device_free(mesh_devices: int) -> Limit | None:
+    """What one device of a ``mesh_devices`` mesh can still take now, where known: an
+    accelerator's limit less what it holds; on CPU, what the host can still give this
+    process (``host_free``) shared by the virtual devices it runs."""
+    import jax
+
+    device = jax.local_devices()[0]
+    if device.platform != "cpu":
+        stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+        if not (stats and stats.get("bytes_limit")):
+            return None
+        return Limit(int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)),
+                     f"the {device.device_kind}'s memory less what it holds")
+    host = host_free()
+    shared = max(1, min(mesh_devices, jax.local_device_count()))
+    if host is None or shared == 1:
+        return host
+    return Limit(host.bytes // shared, f"{host.source}, shared by {shared} virtual CPU "
+                                       "devices")
 
 
 def own_peak_rss() -> int:

@@ -38,3 +38,12 @@ def status(message: str) -> None:
 
 def quiet(message: str) -> None:
     """A ``status`` that says nothing (no progress shown)."""
+
+
+def progress_bar(total: int, initial: int, desc: str, unit: str, shown: bool):
+    """A progress bar on stderr (tqdm; hidden unless ``shown``), as a context manager
+    that closes it: a denoising loop's steps, a batch's videos."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, file=sys.stderr,
+                disable=not shown, dynamic_ncols=True)

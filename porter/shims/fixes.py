@@ -1,5 +1,5 @@
 """Where torchax does not yet behave as PyTorch does, fixed for every run (besides
-``porter.shims.setitem``): each is a core patch (``porter/plugins/builtin.py``) with the versions it
+``porter.shims.setitem``): each is a core patch (``porter/registry/builtin.py``) with the versions it
 is known to fit, and ``tests/shims/test_fixes.py`` shows the gap it closes.
 
 - ``copy.deepcopy`` of a tensor inside torchax's environment: PyTorch copies a host
@@ -18,7 +18,7 @@ is known to fit, and ``tests/shims/test_fixes.py`` shows the gap it closes.
 
 Tensors a pipeline makes on the host (``torch.arange(n)`` with no device) and passes
 to a compiled component are moved to the device where they cross into the program
-(``porter.transforms.compile.autosplit``), not here.
+(``porter.transforms.jit.autosplit``), not here.
 """
 
 from __future__ import annotations

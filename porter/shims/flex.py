@@ -6,7 +6,7 @@ kernel; torchax cannot lower it, and ``create_block_mask`` evaluates the mask wi
 attend through it (LTX-2's diffusion decoder, a 3-D neighbourhood window) stop there.
 
 Both are replaced for a run (core patches ``core.flex_attention`` and
-``core.block_mask``, ``porter/plugins/builtin.py``) by what they mean, densely:
+``core.block_mask``, ``porter/registry/builtin.py``) by what they mean, densely:
 
 - ``create_block_mask`` returns a ``BlockMask`` whose every block is partial (its
   ``mask_mod`` decides every score), built from index tables alone: nothing is

@@ -1,5 +1,5 @@
 """Porter's own lowerings of PyTorch operations, in torchax's op table while a port's
-programs are traced (``porter.port.active.ops_installed``), each with the torchax versions
+programs are traced (the patches pass's call-time part, ``porter.transforms.patches``), each with the torchax versions
 whose lowering it replaces.
 
 Group norm. torchax flattens each group to one axis, ``(1, N x groups, C/groups x T x
@@ -57,10 +57,10 @@ run at all.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 
 import torch
 
+from porter.shims import op_table
 from porter.shims.compat import import_torchax
 from porter.shims.fixes import on_device
 
@@ -273,19 +273,7 @@ def decomposed_inplace(env) -> dict:
 def installed(env):
     """Porter's lowerings in ``env``'s op table for the block, then torchax's again."""
     inplace = decomposed_inplace(env)
-    saved = {op: env._ops.get(op) for op in (*LOWERINGS, *WRAPPERS, *inplace)}
-    for op, lowering in LOWERINGS.items():
-        env.override_op_definition(op, lowering)
-    for op, wrapper in WRAPPERS.items():
-        if saved[op] is not None:
-            env._ops[op] = dataclasses.replace(saved[op], func=wrapper(saved[op].func))
-    for op, functional in inplace.items():
-        env.override_op_definition(op, written_through(functional), is_view_op=True)
-    try:
+    own = {**LOWERINGS, **{op: written_through(functional)
+                           for op, functional in inplace.items()}}
+    with op_table.overridden(env, own, view_ops=frozenset(inplace), wrapped=WRAPPERS):
         yield
-    finally:
-        for op, previous in saved.items():
-            if previous is None:
-                env._ops.pop(op, None)
-            else:
-                env._ops[op] = previous

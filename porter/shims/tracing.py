@@ -45,8 +45,8 @@ ENGINES = ("torchax", "jax", "jaxlib")
 #: Porter's code that carries the model's call into a compiled program: what torchax or
 #: JAX raise beneath it is the model's (or torchax's) doing; what it raises itself is
 #: Porter's
-CONDUITS = ("porter/transforms/compile/autosplit.py", "porter/transforms/compile/__init__.py",
-            "porter/transforms/compile/scan.py", "porter/transforms/sharding.py")
+CONDUITS = ("porter/transforms/jit/autosplit.py", "porter/transforms/jit/__init__.py",
+            "porter/transforms/jit/scan.py", "porter/transforms/sharding.py")
 
 
 def _kind(filename: str) -> str:

@@ -1,7 +1,7 @@
 """Diffusers' cache hooks on a transformer compiled in pieces.
 
 Each block of a cached transformer is its own compiled program
-(``porter.transforms.compile.pieces``); the transformer's forward runs on the
+(``porter.transforms.jit.pieces``); the transformer's forward runs on the
 host and calls them. Diffusers' hooks (``apply_mag_cache``,
 ``apply_first_block_cache``, ``apply_taylorseer_cache``) wrap those calls, so
 their decisions (a float compared to a threshold; one device scalar per call
@@ -17,7 +17,7 @@ import functools
 
 import torch
 
-from porter.transforms.compile import block_lists
+from porter.transforms.jit import block_lists
 from porter.transforms.dtypes import DTYPES
 
 

@@ -3,12 +3,19 @@ aimed at each run, summarised in each run's record."""
 
 from __future__ import annotations
 
+import contextlib
+from typing import TYPE_CHECKING
+
 from porter.errors import RecipeError
 from porter.runtime import notices
 from porter.stepcache import calibration, hooks, problems, ratios_file, settings, unwrapped
 from porter.stepcache.guidance import GuidanceCache
-from porter.transforms import Pass
-from porter.transforms.compile import block_lists, in_pieces
+from porter.transforms import CALL, Calling, Checking, Pass
+from porter.transforms.jit import block_lists, in_pieces
+
+if TYPE_CHECKING:
+    from porter.errors import Problem
+    from porter.port.building import Building
 
 
 class Caching:
@@ -151,20 +158,53 @@ def fit_problems(recipe, family, modules: dict) -> list:
     return []
 
 
-def _start(b) -> None:
+def _check(c: Checking) -> list[Problem]:
+    return [] if c.family is None else problems(c.recipe, c.family)
+
+
+def _fit(c: Checking) -> list[Problem]:
+    return fit_problems(c.recipe, c.family, c.modules)
+
+
+def _apply(b: Building) -> None:
     if b.recipe.cache:
         b.cache = Caching(settings(b.recipe), {name: b.modules[name] for name in
                                                in_pieces(b.recipe, b.modules)}, b.recipe)
 
 
-def _detail(recipe, registry, family, modules) -> str | None:
-    chosen = settings(recipe)
+def _detail(c: Checking) -> str | None:
+    chosen = settings(c.recipe)
     return None if chosen is None else chosen.method
+
+
+@contextlib.contextmanager
+def _serving(c: Calling, caching: Caching):
+    """Every cache state cold before the call (a run continued mid-denoise starts its
+    cache there); what the cache did in the call's timings after it."""
+    call = c.call
+    start = call.first_step
+    with c.runtime.env:
+        caching.begin(c.pipe, c.family, c.recipe, start)
+    call.guidance_cache = caching.guidance
+    if start:
+        notices.warn(f"continuing after step {start}: the step cache starts cold there "
+                     "(and TaylorSeer counts its steps from there), so the result can "
+                     "differ slightly from an uninterrupted run")
+    yield
+    call.timings["cache"] = caching.summary()
+
+
+def _around(c: Calling):
+    """Around a generation that denoises (a pipeline's own loop always does)."""
+    caching = c.ported.caching
+    if c.scope != CALL or caching is None or c.call is None \
+            or ("denoise" not in c.call.wanted and c.family.staged):
+        return None
+    return _serving(c, caching)
 
 
 PASS = Pass(
     "cache", ("cache",), "a step cache's hooks on the transformers compiled in pieces",
-    check=lambda recipe, registry, family: [] if family is None
-    else problems(recipe, family),
-    fit=lambda recipe, family, modules, axes: fit_problems(recipe, family, modules),
-    apply=_start, detail=_detail)
+    each_call="every cache state cold before a generation that denoises (from its first "
+    "step); what the cache did in its record after it",
+    check=_check, fit=_fit, apply=_apply, detail=_detail, around=_around)

@@ -1,50 +1,106 @@
 """The port's passes, one room each: a module (or package) here does one pass's work
 and declares its row, ``PASS``, beside it. ``porter.port.passes`` puts the rows in the
 order a run applies them; the load pass's room is ``porter.loading`` and the step
-cache's ``porter.stepcache``.
+cache's ``porter.stepcache.session``.
 
-A row names the recipe sections its pass reads and says what it does in a line, and
-has up to five parts, each optional:
+A row names the recipe sections its pass reads, says what it does once and what it
+does around each call (a line each), and has up to six parts, each optional, each a
+function of one input object and named the same in every pass module
+(``tests/test_layout.py`` holds both):
 
-- ``check(recipe, registry, family)``: problems the recipe alone shows (no model, no
-  JAX). ``porter validate`` and every command that loads a model run these first;
-  ``family`` is None when the recipe names an unknown family.
-- ``fit(recipe, family, modules, axes)``: problems against the model's shapes
-  (``modules``: the components built on the meta device; ``axes``: the mesh).
-  ``validate`` and ``plan`` run these before any weight is read, and a run does again
-  on the model as loaded, before any weight moves (a hub id with no configuration is
-  known only then).
-- ``apply(building)``: what ``porter run`` does, on the loaded pipeline. ``building``
-  (``porter.port.building.Building``) holds what the passes before it recorded; a pass
-  that records something writes the field named after it, and nothing else.
-- ``abstract(building)``: what ``porter compile`` does, on meta models whose every
+- ``_check(c: Checking)``: problems the recipe alone shows (no model, no JAX).
+  ``porter validate`` and every command that loads a model run these first;
+  ``c.family`` is None when the recipe names an unknown family.
+- ``_fit(c: Checking)``: problems against the model's shapes (``c.modules``: the
+  components built on the meta device; ``c.axes``: the mesh). ``validate`` and ``plan``
+  run these before any weight is read, and a run does again on the model as loaded,
+  before any weight moves (a hub id with no configuration is known only then).
+- ``_apply(b: Building)``: what ``porter run`` does, once, on the loaded pipeline
+  (``porter.port.building.Building``: what the passes before it recorded; a pass that
+  records something writes the field named after it, and nothing else).
+- ``_abstract(b: Building)``: what ``porter compile`` does, on meta models whose every
   tensor becomes a ``jax.ShapeDtypeStruct`` (None: the pass changes nothing a compiled
-  program takes, as LoRA fused into the weights).
-- ``detail(recipe, registry, family, modules)``: what this recipe asks of the pass, in
-  a few words, for ``porter plan``; None when it asks nothing (the pass is skipped).
+  program takes, as LoRA fused into the weights; a row may name ``_apply`` here when
+  the work is the same).
+- ``_detail(c: Checking)``: what this recipe asks of the pass, in a few words, for
+  ``porter plan``; None when it asks nothing (the pass is skipped).
+- ``_around(c: Calling)``: a context manager the port's calls run inside, or None when
+  the pass has nothing to do around this call. Entered in the table's order
+  (``porter.port.active``) at two scopes: around a whole call of the port's components
+  (``CALL``: a generation, ``porter verify``'s and ``porter bench``'s calls, the programs
+  ``porter compile`` traces), and, inside it, around a transformer's calls (``STEP``: a
+  denoising step, or a transformer called by itself). Whatever a port does at call time
+  is here, so ``validate``, ``plan``, ``run`` and ``compile`` read the same table.
 
 A new pass is a room here with its ``PASS``, and its place in ``porter.port.passes``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, ContextManager
+
+if TYPE_CHECKING:
+    from porter.errors import Problem
+    from porter.families.base import ModelFamily
+    from porter.generate.call import Call
+    from porter.port.building import Building, Ported
+    from porter.recipe import Recipe
+    from porter.registry import Registry
+    from porter.runtime import Runtime
+
+#: the scopes a pass's ``around`` is entered at: a call of the port's components, and a
+#: transformer's calls inside it
+CALL, STEP = "call", "step"
+
+
+@dataclass(frozen=True)
+class Checking:
+    """What a pass's ``check``, ``fit`` and ``detail`` look at."""
+
+    recipe: Recipe
+    registry: Registry
+    family: ModelFamily | None  # None: the recipe names an unknown family (check only)
+    modules: dict | None = None  # fit, detail: the components on the meta device
+    axes: dict | None = None  # fit: the mesh's axes and sizes
+
+
+@dataclass(frozen=True)
+class Calling:
+    """What a pass's ``around`` works with: one call of a built port's components."""
+
+    recipe: Recipe  # the call's: the port's, or a generation's with its own settings
+    registry: Registry
+    family: ModelFamily
+    runtime: Runtime
+    ported: Ported  # the built port's records (the patches applied, the step cache)
+    pipe: object = None  # the pipeline (None: an abstract port, ``porter compile``'s)
+    call: Call | None = None  # a generation (None: components called directly)
+    scope: str = CALL
+    #: at ``STEP``, the denoising step's index (None: a transformer called by itself)
+    step: int | None = None
+
+    def at_step(self, step: int | None = None) -> Calling:
+        """The same call at ``STEP`` scope: a transformer's calls (of step ``step``)."""
+        return dataclasses.replace(self, scope=STEP, step=step)
 
 
 @dataclass(frozen=True)
 class Pass:
     name: str
     reads: tuple[str, ...]  # the recipe's sections
-    does: str  # one line, for `porter plan` and the docs
-    check: Callable | None = None
-    fit: Callable | None = None
-    apply: Callable | None = None
-    abstract: Callable | None = None
-    detail: Callable | None = None
+    does: str  # once, in a line, for `porter plan` and the docs
+    each_call: str = ""  # what ``around`` does at call time, in a line ("": nothing)
+    check: Callable[[Checking], list[Problem]] | None = None
+    fit: Callable[[Checking], list[Problem]] | None = None
+    apply: Callable[[Building], None] | None = None
+    abstract: Callable[[Building], None] | None = None
+    detail: Callable[[Checking], str | None] | None = None
+    around: Callable[[Calling], ContextManager | None] | None = None
 
 
-def unknown_components(recipe, modules: dict, sections: dict) -> list:
+def unknown_components(recipe: Recipe, modules: dict, sections: dict) -> list[Problem]:
     """Rules for a component the model does not have (``sections``: the recipe's key ->
     its rules per component): a typo, or the wrong model."""
     return [recipe.problem(f"{path}.{name}", f"the model has no component {name!r}",

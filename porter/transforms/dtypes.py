@@ -9,12 +9,16 @@ with a warning at transfer time.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import torch
 
 from porter.errors import Problem
-from porter.transforms import Pass, unknown_components
+from porter.transforms import Checking, Pass, unknown_components
 from porter.transforms.sharding import named_tensors
+
+if TYPE_CHECKING:
+    from porter.port.building import Building
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -73,7 +77,12 @@ def unmatched_problems(recipe, component: str, module) -> list[Problem]:
     return problems
 
 
-def _fit(recipe, family, modules, axes) -> list[Problem]:
+def _check(c: Checking) -> list[Problem]:
+    return rule_problems(c.recipe)
+
+
+def _fit(c: Checking) -> list[Problem]:
+    recipe, modules = c.recipe, c.modules
     found = unknown_components(recipe, modules, {
         "dtypes.overrides": recipe.dtypes.overrides,
         "dtypes.components": recipe.dtypes.components})
@@ -82,7 +91,8 @@ def _fit(recipe, family, modules, axes) -> list[Problem]:
     return found
 
 
-def _detail(recipe, registry, family, modules) -> str:
+def _detail(c: Checking) -> str:
+    recipe = c.recipe
     parts = [recipe.model.dtype]
     parts += [f"{name} {dtype}" for name, dtype in recipe.dtypes.components.items()]
     kept = sum(len(rules) for rules in recipe.dtypes.overrides.values())
@@ -91,12 +101,11 @@ def _detail(recipe, registry, family, modules) -> str:
     return ", ".join(parts)
 
 
-def _cast(b) -> None:
+def _apply(b: Building) -> None:
     apply_all(b.modules, b.recipe)
 
 
 PASS = Pass(
     "dtypes", ("model.dtype", "dtypes"), "cast each component, keeping the tensors the "
     "overrides name in their own dtype",
-    check=lambda recipe, registry, family: rule_problems(recipe),
-    fit=_fit, apply=_cast, abstract=_cast, detail=_detail)
+    check=_check, fit=_fit, apply=_apply, abstract=_apply, detail=_detail)

@@ -25,6 +25,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -32,7 +33,10 @@ from porter.errors import Problem, RecipeError, first_line
 from porter.recipe.sources import HUB_ID
 from porter.runtime import finite, notices
 from porter.runtime.atomic import sha256
-from porter.transforms import Pass
+from porter.transforms import Checking, Pass
+
+if TYPE_CHECKING:
+    from porter.port.building import Building
 
 DEFAULT_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 CHUNK = 1 << 20  # elements of one float32 temporary while adding an update (4 MiB)
@@ -87,7 +91,7 @@ class Adapter:
     #: component -> module name -> update
     deltas: dict[str, dict[str, Delta]]
 
-    def record(self) -> dict:
+    def described(self) -> dict:
         """What the run record (and each stage made with it) says about it."""
         return {"file": str(self.file), "sha256": self.sha256, "scale": self.scale,
                 "components": self.components,
@@ -369,17 +373,19 @@ def apply(family, recipe, pipe, weights: dict) -> list[dict]:
             weights[component].deltas = tensor_updates(deltas)
         else:
             fuse_in_place(modules[component], deltas)
-    return [adapter.record() for adapter in adapters]
+    return [adapter.described() for adapter in adapters]
 
 
-def _fuse(b) -> None:
+def _apply(b: Building) -> None:
     b.lora = apply(b.family, b.recipe, b.pipe, b.load.weights)  # before any dtype cast
+
+
+def _detail(c: Checking) -> str | None:
+    return ", ".join(f"{spec.file} x{spec.scale}" for spec in c.recipe.lora) or None
 
 
 # its adapters are checked against the model by `validate` (porter.port.checks) and when
 # fused, not in every shape check: reading them means hashing their files
 PASS = Pass(
     "lora", ("lora",), "fuse LoRA adapters into the weights, before any dtype cast",
-    apply=_fuse,
-    detail=lambda recipe, registry, family, modules: ", ".join(
-        f"{spec.file} x{spec.scale}" for spec in recipe.lora) or None)
+    apply=_apply, detail=_detail)

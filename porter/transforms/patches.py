@@ -15,11 +15,19 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from porter.errors import UsageError
+from porter.shims import lowerings
 from porter.shims.compat import import_module
-from porter.transforms import Pass
+from porter.transforms import CALL, Calling, Checking, Pass
+
+if TYPE_CHECKING:
+    from porter.errors import Problem
+    from porter.families.base import ModelFamily
+    from porter.port.building import Building
+    from porter.recipe import Recipe
+    from porter.registry import Registry
 
 
 class PatchError(UsageError):
@@ -186,15 +194,33 @@ def problems(recipe, registry) -> list:
     return found
 
 
-def _select(b) -> None:
+def _check(c: Checking) -> list[Problem]:
+    return problems(c.recipe, c.registry)
+
+
+def _apply(b: Building) -> None:
+    """The patches, held while the model loads and the passes run (``b.stack``)."""
     b.patches = selected(b.recipe, b.registry, b.family)
     b.stack.enter_context(applied(b.patches))
+
+
+def _detail(c: Checking) -> str:
+    return ", ".join(patch.name for patch, _ in selected(c.recipe, c.registry, c.family))
+
+
+@contextlib.contextmanager
+def _calls_patched(c: Calling):
+    with applied(c.ported.patches), lowerings.installed(c.runtime.env):
+        yield
+
+
+def _around(c: Calling):
+    return _calls_patched(c) if c.scope == CALL else None
 
 
 PASS = Pass(
     "patches", ("patches", "rotary.precompute"), "replace code JAX cannot trace (the "
     "core's, the family's and the recipe's patches), held while the model loads",
-    check=lambda recipe, registry, family: problems(recipe, registry),
-    apply=_select, abstract=_select,
-    detail=lambda recipe, registry, family, modules: ", ".join(
-        patch.name for patch, _ in selected(recipe, registry, family)))
+    each_call="the same patches around each call, and Porter's own lowerings of PyTorch "
+    "operations in torchax's op table",
+    check=_check, apply=_apply, abstract=_apply, detail=_detail, around=_around)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from porter.errors import LoadError
 from porter.runtime import distributed, finite, notices
 from porter.shims.interop import as_placed, jax_dtype, place, to_device
-from porter.transforms import Pass, sharding, unknown_components
+from porter.transforms import Checking, Pass, sharding, unknown_components
 from porter.transforms.sharding import (
     Assignment,
     assign,
@@ -27,6 +28,10 @@ from porter.transforms.sharding import (
     partition_spec,
     tensor_slots,
 )
+
+if TYPE_CHECKING:
+    from porter.errors import Problem
+    from porter.port.building import Building
 
 #: tensors read and placed ahead of the one being installed, at most this many and
 #: this many bytes: both are mostly filling fresh pages, which threads do in parallel
@@ -276,7 +281,7 @@ class Placement:
     unsharded: set = field(default_factory=set)  # no weight rule and no activation rule
 
 
-def _place(b) -> None:
+def _apply(b: Building) -> None:
     b.say("placing weights on the mesh" + (
         f" ({', '.join(b.load.weights)} read from the checkpoint tensor by tensor)"
         if b.load.weights else ""))
@@ -293,7 +298,7 @@ def _place(b) -> None:
     refuse_nonfinite(nonfinite, b.recipe)
 
 
-def _assign(b) -> None:
+def _abstract(b: Building) -> None:
     b.placement = Placement()
     for name, module in b.modules.items():
         assignments = assign(named_tensors(module), _weight_rules(b.recipe, name))
@@ -304,7 +309,7 @@ def _weight_rules(recipe, name: str) -> list:
     return recipe.sharding.weights.get(name, [])
 
 
-def _constrain(b, name: str, module, assignments) -> None:
+def _constrain(b: Building, name: str, module, assignments) -> None:
     """The recipe's activation shardings on ``module``; a component no rule shards is
     remembered (compiled whole, it runs on one device)."""
     b.placement.assignments[name] = assignments
@@ -337,7 +342,12 @@ def refuse_nonfinite(found: dict, recipe) -> None:
                     f" true loads it anyway){fused}")
 
 
-def _fit(recipe, family, modules, axes) -> list:
+def _check(c: Checking) -> list[Problem]:
+    return sharding.rule_problems(c.recipe)
+
+
+def _fit(c: Checking) -> list[Problem]:
+    recipe, family, modules, axes = c.recipe, c.family, c.modules, c.axes
     found = unknown_components(recipe, modules, {
         "sharding.weights": recipe.sharding.weights,
         "sharding.activations": recipe.sharding.activations})
@@ -351,7 +361,8 @@ def _fit(recipe, family, modules, axes) -> list:
     return found
 
 
-def _detail(recipe, registry, family, modules) -> str:
+def _detail(c: Checking) -> str:
+    recipe = c.recipe
     weights = sum(len(rules) for rules in recipe.sharding.weights.values())
     activations = sum(len(rules) for rules in recipe.sharding.activations.values())
     mesh = " x ".join(f"{axis}={size}" for axis, size in recipe.mesh.items())
@@ -362,5 +373,4 @@ def _detail(recipe, registry, family, modules) -> str:
 PASS = Pass(
     "placement", ("mesh", "sharding"), "place every weight on the mesh in its sharding "
     "(read straight into shards where built empty); constrain activations",
-    check=lambda recipe, registry, family: sharding.rule_problems(recipe),
-    fit=_fit, apply=_place, abstract=_assign, detail=_detail)
+    check=_check, fit=_fit, apply=_apply, abstract=_abstract, detail=_detail)

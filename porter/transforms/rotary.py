@@ -9,10 +9,16 @@ replaces the module's forward with ``lookup`` keyed by shape.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from porter.shims.interop import to_device
-from porter.transforms import Pass
+from porter.transforms import Checking, Pass
+
+if TYPE_CHECKING:
+    from porter.errors import Problem
+    from porter.port.building import Building
 
 CACHE_ATTR = "_porter_rotary_cache"
 
@@ -66,17 +72,18 @@ def apply(pipe, family, recipe, place) -> int:
     return len(entries)
 
 
-def _apply(b) -> None:
+def _apply(b: Building) -> None:
     if b.recipe.rotary.precompute:
         apply(b.pipe, b.family, b.recipe, lambda table: to_device(table, b.runtime))
 
 
-def _abstract(b) -> None:
+def _abstract(b: Building) -> None:
     if b.recipe.rotary.precompute:  # the tables' buffers: shapes only here
         apply(b.pipe, b.family, b.recipe, lambda table: table.to("meta"))
 
 
-def _check(recipe, registry, family) -> list:
+def _check(c: Checking) -> list[Problem]:
+    recipe, family = c.recipe, c.family
     if family is None or not recipe.rotary.precompute \
             or family.rotary_patch_for(recipe) is not None:
         return []
@@ -84,9 +91,12 @@ def _check(recipe, registry, family) -> list:
                            "cache", hint="set it to false")]
 
 
+def _detail(c: Checking) -> str | None:
+    return "tables computed once, on the host, outside the compiled programs" \
+        if c.recipe.rotary.precompute else None
+
+
 PASS = Pass(
     "rotary", ("rotary",), "compute the rotary tables once and hand them to the model, "
     "instead of computing them inside every program",
-    check=_check, apply=_apply, abstract=_abstract,
-    detail=lambda recipe, registry, family, modules: "tables computed once, on the host, "
-    "outside the compiled programs" if recipe.rotary.precompute else None)
+    check=_check, apply=_apply, abstract=_abstract, detail=_detail)

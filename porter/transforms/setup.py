@@ -10,8 +10,13 @@ sharding rules, the plan and the trace keys stay valid.
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
-from porter.transforms import Pass
+from porter.transforms import Checking, Pass
+
+if TYPE_CHECKING:
+    from porter.errors import Problem
+    from porter.port.building import Building
 
 #: set-up methods a recipe may call: memory/compute trade-offs diffusers offers
 ALLOWED = ("enable_tiling", "disable_tiling", "enable_slicing", "disable_slicing",
@@ -74,15 +79,21 @@ def apply(pipe, recipe) -> list[str]:
     return done
 
 
-def _set_up(b) -> None:
+def _fit(c: Checking) -> list[Problem]:
+    return problems(c.recipe, c.modules)
+
+
+def _apply(b: Building) -> None:
     done = apply(b.pipe, b.recipe)
     if done:
         b.say(f"set up: {', '.join(done)}")
 
 
+def _detail(c: Checking) -> str | None:
+    return ", ".join(f"{component}.{name}" for component, _, name, _ in calls(c.recipe)) \
+        or None
+
+
 PASS = Pass(
     "setup", ("setup",), "call the set-up methods the recipe names (VAE tiling, ...)",
-    fit=lambda recipe, family, modules, axes: problems(recipe, modules),
-    apply=_set_up, abstract=_set_up,
-    detail=lambda recipe, registry, family, modules: ", ".join(
-        f"{component}.{name}" for component, _, name, _ in calls(recipe)) or None)
+    fit=_fit, apply=_apply, abstract=_apply, detail=_detail)

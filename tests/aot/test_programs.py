@@ -34,10 +34,10 @@ def test_declared_programs_are_what_a_run_calls(name, overrides):
     the device, the static arguments, and how many calls."""
     import porter
     from porter.loading import abstract
-    from porter.transforms import compile as compile_transform
+    from porter.transforms import jit
 
     port = porter.load(RECIPES / name, *overrides, "generate.steps=3")
-    rules = compile_transform.rules(port.recipe, port.family, "cpu")
+    rules = jit.rules(port.recipe, port.family, "cpu")
     with programs.recorded(port.pipe, rules) as calls:
         port.generate()
     ran = programs.unique(calls)

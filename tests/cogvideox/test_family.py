@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 from porter.port import checks, estimates
 
@@ -20,7 +20,7 @@ def test_tiny_matches_diffusers(tmp_path, variant, version):
 
     loaded = recipe.load(TINY, [f"model.variant={variant}", "generate.steps=2",
                                 f"output.dir={tmp_path}", "mesh.dp=2"])
-    result = run(loaded, plugins.registry(), progress=False)
+    result = run(loaded, registry_mod.loaded(), progress=False)
     pipe = build_pipeline(version)
     for module in (pipe.transformer, pipe.vae, pipe.text_encoder):
         module.eval()
@@ -38,7 +38,7 @@ def test_tiny_matches_diffusers(tmp_path, variant, version):
 
 
 def test_bad_frame_counts_are_validation_errors():
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     [problem] = checks.recipe_problems(
         recipe.load(TINY, ["model.variant=v1.5", "generate.frames=13"]), registry)
     assert problem.path == "generate.frames" and "odd number of latent frames" in \
@@ -56,7 +56,7 @@ def test_bad_frame_counts_are_validation_errors():
                                   "cogvideox1.5-5b.yaml", "cogvideox-5b-i2v.yaml"])
 def test_real_recipes_plan_on_8_devices(name):
     loaded = recipe.load(RECIPES / name)
-    built = estimates.build(loaded, plugins.registry(), devices=8)
+    built = estimates.build(loaded, registry_mod.loaded(), devices=8)
     assert built["problems"] == [] and built["mesh"] == {"dp": 2, "tp": 4}
     transformer = next(c for c in built["components"] if c["component"] == "transformer")
     assert transformer["bytes_per_device"] < transformer["bytes"] / 3  # mostly split 4 ways
@@ -71,7 +71,7 @@ def test_tiny_image_to_video_matches_diffusers(tmp_path):
     image = RECIPES / "assets" / "first_frame.png"
     loaded = recipe.load(TINY, ["model.variant=v1-i2v", f"generate.image={image}",
                                 "generate.steps=2", f"output.dir={tmp_path}"])
-    result = run(loaded, plugins.registry(), progress=False)
+    result = run(loaded, registry_mod.loaded(), progress=False)
     pipe = build_pipeline(image_to_video=True)
     for module in (pipe.transformer, pipe.vae, pipe.text_encoder):
         module.eval()
@@ -88,7 +88,7 @@ def test_tiny_image_to_video_matches_diffusers(tmp_path):
 def test_generate_extra_is_read_only_where_a_family_reads_it():
     """A staged family refuses the generate.extra keys it does not read (Wan ignored
     them silently); CogVideoX reads use_dynamic_cfg."""
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     assert checks.recipe_problems(recipe.load(TINY, ["generate.extra={use_dynamic_cfg: true}"]),
                                   registry) == []
     [problem] = checks.recipe_problems(recipe.load(TINY, ["generate.extra={eta: 0.5}"]),

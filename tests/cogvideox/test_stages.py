@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 
 from support.processes import slow_porter, terminate_after
@@ -58,7 +58,7 @@ def recipe_file(directory, checkpoint, out):
 def uninterrupted(tmp_path_factory, checkpoint):
     directory = tmp_path_factory.mktemp("whole")
     loaded = recipe.load(recipe_file(directory, checkpoint, directory / "out"))
-    return run(loaded, plugins.registry(), progress=False)
+    return run(loaded, registry_mod.loaded(), progress=False)
 
 
 def test_matches_plain_diffusers(checkpoint, uninterrupted):
@@ -98,7 +98,7 @@ def test_killed_process_resumes_to_the_same_latents(checkpoint, uninterrupted, t
     assert "Traceback" not in stderr and "--resume" in stderr
     assert not (out / "run.json").exists()
 
-    resumed = run(recipe.load(path), plugins.registry(), progress=False, resume=True)
+    resumed = run(recipe.load(path), registry_mod.loaded(), progress=False, resume=True)
     assert resumed.data["timings"]["resumed_from_step"] in (3, 4)
     assert torch.equal(resumed.latents, uninterrupted.latents)
     assert (resumed.frames == uninterrupted.frames).all()
@@ -107,6 +107,6 @@ def test_killed_process_resumes_to_the_same_latents(checkpoint, uninterrupted, t
 def test_stage_by_stage_equals_uninterrupted(checkpoint, uninterrupted, tmp_path):
     loaded = recipe.load(recipe_file(tmp_path, checkpoint, tmp_path / "out"))
     for stage in ("encode", "denoise", "decode"):
-        result = run(loaded, plugins.registry(), progress=False, stage=stage)
+        result = run(loaded, registry_mod.loaded(), progress=False, stage=stage)
     assert torch.equal(result.latents, uninterrupted.latents)
     assert (result.frames == uninterrupted.frames).all()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.aot import programs, targets
 
 from support import RECIPES
@@ -135,7 +135,7 @@ def test_a_program_the_compiler_cannot_build_is_not_called_out_of_memory():
     for memory (the float16 kernel above was reported as not fitting)."""
     import types
 
-    from porter.aot.compiler import Compiled
+    from porter.aot.executable import Compiled
     from porter.aot.programs import Program
     from porter.commands import compile as report_mod
 
@@ -208,7 +208,7 @@ def test_a_decoder_compiled_by_itself_is_compiled_per_tile_as_the_run_calls_it()
     assert len(ran) == 4 and sum(p.calls for p in ran) == 16
 
     loaded = recipe.load(RECIPES / "hunyuan-tiny.yaml", [*TILED, BY_TILE])
-    compiled = report.build(loaded, plugins.registry(), "v5e-8", only=["vae.decoder"])
+    compiled = report.build(loaded, registry_mod.loaded(), "v5e-8", only=["vae.decoder"])
     rows = compiled["programs"]
     assert sorted((row["inputs"]["arg0"], row["calls"]) for row in rows) == sorted(
         (f"float32{list(p.args[0].shape)}", p.calls) for p in ran)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from porter import cli, plugins, recipe
+from porter import cli, registry as registry_mod, recipe
 from porter.commands.validate import validate
 
 from support import RECIPES
@@ -17,7 +17,7 @@ def test_new_recipe_validates(tmp_path, monkeypatch, capsys):
     for section in ("model:", "runtime:", "mesh:", "generate:", "patches:", "rotary:",
                     "dtypes:", "sharding:", "attention:", "compile:", "verify:", "output:"):
         assert section in text, section
-    assert validate(recipe.load(path), plugins.registry()) == []
+    assert validate(recipe.load(path), registry_mod.loaded()) == []
     assert cli.main(["new", "mine", "--family", "wan"]) == 2  # no silent overwrite
     assert "exists" in capsys.readouterr().err
 
@@ -28,7 +28,7 @@ def test_new_from_existing_extends_it(tmp_path, monkeypatch):
                      "--from", str(RECIPES / "wan-tiny-tp.yaml")]) == 0
     loaded = recipe.load(tmp_path / "variants" / "bigger.yaml")
     assert loaded.mesh == {"dp": 2, "tp": 4}  # inherited
-    assert validate(loaded, plugins.registry()) == []
+    assert validate(loaded, registry_mod.loaded()) == []
 
 
 @pytest.mark.parametrize("family", ["wan", "generic"])

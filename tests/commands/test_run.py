@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from porter import plugins, recipe, runtime
+from porter import registry as registry_mod, recipe, runtime
 from porter.commands.run import run
 from porter.port.passes import ported as port
 from porter.rundir import video
@@ -33,7 +33,7 @@ def tiny(tmp_path_factory):
     path = out / "tiny.yaml"
     path.write_text(TINY_RECIPE)
     loaded = recipe.load(path, [f"output.dir={out / 'result'}", "output.fps=7"])
-    return loaded, run(loaded, plugins.registry(), progress=False)
+    return loaded, run(loaded, registry_mod.loaded(), progress=False)
 
 
 def test_tiny_run_writes_video_and_record(tiny):
@@ -75,7 +75,7 @@ def test_ported_transformer_matches_pytorch():
     text = torch.randn(2, 16, 32, generator=generator)
     with torch.no_grad():
         expected = reference(x, t, text, return_dict=False)[0]
-    port(pipe, loaded, plugins.registry(), rt)
+    port(pipe, loaded, registry_mod.loaded(), rt)
     from porter.shims.interop import to_device, to_host
     with rt.env:
         got = pipe.transformer(to_device(x, rt), to_device(t, rt), to_device(text, rt),
@@ -102,7 +102,7 @@ def test_local_directory_source_loads_same_model(tiny, tmp_path):
     path.write_text(TINY_RECIPE)
     local = recipe.load(path, [f"model.source={tmp_path / 'ckpt'}",
                                f"output.dir={tmp_path / 'out'}"])
-    second = run(local, plugins.registry(), progress=False)
+    second = run(local, registry_mod.loaded(), progress=False)
     assert torch.equal(second.latents, result.latents)
     placed = second.data["weights"]["components"]
     assert {name: c["from"] for name, c in placed.items()} == {
@@ -118,7 +118,7 @@ def test_out_of_repo_family_runs_without_core_changes(tmp_path, monkeypatch):
     path = tmp_path / "toy.yaml"
     path.write_text(TINY_RECIPE.replace("family: wan", "family: toy"))
     loaded = recipe.load(path, [f"output.dir={tmp_path / 'out'}", "generate.steps=1"])
-    result = run(loaded, plugins.load(), progress=False)
+    result = run(loaded, registry_mod.load(), progress=False)
     assert result.video.exists() and result.data["recipe"]["model"]["family"] == "toy"
     sys.modules.pop("ext_toy", None)
 
@@ -168,5 +168,5 @@ def test_cfg_parallel_gives_the_same_latents(tmp_path):
     for flag in ("true", "false"):
         loaded = recipe.load(path, [f"generate.cfg_parallel={flag}", "generate.steps=2",
                                     f"output.dir={tmp_path / flag}", "mesh.dp=2"])
-        latents.append(run(loaded, plugins.registry(), progress=False).latents)
+        latents.append(run(loaded, registry_mod.loaded(), progress=False).latents)
     assert (latents[0] - latents[1]).abs().max() <= 1e-5

@@ -3,7 +3,7 @@ records each mesh it ran on."""
 
 import pytest
 
-from porter import plugins
+from porter import registry as registry_mod
 from porter.commands.run import run
 
 from support import RECIPES
@@ -33,9 +33,9 @@ def test_resume_with_another_output_dir_is_an_error(tmp_path, capsys):
 
 def test_a_resumed_run_records_each_mesh_it_ran_on(tmp_path):
     out = tmp_path / "out"
-    run(tiny_recipe(tmp_path, out, "tiny", "mesh.dp=1"), plugins.registry(),
+    run(tiny_recipe(tmp_path, out, "tiny", "mesh.dp=1"), registry_mod.loaded(),
         progress=False, stage="encode")
-    result = run(tiny_recipe(tmp_path, out, "tiny", "mesh.dp=2"), plugins.registry(),
+    result = run(tiny_recipe(tmp_path, out, "tiny", "mesh.dp=2"), registry_mod.loaded(),
                  progress=False, resume=True)
     meshes = [(s["stage"], s["mesh"]) for s in result.data["history"]]
     assert meshes == [("encode", {"dp": 1}), ("denoise", {"dp": 2}), ("decode", {"dp": 2})]

@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from porter import cli, plugins, recipe
+from porter import cli, registry as registry_mod, recipe
 from porter.commands.verify import verify
 
 from support import RECIPES, TINY_RECIPE
 
 
 def test_tiny_port_matches_pytorch_block_by_block():
-    result = verify(recipe.load(RECIPES / "wan-tiny.yaml"), plugins.registry())
+    result = verify(recipe.load(RECIPES / "wan-tiny.yaml"), registry_mod.loaded())
     assert result["ok"] and result["first_over_tolerance"] is None
     assert [row["module"] for row in result["modules"]] == ["blocks.0", "blocks.1"]
     assert all(row["max_rel"] <= 1e-5 for row in result["modules"])
@@ -25,7 +25,7 @@ dtypes:
   overrides:
     transformer: [{match: 'blocks\.1\..*', dtype: float16}]
 """)
-    result = verify(recipe.load(path), plugins.registry())
+    result = verify(recipe.load(path), registry_mod.loaded())
     rows = {row["module"]: row for row in result["modules"]}
     assert rows["blocks.0"]["ok"] and not rows["blocks.1"]["ok"]
     assert result["first_over_tolerance"] == "blocks.1"

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 
 from support import RECIPES
@@ -30,7 +30,7 @@ def latents(tmp_path_factory):
     for devices, mesh in MESHES.items():
         out = tmp_path_factory.mktemp(f"mesh{devices}")
         found[devices] = run(recipe.load(RECIPE, [f"output.dir={out}", *mesh]),
-                             plugins.registry(), progress=False).latents
+                             registry_mod.loaded(), progress=False).latents
     return found
 
 
@@ -46,7 +46,7 @@ def test_same_mesh_is_bit_identical_across_processes(latents, tmp_path):
 
 def test_same_mesh_is_bit_identical_in_one_process(latents, tmp_path):
     again = run(recipe.load(RECIPE, [f"output.dir={tmp_path}", *MESHES[4]]),
-                plugins.registry(), progress=False).latents
+                registry_mod.loaded(), progress=False).latents
     assert torch.equal(again, latents[4])
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 from porter.commands.validate import validate
 
@@ -59,8 +59,8 @@ def twin(name: str, tmp_path):
 @pytest.mark.parametrize("name", sorted(SETUPS))
 def test_twin_matches_diffusers(name, tmp_path):
     loaded = twin(name, tmp_path)
-    assert validate(loaded, plugins.registry()) == []
-    result = run(loaded, plugins.registry(), progress=False)
+    assert validate(loaded, registry_mod.loaded()) == []
+    result = run(loaded, registry_mod.loaded(), progress=False)
     expected = wan_latents(loaded, **{k: getattr(loaded.generate, k) for k in
                                       ("sigmas", "timesteps")
                                       if getattr(loaded.generate, k) is not None})

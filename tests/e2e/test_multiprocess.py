@@ -10,7 +10,7 @@ import sys
 import pytest
 from safetensors.torch import load_file
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 
 from support import RECIPES
@@ -61,7 +61,7 @@ def two_processes(tmp_path_factory):
 
 def test_two_processes_equal_one_process_with_eight_devices(two_processes, tmp_path):
     out, _ = two_processes
-    single = run(recipe.load(RECIPE, [f"output.dir={tmp_path}"]), plugins.registry(),
+    single = run(recipe.load(RECIPE, [f"output.dir={tmp_path}"]), registry_mod.loaded(),
                  progress=False)
     assert single.data["mesh"] == {"dp": 2, "tp": 4}
     latents = load_file(str(out / "denoise.safetensors"))["latents"]
@@ -128,13 +128,13 @@ def test_each_process_reads_only_the_rows_its_devices_hold(tmp_path):
 
     from models.real_size import weight_bytes
 
-    built = estimates.build(recipe.load(RECIPE, overrides), plugins.registry(), devices=8)
+    built = estimates.build(recipe.load(RECIPE, overrides), registry_mod.loaded(), devices=8)
     rules = next(c for c in built["components"] if c["component"] == "transformer")["rules"]
     by_rows = sum(r["bytes"] for r in rules if r["rule"] and r["spec"][0] == "tp")
     stored = weight_bytes(tmp_path / "ckpt" / "transformer")
     assert transformer["read_bytes"] == stored - by_rows // 2
     single = run(recipe.load(RECIPE, [*overrides, f"output.dir={tmp_path / 'one'}"]),
-                 plugins.registry(), progress=False)
+                 registry_mod.loaded(), progress=False)
     assert single.data["weights"]["components"]["transformer"]["read_bytes"] == stored
     latents = load_file(str(out / "denoise.safetensors"))["latents"]
     assert (latents - single.latents).abs().max() <= 1e-5 * single.latents.abs().max()
@@ -203,7 +203,7 @@ def test_a_batch_is_split_between_replica_sets(tmp_path):
     # the item is what one process makes with that prompt on a dp=1 x tp=4 mesh
     single = run(recipe.load(RECIPE, [f"output.dir={tmp_path / 'single'}", "mesh.dp=1",
                                       "generate.prompt=a blue bird"]),
-                 plugins.registry(), progress=False)
+                 registry_mod.loaded(), progress=False)
     latents = load_file(str(out / "0002" / "denoise.safetensors"))["latents"]
     error = (latents - single.latents).abs().max().item()
     assert error <= 1e-5 * single.latents.abs().max().item(), error

@@ -8,7 +8,7 @@ from ``check.GROUPS``), each class a unit a worker takes whole (pytest-xdist's
 
 import pytest
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.validate import validate
 
 from matrix import check, page
@@ -38,7 +38,7 @@ def test_family_pipelines_are_the_families(name):
     import diffusers
 
     entry = check.matrix()[name]
-    family = plugins.registry().family(entry.family)
+    family = registry_mod.loaded().family(entry.family)
     assert (check.HERE.parent.parent / entry.tests).exists()
     assert issubclass(getattr(diffusers, name), diffusers.DiffusionPipeline)
     assert family.staged
@@ -55,7 +55,7 @@ def test_refused_pipelines_are_refused_by_validate(name, write):
     import yaml
 
     loaded = recipe.load(write("r.yaml", yaml.safe_dump(text)))
-    messages = [p.message for p in validate(loaded, plugins.registry())]
+    messages = [p.message for p in validate(loaded, registry_mod.loaded())]
     assert any(entry.reason in message for message in messages), messages
 
 

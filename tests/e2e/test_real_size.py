@@ -75,10 +75,10 @@ def cogvideox(tmp_path_factory):
 def planned_total(recipe_file, overrides, devices: int) -> tuple[int, dict]:
     """`porter plan --devices N`: the sum over devices of the bytes per device, and
     each component's plan (from shapes alone: meta-device models, no weights)."""
-    from porter import plugins, recipe
+    from porter import registry as registry_mod, recipe
     from porter.port import estimates
 
-    built = estimates.build(recipe.load(recipe_file, overrides), plugins.registry(), devices)
+    built = estimates.build(recipe.load(recipe_file, overrides), registry_mod.loaded(), devices)
     assert not built["problems"], built["problems"]
     return (built["weights_bytes_per_device"] * built["devices"],
             {c["component"]: c for c in built["components"]})

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 from porter.commands.validate import validate
 from porter.errors import UsageError
@@ -34,8 +34,8 @@ def checkpoint(tmp_path_factory):
 def test_validates_and_plans_from_the_checkpoint_config(checkpoint, write):
     from porter.port import estimates
     loaded = recipe.load(write("ltx.yaml", GENERIC.format(source=checkpoint)))
-    assert validate(loaded, plugins.registry()) == []
-    built = estimates.build(loaded, plugins.registry(), devices=1)
+    assert validate(loaded, registry_mod.loaded()) == []
+    built = estimates.build(loaded, registry_mod.loaded(), devices=1)
     assert {c["component"] for c in built["components"]} == {"transformer", "vae",
                                                              "text_encoder"}
 
@@ -44,7 +44,7 @@ def test_validates_and_plans_from_the_checkpoint_config(checkpoint, write):
 def test_tiny_ltx_end_to_end_matches_diffusers(checkpoint, write, tmp_path):
     loaded = recipe.load(write("ltx.yaml", GENERIC.format(source=checkpoint)),
                          [f"output.dir={tmp_path / 'out'}", "output.latents=true"])
-    result = run(loaded, plugins.registry(), progress=False)
+    result = run(loaded, registry_mod.loaded(), progress=False)
     settings = dict(  # no negative_prompt: the recipe leaves it to LTX
         prompt="a cat", height=32, width=32, num_frames=9,
         num_inference_steps=2, guidance_scale=3.0, max_sequence_length=16)
@@ -65,11 +65,11 @@ def test_generic_mistakes(checkpoint, write):
     text = GENERIC.format(source=checkpoint)
     found = {p.path: p for p in checks.recipe_problems(
         recipe.load(write("bad.yaml", text.replace("LTXPipeline", "os.system")),
-                    ["model.source=tiny"]), plugins.registry())}
+                    ["model.source=tiny"]), registry_mod.loaded())}
     assert "no tiny model" in found["model.source"].message
     assert "not a diffusers pipeline class" in found["model.pipeline"].message
     with pytest.raises(UsageError, match="--stage and --resume"):
-        run(recipe.load(write("ok.yaml", text)), plugins.registry(), progress=False,
+        run(recipe.load(write("ok.yaml", text)), registry_mod.loaded(), progress=False,
             stage="encode")
 
 
@@ -84,8 +84,8 @@ def test_setup_calls_are_checked_and_made(checkpoint, write):
 setup:
   vae: [enable_tiling, {name: enable_slicing}]
 """))
-    assert validate(good, plugins.registry()) == []
-    pipe = loading.load_pipeline(plugins.registry().family("generic"), good)
+    assert validate(good, registry_mod.loaded()) == []
+    pipe = loading.load_pipeline(registry_mod.loaded().family("generic"), good)
     assert setup.apply(pipe, good) == ["vae.enable_tiling", "vae.enable_slicing"]
     assert pipe.vae.use_tiling and pipe.vae.use_slicing
 
@@ -95,7 +95,7 @@ setup:
   transformer: [enable_slicing]
   unet: [enable_tiling]
 """))
-    found = {p.path: p for p in validate(bad, plugins.registry())}
+    found = {p.path: p for p in validate(bad, registry_mod.loaded())}
     assert "did you mean 'enable_tiling'" in found["setup.vae.0"].hint
     assert "tile_size" in found["setup.vae.1.params"].message
     assert "tile_sample_min_height" in found["setup.vae.1.params"].hint

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 from porter.commands.validate import validate
 
@@ -86,8 +86,8 @@ def _diffusers_frames(name, source):
 def test_matches_plain_diffusers(name, saved, tmp_path):
     source = saved(name)
     loaded = _recipe(name, source, tmp_path)
-    assert validate(loaded, plugins.registry()) == []
-    result = run(loaded, plugins.registry(), progress=False)
+    assert validate(loaded, registry_mod.loaded()) == []
+    result = run(loaded, registry_mod.loaded(), progress=False)
     expected = _diffusers_frames(name, source)
     assert result.frames.shape == expected.shape
     assert np.abs(expected.astype(int) - result.frames.astype(int)).max() <= 1

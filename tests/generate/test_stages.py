@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 from porter.errors import UsageError
 from porter.generate.runners import STAGED
@@ -24,13 +24,13 @@ def uninterrupted(tmp_path_factory):
     directory = tmp_path_factory.mktemp("whole")
     (directory / "r.yaml").write_text(TINY_RECIPE)
     loaded = recipe.load(directory / "r.yaml", [f"output.dir={directory}", "generate.steps=2"])
-    return run(loaded, plugins.registry(), progress=False)
+    return run(loaded, registry_mod.loaded(), progress=False)
 
 
 def test_stage_by_stage_equals_uninterrupted(uninterrupted, write, tmp_path):
     loaded = load(write, tmp_path / "staged")
     for stage in artifacts.STAGES:
-        result = run(loaded, plugins.registry(), progress=False, stage=stage)
+        result = run(loaded, registry_mod.loaded(), progress=False, stage=stage)
     assert torch.equal(result.latents, uninterrupted.latents)
     assert (result.frames == uninterrupted.frames).all()
     assert sorted(p.name for p in (tmp_path / "staged").iterdir()) == [
@@ -40,9 +40,9 @@ def test_stage_by_stage_equals_uninterrupted(uninterrupted, write, tmp_path):
 
 def test_resume_after_encode(uninterrupted, write, tmp_path):
     loaded = load(write, tmp_path / "resumed")
-    run(loaded, plugins.registry(), progress=False, stage="encode")
+    run(loaded, registry_mod.loaded(), progress=False, stage="encode")
     assert STAGED.stages_to_run(tmp_path / "resumed", None, True) == ("denoise", "decode")
-    result = run(loaded, plugins.registry(), progress=False, resume=True)
+    result = run(loaded, registry_mod.loaded(), progress=False, resume=True)
     assert result.data["timings"]["stages"] == ["denoise", "decode"]
     assert torch.equal(result.latents, uninterrupted.latents)
 
@@ -50,13 +50,13 @@ def test_resume_after_encode(uninterrupted, write, tmp_path):
 def test_artifact_from_other_settings_is_refused(uninterrupted, write):
     other = load(write, uninterrupted.directory, "generate.seed=7")
     with pytest.raises(UsageError) as info:
-        run(other, plugins.registry(), progress=False, stage="decode")
+        run(other, registry_mod.loaded(), progress=False, stage="decode")
     assert "generate.seed: artifact 0, recipe 7" in info.value.message
 
 
 def test_missing_previous_stage(write, tmp_path):
     with pytest.raises(UsageError, match="no complete encode stage") as info:
-        run(load(write, tmp_path / "empty"), plugins.registry(), progress=False,
+        run(load(write, tmp_path / "empty"), registry_mod.loaded(), progress=False,
             stage="denoise")
     assert "--stage encode" in info.value.hint
 
@@ -96,21 +96,21 @@ def test_a_stage_made_from_other_checkpoint_files_is_refused(write, tmp_path):
     build_pipeline().save_pretrained(source)
     path = write("r.yaml", TINY_RECIPE.replace("source: tiny", f"source: {source}"))
     loaded = recipe.load(path, [f"output.dir={tmp_path / 'out'}", "generate.steps=2"])
-    run(loaded, plugins.registry(), progress=False, stage="encode")
+    run(loaded, registry_mod.loaded(), progress=False, stage="encode")
     weights = source / "transformer" / "diffusion_pytorch_model.safetensors"
     original = weights.read_bytes()
     state = load_file(weights)
     save_file({name: tensor.half() for name, tensor in state.items()}, weights,
               metadata={"format": "pt"})
     with pytest.raises(UsageError) as info:
-        run(loaded, plugins.registry(), progress=False, resume=True)
+        run(loaded, registry_mod.loaded(), progress=False, resume=True)
     assert "encode.safetensors was made from other checkpoint files: " \
            "transformer/diffusion_pytorch_model.safetensors has changed" in info.value.message
     assert "restore the file" in info.value.hint
 
     weights.write_bytes(original)
-    resumed = run(loaded, plugins.registry(), progress=False, resume=True)
+    resumed = run(loaded, registry_mod.loaded(), progress=False, resume=True)
     assert resumed.data["timings"]["stages"] == ["denoise", "decode"]
     whole = run(recipe.load(path, [f"output.dir={tmp_path / 'whole'}", "generate.steps=2"]),
-                plugins.registry(), progress=False)
+                registry_mod.loaded(), progress=False)
     assert torch.equal(resumed.latents, whole.latents)

@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from porter import plugins, recipe, runtime
-from porter.port import checks, estimates
-from porter.port.active import ops_installed
-from porter.port.passes import ported as port
+from porter import registry as registry_mod, recipe, runtime
+from porter.port import beside, checks, estimates
 from porter.shims.interop import to_device, to_host
 from porter.transforms.attention import AttentionBackend, kernels
 
@@ -42,7 +40,7 @@ def test_tiny_matches_diffusers(tmp_path):
 
 def run_recipe(loaded):
     from porter.commands.run import run
-    return run(loaded, plugins.registry(), progress=False)
+    return run(loaded, registry_mod.loaded(), progress=False)
 
 
 def zero_kv(q, k, v, keep=None, *, scale, **_):
@@ -75,16 +73,16 @@ def transformer_output(backend: str, registry):
         reference = copy.deepcopy(pipe.transformer).eval()
         with torch.no_grad():
             expected = reference(hidden_states=x, return_dict=False, **inputs)[0]
-        port(pipe, loaded, registry, rt)
+        calling = beside.ported(pipe, loaded, registry, rt)
         placed = {k: to_device(v, rt) for k, v in inputs.items()}
-        with ops_installed(loaded, registry, rt), rt.env:
+        with beside.transformer_calls(calling), rt.env:
             got = pipe.transformer(hidden_states=to_device(x, rt), return_dict=False,
                                    **placed)[0]
     return to_host(got), expected
 
 
 def test_joint_attention_padding_is_exact_where_zeroing_is_not():
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     registry.attention["zero_kv"] = AttentionBackend("zero_kv", zero_kv, "approximation")
     try:
         exact, expected = transformer_output("blockwise", registry)
@@ -98,9 +96,9 @@ def test_joint_attention_padding_is_exact_where_zeroing_is_not():
 
 def test_frame_rule_and_real_recipe():
     [problem] = checks.recipe_problems(recipe.load(TINY, ["generate.frames=10"]),
-                                       plugins.registry())
+                                       registry_mod.loaded())
     assert "4n+1" in problem.message and "try 9 or 13" in problem.hint
-    built = estimates.build(recipe.load(RECIPES / "hunyuan.yaml"), plugins.registry(), devices=8)
+    built = estimates.build(recipe.load(RECIPES / "hunyuan.yaml"), registry_mod.loaded(), devices=8)
     assert built["problems"] == []
     transformer = next(c for c in built["components"] if c["component"] == "transformer")
     assert 23 * 2**30 < transformer["bytes"] < 26 * 2**30  # ~12.8 B parameters in bf16
@@ -156,7 +154,7 @@ def test_untraceable_forward_is_split_automatically(tmp_path, capfd, monkeypatch
 
 
 def test_real_15_recipe_plans():
-    built = estimates.build(recipe.load(RECIPES / "hunyuan15.yaml"), plugins.registry(), devices=8)
+    built = estimates.build(recipe.load(RECIPES / "hunyuan15.yaml"), registry_mod.loaded(), devices=8)
     assert built["problems"] == []
     transformer = next(c for c in built["components"] if c["component"] == "transformer")
     assert 15 * 2**30 < transformer["bytes"] < 16 * 2**30  # 8.3 B parameters in bf16
@@ -200,9 +198,9 @@ def test_15_interrupted_run_resumes_bit_identically(tmp_path, monkeypatch):
     loaded = recipe.load(TINY_15, [f"output.dir={tmp_path / 'part'}"])
     interrupt_at_step(monkeypatch, FlowMatchEulerDiscreteScheduler, 2)
     with pytest.raises(Interrupted):
-        run(loaded, plugins.registry(), progress=False)
+        run(loaded, registry_mod.loaded(), progress=False)
     monkeypatch.undo()
-    resumed = run(loaded, plugins.registry(), progress=False, resume=True)
+    resumed = run(loaded, registry_mod.loaded(), progress=False, resume=True)
     assert resumed.data["timings"]["resumed_from_step"] == 2
     assert torch.equal(resumed.latents, whole.latents)
     assert (resumed.frames == whole.frames).all()

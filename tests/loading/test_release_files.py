@@ -12,7 +12,7 @@ import pytest
 import torch
 from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
 
-from porter import plugins, recipe, runtime
+from porter import registry as registry_mod, recipe, runtime
 from porter.loading import pickled, single_file
 from porter.loading.checkpoints import CorruptFile
 from porter.port import passes
@@ -119,7 +119,7 @@ def test_each_file_gives_its_component_its_values(release, tmp_path):
     loaded = recipe.load(RECIPES / "wan-tiny-tp.yaml", [
         f"model.source={folder / 'diffusers'}", "model.dtype=bfloat16",
         f"model.vae={tmp_path / 'vae.pth'}", f"model.text_encoder={tmp_path / 'umt5.pth'}"])
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     building = Building(loaded, registry, registry.family("wan"), runtime.start(loaded))
     with building.stack:
         built = passes.build(building)
@@ -200,7 +200,7 @@ def test_a_transformer_in_shards_is_read_through_its_index(release, tmp_path):
     assert sorted(single_file.read_header(index)) == names
     model = WanTransformer3DModel.from_pretrained(folder / "diffusers" / "transformer")
     weights = single_file.located(index, model, single_file.converter_of(
-        plugins.registry().family("wan"), "transformer"))
+        registry_mod.loaded().family("wan"), "transformer"))
     assert {entry.file.name for entry in weights.entries.values()} == set(halves)
     assert single_file.identity(index)["bytes"] == sum(
         (tmp_path / file).stat().st_size for file in halves)

@@ -8,7 +8,7 @@ import torch
 from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
 from safetensors.torch import save_file
 
-from porter import plugins, recipe, runtime
+from porter import registry as registry_mod, recipe, runtime
 from porter.errors import LoadError
 from porter.port import passes
 from porter.port.building import Building
@@ -51,7 +51,7 @@ def test_the_wan_names_here_are_the_ones_diffusers_converts(state):
 
 def ported(*overrides):
     loaded = recipe.load(RECIPES / "wan-tiny-tp.yaml", ["model.dtype=bfloat16", *overrides])
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     building = Building(loaded, registry, registry.family("wan"), runtime.start(loaded))
     with building.stack:
         return passes.build(building)

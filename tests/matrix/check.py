@@ -144,16 +144,16 @@ def recipe_text(entry, source, inputs: dict) -> dict:
 def porter_frames(entry, source, folder: Path, inputs: dict) -> np.ndarray:
     import yaml
 
-    from porter import plugins, recipe
+    from porter import registry as registry_mod, recipe
     from porter.commands.run import run
     from porter.commands.validate import validate
 
     path = folder / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe_text(entry, source, inputs)))
     loaded = recipe.load(path, [f"output.dir={folder / 'out'}"])
-    problems = validate(loaded, plugins.registry())
+    problems = validate(loaded, registry_mod.loaded())
     assert problems == [], [p.render() if hasattr(p, "render") else str(p) for p in problems]
-    return run(loaded, plugins.registry(), progress=False).frames
+    return run(loaded, registry_mod.loaded(), progress=False).frames
 
 
 def without_accelerator():

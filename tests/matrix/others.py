@@ -137,7 +137,7 @@ ENTRIES.update({
         note="generate.video and generate.mask (it takes tensors only: Porter gives them as "
              "1 x C x F x H x W, the video in [0, 1], the mask in 0 and 255 as its own helper "
              "does); generate.negative_prompt, as for EasyAnimatePipeline"),
-    # nn.Module.buffers() of a compiled module: Porter's Buffers (transforms/compile.py)
+    # nn.Module.buffers() of a compiled module: Porter's Buffers (transforms/jit.py)
     "Cosmos3OmniPipeline": Matches(
         "cosmos3_omni",
         {"height": 16, "width": 16, "frames": 5, "steps": 2, "guidance_scale": 1.0,

@@ -7,12 +7,12 @@ import numpy as np
 
 
 def main(frames_file: str, recipe_file: str, *overrides: str) -> None:
-    from porter import plugins, recipe, runtime
+    from porter import registry as registry_mod, recipe, runtime
     from porter.commands.run import run
 
     loaded = recipe.load(recipe_file, list(overrides))
     runtime.configure(loaded.runtime.platform, loaded.runtime.cpu_devices)
-    result = run(loaded, plugins.registry(), progress=False)
+    result = run(loaded, registry_mod.loaded(), progress=False)
     np.save(frames_file, result.frames)
 
 

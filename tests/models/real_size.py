@@ -56,9 +56,9 @@ def build_pipeline(family_name: str, seed: int = 0):
     """The real-size pipeline of ``family_name`` with random weights, in torch."""
     import transformers
 
-    from porter import plugins, recipe
+    from porter import registry as registry_mod, recipe
 
-    family = plugins.registry().family(family_name)
+    family = registry_mod.loaded().family(family_name)
     source, text_config = LAYOUTS[family_name]
     configs = family.official_configs(source)
     tiny = family.build_tiny(recipe.load(RECIPES / f"{family_name}-tiny.yaml"))

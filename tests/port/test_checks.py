@@ -11,7 +11,7 @@ import shutil
 import pytest
 import yaml
 
-from porter import cli, plugins, recipe
+from porter import cli, registry as registry_mod, recipe
 from porter.commands.validate import validate
 
 from support import RECIPES, TINY_RECIPE
@@ -139,7 +139,7 @@ def test_hostile_paths_are_problems(write, key, value, expected):
     path = write("r.yaml", dump(data))
     exc = validates_or_refuses(path)
     problems = exc.problems if exc else validate(recipe.load(path),
-                                                        plugins.registry())
+                                                        registry_mod.loaded())
     assert any(expected in problem.render() for problem in problems), problems
 
 
@@ -155,7 +155,7 @@ def test_model_config_problems_are_bounded(write, config, expected):
                                                f"{config}}}"))
     loaded = recipe.load(path)
     with within(30):
-        problems = validate(loaded, plugins.registry())
+        problems = validate(loaded, registry_mod.loaded())
     assert [problem.path for problem in problems] == ["model.config"]
     assert expected in problems[0].message
 
@@ -165,7 +165,7 @@ def test_model_config_of_a_checkpoint_is_refused(write):
     (a 40-block Wan 14B stays 40 blocks)."""
     path = write("r.yaml", TINY_RECIPE.replace(
         "source: tiny}", "source: Wan-AI/Wan2.1-T2V-14B-Diffusers, config: {num_layers: 1}}"))
-    problems = validate(recipe.load(path), plugins.registry())
+    problems = validate(recipe.load(path), registry_mod.loaded())
     assert [problem.path for problem in problems] == ["model.config"]
     assert "source: tiny" in problems[0].hint
 
@@ -191,6 +191,26 @@ def test_hostile_checkpoint_configs_are_problems(write, tmp_path, files, expecte
     data["model"]["source"] = str(ckpt)
     loaded = recipe.load(write("r.yaml", dump(data)))
     with within(60):
-        problems = validate(loaded, plugins.registry())
+        problems = validate(loaded, registry_mod.loaded())
     assert [problem.path for problem in problems] == ["model.source"]
     assert expected in problems[0].message
+
+
+def test_a_call_is_held_to_the_memory_free_now_beyond_the_loaded_weights(write,
+                                                                        monkeypatch):
+    """A server's job: its attention's scores (weights already loaded) against what a
+    device can still take, less a margin; the scores grow with the size asked."""
+    from porter.port import checks
+    from porter.runtime import memory
+
+    loaded = recipe.load(write("r.yaml", TINY_RECIPE), ["mesh.dp=1"])
+    registry = registry_mod.loaded()
+    free = memory.Limit(checks.FREE_MARGIN + 2**20, "what is free here")
+    monkeypatch.setattr(memory, "device_free", lambda devices: free)
+    assert checks.headroom_problems(loaded, registry) == []  # well under a MiB
+    larger = recipe.with_values(loaded, "generate", {"frames": 81, "height": 128,
+                                                     "width": 128}, "request")
+    [problem] = checks.headroom_problems(larger, registry)
+    assert problem.path == "generate.frames" and problem.where() == "request"
+    assert "not enough memory free now" in problem.message
+    assert "a device can take 1.00 GiB now (set by what is free here" in problem.message

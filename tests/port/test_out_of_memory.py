@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from porter import plugins
+from porter import registry as registry_mod
 
 from support import RECIPES
 from support.processes import porter_process
@@ -89,7 +89,7 @@ def test_out_of_memory_is_classified_from_what_jax_and_python_raise(tmp_path):
     for exc in (raised.value, MemoryError(), wrapped):
         assert is_out_of_memory(exc)
         with pytest.raises(OutOfMemory) as refused:
-            with out_of_memory.explained(loaded, plugins.registry()):
+            with out_of_memory.explained(loaded, registry_mod.loaded()):
                 raise exc
         assert refused.value.exit_code == 2 and refused.value.__cause__ is exc
         assert "estimated per device: weights" in refused.value.message
@@ -97,11 +97,11 @@ def test_out_of_memory_is_classified_from_what_jax_and_python_raise(tmp_path):
         assert "(blocks)" in refused.value.message
         assert "attention.backend" not in refused.value.hint  # already blockwise
     assert "RESOURCE_EXHAUSTED: Out of memory" in str(out_of_memory.refused(
-        raised.value, loaded, plugins.registry()))
+        raised.value, loaded, registry_mod.loaded()))
     for other in (RuntimeError("shapes do not match"), ValueError("out of memory")):
         assert not is_out_of_memory(other)
         with pytest.raises(type(other)):
-            with out_of_memory.explained(loaded, plugins.registry()):
+            with out_of_memory.explained(loaded, registry_mod.loaded()):
                 raise other
 
 

@@ -1,7 +1,9 @@
-"""The port's passes: one ordered table (``porter.port.passes``) that `validate`, `plan`, `run`
-and `compile` all read. A probe pass added to the table is checked by `validate`,
-fitted and listed by `plan`, applied in its place by a run and by `compile`."""
+"""The port's passes: one ordered table (``porter.port.passes``) that `validate`, `plan`, `run`,
+the port's calls and `compile` all read. A probe pass added to the table is checked by
+`validate`, fitted and listed by `plan`, applied in its place by a run and by `compile`,
+and entered around each call and each denoising step of a run, in its place."""
 
+import contextlib
 import importlib.util
 import json
 import subprocess
@@ -10,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from porter import cli, plugins, recipe
+from porter import cli, registry as registry_mod, recipe
 from porter.port import passes
 from porter.transforms import Pass
 
@@ -32,15 +34,15 @@ def probe(monkeypatch):
     ``generate.seed`` 13 from the recipe alone and 14 against the model."""
     seen = []
 
-    def check(recipe, registry, family):
+    def check(c):
         seen.append("check")
-        return [recipe.problem("generate.seed", "the probe refuses seed 13")] \
-            if recipe.generate.seed == 13 else []
+        return [c.recipe.problem("generate.seed", "the probe refuses seed 13")] \
+            if c.recipe.generate.seed == 13 else []
 
-    def fit(recipe, family, modules, axes):
-        seen.append(("fit", sorted(modules)))
-        return [recipe.problem("generate.seed", "the probe refuses seed 14 for this "
-                               "model")] if recipe.generate.seed == 14 else []
+    def fit(c):
+        seen.append(("fit", sorted(c.modules)))
+        return [c.recipe.problem("generate.seed", "the probe refuses seed 14 for this "
+                                 "model")] if c.recipe.generate.seed == 14 else []
 
     def apply(b):  # weights placed, nothing compiled yet
         seen.append(("apply", sorted(b.placement.reports), isinstance(b.pipe.transformer,
@@ -49,9 +51,18 @@ def probe(monkeypatch):
     def abstract(b):
         seen.append(("abstract", sorted(b.placement.assignments), sorted(b.compile.rules)))
 
+    @contextlib.contextmanager
+    def entered(c):
+        seen.append(("around", c.scope, c.step, c.call is not None))
+        yield
+        seen.append(("left", c.scope, c.step))
+
+    def around(c):
+        return entered(c)
+
     step = Pass("probe", ("generate.seed",), "records what is asked of it",
-                       check=check, fit=fit, apply=apply, abstract=abstract,
-                       detail=lambda recipe, registry, family, modules: "probing")
+                each_call="records each call", check=check, fit=fit, apply=apply,
+                abstract=abstract, detail=lambda c: "probing", around=around)
     after = [p.name for p in passes.MESH].index("placement") + 1
     mesh = (*passes.MESH[:after], step, *passes.MESH[after:])
     monkeypatch.setattr(passes, "MESH", mesh)
@@ -78,7 +89,10 @@ def test_plan_lists_the_passes_in_order_with_the_probe_in_its_place(probe, write
     assert names.index("probe") == names.index("placement") + 1
     assert rows[names.index("probe")] == {"pass": "probe", "reads": ["generate.seed"],
                        "does": "records what is asked of it", "applies": True,
-                       "detail": "probing"}
+                       "detail": "probing", "each_call": "records each call"}
+    assert cli.main(["plan", str(path), "--devices", "8"]) == 0
+    shown = capsys.readouterr().out
+    assert "  probe      probing\n" in shown and "around each call: records each call" in shown
     assert cli.main(["plan", str(path), "--devices", "8", "generate.seed=14"]) == 2
     assert "the probe refuses seed 14 for this model" in capsys.readouterr().out
 
@@ -92,6 +106,10 @@ def test_a_run_applies_the_probe_after_placement_and_before_compile(probe, write
     applied = [entry for entry in probe if entry[0] == "apply"]
     assert applied == [("apply", ["text_encoder", "transformer", "vae"], True)]
     assert port.generate().frames is not None
+    calls = [entry for entry in probe if entry[0] in ("around", "left")]
+    # the call's part around the whole generation; a step's inside it for each step
+    assert calls == [("around", "call", None, True), ("around", "step", 0, True),
+                     ("left", "step", 0), ("left", "call", None)]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
@@ -101,7 +119,7 @@ def test_compile_applies_the_probes_abstract_part(probe, write):
     from porter.aot import targets
 
     loaded = recipe.load(write("r.yaml", TINY_RECIPE))
-    built = abstract_port.build(loaded, plugins.registry(), targets.named("v5e-8"))
+    built = abstract_port.build(loaded, registry_mod.loaded(), targets.named("v5e-8"))
     assert probe[-1] == ("abstract", ["text_encoder", "transformer", "vae"], [])
     assert set(built.components) == {"text_encoder", "transformer", "vae"}
 
@@ -111,10 +129,15 @@ def test_plan_shows_the_passes_from_a_fresh_process(write):
     done = subprocess.run([sys.executable, "-m", "porter.cli", "plan", str(path),
                            "--devices", "8"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    listed = done.stdout.split("passes, in the order a run applies them:\n")[1]
-    names = [line.split()[0] for line in listed.splitlines()[:len(passes.PASSES)]]
-    assert names == [step.name for step in passes.PASSES]
+    listed = done.stdout.split("passes, in the order a run applies them (once; then around "
+                               "each call):\n")[1].split("\n\n")[0]
+    rows = [line for line in listed.splitlines() if "around each call:" not in line]
+    assert [line.split()[0] for line in rows] == [step.name for step in passes.PASSES]
     assert "  rotary     -" in listed and "  load       tiny" in listed
+    # what the patches do around each call, under their once; none for attention
+    # without a backend
+    assert listed.splitlines()[1].strip().startswith("around each call: the same patches")
+    assert "around each call: the recipe's backend" not in listed
 
 
 @pytest.mark.parametrize("precompute", [False, True])
@@ -125,16 +148,16 @@ def test_rotary_tables_only_where_the_recipe_asks(precompute, write):
     loaded = recipe.load(write("r.yaml", TINY_RECIPE), [f"rotary.precompute={precompute}"])
     pipe = build_pipeline()
     transformer = pipe.transformer  # the module itself (porting wraps it)
-    passes.ported(pipe, loaded, plugins.registry(), runtime.start(loaded))
+    passes.ported(pipe, loaded, registry_mod.loaded(), runtime.start(loaded))
     tables = [name for name, _ in transformer.named_buffers() if "porter_rotary" in name]
     assert bool(tables) == precompute
 
 
 SCAN_FOR_META_GLOBALS = """
 import sys, torch
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.port import estimates
-estimates.build(recipe.load(sys.argv[1]), plugins.registry(), 8)
+estimates.build(recipe.load(sys.argv[1]), registry_mod.loaded(), 8)
 def tensors(value):
     # type(), not isinstance: a lazy module's placeholders import on attribute access
     if type(value) is dict:

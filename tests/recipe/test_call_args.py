@@ -62,7 +62,7 @@ def test_extra_keys_are_checked_against_the_signature(write):
 
 
 def test_validate_reports_signature_problems_for_a_local_checkpoint(write, tmp_path):
-    from porter import plugins
+    from porter import registry as registry_mod
     from porter.port import checks
 
     from models.ltx import build_ltx_pipeline
@@ -71,7 +71,7 @@ def test_validate_reports_signature_problems_for_a_local_checkpoint(write, tmp_p
     build_ltx_pipeline().save_pretrained(source)
     loaded = recipe.load(write("r.yaml", BASE.replace("source: tiny", f"source: {source}")
                                % ", extra: {video_lenght: 9}"))
-    found = checks.recipe_problems(loaded, plugins.registry())
+    found = checks.recipe_problems(loaded, registry_mod.loaded())
     assert [p.path for p in found] == ["generate.extra.video_lenght"]
 
 
@@ -155,12 +155,12 @@ def test_latents_are_read_from_a_runs_file(write, tmp_path):
     kwargs = call_args.kwargs(loaded, pipeline("LTX2LatentUpsamplePipeline"))
     assert torch.equal(kwargs["latents"], latents)
     save_file({"other": latents}, tmp_path / "latents.safetensors")
-    from porter import plugins
+    from porter import registry as registry_mod
     from porter.errors import UsageError
     with pytest.raises(UsageError, match="holds no tensor named latents"):
         call_args.kwargs(loaded, pipeline("LTX2LatentUpsamplePipeline"))
     # validate says so first, from the file's header
-    [problem] = plugins.registry().family("generic").input_problems(loaded)
+    [problem] = registry_mod.loaded().family("generic").input_problems(loaded)
     assert problem.path == "generate.latents" and "(it holds other)" in problem.message
 
 

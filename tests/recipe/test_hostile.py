@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.errors import RecipeError, UsageError
 from porter.port import checks
 
@@ -147,7 +147,7 @@ def test_mutated_recipes_load_or_raise_recipe_error(lab, case):
     try:
         with within(10):
             loaded = recipe.load(path)
-            for problem in checks.recipe_problems(loaded, plugins.registry()):
+            for problem in checks.recipe_problems(loaded, registry_mod.loaded()):
                 assert problem.render()
     except RecipeError as exc:
         assert exc.problems and exc.render().startswith("error: recipe has ")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.validate import validate
 from porter.errors import LoadError
 
@@ -103,7 +103,7 @@ def generic_recipe(source: Path, pipeline: str | None) -> str:
 def test_model_pipeline_resolves_only_diffusers_pipeline_names(write, probe, checkpoint_dir,
                                                                 name):
     path = write("g.yaml", generic_recipe(checkpoint_dir, name))
-    problems = validate(recipe.load(path), plugins.registry())
+    problems = validate(recipe.load(path), registry_mod.loaded())
     assert [p.path for p in problems] == ["model.pipeline"]
     assert f"{name!r} is not a diffusers pipeline class" in problems[0].message
     assert probe.untouched()
@@ -111,7 +111,7 @@ def test_model_pipeline_resolves_only_diffusers_pipeline_names(write, probe, che
 
 def test_model_pipeline_accepts_a_diffusers_pipeline(write, checkpoint_dir):
     path = write("g.yaml", generic_recipe(checkpoint_dir, "WanPipeline"))
-    assert validate(recipe.load(path), plugins.registry()) == []
+    assert validate(recipe.load(path), registry_mod.loaded()) == []
 
 
 def string_slots(data):
@@ -196,7 +196,7 @@ def test_loading_never_passes_trust_remote_code(write, monkeypatch, checkpoint_d
     path = write("r.yaml", TINY_RECIPE.replace("family: wan, source: tiny",
                                                f"family: {family}, source: {source!r}"))
     loaded = recipe.load(path)
-    registered = plugins.registry().family(family)
+    registered = registry_mod.loaded().family(family)
     cls = registered.pipeline_class(loaded)
     monkeypatch.setattr(cls, "from_pretrained", classmethod(capture))
     monkeypatch.setattr(cls, "download", classmethod(capture))  # a hub id's snapshot
@@ -228,6 +228,6 @@ def test_checkpoint_code_is_not_run(tmp_path, write, no_header_check):
                                                f"family: generic, source: {str(ckpt)!r}"))
     loaded = recipe.load(path)
     with pytest.raises(LoadError) as info:
-        loading.load_untouched(plugins.registry().family("generic"), loaded)
+        loading.load_untouched(registry_mod.loaded().family("generic"), loaded)
     assert "custom code" in str(info.value)
     assert not marker.exists()

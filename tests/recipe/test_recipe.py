@@ -60,14 +60,14 @@ def test_render_has_one_line_per_problem(write):
 @pytest.mark.parametrize("family", ["wan", "cogvideox", "hunyuan"])
 @pytest.mark.parametrize("key", ["prompt", "height", "width", "frames", "steps"])
 def test_staged_families_need_a_prompt_a_size_frames_and_steps(write, family, key):
-    from porter import plugins
+    from porter import registry as registry_mod
     from porter.port import checks
 
     generate = {"prompt": "x", "height": 32, "width": 32, "frames": 9, "steps": 2}
     del generate[key]
     text = f"model: {{family: {family}, source: tiny}}\ngenerate: {json.dumps(generate)}\n"
     path = write("r.yaml", text)
-    [problem] = checks.recipe_problems(recipe.load(path), plugins.registry())
+    [problem] = checks.recipe_problems(recipe.load(path), registry_mod.loaded())
     assert (problem.path, problem.message) == (f"generate.{key}",
                                               f"family {family!r} needs generate.{key}")
 
@@ -75,13 +75,13 @@ def test_staged_families_need_a_prompt_a_size_frames_and_steps(write, family, ke
 @pytest.mark.parametrize("key", ["video", "mask", "control_video", "pose_video", "latents",
                                  "conditions"])
 def test_staged_families_refuse_input_videos(write, key):
-    from porter import plugins
+    from porter import registry as registry_mod
     from porter.port import checks
 
     value = "[{frames: clip.mp4}]" if key == "conditions" else "clip.mp4"
     path = write("r.yaml", "model: {family: wan, source: tiny}\ngenerate: {prompt: x, "
                  f"height: 32, width: 32, frames: 9, steps: 2, {key}: {value}}}\n")
-    [problem] = checks.recipe_problems(recipe.load(path), plugins.registry())
+    [problem] = checks.recipe_problems(recipe.load(path), registry_mod.loaded())
     assert problem.path == f"generate.{key}" and "takes no input" in problem.message
 
 
@@ -168,14 +168,14 @@ def test_mesh_axis_rules(write):
 @pytest.mark.parametrize("path", sorted(RECIPES.rglob("*.yaml")),
                          ids=lambda p: str(p.relative_to(RECIPES)))
 def test_every_shipped_recipe_validates(path):
-    from porter import plugins
+    from porter import registry as registry_mod
     from porter.commands.validate import validate
 
     text = path.read_text()
     relative = path.relative_to(RECIPES.parent)
     assert text.startswith((f"# porter run {relative}", f"# porter bench {relative}"))
     loaded = recipe.load(path)
-    assert validate(loaded, plugins.registry()) == []
+    assert validate(loaded, registry_mod.loaded()) == []
 
 
 def test_a_layer_giving_a_schedule_gives_the_step_count(write):

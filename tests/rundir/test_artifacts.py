@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from porter import plugins
+from porter import registry as registry_mod
 from porter.commands.run import run
 from porter.errors import UsageError
 from porter.rundir import artifacts
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def finished(tmp_path_factory):
     """One complete tiny run, to copy and damage."""
     directory = tmp_path_factory.mktemp("finished")
-    return run(tiny_recipe(directory, directory / "out"), plugins.registry(), progress=False)
+    return run(tiny_recipe(directory, directory / "out"), registry_mod.loaded(), progress=False)
 
 
 def copy_run(finished, tmp_path):
@@ -39,7 +39,7 @@ def test_a_new_run_never_pairs_with_an_older_record(finished, tmp_path, monkeypa
         raise KeyboardInterrupt
     monkeypatch.setattr(record, "write_json", killed)
     with pytest.raises(KeyboardInterrupt):
-        run(tiny_recipe(tmp_path, out, "tiny", "generate.seed=1"), plugins.registry(),
+        run(tiny_recipe(tmp_path, out, "tiny", "generate.seed=1"), registry_mod.loaded(),
             progress=False)
     assert (out / "video.mp4").exists() and not (out / "run.json").exists()
     assert atomic.sha256(out / "video.mp4") != finished.data["outputs"]["files"]["video.mp4"]
@@ -65,7 +65,7 @@ def test_stage_files_changed_in_place_are_refused(finished, tmp_path, stage, cha
     _flip_a_data_byte(out / f"{changed}.safetensors")
     with pytest.raises(UsageError, match=f"{changed}.safetensors has changed since its "
                                          "record was written") as info:
-        run(tiny_recipe(tmp_path, out), plugins.registry(), progress=False, stage=stage)
+        run(tiny_recipe(tmp_path, out), registry_mod.loaded(), progress=False, stage=stage)
     assert "delete the stage's files" in info.value.hint
 
 
@@ -76,4 +76,4 @@ def test_nan_latents_in_a_stage_file_are_refused(finished, tmp_path):
     latents.view(-1)[:3] = float("nan")
     artifacts.save(out, "denoise", {"latents": latents}, loaded)  # a record that agrees
     with pytest.raises(UsageError, match="tensor 'latents' holds 3 NaN or infinite"):
-        run(loaded, plugins.registry(), progress=False, stage="decode")
+        run(loaded, registry_mod.loaded(), progress=False, stage="decode")

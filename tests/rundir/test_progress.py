@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from porter import plugins
+from porter import registry as registry_mod
 from porter.commands.run import run
 from porter.errors import UsageError
 
@@ -35,7 +35,7 @@ def interrupted(tmp_path_factory):
     FlowMatchEulerDiscreteScheduler.step = signalled
     try:
         with pytest.raises(Interrupted):
-            run(loaded, plugins.registry(), progress=False)
+            run(loaded, registry_mod.loaded(), progress=False)
     finally:
         FlowMatchEulerDiscreteScheduler.step = step
     return directory / "out"
@@ -55,13 +55,13 @@ def _edited_progress(interrupted, tmp_path, edit):
 def test_a_progress_step_outside_the_schedule_is_refused(interrupted, tmp_path, step):
     out, record = _edited_progress(interrupted, tmp_path, lambda m: m.update(step=step))
     with pytest.raises(UsageError, match=f"{record}: step: .* is not a completed step"):
-        run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3"), plugins.registry(),
+        run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3"), registry_mod.loaded(),
             progress=False, resume=True)
 
 
 @pytest.mark.parametrize("attribute, entry, message", [
-    ("num_inference_steps", {"value": "three"}, "a string where .* holds a number"),
-    ("sigmas", {"value": 3}, "a number where .* holds a tensor"),
+    ("num_inference_steps", {"value": "three"}, "a string where .* holds an integer"),
+    ("sigmas", {"value": 3}, "an integer where .* holds a tensor"),
     ("sigmas", {"tensor": "missing"}, "names tensor 'missing', which the file does not hold"),
     ("__class__", {"value": 1}, "not a scheduler attribute"),
 ])
@@ -72,7 +72,7 @@ def test_scheduler_state_of_the_wrong_kind_is_refused(interrupted, tmp_path, att
     out, record = _edited_progress(interrupted, tmp_path, edit)
     with pytest.raises(UsageError, match=f"scheduler.attributes.{attribute}: {message}") \
             as info:
-        run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3"), plugins.registry(),
+        run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3"), registry_mod.loaded(),
             progress=False, resume=True)
     assert str(record) in info.value.message
 
@@ -101,7 +101,7 @@ def test_scheduler_state_that_cannot_be_resumed_is_refused(interrupted, tmp_path
                                                            message):
     out, record = _edited_progress(interrupted, tmp_path, edit)
     with pytest.raises(UsageError, match=f"{record}: {message}") as info:
-        run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3"), plugins.registry(),
+        run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3"), registry_mod.loaded(),
             progress=False, resume=True)
     assert "delete the progress" in info.value.hint
 
@@ -135,7 +135,7 @@ def test_a_checkpoint_taken_on_another_schedule_is_refused(interrupted, tmp_path
     out, record = _edited_progress(interrupted, tmp_path, shifted)
     with pytest.raises(UsageError, match=f"{record}: its steps were taken on another "
                        "schedule: config.shift 3.0 -> 7.0"):
-        run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3"), plugins.registry(),
+        run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3"), registry_mod.loaded(),
             progress=False, resume=True)
 
 
@@ -144,7 +144,7 @@ def test_a_resume_with_another_scheduler_setting_is_refused(interrupted, tmp_pat
     shutil.copytree(interrupted, out)
     with pytest.raises(UsageError, match="made with other settings: scheduler"):
         run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3",
-                        "scheduler.config={shift: 3.0}"), plugins.registry(),
+                        "scheduler.config={shift: 3.0}"), registry_mod.loaded(),
             progress=False, resume=True)
 
 
@@ -154,4 +154,4 @@ def test_a_resume_with_another_quantization_is_refused(interrupted, tmp_path):
     shutil.copytree(interrupted, out)
     with pytest.raises(UsageError, match="made with other settings: quantize"):
         run(tiny_recipe(tmp_path, out, "tiny", "generate.steps=3", "quantize.format=int8"),
-            plugins.registry(), progress=False, resume=True)
+            registry_mod.loaded(), progress=False, resume=True)

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from porter import plugins
+from porter import registry as registry_mod
 from porter.commands.run import run
 
 from support import RECIPES
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_record_names_source_environment_and_checkpoint(saved_tiny, tmp_path):
-    result = run(tiny_recipe(tmp_path, tmp_path / "out", saved_tiny), plugins.registry(),
+    result = run(tiny_recipe(tmp_path, tmp_path / "out", saved_tiny), registry_mod.loaded(),
                  progress=False)
     data = result.data
     assert data["environment"]["XLA_FLAGS"] == os.environ.get("XLA_FLAGS")

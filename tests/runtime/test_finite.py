@@ -4,7 +4,7 @@ after each step), counted exactly."""
 import pytest
 import torch
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 from porter.rundir import artifacts
 
@@ -50,7 +50,7 @@ def test_latents_going_nonfinite_stop_the_run_at_that_step(nan_checkpoint, tmp_p
     with pytest.raises(NonFinite, match="denoising step 1 of 2 made NaN or infinite "
                                         "latents: stopped; kept: the encode stage") as info:
         run(tiny_recipe(tmp_path, out, nan_checkpoint, "model.allow_nonfinite=true"),
-            plugins.registry(), progress=False)
+            registry_mod.loaded(), progress=False)
     assert info.value.exit_code == 2
     assert any("allowed by model.allow_nonfinite" in w for w in notices.given())
     assert artifacts.complete(out, "encode") and not artifacts.complete(out, "denoise")
@@ -74,14 +74,14 @@ def test_a_pipeline_run_in_one_piece_stops_at_nonfinite_latents(tmp_path, monkey
         "model.allow_nonfinite=true"])
     with pytest.raises(NonFinite, match=r"denoising step 1 of \d+ made NaN or infinite "
                                         r"latents: stopped; kept: the encode stage$"):
-        run(staged, plugins.registry(), progress=False)
+        run(staged, registry_mod.loaded(), progress=False)
     assert artifacts.complete(staged_out, "encode")
     loaded = recipe.load(RECIPES / "cogvideox-tiny.yaml", [
         "model.family=generic", f"model.source={tmp_path / 'nan'}", "rotary.precompute=false",
         f"output.dir={generic_out}", "model.allow_nonfinite=true"])
     with pytest.raises(NonFinite, match=r"denoising step 1 of \d+ made NaN or infinite "
                                         r"latents: stopped$"):
-        run(loaded, plugins.registry(), progress=False)
+        run(loaded, registry_mod.loaded(), progress=False)
     for out in (staged_out, generic_out):
         assert not (out / "video.mp4").exists() and not (out / "run.json").exists()
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 from porter.errors import Interrupted
 from porter.rundir import artifacts
@@ -60,7 +60,7 @@ def recipe_file(directory, checkpoint, out):
 def uninterrupted(tmp_path_factory, checkpoint):
     directory = tmp_path_factory.mktemp("whole")
     loaded = recipe.load(recipe_file(directory, checkpoint, directory / "out"))
-    return run(loaded, plugins.registry(), progress=False)
+    return run(loaded, registry_mod.loaded(), progress=False)
 
 
 def progress_files(directory):
@@ -81,14 +81,14 @@ def test_signal_mid_step_saves_that_step_and_resume_matches(checkpoint, uninterr
                          ["output.checkpoint_every=0"])  # only the interrupt saves
     interrupt_at_step(monkeypatch, UniPCMultistepScheduler, 3)
     with pytest.raises(Interrupted) as info:
-        run(loaded, plugins.registry(), progress=False)
+        run(loaded, registry_mod.loaded(), progress=False)
     assert info.value.exit_code == 130 and info.value.saved == f"3 of {STEPS} denoising steps"
     out = tmp_path / "out"
     assert progress_files(out) == ["progress-000003.json", "progress-000003.safetensors"]
     assert not artifacts.complete(out, "denoise") and not (out / "video.mp4").exists()
 
     monkeypatch.undo()
-    resumed = run(loaded, plugins.registry(), progress=False, resume=True)
+    resumed = run(loaded, registry_mod.loaded(), progress=False, resume=True)
     assert resumed.data["timings"]["resumed_from_step"] == 3
     assert len(resumed.data["timings"]["steps_s"]) == STEPS - 3
     assert torch.equal(resumed.latents, uninterrupted.latents)
@@ -111,7 +111,7 @@ def test_killed_process_resumes_to_the_same_latents(checkpoint, uninterrupted, t
     assert not artifacts.complete(out, "denoise") and not (out / "run.json").exists()
     assert not list(out.glob("*.partial")) and not list(out.glob(".*.partial"))
 
-    resumed = run(recipe.load(path), plugins.registry(), progress=False, resume=True)
+    resumed = run(recipe.load(path), registry_mod.loaded(), progress=False, resume=True)
     assert resumed.data["timings"]["resumed_from_step"] in (2, 3)
     assert torch.equal(resumed.latents, uninterrupted.latents)
     assert (resumed.frames == uninterrupted.frames).all()
@@ -124,9 +124,9 @@ def test_progress_from_other_settings_is_refused(checkpoint, uninterrupted, tmp_
     path = recipe_file(tmp_path, checkpoint, tmp_path / "out")
     interrupt_at_step(monkeypatch, UniPCMultistepScheduler, 2)
     with pytest.raises(Interrupted):
-        run(recipe.load(path), plugins.registry(), progress=False)
+        run(recipe.load(path), registry_mod.loaded(), progress=False)
     monkeypatch.undo()
     from porter.errors import UsageError
     with pytest.raises(UsageError, match="generate.seed: artifact 0, recipe 5"):
-        run(recipe.load(path, ["generate.seed=5"]), plugins.registry(), progress=False,
+        run(recipe.load(path, ["generate.seed=5"]), registry_mod.loaded(), progress=False,
             resume=True)

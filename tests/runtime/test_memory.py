@@ -34,3 +34,26 @@ def test_the_memory_limit_is_the_least_of_machine_cgroup_and_address_space(tmp_p
     monkeypatch.setattr(memory, "address_space", lambda: [memory.Limit(1 << 30, "as")])
     assert memory.host_limit(cgroup, mountinfo) == memory.Limit(1 << 30, "as")
     assert memory.host_limit(tmp_path / "none", mountinfo).bytes == 1 << 30  # no cgroup file
+
+
+def test_free_memory_is_the_least_of_available_and_each_cgroups_room(tmp_path):
+    """What other processes hold is not free: the machine's MemAvailable, and each
+    cgroup's limit less what it uses now (v2 memory.current, v1 memory.usage_in_bytes),
+    the least of them."""
+    from porter.runtime import memory
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24576000 kB\nMemAvailable:   10485760 kB\n")
+    v2 = tmp_path / "unified"
+    (v2 / "job").mkdir(parents=True)
+    (v2 / "job" / "memory.max").write_text(str(16 << 30))
+    (v2 / "job" / "memory.current").write_text(str(12 << 30))  # 4 GiB left
+    cgroup, mountinfo = tmp_path / "cgroup", tmp_path / "mountinfo"
+    cgroup.write_text("0::/host/job\n")
+    mountinfo.write_text(f"40 31 0:38 /host {v2} rw - cgroup2 cgroup2 rw\n")
+    free = memory.host_free(cgroup, mountinfo, meminfo)
+    assert free.bytes == 4 << 30 and "memory.max less what the cgroup uses" in free.source
+    (v2 / "job" / "memory.max").write_text("max\n")  # no limit: the machine's says
+    assert memory.host_free(cgroup, mountinfo, meminfo) == memory.Limit(
+        10 << 30, "the machine's available memory (MemAvailable)")
+    assert memory.host_free(tmp_path / "none", tmp_path / "none", tmp_path / "none") is None

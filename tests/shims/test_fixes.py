@@ -6,10 +6,10 @@ import copy
 import pytest
 import torch
 
-from porter import plugins
+from porter import registry as registry_mod
 from porter.recipe.schema import CompileRule
 from porter.shims.compat import import_torchax
-from porter.transforms import compile as compile_transform
+from porter.transforms import jit
 from porter.transforms import patches
 from porter.transforms.patches import applied
 
@@ -22,7 +22,7 @@ def env():
 
 
 def core(name):
-    return [(plugins.registry().patches[name], {})]
+    return [(registry_mod.loaded().patches[name], {})]
 
 
 def test_deepcopy_of_a_scheduler_inside_the_environment(env):
@@ -77,7 +77,7 @@ def test_a_host_tensor_crosses_into_a_compiled_program(env, monkeypatch):
 
     def compiled():
         with env:
-            return compile_transform.apply(Positions().to("jax"),
+            return jit.apply(Positions().to("jax"),
                                            CompileRule(methods=["forward"]))
 
     expected = Positions()(torch.ones(4), torch.arange(4.0)).detach()
@@ -106,7 +106,7 @@ def test_a_host_scalar_keeps_the_dtype_pytorch_gives(env):
     x, scale = torch.full((4,), 3.0, dtype=torch.bfloat16), torch.tensor(0.5)
     expected = Scaled()(x, scale)
     with env:
-        module = compile_transform.apply(Scaled().to("jax"), CompileRule(methods=["forward"]))
+        module = jit.apply(Scaled().to("jax"), CompileRule(methods=["forward"]))
         got = module(x.to("jax"), scale)
         assert got.dtype == expected.dtype == torch.bfloat16
         assert torch.equal(got.cpu(), expected.detach())
@@ -116,6 +116,6 @@ def test_every_run_applies_the_fixes():
     fixes = ("core.deepcopy", "core.view_index", "core.type_as")
     assert {"core.setitem", *fixes} <= set(patches.CORE_PATCHES)
     for name in fixes:
-        patch = plugins.registry().patches[name]
+        patch = registry_mod.loaded().patches[name]
         library, version, fits = patch.installed_fits()
         assert fits, (name, library, version)

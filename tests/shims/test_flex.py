@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.nn.attention import flex_attention as flex
 
-from porter.plugins import builtin
+from porter.registry import builtin
 from porter.shims.compat import import_torchax
 
 from matrix import check

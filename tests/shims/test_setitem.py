@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from porter.plugins.builtin import SETITEM
+from porter.registry.builtin import SETITEM
 from porter.shims.setitem import full_slices, strided_set
 
 SHAPE = (3, 5, 8)

@@ -11,7 +11,7 @@ from porter.recipe.schema import CompileRule
 from porter.shims import fixes as torchax_fixes
 from porter.shims.compat import import_torchax
 from porter.shims.tracing import PortingError, explained
-from porter.transforms import compile as compile_transform
+from porter.transforms import jit
 
 from support.references import Positions
 
@@ -55,7 +55,7 @@ def test_a_torchax_failure_beneath_a_compiled_call_points_at_the_model_line(
     env = import_torchax().default_env()
     monkeypatch.setattr(torchax_fixes, "on_device", lambda tree: tree)  # the gap, back
     with env:
-        component = compile_transform.apply(Positions().to("jax"),
+        component = jit.apply(Positions().to("jax"),
                                             CompileRule(methods=["forward"]))
         with pytest.raises(PortingError) as caught, explained():
             library.call_with_host_positions(component, torch.ones(3, device="jax"))
@@ -90,6 +90,6 @@ def test_a_bug_in_porters_compile_wrappers_stays_an_internal_error(library):
         raise KeyError("a bug in the wrapper")
 
     wrapper.__code__ = wrapper.__code__.replace(
-        co_filename="/x/porter/transforms/compile/autosplit.py")
+        co_filename="/x/porter/transforms/jit/autosplit.py")
     with pytest.raises(KeyError), explained():
         library.call_porter(wrapper)

@@ -38,7 +38,7 @@ def test_sharded_batched_guidance_keeps_working_with_a_cache():
 def test_verify_checks_the_port_of_a_cached_recipe(recipe_path):
     from porter import recipe as recipe_mod
     from porter.commands import verify
-    from porter.plugins import registry
+    from porter.registry import loaded as registry
 
     loaded = recipe_mod.load(recipe_path, ["cache={method: first_block, threshold: 0.9}"])
     assert verify.verify(loaded, registry())["ok"]
@@ -50,7 +50,7 @@ def test_a_resumed_cached_run_picks_up_its_schedule(recipe_path, tmp_path):
     warning; MagCache's schedule goes on from there (flat ratios: at most 2 skipped in
     a row; retention, 2 of 8 steps, already past), and skipped steps keep the run's
     numbering."""
-    from porter import plugins
+    from porter import registry as registry_mod
     from porter import recipe as recipe_mod
     from porter.commands.run import run
     from porter.runtime import interrupt
@@ -72,7 +72,7 @@ def test_a_resumed_cached_run_picks_up_its_schedule(recipe_path, tmp_path):
         finally:
             interrupt.clear_stop()
     assert whole["skipped_steps"] == {"cond": [3, 4, 6, 7], "uncond": [3, 4, 6, 7]}
-    resumed = run(loaded, plugins.registry(), progress=False, resume=True)
+    resumed = run(loaded, registry_mod.loaded(), progress=False, resume=True)
     summary = resumed.data["timings"]["cache"]
     assert summary["skipped_steps"] == {"cond": [6, 7], "uncond": [6, 7]}
     assert summary["calls"] == 8  # the four steps left, two branches each

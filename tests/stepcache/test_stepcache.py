@@ -27,7 +27,7 @@ slow = pytest.mark.slow  # these compile and run models
 ])
 def test_bad_cache_sections_are_recipe_errors(recipe_path, cache, message):
     from porter import recipe as recipe_mod
-    from porter.plugins import registry
+    from porter.registry import loaded as registry
     from porter.port.checks import recipe_problems
 
     overrides = [f"cache={cache}"]
@@ -41,7 +41,7 @@ def test_bad_cache_sections_are_recipe_errors(recipe_path, cache, message):
 
 def test_unknown_parameter_lists_the_accepted_ones(recipe_path):
     from porter import recipe as recipe_mod
-    from porter.plugins import registry
+    from porter.registry import loaded as registry
     from porter.port.checks import recipe_problems
 
     loaded = recipe_mod.load(recipe_path, ["cache={method: first_block, interval: 2}"])
@@ -94,7 +94,7 @@ def test_the_first_block_cache_needs_two_blocks():
 
 def test_models_the_hooks_cannot_serve_are_recipe_errors(recipe_path):
     from porter import recipe as recipe_mod
-    from porter.plugins import registry
+    from porter.registry import loaded as registry
     from porter.stepcache import hooks, settings
     from porter.stepcache.session import fit_problems as cache_fit_problems
 
@@ -122,7 +122,7 @@ def test_models_the_hooks_cannot_serve_are_recipe_errors(recipe_path):
 
 def test_guidance_cache_and_cfg_parallel_are_refused_together(recipe_path):
     from porter import recipe as recipe_mod
-    from porter.plugins import registry
+    from porter.registry import loaded as registry
     from porter.port.checks import recipe_problems
 
     loaded = recipe_mod.load(recipe_path, ["cache={method: guidance}",
@@ -136,7 +136,7 @@ def test_a_cache_section_keeps_the_stored_traces(recipe_path):
     """Cached pieces are programs of their own names: the trace cache's key is the
     same with and without a cache section."""
     from porter import recipe as recipe_mod
-    from porter.transforms.compile.traces import traced_settings
+    from porter.transforms.jit.traces import traced_settings
 
     plain = recipe_mod.load(recipe_path)
     cached = recipe_mod.load(recipe_path, ["cache={method: first_block}"])
@@ -146,11 +146,11 @@ def test_a_cache_section_keeps_the_stored_traces(recipe_path):
 def test_a_step_cache_needs_the_runs_step_count(write):
     """A generic pipeline may run without generate.steps (its own count); a step cache's
     windows are fractions of the steps, so it asks for them."""
-    from porter import plugins, recipe
+    from porter import registry as registry_mod, recipe
     from porter import stepcache as step_cache
 
     path = write("r.yaml", "model: {family: generic, source: ckpt}\ngenerate: {prompt: x}\n"
                  "cache: {method: first_block, threshold: 0.1}\n")
-    family = plugins.registry().family("generic")
+    family = registry_mod.loaded().family("generic")
     found = step_cache.problems(recipe.load(path), family)
     assert [(p.path, p.hint) for p in found] == [("generate.steps", "set generate.steps")]

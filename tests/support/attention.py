@@ -34,17 +34,17 @@ def compiled_attention(target: str, shape, grid, backend: str = "auto", window=N
     from jax.sharding import PartitionSpec as P
 
     from porter.aot import targets
+    from porter.runtime import trace_context
     from porter.transforms import attention
-    from porter.transforms.attention import window as window_mod
 
     mesh = targets.mesh(targets.named(target), {"dp": 2, "tp": 4})
     spec = jax.ShapeDtypeStruct(shape, jnp.bfloat16,
                                 sharding=NamedSharding(mesh, P("dp", "tp")))
-    config = dict(registry={b.name: b for b in attention.BUILTIN}, block_q=1024,
-                  block_kv=1024, data_axis="dp", head_axis="tp", window=window)
+    settings = attention.AttentionSettings(
+        {b.name: b for b in attention.BUILTIN}, mesh, "tpu", backend, data_axis="dp",
+        head_axis="tp", window=window)
     with attention.counted() as flops, \
-            window_mod.video(grid if window is not None else None):
+            trace_context.VIDEO_GRID.set(grid if window is not None else None):
         compiled = jax.jit(lambda q, k, v: attention.attend(
-            q, k, v, backend=backend, mesh=mesh, config=config, platform="tpu")).lower(
-                spec, spec, spec).compile()
+            q, k, v, backend=backend, settings=settings)).lower(spec, spec, spec).compile()
     return compiled, flops

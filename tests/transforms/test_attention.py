@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from porter import plugins, recipe, runtime
+from porter import registry as registry_mod, recipe, runtime
 from porter.transforms import attention
 from porter.transforms.attention import kernels, sharded
 
@@ -113,22 +113,18 @@ def test_torch_sdpa_is_replaced_with_exact_masks(write):
 
     loaded = recipe.load(write("r.yaml", TINY_RECIPE + "attention: {backend: blockwise, "
                                "block_q: 64, block_kv: 64}\nmesh: {dp: 1}\n"))
-    rt, registry = runtime.start(loaded), plugins.registry()
+    rt, registry = runtime.start(loaded), registry_mod.loaded()
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, n, 16, generator=generator) for n in (100, 70, 70))
     mask = torch.arange(70)[None, None, None, :] < torch.tensor([70, 33])[:, None, None, None]
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    undo = attention.install(rt.env, loaded.attention, registry.attention, rt.mesh,
-                             rt.platform)
-    try:
-        with rt.env:
-            got = torch.nn.functional.scaled_dot_product_attention(
-                to_device(q, rt), to_device(k, rt), to_device(v, rt),
-                attn_mask=to_device(mask, rt))
-            causal = torch.nn.functional.scaled_dot_product_attention(
-                to_device(q, rt), to_device(q, rt), to_device(q, rt), is_causal=True)
-    finally:
-        undo()
+    settings = attention.AttentionSettings.of(loaded, registry, rt)
+    with attention.installed(rt.env, settings), rt.env:
+        got = torch.nn.functional.scaled_dot_product_attention(
+            to_device(q, rt), to_device(k, rt), to_device(v, rt),
+            attn_mask=to_device(mask, rt))
+        causal = torch.nn.functional.scaled_dot_product_attention(
+            to_device(q, rt), to_device(q, rt), to_device(q, rt), is_causal=True)
     assert (to_host(got) - expected).abs().max() <= TOLERANCE
     expected_causal = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
     assert (to_host(causal) - expected_causal).abs().max() <= TOLERANCE

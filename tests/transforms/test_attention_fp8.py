@@ -64,11 +64,11 @@ def test_cudnn_fp8_is_refused_on_a_gpu_before_hopper():
     when the program compiles."""
     from types import SimpleNamespace
 
-    from porter import plugins, recipe
+    from porter import registry as registry_mod, recipe
     from porter.transforms import attention
 
     loaded = recipe.load(RECIPES / "wan-tiny.yaml", ["attention.backend=cudnn-fp8"])
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
 
     def problems(capability):
         device = SimpleNamespace(compute_capability=capability, device_kind="NVIDIA A100")

@@ -58,7 +58,7 @@ def test_the_window_is_dense_attention_with_its_mask(grid, tile, reach, first):
     q, k, v = qkv(2, 3, tiling.tokens)
     keep = jnp.asarray(tiling.keep())
     expected = kernels.reference(q, k, v, keep, scale=0.25)
-    got = jax.jit(lambda q, k, v: window.attend(
+    got = jax.jit(lambda q, k, v: window.attend_windowed(
         q, k, v, tiling, scale=0.25, mesh=mesh(dp=1), data_axis="dp",
         head_axis=None))(q, k, v)
     assert float(jnp.abs(got - expected).max()) <= TOLERANCE
@@ -77,7 +77,7 @@ def test_sharded_window_equals_unsharded(axes, heads):
         tiling = window.Tiling((3, 6, 8), (1, 3, 4), (1, 0, 1), 1)  # 12 tiles
     q, k, v = qkv(2, heads, tiling.tokens)
     expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
-    got = jax.jit(lambda q, k, v: window.attend(
+    got = jax.jit(lambda q, k, v: window.attend_windowed(
         q, k, v, tiling, scale=0.25, mesh=mesh(**axes), data_axis="dp",
         head_axis="tp"))(q, k, v)
     assert float(jnp.abs(got - expected).max()) <= TOLERANCE
@@ -113,14 +113,15 @@ def test_a_backend_without_a_block_mask_runs_the_window_on_gathered_keys(
     if rows_per_call is not None:  # the budget of that many of the first group's rows
         (queries, keys), *_ = tiling.groups
         per_row = 2 * 3 * keys.shape[1] * (2 * 16 * 4 + 4 * queries.shape[1])  # k, v, scores
-        monkeypatch.setattr(window, "GATHER_BYTES", rows_per_call * per_row)
+        monkeypatch.setattr(window.kernels, "GATHER_BYTES", rows_per_call * per_row)
     expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
     counted = []
 
     def run(q, k, v):
-        return window.attend(q, k, v, tiling, scale=0.25, mesh=mesh(dp=1), data_axis="dp",
-                             head_axis=None, backend=BACKENDS["reference"],
-                             counted=lambda *a: counted.append(a))
+        return window.attend_windowed(q, k, v, tiling, scale=0.25, mesh=mesh(dp=1),
+                                      data_axis="dp", head_axis=None,
+                                      backend=BACKENDS["reference"],
+                                      counted=lambda *a: counted.append(a))
     program = jax.make_jaxpr(run)(q, k, v)
     got = jax.jit(run)(q, k, v)
     counted = counted[:1]  # traced twice
@@ -138,11 +139,11 @@ def test_a_backend_without_a_block_mask_runs_the_window_on_gathered_keys(
 def test_pytorchs_cpu_attention_runs_a_window_a_tile_a_call(monkeypatch):
     """``torch-cpu`` (``auto`` on CPU for large calls: a host callback) on gathered
     keys, one query tile a call (inside a loop): the window's masked attention."""
-    monkeypatch.setattr(window, "GATHER_BYTES", 1)
+    monkeypatch.setattr(window.kernels, "GATHER_BYTES", 1)
     tiling = window.Tiling((4, 6, 8), (2, 2, 4), (0, 1, 0), 0)
     q, k, v = qkv(1, 2, tiling.tokens)
     expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
-    got = jax.jit(lambda q, k, v: window.attend(
+    got = jax.jit(lambda q, k, v: window.attend_windowed(
         q, k, v, tiling, scale=0.25, mesh=mesh(dp=1), data_axis="dp", head_axis=None,
         backend=BACKENDS["torch-cpu"], platform="cpu"))(q, k, v)
     assert float(jnp.abs(got - expected).max()) <= TOLERANCE
@@ -157,9 +158,9 @@ def test_gathered_windows_shard_by_heads(axes, heads, kernel):
     q, k, v = qkv(2, heads, tiling.tokens)
     m = mesh(**axes)
     assert window.kernel_for(tiling, BACKENDS["reference"],
-                             window.layout(tiling, q.shape, m, "dp", "tp")) == kernel
+                             window.tile_layout(tiling, q.shape, m, "dp", "tp")) == kernel
     expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
-    got = jax.jit(lambda q, k, v: window.attend(
+    got = jax.jit(lambda q, k, v: window.attend_windowed(
         q, k, v, tiling, scale=0.25, mesh=m, data_axis="dp", head_axis="tp",
         backend=BACKENDS["reference"]))(q, k, v)
     assert float(jnp.abs(got - expected).max()) <= TOLERANCE
@@ -173,7 +174,7 @@ def test_low_precision_attention_runs_the_window(backend, bound):
     tiling = window.Tiling((3, 8, 16), (1, 8, 16), (1, 0, 0), 1)  # 3 tiles of 128
     q, k, v = qkv(1, 2, tiling.tokens, dim=64)
     expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.125)
-    got = jax.jit(lambda q, k, v: window.attend(
+    got = jax.jit(lambda q, k, v: window.attend_windowed(
         *(x.astype(jnp.bfloat16) for x in (q, k, v)), tiling, scale=0.125,
         mesh=mesh(dp=1), data_axis="dp", head_axis=None, backend=BACKENDS[backend],
         platform="cpu"))(q, k, v)
@@ -188,7 +189,7 @@ def test_the_kernel_computes_only_the_blocks_a_window_sees():
     q, k, v = qkv(1, 2, 512)
     for reach, trips in (((0, 0, 0), 1), ((3, 1, 1), 16)):
         tiling = window.Tiling((8, 8, 8), (2, 4, 4), reach)  # 4 x 2 x 2 tiles
-        program = jax.make_jaxpr(lambda q, k, v: window.attend(
+        program = jax.make_jaxpr(lambda q, k, v: window.attend_windowed(
             q, k, v, tiling, scale=0.25, mesh=mesh(dp=1), data_axis="dp",
             head_axis=None))(q, k, v)
         lengths = [eqn.params["length"] for eqn in _equations(program.jaxpr)
@@ -236,26 +237,12 @@ def test_a_windowed_run_is_the_dense_run_with_the_windows_mask(tmp_path, monkeyp
 
     def masked_dense(q, k, v, tiling, *, scale, **_):
         return kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=scale)
-    monkeypatch.setattr(window, "attend", masked_dense)
+    monkeypatch.setattr(window, "attend_windowed", masked_dense)
     masked = latents("attention.block_q=256")  # another recipe: no trace of the first
     monkeypatch.undo()
     dense = latents("attention.window=null")
     assert float((windowed - masked).abs().max()) <= 1e-5
     assert float((windowed - dense).abs().max()) > 1e-3
-
-
-def test_programs_are_told_apart_by_grid_and_phase():
-    """Two grids of one token count (480x832 and 832x480) trace two programs: a block's
-    inputs show only the count."""
-    assert window.phase() is None
-    with window.video((21, 30, 52)):
-        assert window.phase() == "21x30x52"
-        with window.dense():
-            assert window.phase() == "dense"
-    with window.video((21, 52, 30)):
-        assert window.phase() == "21x52x30"
-    with window.video(None), window.dense():
-        assert window.phase() is None
 
 
 @pytest.mark.parametrize("window_yaml,path,said", [
@@ -270,13 +257,13 @@ def test_programs_are_told_apart_by_grid_and_phase():
      "every tile sees every other (3x2x2 tiles"),
 ])
 def test_validate_checks_the_window_against_the_video(tmp_path, window_yaml, path, said):
-    from porter import plugins, recipe
+    from porter import registry as registry_mod, recipe
     from porter.port import checks
 
     file = tmp_path / "r.yaml"
     file.write_text(WINDOWED.replace(
         "{tile: [1, 2, 2], reach: [1, 1, 0], global_frames: 1, dense_steps: 1}", window_yaml))
-    problems = checks.recipe_problems(recipe.load(file), plugins.registry())
+    problems = checks.recipe_problems(recipe.load(file), registry_mod.loaded())
     if path is None:
         assert problems == []
         return
@@ -290,7 +277,7 @@ def test_validate_checks_the_window_against_the_video(tmp_path, window_yaml, pat
     ("max_sequence_length: 80", "as many as the text's"),  # 5 x 4 x 4 video tokens
 ])
 def test_a_window_where_it_cannot_run_is_refused(tmp_path, text, said):
-    from porter import plugins, recipe
+    from porter import registry as registry_mod, recipe
     from porter.port import checks
 
     file = tmp_path / "r.yaml"
@@ -304,7 +291,7 @@ def test_a_window_where_it_cannot_run_is_refused(tmp_path, text, said):
             "frames: 17", "frames: 9").replace("height: 64, width: 64",
                                                 "height: 32, width: 32")
     file.write_text(body)
-    found = checks.recipe_problems(recipe.load(file), plugins.registry())
+    found = checks.recipe_problems(recipe.load(file), registry_mod.loaded())
     assert any(p.path == "attention.window" and said in p.message for p in found), found
 
 
@@ -319,8 +306,8 @@ def test_splash_runs_the_window_with_its_block_mask(grid, reach, first, axes):
     q, k, v = qkv(2, 2, tiling.tokens)
     expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
     m = mesh(**axes)
-    assert window.splash_fits(tiling, window.layout(tiling, q.shape, m, "dp", "tp"))
-    got = jax.jit(lambda q, k, v: window.attend(
+    assert window.splash_fits(tiling, window.tile_layout(tiling, q.shape, m, "dp", "tp"))
+    got = jax.jit(lambda q, k, v: window.attend_windowed(
         q, k, v, tiling, scale=0.25, mesh=m, data_axis="dp", head_axis="tp",
         backend=BACKENDS["splash"], platform="cpu"))(q, k, v)
     assert float(jnp.abs(got - expected).max()) <= TOLERANCE
@@ -333,7 +320,7 @@ def test_splash_runs_the_window_with_its_block_mask(grid, reach, first, axes):
         splash_attention_mask_info as info_lib,
     )
     info, _ = info_lib._process_mask(mask_lib.MultiHeadMask(
-        [window._tile_mask_type()(tiling)]), (128, 128), is_dkv=False)
+        [window.kernels._tile_mask_type()(tiling)]), (128, 128), is_dkv=False)
     blocks = np.asarray(info.block_mask)[0]
     assert (blocks == 2).sum() == tiling.seen.sum() and (blocks == 1).sum() == 0
     assert window.kernel_flops(tiling, q.shape, "splash") == 4 * 2 * 2 * 16 * \

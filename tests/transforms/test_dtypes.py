@@ -4,7 +4,7 @@ import copy
 
 import torch
 
-from porter import loading, plugins, recipe, runtime
+from porter import loading, registry as registry_mod, recipe, runtime
 from porter.commands.validate import validate
 from porter.port.passes import ported as port
 from porter.shims.interop import to_device, to_host
@@ -26,7 +26,7 @@ dtypes:
 
 def test_overrides_keep_named_tensors_float32(write):
     loaded = recipe.load(write("mixed.yaml", MIXED))
-    family = plugins.registry().family("wan")
+    family = registry_mod.loaded().family("wan")
     pipe = loading.load_pipeline(family, loaded)
     tensors = dict(pipe.transformer.named_parameters())
     assert tensors["condition_embedder.time_embedder.linear_1.weight"].dtype == torch.float32
@@ -37,7 +37,7 @@ def test_overrides_keep_named_tensors_float32(write):
     assert all(p.dtype == torch.float32 for p in pipe.vae.parameters())
     assert all(p.dtype == torch.bfloat16 for p in pipe.text_encoder.parameters())
     rt = runtime.start(loaded)
-    port(pipe, loaded, plugins.registry(), rt)
+    port(pipe, loaded, registry_mod.loaded(), rt)
     inner = pipe.transformer._model
     assert str(inner.scale_shift_table.jax().dtype) == "float32"
     assert str(inner.blocks[0].attn1.to_q.weight.jax().dtype) == "bfloat16"
@@ -45,7 +45,7 @@ def test_overrides_keep_named_tensors_float32(write):
 
 def test_mixed_precision_parity_with_pytorch(write):
     loaded = recipe.load(write("mixed.yaml", MIXED))
-    family = plugins.registry().family("wan")
+    family = registry_mod.loaded().family("wan")
     pipe = loading.load_pipeline(family, loaded)
     reference = copy.deepcopy(pipe.transformer)  # same dtypes, run by PyTorch on CPU
     generator = torch.Generator().manual_seed(5)
@@ -55,7 +55,7 @@ def test_mixed_precision_parity_with_pytorch(write):
     with torch.no_grad():
         expected = reference(x, t, text, return_dict=False)[0].float()
     rt = runtime.start(loaded)
-    port(pipe, loaded, plugins.registry(), rt)
+    port(pipe, loaded, registry_mod.loaded(), rt)
     with rt.env:
         got = pipe.transformer(hidden_states=to_device(x, rt), timestep=to_device(t, rt),
                                encoder_hidden_states=to_device(text, rt), return_dict=False)[0]
@@ -66,7 +66,7 @@ def test_mixed_precision_parity_with_pytorch(write):
 
 def test_override_matching_nothing_is_reported(write):
     text = MIXED.replace(r"blocks\.\d+\.norm2", r"blocks\.\d+\.nrom2")
-    problems = validate(recipe.load(write("typo.yaml", text)), plugins.registry())
+    problems = validate(recipe.load(write("typo.yaml", text)), registry_mod.loaded())
     [problem] = problems
     assert problem.path == "dtypes.overrides.transformer.2.match"
     assert "matches no tensor" in problem.message and problem.line

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from porter import loading, plugins, recipe
+from porter import loading, registry as registry_mod, recipe
 from porter.commands.run import run
 from porter.commands.validate import validate
 from porter.errors import RecipeError
@@ -47,8 +47,8 @@ def test_one_adapter_matches_diffusers_fuse_lora(write, tmp_path):
 
     file = make_lora(tmp_path, bias=True)
     loaded = load(write, tmp_path, [{"file": file.name, "scale": 0.7}])
-    assert validate(loaded, plugins.registry()) == []
-    result = run(loaded, plugins.registry(), progress=False)
+    assert validate(loaded, registry_mod.loaded()) == []
+    result = run(loaded, registry_mod.loaded(), progress=False)
 
     pipe = build("t2v")
     pipe.load_lora_weights(str(file))
@@ -77,9 +77,9 @@ def test_two_adapters_on_a_checkpoint_read_tensor_by_tensor(write, tmp_path):
     loaded = load(write, tmp_path, [{"file": "a.safetensors", "scale": 0.5},
                                     {"file": str(tmp_path), "weight_name": "b.safetensors",
                                      "scale": 1.5}], source=str(tmp_path / "ckpt"))
-    ported = loading.load_for_port(plugins.registry().family("wan"), loaded)
+    ported = loading.load_for_port(registry_mod.loaded().family("wan"), loaded)
     assert "transformer" in ported.weights  # streamed, not loaded in place
-    result = run(loaded, plugins.registry(), progress=False)
+    result = run(loaded, registry_mod.loaded(), progress=False)
 
     pipe = build("t2v")
     pipe.load_lora_weights(str(first), adapter_name="a")
@@ -98,7 +98,7 @@ def test_an_adapter_on_one_expert(write, tmp_path):
     file = make_lora(tmp_path, variant="t2v-two-experts")
     loaded = load(write, tmp_path, [{"file": file.name, "components": ["transformer_2"]}],
                   variant="t2v-two-experts", steps=6)
-    result = run(loaded, plugins.registry(), progress=False)
+    result = run(loaded, registry_mod.loaded(), progress=False)
 
     pipe = build("t2v-two-experts")
     pipe.load_lora_weights(str(file), load_into_transformer_2=True)
@@ -129,7 +129,7 @@ def test_community_format_is_converted_as_diffusers_converts_it(write, tmp_path)
         community[f"{base}.alpha"] = torch.tensor(3.0)  # alpha 3, rank 4
     save_file(community, tmp_path / "community.safetensors")
     loaded = load(write, tmp_path, [{"file": "community.safetensors"}])
-    ours = loading.load_untouched(plugins.registry().family("wan"), loaded).transformer
+    ours = loading.load_untouched(registry_mod.loaded().family("wan"), loaded).transformer
 
     pipe = build("t2v")
     pipe.load_lora_weights(str(tmp_path / "community.safetensors"))
@@ -146,7 +146,7 @@ def test_community_format_is_converted_as_diffusers_converts_it(write, tmp_path)
 
 def problems_of(write, tmp_path, lora, **kwargs):
     loaded = load(write, tmp_path, lora, **kwargs)
-    return validate(loaded, plugins.registry())
+    return validate(loaded, registry_mod.loaded())
 
 
 def test_a_missing_file_is_a_problem(write, tmp_path):
@@ -199,7 +199,7 @@ def test_text_encoder_keys_and_unknown_components_are_refused(write, tmp_path):
 def test_a_run_stops_before_compute(write, tmp_path):
     loaded = load(write, tmp_path, [{"file": "nowhere.safetensors"}])
     with pytest.raises(RecipeError) as caught:
-        run(loaded, plugins.registry(), progress=False)
+        run(loaded, registry_mod.loaded(), progress=False)
     assert caught.value.problems[0].path == "lora.0.file"
     assert not (tmp_path / "out" / "run.json").exists()
 
@@ -209,7 +209,7 @@ def test_inspect_shows_what_each_adapter_touches(write, tmp_path):
 
     file = make_lora(tmp_path, bias=True)
     loaded = load(write, tmp_path, [{"file": file.name}])
-    result = inspection.build(loaded, plugins.registry())
+    result = inspection.build(loaded, registry_mod.loaded())
     touched = {row["pattern"] for row in result["transformer"] if row["lora"] == [0]}
     assert touched == {inspection.NUMBER.sub("*", f"blocks.0.{layer}.{kind}") for layer in
                        ("attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
@@ -284,7 +284,7 @@ def test_stages_made_with_another_adapter_are_refused(write, tmp_path, monkeypat
     path = write("r.yaml", BASE.format(source="tiny", variant=", variant: t2v", steps=4, lora=json.dumps(
         [{"file": file.name, "scale": 0.8}])))
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-    uninterrupted = run(recipe.load(path, [f"output.dir={whole}"]), plugins.registry(),
+    uninterrupted = run(recipe.load(path, [f"output.dir={whole}"]), registry_mod.loaded(),
                         progress=False)
 
     step, calls = FlowMatchEulerDiscreteScheduler.step, []
@@ -298,7 +298,7 @@ def test_stages_made_with_another_adapter_are_refused(write, tmp_path, monkeypat
     loaded = recipe.load(path, [f"output.dir={stopped}"])
     monkeypatch.setattr(FlowMatchEulerDiscreteScheduler, "step", signalled)
     with pytest.raises(Interrupted):
-        run(loaded, plugins.registry(), progress=False)
+        run(loaded, registry_mod.loaded(), progress=False)
     monkeypatch.setattr(FlowMatchEulerDiscreteScheduler, "step", step)
     kept = sorted(p.name for p in stopped.iterdir())
     assert "progress-000002.json" in kept
@@ -318,7 +318,7 @@ def test_stages_made_with_another_adapter_are_refused(write, tmp_path, monkeypat
     assert sorted(p.name for p in stopped.iterdir()) == kept  # refused: nothing removed
 
     file.write_bytes(original)
-    resumed = run(loaded, plugins.registry(), progress=False, resume=True)
+    resumed = run(loaded, registry_mod.loaded(), progress=False, resume=True)
     assert resumed.data["timings"]["resumed_from_step"] == 2
     assert torch.equal(resumed.latents, uninterrupted.latents)
     [adapter] = json.loads(resumed.record.read_text())["checkpoint"]["lora"]

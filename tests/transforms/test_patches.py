@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from porter import plugins, recipe
-from porter.plugins.hookspecs import hookimpl
+from porter import registry as registry_mod, recipe
+from porter.registry.hookspecs import hookimpl
 from porter.port import checks
 from porter.transforms.patches import Patch, PatchError
 
@@ -76,7 +76,7 @@ class ExtraPatches:
 
 
 def test_recipe_patch_problems(write):
-    registry = plugins.load(extra_plugins=[ExtraPatches()])
+    registry = registry_mod.load(extra_plugins=[ExtraPatches()])
     path = write("r.yaml", TINY_RECIPE + """\
 patches:
   - test.gone
@@ -93,7 +93,7 @@ patches:
 
 
 def test_builtin_patches_work():
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     with registry.patches["core.report_compiling"].applied():
         assert torch.compiler.is_compiling() is True
     assert torch.compiler.is_compiling() is False
@@ -124,7 +124,7 @@ def test_install_bounds_agree_with_what_the_patches_fit():
 
     from packaging.requirements import Requirement
 
-    from porter import plugins
+    from porter import registry as registry_mod
 
     from support import ROOT
 
@@ -132,7 +132,7 @@ def test_install_bounds_agree_with_what_the_patches_fit():
     declared = {Requirement(d).name: Requirement(d).specifier for d in project["dependencies"]}
     pinned = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text()
                   .splitlines() if "==" in line and not line.startswith("#"))
-    patches = plugins.registry().patches.values()
+    patches = registry_mod.loaded().patches.values()
     assert all(p.fits for p in patches)
     for patch in patches:
         wanted = Requirement(patch.fits)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from porter import loading, plugins, recipe, runtime
+from porter import loading, registry as registry_mod, recipe, runtime
 from porter.loading import abstract, weights
 from porter.port import estimates, passes
 from porter.port.building import Building
@@ -102,7 +102,7 @@ def test_no_component_is_ever_moved_whole_to_jax(monkeypatch):
     loaded = recipe.load(RECIPES / "wan-tiny-tp.yaml")
     rt = runtime.start(loaded)
     pipe = build_pipeline()
-    port(pipe, loaded, plugins.registry(), rt)
+    port(pipe, loaded, registry_mod.loaded(), rt)
     q = pipe.transformer.module._model.blocks[0].attn1.to_q.weight.jax()
     assert q.addressable_shards[0].data.shape == (6, 24)
 
@@ -137,7 +137,7 @@ def test_devices_hold_what_plan_says(name, overrides):
     per-device figure, component by component. Rotary tables cached afterwards are
     buffers the plan does not count; they are installed after this comparison."""
     loaded = recipe.load(RECIPES / name, overrides)
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     planned = {c["component"]: c["bytes_per_device"]
                for c in estimates.build(loaded, registry, devices=8)["components"]}
     rt = runtime.start(loaded)
@@ -211,7 +211,7 @@ def test_checkpoint_components_are_read_tensor_by_tensor(saved, write):
     path = write("r.yaml", TINY_RECIPE.replace(
         "source: tiny", f"source: {str(saved)!r}, dtype: bfloat16"))
     loaded = recipe.load(path)
-    family = plugins.registry().family("wan")
+    family = registry_mod.loaded().family("wan")
     found = loading.load_for_port(family, loaded)
     pipe, found = found.pipe, found.weights
     assert set(found) == {"transformer", "text_encoder", "vae"}

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from porter import plugins, recipe, runtime
+from porter import registry as registry_mod, recipe, runtime
 from porter.commands import verify as verify_command
 from porter.errors import RecipeError
 from porter.loading import abstract
 from porter.port import passes
 from porter.port.building import Building
-from porter.transforms import quantize
+from porter.transforms import Checking, quantize
 from porter.transforms.quantize import formats, linear
 
 from support import RECIPES
@@ -134,7 +134,7 @@ def test_validate_for_a_target_refuses_what_its_chips_run_no_faster():
     from porter.commands.validate import validate
 
     v6e = targets.named("v6e-8")
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     for name, refused in [("fp8", True), ("int8", False), ("fp8-weights", False)]:
         loaded = recipe.load(RECIPES / "wan14b.yaml", [f"quantize.format={name}"])
         found = [p.path for p in validate(loaded, registry, target=v6e)]
@@ -143,7 +143,7 @@ def test_validate_for_a_target_refuses_what_its_chips_run_no_faster():
 
 def meta_modules(*overrides, name="wan-tiny.yaml"):
     loaded = recipe.load(RECIPES / name, list(overrides))
-    family = plugins.registry().family(loaded.model.family)
+    family = registry_mod.loaded().family(loaded.model.family)
     return loaded, family, abstract.components(family, loaded)
 
 
@@ -163,24 +163,26 @@ def test_the_family_default_takes_the_blocks_layers_and_keeps_the_rest():
 def test_the_recipes_problems_are_named_where_they_are():
     loaded = recipe.load(RECIPES / "wan-tiny.yaml", [
         "quantize.format=int8", "quantize.include=['(']", "quantize.components=[vea]"])
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     family = registry.family("wan")
-    [bad_regex] = passes.check_problems(loaded, registry, family)
+    [bad_regex] = passes.check_problems(Checking(loaded, registry, family))
     assert bad_regex.path == "quantize.include.0" and "invalid regex" in bad_regex.message
     loaded, family, modules = meta_modules("quantize.format=int8", "quantize.components=[vea]",
                                            r"quantize.include=['blocks\.\d+\.nothing']",
                                            "quantize.components=[transformer, vea]")
-    found = [p.message for p in passes.fit_problems(loaded, family, modules, {"dp": 1})]
+    found = [p.message for p in passes.fit_problems(
+        Checking(loaded, registry, family, modules, {"dp": 1}))]
     assert any("no component 'vea'" in m for m in found)
     assert any("transformer: no linear layer matches" in m for m in found)
     unset = recipe.load(RECIPES / "wan-tiny.yaml", ["quantize.components=[transformer]"])
-    assert "no format is given" in passes.check_problems(unset, registry, family)[0].message
+    assert "no format is given" in \
+        passes.check_problems(Checking(unset, registry, family))[0].message
 
 
 def ported(source, *overrides):
     loaded = recipe.load(RECIPES / "wan-tiny-tp.yaml",
                          [f"model.source={source}", "model.dtype=bfloat16", *overrides])
-    registry = plugins.registry()
+    registry = registry_mod.loaded()
     building = Building(loaded, registry, registry.family("wan"), runtime.start(loaded))
     with building.stack:
         return passes.build(building)
@@ -225,7 +227,7 @@ def test_each_formats_error_stays_within_its_documented_bound(name):
     the output within the format's measured bound, cosines near 1, and verify's own
     default tolerance the format's."""
     loaded = recipe.load(RECIPES / "wan-tiny.yaml", [f"quantize.format={name}"])
-    result = verify_command.verify(loaded, plugins.registry())
+    result = verify_command.verify(loaded, registry_mod.loaded())
     assert result["tolerance"] == formats.FORMATS[name].tolerance and result["ok"]
     rows = result["modules"] + [result["output"]]
     assert len(rows) == 3

@@ -4,7 +4,7 @@ import re
 
 import torch
 
-from porter import plugins, recipe, runtime
+from porter import registry as registry_mod, recipe, runtime
 from porter.port.passes import ported as port
 from porter.shims.interop import to_device, to_host
 from porter.transforms import patches
@@ -19,7 +19,7 @@ def ported_transformer(precompute: bool):
 
     loaded = recipe.load(RECIPES / "wan-tiny.yaml",
                          [f"rotary.precompute={str(precompute).lower()}", "mesh.dp=1"])
-    rt, registry = runtime.start(loaded), plugins.registry()
+    rt, registry = runtime.start(loaded), registry_mod.loaded()
     family = registry.family("wan")
     generator = torch.Generator().manual_seed(0)
     # the recipe's latent grid: 17 frames -> 5, 64x64 pixels -> 8x8

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from porter import plugins, recipe, runtime
+from porter import registry as registry_mod, recipe, runtime
 from porter.commands.validate import validate
-from porter.port import estimates
-from porter.port.passes import ported as port
+from porter.port import beside, estimates
 from porter.shims.interop import to_device, to_host
 
 from support import RECIPES, TINY_RECIPE
@@ -24,7 +23,7 @@ def load_tp(*overrides):
 
 
 def test_plan_matches_hand_count():
-    built = estimates.build(load_tp(), plugins.registry(), devices=8)
+    built = estimates.build(load_tp(), registry_mod.loaded(), devices=8)
     assert built["mesh"] == {"dp": 2, "tp": 4} and built["devices"] == 8
     transformer = next(c for c in built["components"] if c["component"] == "transformer")
     rows = {row["rule"]: row for row in transformer["rules"]}
@@ -50,7 +49,7 @@ def test_plan_matches_hand_count():
 
 def test_divisibility_error_names_the_tensor():
     problems = estimates.build(load_tp("mesh.tp=5", "mesh.dp=1", "generate.cfg_parallel=false"),
-                          plugins.registry(), devices=5)["problems"]
+                          registry_mod.loaded(), devices=5)["problems"]
     text = "\n".join(p.render() for p in problems)
     assert "blocks.0.attn1.to_q.weight shape [24, 24]: dim 0 (24) does not divide by tp=5" \
         in text
@@ -70,18 +69,18 @@ sharding:
       - {match: 'proj_out\\.weight', spec: [mp, null]}
 """)
     loaded = recipe.load(path)
-    found = {p.path: p for p in validate(loaded, plugins.registry())}
+    found = {p.path: p for p in validate(loaded, registry_mod.loaded())}
     assert "invalid regex" in found["sharding.weights.transformer.1.match"].message
     assert "mesh has no axis 'mp'" in found["sharding.weights.transformer.2.spec"].message
     # shape checks wait for a sound recipe; fix the two errors and the typo shows
     fixed = write("fixed.yaml", path.read_text().replace("(\\d", "\\d").replace("mp,", "tp,"))
-    found = {p.path: p for p in validate(recipe.load(fixed), plugins.registry())}
+    found = {p.path: p for p in validate(recipe.load(fixed), registry_mod.loaded())}
     assert "matches no tensor" in found["sharding.weights.transformer.0.match"].message
     assert found["sharding.weights.transformer.0.match"].line == 13
 
 
 def test_batch_of_one_cannot_split_over_data_axis():
-    problems = validate(load_tp("generate.cfg_parallel=false"), plugins.registry())
+    problems = validate(load_tp("generate.cfg_parallel=false"), registry_mod.loaded())
     [first, *_] = problems
     assert first.path == "sharding.inputs.hidden_states"
     assert "cfg_parallel" in first.hint
@@ -89,7 +88,6 @@ def test_batch_of_one_cannot_split_over_data_axis():
 
 def transformer_output(mesh: str, rules_from=None, batch=2, extra=()):
     """The tiny transformer's output with the weights and mesh of a recipe."""
-    from porter.port.active import ops_installed
     from porter_wan.tiny import build_pipeline
 
     overrides = ([f"mesh={mesh}"] if mesh else []) + list(extra)
@@ -101,8 +99,8 @@ def transformer_output(mesh: str, rules_from=None, batch=2, extra=()):
     t = torch.tensor([999.0, 250.0][:batch])
     text = torch.randn(batch, 16, 32, generator=generator)
     reference = copy.deepcopy(pipe.transformer)
-    port(pipe, loaded, plugins.registry(), rt)
-    with ops_installed(loaded, plugins.registry(), rt), rt.env:
+    calling = beside.ported(pipe, loaded, registry_mod.loaded(), rt)
+    with beside.transformer_calls(calling), rt.env:
         out = pipe.transformer(hidden_states=to_device(x, rt), timestep=to_device(t, rt),
                                encoder_hidden_states=to_device(text, rt), return_dict=False)[0]
     with torch.no_grad():
@@ -126,7 +124,7 @@ def test_weights_are_placed_by_rule():
     loaded = load_tp()
     rt = runtime.start(loaded)
     pipe = build_pipeline()
-    port(pipe, loaded, plugins.registry(), rt)
+    beside.ported(pipe, loaded, registry_mod.loaded(), rt)
     inner = pipe.transformer.module._model  # ShardedInputs -> JittableModule -> model
     q = inner.blocks[0].attn1.to_q.weight.jax()
     assert q.sharding.spec[0] == "tp"
@@ -137,7 +135,7 @@ def test_weights_are_placed_by_rule():
 
 
 def test_stacked_blocks_keep_each_blocks_sharding_and_values():
-    """Blocks compiled as one scan (porter.transforms.compile.scan): each tensor of the blocks
+    """Blocks compiled as one scan (porter.transforms.jit.scan): each tensor of the blocks
     stacked on a new leading axis, sharded as the block's tensor was."""
     from porter_wan.tiny import build_pipeline
 
@@ -145,7 +143,7 @@ def test_stacked_blocks_keep_each_blocks_sharding_and_values():
     rt = runtime.start(loaded)
     pipe = build_pipeline()
     expected = [b.attn1.to_q.weight.detach().numpy().copy() for b in pipe.transformer.blocks]
-    port(pipe, loaded, plugins.registry(), rt)
+    beside.ported(pipe, loaded, registry_mod.loaded(), rt)
     compiled = pipe.transformer.module  # ShardedInputs -> JittableModule
     q = compiled.params["blocks.*.attn1.to_q.weight"].jax()
     assert tuple(q.sharding.spec)[:2] == (None, "tp")
@@ -161,7 +159,7 @@ def test_sharded_cfg_parallel_run_matches_diffusers(tmp_path):
     from porter.commands.run import run
 
     loaded = load_tp(f"output.dir={tmp_path}", "generate.steps=2")
-    result = run(loaded, plugins.registry(), progress=False)
+    result = run(loaded, registry_mod.loaded(), progress=False)
     expected = diffusers_latents(loaded)
     assert result.data["mesh"] == {"dp": 2, "tp": 4}
     assert (result.latents - expected).abs().max() <= 1e-4
@@ -192,7 +190,7 @@ def test_activation_constraints_reach_the_compiled_graph(write):
         loaded = recipe.load(write("a.yaml", TINY_RECIPE + "mesh: {dp: 2, tp: 4}\n" + extra))
         rt = runtime.start(loaded)
         pipe = build_pipeline()
-        port(pipe, loaded, plugins.registry(), rt)
+        beside.ported(pipe, loaded, registry_mod.loaded(), rt)
         x = torch.randn(2, 16, 3, 4, 4)
         return lowered_text(pipe.transformer, rt, hidden_states=to_device(x, rt),
                             timestep=to_device(torch.tensor([9.0, 9.0]), rt),
@@ -215,7 +213,7 @@ def test_activation_constraints_reach_the_compiled_graph(write):
 
 def test_large_replicated_tensors_are_reported():
     problems = estimates.build(load_tp("sharding.report_replicated_mb=0.01"),
-                          plugins.registry(), devices=8)["problems"]
+                          registry_mod.loaded(), devices=8)["problems"]
     [problem] = [p for p in problems if "replicated on every device" in p.message]
     # 10 KiB limit: the time embedder's 24x256 and time projection's 144x24 float32 weights
     assert "2 large tensors" in problem.message

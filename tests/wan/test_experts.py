@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ def test_switch_step_and_latents_match_diffusers(write, tmp_path, monkeypatch):
         chosen.append(1 if model is pipe.transformer else 2)
         return model, scale
     monkeypatch.setattr(WanFamily, "denoiser", spy)
-    result = run(loaded, plugins.registry(), progress=False)
+    result = run(loaded, registry_mod.loaded(), progress=False)
     expected, expected_experts = diffusers_run(loaded.generate)
     assert chosen == expected_experts
     assert 1 in chosen and 2 in chosen  # the boundary falls inside this schedule

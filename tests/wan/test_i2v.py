@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 from porter.port import checks
 
@@ -30,17 +30,17 @@ def test_image_path_is_relative_to_the_recipe(i2v_recipe, tmp_path, monkeypatch)
     loaded = recipe.load(i2v_recipe)
     assert loaded.file_path("generate.image", loaded.generate.image) == \
         i2v_recipe.parent / "frame.png"
-    assert checks.recipe_problems(loaded, plugins.registry()) == []
+    assert checks.recipe_problems(loaded, registry_mod.loaded()) == []
     from_cli = recipe.load(i2v_recipe, ["generate.image=frame.png"])
     assert from_cli.file_path("generate.image", "frame.png").parent == type(i2v_recipe)(".")
 
 
 def test_image_rules(i2v_recipe):
     missing = recipe.load(i2v_recipe, ["generate.image=null"])
-    [problem] = checks.recipe_problems(missing, plugins.registry())
+    [problem] = checks.recipe_problems(missing, registry_mod.loaded())
     assert problem.path == "generate.image" and "needs an image" in problem.message
     wrong = recipe.load(i2v_recipe, ["model.variant=t2v"])
-    [problem] = checks.recipe_problems(wrong, plugins.registry())
+    [problem] = checks.recipe_problems(wrong, registry_mod.loaded())
     assert "takes no image" in problem.message
 
 
@@ -51,7 +51,7 @@ def test_tiny_i2v_matches_diffusers(i2v_recipe, tmp_path):
     from porter_wan.tiny import build_i2v_pipeline
 
     loaded = recipe.load(i2v_recipe, [f"output.dir={tmp_path / 'out'}"])
-    result = run(loaded, plugins.registry(), progress=False)
+    result = run(loaded, registry_mod.loaded(), progress=False)
     assert result.frames.shape == (9, 32, 32, 3)
     gen = loaded.generate
     pipe = build_i2v_pipeline()

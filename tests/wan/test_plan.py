@@ -2,7 +2,7 @@
 
 import pytest
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.validate import validate
 from porter.port import estimates
 
@@ -32,7 +32,7 @@ def wan14b_transformer_bytes_per_device(tp: int) -> int:
 
 
 def test_wan14b_plan_on_8_devices_matches_hand_count():
-    built = estimates.build(recipe.load(RECIPES / "wan14b.yaml"), plugins.registry(), devices=8)
+    built = estimates.build(recipe.load(RECIPES / "wan14b.yaml"), registry_mod.loaded(), devices=8)
     assert built["mesh"] == {"dp": 2, "tp": 4} and built["problems"] == []
     transformer = next(c for c in built["components"] if c["component"] == "transformer")
     assert transformer["bytes_per_device"] == wan14b_transformer_bytes_per_device(tp=4)
@@ -49,14 +49,14 @@ def test_wan14b_plan_on_8_devices_matches_hand_count():
                                   "wan-flf2v-tiny.yaml", "wan-lora-tiny.yaml"])
 def test_real_recipes_validate_against_official_shapes(name):
     loaded = recipe.load(RECIPES / name, ["runtime.cpu_devices=8"])
-    assert validate(loaded, plugins.registry()) == []
+    assert validate(loaded, registry_mod.loaded()) == []
 
 
 def test_divisibility_checked_on_real_shapes():
     """Width 1536 and FFN 8960 do not divide by tp=5."""
     loaded = recipe.load(RECIPES / "wan1.3b.yaml", ["mesh.tp=5", "mesh.dp=1",
                                                      "generate.cfg_parallel=false"])
-    problems = estimates.build(loaded, plugins.registry(), devices=5)["problems"]
+    problems = estimates.build(loaded, registry_mod.loaded(), devices=5)["problems"]
     text = "\n".join(p.render() for p in problems)
     assert "blocks.0.attn1.to_q.weight shape [1536, 1536]: dim 0 (1536) does not " \
            "divide by tp=5 (and 179 more tensors)" in text
@@ -64,7 +64,7 @@ def test_divisibility_checked_on_real_shapes():
 
 
 def test_wan14b_step_flops_and_attention_memory():
-    built = estimates.build(recipe.load(RECIPES / "wan14b.yaml"), plugins.registry(), devices=8)
+    built = estimates.build(recipe.load(RECIPES / "wan14b.yaml"), registry_mod.loaded(), devices=8)
     est = built["estimates"]
     S = 21 * (720 // 16) * (1280 // 16)   # latent frames x patches: 75,600 tokens
     D, F, T, layers = 5120, 13824, 512, 40
@@ -81,7 +81,7 @@ def test_wan14b_step_flops_and_attention_memory():
 
 
 def test_wan14b_activation_estimate():
-    est = estimates.build(recipe.load(RECIPES / "wan14b.yaml"), plugins.registry(),
+    est = estimates.build(recipe.load(RECIPES / "wan14b.yaml"), registry_mod.loaded(),
                      devices=8)["estimates"]["activations"]
     S = 75600
     # batch 2 (cond + uncond) split over dp=2; bfloat16; FFN columns split over tp=4
@@ -91,7 +91,7 @@ def test_wan14b_activation_estimate():
 
 def test_ti2v_5b_plan_is_what_its_recipe_says():
     """The numbers in recipes/wan22-ti2v-5b.yaml's comment."""
-    built = estimates.build(recipe.load(RECIPES / "wan22-ti2v-5b.yaml"), plugins.registry(),
+    built = estimates.build(recipe.load(RECIPES / "wan22-ti2v-5b.yaml"), registry_mod.loaded(),
                        devices=8)
     assert not built["problems"]
     assert built["estimates"]["tokens"] == 31 * 22 * 40

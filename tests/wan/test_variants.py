@@ -5,7 +5,7 @@ recipe from asking a model for what it cannot do."""
 
 import pytest
 
-from porter import plugins, recipe
+from porter import registry as registry_mod, recipe
 from porter.commands.run import run
 from porter.port import checks
 
@@ -47,8 +47,8 @@ def make(tmp_path):
 def test_matches_diffusers(case, make):
     variant = case.removesuffix("-text").removesuffix("-image")
     loaded = make(variant, CASES[case])
-    assert checks.recipe_problems(loaded, plugins.registry()) == []
-    result = run(loaded, plugins.registry(), progress=False)
+    assert checks.recipe_problems(loaded, registry_mod.loaded()) == []
+    result = run(loaded, registry_mod.loaded(), progress=False)
     expected = wan_latents(loaded)
     assert result.latents.shape == expected.shape
     assert (result.latents - expected).abs().max() <= 1e-4
@@ -67,13 +67,13 @@ def test_guidance_free_runs_one_pass_per_step(make, monkeypatch):
         calls.append(1)
         return original(self, model, *args, **kwargs)
     monkeypatch.setattr(WanFamily, "call", counting)
-    result = run(loaded, plugins.registry(), progress=False)
+    result = run(loaded, registry_mod.loaded(), progress=False)
     assert len(calls) == 3
     assert (result.latents - wan_latents(loaded)).abs().max() <= 1e-4
 
 
 def test_plan_counts_one_pass_without_guidance(make):
-    family = plugins.registry().family("wan")
+    family = registry_mod.loaded().family("wan")
     guided = make("t2v", "steps: 3, height: 32, width: 32, guidance_scale: 5.0")
     free = make("t2v", "steps: 3, height: 32, width: 32, guidance_scale: 1.0")
     config = dict(family.build_tiny(guided).transformer.config)
@@ -103,7 +103,7 @@ def test_recipes_that_ask_too_much_are_refused(variant, generate, path, message,
     size = "height: 48, width: 64" if variant == "ti2v" and not generate else \
         "height: 32, width: 32" if variant != "ti2v" else "height: 64, width: 64"
     loaded = make(variant, ", ".join(x for x in (size, "steps: 1", generate) if x))
-    problems = checks.recipe_problems(loaded, plugins.registry())
+    problems = checks.recipe_problems(loaded, registry_mod.loaded())
     assert [p.path for p in problems] == [path], problems
     assert message in problems[0].message
 
@@ -114,14 +114,14 @@ def test_recipes_that_ask_too_much_are_refused(variant, generate, path, message,
 def test_verify_passes_on_each_tiny_recipe(name):
     from porter.commands.verify import verify
 
-    result = verify(recipe.load(RECIPES / name), plugins.registry())
+    result = verify(recipe.load(RECIPES / name), registry_mod.loaded())
     assert result["ok"] and result["output"]["max_rel"] <= 1e-5
 
 
 def test_a_last_frame_needs_room(make):
     loaded = make("i2v-two-experts", "image: first.png, last_image: last.png, steps: 1, "
                   "height: 32, width: 32", "generate.frames=1")
-    [problem] = checks.recipe_problems(loaded, plugins.registry())
+    [problem] = checks.recipe_problems(loaded, registry_mod.loaded())
     assert problem.path == "generate.frames" and "at least 5 frames" in problem.message
 
 
@@ -129,4 +129,4 @@ def test_an_unknown_hub_model_is_not_judged_by_a_guessed_layout(make):
     """No configuration and nothing cached: the image rules wait for the run."""
     loaded = make("i2v", "image: first.png, steps: 1, height: 32, width: 32",
                   "model.source=SomeOrg/some-wan-i2v-finetune", "model.variant=null")
-    assert checks.recipe_problems(loaded, plugins.registry()) == []
+    assert checks.recipe_problems(loaded, registry_mod.loaded()) == []

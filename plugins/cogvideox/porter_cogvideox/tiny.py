@@ -39,5 +39,15 @@ def build_pipeline(version: str = "1.0", seed: int = 0, image_to_video: bool = F
             vocab_size=384, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
             relative_attention_num_buckets=8, feed_forward_proj="gated-gelu"))
     cls = CogVideoXImageToVideoPipeline if image_to_video else CogVideoXPipeline
-    return cls(tokenizer=ByT5Tokenizer(), text_encoder=text_encoder, vae=vae,
-               transformer=transformer, scheduler=CogVideoXDDIMScheduler())
+    return _in_eval(cls(tokenizer=ByT5Tokenizer(), text_encoder=text_encoder, vae=vae,
+                        transformer=transformer, scheduler=CogVideoXDDIMScheduler()))
+
+
+def _in_eval(pipe):
+    """``pipe`` as ``from_pretrained`` gives it, every module in eval mode: a module
+    built from its configuration starts in training mode, and T5's dropout would make
+    two calls of the same pipeline differ."""
+    for component in pipe.components.values():
+        if isinstance(component, torch.nn.Module):
+            component.eval()
+    return pipe

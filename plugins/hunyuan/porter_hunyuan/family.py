@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from porter.errors import UsageError
-from porter.families import Grid, StagedFamily, batch, guided
+from porter.families import Grid, StagedFamily, batch, from_the_start, guided
 from porter.loading.model_configs import component_config, setting
 from porter.shims.interop import to_host
 from porter.transforms import rotary
@@ -190,8 +190,7 @@ class HunyuanFamily(StagedFamily):
         steps = recipe.generate.steps
         sigmas = np.linspace(1.0, 0.0, steps + 1)[:-1]
         timesteps, _ = retrieve_timesteps(pipe.scheduler, steps, "jax", sigmas=sigmas)
-        # A fixed start index avoids a value-dependent lookup in scheduler.step.
-        pipe.scheduler.set_begin_index(0)
+        from_the_start(pipe.scheduler)
         return timesteps
 
     def denoiser(self, pipe, timestep, sampling, recipe):

@@ -43,10 +43,20 @@ def build_pipeline(seed: int = 0):
             bos_token_id=0, eos_token_id=2, hidden_size=8, intermediate_size=37,
             num_attention_heads=4, num_hidden_layers=2, pad_token_id=1, vocab_size=1000,
             hidden_act="gelu", projection_dim=32))
-    return HunyuanVideoPipeline(
+    return _in_eval(HunyuanVideoPipeline(
         transformer=transformer, vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
         text_encoder=text_encoder, tokenizer=ByT5Tokenizer(), text_encoder_2=text_encoder_2,
-        tokenizer_2=ByT5Tokenizer())
+        tokenizer_2=ByT5Tokenizer()))
+
+
+def _in_eval(pipe):
+    """``pipe`` as ``from_pretrained`` gives it, every module in eval mode: a module
+    built from its configuration starts in training mode, and a dropout (1.5's T5
+    glyph encoder has one) would make two calls of the same pipeline differ."""
+    for component in pipe.components.values():
+        if isinstance(component, torch.nn.Module):
+            component.eval()
+    return pipe
 
 
 # A chat template for the byte-level tokenizer: HunyuanVideo 1.5 wraps prompts
@@ -100,7 +110,8 @@ def build_pipeline_15(seed: int = 0, guidance_scale: float = 6.0):
             relative_attention_num_buckets=8))
     tokenizer = ByT5Tokenizer()
     tokenizer.chat_template = CHAT_TEMPLATE
-    return HunyuanVideo15Pipeline(
+    return _in_eval(HunyuanVideo15Pipeline(
         transformer=transformer, vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
         text_encoder=text_encoder, tokenizer=tokenizer, text_encoder_2=text_encoder_2,
-        tokenizer_2=ByT5Tokenizer(), guider=ClassifierFreeGuidance(guidance_scale=guidance_scale))
+        tokenizer_2=ByT5Tokenizer(),
+        guider=ClassifierFreeGuidance(guidance_scale=guidance_scale)))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from porter.families import StagedFamily, guided
+from porter.families import StagedFamily, from_the_start, guided
 from porter.loading.model_configs import cached_snapshot
 from porter.recipe.sources import source_kind
 from porter.shims.interop import to_host
@@ -151,8 +151,7 @@ class WanFamily(StagedFamily):
 
     def timesteps(self, pipe, recipe):
         pipe.scheduler.set_timesteps(recipe.generate.steps, device="jax")
-        # A fixed start index avoids a value-dependent lookup in scheduler.step.
-        pipe.scheduler.set_begin_index(0)
+        from_the_start(pipe.scheduler)
         return pipe.scheduler.timesteps
 
     def denoiser(self, pipe, timestep, sampling, recipe):

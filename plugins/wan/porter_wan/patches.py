@@ -31,7 +31,7 @@ def scanned_decode(original, **_):
         from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
         from diffusers.models.autoencoders.vae import DecoderOutput
 
-        from porter.transforms.compile import chunk_scan
+        from porter.transforms.jit import chunk_scan
 
         _, _, frames, height, width = z.shape
         ratio = self.spatial_compression_ratio
@@ -68,7 +68,7 @@ def scanned_encode(original, **_):
         import torch
         from diffusers.models.autoencoders.autoencoder_kl_wan import patchify
 
-        from porter.transforms.compile import chunk_scan
+        from porter.transforms.jit import chunk_scan
 
         _, _, frames, height, width = x.shape
         if not chunk_scan.on_jax([x]) or _tiled(self, height, width,
@@ -101,7 +101,7 @@ VAE_DECODE_SCAN = Patch(
         "replacing the causal convolutions' cached frames: traced as written, a 720p "
         "decode is 21 copies of the decoder for the compiler. Once a call leaves the "
         "cache as it found it (shapes, dtypes: from the third frame on), the remaining "
-        "frames run as one lax.scan carrying the cache (porter.transforms.compile.chunk_scan): "
+        "frames run as one lax.scan carrying the cache (porter.transforms.jit.chunk_scan): "
         "the same values, four decoder copies to compile whatever the length. On JAX "
         "only; plain PyTorch and tiled decodes run diffusers' loop.",
     replacement=scanned_decode,

@@ -4,10 +4,11 @@ One model in memory; jobs (any generate settings) run one at a time in
 submission order from a bounded queue (``jobs``); the HTTP side is ``app``'s. The API:
 
 - ``POST /jobs``: submit (201; 400 with the messages ``porter validate`` gives;
-  429 when the queue is full; 503 while shutting down)
+  429 when the queue is full; 503 while shutting down, or when the machine cannot give
+  the job the memory it needs now)
 - ``GET /jobs``, ``GET /jobs/{id}``: status, with the denoising step under way
 - ``GET /jobs/{id}/video``, ``GET /jobs/{id}/record``: the results of a done job
-- ``DELETE /jobs/{id}``: cancel a job (a running one at its next step end)
+- ``DELETE /jobs/{id}``: cancel a job (a running one before its next stage or step)
 - ``GET /``: a page for people (``page``), its form filled from ``GET /settings``
 - ``GET /health``: ``ready`` once the recipe's ``serve.warmup`` jobs have run (each
   once, at start, so a request of their shape compiles nothing), and the queue; the

@@ -139,7 +139,7 @@ def _job_routes(app, jobs) -> None:
             raise _missing(job_id) from None
 
     @app.delete("/jobs/{job_id}", summary="cancel a job: a queued one at once, a running "
-                "one at its next step end (`cancelling` until then)")
+                "one before its next stage or step (`cancelling` until then)")
     async def cancel(job_id: str):
         try:
             return _described(jobs.cancel(job_id), jobs)
@@ -236,7 +236,6 @@ def _described(job, jobs) -> dict:
     data["video"] = f"/jobs/{job.id}/video" if done else None
     data["record"] = f"/jobs/{job.id}/record" if done else None
     data["preview"] = f"/jobs/{job.id}/preview" if jobs.preview(job.id) else None
-    data["cancelling"] = job.cancelling
     return data
 
 

@@ -19,10 +19,10 @@ import threading
 import time
 from pathlib import Path
 
-from porter.commands import batch
 from porter.commands.serve import uploads
 from porter.errors import Interrupted, UsageError, failure
-from porter.generate import preview
+from porter.port import checks
+from porter.generate import preview, runners
 from porter.generate.call import Call
 from porter.rundir import outputs, record
 from porter.runtime import atomic, interrupt, monitor, notices
@@ -48,13 +48,19 @@ class Closing(UsageError):
     """The server is shutting down."""
 
 
+class NoRoom(UsageError):
+    """The machine cannot give the job the memory it needs now (other processes hold
+    it): the same job may run later."""
+
+
 def refused_status(exc: Exception) -> int | None:
     """The HTTP status a refusal of ``Jobs.submit`` answers with (None: not one of its
-    refusals): a full queue 429, a server shutting down 503, settings that cannot
-    run (RecipeError, UsageError) 400, the server's disk refusing the job's files 507."""
+    refusals): a full queue 429, a server shutting down or short of memory now 503,
+    settings that cannot run (RecipeError, UsageError) 400, the server's disk refusing
+    the job's files 507."""
     if isinstance(exc, QueueFull):
         return 429
-    if isinstance(exc, Closing):
+    if isinstance(exc, (Closing, NoRoom)):
         return 503
     if isinstance(exc, UsageError):  # RecipeError is one
         return 400
@@ -73,13 +79,16 @@ class Job:
         self.error = state.get("error")
         self.step, self.steps = state.get("step", 0), state.get("steps")
         self.resumed = state.get("resumed", 0)  # times it continued after a stop
-        self.cancelling = False  # asked to stop while running (not kept on disk)
+        #: asked to stop while running; kept on disk, so a server that stops before the
+        #: job does never runs it again
+        self.cancelling = state.get("cancelling", False)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "seq": self.seq, "status": self.status,
                 "settings": self.settings, "submitted": self.submitted,
                 "started": self.started, "finished": self.finished, "error": self.error,
-                "step": self.step, "steps": self.steps, "resumed": self.resumed}
+                "step": self.step, "steps": self.steps, "resumed": self.resumed,
+                "cancelling": self.cancelling}
 
 
 class Jobs:
@@ -122,7 +131,11 @@ class Jobs:
                 self.say(f"ignoring {path}: {exc}")
         for job in sorted(found, key=lambda j: j.seq):
             self._jobs[job.id] = job
-            if job.status not in FINISHED:
+            if job.status not in FINISHED and job.cancelling:  # the server stopped first
+                job.status, job.finished = "cancelled", time.time()
+                job.error, job.cancelling = f"cancelled at step {job.step}", False
+                self._save(job)
+            elif job.status not in FINISHED:
                 job.status = "queued"
                 self._queue.append(job.id)
                 self._save(job)
@@ -153,8 +166,9 @@ class Jobs:
             names = {key: f"{INPUTS}/{key}{suffix}" for key, (_, suffix) in images.items()}
             for key, (data, _) in images.items():
                 atomic.write_bytes(staging / Path(names[key]).name, data)
-            self.port.settings("request", **{**settings, **{
+            recipe = self.port.settings("request", **{**settings, **{
                 k: str(staging / Path(n).name) for k, n in names.items()}})
+            _room_for(recipe, self.port.registry)
             return self._queued({**settings, **names}, staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -193,14 +207,15 @@ class Jobs:
             return list(self._jobs.values())
 
     def cancel(self, job_id: str) -> Job:
-        """Cancel a job: a queued one at once, a running one at its next step end (it
-        reads ``running`` until then, with ``cancelling`` set); a finished one cannot
-        be (Conflict)."""
+        """Cancel a job: a queued one at once, a running one before its next stage or
+        step (it reads ``running`` until then, with ``cancelling`` set, on disk too); a
+        finished one cannot be (Conflict)."""
         with self._lock:
             job = self.get(job_id)
             if job.status == "running":
                 job.cancelling = True
-                interrupt.request_stop()  # the denoising loop stops at its step end
+                self._save(job)  # a server stopped before the job is never runs it again
+                interrupt.request_stop()  # before its next stage, or at its step's end
                 return job
             if job.status != "queued":
                 raise Conflict(f"job {job_id} is {job.status}: only a queued or running "
@@ -334,11 +349,12 @@ class Jobs:
             job.step, job.steps = done, total
         try:
             recipe = self.port.settings("request", **self._settings(job))
+            _room_for(recipe, self.port.registry)  # again: memory freed or taken since
             job.steps = recipe.generate.steps
             call = Call(recipe, directory=self.directory / job.id, on_step=on_step,
                         say=self.say, preview_every=recipe.serve.preview_every)
-            batch.run_into(self.port, call, resume=True, name=f"job {job.id}",
-                           what=f"porter serve (job {job.id})")
+            runners.run_into(self.port, call, resume=True, name=f"job {job.id}",
+                             what=f"porter serve (job {job.id})")
             return False, ("done", None)
         except Interrupted as exc:
             with self._lock:
@@ -371,3 +387,12 @@ class Jobs:
         if self.get(job_id).status != "done" or not path.exists():
             return None
         return json.loads(path.read_text())
+
+
+def _room_for(recipe, registry) -> None:
+    """NoRoom where a call of ``recipe`` needs more memory than the machine can give now
+    (``checks.headroom_problems``: what other processes hold counted), so that a job
+    is refused, or fails, instead of the kernel killing the server mid-job."""
+    problems = checks.headroom_problems(recipe, registry)
+    if problems:
+        raise NoRoom(problems[0].message, hint=problems[0].hint)

@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from porter.errors import RecipeError
-from porter.transforms import Pass, unknown_components
-from porter.transforms.compile import block_lists
+from porter.transforms import Checking, Pass, unknown_components
+from porter.transforms.jit import block_lists
 from porter.transforms.quantize.formats import FORMATS, resolve
 from porter.transforms.quantize.linear import SCALE, QuantizedLinear
+
+if TYPE_CHECKING:
+    from porter.errors import Problem
+    from porter.port.building import Building
 
 
 def components(recipe, family, modules: dict | None = None) -> list[str]:
@@ -139,12 +143,12 @@ class Quantized:
     #: component -> {weight name: Pending}: quantized by placement as read
     pending: dict = field(default_factory=dict)
 
-    def record(self) -> dict | None:
-        """For the run record (None: nothing quantized)."""
+    def described(self) -> dict | None:
+        """What the run record says of it (None: nothing quantized)."""
         return {"format": self.format, "layers": self.layers} if self.format else None
 
 
-def _quantize(b) -> None:
+def _apply(b: Building) -> None:
     if recipe_off(b.recipe):
         return
     fmt = chip_format(b.recipe, b.runtime)
@@ -161,8 +165,8 @@ def recipe_off(recipe) -> bool:
     return recipe.quantize.format is None
 
 
-def _check(recipe, registry, family) -> list:
-    problems = []
+def _check(c: Checking) -> list[Problem]:
+    recipe, problems = c.recipe, []
     for key in ("include", "exclude"):
         for i, rx in enumerate(getattr(recipe.quantize, key) or []):
             try:
@@ -178,7 +182,8 @@ def _check(recipe, registry, family) -> list:
     return problems
 
 
-def _fit(recipe, family, modules, axes) -> list:
+def _fit(c: Checking) -> list[Problem]:
+    recipe, family, modules = c.recipe, c.family, c.modules
     if recipe_off(recipe):
         return []
     names = components(recipe, family, modules)
@@ -193,7 +198,8 @@ def _fit(recipe, family, modules, axes) -> list:
     return problems
 
 
-def _detail(recipe, registry, family, modules) -> str | None:
+def _detail(c: Checking) -> str | None:
+    recipe, family, modules = c.recipe, c.family, c.modules
     if recipe_off(recipe):
         return None
     counts = [f"{name} {len(chosen(recipe, family, modules[name]))} linear layer(s)"
@@ -205,6 +211,6 @@ def _detail(recipe, registry, family, modules) -> str | None:
 PASS = Pass(
     "quantize", ("quantize",), "linear layers' weights to 8 bits (per output channel) "
     "and, for fp8 and int8, their matmuls on 8-bit operands (activations per token)",
-    check=_check, fit=_fit, apply=_quantize, abstract=_quantize, detail=_detail)
+    check=_check, fit=_fit, apply=_apply, abstract=_apply, detail=_detail)
 
 __all__ = ["FORMATS", "PASS", "Quantized", "QuantizedLinear", "chosen", "components", "quantized"]

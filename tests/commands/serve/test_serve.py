@@ -228,14 +228,14 @@ def test_warmed_up_shapes_compile_nothing_when_asked_for(tmp_path):
 
 
 def test_a_warmup_the_recipe_cannot_run_is_refused_before_loading(tmp_path):
-    from porter import plugins, recipe as recipes
+    from porter import registry as registry_mod, recipe as recipes
     from porter.commands.serve import warmup_recipes
     from porter.errors import RecipeError
 
     path = tmp_path / "warm.yaml"
     path.write_text(TINY_RECIPE + "serve:\n  warmup:\n    - {width: 48}\n    - {height: 30}\n")
     with pytest.raises(RecipeError) as refused:
-        warmup_recipes(recipes.load(path), plugins.registry())
+        warmup_recipes(recipes.load(path), registry_mod.loaded())
     [problem] = refused.value.problems
     assert problem.path == "generate.height" and problem.line == 12
     assert str(problem.file).endswith("warm.yaml")

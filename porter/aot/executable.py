@@ -1,0 +1,254 @@
+"""One declared program lowered with abstract values and compiled by the target's
+compiler: its memory, cost and collectives per chip, or the compiler's refusal."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from porter.aot import hlo
+from porter.aot.programs import Input, Program
+from porter.shims.compat import import_torchax
+from porter.shims.interop import array_dtype
+from porter.shims.tracing import model_frame
+from porter.transforms import attention
+from porter.transforms import jit
+from porter.transforms.jit import scan
+from porter.transforms.sharding import partition_spec
+
+
+@dataclass
+class Compiled:
+    """What the target's compiler made of one program (bytes and costs per chip)."""
+
+    program: Program
+    trace_s: float = 0.0  # tracing the model to a JAX program (on this host)
+    compile_s: float = 0.0  # the target's compiler
+    weights_bytes: int = 0  # this program's weights on one chip (the plan's figure)
+    memory: dict = field(default_factory=dict)  # XLA's memory analysis, bytes
+    flops: float = 0.0  # XLA's count, and attention kernels' it cannot see inside
+    kernel_flops: float = 0.0  # attention's, counted while tracing
+    matmul_flops: dict = field(default_factory=dict)  # operand kind -> FLOPs (hlo.py)
+    bytes_accessed: float = 0.0
+    collectives: dict = field(default_factory=dict)  # kind -> hlo.Collective
+    scanned: dict = field(default_factory=dict)  # block list -> blocks, run as one scan
+    refused: str | None = None  # the compiler's reason, when it would not compile it
+    failed: str | None = None  # why it could not be traced (model code), when it was not
+
+    @property
+    def peak_bytes(self) -> int:
+        """The program's own peak on its busiest chip: arguments (weights and inputs),
+        outputs and temporaries, less what outputs reuse of donated inputs, and its
+        code."""
+        m = self.memory
+        return (m.get("argument", 0) + m.get("output", 0) + m.get("temporary", 0)
+                - m.get("alias", 0) + m.get("generated_code", 0))
+
+
+def compile_program(port, program: Program) -> Compiled:
+    """Lower ``program`` on ``port``'s component with abstract weights and inputs, in
+    the shardings a run uses, and compile it for the target."""
+    component = port.components[program.component]
+    result = Compiled(program, weights_bytes=component.weights_bytes_per_chip)
+    start = time.perf_counter()
+    try:
+        lowered, kernel_flops = _lower(port, component, program)
+    except Exception as exc:  # noqa: BLE001 - model code that cannot be traced
+        result.failed = _traced_failure(exc)
+        return result
+    result.trace_s = time.perf_counter() - start
+    start = time.perf_counter()
+    try:
+        executable = lowered.compile()
+    except Exception as exc:  # noqa: BLE001 - the compiler's refusal, in its words
+        result.compile_s = time.perf_counter() - start
+        result.refused = _refusal(exc)
+        return result
+    result.compile_s = time.perf_counter() - start
+    text = executable.as_text()
+    result.memory = _memory(executable)
+    result.flops, result.bytes_accessed = _costs(executable, text, sum(kernel_flops),
+                                                 result.weights_bytes)
+    result.kernel_flops = sum(kernel_flops)
+    result.matmul_flops = hlo.matmul_flops(text)
+    if hlo.opaque_kernels(text):  # an int8 attention kernel's Q.K^T, out of XLA's sight
+        for kind, flops in kernel_flops.matmuls.items():
+            result.matmul_flops[kind] = result.matmul_flops.get(kind, 0.0) + flops
+    result.collectives = hlo.collectives(text, port.runtime.mesh.devices.size)
+    result.scanned = {name: len(component.module._modules[name])
+                      for name in component.scanned}
+    return result
+
+
+def _lower(port, component, program: Program):
+    """(the lowered program, attention FLOPs per chip counted while tracing it: an
+    ``attention.Tally``)."""
+    import jax
+
+    interop = import_torchax().interop
+    template, leaves = _split((program.args, program.kwargs))
+    shardings = _input_shardings(port, component, program)
+    abstract_leaves = [_abstract(leaf, shardings.get(path)) for path, leaf in leaves]
+    jittable = component.jittable
+    functional = scan.scanned_call(jittable.functional_call, component.module,
+                                   component.scanned) \
+        if component.scanned else jittable.functional_call
+
+    method = _method(component.module, program.method)
+
+    def call(params, buffers, values):
+        args, kwargs = _join(template, values)
+        with attention.disabled() if component.attention_skipped else _nothing():
+            return functional(method, params, buffers, *args, **kwargs)
+
+    jit.output_classes_as_pytrees()
+    options = {"compiler_options": dict(port.runtime.xla_options)} \
+        if port.runtime.xla_options else {}
+    with port.active(program.component), attention.counted() as kernel_flops:
+        lowered = jax.jit(interop.jax_view(call), **options).lower(
+            *component.state, abstract_leaves)
+    return lowered, kernel_flops
+
+
+def _method(module, name: str):
+    """What torchax's functional call runs: the component's method ``name``, or the
+    forward of its submodule at path ``name`` (a program of ``submodule_calls``),
+    with every weight of the component given by name."""
+    import torch
+
+    if isinstance(getattr(module, name.split(".")[0], None), torch.nn.Module):
+        return lambda model, *args, **kwargs: model.get_submodule(name)(*args, **kwargs)
+    return name
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _memory(executable) -> dict:
+    analysis = executable.memory_analysis()
+    return {"argument": int(analysis.argument_size_in_bytes),
+            "output": int(analysis.output_size_in_bytes),
+            "alias": int(analysis.alias_size_in_bytes),
+            "temporary": int(analysis.temp_size_in_bytes),
+            "generated_code": int(analysis.generated_code_size_in_bytes)}
+
+
+def _costs(executable, text: str, kernel_flops: float,
+           weights: int) -> tuple[float, float]:
+    """(FLOPs, bytes accessed) per chip and call. XLA's counts, completed where they
+    fall short: the attention kernels' FLOPs it cannot see inside (custom calls), the
+    matmuls and arithmetic of every trip of a loop after the first (it counts a loop's body once:
+    a scan over 40 blocks, one block), and at least the program's weights read once
+    (a scan's body reads one block's)."""
+    cost = executable.cost_analysis() or {}
+    if isinstance(cost, list):  # older JAX: one dict per computation
+        cost = cost[0] if cost else {}
+    flops = float(cost.get("flops", 0.0)) + hlo.repeated_flops(text)
+    if hlo.opaque_kernels(text):
+        flops += kernel_flops
+    return flops, max(float(cost.get("bytes accessed", 0.0)), float(weights))
+
+
+def _input_shardings(port, component, program: Program) -> dict:
+    """Path of an input -> its sharding in a run: the recipe's ``sharding.inputs`` for a
+    transformer's keyword inputs (``ShardedInputs``), one device for a component run
+    on one device, else replicated (what ``to_device`` gives host values)."""
+    from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+
+    mesh = port.runtime.mesh
+    if component.one_device:
+        return _Everywhere(SingleDeviceSharding(mesh.devices.flat[0]))
+    found = _Everywhere(NamedSharding(mesh, PartitionSpec()))
+    if program.component.startswith("transformer"):
+        for key, spec in port.recipe.sharding.inputs.items():
+            found[("kwargs", key)] = NamedSharding(mesh, partition_spec(spec))
+    return found
+
+
+class _Everywhere(dict):
+    """A dict with a default for every path it was not given."""
+
+    def __init__(self, default):
+        super().__init__()
+        self.default = default
+
+    def get(self, key, default=None):
+        return super().get(key, self.default)
+
+
+def _split(value, path=()):
+    """(template, [(path, Input)]): ``value`` with each Input replaced by its index."""
+    leaves: list = []
+
+    def walk(v, where):
+        if isinstance(v, Input):
+            leaves.append((where, v))
+            return _Slot(len(leaves) - 1)
+        if isinstance(v, dict):
+            return {k: walk(x, where + (k,)) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return type(v)(walk(x, where + (i,)) for i, x in enumerate(v))
+        return v
+
+    template = walk(value, path)
+    # a keyword input's path: ("kwargs", name); a positional one's ("args", index)
+    named = [((("args", "kwargs")[p[0]],) + p[1:2], leaf) for p, leaf in leaves]
+    return template, named
+
+
+@dataclass(frozen=True)
+class _Slot:
+    index: int
+
+
+def _join(template, values):
+    def walk(v):
+        if isinstance(v, _Slot):
+            return values[v.index]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return type(v)(walk(x) for x in v)
+        return v
+    return walk(template)
+
+
+def _abstract(leaf: Input, sharding):
+    import jax
+
+    return jax.ShapeDtypeStruct(leaf.shape, array_dtype(leaf.dtype), sharding=sharding)
+
+
+_NEEDED = re.compile(r"required for ([\w ]+?) \(([\d.]+)([KMGT]?)\) exceeds available HBM "
+                     r"\(([\d.]+)([KMGT]?)\)")
+
+
+def _refusal(exc: Exception) -> str:
+    text = str(exc)
+    lines = [l for l in text.splitlines() if l.strip()]
+    first = next((l for l in lines if "RESOURCE_EXHAUSTED" in l), lines[0] if lines else
+                 type(exc).__name__)
+    return first.strip()
+
+
+def needed_bytes(refusal: str) -> tuple[int, int] | None:
+    """(bytes needed, bytes available) from the compiler's out-of-memory message."""
+    found = _NEEDED.search(refusal)
+    if not found:
+        return None
+    scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    return (int(float(found.group(2)) * scale[found.group(3)]),
+            int(float(found.group(4)) * scale[found.group(5)]))
+
+
+def _traced_failure(exc: Exception) -> str:
+    """Why model code could not be traced with abstract values, with its file:line."""
+
+    where = model_frame(exc)
+    reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+    return reason + (f" at {where}" if where else "")
+

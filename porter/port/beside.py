@@ -1,0 +1,50 @@
+"""A recipe's transformer ported beside its PyTorch original: the mesh passes on a
+pipeline the caller loaded (its PyTorch copy kept first), random inputs of the recipe's
+shapes, and the passes' call-time parts around the ported transformer's calls. What
+``porter verify`` compares and ``porter bench`` times."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from porter.port import active, passes
+from porter.transforms import Calling
+
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
+    from porter.registry import Registry
+    from porter.runtime import Runtime
+
+
+def random_inputs(family: ModelFamily, recipe: Recipe, config) -> dict:
+    """Seeded random float32 inputs of the recipe's shapes (host tensors); ``config``:
+    the transformer's configuration."""
+    generator = torch.Generator().manual_seed(recipe.verify.seed)
+    inputs = {}
+    for name, shape in family.transformer_inputs(recipe, config).items():
+        if name == "timestep":
+            inputs[name] = torch.full(shape, 500.0)
+        else:
+            inputs[name] = torch.randn(shape, generator=generator)
+    return inputs
+
+
+def cast(inputs: dict, dtype: torch.dtype) -> dict:
+    """Inputs in the model's compute dtype; the timestep stays float32, as pipelines pass it."""
+    return {k: v if k == "timestep" else v.to(dtype) for k, v in inputs.items()}
+
+
+def ported(pipe, recipe: Recipe, registry: Registry, runtime: Runtime) -> Calling:
+    """The mesh passes on ``pipe`` (the caller holds the patches), and what the passes'
+    call-time parts work with around its calls."""
+    record = passes.ported(pipe, recipe, registry, runtime)
+    return Calling(recipe, registry, registry.family(recipe.model.family), runtime, record,
+                   pipe)
+
+
+def transformer_calls(calling: Calling):
+    """Around calls of the ported transformer, as a denoising step's are made."""
+    return active.transformer_calls(calling)

@@ -1,0 +1,143 @@
+"""Block-sparse video attention: each query sees the keys of a 3-D window of tiles
+around its own (sliding-tile attention), and optionally the first frames' keys.
+
+The window's geometry is a ``Tiling`` (``tiling``: tiles, which key tiles each query
+tile sees); a block a query tile does not see is never computed, which is where the
+FLOPs go. The mask is exact: the result is dense attention with the same token mask
+(``Tiling.keep``), to the float sums' order.
+
+Three kernels run a window (``kernel_for``; ``kernels``): splash with the window as its
+block mask (TPU); the backend's own dense kernel on each query tile and the keys it
+sees, query tiles of one shape batched together (``Tiling.groups``: cuDNN and its fp8
+form on a GPU, int8 on a TPU, any backend that takes no block mask: no mask is needed,
+since each call holds only the keys its queries see); and Porter's XLA loop, walking
+each query tile's table of key tiles (``blockwise``, and where query tiles split over
+the devices). What a recipe's window may be is checked in ``checks``.
+
+Only self-attention over exactly the grid's tokens is windowed (``for_call``); cross-
+attention to text, and components with other sequences, run dense. The grid comes
+from the call: the attention pass sets ``trace_context.VIDEO_GRID`` around a
+transformer's calls and ``trace_context.DENSE_ATTENTION`` around the steps that run
+dense attention (``dense_steps``: the first steps lay out the video); both key the
+compiled programs.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from porter.runtime import trace_context
+from porter.transforms.attention import backends, sharded
+from porter.transforms.attention.window.kernels import (
+    gathered,
+    sparse,
+    splash_blocks,
+    splash_fits,
+)
+from porter.transforms.attention.window.tiling import MAX_TILES, Tiling
+
+__all__ = ["MAX_TILES", "Tiling", "attend_windowed", "for_call", "kernel_flops",
+           "kernel_for", "tile_layout"]
+
+
+def for_call(section, q_len: int, k_len: int) -> Tiling | None:
+    """The window a call runs (None: dense): ``section`` (``attention.window``) set,
+    self-attention over exactly the current video's tokens, outside the dense steps."""
+    grid = trace_context.VIDEO_GRID.get()
+    if section is None or grid is None or trace_context.DENSE_ATTENTION.get() \
+            or q_len != k_len or q_len != math.prod(grid):
+        return None
+    return _tilings(grid, tuple(section.tile), tuple(section.reach), section.global_frames)
+
+
+@functools.lru_cache(maxsize=16)
+def _tilings(grid, tile, reach, global_frames) -> Tiling:
+    return Tiling(grid, tile, reach, global_frames)
+
+
+def tile_layout(tiling: Tiling, q_shape, mesh, data_axis, head_axis) -> tuple:
+    """How ``attend_windowed`` splits a call over the mesh (``sharded.layout``'s axes): query
+    tiles, not tokens, are what a device takes whole."""
+    tiles = (*q_shape[:2], len(tiling.table[0]), q_shape[3])
+    return sharded.layout(mesh, tiles, data_axis, head_axis)
+
+
+def kernel_for(tiling: Tiling, backend, axes) -> str:
+    """Which kernel runs a window for ``backend`` (an ``AttentionBackend``; None: Porter's
+    loop), split over the mesh as ``axes`` (``tile_layout``): "splash" (its block mask) where
+    the backend is splash and the window fits it; "gathered" (the backend's own dense
+    kernel on each group of query tiles and the keys they see) for a backend without a
+    block mask while the query tiles stay whole on each device; else "sparse"."""
+    name = getattr(backend, "name", None)
+    if name == "splash":
+        return "splash" if splash_fits(tiling, axes) else "sparse"
+    if name in (None, "blockwise") or axes[2] is not None:
+        return "sparse"
+    return "gathered"
+
+
+def kernel_flops(tiling: Tiling, q_shape, kernel: str) -> float | None:
+    """What ``kernel`` computes for a windowed call of queries ``q_shape`` where the
+    compiler cannot see inside it (splash's kept blocks, the gathered calls' scores),
+    all devices together; None for Porter's loop, which the compiler counts itself."""
+    batch, heads, _, dim = q_shape
+    if kernel == "splash":
+        pairs = float(tiling.seen.sum()) * tiling.tile_tokens ** 2
+    elif kernel == "gathered":
+        pairs = float(sum(queries.size * keys.shape[1] for queries, keys in tiling.groups))
+    else:
+        return None
+    return 4.0 * batch * heads * dim * pairs
+
+
+def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis,
+                    backend=None, platform: str | None = None, block_q: int = 1024,
+                    block_kv: int = 1024, counted=None):
+    """Windowed attention of (B, H, tokens, D) arrays under ``shard_map`` (batch on
+    ``data_axis``, heads on ``head_axis``, or query tiles where the heads do not
+    divide it), by the kernel ``kernel_for`` picks for ``backend``. ``counted(flops,
+    kernel)``, where given, is told what a kernel the compiler cannot see computes on
+    each device (``kernel``: "splash" or "gathered")."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    def tiled(x):  # a zero row for the padding to take
+        x = jnp.concatenate([x, jnp.zeros_like(x[:, :, :1])], axis=2)
+        return jnp.take(x, jnp.asarray(tiling.order), axis=2)
+
+    axes = tile_layout(tiling, q.shape, mesh, data_axis, head_axis)
+    batch_axis, heads_axis, seq_axis = axes
+    kernel = kernel_for(tiling, backend, axes)
+    q_spec = P(batch_axis, heads_axis, seq_axis, None)
+    kv_spec = P(batch_axis, heads_axis, None, None)
+    valid = jnp.asarray(tiling.order < tiling.tokens) if kernel != "gathered" else None
+    if kernel == "splash":
+        body = functools.partial(splash_blocks, tiling=tiling, scale=scale, platform=platform)
+        args, specs = (tiled(q), tiled(k), tiled(v), valid), (q_spec, kv_spec, kv_spec,
+                                                              P(None))
+    elif kernel == "gathered":
+        options = dict(scale=scale, block_q=block_q, block_kv=block_kv)
+        if backends.takes_platform(backend.kernel):
+            options["platform"] = platform
+        body = functools.partial(gathered, tiling=tiling, kernel=backend.kernel,
+                                 options=options, scores=backend.materialises)
+        args, specs = (q, k, v), (q_spec, kv_spec, kv_spec)
+    else:
+        indices, used = (jnp.asarray(a) for a in tiling.table)
+        body = functools.partial(sparse, scale=scale, block=tiling.tile_tokens)
+        rows = P(seq_axis, None)
+        args = (tiled(q), tiled(k), tiled(v), indices, used, valid)
+        specs = (q_spec, kv_spec, kv_spec, rows, rows, P(None))
+    flops = kernel_flops(tiling, q.shape, kernel)
+    if counted is not None and flops is not None:
+        shares = math.prod(dict(mesh.shape)[axis] for axis in axes if axis is not None)
+        counted(flops / shares, kernel)
+    if axes == (None, None, None):
+        out = body(*args)
+    else:
+        out = jax.shard_map(body, mesh=mesh, check_vma=False, in_specs=specs,
+                            out_specs=q_spec)(*args)
+    return out if kernel == "gathered" else jnp.take(out, jnp.asarray(tiling.inverse),
+                                                     axis=2)

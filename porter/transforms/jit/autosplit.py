@@ -1,0 +1,213 @@
+"""Compiled calls that need no hand-written boundaries.
+
+Static arguments: a call's arguments that hold no tensor (``return_dict=False``,
+``num_frames=9``, ``enable_temporal_attentions=True``, a tuple of floats) are
+passed to ``jax.jit`` as static, so Python in the model may branch on them. One
+program per distinct set of values, as ``static_argnames`` gives; the recipe's
+``static_argnames`` are static always.
+
+Automatic split: when a component (or any module below it) cannot be traced —
+Python that needs a tensor's value, ``torch.nonzero``, ``.item()`` — its first
+call falls back to running that module eagerly, with each child module that
+holds weights compiled on its own, and so on down the module tree: the largest
+pieces that trace are compiled, the glue between them runs op by op. What ran
+eagerly and why (the file:line of the untraceable code) is said once, kept for
+the run record, and stored next to the traced programs so the next run goes
+straight to the split without tracing what failed before.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from porter.runtime import atomic, distributed, notices, trace_context
+from porter.shims import fixes as torchax_fixes
+from porter.shims.compat import import_torchax
+from porter.shims.tracing import model_frame, untraceable
+
+
+def holds_tensor(value) -> bool:
+    import torch
+    from torch.utils import _pytree
+
+    return any(isinstance(leaf, torch.Tensor) for leaf in _pytree.tree_leaves(value))
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def as_keywords(function, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Positional arguments named by ``function``'s signature (``self`` excluded), so
+    each can be static by name; left as they are when the signature takes ``*args``
+    or does not bind them."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return args, kwargs
+    parameters = list(signature.parameters.values())[1:]  # self
+    if any(p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY) for p in parameters):
+        return args, kwargs
+    if len(args) > len(parameters):
+        return args, kwargs
+    named = dict(zip((p.name for p in parameters), args))
+    if set(named) & set(kwargs):
+        return args, kwargs  # a bad call: let the model say so
+    return (), {**named, **kwargs}
+
+
+def static_names(kwargs: dict) -> tuple[str, ...]:
+    """The keyword arguments that hold no tensor and can be hashed: static."""
+    return tuple(sorted(k for k, v in kwargs.items()
+                        if not holds_tensor(v) and _hashable(v)))
+
+
+@dataclass
+class Split:
+    """What an automatic split of one compiled component did: module path -> why it
+    ran eagerly ("" is the component itself), and the paths compiled below it; with
+    how its pieces are compiled (``traces``, a TraceCache or None, and jax.jit's
+    arguments)."""
+    component: str
+    store: Path | None = None  # where the split is remembered (None: not kept)
+    traces: object = None
+    jit_kwargs: dict = field(default_factory=dict)
+    eager: dict[str, str] = field(default_factory=dict)
+    compiled: set[str] = field(default_factory=set)
+
+    @classmethod
+    def remembered(cls, component: str, traces, jit_kwargs: dict) -> "Split":
+        """The split of ``component``, as an earlier run kept it in ``traces``."""
+        store = traces.split_store(component) if traces is not None else None
+        split = cls(component, store, traces, jit_kwargs)
+        if store is not None:
+            try:
+                split.eager = dict(json.loads(store.read_text())["eager"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # nothing kept yet, or unreadable: search again
+        return split
+
+    def failed(self, path: str, exc: BaseException) -> None:
+
+        where = model_frame(exc)
+        reason = type(exc).__name__ + (f" at {where}" if where else "")
+        self.eager[path] = reason
+        notices.warn(f"{self.label(path)} cannot be compiled whole ({reason}): it runs "
+                     "eagerly, with its submodules that hold weights compiled one by one",
+                     hint=f"compile.{self.component}.modules names the pieces by hand; a "
+                          "patch for the untraceable function compiles it whole again")
+        self._keep()
+
+    def label(self, path: str) -> str:
+        return f"{self.component}.{path}" if path else self.component
+
+    def report(self) -> dict | None:
+        if not self.eager:
+            return None
+        return {"eager": dict(self.eager), "compiled": sorted(self.compiled)}
+
+    def _keep(self) -> None:
+
+        if self.store is None or not distributed.writes():
+            return
+        try:
+            self.store.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_bytes(self.store, json.dumps({"eager": self.eager}).encode())
+        except OSError:
+            pass  # only a shortcut for the next run: the trace cache warns about its dir
+
+
+def programs(function, name: str, split: Split):
+    """``program(static)``: ``function`` (taking and returning torch tensors) jitted
+    with the argument names ``static`` static besides the recipe's, one program per
+    set of names, trace-cached as ``name`` where the split has a trace cache."""
+    import jax
+
+    traces, jit_kwargs = split.traces, split.jit_kwargs
+    interop = import_torchax().interop
+    made: dict = {}
+
+    def program(static: tuple[str, ...]):
+        # state that changes what is traced (a windowed video's grid, its dense steps)
+        # makes another program of the same shapes
+        key = (static, trace_context.key())
+        if key not in made:
+            options = {**jit_kwargs, "static_argnames": tuple(
+                sorted(set(jit_kwargs.get("static_argnames", ())) | set(static)))}
+            named = name + trace_context.label(key[1])
+            jit = functools.partial(traces.jit, named) if traces is not None else jax.jit
+            made[key] = interop.wrap_jax_jit(function, jax_jit_func=jit,
+                                             kwargs_for_jax=options)
+        return made[key]
+    return program
+
+
+def split_children(module, prefix: str, split: Split) -> None:
+    """Compile, in place, each child of ``module`` that holds weights (through
+    containers such as ``ModuleList``); the rest runs eagerly inside its parent."""
+    import torch
+
+    for name, child in module.named_children():
+        path = f"{prefix}.{name}" if prefix else name
+        has_forward = type(child).forward is not torch.nn.Module.forward
+        if not has_forward:  # ModuleList, ModuleDict: a container, not a call
+            split_children(child, path, split)
+        elif next(child.parameters(), None) is not None or \
+                next(child.buffers(), None) is not None:
+            compile_in_place(child, path, split)
+
+
+def compile_in_place(module, path: str, split: Split) -> None:
+    """``module.forward`` becomes a compiled call of the module's own forward, with
+    the tensors the module holds at call time as inputs (so a parent's
+    reparametrization reaches it); if it cannot be traced, ``split_children``."""
+    forward = type(module).forward
+
+    def functional(state, *args, **kwargs):
+        from torch.nn.utils import stateless
+        with stateless._reparametrize_module(module, state):
+            return forward(module, *args, **kwargs)
+
+    program = programs(functional, f"{split.component}.{path}.forward", split)
+
+    def traced(static, *args, **kwargs):
+        state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+        return program(static)(state, *args, **kwargs)
+
+    module.forward = splitting_call(
+        module, path, split, signature_of=forward, traced=traced,
+        eager=functools.partial(forward, module))
+
+
+def splitting_call(module, path: str, split: Split, *, signature_of, traced, eager):
+    """The call that replaces a compiled method: ``traced(static_names, *args,
+    **kwargs)`` (arguments named by ``signature_of``'s signature where it allows) until
+    a call proves it untraceable, then, and from then on, ``eager(*args, **kwargs)``
+    with ``module``'s children compiled one by one. A split remembered from an earlier
+    run is made at once."""
+    def call(*args, **kwargs):
+        # a tensor the pipeline made on the host (no device given) crosses in here
+        args, kwargs = torchax_fixes.on_device((args, kwargs))
+        if path in split.eager:
+            return eager(*args, **kwargs)
+        named_args, named_kwargs = as_keywords(signature_of, args, kwargs)
+        try:
+            result = traced(static_names(named_kwargs), *named_args, **named_kwargs)
+        except untraceable() as exc:
+            split.failed(path, exc)
+            split_children(module, path, split)
+            return eager(*args, **kwargs)
+        split.compiled.add(path)
+        return result
+
+    if path in split.eager:
+        split_children(module, path, split)
+    return call

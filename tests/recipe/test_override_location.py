@@ -1,0 +1,42 @@
+"""A problem in a section that only command-line overrides made is reported at those
+overrides, not at line 1 of a recipe file that has no such section."""
+
+from porter import recipe
+
+from support import RECIPES
+from support.processes import porter_calls
+
+WAN = RECIPES / "wan-tiny.yaml"
+
+
+def test_a_section_made_on_the_command_line_is_located_there():
+    loaded = recipe.load(WAN, ["quantize.include=[x]"])
+    assert loaded.problem("quantize", "m").where() == "command line (quantize.include)"
+    # a key of that section nobody set: still the override that made the section
+    assert loaded.problem("quantize.format", "m").where() == "command line (quantize.include)"
+    assert loaded.problem("quantize.include", "m").where() == "command line"
+    # what the file holds keeps its own line; the root is still the file's line 1
+    line = next(number for number, text in enumerate(WAN.read_text().splitlines(), 1)
+                if text.strip().startswith("steps:"))
+    assert loaded.problem("generate.steps", "m").where() == f"{WAN}:{line}"
+    assert loaded.problem("", "m").where() == f"{WAN}:1"
+    many = recipe.load(WAN, [f"quantize.{key}={value}" for key, value in [
+        ("format", "int8"), ("components", "[transformer]"), ("include", "[x]"),
+        ("exclude", "[y]")]])
+    assert many.problem("quantize", "m").where() == (
+        "command line (quantize.format, quantize.components, quantize.include and 1 more)")
+
+
+def test_porter_validate_names_the_overrides():
+    """As a user runs it (fresh process): both problems were reported at
+    `recipes/wan-tiny.yaml:1`, a file with no quantize section."""
+    nameless, vae = porter_calls(
+        ["validate", WAN, "quantize.include=[x]"],
+        ["validate", WAN, "quantize.components=[vae]", "quantize.format=int8"])
+    assert nameless.returncode == 2 and vae.returncode == 2
+    assert "  command line (quantize.include): quantize: layers are named but no format " \
+        "is given" in nameless.stderr
+    assert "  command line (quantize.components, quantize.format): quantize: vae: no " \
+        "linear layer matches" in vae.stderr
+    for done in (nameless, vae):
+        assert "wan-tiny.yaml:1" not in done.stderr and "Traceback" not in done.stderr
