@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "porter"
 #: the one module where state that changes what is traced may live
-TRACE_STATE = "porter/runtime/trace_state.py"
+TRACE_STATE = "porter/runtime/trace_context.py"
 
 
 def modules(root: Path = PACKAGE) -> dict[str, ast.Module]:

@@ -7,13 +7,23 @@ makes videos (docs/python-api.md); ``porter.hookimpl`` marks a plugin's hooks
 imported.
 """
 
+from __future__ import annotations
+
+from os import PathLike
+from typing import TYPE_CHECKING
+
 from porter.registry.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from porter.api import Port
+    from porter.recipe import Recipe
 
 __version__ = "0.1.0"
 __all__ = ["Generation", "Port", "hookimpl", "load"]
 
 
-def load(recipe, *overrides, cpu_devices=None, progress=False):
+def load(recipe: str | PathLike | Recipe, *overrides: str, cpu_devices: int | None = None,
+         progress: bool = False) -> Port:
     """Validate, load, port and prepare a recipe's pipeline: a ``porter.api.Port``
     whose ``generate(prompt=..., seed=..., ...)`` makes videos (docs/python-api.md)."""
     from porter.api import load as _load  # lazy: `import porter` stays free of JAX

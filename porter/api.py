@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -33,8 +34,12 @@ from porter.shims.interop import to_device, to_host
 from porter.transforms import Calling
 from porter.transforms import scheduler as scheduling
 
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.registry import Registry
 
-def load(recipe, *overrides: str, cpu_devices: int | None = None,
+
+def load(recipe: str | Path | Recipe, *overrides: str, cpu_devices: int | None = None,
          progress: bool = False) -> "Port":
     """Validate, load, port and prepare the recipe's pipeline.
 
@@ -125,7 +130,8 @@ class Port:
     # ------------------------------------------------------------------ building
 
     @classmethod
-    def open(cls, recipe, registry, family, say=notices.quiet) -> "Port":
+    def open(cls, recipe: Recipe, registry: Registry, family: ModelFamily,
+             say=notices.quiet) -> "Port":
         """Start the runtime, check shapes, load and port (see ``porter.load``)."""
         # what the process spent before its first port: the interpreter, imports, the
         # checks (a later port's would be the process's age, not its start-up)

@@ -162,3 +162,14 @@ def test_the_teacher_example_runs_as_documented():
     losses = [float(line.rsplit(" ", 1)[1]) for line in done.stdout.splitlines()
               if line.startswith("step ")]
     assert len(losses) == 3 and losses[-1] < losses[0]
+
+
+def test_importing_porter_and_its_registry_imports_neither_torch_nor_jax():
+    """``porter.hookimpl`` is what a plugin imports: the facade and the registry it comes
+    from stay light (a fresh process: this one has imported both)."""
+    probe = ("import sys, porter, porter.registry; "
+             "print(sorted({'torch', 'jax'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

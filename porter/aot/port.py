@@ -88,7 +88,7 @@ class AbstractPort:
         return {name: c.weights_bytes_per_chip for name, c in self.components.items()}
 
 
-def target_runtime(recipe, target: targets.Target) -> Runtime:
+def target_runtime(recipe: Recipe, target: targets.Target) -> Runtime:
     """The target's mesh (the recipe's axes on its chips), platform and XLA options."""
 
     axes = resolve_mesh(recipe.mesh, target.chips, given=True, target=target.name)
@@ -99,7 +99,7 @@ def target_runtime(recipe, target: targets.Target) -> Runtime:
                    device_kind=device.device_kind, cache=None, xla_options=options)
 
 
-def build(recipe, registry, target: targets.Target) -> AbstractPort:
+def build(recipe: Recipe, registry: Registry, target: targets.Target) -> AbstractPort:
     """The recipe's port for ``target``, every tensor abstract: the passes' ``abstract``
     parts (``porter.port.passes``), in the run's order."""
     family = registry.family(recipe.model.family)
@@ -120,7 +120,7 @@ def build(recipe, registry, target: targets.Target) -> AbstractPort:
                         b.ported())
 
 
-def _abstract_state(component: Component, runtime):
+def _abstract_state(component: Component, runtime: Runtime):
     """torchax's view of the module (what a compiled call passes as params and buffers)
     with each tensor abstract, in the sharding a run places it in (found by the tensor
     itself: torchax may name a tied weight otherwise than the rules do); and the bytes

@@ -10,6 +10,10 @@ the model FLOPs utilisation (MFU) each implies.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ ANCHORS += (
 )
 
 
-def anchors_for(recipe, target) -> list[Anchor]:
+def anchors_for(recipe: Recipe, target) -> list[Anchor]:
     gen = recipe.generate
     return [a for a in ANCHORS if a.source == recipe.model.source and a.target == target.name
             and (a.height, a.width, a.frames) == (gen.height, gen.width, gen.frames)]

@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from porter import api
 from porter import recipe as recipe_mod
@@ -35,6 +35,11 @@ from porter.recipe import jsonio, yamlio
 from porter.rundir import artifacts, outputs, progress, record
 from porter.rundir.lifecycle import resume_problem
 from porter.runtime import atomic, distributed, notices
+
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
+    from porter.registry import Registry
 
 SUMMARY = "batch.json"
 #: a prompts file's bytes: tens of thousands of prompts, not an endless stream
@@ -149,7 +154,7 @@ def _json_item(item: Item, content: str) -> None:
     item.settings = data
 
 
-def check_items(items: list[Item], recipe, registry, path: Path) -> None:
+def check_items(items: list[Item], recipe: Recipe, registry: Registry, path: Path) -> None:
     """Each item's recipe, checked without weights; a bad item gets its problem."""
     for item in items:
         if item.problem:
@@ -161,7 +166,7 @@ def check_items(items: list[Item], recipe, registry, path: Path) -> None:
             item.problem = "; ".join(f"{p.path}: {p.message}" for p in exc.problems)
 
 
-def run_batch(recipe, registry, prompts: Path, progress: bool = True,
+def run_batch(recipe: Recipe, registry: Registry, prompts: Path, progress: bool = True,
               resume: bool = False) -> dict:
     """Run every item of ``prompts`` on one port; returns the batch summary."""
 
@@ -230,7 +235,7 @@ def replica_mesh(mesh: dict, processes: int, local: int, total: int) -> dict | N
     return {**mesh, "dp": dp // processes}
 
 
-def _split(recipe, say):
+def _split(recipe: Recipe, say):
     """With several processes, each takes every P-th item and runs it on its own
     devices, when the mesh allows (``replica_mesh``); else every process runs every
     item on the whole mesh, one after another. Returns (recipe, which items are this
@@ -265,7 +270,7 @@ class Batch:
     summary: str = SUMMARY  # this process's summary file
 
 
-def _owned_batch(batch: Batch, family, registry) -> dict:
+def _owned_batch(batch: Batch, family: ModelFamily, registry: Registry) -> dict:
     started = time.perf_counter()
     if not batch.items:  # more processes than items: this one has none
         return {"summary": batch.summary, "counts": {}, "items": [],
@@ -365,7 +370,7 @@ def _still_ours(items: list[Item], directory: Path) -> None:
                           "batch made it: the folder holds another run's files now")
 
 
-def _finished(directory: Path, recipe, made_from: dict) -> bool:
+def _finished(directory: Path, recipe: Recipe, made_from: dict) -> bool:
     """Does ``directory`` hold a complete run of this item (same model, generation
     settings, dtypes and LoRA, as a stage file is judged), made from the files
     ``made_from`` names (the port's ``inputs``: a replaced adapter or checkpoint

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter import api
 from porter import recipe as recipe_mod
@@ -13,8 +14,11 @@ from porter.rundir.outputs import output_dir
 from porter.runtime import distributed, notices
 from porter.stepcache import calibration
 
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
-def calibrate(recipe, output: Path | None = None, progress: bool = True):
+
+def calibrate(recipe: Recipe, output: Path | None = None, progress: bool = True):
     """Run ``recipe``'s encode and denoise stages with MagCache calibrating (nothing
     skipped) and write the ratios to ``output`` (default: output.dir/mag_ratios.json).
     Returns (the file, the run's cache summary)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from typing import TYPE_CHECKING
 
 from porter.aot import executable, roofline, targets
 from porter.aot import port as abstract_port
@@ -17,6 +18,10 @@ from porter.runtime import environment
 from porter.transforms import patches
 from porter.transforms.sharding import human_bytes
 
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
+    from porter.registry import Registry
+
 
 def host_compiles() -> None:
     """This process compiles for a TPU it does not have: JAX runs on the CPU (set
@@ -26,7 +31,8 @@ def host_compiles() -> None:
     environment.quiet_libtpu()
 
 
-def build(recipe, registry, target_name: str, only: list[str] | None = None,
+def build(recipe: Recipe, registry: Registry, target_name: str,
+          only: list[str] | None = None,
           say=lambda message: None) -> dict:
     """Compile every program of ``recipe``'s run (``only``: those named, e.g.
     ``transformer.forward``) for ``target_name``; the report (see ``render``). Raises
@@ -110,7 +116,7 @@ def _identity(port, program) -> tuple:
             component.attention_skipped) + program.signature()[1:]
 
 
-def _check(recipe, registry, target) -> None:
+def _check(recipe: Recipe, registry: Registry, target) -> None:
     """What ``porter validate --devices N`` checks, for the target's chips and platform."""
     problems = checks.input_problems(recipe, registry)
     if not problems:
@@ -122,7 +128,7 @@ def _check(recipe, registry, target) -> None:
         raise RecipeError(problems)
 
 
-def _report(recipe, port, target, results, left_out: dict) -> dict:
+def _report(recipe: Recipe, port, target, results, left_out: dict) -> dict:
     """The report of ``results``; ``left_out`` names what was not compiled, and why."""
     chip = target.facts
     resident = port.resident_bytes_per_chip

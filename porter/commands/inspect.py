@@ -9,12 +9,18 @@ meta-device models: no model weights (LoRA files are read).
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from porter.errors import RecipeError, UsageError
 from porter.loading import abstract
 from porter.port import checks
 from porter.transforms import lora
 from porter.transforms.sharding import named_tensors, normalize
+
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
+    from porter.registry import Registry
 
 DTYPE_NAMES = {"torch.float32": "f32", "torch.bfloat16": "bf16", "torch.float16": "f16",
                "torch.float64": "f64"}
@@ -56,7 +62,7 @@ def component_rows(module, shard_rules, dtype_rules, adapted=None) -> list[dict]
     return rows
 
 
-def inspect(recipe, registry) -> dict:
+def inspect(recipe: Recipe, registry: Registry) -> dict:
     """Each component's rows (``component_rows``), after the checks of the recipe and
     its model's configuration that ``validate`` runs first."""
     problems = checks.input_problems(recipe, registry)
@@ -65,7 +71,7 @@ def inspect(recipe, registry) -> dict:
     return build(recipe, registry)
 
 
-def build(recipe, registry) -> dict:
+def build(recipe: Recipe, registry: Registry) -> dict:
     family = registry.family(recipe.model.family)
     modules = abstract.components(family, recipe)
     if modules is None:
@@ -77,7 +83,8 @@ def build(recipe, registry) -> dict:
             for name, module in modules.items()}
 
 
-def _adapted(recipe, family, modules) -> dict[str, dict[str, list[int]]]:
+def _adapted(recipe: Recipe, family: ModelFamily, modules) -> dict[str, dict[str,
+             list[int]]]:
     """component -> tensor name -> the LoRA adapters (recipe indices) that change it."""
     found: dict[str, dict[str, list[int]]] = {}
     for adapter in lora.read_all(recipe, family.pipeline_class(recipe), modules):

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter.errors import UsageError
+
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
 
 HEADER = """\
 # porter run {path}
@@ -59,7 +63,7 @@ def target(name: str) -> Path:
     return Path("recipes") / f"{name}.yaml"
 
 
-def text(path: Path, family, base: str | None) -> str:
+def text(path: Path, family: ModelFamily, base: str | None) -> str:
     head = HEADER.format(path=path, family=family.name)
     if base is not None:
         relative = os.path.relpath(Path(base).resolve(), path.parent.resolve())
@@ -72,7 +76,8 @@ def text(path: Path, family, base: str | None) -> str:
     return head + "".join(lines) + "\n" + SECTIONS.format(generate=generate)
 
 
-def write(name: str, family, base: str | None = None, force: bool = False) -> Path:
+def write(name: str, family: ModelFamily, base: str | None = None,
+          force: bool = False) -> Path:
     path = target(name)
     if base is not None and not Path(base).is_file():
         raise UsageError(f"--from {base}: no such recipe file")

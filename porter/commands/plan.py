@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from porter.errors import RecipeError
 from porter.port import checks, estimates
 from porter.transforms.sharding import human_bytes
 
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
+    from porter.registry import Registry
 
-def plan(recipe, registry, devices: int | None = None, target=None) -> dict:
+
+def plan(recipe: Recipe, registry: Registry, devices: int | None = None,
+         target=None) -> dict:
     """The recipe's plan for ``devices`` devices (or a TPU slice ``target``), after the
     checks of the recipe and its model's configuration that ``validate`` runs first."""
     problems = checks.input_problems(recipe, registry)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from porter import api
 from porter.errors import UsageError
 from porter.generate import runners
@@ -11,10 +13,14 @@ from porter.rundir import outputs, results
 from porter.rundir.lifecycle import RunResult, finish, owned, resume_problem
 from porter.runtime import distributed, notices
 
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
+    from porter.registry import Registry
+
 __all__ = ["RunResult", "run"]
 
 
-def run(recipe, registry, progress: bool = True, stage: str | None = None,
+def run(recipe: Recipe, registry: Registry, progress: bool = True, stage: str | None = None,
         resume: bool = False) -> RunResult:
     """Run the recipe: every stage, one ``stage``, or (``resume``) what is left.
 

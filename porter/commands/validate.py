@@ -4,14 +4,20 @@ could write where it will."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from porter.errors import Problem
 from porter.port import checks
 from porter.rundir.outputs import output_dir
 from porter.runtime import atomic, compile_cache, notices
 from porter.transforms import quantize
 
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
+    from porter.registry import Registry
 
-def validate(recipe, registry, devices: int | None = None,
+
+def validate(recipe: Recipe, registry: Registry, devices: int | None = None,
              target=None) -> list[Problem]:
     """Every problem; mesh and sharding for ``devices`` devices when given (as if: none
     need exist; of a TPU slice ``target``, a ``porter.aot.targets.Target``, with its
@@ -32,7 +38,7 @@ def validate(recipe, registry, devices: int | None = None,
                         + write_problems(recipe))
 
 
-def write_problems(recipe) -> list[Problem]:
+def write_problems(recipe: Recipe) -> list[Problem]:
     """Where the run will write, checked writable now (a run finds out before loading
     anything, `validate` before the run). The compile cache is optional, as in a run:
     an unwritable one is a warning."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,10 +27,16 @@ from porter.stepcache import without_cache
 from porter.transforms import jit
 from porter.transforms import dtypes, patches, quantize
 
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
+    from porter.registry import Registry
+    from porter.runtime import Runtime
+
 DEFAULT_TOLERANCE = {"float32": 1e-5, "bfloat16": 5e-2, "float16": 5e-2}
 
 
-def tolerance(recipe, registry) -> float:
+def tolerance(recipe: Recipe, registry: Registry) -> float:
     """The recipe's ``verify.tolerance``, else its dtype's, widened to its quantization
     format's bound (``auto``: the widest, as the chip decides the format) and to its
     attention backends' (an approximate kernel's, e.g. fp8 attention)."""
@@ -75,13 +82,13 @@ def _unwrap(component):
         component = inner
 
 
-def _single_device(runtime):
+def _single_device(runtime: Runtime):
     import jax
     devices = np.array(jax.devices()[:1]).reshape((1,) * len(runtime.axes))
     return replace(runtime, mesh=jax.sharding.Mesh(devices, tuple(runtime.axes)))
 
 
-def _ported(family, recipe, registry, runtime):
+def _ported(family: ModelFamily, recipe: Recipe, registry: Registry, runtime: Runtime):
     """The recipe's pipeline ported to ``runtime``: (pipe, eager transformer, its
     PyTorch copy before the recipe's dtypes, what its calls run inside)."""
     pipe = loading.load_untouched(family, recipe)
@@ -91,7 +98,7 @@ def _ported(family, recipe, registry, runtime):
     return pipe, _unwrap(pipe.transformer), host, calling
 
 
-def _run_ported(module, compiled, inputs, runtime, recorded):
+def _run_ported(module, compiled, inputs, runtime: Runtime, recorded):
     """Module outputs (eager, hooked) and the compiled final output, on the host: the
     caller installs the recipe's ops; ``recorded`` names the modules to hook."""
     placed = {k: to_device(v, runtime) for k, v in inputs.items()}
@@ -107,7 +114,7 @@ def _run_ported(module, compiled, inputs, runtime, recorded):
     return outputs, to_host(final)
 
 
-def unscanned(recipe, registry):
+def unscanned(recipe: Recipe, registry: Registry):
     """The recipe with its transformers' blocks compiled one by one, not as a scan: the
     eager pass hooks each block, which a scan runs over stacked weights instead (tests
     hold the scan equal to the blocks one by one)."""
@@ -125,7 +132,7 @@ def unscanned(recipe, registry):
     return recipe_mod.validate_data(data, dict(recipe._locations), recipe.path)
 
 
-def verify(recipe, registry, sharded: bool = False) -> dict:
+def verify(recipe: Recipe, registry: Registry, sharded: bool = False) -> dict:
     """Compare the port with PyTorch (or, ``sharded``, with itself on one device); a
     step cache is left out (it changes which blocks run, not how they compute), and the
     blocks are compiled one by one (``unscanned``)."""
@@ -160,7 +167,8 @@ def verify(recipe, registry, sharded: bool = False) -> dict:
     return report(recipe, registry, expected, got, expected_final, final, sharded)
 
 
-def report(recipe, registry, expected: dict, got: dict, expected_final, final,
+def report(recipe: Recipe, registry: Registry, expected: dict, got: dict, expected_final,
+           final,
            sharded) -> dict:
     limit = tolerance(recipe, registry)
     rows = []

@@ -15,9 +15,12 @@ runs either):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from porter.errors import Problem
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
 
 class ModelFamily:
@@ -76,16 +79,16 @@ class ModelFamily:
                               "negative_prompt": "", "height": 64, "width": 64,
                               "frames": 17, "steps": 4, "guidance_scale": 5.0, "seed": 0}
 
-    def rotary_patch_for(self, recipe) -> str | None:
+    def rotary_patch_for(self, recipe: Recipe) -> str | None:
         """The rotary patch for this recipe's model (families with several layouts)."""
         return self.rotary_patch
 
-    def token_grid(self, recipe) -> tuple[int, int, int] | None:
+    def token_grid(self, recipe: Recipe) -> tuple[int, int, int] | None:
         """The transformer's video tokens (frames, height, width) where ``windows``;
         None: not windowed, or not known without the model's configuration."""
         return None
 
-    def check(self, recipe) -> list[Problem]:
+    def check(self, recipe: Recipe) -> list[Problem]:
         """Problems a recipe has for this family, found without weights."""
         variant = recipe.model.variant
         if recipe.model.config and recipe.model.source != "tiny":
@@ -105,7 +108,7 @@ class ModelFamily:
                                    + (", ".join(self.variants) or "none"))]
         return []
 
-    def pipeline_class(self, recipe=None) -> type:
+    def pipeline_class(self, recipe: Recipe=None) -> type:
         """The diffusers pipeline class used to load the recipe's checkpoint."""
         raise NotImplementedError
 
@@ -125,24 +128,24 @@ class ModelFamily:
         (component -> the weights' file, read as ``model.<component>``)."""
         return None
 
-    def build_tiny(self, recipe) -> Any:
+    def build_tiny(self, recipe: Recipe) -> Any:
         """A small random-weight pipeline built in code (``model.source: tiny``)."""
         raise NotImplementedError
 
-    def transformer_steps(self, pipe, recipe) -> dict[str, int]:
+    def transformer_steps(self, pipe, recipe: Recipe) -> dict[str, int]:
         """How many denoising steps each transformer component runs (a step cache
         aims at it): every step, the one transformer, unless the family says
         otherwise."""
         return {"transformer": recipe.generate.steps}
 
-    def transformer_inputs(self, recipe, config) -> dict[str, tuple[int, ...]]:
+    def transformer_inputs(self, recipe: Recipe, config) -> dict[str, tuple[int, ...]]:
         """Shapes of the transformer's keyword inputs for this recipe (for sharding checks).
 
         ``config`` is the transformer's configuration (from weights or a meta model).
         """
         return {}
 
-    def rotary_tables(self, pipe, recipe) -> list:
+    def rotary_tables(self, pipe, recipe: Recipe) -> list:
         """Rotary tables for the recipe's shapes, computed on the host.
 
         Returns ``(module, key, tables, dtype)`` entries: ``module`` is the rotary
@@ -151,13 +154,13 @@ class ModelFamily:
         """
         return []
 
-    def size_problems(self, recipe, config) -> list[Problem]:
+    def size_problems(self, recipe: Recipe, config) -> list[Problem]:
         """Sizes (frames, height, width) the transformer with ``config`` cannot take:
         beyond its positional tables, or other than a fixed size it was trained at.
         Found without weights, before a run loads them."""
         return []
 
-    def estimates(self, recipe, config) -> dict:
+    def estimates(self, recipe: Recipe, config) -> dict:
         """Analytic costs of one denoising step from the transformer's config.
 
         Keys: ``tokens``, ``flops_per_step`` (every guidance pass), ``attention``:
@@ -166,7 +169,7 @@ class ModelFamily:
         """
         return {}
 
-    def programs(self, recipe, modules: dict) -> list | None:
+    def programs(self, recipe: Recipe, modules: dict) -> list | None:
         """The compiled programs one video runs, at the recipe's shapes: a list of
         ``porter.aot.programs.Program`` (component, method, the ``Input``s and static
         values it is called with, calls per video), in the order a run calls them.

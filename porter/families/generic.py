@@ -10,6 +10,7 @@ docs/authoring-recipes.md.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from porter.recipe import call_args
 from porter.recipe.inputs import INPUTS, KIND_NAMES, latents_names
 from porter.recipe.sources import source_kind
 from porter.runtime import finite, interrupt
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
 #: diffusers pipelines Porter cannot run from a recipe, and why (``porter validate``
 #: refuses them; docs/pipelines.md is the whole list, tests/matrix proves it)
@@ -124,7 +128,7 @@ class GenericFamily(ModelFamily):
                                  "model_index.json",
                      "dtype": "float32"}
 
-    def check(self, recipe):
+    def check(self, recipe: Recipe):
         problems = super().check(recipe)
         if recipe.model.source == "tiny":
             problems.append(recipe.problem("model.source", "the generic family has no tiny "
@@ -140,7 +144,7 @@ class GenericFamily(ModelFamily):
             problems += call_args.problems(recipe, cls)
         return problems
 
-    def input_problems(self, recipe):
+    def input_problems(self, recipe: Recipe):
         """Input files (``generate.image``, ``video``, ..., ``latents``) that are not
         there."""
         found = []
@@ -159,7 +163,7 @@ class GenericFamily(ModelFamily):
                                                 hint=exc.hint))
         return found
 
-    def concrete_class(self, recipe):
+    def concrete_class(self, recipe: Recipe):
         """The pipeline class that will run, where known without loading: the recipe's
         ``model.pipeline``, or the one a local checkpoint's model_index.json names.
         UsageError for a class Porter cannot run (``runnable``)."""
@@ -177,7 +181,7 @@ class GenericFamily(ModelFamily):
             return None  # the checkpoint checks say what is wrong with the file
         return runnable(name) if isinstance(name, str) else None
 
-    def pipeline_class(self, recipe=None):
+    def pipeline_class(self, recipe: Recipe=None):
         import diffusers
 
         name = recipe.model.pipeline if recipe is not None else None
@@ -185,12 +189,12 @@ class GenericFamily(ModelFamily):
             return diffusers.DiffusionPipeline  # the class named in model_index.json
         return runnable(name)
 
-    def call_kwargs(self, recipe, cls) -> dict:
+    def call_kwargs(self, recipe: Recipe, cls) -> dict:
         """Keyword arguments of the pipeline call (``porter.recipe.call_args``); families
         built on this one add or drop their own."""
         return call_args.kwargs(recipe, cls)
 
-    def generate(self, pipe, recipe):
+    def generate(self, pipe, recipe: Recipe):
         watch = _StepWatch(pipe, recipe.generate.steps)
         out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)), **watch.kwargs)
         frames = first_video(out)

@@ -13,13 +13,16 @@ transformer call) and ``decode``; ``denoiser``, ``model_input``, ``step`` and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from porter.errors import Problem
 from porter.families.base import ModelFamily
 from porter.recipe.inputs import INPUTS, PATH_KEYS
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -37,19 +40,19 @@ class Grid:
         """Height and width are multiples of this."""
         return self.spatial * self.patch
 
-    def latents(self, recipe) -> tuple[int, int, int]:
+    def latents(self, recipe: Recipe) -> tuple[int, int, int]:
         """The recipe's latent frames, height and width."""
         gen = recipe.generate
         return ((gen.frames - 1) // self.temporal + 1, gen.height // self.spatial,
                 gen.width // self.spatial)
 
-    def tokens(self, recipe) -> tuple[int, int, int]:
+    def tokens(self, recipe: Recipe) -> tuple[int, int, int]:
         """The transformer's video tokens as a grid (frames, height, width): the
         latents cut into patches (one latent frame deep)."""
         frames, height, width = self.latents(recipe)
         return frames, height // self.patch, width // self.patch
 
-    def problems(self, recipe, model: str) -> list[Problem]:
+    def problems(self, recipe: Recipe, model: str) -> list[Problem]:
         """Heights and widths the patches do not divide, frame counts the VAE does not
         take (``model`` names the model in the messages)."""
         gen, found, step = recipe.generate, [], self.pixels
@@ -104,16 +107,16 @@ class StagedFamily(ModelFamily):
 
     # ------------------------------------------------------------------ what it reads
 
-    def grid(self, recipe) -> Grid | None:
+    def grid(self, recipe: Recipe) -> Grid | None:
         """How the recipe's model divides a video (None: not known without its
         configuration; the size checks wait for the run)."""
         return None
 
-    def extra_keys(self, recipe) -> tuple[str, ...]:
+    def extra_keys(self, recipe: Recipe) -> tuple[str, ...]:
         """The ``generate.extra`` keys this recipe's model reads."""
         return self.extra
 
-    def check(self, recipe) -> list[Problem]:
+    def check(self, recipe: Recipe) -> list[Problem]:
         """The shared checks: inputs and extra keys the family does not read, sizes its
         ``grid`` does not take."""
         gen = recipe.generate
@@ -133,17 +136,17 @@ class StagedFamily(ModelFamily):
         grid = None if model_problems else self.grid(recipe)
         return problems + (grid.problems(recipe, self.title) if grid is not None else [])
 
-    def latent_grid(self, recipe) -> tuple[int, int, int]:
+    def latent_grid(self, recipe: Recipe) -> tuple[int, int, int]:
         """The recipe's latent frames, height and width (``grid``)."""
         return self.grid(recipe).latents(recipe)
 
-    def token_grid(self, recipe) -> tuple[int, int, int] | None:
+    def token_grid(self, recipe: Recipe) -> tuple[int, int, int] | None:
         """The transformer's video tokens (frames, height, width) for ``attention.window``
         (None: the family's attention is not windowed)."""
         grid = self.grid(recipe) if self.windows else None
         return None if grid is None else grid.tokens(recipe)
 
-    def text_length(self, recipe) -> int:
+    def text_length(self, recipe: Recipe) -> int:
         """Text tokens per prompt: the recipe's, or the pipeline's own default."""
         if self.text_tokens is None or recipe.sets("generate.max_sequence_length"):
             return recipe.generate.max_sequence_length
@@ -151,28 +154,28 @@ class StagedFamily(ModelFamily):
 
     # ------------------------------------------------------------------ the steps
 
-    def encode(self, pipe, recipe) -> dict[str, Any]:
+    def encode(self, pipe, recipe: Recipe) -> dict[str, Any]:
         """The conditioning on the JAX device (runs inside the torchax env): text
         embeddings by ``guidance_pairs``' keys, and whatever else ``call`` needs."""
         raise NotImplementedError
 
-    def initial_latents(self, pipe, recipe, generator):
+    def initial_latents(self, pipe, recipe: Recipe, generator):
         """The initial noise as a CPU torch tensor, drawn from ``generator`` (the run's
         CPU generator, seeded with ``generate.seed``) as the pipeline draws it: the same
         on every platform."""
         raise NotImplementedError
 
-    def timesteps(self, pipe, recipe):
+    def timesteps(self, pipe, recipe: Recipe):
         """Prepare ``pipe.scheduler`` and return the timesteps to iterate."""
         raise NotImplementedError
 
-    def cfg_scale(self, recipe) -> float:
+    def cfg_scale(self, recipe: Recipe) -> float:
         """The classifier-free guidance scale the recipe asks for: above 1, both branches
         run (a guidance-distilled model that takes its scale as an input says 1 unless
         the recipe asks for true guidance too)."""
         return recipe.generate.guidance_scale
 
-    def denoiser(self, pipe, timestep, sampling, recipe):
+    def denoiser(self, pipe, timestep, sampling, recipe: Recipe):
         """The transformer that predicts this step and its guidance scale (two experts
         switch at a boundary; a schedule may vary the scale). ``sampling``:
         ``porter.generate.sampling.Sampling`` (the step's index, the schedule)."""
@@ -199,6 +202,6 @@ class StagedFamily(ModelFamily):
         (a family that keeps given frames apart puts them back here)."""
         return latents
 
-    def decode(self, pipe, latents, recipe) -> np.ndarray:
+    def decode(self, pipe, latents, recipe: Recipe) -> np.ndarray:
         """Latents (CPU torch tensor) to frames: uint8 array (frames, height, width, 3)."""
         raise NotImplementedError

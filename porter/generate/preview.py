@@ -19,11 +19,16 @@ from __future__ import annotations
 import io
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from porter.rundir import outputs
+
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
 
 FILE = outputs.PREVIEW
 #: the fit's latents: this many samples of (1 frame x SIDE x SIDE) latent cells
@@ -47,7 +52,7 @@ class LatentColours:
         return np.clip(rgb, 0, 255).round().astype(np.uint8)
 
 
-def fitted(family, pipe, recipe, channels: int) -> LatentColours:
+def fitted(family: ModelFamily, pipe, recipe: Recipe, channels: int) -> LatentColours:
     """The latent-to-RGB map of this pipeline's VAE (see the module's docstring)."""
     start = time.perf_counter()
     generator = torch.Generator().manual_seed(0)
@@ -79,7 +84,8 @@ class Previews:
         self.colours: LatentColours | None = None
         self.off = False
 
-    def image(self, family, pipe, recipe, latents: torch.Tensor) -> np.ndarray:
+    def image(self, family: ModelFamily, pipe, recipe: Recipe,
+              latents: torch.Tensor) -> np.ndarray:
         """The preview of ``latents`` (host tensor); the map fitted first, once."""
         if self.colours is None:  # once per port: its decode compiles
             self.colours = fitted(family, pipe, recipe, latents.shape[1])

@@ -24,6 +24,8 @@ from porter.transforms import scheduler as scheduling
 
 if TYPE_CHECKING:
     from porter.api import Outcome
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
 
 
 class StagedLoop:
@@ -45,7 +47,7 @@ class StagedLoop:
         return artifacts.STAGES
 
     @staticmethod
-    def continuation(directory: Path, wanted: tuple[str, ...], recipe,
+    def continuation(directory: Path, wanted: tuple[str, ...], recipe: Recipe,
                      resume: bool) -> Resumed:
         """The inputs on disk this run needs, checked now: a bad file fails before
         loading."""
@@ -135,7 +137,8 @@ class PipelineLoop:
         return ()  # one piece (not staged: --stage and --resume are refused)
 
     @staticmethod
-    def continuation(directory: Path, wanted: tuple, recipe, resume: bool) -> Resumed:
+    def continuation(directory: Path, wanted: tuple, recipe: Recipe,
+                     resume: bool) -> Resumed:
         return Resumed()
 
     def generate(self, port, call: Call):
@@ -155,7 +158,7 @@ STAGED = StagedLoop()
 PIPELINE = PipelineLoop()
 
 
-def of(family):
+def of(family: ModelFamily):
     """How ``family`` generates: the core's staged loop, or the pipeline's own."""
     return STAGED if family.staged else PIPELINE
 

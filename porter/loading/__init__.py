@@ -20,10 +20,12 @@ from porter.recipe.sources import source_kind
 from porter.transforms import Checking, Pass, dtypes, lora
 
 if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
     from porter.port.building import Building
+    from porter.recipe import Recipe
 
 
-def source_problems(recipe) -> list[Problem]:
+def source_problems(recipe: Recipe) -> list[Problem]:
     found = [recipe.problem(f"model.{name}", problem, hint=f"a .safetensors file or a "
                             f"PyTorch checkpoint (.pth) holding the {name}'s weights")
              for name, path in single_file.given(recipe).items()
@@ -31,7 +33,7 @@ def source_problems(recipe) -> list[Problem]:
     return found + _source_problems(recipe)
 
 
-def _source_problems(recipe) -> list[Problem]:
+def _source_problems(recipe: Recipe) -> list[Problem]:
     source = recipe.model.source
     kind = source_kind(source)
     if kind == "missing":
@@ -46,7 +48,7 @@ def _source_problems(recipe) -> list[Problem]:
     return []
 
 
-def load_pipeline(family, recipe):
+def load_pipeline(family: ModelFamily, recipe: Recipe):
     """The recipe's pipeline in torch (CPU), weights in the recipe's dtypes, eval mode."""
     pipe = load_untouched(family, recipe)
     dtypes.apply_all(pipe.components, recipe)
@@ -65,7 +67,7 @@ def torch_components(pipe) -> dict:
     return {n: c for n, c in pipe.components.items() if isinstance(c, torch.nn.Module)}
 
 
-def load_for_port(family, recipe) -> Loaded:
+def load_for_port(family: ModelFamily, recipe: Recipe) -> Loaded:
     """The pipeline to port, where the weights of its empty components lie, and what
     names the checkpoint.
 
@@ -110,13 +112,13 @@ def _component(pipe, name: str) -> torch.nn.Module:
     return module
 
 
-def elsewhere_components(recipe) -> tuple[str, ...]:
+def elsewhere_components(recipe: Recipe) -> tuple[str, ...]:
     """The components whose weights come from a file of their own (``model.transformer``,
     ``model.vae``, ``model.text_encoder``): model.source needs only their configuration."""
     return tuple(single_file.given(recipe))
 
 
-def checkpoint_files(recipe) -> dict | None:
+def checkpoint_files(recipe: Recipe) -> dict | None:
     """The ``files`` of the checkpoint's identity (``checkpoints.identity``) as they are
     on disk now, from headers, without loading, ``model.transformer``'s too: None for a
     tiny model (without such a file), or a hub checkpoint not in the local cache yet."""
@@ -155,7 +157,7 @@ def _empty_components(root: Path, elsewhere: tuple[str, ...] = ()) -> tuple[dict
     return empty, found
 
 
-def load_untouched(family, recipe):
+def load_untouched(family: ModelFamily, recipe: Recipe):
     """The pipeline as its source gives it, with the recipe's LoRA adapters fused
     (dtypes not yet applied), in eval mode."""
 
@@ -169,7 +171,7 @@ def load_untouched(family, recipe):
     return pipe
 
 
-def _loaded(family, recipe):
+def _loaded(family: ModelFamily, recipe: Recipe):
     source = recipe.model.source
     kind = source_kind(source)
     if kind == "tiny":
@@ -190,7 +192,7 @@ def _loaded(family, recipe):
     return pipe
 
 
-def _torch_dtypes(recipe) -> dict:
+def _torch_dtypes(recipe: Recipe) -> dict:
     """Load each component straight into its dtype: no float32 copy of a bfloat16
     model is ever made, and float32 components lose nothing."""
     return {"default": dtypes.DTYPES[recipe.model.dtype],

@@ -10,11 +10,16 @@ import contextlib
 import importlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from porter.recipe.sources import source_kind
 from porter.transforms import dtypes
+
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
 
 # model_index.json names the library of each component; only these are imported.
 LIBRARIES = ("diffusers", "transformers")
@@ -38,7 +43,7 @@ def meta_device():
         yield
 
 
-def components(family, recipe) -> dict[str, torch.nn.Module] | None:
+def components(family: ModelFamily, recipe: Recipe) -> dict[str, torch.nn.Module] | None:
     """Component name -> module on the meta device; None when only weights could tell."""
     kind = source_kind(recipe.model.source)
     if kind == "tiny":

@@ -13,8 +13,13 @@ from __future__ import annotations
 import inspect
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter.recipe.sources import source_kind
+
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
 
 
 def cached_snapshot(source: str) -> Path | None:
@@ -38,7 +43,7 @@ def checkpoint_root(source: str) -> Path | None:
     return None
 
 
-def component_config(family, recipe, component: str) -> dict | None:
+def component_config(family: ModelFamily, recipe: Recipe, component: str) -> dict | None:
     """``component``'s configuration with its class as ``_class_name``: from the
     checkpoint's files, else the plugin's official configuration for the hub id; None
     for a tiny model (its family knows its layout from ``model.variant``) or where no

@@ -17,13 +17,18 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter.loading import single_file
 from porter.recipe.sources import source_kind
 from porter.runtime import compile_cache
 
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
+    from porter.registry import Registry
 
-def resolved(recipe, registry):
+
+def resolved(recipe: Recipe, registry: Registry):
     """The recipe with an original release's folder in ``model.source`` replaced by a
     diffusers layout of it (and ``model.<component>`` by the release's files, where the
     recipe names none); any other recipe as it is."""

@@ -21,7 +21,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -29,6 +29,10 @@ from porter.errors import LoadError, UsageError
 from porter.loading import checkpoints, pickled
 from porter.loading.weights import SCALES_LOST, ComponentWeights, cast_fp8_problem
 from porter.transforms.sharding import tensor_slots
+
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
 
 #: a scaled fp8 file's marker tensor (ComfyUI's) and each weight's scale, by suffix
 MARKER = "scaled_fp8"
@@ -49,7 +53,7 @@ class Refusal(NamedTuple):
     hint: str
 
 
-def given(recipe) -> dict[str, Path]:
+def given(recipe: Recipe) -> dict[str, Path]:
     """component -> the file the recipe gives its weights in (``model.<component>``),
     from the current directory as ``model.source`` is."""
     files = {}
@@ -258,7 +262,7 @@ def _converted(header: dict, expected: dict, converter) -> dict[str, str] | str:
     return {name: original[id(tensor)] for name, tensor in converted.items()}
 
 
-def converter_of(family, component: str = "transformer"):
+def converter_of(family: ModelFamily, component: str = "transformer"):
     """The family's converter of the original release's key names for ``component``:
     a function of diffusers' (named by a string) or of the family's own, or None."""
     converter = family.single_file_converters.get(component)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter import loading
 from porter import recipe as recipe_mod
@@ -23,6 +24,12 @@ from porter.transforms import Checking, attention, lora, quantize
 from porter.transforms.attention import backends
 from porter.transforms.sharding import human_bytes
 
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
+    from porter.registry import Registry
+    from porter.runtime import Runtime
+
 # Building a model on the meta device takes no memory, but time grows with its
 # size: num_layers: 1000000 would build for hours. Torch calls per build, by
 # source: a tiny model with model.config (a 14B-shaped Wan takes ~6k; this is
@@ -30,7 +37,7 @@ from porter.transforms.sharding import human_bytes
 MAX_BUILD_CALLS = {"tiny": 50_000, "local": 250_000}
 
 
-def family_problems(recipe, registry) -> list[Problem]:
+def family_problems(recipe: Recipe, registry: Registry) -> list[Problem]:
     name = recipe.model.family
     if name in registry.families:
         return []
@@ -40,7 +47,7 @@ def family_problems(recipe, registry) -> list[Problem]:
     return [recipe.problem("model.family", f"unknown model family {name!r}", hint=hint)]
 
 
-def _path_problem(recipe, key: str, value: str, from_recipe: bool) -> list[Problem]:
+def _path_problem(recipe: Recipe, key: str, value: str, from_recipe: bool) -> list[Problem]:
     try:
         # where the checks below look: model.source from the current directory,
         # an input file (generate.image, ...) from the recipe's folder
@@ -58,7 +65,7 @@ def _path_problem(recipe, key: str, value: str, from_recipe: bool) -> list[Probl
     return []
 
 
-def path_problems(recipe) -> list[Problem]:
+def path_problems(recipe: Recipe) -> list[Problem]:
     """Paths the system refuses even to look at. The other checks ask whether these
     paths exist, and for such a path that question raises instead of answering."""
     problems = []
@@ -75,7 +82,7 @@ def path_problems(recipe) -> list[Problem]:
     return problems
 
 
-def required_problems(recipe, family) -> list[Problem]:
+def required_problems(recipe: Recipe, family: ModelFamily) -> list[Problem]:
     """generate settings the family needs that the recipe leaves out (its other checks
     read them)."""
     return [recipe.problem(f"generate.{key}", f"family {family.name!r} needs "
@@ -83,7 +90,7 @@ def required_problems(recipe, family) -> list[Problem]:
             for key in family.required if getattr(recipe.generate, key) is None]
 
 
-def recipe_problems(recipe, registry) -> list[Problem]:
+def recipe_problems(recipe: Recipe, registry: Registry) -> list[Problem]:
     """Schema-level problems that need the plugins but not JAX or weights: the family's
     checks, then every pass's (``porter.port.passes``)."""
     problems = path_problems(recipe)
@@ -98,7 +105,7 @@ def recipe_problems(recipe, registry) -> list[Problem]:
     return problems + passes.check_problems(Checking(recipe, registry, family))
 
 
-def preview_problems(recipe, family) -> list[Problem]:
+def preview_problems(recipe: Recipe, family: ModelFamily) -> list[Problem]:
     """``output.preview_every`` for a family that makes no live previews."""
     if not recipe.output.preview_every or family.previews:
         return []
@@ -128,7 +135,7 @@ def _call_budget(limit: int):
     return CallBudget()
 
 
-def model_problems(recipe, registry) -> list[Problem]:
+def model_problems(recipe: Recipe, registry: Registry) -> list[Problem]:
     """Build the model on the meta device, as the shape checks will, and turn a failure
     into a problem: model.config goes verbatim to the family's constructor, and a local
     checkpoint's model_index.json and config.json files are input as much as the recipe."""
@@ -170,7 +177,7 @@ def model_problems(recipe, registry) -> list[Problem]:
     return tiny_config_problems(recipe, built) if kind == "tiny" else []
 
 
-def tiny_config_problems(recipe, built: dict) -> list[Problem]:
+def tiny_config_problems(recipe: Recipe, built: dict) -> list[Problem]:
     """``model.config`` values the transformer builds from but cannot be right, judged
     as a checkpoint's config.json is (``num_layers: -3`` builds a model of no blocks)."""
     transformer = (built or {}).get("transformer")
@@ -181,7 +188,7 @@ def tiny_config_problems(recipe, built: dict) -> list[Problem]:
                                dict(recipe.model.config), "diffusers", type(transformer))]
 
 
-def input_problems(recipe, registry) -> list[Problem]:
+def input_problems(recipe: Recipe, registry: Registry) -> list[Problem]:
     """The recipe, then the model it names built from its configuration (a tiny
     model's ``model.config``, a local checkpoint's config files) on the meta device:
     what `validate` checks first and what every command that loads a model checks
@@ -189,7 +196,7 @@ def input_problems(recipe, registry) -> list[Problem]:
     return recipe_problems(recipe, registry) or model_problems(recipe, registry)
 
 
-def mesh_problems(recipe, registry, devices: int | None = None,
+def mesh_problems(recipe: Recipe, registry: Registry, devices: int | None = None,
                   platform: str | None = None, target: str | None = None) -> list[Problem]:
     """Does the mesh fit the devices JAX sees (imports JAX), or ``devices`` devices
     (checked as if: no JAX devices needed, nor the platform, unless the recipe names
@@ -209,7 +216,8 @@ def mesh_problems(recipe, registry, devices: int | None = None,
     return attention.platform_problems(recipe, registry, platform)
 
 
-def shape_problems(recipe, registry, devices: int | None = None) -> list[Problem]:
+def shape_problems(recipe: Recipe, registry: Registry,
+                   devices: int | None = None) -> list[Problem]:
     """Every pass's ``fit`` against the model's shapes (meta device, no weights), for
     the devices JAX sees or ``devices`` devices; with the devices JAX sees, also the
     memory one layer's attention needs against what a device has."""
@@ -229,7 +237,8 @@ def shape_problems(recipe, registry, devices: int | None = None) -> list[Problem
     return problems
 
 
-def memory_problems(recipe, registry, family, modules: dict, axes: dict) -> list[Problem]:
+def memory_problems(recipe: Recipe, registry: Registry, family: ModelFamily, modules: dict,
+                    axes: dict) -> list[Problem]:
     """Attention scores that cannot fit beside the weights on a device, with a backend
     that materialises them all (torchax's default, ``reference``)."""
     section = recipe.attention
@@ -258,7 +267,7 @@ def memory_problems(recipe, registry, family, modules: dict, axes: dict) -> list
 FREE_MARGIN = 2**30
 
 
-def headroom_problems(recipe, registry) -> list[Problem]:
+def headroom_problems(recipe: Recipe, registry: Registry) -> list[Problem]:
     """A call of ``recipe`` on a port already loaded (a server's job, when it is
     submitted and again when it starts): what its largest attention takes per device,
     beyond the weights the port already holds, against what a device can still take
@@ -289,7 +298,7 @@ def headroom_problems(recipe, registry) -> list[Problem]:
              "processes have freed memory")]
 
 
-def checkpoint_problems(recipe) -> list[Problem]:
+def checkpoint_problems(recipe: Recipe) -> list[Problem]:
     """A local checkpoint's weight-file headers against its configs (no tensor data
     read; the configs are known to build by now): what `run` checks before loading."""
     if sources.source_kind(recipe.model.source) != "local":
@@ -300,7 +309,7 @@ def checkpoint_problems(recipe) -> list[Problem]:
                 Path(recipe.model.source).expanduser(), loading.elsewhere_components(recipe))]
 
 
-def lora_problems(recipe, registry) -> list[Problem]:
+def lora_problems(recipe: Recipe, registry: Registry) -> list[Problem]:
     """Each LoRA adapter read and checked against the model's shapes (built on the
     meta device; no model weights read); a hub file not yet in the local cache is
     fetched and checked by the run."""
@@ -317,7 +326,7 @@ def lora_problems(recipe, registry) -> list[Problem]:
     return []
 
 
-def runtime_problems(recipe, registry, runtime) -> list[Problem]:
+def runtime_problems(recipe: Recipe, registry: Registry, runtime: Runtime) -> list[Problem]:
     """The recipe's attention backends that cannot run on the platform JAX started on,
     or on its devices (``validate`` checks the platform only where the recipe names
     it, and no device)."""
@@ -325,14 +334,14 @@ def runtime_problems(recipe, registry, runtime) -> list[Problem]:
                                        runtime.mesh.devices.flat[0])
 
 
-def check_platform(recipe, registry, runtime) -> None:
+def check_platform(recipe: Recipe, registry: Registry, runtime: Runtime) -> None:
     """RecipeError for ``runtime_problems``."""
     problems = runtime_problems(recipe, registry, runtime)
     if problems:
         raise RecipeError(problems)
 
 
-def checked_family(recipe, registry):
+def checked_family(recipe: Recipe, registry: Registry):
     """Set up JAX's platform and devices (before JAX starts), run `validate`'s checks
     of the recipe and the model's configuration (``input_problems``), and return the
     recipe's family; RecipeError lists every problem."""
@@ -351,7 +360,7 @@ SHAPE_KEYS = ("height", "width", "frames", *INPUTS, "max_sequence_length", "cfg_
               "guidance_scale")
 
 
-def with_settings(recipe, registry, values: dict, source: str = CALL,
+def with_settings(recipe: Recipe, registry: Registry, values: dict, source: str = CALL,
                   line: int | None = None):
     """``recipe`` with ``generate`` settings changed, checked as ``porter validate``
     checks them, without weights (``RecipeError``, every problem); ``source`` and
@@ -372,7 +381,7 @@ def with_settings(recipe, registry, values: dict, source: str = CALL,
     return changed
 
 
-def _pipeline_problems(recipe, changed, registry) -> list:
+def _pipeline_problems(recipe: Recipe, changed, registry: Registry) -> list:
     """Settings that need another pipeline than the one the port loaded (an image for
     a port loaded for text-to-video, or none for an image-to-video one)."""
     family = registry.family(recipe.model.family)

@@ -5,6 +5,7 @@ prints it; ``validate`` and out-of-memory messages compare it with a device's me
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from porter.errors import UsageError
 from porter.loading import abstract
@@ -13,8 +14,13 @@ from porter.runtime import configure, resolve_mesh
 from porter.transforms import Checking, quantize, sharding
 from porter.transforms.attention import backends
 
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
+    from porter.registry import Registry
 
-def device_count(recipe, devices: int | None) -> int:
+
+def device_count(recipe: Recipe, devices: int | None) -> int:
     """``devices``, or the devices JAX sees (it starts here, as the recipe asks)."""
     if devices is not None:
         return devices
@@ -23,7 +29,7 @@ def device_count(recipe, devices: int | None) -> int:
     return jax.device_count()
 
 
-def weights(recipe, modules: dict, axes: dict[str, int]) -> list[dict]:
+def weights(recipe: Recipe, modules: dict, axes: dict[str, int]) -> list[dict]:
     """``component_plan`` of every component, by the recipe's weight rules."""
     return [component_plan(name, module, recipe.sharding.weights.get(name, []), axes)
             for name, module in modules.items()]
@@ -50,7 +56,8 @@ def component_plan(name: str, module, rules, axes: dict[str, int]) -> dict:
             "rules": rows}
 
 
-def build(recipe, registry, devices: int | None = None, target=None) -> dict:
+def build(recipe: Recipe, registry: Registry, devices: int | None = None,
+          target=None) -> dict:
     """Where every weight goes for ``devices`` devices (default: the devices JAX sees);
     with a ``target`` (porter.aot.targets.Target), also against its chips' memory."""
     family = registry.family(recipe.model.family)
@@ -75,7 +82,8 @@ def build(recipe, registry, devices: int | None = None, target=None) -> dict:
     return found
 
 
-def step_costs(recipe, family, modules: dict, axes: dict[str, int]) -> dict:
+def step_costs(recipe: Recipe, family: ModelFamily, modules: dict, axes: dict[str,
+               int]) -> dict:
     """``costs`` of one denoising step, from the family's estimates for the transformer
     (none for a pipeline without one, or a family that does not say)."""
     transformer = modules.get("transformer")
@@ -84,7 +92,7 @@ def step_costs(recipe, family, modules: dict, axes: dict[str, int]) -> dict:
     return costs(recipe, family.estimates(recipe, transformer.config), axes)
 
 
-def costs(recipe, raw: dict, axes: dict[str, int]) -> dict:
+def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
     """Per-device FLOPs and attention memory, reference vs blockwise, for one step."""
     if not raw:
         return {}
@@ -120,7 +128,8 @@ def costs(recipe, raw: dict, axes: dict[str, int]) -> dict:
 MATERIALISED_COPIES = 2
 
 
-def attention_need(recipe, registry, weights_bytes: int, step: dict) -> dict | None:
+def attention_need(recipe: Recipe, registry: Registry, weights_bytes: int,
+                   step: dict) -> dict | None:
     """What a device needs for its ``weights_bytes`` and the largest attention's scores
     of one layer (``step``: ``step_costs``), as the recipe's backend keeps them: every
     score, twice (scores and softmax) where materialised (torchax's default,
@@ -135,7 +144,7 @@ def attention_need(recipe, registry, weights_bytes: int, step: dict) -> dict | N
     return {**worst, "weights": weights_bytes, "bytes": weights_bytes + copies * worst["scores"]}
 
 
-def _scores_need(recipe, registry, name: str, cost: dict) -> dict:
+def _scores_need(recipe: Recipe, registry: Registry, name: str, cost: dict) -> dict:
     """One kind of attention's scores on a device, as the backend its calls run keeps
     them (``attention.cross_backend`` for cross-attention, where set)."""
     backend = backends.for_call(recipe.attention, *cost["shape"][2:])

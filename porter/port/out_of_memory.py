@@ -11,6 +11,7 @@ the settings that lower it.
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 from porter.errors import OutOfMemory, PorterError, is_out_of_memory
 from porter.port import estimates
@@ -18,9 +19,13 @@ from porter.runtime import memory
 from porter.transforms.attention import backends
 from porter.transforms.sharding import human_bytes
 
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
+    from porter.registry import Registry
+
 
 @contextlib.contextmanager
-def explained(recipe, registry):
+def explained(recipe: Recipe, registry: Registry):
     """Out-of-memory failures inside as ``OutOfMemory`` for ``recipe``."""
     try:
         yield
@@ -32,7 +37,7 @@ def explained(recipe, registry):
         raise refused(exc, recipe, registry) from exc
 
 
-def refused(exc: BaseException, recipe, registry) -> OutOfMemory:
+def refused(exc: BaseException, recipe: Recipe, registry: Registry) -> OutOfMemory:
     need = _estimate(recipe, registry)
     return OutOfMemory(f"out of memory running the model ({_reason(exc)})"
                        + (f"; estimated per device: {need}" if need else ""),
@@ -50,7 +55,7 @@ def _reason(exc: BaseException) -> str:
     return text[:300] or type(exc).__name__
 
 
-def _estimate(recipe, registry) -> str | None:
+def _estimate(recipe: Recipe, registry: Registry) -> str | None:
     """The weights and the largest attention per device, against what a device has
     (None when the model's configuration is not at hand, e.g. a hub id offline)."""
     try:
@@ -71,7 +76,7 @@ def _estimate(recipe, registry) -> str | None:
     return text
 
 
-def _hint(recipe, registry) -> str:
+def _hint(recipe: Recipe, registry: Registry) -> str:
     changes = ["attention.backend: blockwise or auto (scores block by block)"] \
         if backends.materialises(recipe.attention.backend, registry.attention) else []
     changes += ["more devices or sharding rules (mesh, sharding) to split the weights "

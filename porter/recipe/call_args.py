@@ -15,9 +15,13 @@ import difflib
 import inspect
 import types
 import typing
+from typing import TYPE_CHECKING
 
 from porter.recipe import conditions
 from porter.recipe.inputs import INPUTS, as_tensor, load_input, load_latents
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
 #: recipe setting (generate.KEY) -> the names pipelines give it, the first one found
 #: in the signature wins
@@ -88,14 +92,14 @@ def _name(key: str, taken) -> str | None:
     return next((name for name in NAMES[key] if taken is None or name in taken), None)
 
 
-def wanted(recipe) -> list[str]:
+def wanted(recipe: Recipe) -> list[str]:
     """The settings this recipe passes: those it sets."""
     gen = recipe.generate
     return [key for key in NAMES
             if recipe.sets(f"generate.{key}") and getattr(gen, key) is not None]
 
 
-def problems(recipe, cls) -> list:
+def problems(recipe: Recipe, cls) -> list:
     """Settings and extras the pipeline ``cls`` does not take, and arguments it needs
     that the recipe does not give, each with a hint."""
     taken = parameters(cls)
@@ -150,7 +154,7 @@ def problems(recipe, cls) -> list:
     return found
 
 
-def kwargs(recipe, cls) -> dict:
+def kwargs(recipe: Recipe, cls) -> dict:
     """The call's keyword arguments: each setting under this pipeline's name for it,
     the seed as a generator, then ``generate.extra``."""
     import torch

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from typing import TYPE_CHECKING
 
 from porter.errors import UsageError
 from porter.recipe.inputs import KIND_NAMES, load
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
 #: recipe keys that hold condition lists (each is also the call's argument name)
 KEYS = ("conditions", "reference_conditions")
@@ -51,7 +55,7 @@ def media(target: type) -> dict[str, str]:
     return found
 
 
-def problems(recipe, pipeline: str, annotation, key: str) -> list:
+def problems(recipe: Recipe, pipeline: str, annotation, key: str) -> list:
     """What is wrong with ``generate.<key>`` for the call argument of that name (its
     ``annotation``) of the pipeline class ``pipeline``: no condition objects there,
     fields the dataclass lacks or needs, missing files."""
@@ -92,7 +96,7 @@ def problems(recipe, pipeline: str, annotation, key: str) -> list:
     return found
 
 
-def objects(recipe, pipeline: str, annotation, key: str) -> list:
+def objects(recipe: Recipe, pipeline: str, annotation, key: str) -> list:
     """``generate.<key>`` as the pipeline's condition objects, media read from disk."""
     target = condition_class(annotation)
     if target is None:

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 import pluggy
 
 from porter.errors import PorterError, UsageError
 from porter.registry import hookspecs
 from porter.transforms.patches import Patch
+
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
 
 ENTRY_POINT_GROUP = "porter"
 
@@ -42,7 +46,7 @@ class Registry:
         store[name] = item
         self.owners[(kind, name)] = plugin
 
-    def add_family(self, family, *, plugin: str) -> None:
+    def add_family(self, family: ModelFamily, *, plugin: str) -> None:
         if getattr(family, "staged", None) not in (True, False):
             raise PluginError(
                 f"plugin {plugin!r} registered family {getattr(family, 'name', family)!r} "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter import loading
 from porter.errors import UsageError
@@ -23,10 +24,13 @@ from porter.runtime import atomic, distributed, finite
 from porter.shims.interop import to_host
 from porter.transforms import lora
 
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
+
 STAGES = ("encode", "denoise", "decode")
 
 
-def settings(recipe) -> dict:
+def settings(recipe: Recipe) -> dict:
     """What an artifact depends on: the model and the generation settings."""
     return settings_of(recipe.resolved())
 
@@ -56,7 +60,7 @@ def inputs_of(checkpoint: dict | None) -> dict:
                      for a in checkpoint.get("lora") or []]}
 
 
-def inputs_now(recipe) -> dict:
+def inputs_now(recipe: Recipe) -> dict:
     """``inputs_of`` as the files are on disk now, with no weight loaded: each adapter
     hashed, the checkpoint's headers (a hub checkpoint's when it is in the cache)."""
 
@@ -64,7 +68,8 @@ def inputs_now(recipe) -> dict:
             "lora": lora.digests(recipe)}
 
 
-def save(directory: Path, stage: str, tensors: dict, recipe, extra: dict | None = None,
+def save(directory: Path, stage: str, tensors: dict, recipe: Recipe,
+         extra: dict | None = None,
          inputs: dict | None = None) -> None:
     """Write the stage's tensors, then its JSON record (plus ``extra`` keys), atomically.
     ``inputs``: what the port that made them loaded (``inputs_of``); without it, the
@@ -120,7 +125,7 @@ def _differences(found: dict, expected: dict, prefix: str = "") -> list[str]:
 REDO = "delete the stage's files and run it again"
 
 
-def check(directory: Path, stage: str, recipe) -> dict:
+def check(directory: Path, stage: str, recipe: Recipe) -> dict:
     """The stage's record, if the stage is complete, was made with these settings and
     its file matches the record (header only: cheap enough to run before a run starts)."""
     record, tensors = directory / f"{stage}.json", directory / f"{stage}.safetensors"
@@ -230,12 +235,12 @@ def _header_problems(path: Path, meta: dict) -> list[str]:
     return problems
 
 
-def load(directory: Path, stage: str, recipe) -> dict:
+def load(directory: Path, stage: str, recipe: Recipe) -> dict:
     """The stage's tensors (host torch), after checking they fit this recipe."""
     return load_with_record(directory, stage, recipe)[1]
 
 
-def load_with_record(directory: Path, stage: str, recipe) -> tuple[dict, dict]:
+def load_with_record(directory: Path, stage: str, recipe: Recipe) -> tuple[dict, dict]:
     """(the stage's JSON record, its tensors), after checking they fit this recipe."""
     import hashlib
 

@@ -17,12 +17,16 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter.errors import UsageError, environment_problem, is_environment_error
 from porter.runtime import atomic
 
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
-def output_dir(recipe) -> Path:
+
+def output_dir(recipe: Recipe) -> Path:
     """The recipe's run directory: ``output.dir``, or outputs/<recipe name>."""
     return Path(recipe.output.dir or Path("outputs") / recipe.name)
 

@@ -10,12 +10,16 @@ JSON. Nothing is pickled, so loading a checkpoint cannot run code.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from porter.errors import UsageError, kind_of
 from porter.rundir import artifacts
 from porter.runtime import distributed
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
 PROGRESS = "progress"
 _SKIP = ("_internal_dict", "config")  # the config is rebuilt from the recipe
@@ -229,7 +233,7 @@ def _saved_steps(directory) -> list[int]:
     return sorted(steps, reverse=True)
 
 
-def save(directory, progress: Progress, recipe, inputs: dict | None = None) -> None:
+def save(directory, progress: Progress, recipe: Recipe, inputs: dict | None = None) -> None:
     """Write a checkpoint for ``progress.step``, then drop older ones (``inputs``: the
     files the port that made it loaded, ``artifacts.inputs_of``).
 
@@ -251,7 +255,7 @@ def save(directory, progress: Progress, recipe, inputs: dict | None = None) -> N
             _remove(directory, _stage(step))
 
 
-def load(directory, recipe) -> Progress | None:
+def load(directory, recipe: Recipe) -> Progress | None:
     """The newest checkpoint, checked against this recipe (settings, file hash, finite
     values, a step inside the schedule), or None when there is none."""
 

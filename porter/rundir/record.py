@@ -5,21 +5,26 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter.runtime import atomic, distributed
 from porter.runtime.memory import peak_memory
 from porter.runtime.versions import RECORDED, cpu_model, source_revision, versions
 from porter.shims import compat
 
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
+    from porter.runtime import Runtime
 
-def environment(runtime) -> dict:
+
+def environment(runtime: Runtime) -> dict:
     """What else decides the compiled programs: XLA's flags and Porter's options."""
     return {"XLA_FLAGS": os.environ.get("XLA_FLAGS"),
             "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS"),
             "xla_options": runtime.xla_options}
 
 
-def segment(runtime, stage: str, **extra) -> dict:
+def segment(runtime: Runtime, stage: str, **extra) -> dict:
     """Where one stage (or part of denoising) ran: a run resumed elsewhere lists each."""
     return {"stage": stage, "mesh": runtime.axes, "platform": runtime.platform,
             "devices": int(runtime.mesh.devices.size),
@@ -35,7 +40,7 @@ def weights(placed: dict, timings: dict) -> dict:
             "components": placed}
 
 
-def build(recipe, runtime, ported, outcome, outputs: dict) -> dict:
+def build(recipe: Recipe, runtime: Runtime, ported, outcome, outputs: dict) -> dict:
     """The record of one generation: the recipe and where it ran; what the port loaded,
     patched and placed (``ported``, ``porter.port.building.Ported``); what the call took
     and told (``outcome``: timings, history, warnings); what it wrote (``outputs``)."""

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter.rundir import artifacts, outputs, progress, video
 from porter.runtime import atomic, notices
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
 
 def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) -> None:
@@ -33,7 +37,7 @@ def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) ->
     outputs.remove_partials(directory)
 
 
-def write_results(directory: Path, recipe, frames, latents) -> dict:
+def write_results(directory: Path, recipe: Recipe, frames, latents) -> dict:
     """Write what the recipe's ``output`` asks for: the video (``output.video``),
     lossless frames (``output.frames``: png or npy) and the final latents
     (``output.latents``). Returns the names written (None for what was not) and

@@ -15,10 +15,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter.errors import UsageError
 from porter.runtime import compile_cache, distributed, environment, memory, monitor, xla
 from porter.shims.compat import import_torchax
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
 
 def configure(platform: str, cpu_devices: int | None) -> None:
@@ -76,7 +80,7 @@ class Runtime:
         return NamedSharding(self.mesh, PartitionSpec())
 
 
-def start(recipe) -> Runtime:
+def start(recipe: Recipe) -> Runtime:
     """Import JAX and torchax, enable the compile cache, build the mesh."""
     configure(recipe.runtime.platform, recipe.runtime.cpu_devices)
     distributed.initialize()  # before JAX creates devices: the mesh spans every process

@@ -16,6 +16,10 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from porter.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -241,7 +245,7 @@ def own_peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
-def peak_memory(runtime) -> dict:
+def peak_memory(runtime: Runtime) -> dict:
     """Peak memory so far: the host process's (what the kernel counts), and on an
     accelerator the first device's own peak."""
     import jax

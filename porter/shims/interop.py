@@ -3,10 +3,15 @@ sharding, a device tensor read back to the host, and the dtypes they have on eac
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
 from porter.shims.compat import import_torchax
+
+if TYPE_CHECKING:
+    from porter.runtime import Runtime
 
 # JAX runs with x64 disabled: these arrive as their 32-bit kind (what torchax and
 # jax.device_put would make of them).
@@ -46,7 +51,7 @@ def _fetch(array) -> np.ndarray:
     return np.asarray(array)
 
 
-def to_device(tensor: torch.Tensor, runtime):
+def to_device(tensor: torch.Tensor, runtime: Runtime):
     """A torchax tensor on the mesh (replicated) holding a host tensor's values,
     placed from the host on every device (not first on one device, then copied)."""
     from torchax.tensor import Tensor

@@ -1,6 +1,6 @@
 """Porter's own lowerings of PyTorch operations, in torchax's op table while a port's
-programs are traced (the patches pass's call-time part, ``porter.transforms.patches``), each with the torchax versions
-whose lowering it replaces.
+calls run (the compile pass's call-time part, ``porter.transforms.jit``), each with the
+torchax versions whose lowering it replaces.
 
 Group norm. torchax flattens each group to one axis, ``(1, N x groups, C/groups x T x
 H x W)``, before taking its statistics. A video VAE's activations are split over

@@ -16,18 +16,23 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter import recipe as recipe_mod
 from porter.stepcache import calibration
 from porter.stepcache.methods import METHODS, parse
 
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
 
-def settings(recipe):
+
+def settings(recipe: Recipe):
     """The recipe's cache method (a ``porter.stepcache.methods`` model), or None."""
     return parse(dict(recipe.cache)) if recipe.cache else None
 
 
-def problems(recipe, family) -> list:
+def problems(recipe: Recipe, family: ModelFamily) -> list:
     """What is wrong with the ``cache:`` section, found without weights."""
     if not recipe.cache:
         return []
@@ -71,7 +76,7 @@ def problems(recipe, family) -> list:
     return found
 
 
-def _ratio_problems(recipe, chosen) -> list:
+def _ratio_problems(recipe: Recipe, chosen) -> list:
     ratios = chosen.mag_ratios
     if ratios is None:
         return [recipe.problem("cache.mag_ratios", "MagCache needs the model's magnitude "
@@ -92,7 +97,7 @@ def _ratio_problems(recipe, chosen) -> list:
     return []
 
 
-def without_cache(recipe):
+def without_cache(recipe: Recipe):
     """The recipe with its ``cache:`` section removed: what `porter verify` checks and
     `porter bench` times a step of (the port's numbers, not what a cache skips)."""
     if not recipe.cache:
@@ -103,7 +108,7 @@ def without_cache(recipe):
     return recipe_mod.validate_data(data, dict(recipe._locations), recipe.path)
 
 
-def ratios_file(recipe) -> Path | None:
+def ratios_file(recipe: Recipe) -> Path | None:
     chosen = settings(recipe)
     if chosen is None or not isinstance(getattr(chosen, "mag_ratios", None), str):
         return None

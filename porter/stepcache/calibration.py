@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter.runtime import atomic
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
 KIND = "porter-magcache-ratios"
 
@@ -43,7 +47,7 @@ def curve(contexts: dict) -> list[float]:
     return contexts.get("cond") or next(iter(contexts.values()))
 
 
-def write(path: Path, ratios: dict, recipe, steps: int) -> Path:
+def write(path: Path, ratios: dict, recipe: Recipe, steps: int) -> Path:
 
     data = {"kind": KIND, "recipe": str(recipe.path) if recipe.path else None,
             "model": {"family": recipe.model.family, "source": recipe.model.source,

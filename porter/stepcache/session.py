@@ -15,7 +15,9 @@ from porter.transforms.jit import block_lists, in_pieces
 
 if TYPE_CHECKING:
     from porter.errors import Problem
+    from porter.families.base import ModelFamily
     from porter.port.building import Building
+    from porter.recipe import Recipe
 
 
 class Caching:
@@ -23,7 +25,7 @@ class Caching:
     transformer compiled in pieces, ``hooks.check``ed), or a GuidanceCache per run
     for the guidance method."""
 
-    def __init__(self, chosen, modules: dict, recipe):
+    def __init__(self, chosen, modules: dict, recipe: Recipe):
         self.chosen = chosen
         self.modules = modules
         self.calibrating = chosen.method == "magcache" and chosen.calibrate
@@ -37,7 +39,7 @@ class Caching:
         self.done: dict[str, int] = {}
         self.guidance: GuidanceCache | None = None
 
-    def begin(self, pipe, family, recipe, start_step: int = 0) -> None:
+    def begin(self, pipe, family: ModelFamily, recipe: Recipe, start_step: int = 0) -> None:
         """Before a run: every state cold; MagCache aimed at this run's steps (a
         resumed run's remaining ones from ``start_step``)."""
         self.steps = family.transformer_steps(pipe, recipe)
@@ -57,7 +59,7 @@ class Caching:
         if self.chosen.method == "guidance":
             self.guidance = GuidanceCache(settings(recipe), recipe.generate.steps, start_step)
 
-    def _ratios(self, recipe, name: str) -> list[float]:
+    def _ratios(self, recipe: Recipe, name: str) -> list[float]:
         given = settings(recipe).mag_ratios
         if isinstance(given, list):
             if len(self.modules) > 1:
@@ -112,7 +114,7 @@ class Caching:
                 "skipped_calls": len(guidance.reused), "skipped_steps": guidance.reused}
 
 
-def _foreign_ratios(recipe, modules: dict) -> None:
+def _foreign_ratios(recipe: Recipe, modules: dict) -> None:
     """Warn when a ratio file was calibrated for another model, or names transformers
     this one lacks (ratios are the model's: another model's mislead MagCache)."""
     path = ratios_file(recipe)
@@ -134,7 +136,7 @@ def _foreign_ratios(recipe, modules: dict) -> None:
 
 # ------------------------------------------------------------------------- the pass
 
-def fit_problems(recipe, family, modules: dict) -> list:
+def fit_problems(recipe: Recipe, family: ModelFamily, modules: dict) -> list:
     """Can the ``cache:`` section's method work on these modules (their structure
     only, before any weight moves)?"""
     chosen = settings(recipe)

@@ -19,15 +19,16 @@ from porter.transforms.sharding import named_tensors
 
 if TYPE_CHECKING:
     from porter.port.building import Building
+    from porter.recipe import Recipe
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def component_dtype(recipe, component: str) -> torch.dtype:
+def component_dtype(recipe: Recipe, component: str) -> torch.dtype:
     return DTYPES[recipe.dtypes.components.get(component, recipe.model.dtype)]
 
 
-def apply_all(components: dict, recipe) -> None:
+def apply_all(components: dict, recipe: Recipe) -> None:
     """Apply the recipe's dtypes to every torch module in ``components``."""
     for name, module in components.items():
         if isinstance(module, torch.nn.Module):
@@ -53,7 +54,7 @@ def apply(module: torch.nn.Module, dtype: torch.dtype, rules) -> dict[str, torch
     return kept
 
 
-def rule_problems(recipe) -> list[Problem]:
+def rule_problems(recipe: Recipe) -> list[Problem]:
     problems = []
     for component, rules in recipe.dtypes.overrides.items():
         for i, rule in enumerate(rules):
@@ -65,7 +66,7 @@ def rule_problems(recipe) -> list[Problem]:
     return problems
 
 
-def unmatched_problems(recipe, component: str, module) -> list[Problem]:
+def unmatched_problems(recipe: Recipe, component: str, module) -> list[Problem]:
     """Rules that matched no tensor of ``module`` (typos)."""
     names = [name for name, _ in named_tensors(module)]
     problems = []

@@ -36,7 +36,9 @@ from porter.runtime.atomic import sha256
 from porter.transforms import Checking, Pass
 
 if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
     from porter.port.building import Building
+    from porter.recipe import Recipe
 
 DEFAULT_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 CHUNK = 1 << 20  # elements of one float32 temporary while adding an update (4 MiB)
@@ -98,7 +100,7 @@ class Adapter:
                 "modules": sum(len(m) for m in self.deltas.values())}
 
 
-def locate(recipe, index: int, fetch: bool = True) -> Path | None:
+def locate(recipe: Recipe, index: int, fetch: bool = True) -> Path | None:
     """The adapter's safetensors file: a file, a folder holding one, or a hub id
     (without ``fetch``, from the local cache only: None when it is not there)."""
 
@@ -132,7 +134,7 @@ def locate(recipe, index: int, fetch: bool = True) -> Path | None:
         hint="paths are relative to the recipe's folder")])
 
 
-def read(recipe, index: int, pipeline_class, modules: dict,
+def read(recipe: Recipe, index: int, pipeline_class, modules: dict,
          fetch: bool = True) -> tuple[Adapter | None, list[Problem]]:
     """Adapter ``index`` read with the pipeline's own LoRA loader and checked against
     ``modules`` (component -> torch module, weights may be on the meta device).
@@ -188,7 +190,7 @@ def read(recipe, index: int, pipeline_class, modules: dict,
     return Adapter(index, path, digest, spec.scale, list(spec.components), deltas), []
 
 
-def _content_problems(recipe, where, path, state: dict) -> list[Problem]:
+def _content_problems(recipe: Recipe, where, path, state: dict) -> list[Problem]:
     """An adapter that would change nothing (no tensors), or whose values are NaN or
     infinite: fused, those would be blamed on the checkpoint's weights."""
 
@@ -234,7 +236,7 @@ def _scaling(config: dict, module: str, rank: int) -> float:
     return alpha / rank
 
 
-def _pairs(recipe, where, path, state, config) -> tuple[dict, list[Problem]]:
+def _pairs(recipe: Recipe, where, path, state, config) -> tuple[dict, list[Problem]]:
     """module name -> (A, B, bias or None) from a diffusers-format state dict."""
     problems, parts = [], {}
     if config.get("use_dora") or any("lora_magnitude_vector" in k for k in state):
@@ -303,7 +305,7 @@ def _fit_problem(modules: dict, name: str, down, up, bias) -> tuple[str, str] | 
     return None
 
 
-def digests(recipe) -> list[dict]:
+def digests(recipe: Recipe) -> list[dict]:
     """Each adapter's file and SHA-256 as it is on disk now (nothing else read): what
     a saved stage made with the adapters is checked against."""
     found = []
@@ -317,7 +319,8 @@ def digests(recipe) -> list[dict]:
     return found
 
 
-def read_all(recipe, pipeline_class, modules: dict, fetch: bool = True) -> list[Adapter]:
+def read_all(recipe: Recipe, pipeline_class, modules: dict,
+             fetch: bool = True) -> list[Adapter]:
     """Every adapter of the recipe, checked; every problem of every adapter at once."""
     adapters, problems = [], []
     for index in range(len(recipe.lora)):
@@ -360,7 +363,7 @@ def fuse_in_place(model: torch.nn.Module, deltas: dict[str, Delta]) -> None:
         param.copy_(delta.added(what, param, param.dtype))
 
 
-def apply(family, recipe, pipe, weights: dict) -> list[dict]:
+def apply(family: ModelFamily, recipe: Recipe, pipe, weights: dict) -> list[dict]:
     """Read and check the recipe's adapters against ``pipe`` (before any compute), then
     fuse them: into ``weights[component]`` for components read tensor by tensor, in
     place for the rest. Returns the run record's entries."""

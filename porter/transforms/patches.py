@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from porter.errors import UsageError
-from porter.shims import lowerings
 from porter.shims.compat import import_module
 from porter.transforms import CALL, Calling, Checking, Pass
 
@@ -145,7 +144,7 @@ def applied(selected: list[tuple[Patch, dict]]):
         yield
 
 
-def references(recipe) -> list[tuple[str, dict, int]]:
+def references(recipe: Recipe) -> list[tuple[str, dict, int]]:
     """(name, params, index in the recipe's list) for each patch the recipe names."""
     out = []
     for index, entry in enumerate(recipe.patches):
@@ -161,7 +160,8 @@ CORE_PATCHES = ("core.setitem", "core.deepcopy", "core.view_index", "core.type_a
                 "core.block_mask", "core.flex_attention")
 
 
-def selected(recipe, registry, family) -> list[tuple[Patch, dict]]:
+def selected(recipe: Recipe, registry: Registry, family: ModelFamily) -> list[tuple[Patch,
+             dict]]:
     """The recipe's patches, then the core's (``CORE_PATCHES``), the family's required
     ones and its rotary patch when tables are precomputed (each once)."""
     extra = CORE_PATCHES + family.required_patches
@@ -173,7 +173,7 @@ def selected(recipe, registry, family) -> list[tuple[Patch, dict]]:
     return chosen
 
 
-def problems(recipe, registry) -> list:
+def problems(recipe: Recipe, registry: Registry) -> list:
     """Unknown names, unknown parameters, targets missing from installed libraries."""
     import difflib
 
@@ -208,19 +208,12 @@ def _detail(c: Checking) -> str:
     return ", ".join(patch.name for patch, _ in selected(c.recipe, c.registry, c.family))
 
 
-@contextlib.contextmanager
-def _calls_patched(c: Calling):
-    with applied(c.ported.patches), lowerings.installed(c.runtime.env):
-        yield
-
-
 def _around(c: Calling):
-    return _calls_patched(c) if c.scope == CALL else None
+    return applied(c.ported.patches) if c.scope == CALL else None
 
 
 PASS = Pass(
     "patches", ("patches", "rotary.precompute"), "replace code JAX cannot trace (the "
     "core's, the family's and the recipe's patches), held while the model loads",
-    each_call="the same patches around each call, and Porter's own lowerings of PyTorch "
-    "operations in torchax's op table",
+    each_call="the same patches, applied again",
     check=_check, apply=_apply, abstract=_apply, detail=_detail, around=_around)

@@ -32,6 +32,8 @@ from porter.transforms.sharding import (
 if TYPE_CHECKING:
     from porter.errors import Problem
     from porter.port.building import Building
+    from porter.recipe import Recipe
+    from porter.runtime import Runtime
 
 #: tensors read and placed ahead of the one being installed, at most this many and
 #: this many bytes: both are mostly filling fresh pages, which threads do in parallel
@@ -42,7 +44,7 @@ READ_AHEAD_BYTES = 512 * 2**20
 QUANTIZING = 6
 
 
-def apply(module: torch.nn.Module, runtime, rules, weights=None,
+def apply(module: torch.nn.Module, runtime: Runtime, rules, weights=None,
           nonfinite: dict | None = None, pending: dict | None = None) -> list[Assignment]:
     """Place every tensor of ``module`` on the mesh by its rule (``sharding``).
 
@@ -94,7 +96,7 @@ def apply(module: torch.nn.Module, runtime, rules, weights=None,
     return assignments
 
 
-def _install(slots: dict, a: Assignment, array, runtime) -> None:
+def _install(slots: dict, a: Assignment, array, runtime: Runtime) -> None:
     """The placed ``array`` in every slot of tensor ``a`` (its host copy is dropped)."""
     from torchax.tensor import Tensor
 
@@ -129,7 +131,7 @@ def _quantized_arrays(a: Assignment, pending, sharding, scale_sharding, weights,
             place(scale, a.shape[:1], scale_sharding, rows))
 
 
-def _plain_attributes(module: torch.nn.Module, runtime) -> None:
+def _plain_attributes(module: torch.nn.Module, runtime: Runtime) -> None:
     """Tensors a module keeps in plain attributes (``self.freqs = ...`` in ``__init__``:
     neither parameter nor buffer, so ``named_tensors`` does not see them) go onto the
     mesh replicated, as the module's own tensors do: used in ``forward`` beside JAX
@@ -223,7 +225,7 @@ def unsharded(assignments: list[Assignment], activation_rules) -> bool:
     return not activation_rules and all(not a.spec for a in assignments)
 
 
-def on_one_device(compiled, runtime) -> None:
+def on_one_device(compiled, runtime: Runtime) -> None:
     """Run a compiled component that nothing shards on one device per process.
 
     Over a mesh, a program whose inputs are all replicated is run by every device,
@@ -305,7 +307,7 @@ def _abstract(b: Building) -> None:
         _constrain(b, name, module, assignments)
 
 
-def _weight_rules(recipe, name: str) -> list:
+def _weight_rules(recipe: Recipe, name: str) -> list:
     return recipe.sharding.weights.get(name, [])
 
 
@@ -319,7 +321,7 @@ def _constrain(b: Building, name: str, module, assignments) -> None:
         b.placement.unsharded.add(name)
 
 
-def refuse_nonfinite(found: dict, recipe) -> None:
+def refuse_nonfinite(found: dict, recipe: Recipe) -> None:
     """NaN or infinity in the weights (``found``: tensor -> count, this process's rows)
     is an error on every process, decided together so that none runs on alone."""
     if not distributed.anywhere(bool(found)):

@@ -18,7 +18,9 @@ from porter.transforms import Checking, Pass
 
 if TYPE_CHECKING:
     from porter.errors import Problem
+    from porter.families.base import ModelFamily
     from porter.port.building import Building
+    from porter.recipe import Recipe
 
 CACHE_ATTR = "_porter_rotary_cache"
 
@@ -63,7 +65,7 @@ def host_tables(module: torch.nn.Module, shape: tuple) -> tuple:
         return module(SimpleNamespace(shape=torch.Size(shape), device=torch.device("cpu")))
 
 
-def apply(pipe, family, recipe, place) -> int:
+def apply(pipe, family: ModelFamily, recipe: Recipe, place) -> int:
     """Install every table the family offers, each ``place``d (a host tensor in, what the
     module holds out); returns how many sets were cached."""
     entries = family.rotary_tables(pipe, recipe)

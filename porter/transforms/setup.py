@@ -17,6 +17,7 @@ from porter.transforms import Checking, Pass
 if TYPE_CHECKING:
     from porter.errors import Problem
     from porter.port.building import Building
+    from porter.recipe import Recipe
 
 #: set-up methods a recipe may call: memory/compute trade-offs diffusers offers
 ALLOWED = ("enable_tiling", "disable_tiling", "enable_slicing", "disable_slicing",
@@ -24,7 +25,7 @@ ALLOWED = ("enable_tiling", "disable_tiling", "enable_slicing", "disable_slicing
            "enable_forward_chunking", "disable_forward_chunking")
 
 
-def calls(recipe) -> list[tuple[str, int, str, dict]]:
+def calls(recipe: Recipe) -> list[tuple[str, int, str, dict]]:
     """(component, index, method, params) for every call the recipe names."""
     found = []
     for component, entries in recipe.setup.items():
@@ -35,7 +36,7 @@ def calls(recipe) -> list[tuple[str, int, str, dict]]:
     return found
 
 
-def problems(recipe, modules: dict) -> list:
+def problems(recipe: Recipe, modules: dict) -> list:
     """Unknown components, methods outside ``ALLOWED`` or missing from the component's
     class, and parameters the method does not take (``modules``: meta models)."""
     import difflib
@@ -69,7 +70,7 @@ def problems(recipe, modules: dict) -> list:
     return found
 
 
-def apply(pipe, recipe) -> list[str]:
+def apply(pipe, recipe: Recipe) -> list[str]:
     """Call the recipe's set-up methods on the loaded pipeline's components; returns
     what was called, for the run record."""
     done = []

@@ -10,11 +10,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from porter.errors import Problem
 from porter.shims.interop import jax_dtype
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
+    from porter.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,7 @@ def _scales_follow(assignments: list[Assignment]) -> list[Assignment]:
     return out
 
 
-def rule_problems(recipe) -> list[Problem]:
+def rule_problems(recipe: Recipe) -> list[Problem]:
     """Checks that need neither shapes nor devices: regexes and axis names."""
     problems, axes = [], set(recipe.mesh)
     sections = [("weights", recipe.sharding.weights, "match"),
@@ -118,7 +123,7 @@ def rule_problems(recipe) -> list[Problem]:
     return problems
 
 
-def _axis_problems(recipe, path, spec, axes) -> list[Problem]:
+def _axis_problems(recipe: Recipe, path, spec, axes) -> list[Problem]:
     used = [a for entry in spec for a in _axes_of(entry)]
     problems = [recipe.problem(path, f"mesh has no axis {a!r}",
                                hint=f"mesh axes: {', '.join(sorted(axes))}")
@@ -139,7 +144,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def shape_problems(recipe, component: str, assignments: list[Assignment],
+def shape_problems(recipe: Recipe, component: str, assignments: list[Assignment],
                    axes: dict[str, int]) -> list[Problem]:
     """Spec length, divisibility, rules matching nothing, large replicated tensors."""
     rules = recipe.sharding.weights.get(component, [])
@@ -195,7 +200,7 @@ def _with_count(item, seen) -> Problem:
                    problem.file, problem.line, problem.hint)
 
 
-def input_problems(recipe, shapes: dict[str, tuple[int, ...]],
+def input_problems(recipe: Recipe, shapes: dict[str, tuple[int, ...]],
                    axes: dict[str, int]) -> list[Problem]:
     """Each sharded transformer input must exist and divide by its axes."""
     if not shapes:
@@ -237,7 +242,7 @@ def _constrain(tensor, sharding):
     return call_jax(jax.lax.with_sharding_constraint, tensor, sharding)
 
 
-def constrain_activations(module: torch.nn.Module, runtime, rules) -> list:
+def constrain_activations(module: torch.nn.Module, runtime: Runtime, rules) -> list:
     """Constrain matching modules' outputs (the first output of a tuple) to a spec.
 
     Applied as forward hooks, so they act while the compiled graph is traced.
@@ -265,7 +270,7 @@ def constrain_activations(module: torch.nn.Module, runtime, rules) -> list:
 class ShardedInputs:
     """Calls a module with named keyword arguments placed on the mesh by spec."""
 
-    def __init__(self, module, specs: dict, runtime):
+    def __init__(self, module, specs: dict, runtime: Runtime):
         from jax.sharding import NamedSharding
 
         self.module = module

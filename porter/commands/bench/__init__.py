@@ -16,6 +16,7 @@ import dataclasses
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -29,6 +30,11 @@ from porter.runtime import compile_cache, memory, monitor
 from porter.shims.interop import to_device
 from porter.stepcache import without_cache
 from porter.transforms import patches
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
+    from porter.registry import Registry
+    from porter.runtime import Runtime
 
 
 def _median_seconds(call, repeats: int) -> float:
@@ -74,7 +80,7 @@ def _first_call(call, monitor) -> dict:
 
 
 @contextlib.contextmanager
-def _private_compile_cache(runtime):
+def _private_compile_cache(runtime: Runtime):
     """The runtime with an empty temporary compile cache (JAX's and Porter's traces),
     so the user's cache state does not matter; the configured one comes back after."""
     import tempfile
@@ -106,14 +112,15 @@ def compile_cold_and_warm(call, monitor, traces) -> dict:
             "warm_over_cold": None if ratio is None else round(ratio, 3)}
 
 
-def _reference_device(runtime) -> torch.device:
+def _reference_device(runtime: Runtime) -> torch.device:
     """Where PyTorch eager runs: on the GPU when the port runs on one, else the host."""
     if runtime.platform == "gpu" and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
 
 
-def bench(recipe, registry, steps: int = 5, torch_compile: bool = False) -> dict:
+def bench(recipe: Recipe, registry: Registry, steps: int = 5,
+          torch_compile: bool = False) -> dict:
     """One step of the port beside PyTorch eager (and, with ``torch_compile``, beside
     the same model under ``torch.compile``); with a ``cache:`` section, also the
     recipe's denoise stage with the cache beside it without (``cache_compared``)."""
@@ -123,7 +130,8 @@ def bench(recipe, registry, steps: int = 5, torch_compile: bool = False) -> dict
     return result
 
 
-def _one_step(recipe, registry, steps: int, torch_compile: bool = False) -> dict:
+def _one_step(recipe: Recipe, registry: Registry, steps: int,
+              torch_compile: bool = False) -> dict:
     family = checks.checked_family(recipe, registry)
     started = runtime_mod.start(recipe)
     checks.check_platform(recipe, registry, started)
@@ -150,15 +158,7 @@ def _one_step(recipe, registry, steps: int, torch_compile: bool = False) -> dict
     device = _reference_device(runtime)
     reference.to(device)
     inputs = {k: v.to(device) for k, v in host.items()}
-    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-    def eager():
-        reference(return_dict=False, **inputs)
-        synchronize()  # CUDA runs asynchronously: time the work, not the launch
-
-    with torch.no_grad():
-        eager()  # warm-up (allocations, kernels)
-        torch_step = _median_seconds(eager, steps)
+    torch_step = _eager_step(reference, inputs, device, steps)
     peaks = memory.peak_memory(runtime)
     if device.type == "cuda":
         peaks["torch_device_peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
@@ -190,6 +190,19 @@ def _one_step(recipe, registry, steps: int, torch_compile: bool = False) -> dict
         "torch_threads": torch.get_num_threads(),
         "quantize": _quantized(built.checkpoint.get("quantize"), runtime.platform),
     }
+
+
+def _eager_step(reference, inputs: dict, device, steps: int) -> float:
+    """The median seconds of a step of PyTorch eager, after a warm-up call."""
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def eager():
+        reference(return_dict=False, **inputs)
+        synchronize()  # CUDA runs asynchronously: time the work, not the launch
+
+    with torch.no_grad():
+        eager()  # warm-up (allocations, kernels)
+        return _median_seconds(eager, steps)
 
 
 def _quantized(record: dict | None, platform: str) -> dict | None:
@@ -254,7 +267,7 @@ def render(result: dict) -> str:
 # drives is timed over its steps after the first (which compiles); a pipeline's own
 # loop runs twice and the second, warm, call is timed.
 
-def _denoised(recipe):
+def _denoised(recipe: Recipe):
     """(final latents, denoise seconds without compiling, cache summary or None)."""
     with api.load(recipe) as port:
         outcome = port.run(Call(recipe, ("encode", "denoise")))
@@ -265,7 +278,7 @@ def _denoised(recipe):
     return outcome.latents, seconds, timings.get("cache")
 
 
-def cache_compared(recipe) -> dict:
+def cache_compared(recipe: Recipe) -> dict:
     """Denoise with and without the recipe's cache; what changed."""
     plain, plain_s, _ = _denoised(without_cache(recipe))
     cached, cached_s, summary = _denoised(recipe)

@@ -34,6 +34,7 @@ import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter import api
 from porter.commands.serve import jobs as jobs_mod
@@ -43,6 +44,10 @@ from porter.port import checks
 from porter.rundir import outputs
 from porter.rundir.outputs import output_dir
 from porter.runtime import distributed
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
+    from porter.registry import Registry
 
 TOKEN_ENV = "PORTER_TOKEN"
 
@@ -78,7 +83,7 @@ def inputs_folder(given: str | None):
     return folder.resolve()
 
 
-def warmup_recipes(recipe, registry) -> list:
+def warmup_recipes(recipe: Recipe, registry: Registry) -> list:
     """``serve.warmup``'s entries as the recipes their jobs would run, checked as a
     job's settings are (problems located at the entry)."""
     found, problems = [], []
@@ -105,7 +110,7 @@ class Listen:
     inputs: str | None = None  # the folder whose files jobs may name
 
 
-def serve(recipe, registry, listen: Listen = Listen(), say=print) -> dict:
+def serve(recipe: Recipe, registry: Registry, listen: Listen = Listen(), say=print) -> dict:
     """Load the port, then serve until SIGTERM/Ctrl-C; returns the queue's state at
     the end."""
     import uvicorn

@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter.commands.serve import uploads
 from porter.errors import Interrupted, UsageError, failure
@@ -26,6 +27,10 @@ from porter.generate import preview, runners
 from porter.generate.call import Call
 from porter.rundir import outputs, record
 from porter.runtime import atomic, interrupt, monitor, notices
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
+    from porter.registry import Registry
 
 JOB = "job.json"
 #: a job's input files (images, videos), in its folder (``porter.commands.serve.uploads``)
@@ -389,7 +394,7 @@ class Jobs:
         return json.loads(path.read_text())
 
 
-def _room_for(recipe, registry) -> None:
+def _room_for(recipe: Recipe, registry: Registry) -> None:
     """NoRoom where a call of ``recipe`` needs more memory than the machine can give now
     (``checks.headroom_problems``: what other processes hold counted), so that a job
     is refused, or fails, instead of the kernel killing the server mid-job."""

@@ -21,7 +21,7 @@ from porter.commands.serve import jobs as jobs_mod
 from porter.commands.serve import uploads
 from porter.commands.serve.limits import MAX_BODY, MAX_DEPTH, nesting
 from porter.errors import RecipeError, UsageError, failure
-from porter.recipe import jsonio
+from porter.recipe import Recipe, jsonio
 from porter.recipe.schema import GenerateSection
 
 #: the create request's own fields; the rest are the recipe's generate settings
@@ -54,7 +54,7 @@ def error(status: int, message: str, param: str | None = None, code: str | None 
                                    "code": code}}, status)
 
 
-def settings_of(fields: dict, recipe) -> dict:
+def settings_of(fields: dict, recipe: Recipe) -> dict:
     """A create request's fields as the generate settings of a Porter job (Refused for
     what they cannot say here). ``input_reference`` is the uploaded image's bytes."""
     if not isinstance(fields.get("prompt"), str) or not fields["prompt"].strip():
@@ -165,7 +165,7 @@ def _image(reference) -> str:
                   "input_reference")
 
 
-def video_object(job, recipe, previewed: bool = False) -> dict:
+def video_object(job, recipe: Recipe, previewed: bool = False) -> dict:
     """A job as OpenAI's Video object (Porter's own fields beside: ``porter``, with its
     live preview's address once it has one)."""
     settings = job.settings
@@ -224,20 +224,7 @@ def routes(app, jobs, read_json) -> None:
 
     @app.get("/v1/videos", summary="OpenAI: the videos, newest first")
     async def listing(limit: int = 20, after: str | None = None, order: str = "desc"):
-        if order not in ("asc", "desc"):
-            return error(400, f"order {order!r}: asc or desc", "order")
-        found = sorted(jobs.list(), key=lambda job: job.seq, reverse=order == "desc")
-        if after is not None:  # by its place in the order: it may have been deleted
-            if not after.isdigit():
-                return error(400, f"after {after!r} is not a video id", "after")
-            found = [job for job in found
-                     if (job.seq < int(after) if order == "desc" else job.seq > int(after))]
-        page = found[:max(1, min(limit, 100))]
-        data = [video_object(job, recipe, bool(jobs.preview(job.id))) for job in page]
-        return {"object": "list", "data": data,
-                "first_id": page[0].id if page else None,
-                "last_id": page[-1].id if page else None,
-                "has_more": len(found) > len(page)}
+        return listed(jobs, limit, after, order)
 
     @app.get("/v1/videos/{video_id}", summary="OpenAI: a video's status and progress")
     async def retrieve(video_id: str):
@@ -272,6 +259,24 @@ def routes(app, jobs, read_json) -> None:
             return error(404, f"video {video_id} is not completed (status {state})",
                          "video_id")
         return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
+
+
+def listed(jobs, limit: int, after: str | None, order: str):
+    """A page of the videos as OpenAI lists them: ``order`` by id ("desc": newest
+    first), those after the id ``after``, at most ``limit`` (1 to 100)."""
+    if order not in ("asc", "desc"):
+        return error(400, f"order {order!r}: asc or desc", "order")
+    found = sorted(jobs.list(), key=lambda job: job.seq, reverse=order == "desc")
+    if after is not None:  # by its place in the order: it may have been deleted
+        if not after.isdigit():
+            return error(400, f"after {after!r} is not a video id", "after")
+        found = [job for job in found
+                 if (job.seq < int(after) if order == "desc" else job.seq > int(after))]
+    page = found[:max(1, min(limit, 100))]
+    recipe = jobs.port.recipe
+    data = [video_object(job, recipe, bool(jobs.preview(job.id))) for job in page]
+    return {"object": "list", "data": data, "first_id": page[0].id if page else None,
+            "last_id": page[-1].id if page else None, "has_more": len(found) > len(page)}
 
 
 def _said(exc: UsageError) -> str:

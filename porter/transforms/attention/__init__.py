@@ -313,6 +313,6 @@ def _video(grid, dense: bool):
 PASS = Pass(
     "attention", ("attention",), "wrap the components attention.skip names (and those run "
     "on one device when attention is sharded) to keep torchax's own attention",
-    each_call="the recipe's backend in torchax's op table around each call; the video's "
-    "token grid and dense phase around a transformer's calls (attention.window)",
+    each_call="the recipe's backend in torchax's op table; the video's token grid and "
+    "dense phase around a transformer's calls (attention.window)",
     check=_check, apply=_apply, detail=_detail, around=_around)

@@ -10,17 +10,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from porter.recipe.schema import CompileRule
+from porter.shims import lowerings
 from porter.shims.compat import import_torchax
-from porter.transforms import Checking, Pass, placement, sharding
+from porter.transforms import CALL, Calling, Checking, Pass, placement, sharding
 from porter.transforms.jit import autosplit, scan
 from porter.transforms.jit import traces as traces_mod
 
 if TYPE_CHECKING:
     from porter.errors import Problem
+    from porter.families.base import ModelFamily
     from porter.port.building import Building
+    from porter.recipe import Recipe
 
 
-def rules(recipe, family, platform: str | None) -> dict[str, CompileRule]:
+def rules(recipe: Recipe, family: ModelFamily, platform: str | None) -> dict[str,
+          CompileRule]:
     """Component -> how to compile it: the family's defaults, then the recipe's.
 
     Whether a transformer's blocks compile as a scan is the recipe's say, else the
@@ -43,7 +47,7 @@ def rules(recipe, family, platform: str | None) -> dict[str, CompileRule]:
     return {name: rule for name, rule in resolved.items() if rule.methods}
 
 
-def _block_cache(recipe) -> bool:
+def _block_cache(recipe: Recipe) -> bool:
     """Does a step cache run the transformers in pieces, block by block (no scan there)?
     The guidance cache skips whole calls, not blocks."""
     return bool(recipe.cache) and recipe.cache.get("method") != "guidance"
@@ -60,7 +64,7 @@ def block_lists(module) -> list:
             and isinstance(child, torch.nn.ModuleList)]
 
 
-def in_pieces(recipe, modules: dict) -> list[str]:
+def in_pieces(recipe: Recipe, modules: dict) -> list[str]:
     """The components a step cache works on, each compiled in pieces (each child and
     each block: its decisions fall between programs): the transformers with a block
     list, when the recipe's cache skips blocks (the guidance cache skips whole calls)."""
@@ -235,7 +239,7 @@ def _whole(compiled, method: str, split, lists: list[str]):
                                     traced=traced, eager=eager)
 
 
-def problems(recipe, family, modules: dict) -> list:
+def problems(recipe: Recipe, family: ModelFamily, modules: dict) -> list:
     """Components, methods and submodules the recipe names must exist (meta models)."""
     import re
 
@@ -277,7 +281,7 @@ class Jitted:
     splits: dict = field(default_factory=dict)  # component -> autosplit.Split
 
 
-def takes_sharded_inputs(name: str, recipe) -> bool:
+def takes_sharded_inputs(name: str, recipe: Recipe) -> bool:
     """Are the component's inputs placed by the recipe's ``sharding.inputs`` (the
     transformers' are)?"""
     return name.startswith("transformer") and bool(recipe.sharding.inputs)
@@ -325,6 +329,12 @@ def _abstract(b: Building) -> None:
             b.compile.scanned[name] = scan.identical_lists(b.modules[name])
 
 
+def _around(c: Calling):
+    """Porter's own lowerings of PyTorch operations in torchax's op table, around each
+    call (before the attention pass's backend, which falls back to them)."""
+    return lowerings.installed(c.runtime.env) if c.scope == CALL else None
+
+
 def _fit(c: Checking) -> list[Problem]:
     return problems(c.recipe, c.family, c.modules)
 
@@ -339,4 +349,5 @@ def _detail(c: Checking) -> str | None:
 PASS = Pass(
     "compile", ("compile",), "compile the components' methods with jax.jit through "
     "torchax (whole, as a scan over identical blocks, or in pieces for a step cache)",
-    fit=_fit, apply=_apply, abstract=_abstract, detail=_detail)
+    each_call="Porter's own lowerings of PyTorch operations in torchax's op table",
+    fit=_fit, apply=_apply, abstract=_abstract, detail=_detail, around=_around)

@@ -29,9 +29,16 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter.runtime import atomic, distributed, notices, trace_context
 from porter.runtime.versions import versions
+
+if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
+    from porter.registry import Registry
+    from porter.runtime import Runtime
 
 _NOT_EXPORTABLE = object()
 
@@ -218,7 +225,7 @@ NOT_TRACED = ("output", "verify", "generate.prompt", "generate.negative_prompt",
               "cache")
 
 
-def traced_settings(recipe) -> str:
+def traced_settings(recipe: Recipe) -> str:
     """The recipe's settings that a traced program may depend on, as canonical JSON."""
     data = recipe.resolved()
     for dotted in NOT_TRACED:
@@ -230,7 +237,8 @@ def traced_settings(recipe) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-def for_port(recipe, registry, family, runtime) -> TraceCache | None:
+def for_port(recipe: Recipe, registry: Registry, family: ModelFamily,
+             runtime: Runtime) -> TraceCache | None:
     """The traces a port of ``recipe`` stores and reuses, beside the compile cache (none
     when the cache is off). Their key names the code a trace runs: Porter, the family,
     and whatever plugins patch or attend with."""

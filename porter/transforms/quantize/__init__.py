@@ -31,10 +31,14 @@ from porter.transforms.quantize.linear import SCALE, QuantizedLinear
 
 if TYPE_CHECKING:
     from porter.errors import Problem
+    from porter.families.base import ModelFamily
     from porter.port.building import Building
+    from porter.recipe import Recipe
+    from porter.runtime import Runtime
 
 
-def components(recipe, family, modules: dict | None = None) -> list[str]:
+def components(recipe: Recipe, family: ModelFamily,
+               modules: dict | None = None) -> list[str]:
     """The components quantized: the recipe's, or the family's transformers (those the
     model has, when ``modules`` is given)."""
     named = recipe.quantize.components
@@ -44,7 +48,7 @@ def components(recipe, family, modules: dict | None = None) -> list[str]:
     return [n for n in found if modules is None or n in modules]
 
 
-def patterns(recipe, family) -> tuple[list[str], list[str]]:
+def patterns(recipe: Recipe, family: ModelFamily) -> tuple[list[str], list[str]]:
     """(include, exclude) regexes: the recipe's where it gives them, else the family's."""
     section = recipe.quantize
     include = section.include if section.include is not None else family.quantize_include
@@ -52,7 +56,7 @@ def patterns(recipe, family) -> tuple[list[str], list[str]]:
     return list(include), list(exclude)
 
 
-def chosen(recipe, family, module: torch.nn.Module) -> list[str]:
+def chosen(recipe: Recipe, family: ModelFamily, module: torch.nn.Module) -> list[str]:
     """The names of ``module``'s linear layers the recipe quantizes, in module order."""
     include, exclude = patterns(recipe, family)
     kept = _edge_blocks(module) if recipe.quantize.keep_edge_blocks else ()
@@ -95,7 +99,7 @@ class Pending(NamedTuple):
     dtype: torch.dtype
 
 
-def chip_format(recipe, runtime):
+def chip_format(recipe: Recipe, runtime: Runtime):
     """The recipe's format on ``runtime``'s chip; RecipeError where it gains nothing."""
     fmt, why = resolve(recipe.quantize.format, runtime.platform, runtime.device_kind)
     if fmt is None:
@@ -103,7 +107,7 @@ def chip_format(recipe, runtime):
     return fmt
 
 
-def chip_problems(recipe, platform: str, device_kind: str) -> list:
+def chip_problems(recipe: Recipe, platform: str, device_kind: str) -> list:
     """``chip_format``'s refusal as a problem, for a chip that need not be here
     (``validate`` and ``plan`` with ``--target``)."""
     if recipe_off(recipe):
@@ -112,7 +116,7 @@ def chip_problems(recipe, platform: str, device_kind: str) -> list:
     return [] if fmt is not None else [_no_gain(recipe, why)]
 
 
-def _no_gain(recipe, why: str):
+def _no_gain(recipe: Recipe, why: str):
     weights_only = {"fp8": "fp8-weights", "int8": "int8-weights"}.get(recipe.quantize.format)
     return recipe.problem(
         "quantize.format", f"{recipe.quantize.format!r} gains nothing here: {why}",
@@ -121,7 +125,7 @@ def _no_gain(recipe, why: str):
               "name a weights-only format (fp8-weights, int8-weights)"))
 
 
-def on_meta(recipe, family, modules: dict) -> None:
+def on_meta(recipe: Recipe, family: ModelFamily, modules: dict) -> None:
     """The recipe's layers quantized in meta ``modules`` (``porter plan``'s shapes and
     bytes). ``auto`` stands as int8 here: every format stores one byte a weight."""
     if recipe_off(recipe):
@@ -161,7 +165,7 @@ def _apply(b: Building) -> None:
     b.say(f"quantizing {sum(done.values())} linear layer(s) to {fmt.name}")
 
 
-def recipe_off(recipe) -> bool:
+def recipe_off(recipe: Recipe) -> bool:
     return recipe.quantize.format is None
 
 

@@ -32,7 +32,9 @@ from porter.transforms.scheduler import tables
 
 if TYPE_CHECKING:
     from porter.errors import Problem
+    from porter.families.base import ModelFamily
     from porter.port.building import Building
+    from porter.recipe import Recipe
 
 def given(gen) -> dict[str, list[float]]:
     """The schedule the generate settings give one step at a time (may be empty)."""
@@ -69,7 +71,7 @@ def settings_of(cls) -> list[str]:
             if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
-def checkpoint_class(recipe) -> str | None:
+def checkpoint_class(recipe: Recipe) -> str | None:
     """The scheduler class a local checkpoint's configuration names (None: a tiny
     model or a hub id, whose scheduler is known once the pipeline is loaded)."""
     from pathlib import Path
@@ -84,7 +86,7 @@ def checkpoint_class(recipe) -> str | None:
         return None  # the load pass says what is wrong with the checkpoint
 
 
-def class_problems(recipe) -> tuple[type | None, list]:
+def class_problems(recipe: Recipe) -> tuple[type | None, list]:
     """The class the run will have (``scheduler.name``'s, else a local checkpoint's;
     None: known only once loaded, or unknown) and what is wrong with the section: an
     unknown class, settings it does not take."""
@@ -114,7 +116,7 @@ def class_problems(recipe) -> tuple[type | None, list]:
     return cls, config_problems(recipe, cls)
 
 
-def config_problems(recipe, cls) -> list:
+def config_problems(recipe: Recipe, cls) -> list:
     """Overrides the class has no setting for, each with the closest one."""
     import difflib
 
@@ -130,7 +132,7 @@ def config_problems(recipe, cls) -> list:
     return found
 
 
-def schedule_problems(recipe, cls) -> list:
+def schedule_problems(recipe: Recipe, cls) -> list:
     """A schedule the class's ``set_timesteps`` cannot take, or whose count disagrees
     with ``generate.steps`` (``cls`` None: only the count is checked)."""
     gen, values = recipe.generate, given(recipe.generate)
@@ -172,7 +174,7 @@ def _takers(key: str) -> list[str]:
     return found
 
 
-def configured(scheduler, recipe):
+def configured(scheduler, recipe: Recipe):
     """``scheduler`` as the recipe's ``scheduler`` section makes it (itself when the
     section is empty); RecipeError for a class or a setting that does not fit."""
     section = recipe.scheduler
@@ -191,7 +193,7 @@ def configured(scheduler, recipe):
                                           f"these settings: {first_line(exc)}")]) from None
 
 
-def set_schedule(scheduler, recipe, device):
+def set_schedule(scheduler, recipe: Recipe, device):
     """Set the recipe's schedule (``given``) on ``scheduler``, starting at its first
     entry (``from_the_start``); returns its timesteps."""
     problems = schedule_problems(recipe, type(scheduler))
@@ -202,7 +204,7 @@ def set_schedule(scheduler, recipe, device):
     return scheduler.timesteps
 
 
-def timesteps(family, pipe, recipe):
+def timesteps(family: ModelFamily, pipe, recipe: Recipe):
     """The staged loop's timesteps: the recipe's schedule set on the pipeline's
     scheduler, or the family's own (``StagedFamily.timesteps``)."""
     if given(recipe.generate):
@@ -210,7 +212,7 @@ def timesteps(family, pipe, recipe):
     return family.timesteps(pipe, recipe)
 
 
-def planned(scheduler, recipe) -> list[float]:
+def planned(scheduler, recipe: Recipe) -> list[float]:
     """The timesteps a run of ``recipe`` takes with a scheduler like ``scheduler``
     (a copy, on the host): the recipe's schedule, or ``generate.steps`` evenly spread."""
     copy = configured(type(scheduler).from_config(scheduler.config), recipe)
@@ -272,7 +274,7 @@ def _apply(b: Building) -> None:
         b.say(f"scheduler: {detail(b.recipe)}")
 
 
-def detail(recipe) -> str | None:
+def detail(recipe: Recipe) -> str | None:
     """The recipe's scheduler and schedule, in a few words (None: the pipeline's own)."""
     section, parts = recipe.scheduler, []
     if section.name or section.config:

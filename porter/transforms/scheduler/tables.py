@@ -17,15 +17,19 @@ import contextlib
 import functools
 import inspect
 import types
+from typing import TYPE_CHECKING
 
 from porter.shims.interop import to_device
 from porter.transforms.patches import replaced
+
+if TYPE_CHECKING:
+    from porter.runtime import Runtime
 
 #: the methods that combine the scheduler's tables with the caller's tensors
 METHODS = ("step", "scale_model_input", "add_noise", "scale_noise", "get_velocity")
 
 
-def tables_on_device(scheduler, runtime) -> None:
+def tables_on_device(scheduler, runtime: Runtime) -> None:
     """Move the scheduler's host tensors (and host tensors in its lists, such as the
     model outputs a multistep solver keeps) onto the mesh, replicated."""
     import torch
@@ -43,7 +47,7 @@ def tables_on_device(scheduler, runtime) -> None:
 
 
 @contextlib.contextmanager
-def on_device(scheduler, runtime):
+def on_device(scheduler, runtime: Runtime):
     """For the block, the scheduler's class moves its tables onto the mesh at the start
     of each of its ``METHODS``; the class is as before afterwards (nothing happens for
     a pipeline without a scheduler)."""
