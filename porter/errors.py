@@ -36,12 +36,12 @@ def first_line(exc: BaseException) -> str:
 
 def kind_of(value) -> str:
     """A value's kind, in words, for messages ("a string where an integer belongs")."""
-    if hasattr(value, "shape") and hasattr(value, "dtype"):  # torch, JAX, numpy
-        return "a tensor"
     for kind, words in ((bool, "a bool"), (int, "an integer"), (float, "a number"),
                         (str, "a string"), ((list, tuple), "a list"), (dict, "a mapping")):
-        if isinstance(value, kind):
+        if isinstance(value, kind):  # numpy's float64 too: a float
             return words
+    if hasattr(value, "shape") and hasattr(value, "dtype"):  # torch, JAX, numpy
+        return "a tensor"
     return f"a {type(value).__name__}"
 
 

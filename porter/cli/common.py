@@ -65,7 +65,8 @@ def load_recipe(args):
 def resolved(loaded):
     """The recipe with an original release's folder as model.source read as a
     diffusers layout (``porter.loading.release``)."""
-    from porter import registry as registry_mod# lazy: the registry loads every plugin
+    # lazy: the registry loads every plugin
+    from porter import registry as registry_mod
     from porter.loading import release  # lazy: diffusers and torch come with it
 
     return release.resolved(loaded, registry_mod.loaded())

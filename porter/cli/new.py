@@ -18,7 +18,8 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
+    # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod
     from porter.commands import new  # lazy: only the subcommand asked for is imported
 
     path = new.write(args.name, registry_mod.loaded().family(args.family), args.base,

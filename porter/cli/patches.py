@@ -16,7 +16,8 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
+    # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod
 
     registry = registry_mod.loaded()
     for name in sorted(registry.patches):

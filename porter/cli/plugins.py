@@ -10,7 +10,8 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
+    # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod
 
     registry = registry_mod.loaded()
     for name in registry.plugins:

@@ -45,7 +45,8 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
+    # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod
     from porter.commands.run import run  # lazy: only the subcommand asked for is imported
 
     if args.resume:
@@ -114,7 +115,8 @@ def _cache_line(summary: dict) -> str:
 
 
 def _batch(args, loaded) -> int:
-    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
+    # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod
     from porter.commands import batch  # lazy: only the subcommand asked for is imported
 
     if args.stage:

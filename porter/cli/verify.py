@@ -23,7 +23,8 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import registry as registry_mod# lazy: only the subcommand asked for is imported
+    # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod
     from porter.commands import verify  # lazy: only the subcommand asked for is imported
 
     loaded = common.load_recipe(args)

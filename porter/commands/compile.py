@@ -95,7 +95,7 @@ def _as_run_compiles(port, declared: list, say) -> tuple[list, dict]:
             continue
         say(f"{program.name}: finding its calls of {rule.modules!r} from shapes alone")
         try:
-            with patches.applied(port.patches):
+            with patches.applied(port.ported.patches):
                 module = port.components[program.component].module
                 found += unique(submodule_calls(module, rule.modules, program))
         except Exception as exc:  # noqa: BLE001 - the glue needs values

@@ -21,7 +21,7 @@ import torch
 from porter import loading
 from porter import recipe as recipe_mod
 from porter import runtime as runtime_mod
-from porter.port import beside, checks
+from porter.port import active, beside, checks
 from porter.shims.interop import to_device, to_host
 from porter.stepcache import without_cache
 from porter.transforms import jit
@@ -145,13 +145,13 @@ def verify(recipe: Recipe, registry: Registry, sharded: bool = False) -> dict:
         dtype = module.dtype
         inputs = beside.random_inputs(family, recipe, module.config)
         ported_inputs = beside.cast(inputs, dtype)
-        with beside.transformer_calls(calling):
+        with active.transformer_calls(calling):
             got, final = _run_ported(module, pipe.transformer, ported_inputs, runtime,
                                      recipe.verify.modules)
         if sharded:
             single = _single_device(runtime)
             pipe_1, module_1, _, calling_1 = _ported(family, recipe, registry, single)
-            with beside.transformer_calls(calling_1):
+            with active.transformer_calls(calling_1):
                 expected, expected_final = _run_ported(
                     module_1, pipe_1.transformer, ported_inputs, single,
                     recipe.verify.modules)

@@ -108,7 +108,7 @@ class ModelFamily:
                                    + (", ".join(self.variants) or "none"))]
         return []
 
-    def pipeline_class(self, recipe: Recipe=None) -> type:
+    def pipeline_class(self, recipe: Recipe | None = None) -> type:
         """The diffusers pipeline class used to load the recipe's checkpoint."""
         raise NotImplementedError
 

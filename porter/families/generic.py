@@ -181,7 +181,7 @@ class GenericFamily(ModelFamily):
             return None  # the checkpoint checks say what is wrong with the file
         return runnable(name) if isinstance(name, str) else None
 
-    def pipeline_class(self, recipe: Recipe=None):
+    def pipeline_class(self, recipe: Recipe | None = None):
         import diffusers
 
         name = recipe.model.pipeline if recipe is not None else None

@@ -281,12 +281,12 @@ def _fit(c: Checking) -> list[Problem]:
                                         hint=f"its components: {', '.join(modules)}"))
             continue
         refused = single_file.problems(path, module, single_file.converter_of(family, name))
-        found += [recipe.problem(f"model.{name}", problem.text, hint=problem.hint)
-                  for problem in refused[:single_file.SHOWN]]
-        hidden = len(refused) - single_file.SHOWN
-        if hidden > 0:  # say so: the recipe's count of problems is of those shown
-            found.append(recipe.problem(f"model.{name}", f"and {hidden} more ("
-                                        f"{len(refused)} problems with {path.name})"))
+        shown = refused[:single_file.SHOWN]
+        hidden = len(refused) - len(shown)
+        found += [recipe.problem(f"model.{name}", problem.text + (
+            f"; and {hidden} more ({len(refused)} problems with {path.name})"
+            if hidden and problem is shown[-1] else ""), hint=problem.hint)
+            for problem in shown]  # the count says so: the recipe's is of those shown
     return found
 
 

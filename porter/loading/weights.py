@@ -42,6 +42,10 @@ class ComponentWeights:
     scales: dict = field(default_factory=dict)
     #: what a single file was read as (its format, whose key names), for the run record
     read_as: dict = field(default_factory=dict)
+    #: name -> the LoadError of an fp8 tensor read with no scale whose values no weight
+    #: cast to fp8 has (``cast_fp8_problem``): placement refuses them on every process
+    #: together (each reads only its rows, so one may find what the others do not)
+    unscaled: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -58,7 +62,9 @@ class ComponentWeights:
         if name in self.scales:
             tensor = self._scaled(tensor, self.scales[name], slice(start, stop))
         elif problem := cast_fp8_problem(tensor):
-            raise LoadError(f"{entry.file}: {name}: {problem}", hint=SCALES_LOST)
+            with self._lock:
+                self.unscaled[name] = LoadError(f"{entry.file}: {name}: {problem}",
+                                                hint=SCALES_LOST)
         if name in self.deltas:  # a LoRA update, in float32 before the cast
             what, delta = self.deltas[name]
             return delta.added(what, tensor, dtype, slice(start, stop))

@@ -1,7 +1,8 @@
 """A recipe's transformer ported beside its PyTorch original: the mesh passes on a
-pipeline the caller loaded (its PyTorch copy kept first), random inputs of the recipe's
-shapes, and the passes' call-time parts around the ported transformer's calls. What
-``porter verify`` compares and ``porter bench`` times."""
+pipeline the caller loaded (its PyTorch copy kept first), what the passes' call-time
+parts work with around the ported transformer's calls (``porter.port.active.
+transformer_calls``), and random inputs of the recipe's shapes. What ``porter verify``
+compares and ``porter bench`` times."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from porter.port import active, passes
+from porter.port import passes
 from porter.transforms import Calling
 
 if TYPE_CHECKING:
@@ -44,7 +45,3 @@ def ported(pipe, recipe: Recipe, registry: Registry, runtime: Runtime) -> Callin
     return Calling(recipe, registry, registry.family(recipe.model.family), runtime, record,
                    pipe)
 
-
-def transformer_calls(calling: Calling):
-    """Around calls of the ported transformer, as a denoising step's are made."""
-    return active.transformer_calls(calling)

@@ -267,13 +267,15 @@ def memory_problems(recipe: Recipe, registry: Registry, family: ModelFamily, mod
 FREE_MARGIN = 2**30
 
 
-def headroom_problems(recipe: Recipe, registry: Registry) -> list[Problem]:
+def headroom_problems(recipe: Recipe, registry: Registry,
+                      asked: tuple[str, ...] = ()) -> list[Problem]:
     """A call of ``recipe`` on a port already loaded (a server's job, when it is
     submitted and again when it starts): what its largest attention takes per device,
     beyond the weights the port already holds, against what a device can still take
     now (other processes' use counted: ``memory.device_free``) less ``FREE_MARGIN``.
     ``memory_problems`` holds the whole call to what a device has at all; this one
-    holds the growth to what is free."""
+    holds the growth to what is free. ``asked``: the ``generate`` keys the call set
+    (its problem is located at the first of its sizes)."""
     family = registry.family(recipe.model.family)
     modules = abstract.components(family, recipe)
     if modules is None:
@@ -285,11 +287,9 @@ def headroom_problems(recipe: Recipe, registry: Registry) -> list[Problem]:
     if need is None or free is None or need["bytes"] + FREE_MARGIN <= free.bytes:
         return []
     kept = " (scores and softmax)" if need["materialised"] else ""
-    # at the size the call asked for, where it set one (a job's request)
-    asked = [key for key in ("frames", "height", "width")
-             if str(recipe.problem(f"generate.{key}", "").file) != str(recipe.path)]
+    sizes = [key for key in ("frames", "height", "width") if key in asked] or ["frames"]
     return [recipe.problem(
-        f"generate.{(asked or ['frames'])[0]}",
+        f"generate.{sizes[0]}",
         f"not enough memory free now: {need['attention']}-attention at this size takes "
         f"about {human_bytes(need['bytes'])} per device{kept} beyond the loaded weights, "
         f"and a device can take {human_bytes(max(0, free.bytes))} now (set by "

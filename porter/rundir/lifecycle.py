@@ -42,15 +42,14 @@ def resume_problem(directory: Path, resume: bool) -> None:
 
 
 @contextlib.contextmanager
-def owned(directory: Path, what: str = "porter run"):
-    """Process 0 holds the run directory's lock for the block (its file says ``what``
-    holds it); every process stops if it cannot (none is left waiting in a collective
-    for it)."""
+def owned(directory: Path):
+    """Process 0 holds the run directory's lock for the block; every process stops if
+    it cannot (none is left waiting in a collective for it)."""
     with contextlib.ExitStack() as owner:
         refused = None
         if distributed.writes():
             try:
-                owner.enter_context(outputs.owned(directory, what))
+                owner.enter_context(outputs.owned(directory))
             except UsageError as exc:
                 refused = exc
         if distributed.anywhere(refused is not None):

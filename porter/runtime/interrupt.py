@@ -37,9 +37,10 @@ _requested: int | None = None  # a stop asked for by code (a server shutting dow
 
 
 def request_stop(signum: int = signal.SIGTERM) -> None:
-    """Ask the denoising loop under way (in any thread) to stop after its current
-    step, as the signal ``signum`` would: it saves a checkpoint and raises
-    ``Interrupted``. Stays asked until ``clear_stop``."""
+    """Ask the generation under way (in any thread) to stop, as the signal ``signum``
+    would: before its next stage (``porter.generate.runners``) or after its current
+    denoising step, which saves a checkpoint; either raises ``Interrupted``. Stays
+    asked until ``clear_stop``."""
     global _requested
     _requested = signum
 

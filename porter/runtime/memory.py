@@ -113,8 +113,11 @@ def _read_limit(path: Path) -> list[Limit]:
     return [Limit(int(text), f"the cgroup limit in {path}")] if text.isdigit() else []
 
 
-#: a cgroup's limit file -> the file of what it uses now
-USAGE = {"memory.max": "memory.current", "memory.limit_in_bytes": "memory.usage_in_bytes"}
+#: a cgroup's limit file -> the file of what it uses now, and the key of memory.stat
+#: that counts the page cache it can drop (files read and not touched since: a
+#: checkpoint's weights once placed), which its usage includes
+USAGE = {"memory.max": ("memory.current", "inactive_file"),
+         "memory.limit_in_bytes": ("memory.usage_in_bytes", "total_inactive_file")}
 
 
 def host_free(proc_cgroup: Path = Path("/proc/self/cgroup"),
@@ -122,8 +125,8 @@ def host_free(proc_cgroup: Path = Path("/proc/self/cgroup"),
               meminfo: Path = Path("/proc/meminfo")) -> Limit | None:
     """What the host can still give this process now: the least of the machine's
     available memory (``MemAvailable``: what other processes hold is not) and, for each
-    cgroup with a limit (its own or a parent's), that limit less what the cgroup uses;
-    None where none can be read (not Linux)."""
+    cgroup with a limit (its own or a parent's), that limit less what the cgroup uses
+    (less the page cache it can drop); None where none can be read (not Linux)."""
     found = []
     try:
         text = meminfo.read_text()
@@ -140,9 +143,10 @@ def host_free(proc_cgroup: Path = Path("/proc/self/cgroup"),
         while True:
             for limit in _read_limit(directory / name):
                 try:
-                    used = int((directory / USAGE[name]).read_text().strip())
+                    used = int((directory / USAGE[name][0]).read_text().strip())
                 except (OSError, ValueError):
                     continue
+                used -= _stat(directory / "memory.stat", USAGE[name][1])
                 found.append(Limit(max(0, limit.bytes - used),
                                    f"{limit.source} less what the cgroup uses"))
             if directory == mount or mount not in directory.parents:
@@ -211,10 +215,23 @@ def device_memory(mesh_devices: int) -> Limit | None:
                  f"{host.source}, shared by {shared} virtual CPU devices")
 
 
+def _stat(path: Path, key: str) -> int:
+    """One counter of a cgroup's memory.stat (0 where it cannot be read)."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def device_free(mesh_devices: int) -> Limit | None:
     """What one device of a ``mesh_devices`` mesh can still take now, where known: an
-    accelerator's limit less what it holds; on CPU, what the host can still give this
-    process (``host_free``) shared by the virtual devices it runs."""
+    accelerator's limit less what this process's allocator holds there; on CPU, what the
+    host can still give this process (``host_free``: other processes' use counted)
+    shared by the virtual devices it runs."""
     import jax
 
     device = jax.local_devices()[0]

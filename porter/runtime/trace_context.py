@@ -56,12 +56,10 @@ ATTENTION_OFF = State(
     default=False, keys_programs=True)
 VIDEO_GRID = State(
     "video_grid", "the video's token grid (frames, height, width) around a transformer's "
-    "calls, where the recipe windows attention (``attention.window``); None: no video, "
-    "nothing windowed. A block's program sees only the token count, which two grids may "
-    "share (480x832 and 832x480)", keys_programs=True)
-DENSE_ATTENTION = State(
-    "dense_attention", "windowed attention runs dense (the window's first steps, "
-    "``attention.window.dense_steps``)", default=False, keys_programs=True)
+    "calls, where the recipe windows attention (``attention.window``) and the step is "
+    "not one of its dense ones; None: nothing windowed (dense attention: the programs "
+    "of a port without a window). A block's program sees only the token count, which "
+    "two grids may share (480x832 and 832x480)", keys_programs=True)
 ATTENTION_TALLY = State(
     "attention_tally", "where attention calls traced add their FLOPs "
     "(``porter.transforms.attention.counted``); None: not counted")
@@ -70,7 +68,7 @@ ATTENTION_REPEATS = State(
     "program (a scan's body runs once per block; 0: traced for shapes only)", default=1)
 
 #: every state, in the order a key lists them
-STATES = (ATTENTION_OFF, VIDEO_GRID, DENSE_ATTENTION, ATTENTION_TALLY, ATTENTION_REPEATS)
+STATES = (ATTENTION_OFF, VIDEO_GRID, ATTENTION_TALLY, ATTENTION_REPEATS)
 
 
 def key() -> tuple:
@@ -83,7 +81,7 @@ def key() -> tuple:
 
 def label(found: tuple) -> str:
     """A ``key()`` as a suffix of a program's name ("" for the empty key):
-    ``@video_grid=21x30x52,dense_attention=True``."""
+    ``@attention_off=True,video_grid=21x30x52``."""
     if not found:
         return ""
 

@@ -38,7 +38,7 @@ A new pass is a room here with its ``PASS``, and its place in ``porter.port.pass
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Callable, ContextManager
 
 if TYPE_CHECKING:
@@ -91,6 +91,7 @@ class Pass:
     name: str
     reads: tuple[str, ...]  # the recipe's sections
     does: str  # once, in a line, for `porter plan` and the docs
+    _: KW_ONLY  # the rest by name: a part is never mistaken for another
     each_call: str = ""  # what ``around`` does at call time, in a line ("": nothing)
     check: Callable[[Checking], list[Problem]] | None = None
     fit: Callable[[Checking], list[Problem]] | None = None

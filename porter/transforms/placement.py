@@ -297,7 +297,19 @@ def _apply(b: Building) -> None:
         nonfinite.update({f"{name}.{tensor}": count for tensor, count in found.items()})
         b.placement.reports[name] = report(component, assignments, b.runtime.axes, weights)
         _constrain(b, name, component, assignments)
+    refuse_unscaled([refusal for weights in b.load.weights.values()
+                     for refusal in weights.unscaled.values()])
     refuse_nonfinite(nonfinite, b.recipe)
+
+
+def refuse_unscaled(found: list) -> None:
+    """fp8 weights read with no scale whose values are a scaled file's (``found``: the
+    LoadError of each, this process's rows) are an error on every process, decided
+    together so that none runs on alone."""
+    if distributed.anywhere(bool(found)):
+        raise found[0] if found else LoadError(
+            "fp8 values another process read cannot be unscaled weights",
+            hint="see process 0's message")
 
 
 def _abstract(b: Building) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from porter import registry as registry_mod, recipe, runtime
-from porter.port import beside, checks, estimates
+from porter.port import active, beside, checks, estimates
 from porter.shims.interop import to_device, to_host
 from porter.transforms.attention import AttentionBackend, kernels
 
@@ -75,7 +75,7 @@ def transformer_output(backend: str, registry):
             expected = reference(hidden_states=x, return_dict=False, **inputs)[0]
         calling = beside.ported(pipe, loaded, registry, rt)
         placed = {k: to_device(v, rt) for k, v in inputs.items()}
-        with beside.transformer_calls(calling), rt.env:
+        with active.transformer_calls(calling), rt.env:
             got = pipe.transformer(hidden_states=to_device(x, rt), return_dict=False,
                                    **placed)[0]
     return to_host(got), expected

@@ -66,16 +66,22 @@ def test_scaled_fp8_without_its_scales_is_refused_naming_a_tensor(files, transfo
 
 
 def test_each_fp8_weight_is_checked_as_it_is_read(files, transformer):
-    """A weight the check of one tensor does not see is refused as placement reads it,
-    naming the model's tensor and the file; the others read as they are."""
+    """A weight the check of one tensor does not see is found as placement reads it,
+    and placement refuses it (on every process together), naming the model's tensor
+    and the file; the others read as they are."""
+    from porter.transforms.placement import refuse_unscaled
+
     paths, _ = files
     assert single_file.problems(paths["one-big"], transformer, CONVERT) == []
     weights = single_file.located(paths["one-big"], transformer, CONVERT)
+    weights.read("blocks.1.ffn.net.0.proj.weight", torch.bfloat16)
+    assert weights.read("blocks.0.ffn.net.0.proj.weight", torch.bfloat16).abs().max() < 10
+    assert list(weights.unscaled) == ["blocks.1.ffn.net.0.proj.weight"]
     with pytest.raises(LoadError, match=r"one-big\.safetensors: blocks\.1\.ffn\.net\.0\.proj"
                        r"\.weight: float8_e4m3fn values up to 448") as info:
-        weights.read("blocks.1.ffn.net.0.proj.weight", torch.bfloat16)
+        refuse_unscaled(list(weights.unscaled.values()))
     assert info.value.hint == SCALES_LOST
-    assert weights.read("blocks.0.ffn.net.0.proj.weight", torch.bfloat16).abs().max() < 10
+    refuse_unscaled([])  # nothing found anywhere: nothing refused
 
 
 def test_each_refusal_has_a_hint_of_its_own(files, transformer):
@@ -127,9 +133,8 @@ def test_as_a_user_validates_and_runs_them(files, tmp_path):
     assert "recipe has 1 problem" in stripped.stderr
     assert "float8_e4m3fn values up to 448 with no scale" in stripped.stderr
     assert f"hint: {SCALES_LOST}" in stripped.stderr
-    assert lost.returncode == 2 and "recipe has 9 problems" in lost.stderr
-    assert "model.transformer: and 18 more (26 problems with scales-lost.safetensors)" \
-        in lost.stderr
+    assert lost.returncode == 2 and "recipe has 8 problems" in lost.stderr
+    assert "; and 18 more (26 problems with scales-lost.safetensors)" in lost.stderr
     assert "same variant and size" not in lost.stderr
     assert ran.returncode == 0, ran.stderr
     record = json.loads((tmp_path / "cast" / "run.json").read_text())

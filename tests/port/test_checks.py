@@ -210,7 +210,7 @@ def test_a_call_is_held_to_the_memory_free_now_beyond_the_loaded_weights(write,
     assert checks.headroom_problems(loaded, registry) == []  # well under a MiB
     larger = recipe.with_values(loaded, "generate", {"frames": 81, "height": 128,
                                                      "width": 128}, "request")
-    [problem] = checks.headroom_problems(larger, registry)
+    [problem] = checks.headroom_problems(larger, registry, ("frames", "height"))
     assert problem.path == "generate.frames" and problem.where() == "request"
     assert "not enough memory free now" in problem.message
     assert "a device can take 1.00 GiB now (set by what is free here" in problem.message

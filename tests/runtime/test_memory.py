@@ -38,8 +38,8 @@ def test_the_memory_limit_is_the_least_of_machine_cgroup_and_address_space(tmp_p
 
 def test_free_memory_is_the_least_of_available_and_each_cgroups_room(tmp_path):
     """What other processes hold is not free: the machine's MemAvailable, and each
-    cgroup's limit less what it uses now (v2 memory.current, v1 memory.usage_in_bytes),
-    the least of them."""
+    cgroup's limit less what it uses now (v2 memory.current, v1 memory.usage_in_bytes,
+    less the page cache it can drop), the least of them."""
     from porter.runtime import memory
 
     meminfo = tmp_path / "meminfo"
@@ -47,7 +47,9 @@ def test_free_memory_is_the_least_of_available_and_each_cgroups_room(tmp_path):
     v2 = tmp_path / "unified"
     (v2 / "job").mkdir(parents=True)
     (v2 / "job" / "memory.max").write_text(str(16 << 30))
-    (v2 / "job" / "memory.current").write_text(str(12 << 30))  # 4 GiB left
+    (v2 / "job" / "memory.current").write_text(str(13 << 30))
+    # a GiB of it page cache it can drop (weights read once): 4 GiB left
+    (v2 / "job" / "memory.stat").write_text(f"anon {12 << 30}\ninactive_file {1 << 30}\n")
     cgroup, mountinfo = tmp_path / "cgroup", tmp_path / "mountinfo"
     cgroup.write_text("0::/host/job\n")
     mountinfo.write_text(f"40 31 0:38 /host {v2} rw - cgroup2 cgroup2 rw\n")

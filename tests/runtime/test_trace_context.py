@@ -7,9 +7,9 @@ from pathlib import Path
 
 from porter.runtime import trace_context
 from porter.runtime.trace_context import (
+    ATTENTION_OFF,
     ATTENTION_REPEATS,
     ATTENTION_TALLY,
-    DENSE_ATTENTION,
     VIDEO_GRID,
 )
 
@@ -44,17 +44,18 @@ def test_the_walk_finds_a_context_var_however_it_is_imported(tmp_path):
 
 
 def test_the_key_holds_the_states_that_key_programs():
-    """Two grids of one token count (480x832 and 832x480) key two programs, as do a
-    window's dense steps; counting FLOPs keys nothing; outside every block, nothing."""
+    """Two grids of one token count (480x832 and 832x480) key two programs, as does
+    attention left to torchax; counting FLOPs keys nothing; outside every block,
+    nothing."""
     assert trace_context.key() == () and trace_context.label(()) == ""
     with VIDEO_GRID.set((21, 30, 52)):
         wide = trace_context.key()
         assert wide == (("video_grid", (21, 30, 52)),)
-        with DENSE_ATTENTION.set(True):
-            assert trace_context.key() == (("video_grid", (21, 30, 52)),
-                                           ("dense_attention", True))
+        with ATTENTION_OFF.set(True):
+            assert trace_context.key() == (("attention_off", True),
+                                           ("video_grid", (21, 30, 52)))
             assert trace_context.label(trace_context.key()) == \
-                "@video_grid=21x30x52,dense_attention=True"
+                "@attention_off=True,video_grid=21x30x52"
     with VIDEO_GRID.set((21, 52, 30)):
         assert trace_context.key() != wide
     with ATTENTION_TALLY.set([]), ATTENTION_REPEATS.set(3):
@@ -76,5 +77,5 @@ def test_the_compile_pass_and_the_trace_cache_key_by_it(tmp_path):
     assert windowed is not plain and program(()) is plain
     cache = TraceCache(tmp_path, "fingerprint")
     outside = cache.key("transformer.forward", {}, (), {})
-    with DENSE_ATTENTION.set(True):
+    with ATTENTION_OFF.set(True):
         assert cache.key("transformer.forward", {}, (), {}) != outside

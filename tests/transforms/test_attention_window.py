@@ -325,3 +325,33 @@ def test_splash_runs_the_window_with_its_block_mask(grid, reach, first, axes):
     assert (blocks == 2).sum() == tiling.seen.sum() and (blocks == 1).sum() == 0
     assert window.kernel_flops(tiling, q.shape, "splash") == 4 * 2 * 2 * 16 * \
         (blocks == 2).sum() * 128 ** 2
+
+
+def test_the_attention_pass_sets_the_grid_around_a_transformers_calls_after_dense_steps(
+        tmp_path):
+    """The pass's call-time part: no grid around a call as a whole, nor in the window's
+    dense steps (their programs are those of a port without a window); the video's
+    grid in the later steps and around a transformer called by itself."""
+    from porter import recipe as recipe_mod
+    from porter import registry as registry_mod
+    from porter.port.building import Ported
+    from porter.runtime import trace_context
+    from porter.transforms import Calling
+    from porter.transforms import attention
+
+    path = tmp_path / "windowed.yaml"
+    path.write_text(WINDOWED)
+    loaded = recipe_mod.load(path)
+    registry = registry_mod.loaded()
+    calling = Calling(loaded, registry, registry.family("wan"), None, Ported())
+
+    def grid_at(step):
+        context = attention.PASS.around(calling.at_step(step))
+        if context is None:
+            return None
+        with context:
+            return trace_context.VIDEO_GRID.get()
+
+    assert grid_at(0) is None  # dense_steps: 1
+    assert grid_at(1) == grid_at(None) == (5, 4, 4)
+    assert trace_context.VIDEO_GRID.get() is None

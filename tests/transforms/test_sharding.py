@@ -8,7 +8,7 @@ import torch
 
 from porter import registry as registry_mod, recipe, runtime
 from porter.commands.validate import validate
-from porter.port import beside, estimates
+from porter.port import active, beside, estimates
 from porter.shims.interop import to_device, to_host
 
 from support import RECIPES, TINY_RECIPE
@@ -100,7 +100,7 @@ def transformer_output(mesh: str, rules_from=None, batch=2, extra=()):
     text = torch.randn(batch, 16, 32, generator=generator)
     reference = copy.deepcopy(pipe.transformer)
     calling = beside.ported(pipe, loaded, registry_mod.loaded(), rt)
-    with beside.transformer_calls(calling), rt.env:
+    with active.transformer_calls(calling), rt.env:
         out = pipe.transformer(hidden_states=to_device(x, rt), timestep=to_device(t, rt),
                                encoder_hidden_states=to_device(text, rt), return_dict=False)[0]
     with torch.no_grad():

@@ -25,7 +25,7 @@ from porter import runtime as runtime_mod
 from porter.commands.bench import torch_peer
 from porter.generate.call import Call
 from porter.generate.stages import block
-from porter.port import beside, checks
+from porter.port import active, beside, checks
 from porter.runtime import compile_cache, memory, monitor
 from porter.shims.interop import to_device
 from porter.stepcache import without_cache
@@ -151,7 +151,7 @@ def _one_step(recipe: Recipe, registry: Registry, steps: int,
         def ported():
             block(pipe.transformer(return_dict=False, **placed)[0])
 
-        with beside.transformer_calls(calling), runtime.env:
+        with active.transformer_calls(calling), runtime.env:
             compiled = compile_cold_and_warm(ported, compiles, traces)
             step = _median_seconds(ported, steps)
 

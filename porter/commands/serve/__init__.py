@@ -22,8 +22,9 @@ request as data URLs, or as names of files in the folder ``--inputs DIR`` names;
 the server opens no other path a client gives (``porter.commands.serve.uploads``).
 A request body has at most ``MAX_BODY`` bytes and ``MAX_DEPTH`` levels of nesting
 (``limits``); every refusal answers ``{"error": ...}``, OpenAI's shape under
-``/v1/`` (``openai_api``). SIGTERM (or Ctrl-C) stops taking jobs, lets the running
-job reach its next step end and save a checkpoint, and exits; a server started again
+``/v1/`` (``openai_api``). SIGTERM (or Ctrl-C) stops taking jobs, stops the running
+job before its next stage or at its step's end, saving what it made, and exits; a
+server started again
 on the same ``output.dir`` serves what is done and continues the rest.
 """
 

@@ -55,7 +55,7 @@ class Closing(UsageError):
 
 class NoRoom(UsageError):
     """The machine cannot give the job the memory it needs now (other processes hold
-    it): the same job may run later."""
+    it): the same job, submitted again later, may run."""
 
 
 def refused_status(exc: Exception) -> int | None:
@@ -173,7 +173,8 @@ class Jobs:
                 atomic.write_bytes(staging / Path(names[key]).name, data)
             recipe = self.port.settings("request", **{**settings, **{
                 k: str(staging / Path(n).name) for k, n in names.items()}})
-            _room_for(recipe, self.port.registry)
+            if self._idle():  # it would start now; behind other jobs, when it starts
+                _room_for(recipe, self.port.registry, tuple(settings))
             return self._queued({**settings, **names}, staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -250,6 +251,12 @@ class Jobs:
             else:
                 path.unlink(missing_ok=True)
 
+    def _idle(self) -> bool:
+        """No job running or waiting: a job submitted now starts at once. (Otherwise
+        what the running one holds is not free now, and will be when this one starts.)"""
+        with self._lock:
+            return self._running is None and not self._queue
+
     def _waiting(self) -> int:
         """Jobs in line behind the running one (that one is first in the queue)."""
         return len(self._queue) - (self._running is not None)
@@ -269,8 +276,9 @@ class Jobs:
         self._thread.start()
 
     def shutdown(self) -> None:
-        """Take no more jobs; the running one stops at its next step end with a
-        checkpoint (it stays queued for the next server); wait for it."""
+        """Take no more jobs; the running one stops before its next stage or at its
+        step's end, with what it made saved (it stays queued for the next server);
+        wait for it."""
         with self._lock:
             self._closing = True
             self._lock.notify_all()
@@ -354,7 +362,8 @@ class Jobs:
             job.step, job.steps = done, total
         try:
             recipe = self.port.settings("request", **self._settings(job))
-            _room_for(recipe, self.port.registry)  # again: memory freed or taken since
+            # again: memory freed or taken since it was submitted
+            _room_for(recipe, self.port.registry, tuple(job.settings))
             job.steps = recipe.generate.steps
             call = Call(recipe, directory=self.directory / job.id, on_step=on_step,
                         say=self.say, preview_every=recipe.serve.preview_every)
@@ -394,10 +403,11 @@ class Jobs:
         return json.loads(path.read_text())
 
 
-def _room_for(recipe: Recipe, registry: Registry) -> None:
+def _room_for(recipe: Recipe, registry: Registry, asked: tuple[str, ...]) -> None:
     """NoRoom where a call of ``recipe`` needs more memory than the machine can give now
     (``checks.headroom_problems``: what other processes hold counted), so that a job
-    is refused, or fails, instead of the kernel killing the server mid-job."""
-    problems = checks.headroom_problems(recipe, registry)
+    is refused, or fails, instead of the kernel killing the server mid-job (``asked``:
+    the settings the job gave)."""
+    problems = checks.headroom_problems(recipe, registry, asked)
     if problems:
         raise NoRoom(problems[0].message, hint=problems[0].hint)

@@ -3,8 +3,8 @@ a registered backend (``backends``, ``kernels``), sharded over the mesh (``shard
 block-sparse over a video's tiles where the recipe windows it (``window``).
 
 Around each call of the port (the pass's call-time part), ``installed`` puts the
-recipe's backend in torchax's op table; around a transformer's calls, the video's
-token grid and whether this step runs dense are set (``trace_context``). Inside
+recipe's backend in torchax's op table; around a transformer's calls after a window's
+dense steps, the video's token grid is set (``trace_context``). Inside
 ``disabled()`` (around components the recipe skips), below a minimum sequence length
 and for additive float masks (biases, not key masks) calls go back to torchax's own
 lowering. Boolean masks are exact in every backend.
@@ -288,31 +288,25 @@ def _detail(c: Checking) -> str | None:
 
 
 def _around(c: Calling):
-    """The backend around a call; the video's grid, and whether this step runs dense,
-    around a transformer's calls where the recipe windows attention."""
+    """The backend around a call; around a transformer's calls where the recipe windows
+    attention, the video's grid (this call's size), but for the window's dense steps."""
     section = c.recipe.attention
     if section.backend is None:
         return None
     if c.scope == CALL:
         return installed(c.runtime.env, AttentionSettings.of(c.recipe, c.registry,
                                                              c.runtime))
-    if c.scope == STEP and section.window is not None:
-        return _video(c.family.token_grid(c.recipe),
-                      c.step is not None and c.step < section.window.dense_steps)
-    return None
-
-
-@contextlib.contextmanager
-def _video(grid, dense: bool):
-    """The video's token grid (this call's size) and the dense phase, for the block."""
-    with trace_context.VIDEO_GRID.set(None if grid is None else tuple(map(int, grid))), \
-            trace_context.DENSE_ATTENTION.set(dense):
-        yield
+    window_ = section.window
+    if c.scope != STEP or window_ is None or \
+            (c.step is not None and c.step < window_.dense_steps):
+        return None
+    grid = c.family.token_grid(c.recipe)
+    return trace_context.VIDEO_GRID.set(None if grid is None else tuple(map(int, grid)))
 
 
 PASS = Pass(
     "attention", ("attention",), "wrap the components attention.skip names (and those run "
     "on one device when attention is sharded) to keep torchax's own attention",
-    each_call="the recipe's backend in torchax's op table; the video's token grid and "
-    "dense phase around a transformer's calls (attention.window)",
+    each_call="the recipe's backend in torchax's op table; with attention.window, the "
+    "video's token grid around a transformer's calls after the dense steps",
     check=_check, apply=_apply, detail=_detail, around=_around)

@@ -39,8 +39,9 @@ def finished(jobs, job_id, seconds=300):
 def test_a_job_the_machine_cannot_hold_now_is_refused_or_fails_at_its_start(
         port, tmp_path, monkeypatch):
     """The scores of this size take a few MiB; with less free than that and the margin,
-    the job is refused (503), and a job taken while there was room fails when it starts
-    if the room is gone, with the same message."""
+    a job that would start now is refused (503). One that waits behind another is
+    taken (what the jobs before it hold will be free by then) and checked when it
+    starts, where it fails if the room is still not there, with the same message."""
     jobs = jobs_mod.Jobs(port, tmp_path)
     scarce = memory.Limit(2**20, "the machine's available memory (MemAvailable)")
     monkeypatch.setattr(memory, "device_free", lambda devices: scarce)
@@ -51,14 +52,16 @@ def test_a_job_the_machine_cannot_hold_now_is_refused_or_fails_at_its_start(
     assert "1.00 MiB now (set by the machine's available memory" in refused.value.message
     assert jobs.list() == []  # nothing queued
     monkeypatch.undo()
-    job = jobs.submit({"prompt": "a fox"})  # room enough: taken
+    first = jobs.submit({"prompt": "a fox"})  # room enough: taken
     monkeypatch.setattr(memory, "device_free", lambda devices: scarce)
+    second = jobs.submit({"prompt": "a hare"})  # behind the first: taken
     jobs.start()
     try:
-        failed = finished(jobs, job.id)
+        failed = [finished(jobs, job.id) for job in (first, second)]
     finally:
         jobs.shutdown()
-    assert failed.status == "failed" and "not enough memory free now" in failed.error
+    assert [job.status for job in failed] == ["failed", "failed"]
+    assert all("not enough memory free now" in job.error for job in failed)
 
 
 def test_a_cancel_while_encoding_stops_before_denoising_and_is_kept_on_disk(

@@ -17,9 +17,9 @@ the devices). What a recipe's window may be is checked in ``checks``.
 Only self-attention over exactly the grid's tokens is windowed (``for_call``); cross-
 attention to text, and components with other sequences, run dense. The grid comes
 from the call: the attention pass sets ``trace_context.VIDEO_GRID`` around a
-transformer's calls and ``trace_context.DENSE_ATTENTION`` around the steps that run
-dense attention (``dense_steps``: the first steps lay out the video); both key the
-compiled programs.
+transformer's calls, but for the steps that run dense attention (``dense_steps``: the
+first steps lay out the video), which run the programs of a port without a window; the
+grid keys the compiled programs.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ __all__ = ["MAX_TILES", "Tiling", "attend_windowed", "for_call", "kernel_flops",
 
 def for_call(section, q_len: int, k_len: int) -> Tiling | None:
     """The window a call runs (None: dense): ``section`` (``attention.window``) set,
-    self-attention over exactly the current video's tokens, outside the dense steps."""
+    self-attention over exactly the current video's tokens (no grid in the dense
+    steps)."""
     grid = trace_context.VIDEO_GRID.get()
-    if section is None or grid is None or trace_context.DENSE_ATTENTION.get() \
-            or q_len != k_len or q_len != math.prod(grid):
+    if section is None or grid is None or q_len != k_len or q_len != math.prod(grid):
         return None
     return _tilings(grid, tuple(section.tile), tuple(section.reach), section.global_frames)
 
