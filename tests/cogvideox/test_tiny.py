@@ -4,16 +4,15 @@ pipeline: plain diffusers given one is deterministic, so it can be a reference."
 import pytest
 import torch
 
+from support import in_training
+
 from porter_cogvideox.tiny import build_pipeline
 
 
 @pytest.mark.parametrize("version, image", [("1.0", False), ("1.5", False), ("1.0", True)])
 def test_every_module_is_in_eval_mode(version, image):
     pipe = build_pipeline(version, image_to_video=image)
-    training = [f"{name}.{sub}" for name, component in pipe.components.items()
-                if isinstance(component, torch.nn.Module)
-                for sub, module in component.named_modules() if module.training]
-    assert training == []
+    assert in_training(pipe) == []
 
 
 def test_plain_diffusers_given_the_pipeline_repeats_itself():

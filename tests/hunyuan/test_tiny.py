@@ -5,6 +5,8 @@ pipeline (their dropouts are 0 at these settings, so eval mode is what there is 
 import pytest
 import torch
 
+from support import in_training
+
 from porter_hunyuan.tiny import build_pipeline, build_pipeline_15
 
 
@@ -12,7 +14,4 @@ from porter_hunyuan.tiny import build_pipeline, build_pipeline_15
                          ids=["1.0", "1.5"])
 def test_every_module_is_in_eval_mode(build):
     pipe = build()
-    training = [f"{name}.{sub}" for name, component in pipe.components.items()
-                if isinstance(component, torch.nn.Module)
-                for sub, module in component.named_modules() if module.training]
-    assert training == []
+    assert in_training(pipe) == []

@@ -157,10 +157,10 @@ ENTRIES.update({
     "LTX2DFRPipeline": Matches(
         "ltx2_dfr",
         {"height": 32, "width": 32, "frames": 9, "max_sequence_length": 16,
-         "extra": {"frame_rate": 25.0, "sigmas": [1.0, 0.5]}},
+         "sigmas": [1.0, 0.5], "extra": {"frame_rate": 25.0}},
         {"height": 32, "width": 32, "num_frames": 9, "max_sequence_length": 16,
          "frame_rate": 25.0, "sigmas": [1.0, 0.5]},
         note="from a prompt (generate.conditions for frames; its video tiles and keyframe "
              "latents, another run's, have no recipe form); no generate.steps: the "
-             "schedule is extra.sigmas (default 8 values)"),
+             "schedule is generate.sigmas (default 8 values)"),
 })

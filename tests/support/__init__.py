@@ -18,3 +18,13 @@ generate:
   steps: 3
   max_sequence_length: 16
 """
+
+
+def in_training(pipe) -> list[str]:
+    """The modules of ``pipe``'s components left in training mode (dropout on), by name:
+    a built pipeline should have none, as ``from_pretrained``'s has none."""
+    import torch
+
+    return [f"{name}.{sub}" for name, component in pipe.components.items()
+            if isinstance(component, torch.nn.Module)
+            for sub, module in component.named_modules() if module.training]

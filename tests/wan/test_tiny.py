@@ -4,6 +4,8 @@ plain diffusers given one is deterministic, so it can be a reference."""
 import pytest
 import torch
 
+from support import in_training
+
 from porter_wan.tiny import VARIANTS, build
 
 
@@ -16,10 +18,7 @@ def plain_latents(pipe):
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_module_is_in_eval_mode(variant):
     pipe = build(variant)
-    training = [f"{name}.{sub}" for name, component in pipe.components.items()
-                if isinstance(component, torch.nn.Module)
-                for sub, module in component.named_modules() if module.training]
-    assert training == []
+    assert in_training(pipe) == []
 
 
 def test_plain_diffusers_given_the_pipeline_repeats_itself():
