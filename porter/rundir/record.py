@@ -65,7 +65,7 @@ def build(recipe: Recipe, runtime: Runtime, ported, outcome, outputs: dict) -> d
         "timings": outcome.timings,
         "schedule": outcome.schedule,
         "weights": weights(ported.weights or {}, outcome.timings),
-        "memory": peak_memory(runtime),
+        "memory": peak_memory(runtime.platform),
         "outputs": outputs,
         "warnings": outcome.warnings,
     }

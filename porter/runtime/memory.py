@@ -16,10 +16,6 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from porter.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -262,14 +258,15 @@ def own_peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
-def peak_memory(runtime: Runtime) -> dict:
+def peak_memory(platform: str) -> dict:
     """Peak memory so far: the host process's (what the kernel counts), and on an
-    accelerator the first device's own peak."""
+    accelerator (``platform``: where the run's programs run) the first device's own
+    peak."""
     import jax
 
     found = {"host_peak_rss_bytes": own_peak_rss()}
     device = jax.local_devices()[0]
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-    if runtime.platform != "cpu" and stats:
+    if platform != "cpu" and stats:
         found["device_peak_bytes"] = int(stats.get("peak_bytes_in_use", 0))
     return found

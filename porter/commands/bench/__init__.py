@@ -159,7 +159,7 @@ def _one_step(recipe: Recipe, registry: Registry, steps: int,
     reference.to(device)
     inputs = {k: v.to(device) for k, v in host.items()}
     torch_step = _eager_step(reference, inputs, device, steps)
-    peaks = memory.peak_memory(runtime)
+    peaks = memory.peak_memory(runtime.platform)
     if device.type == "cuda":
         peaks["torch_device_peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
     compiled_peer = (torch_peer.compiled_step(reference, inputs, str(device), steps)
