@@ -22,7 +22,7 @@ from porter import recipe as recipe_mod
 from porter import runtime as runtime_mod
 from porter.errors import RecipeError
 from porter.generate import preview, runners, stages
-from porter.generate.call import Call
+from porter.generate.call import Call, Outcome
 from porter.loading import release
 from porter.recipe import Recipe
 from porter.port import active, checks, out_of_memory, passes
@@ -65,18 +65,6 @@ def load(recipe: str | Path | Recipe, *overrides: str, cpu_devices: int | None =
     distributed.initialize()
     return Port.open(recipe, registry, family,
                      say=notices.status if progress else notices.quiet)
-
-
-@dataclass
-class Outcome:
-    """What one generation produced, before anything is written."""
-    latents: object  # CPU torch tensor, or None (encode only; a pipeline that hides them)
-    frames: object  # uint8 array (count, height, width, 3), or None (before decode)
-    timings: dict
-    history: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)  # given while loading and in this call
-    stage_files: dict = field(default_factory=dict)  # stage file -> SHA-256 (a directory's)
-    schedule: dict | None = None  # the scheduler and timesteps the steps ran on
 
 
 @dataclass

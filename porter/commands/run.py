@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING
 from porter import api
 from porter.errors import UsageError
 from porter.generate import runners
+from porter.generate.runners import RunResult, finish
 from porter.generate.call import Call
 from porter.port import checks
 from porter.rundir import outputs, results
-from porter.rundir.lifecycle import RunResult, finish, owned, resume_problem
+from porter.rundir.lifecycle import owned, resume_problem
 from porter.runtime import distributed, notices
 
 if TYPE_CHECKING:

@@ -1,8 +1,9 @@
-"""One generation's own state: what it runs, where it saves, what it reports.
+"""One generation's own state: what it runs, where it saves, what it reports; and
+what it produced.
 
 ``Port.run`` takes a ``Call``; the runner and the stages read its settings and fill
 its timings, history and stage files, so no function down the line needs more than
-the port, the call and what it works on.
+the port, the call and what it works on. It returns an ``Outcome``.
 """
 
 from __future__ import annotations
@@ -53,3 +54,15 @@ class Call:
         """The denoising step this call starts after (0, or a checkpoint's)."""
         progress = self.resumed.progress if self.resumed else None
         return progress.step if progress else 0
+
+
+@dataclass
+class Outcome:
+    """What one generation produced, before anything is written."""
+    latents: object  # CPU torch tensor, or None (encode only; a pipeline that hides them)
+    frames: object  # uint8 array (count, height, width, 3), or None (before decode)
+    timings: dict
+    history: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)  # given while loading and in this call
+    stage_files: dict = field(default_factory=dict)  # stage file -> SHA-256 (a directory's)
+    schedule: dict | None = None  # the scheduler and timesteps the steps ran on

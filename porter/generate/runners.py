@@ -2,28 +2,30 @@
 
 A staged family (``ModelFamily.staged``) runs through ``STAGED``, any other through
 ``PIPELINE`` (``of``); a port runs every call through it, and the commands ask it
-which stages a run has and what it continues from. ``run_into`` runs one generation
-into its own run directory, as a batch's items and a server's jobs are run.
+which stages a run has and what it continues from. ``finish`` writes a finished
+generation into its run directory (its results, then the record that makes them one
+complete run); ``run_into`` runs one generation into its own directory, as a batch's
+items and a server's jobs are run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from porter.errors import Interrupted, UsageError
 from porter.generate import stages
-from porter.generate.call import Call, Resumed
-from porter.rundir import artifacts, lifecycle, outputs, record, results
+from porter.generate.call import Call, Outcome, Resumed
+from porter.rundir import artifacts, outputs, record, results
 from porter.rundir import progress as saved_progress
 from porter.runtime import atomic, distributed, interrupt
 from porter.shims.interop import to_device, to_host
 from porter.transforms import scheduler as scheduling
 
 if TYPE_CHECKING:
-    from porter.api import Outcome
     from porter.families.base import ModelFamily
     from porter.recipe import Recipe
 
@@ -165,6 +167,36 @@ def of(family: ModelFamily):
 
 # ------------------------------------------------ a generation into its own directory
 
+@dataclass
+class RunResult:
+    directory: Path
+    video: Path | None  # None when the run stopped before decoding
+    record: Path | None
+    latents: object  # CPU torch tensor: the final latents (None after encode only)
+    frames: object  # uint8 array (count, height, width, 3), or None
+    data: dict  # the run record
+
+
+def finish(port, recipe: Recipe, outcome: Outcome, directory: Path) -> RunResult:
+    """Write what a finished generation made into its run directory (process 0): the
+    results the recipe's ``output`` asks for, then the record, which makes them one
+    complete run."""
+    if outcome.frames is None:
+        return RunResult(directory, None, None, outcome.latents, None,
+                         {"timings": outcome.timings,
+                          "weights": record.weights(port.ported.weights, outcome.timings)})
+    if not distributed.writes():
+        return RunResult(directory, None, None, outcome.latents, outcome.frames,
+                         port.run_record(recipe, outcome))
+    written = results.write_results(directory, recipe, outcome.frames, outcome.latents)
+    written["files"].update(outcome.stage_files)
+    data = port.run_record(recipe, outcome, written)
+    record_path = record.write_json(directory / outputs.RECORD, data)
+    video_path = directory / written["video"] if written["video"] else None
+    return RunResult(directory, video_path, record_path, outcome.latents, outcome.frames,
+                     data)
+
+
 class Made(NamedTuple):
     outcome: Outcome
     record_sha256: str | None  # the run.json written, hashed while the folder was held
@@ -186,7 +218,7 @@ def run_into(port, call: Call, resume: bool, name: str = "item",
             results.invalidate(directory, call.wanted,
                                keep_progress=call.resumed.progress is not None)
         outcome = port.run(call)
-        written = lifecycle.finish(port, call.recipe, outcome, directory)
+        written = finish(port, call.recipe, outcome, directory)
         digest = atomic.sha256(written.record) if written.record else None
     return Made(outcome, digest)
 
