@@ -70,12 +70,14 @@ def load(recipe: str | Path | Recipe, *overrides: str, cpu_devices: int | None =
 @dataclass
 class Generation:
     """One video made by ``Port.generate``: ``frames`` (uint8, (count, height, width,
-    3)), ``latents`` (CPU torch tensor: the final latents) and ``record`` (what
-    ``run.json`` holds, less the files)."""
+    3)), ``latents`` (CPU torch tensor: the final latents), ``record`` (what
+    ``run.json`` holds, less the files) and ``audio`` (``porter.rundir.audio.Audio``:
+    ``samples`` (channels, count) and ``rate``, where the pipeline makes sound)."""
     frames: object
     latents: object
     record: dict
     recipe: object = field(repr=False, default=None)
+    audio: object = None  # the sound made with the frames (porter.rundir.audio.Audio)
 
     def save(self, directory) -> Path:
         """Write the video (and the frames and latents the recipe's ``output`` asks
@@ -85,7 +87,7 @@ class Generation:
         with outputs.owned(directory, "Porter's Python API (Generation.save)"):
             results.invalidate(directory, artifacts.STAGES, keep_progress=False)
             written = results.write_results(directory, self.recipe, self.frames,
-                                            self.latents)
+                                            self.latents, self.audio)
             data = dict(self.record)
             data["outputs"] = {**data["outputs"], **written}
             return record.write_json(directory / outputs.RECORD, data)
@@ -231,7 +233,7 @@ class Port:
         recipe = self.settings(**settings)
         outcome = self.run(Call(recipe))
         return Generation(outcome.frames, outcome.latents,
-                          self.run_record(recipe, outcome), recipe)
+                          self.run_record(recipe, outcome), recipe, outcome.audio)
 
     def run(self, call: Call) -> Outcome:
         """Run ``call``: the stages it wants of its recipe (this port's, or one from
@@ -248,7 +250,7 @@ class Port:
             call.timings["compile"] = self._compile_since_last()
         return Outcome(latents, frames, call.timings, call.history,
                        self._load_warnings + notices.given()[warned:], call.stage_files,
-                       call.schedule)
+                       call.schedule, call.audio)
 
     def _run(self, call: Call):
         runner = runners.of(self.family)

@@ -68,10 +68,13 @@ def handle(args) -> int:
               f"to {result.directory}")
         return 0
     outputs = result.data["outputs"]
+    sound = outputs.get("audio") or {}
     made = [name for name in (outputs["video"], outputs["lossless_frames"],
-                              outputs["latents"]) if name]
+                              sound.get("wav"), outputs["latents"]) if name]
+    heard = (f", sound {sound['seconds']} s at {sound['sample_rate']} Hz"
+             if sound.get("in_video") else "")
     print(f"wrote {', '.join(made + [result.record.name])} to {result.directory} "
-          f"({outputs['frames']} frames, {outputs['width']}x{outputs['height']})")
+          f"({outputs['frames']} frames, {outputs['width']}x{outputs['height']}{heard})")
     print(_timings_line(timings))
     if "cache" in timings:
         print(_cache_line(timings["cache"]))

@@ -9,14 +9,15 @@ docs/authoring-recipes.md.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from porter.errors import Interrupted, NonFinite, UsageError
 from porter.families.base import ModelFamily
-from porter.recipe import call_args
+from porter.recipe import call_args, modular
 from porter.recipe.inputs import INPUTS, KIND_NAMES, latents_names
 from porter.recipe.sources import source_kind
 from porter.runtime import finite, interrupt
@@ -48,9 +49,10 @@ UNWATCHED: dict[str, str] = {
 
 
 def runnable(name: str) -> type:
-    """diffusers' pipeline class ``name``; UsageError saying why when Porter cannot run
-    it (not a pipeline, a modular one, a placeholder for a missing library, or one in
-    ``UNSUPPORTED``)."""
+    """diffusers' pipeline class ``name`` (a DiffusionPipeline, or a modular pipeline
+    that makes video); UsageError saying why when Porter cannot run it (not a
+    pipeline, a modular one making images, a placeholder for a missing library, or one
+    in ``UNSUPPORTED``)."""
     import diffusers
 
     cls = getattr(diffusers, name, None)  # only diffusers' own names: no arbitrary import
@@ -59,18 +61,36 @@ def runnable(name: str) -> type:
         raise UsageError(f"{name} needs {needs}, and one of them is not installed here "
                          "(diffusers put a placeholder in its place)",
                          hint="install what is missing (e.g. opencv-python for opencv)")
-    if isinstance(cls, type) and issubclass(cls, diffusers.ModularPipeline):
-        raise UsageError(f"{name} is a modular pipeline (blocks assembled at run time); "
-                         "Porter runs DiffusionPipeline classes",
-                         hint="name the pipeline the blocks make, e.g. "
-                         "WanImageToVideoPipeline for WanImage2VideoModularPipeline")
-    if not (isinstance(cls, type) and issubclass(cls, diffusers.DiffusionPipeline)):
+    if modular.is_modular(cls):
+        if cls is diffusers.ModularPipeline or cls.default_blocks_name is None:
+            raise UsageError(f"{name} assembles no blocks of its own",
+                             hint="name a model's modular pipeline, e.g. "
+                             "WanModularPipeline")
+        if "videos" not in modular.outputs(cls):
+            raise UsageError(f"{name} makes {' and '.join(modular.outputs(cls))}, not "
+                             "video", hint="Porter runs video pipelines")
+    elif not (isinstance(cls, type) and issubclass(cls, diffusers.DiffusionPipeline)):
         raise UsageError(f"{name!r} is not a diffusers pipeline class",
                          hint="e.g. LTXPipeline, CogVideoXPipeline")
     if name in UNSUPPORTED:
         raise UsageError(f"{name}: {UNSUPPORTED[name]}",
                          hint="docs/pipelines.md lists the pipelines Porter runs")
     return cls
+
+
+#: what a modular pipeline's blocks may give beside its videos: its sound, and the
+#: sound's rate where the blocks say it
+SOUND_OUTPUTS = ("audio", "sampling_rate")
+
+
+class Generated(NamedTuple):
+    """What a pipeline's call made: frames (uint8), final latents (None where the
+    pipeline hides them) and its waveform (None without sound), at ``sample_rate``
+    where the call says it (else its components say it: ``porter.rundir.audio``)."""
+    frames: np.ndarray
+    latents: object
+    waveform: object = None
+    sample_rate: object = None
 
 
 def first_video(out):
@@ -81,8 +101,20 @@ def first_video(out):
         video = getattr(out, name, None)
         if video is not None:
             break
+    return first_of(video)
+
+
+def first_of(video):
+    """The first video of a batch of videos (a list, or a 5-D array), or ``video``
+    itself when it is one."""
     batched = isinstance(video, (list, tuple)) or getattr(video, "ndim", 0) == 5
     return video[0] if batched else video
+
+
+def as_uint8(frames) -> np.ndarray:
+    """A video's frames in [0, 1] (numpy, or a torchax tensor) as uint8 pixels."""
+    frames = np.asarray(frames.jax() if hasattr(frames, "jax") else frames)
+    return (frames * 255).round().clip(0, 255).astype("uint8")
 
 
 class _StepWatch:
@@ -169,7 +201,7 @@ class GenericFamily(ModelFamily):
         UsageError for a class Porter cannot run (``runnable``)."""
         import json
 
-        if recipe.model.pipeline is not None:
+        if recipe.model.pipeline is not None or _modular_index(recipe) is not None:
             return self.pipeline_class(recipe)
         if source_kind(recipe.model.source) != "local":
             return None
@@ -185,6 +217,8 @@ class GenericFamily(ModelFamily):
         import diffusers
 
         name = recipe.model.pipeline if recipe is not None else None
+        if name is None and recipe is not None:
+            name = _modular_index(recipe)
         if name is None:
             return diffusers.DiffusionPipeline  # the class named in model_index.json
         return runnable(name)
@@ -194,9 +228,49 @@ class GenericFamily(ModelFamily):
         built on this one add or drop their own."""
         return call_args.kwargs(recipe, cls)
 
-    def generate(self, pipe, recipe: Recipe):
+    def generate(self, pipe, recipe: Recipe) -> Generated:
+        if modular.is_modular(type(pipe)):
+            return self._generate_modular(pipe, recipe)
         watch = _StepWatch(pipe, recipe.generate.steps)
         out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)), **watch.kwargs)
-        frames = first_video(out)
-        frames = np.asarray(frames.jax() if hasattr(frames, "jax") else frames)
-        return (frames * 255).round().clip(0, 255).astype("uint8"), watch.latents
+        return Generated(as_uint8(first_video(out)), watch.latents,
+                         getattr(out, "audio", None))
+
+    def _generate_modular(self, pipe, recipe: Recipe):
+        """A modular pipeline's call: its blocks run as diffusers runs them, the recipe's
+        guidance scales set on its guiders for this call only. Its blocks have no step
+        callback: no step is watched (as ``UNWATCHED``)."""
+        cls = type(pipe)
+        call = self.call_kwargs(recipe, cls)
+        if "output_type" in call_args.parameters(cls):
+            call["output_type"] = "np"
+        with _guided(pipe, {modular.GUIDERS[key]: call.pop(key)
+                            for key in list(call) if key in modular.GUIDERS}):
+            out = pipe(output=["videos", *SOUND_OUTPUTS], **call)
+        return Generated(as_uint8(first_of(out["videos"])), None, out.get("audio"),
+                         out.get("sampling_rate"))
+
+
+@contextlib.contextmanager
+def _guided(pipe, scales: dict):
+    """The pipeline's guiders with these guidance scales (guider name -> scale), its
+    own guiders back afterwards: a port serves many calls."""
+    kept = {name: getattr(pipe, name) for name in scales}
+    pipe.update_components(**{name: guider.new(guidance_scale=scales[name])
+                              for name, guider in kept.items()})
+    try:
+        yield
+    finally:
+        if kept:
+            pipe.update_components(**kept)
+
+
+def _modular_index(recipe: Recipe) -> str | None:
+    """The modular pipeline class a local checkpoint's modular_model_index.json names
+    (None: no such file, or a classic checkpoint beside it)."""
+    if source_kind(recipe.model.source) != "local":
+        return None
+    root = Path(recipe.model.source).expanduser()
+    if (root / "model_index.json").exists():
+        return None
+    return modular.class_name(root)

@@ -43,6 +43,7 @@ class Call:
     stage_files: dict = field(default_factory=dict)  # stage file -> SHA-256, in directory
     guidance_cache: object = None  # this run's (porter.stepcache.guidance), if any
     schedule: dict | None = None  # the scheduler and timesteps it ran (scheduler.describe)
+    audio: object = None  # the sound the pipeline made (porter.rundir.audio.Audio), if any
 
     def __post_init__(self):
         previous = self.resumed.previous if self.resumed else None
@@ -66,3 +67,4 @@ class Outcome:
     warnings: list = field(default_factory=list)  # given while loading and in this call
     stage_files: dict = field(default_factory=dict)  # stage file -> SHA-256 (a directory's)
     schedule: dict | None = None  # the scheduler and timesteps the steps ran on
+    audio: object = None  # the sound made with the frames (porter.rundir.audio.Audio)

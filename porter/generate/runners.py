@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from porter.errors import Interrupted, UsageError
 from porter.generate import stages
 from porter.generate.call import Call, Outcome, Resumed
-from porter.rundir import artifacts, outputs, record, results
+from porter.rundir import artifacts, audio, outputs, record, results
 from porter.rundir import progress as saved_progress
-from porter.runtime import atomic, distributed, interrupt
+from porter.runtime import atomic, distributed, interrupt, notices
 from porter.shims.interop import to_device, to_host
 from porter.transforms import scheduler as scheduling
 
@@ -147,13 +147,27 @@ class PipelineLoop:
         call.say("running the pipeline")
         start = time.perf_counter()
         with port.runtime.env:
-            frames, latents = port.family.generate(port.pipe, call.recipe)
+            made = port.family.generate(port.pipe, call.recipe)
         call.timings["generate_s"] = round(time.perf_counter() - start, 4)
+        call.audio = _sound(port.pipe, call.recipe, made.waveform, made.sample_rate)
         scheduler = getattr(port.pipe, "scheduler", None)
         if getattr(scheduler, "timesteps", None) is not None:  # as the pipeline left it
             call.schedule = scheduling.describe(scheduler, scheduler.timesteps)
         call.history.append(record.segment(port.runtime, "generate"))
-        return (to_host(latents) if latents is not None else None), frames
+        return (to_host(made.latents) if made.latents is not None else None), made.frames
+
+
+def _sound(pipe, recipe: Recipe, waveform, given_rate) -> audio.Audio | None:
+    """The pipeline's waveform as ``Audio`` where it made one and the recipe keeps it
+    (``output.audio``); a sound whose rate nothing says is dropped, with a warning."""
+    if waveform is None or not recipe.output.audio:
+        return None
+    rate = audio.sample_rate(pipe, given_rate)
+    if rate is None:
+        notices.warn("the pipeline made sound, but neither its output nor its components "
+                     "say the sample rate; the video is written without it")
+        return None
+    return audio.of(waveform, rate)
 
 
 STAGED = StagedLoop()
@@ -188,7 +202,8 @@ def finish(port, recipe: Recipe, outcome: Outcome, directory: Path) -> RunResult
     if not distributed.writes():
         return RunResult(directory, None, None, outcome.latents, outcome.frames,
                          port.run_record(recipe, outcome))
-    written = results.write_results(directory, recipe, outcome.frames, outcome.latents)
+    written = results.write_results(directory, recipe, outcome.frames, outcome.latents,
+                                    outcome.audio)
     written["files"].update(outcome.stage_files)
     data = port.run_record(recipe, outcome, written)
     record_path = record.write_json(directory / outputs.RECORD, data)

@@ -14,10 +14,14 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from porter.errors import LoadError, Problem, UsageError, first_line
-from porter.loading import abstract, checkpoints, single_file
+from porter.loading import abstract, checkpoints, modular, single_file
 from porter.loading import weights as checkpoint_weights
+from porter.recipe.modular import INDEX, is_modular
 from porter.recipe.sources import source_kind
 from porter.transforms import Checking, Pass, dtypes, lora
+
+#: the index files that make a directory a diffusers pipeline (classic, modular)
+INDEXES = ("model_index.json", INDEX)
 
 if TYPE_CHECKING:
     from porter.families.base import ModelFamily
@@ -41,9 +45,11 @@ def _source_problems(recipe: Recipe) -> list[Problem]:
                                "directory, or a hub id (org/name)",
                                hint="check the path; relative paths start from the "
                                     "current directory")]
-    if kind == "local" and not (Path(source).expanduser() / "model_index.json").exists():
+    root = Path(source).expanduser()
+    if kind == "local" and not any((root / index).exists() for index in INDEXES):
         return [recipe.problem("model.source", f"{source!r} is not a diffusers pipeline "
-                               "directory (no model_index.json)",
+                               "directory (no model_index.json or "
+                               "modular_model_index.json)",
                                hint="point at the folder written by save_pretrained")]
     return []
 
@@ -206,16 +212,28 @@ def _local_root(cls, source: str, kind: str, elsewhere: tuple[str, ...] = ()) ->
         root = Path(source).expanduser()
     else:
         try:
-            root = Path(cls.download(source))
+            root = Path(_download(cls, source))
         except (OSError, ValueError) as exc:
             raise _load_error(cls, source, exc) from exc
     checkpoints.check(root, elsewhere)
     return root
 
 
+def _download(cls, source: str) -> str:
+    """A hub checkpoint's local snapshot (a modular pipeline class has no ``download``:
+    its whole repository is fetched)."""
+    if is_modular(cls):
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(source)
+    return cls.download(source)
+
+
 def _from_pretrained(cls, root: Path, dtype, source: str, components: dict | None = None):
     """The pipeline from ``root``; ``components`` (already built) are used as given."""
     try:
+        if is_modular(cls):
+            return modular.load(cls, root, dtype, components or {})
         return cls.from_pretrained(str(root), torch_dtype=dtype, **(components or {}))
     except (OSError, ValueError) as exc:
         raise _load_error(cls, source, exc) from exc

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from porter.loading import modular
 from porter.recipe.sources import source_kind
 from porter.transforms import dtypes
 
@@ -73,11 +74,16 @@ def _build(library: str, class_name: str, config: dict) -> torch.nn.Module:
 
 
 def module_classes(root: Path) -> dict[str, tuple[str, type]]:
-    """Component name -> (library, class) for each torch module model_index.json names."""
-    index = json.loads((root / "model_index.json").read_text())
+    """Component name -> (library, class) for each torch module model_index.json names
+    (or a modular checkpoint's index, for the components stored under ``root``)."""
+    entries = modular.index_entries(root)
+    if entries is None:
+        index = json.loads((root / "model_index.json").read_text())
+        entries = {name: entry[:2] for name, entry in index.items()
+                   if not name.startswith("_") and isinstance(entry, list)}
     found = {}
-    for name, entry in index.items():
-        if name.startswith("_") or not isinstance(entry, list) or entry[0] not in LIBRARIES:
+    for name, entry in entries.items():
+        if entry[0] not in LIBRARIES:
             continue
         cls = getattr(importlib.import_module(entry[0]), entry[1], None)
         if isinstance(cls, type) and issubclass(cls, torch.nn.Module):

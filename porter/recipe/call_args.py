@@ -17,7 +17,7 @@ import types
 import typing
 from typing import TYPE_CHECKING
 
-from porter.recipe import conditions
+from porter.recipe import conditions, modular
 from porter.recipe.inputs import INPUTS, as_tensor, load_input, load_latents
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ NAMES = {
     "max_sequence_length": ("max_sequence_length",),
     "image": ("image",),
     "last_image": ("last_image",),
-    "video": ("video",),
+    "video": ("video", "driving_video"),  # Wan Animate 2: the motion to follow
     "mask": ("mask", "mask_video"),
     "control_video": ("control_video", "conditioning_frames"),
     "pose_video": ("pose_video",),
@@ -64,7 +64,10 @@ def signature(cls) -> inspect.Signature:
 
 
 def parameters(cls) -> dict[str, inspect.Parameter] | None:
-    """The call's named parameters (None when it takes ``**kwargs``: anything goes)."""
+    """The call's named parameters (None when it takes ``**kwargs``: anything goes); a
+    modular pipeline's are its blocks' inputs (``porter.recipe.modular``)."""
+    if modular.is_modular(cls):
+        return modular.parameters(cls)
     found = signature(cls).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in found.values()):
         return None

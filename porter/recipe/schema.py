@@ -387,6 +387,11 @@ class OutputSection(Section):
         "or npy (frames.npy, uint8 (count, height, width, 3))")
     latents: bool = Field(False, description="also write the final latents "
                           "(latents.safetensors, key 'latents')")
+    audio: bool = Field(True, description="where the pipeline makes sound (LTX-2, "
+                        "Kandinsky 6 TI2VA, MiniMax-H3, ...): the video carries it (AAC, "
+                        "at the pipeline's sample rate); false: the frames only")
+    wav: bool = Field(False, description="also write the sound losslessly (audio.wav, "
+                      "32-bit float), where the pipeline makes sound")
     checkpoint_every: int = Field(10, ge=0, description="save denoising progress every N "
                                   "steps, for --resume; 0: only when interrupted")
     preview_every: int = Field(0, ge=0, description="write preview.png every N denoising "

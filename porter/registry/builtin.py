@@ -104,9 +104,41 @@ TYPE_AS = Patch(
 )
 
 
+VIEW_TOLIST = Patch(
+    name="core.view_tolist",
+    target="torchax.view:View.tolist",
+    doc="A torchax view's values as a Python list (grid_sizes[0].tolist()), which "
+        "PyTorch refuses for a tensor subclass: the view is made a tensor first. Applied "
+        "on every run.",
+    replacement=torchax_fixes.view_tolist,
+    fits="torchax>=0.0.11,<0.0.14",
+)
+
+VIEW_OF_VIEW = Patch(
+    name="core.view_of_view",
+    target="torchax.view:View.view",
+    doc="x[:, a:b].view(shape) as a view of the view (torchax's views are slices only: "
+        "it copied, and an assignment into it never reached x). Applied on every run.",
+    replacement=torchax_fixes.view_of_view,
+    fits="torchax>=0.0.11,<0.0.14",
+)
+
+HOST_INPLACE = Patch(
+    name="core.host_inplace",
+    target="torchax.ops.op_base:InplaceOp.__call__",
+    doc="An in-place op on a host tensor with device operands (table[indices] = x, the "
+        "table made with no device): run on a device copy and copied back, so the host "
+        "tensor changes as in PyTorch (torchax mutates only its own tensors). Applied on "
+        "every run.",
+    replacement=torchax_fixes.host_inplace,
+    fits="torchax>=0.0.11,<0.0.14",
+)
+
+
 @hookimpl
 def porter_register_patches(register):
     for patch in (COMPILING, NO_TORCH_ASSERT, SETITEM, DEEPCOPY, VIEW_INDEX, TYPE_AS,
+                  VIEW_TOLIST, VIEW_OF_VIEW, HOST_INPLACE,
                   BLOCK_MASK, FLEX_ATTENTION):
         register(patch)
 

@@ -35,6 +35,7 @@ LOCK = ".porter.lock"
 RECORD, VIDEO = "run.json", "video.mp4"
 PREVIEW = "preview.png"  # the latest live preview (porter.generate.preview)
 FRAMES_DIR, FRAMES_NPY, LATENTS = "frames", "frames.npy", "latents.safetensors"
+WAV = "audio.wav"  # the sound, losslessly (output.wav)
 
 
 def prepare(directory: Path) -> None:

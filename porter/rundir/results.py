@@ -7,7 +7,8 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from porter.rundir import artifacts, outputs, progress, video
+from porter.rundir import artifacts, audio, outputs, progress, video
+from porter.rundir.audio import Audio
 from porter.runtime import atomic, notices
 
 if TYPE_CHECKING:
@@ -18,7 +19,8 @@ def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) ->
     """Remove what this run will write anew, and what depends on it: the record and
     video always (record first), each stage from the first one run on, and the
     denoising checkpoints unless the run continues from them."""
-    for name in (outputs.RECORD, outputs.VIDEO, outputs.FRAMES_NPY, outputs.LATENTS):
+    for name in (outputs.RECORD, outputs.VIDEO, outputs.FRAMES_NPY, outputs.LATENTS,
+                 outputs.WAV):
         (directory / name).unlink(missing_ok=True)
     frames = directory / outputs.FRAMES_DIR
     if frames.is_dir():
@@ -37,17 +39,30 @@ def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) ->
     outputs.remove_partials(directory)
 
 
-def write_results(directory: Path, recipe: Recipe, frames, latents) -> dict:
-    """Write what the recipe's ``output`` asks for: the video (``output.video``),
-    lossless frames (``output.frames``: png or npy) and the final latents
-    (``output.latents``). Returns the names written (None for what was not) and
-    ``files``: each file's SHA-256, for the record."""
+def write_results(directory: Path, recipe: Recipe, frames, latents,
+                  sound: Audio | None = None) -> dict:
+    """Write what the recipe's ``output`` asks for: the video (``output.video``, with
+    its ``sound`` where the pipeline made one), lossless frames (``output.frames``: png
+    or npy), the sound losslessly (``output.wav``) and the final latents
+    (``output.latents``). Returns the names written (None for what was not), ``audio``
+    (the sound described, or None) and ``files``: each file's SHA-256, for the
+    record."""
     output = recipe.output
     files: dict = {}
-    written = {"video": None, "lossless_frames": None, "latents": None, "files": files}
+    written = {"video": None, "lossless_frames": None, "latents": None, "audio": None,
+               "files": files}
+    if sound is not None:
+        written["audio"] = {**sound.describe(), "in_video": bool(output.video),
+                            "codec": "aac", "video_rate": audio.for_aac(sound).rate
+                            if output.video else None, "wav": None}
+        _warn_if_unaligned(sound, frames, output.fps)
     if output.video:
-        files[outputs.VIDEO] = video.write_mp4(directory / outputs.VIDEO, frames, output.fps)
+        files[outputs.VIDEO] = video.write_mp4(directory / outputs.VIDEO, frames, output.fps,
+                                               sound)
         written["video"] = outputs.VIDEO
+    if sound is not None and output.wav:
+        files[outputs.WAV] = audio.write_wav(directory / outputs.WAV, sound)
+        written["audio"]["wav"] = outputs.WAV
     if output.frames == "png":
         (directory / outputs.FRAMES_DIR).mkdir(exist_ok=True)
         for index, frame in enumerate(frames):
@@ -68,6 +83,16 @@ def write_results(directory: Path, recipe: Recipe, frames, latents) -> dict:
                 {"latents": latents.detach().cpu().contiguous()}))
             written["latents"] = outputs.LATENTS
     return written
+
+
+def _warn_if_unaligned(sound: Audio, frames, fps: int) -> None:
+    """The sound and the frames at output.fps should last as long: a pipeline's own
+    frame rate (e.g. LTX-2's frame_rate) is not Porter's output.fps."""
+    seconds = len(frames) / fps
+    if abs(sound.seconds - seconds) > 1.5 / fps:
+        notices.warn(f"the sound lasts {sound.seconds:.2f} s and the {len(frames)} frames "
+                     f"{seconds:.2f} s at output.fps={fps}: set output.fps to the frame "
+                     "rate the pipeline made them for")
 
 
 def _png(frame) -> bytes:

@@ -6,18 +6,21 @@ from pathlib import Path
 
 import numpy as np
 
+from porter.rundir import audio
+from porter.rundir.audio import Audio
 from porter.runtime import atomic
 
 
-def write_mp4(path: Path, frames: np.ndarray, fps: int) -> str:
-    """Write uint8 frames (count, height, width, 3) atomically to ``path``; returns the
-    file's SHA-256."""
+def write_mp4(path: Path, frames: np.ndarray, fps: int, sound: Audio | None = None) -> str:
+    """Write uint8 frames (count, height, width, 3), and their sound if any,
+    atomically to ``path``; returns the file's SHA-256."""
 
-    return atomic.write_bytes(Path(path), encode_mp4(frames, fps))
+    return atomic.write_bytes(Path(path), encode_mp4(frames, fps, sound))
 
 
-def encode_mp4(frames: np.ndarray, fps: int) -> bytes:
-    """H.264 in MP4, in memory (a video is small beside the model that made it).
+def encode_mp4(frames: np.ndarray, fps: int, sound: Audio | None = None) -> bytes:
+    """H.264 in MP4, in memory (a video is small beside the model that made it);
+    ``sound``: an AAC stream beside it, both starting at time 0.
 
     The bytes are a function of the frames (the run record hashes them): the
     conversion to YUV is swscale's bit-exact one, and libx264 runs with a fixed
@@ -36,9 +39,16 @@ def encode_mp4(frames: np.ndarray, fps: int) -> bytes:
         stream.width, stream.height = width, height
         stream.pix_fmt = "yuv420p"
         stream.options = {"crf": "18", **_x264_options()}
+        sound_stream = None
+        if sound is not None:
+            sound = audio.for_aac(sound)
+            sound_stream = container.add_stream("aac", rate=sound.rate,
+                                                layout=audio.LAYOUTS[sound.samples.shape[0]])
         for frame in frames:
             container.mux(stream.encode(_yuv420(frame)))
         container.mux(stream.encode())
+        if sound_stream is not None:
+            audio.mux(container, sound_stream, sound)
     return buffer.getvalue()
 
 

@@ -14,7 +14,17 @@ is known to fit, and ``tests/shims/test_fixes.py`` shows the gap it closes.
   PyTorch (``x`` itself when the dtype is already that).
 - List or tensor indexing of a view (``t[:5][[0, -1]]``): torchax indexes the
   view's parent array, which a view does not have. Such indexing copies in PyTorch
-  too, so the view is made a tensor first; plain slicing keeps the view.
+  too, so the view is made a tensor first; plain slicing keeps the view. The same
+  for a view's values as a Python list (``grid_sizes[0].tolist()``: Wan Animate 2),
+  which PyTorch refuses for a tensor subclass without its own ``tolist``.
+- A view of a view (``packed[:, 0:n].view(b, f, hw, h, d)[:, :, :k] = q``: Wan Animate
+  2's attention packs its tokens so): torchax's views are slices only, so ``.view``
+  of one copied it and the assignment never reached ``packed``. ``.view(shape)`` of
+  a view is now a view whose writes are reshaped back into its parent.
+- An in-place op on a host tensor with device operands (``row[indices] = 0.5``, a
+  table made with no device, indices from the device: MiniMax-H3's timestep plan):
+  torchax mutates its own tensors only and stops on the host one. The op now runs on
+  a device copy, whose values are copied back into the host tensor, which stays one.
 
 Tensors a pipeline makes on the host (``torch.arange(n)`` with no device) and passes
 to a compiled component are moved to the device where they cross into the program
@@ -73,6 +83,77 @@ def view_getitem(original, **_):
 
     __getitem__.__doc__ = f"patched by porter: advanced indexing of views (was {original!r})"
     return __getitem__
+
+
+def view_tolist(original, **_):
+    """``torchax.view.View.tolist``: the values of the tensor the view stands for."""
+
+    def tolist(self):
+        return self.torch().tolist()
+
+    tolist.__doc__ = f"patched by porter: a view's values as a list (was {original!r})"
+    return tolist
+
+
+def reshape_info(shape: tuple):
+    """A torchax view step that reshapes (``Tensor.view(shape)``): read as a reshape of
+    its parent, written back as the inverse reshape."""
+    import math
+
+    from torchax.view import ViewInfo, ViewInfoType
+
+    class ReshapeInfo(ViewInfo):
+        def __init__(self):
+            super().__init__(ViewInfoType.RESHAPE)
+            self.shape = shape
+
+        def calculate_output_shape(self, source) -> list[int]:
+            known = math.prod(size for size in shape if size != -1)
+            return [source.size // known if size == -1 else size for size in shape]
+
+        def transform_tensor(self, jax_array):
+            return jax_array.reshape(shape)
+
+        def update_tensor(self, new_value, jax_array):
+            return new_value.reshape(jax_array.shape).astype(jax_array.dtype)
+
+    return ReshapeInfo()
+
+
+def view_of_view(original, **_):
+    """``torchax.view.View.view``: a view of the view when given a shape (a dtype's view
+    stays torchax's own)."""
+
+    def view(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+            shape = tuple(shape[0])
+        if not shape or not all(isinstance(size, int) for size in shape):
+            return original(self, *shape)
+        return self.create_sub_view(reshape_info(tuple(shape)))
+
+    view.__doc__ = f"patched by porter: views of views write through (was {original!r})"
+    return view
+
+
+def host_inplace(original, **_):
+    """``torchax.ops.op_base.InplaceOp.__call__`` that mutates a host tensor too."""
+
+    def __call__(self, *args, **kwargs):
+        target = args[self.position_to_mutate]
+        if type(target) is not torch.Tensor or target.device.type != "cpu":
+            return original(self, *args, **kwargs)
+        from porter.shims.interop import to_host
+
+        moved = on_device(target) if target.dim() else on_device(target[None])[0]
+        position = self.position_to_mutate
+        original(self, *args[:position], moved, *args[position + 1:], **kwargs)
+        with torch.utils._python_dispatch._disable_current_modes(), \
+                torch._C.DisableTorchFunction():
+            target.copy_(to_host(moved))
+        return target
+
+    __call__.__doc__ = f"patched by porter: in-place ops on host tensors (was {original!r})"
+    return __call__
 
 
 def on_device(tree):

@@ -29,6 +29,11 @@ Its result is kept where a row has a key to attend to, zero elsewhere.
 ``aten.hann_window`` (Kandinsky 6's super-resolution blends its tiles with Hann
 windows), which torchax has no lowering for.
 
+``aten.searchsorted.Scalar`` (``torch.searchsorted(table, 0.5)``: the DPM-Solver
+scheduler's ``lambda_min_clipped``, Wan Animate 2's), which torchax lowers only for a
+tensor of values (and always from the left). The index is the count of entries before
+the number (``<`` from the left, ``<=`` from the right), along the last axis.
+
 Python numbers from device scalars inside a constructor. ``torch.Tensor([0.25 *
 sigma.log() for sigma in sigmas])`` (the Euler scheduler's Karras timesteps, which
 Stable Video Diffusion uses) reads each element with ``Tensor.__float__``; torchax has
@@ -158,6 +163,16 @@ def hann_window(window_length, periodic=True, *, dtype=None, layout=None, device
     return torch.sin(n * (math.pi / span)) ** 2
 
 
+def searchsorted_scalar(sorted_sequence, value, *, out_int32=False, right=False, side=None,
+                        sorter=None):
+    """``torch.searchsorted`` of one number: how many entries precede it."""
+    if sorter is not None:
+        sorted_sequence = sorted_sequence.gather(-1, sorter)
+    before = sorted_sequence <= value if (side or ("right" if right else "left")) == "right" \
+        else sorted_sequence < value
+    return before.sum(-1).to(torch.int32 if out_int32 else torch.int64)
+
+
 def number(convert):
     """``Tensor.__float__`` / ``__int__`` of a torchax scalar: its JAX array's value."""
     def read(self):
@@ -234,6 +249,7 @@ def _upsample_lowerings() -> dict:
 LOWERINGS = {torch.ops.aten.native_group_norm: group_norm,
              torch.ops.aten._is_all_true: is_all_true,
              torch.ops.aten.hann_window: hann_window,
+             torch.ops.aten.searchsorted.Scalar: searchsorted_scalar,
              **_upsample_lowerings(),
              torch._C.TensorBase.__float__: number(float),
              torch._C.TensorBase.__int__: number(int)}

@@ -157,6 +157,7 @@ def references(recipe: Recipe) -> list[tuple[str, dict, int]]:
 
 #: patches every run applies: they make torchax behave as PyTorch does
 CORE_PATCHES = ("core.setitem", "core.deepcopy", "core.view_index", "core.type_as",
+                "core.view_tolist", "core.view_of_view", "core.host_inplace",
                 "core.block_mask", "core.flex_attention")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,10 +17,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/: models.<builder>, matrix.<group>
 
 from matrix import entries  # noqa: E402
+from porter.recipe import modular  # noqa: E402
+from porter.rundir import audio  # noqa: E402
 from matrix.entries import IMAGE, LATENTS, MASK, VIDEO  # noqa: E402
 
-GROUPS = ("core", "wan", "ltx_hunyuan", "others", "unet")
+GROUPS = ("core", "wan", "ltx_hunyuan", "others", "unet", "modular")
 COMMON = {"prompt": "a cat", "seed": 0}
+#: the largest difference of a sound sample (in [-1, 1]) from diffusers': float32 on
+#: another backend, as the frames' one pixel level is
+SOUND_TOLERANCE = 1e-3
 
 
 def matrix() -> dict:
@@ -40,7 +46,8 @@ def matrix() -> dict:
 
 def installed() -> list[str]:
     """The video pipeline classes the installed diffusers exports: a pipeline whose call
-    takes a frame count or a video, or whose package's output has ``frames``. (A class
+    takes a frame count or a video, or whose package's output has ``frames``; a modular
+    pipeline whose blocks give ``videos``. (A class
     diffusers replaces with a placeholder for a missing library is not found here; the
     matrix lists those it knows.)"""
     import inspect
@@ -51,6 +58,10 @@ def installed() -> list[str]:
     for name in dir(diffusers):
         cls = getattr(diffusers, name, None)
         if not (name.endswith("Pipeline") and isinstance(cls, type)):
+            continue
+        if modular.is_modular(cls):  # its blocks say what it makes
+            if cls.default_blocks_name and "videos" in modular.outputs(cls):
+                found.append(name)
             continue
         taken = inspect.signature(cls.__call__).parameters
         if {"num_frames", "video_length", "frames", "video"} & set(taken) \
@@ -132,16 +143,28 @@ def _fill(value, values: dict):
     return values.get(value, value) if isinstance(value, str) else value
 
 
-def recipe_text(entry, source, inputs: dict) -> dict:
+def recipe_text(entry, source, inputs: dict, pipeline: str | None = None) -> dict:
+    """The recipe of a matrix run; ``pipeline``: its model.pipeline (a modular class
+    run from a checkpoint that may be a classic one)."""
     generate = {**COMMON, **_filled(entry.generate, inputs)}
     generate = {key: value for key, value in generate.items() if value is not None}
     text = {"model": {"family": "generic", "source": str(source)}, "generate": generate}
+    if pipeline is not None:
+        text["model"]["pipeline"] = pipeline
     if getattr(entry, "setup", None):
         text["setup"] = entry.setup
     return text
 
 
-def porter_frames(entry, source, folder: Path, inputs: dict) -> np.ndarray:
+class Made(NamedTuple):
+    """A run's frames (uint8) and its sound (float32 (channels, samples), or None)."""
+    frames: np.ndarray
+    sound: np.ndarray | None
+
+
+def porter_frames(entry, source, folder: Path, inputs: dict,
+                  pipeline: str | None = None) -> Made:
+    """Porter's run of the entry's recipe; its sound as the lossless file has it."""
     import yaml
 
     from porter import registry as registry_mod, recipe
@@ -149,11 +172,19 @@ def porter_frames(entry, source, folder: Path, inputs: dict) -> np.ndarray:
     from porter.commands.validate import validate
 
     path = folder / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe_text(entry, source, inputs)))
-    loaded = recipe.load(path, [f"output.dir={folder / 'out'}"])
+    path.write_text(yaml.safe_dump(recipe_text(entry, source, inputs, pipeline)))
+    loaded = recipe.load(path, [f"output.dir={folder / 'out'}", "output.wav=true"])
     problems = validate(loaded, registry_mod.loaded())
     assert problems == [], [p.render() if hasattr(p, "render") else str(p) for p in problems]
-    return run(loaded, registry_mod.loaded(), progress=False).frames
+    result = run(loaded, registry_mod.loaded(), progress=False)
+    wav = result.directory / "audio.wav"
+    return Made(result.frames, audio.read(wav).samples if wav.exists() else None)
+
+
+def _waveform(waveform) -> np.ndarray | None:
+    """diffusers' waveform as Porter writes one: (channels, samples), the first of a
+    batch."""
+    return None if waveform is None else audio.of(waveform, 1).samples
 
 
 def without_accelerator():
@@ -175,7 +206,32 @@ def first_video(out):
     return video[0] if isinstance(video, list) or np.ndim(video) == 5 else video
 
 
-def diffusers_frames(entry, source, given: dict) -> np.ndarray:
+def modular_frames(name: str, entry, source, given: dict) -> Made:
+    """A modular pipeline as diffusers' modular docs run one: the class from the
+    checkpoint, its components loaded, the guidance scale on its guider."""
+    import diffusers
+    import torch
+
+    pipe = getattr(diffusers, name)(pretrained_model_name_or_path=str(source))
+    pipe.load_components(torch_dtype=torch.float32)
+    call = {**{k: v for k, v in COMMON.items() if k != "seed"}, **_filled(entry.call, given)}
+    for key, guider in modular.GUIDERS.items():
+        if key in call:
+            pipe.update_components(**{guider: getattr(pipe, guider).new(
+                guidance_scale=call.pop(key))})
+    if "output_type" in {param.name for param in pipe.blocks.inputs}:
+        call["output_type"] = "np"
+    torch.manual_seed(COMMON["seed"])
+    with without_accelerator():
+        out = pipe(generator=torch.Generator().manual_seed(COMMON["seed"]),
+                   output=["videos", "audio"], **call)
+    video = out["videos"]
+    frames = video[0] if isinstance(video, list) or np.ndim(video) == 5 else video
+    return Made((np.asarray(frames) * 255).round().clip(0, 255).astype("uint8"),
+                _waveform(out.get("audio")))
+
+
+def diffusers_frames(entry, source, given: dict) -> Made:
     import torch
     from diffusers import DiffusionPipeline
 
@@ -196,18 +252,40 @@ def diffusers_frames(entry, source, given: dict) -> np.ndarray:
         out = pipe(generator=torch.Generator().manual_seed(COMMON["seed"]),
                    output_type="np", **call)
     frames = first_video(out)
-    return (np.asarray(frames) * 255).round().clip(0, 255).astype("uint8")
+    return Made((np.asarray(frames) * 255).round().clip(0, 255).astype("uint8"),
+                _waveform(getattr(out, "audio", None)))
 
 
-def compare(name: str, entry, folder: Path) -> int:
-    """The largest pixel difference between Porter and plain diffusers."""
+class Difference(NamedTuple):
+    pixels: int  # the largest difference of a uint8 pixel
+    sound: float | None  # the largest difference of a sample (None: neither made sound)
+
+
+def compare(name: str, entry, folder: Path) -> Difference:
+    """The largest differences between Porter's run and plain diffusers'."""
+    import diffusers
+
     source = folder / "ckpt"
-    build(entry.builder).save_pretrained(source)
+    built = build(entry.builder)
+    if modular.is_modular(type(built)):  # a modular checkpoint (modular_model_index.json)
+        built.save_pretrained(str(source), overwrite_modular_index=True)
+    else:
+        built.save_pretrained(source)
     inputs, given = write_inputs(folder / "inputs", entry.input_size, entry.latents_shape)
-    ours = porter_frames(entry, source, folder, inputs)
-    theirs = diffusers_frames(entry, source, given)
-    assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
-    return int(np.abs(ours.astype(int) - theirs.astype(int)).max())
+    if modular.is_modular(getattr(diffusers, name)):
+        ours = porter_frames(entry, source, folder, inputs, pipeline=name)
+        theirs = modular_frames(name, entry, source, given)
+    else:
+        ours = porter_frames(entry, source, folder, inputs)
+        theirs = diffusers_frames(entry, source, given)
+    assert ours.frames.shape == theirs.frames.shape, (ours.frames.shape, theirs.frames.shape)
+    pixels = int(np.abs(ours.frames.astype(int) - theirs.frames.astype(int)).max())
+    assert (ours.sound is None) == (theirs.sound is None), \
+        f"sound from {'Porter' if theirs.sound is None else 'diffusers'} only"
+    if ours.sound is None:
+        return Difference(pixels, None)
+    assert ours.sound.shape == theirs.sound.shape, (ours.sound.shape, theirs.sound.shape)
+    return Difference(pixels, float(np.abs(ours.sound - theirs.sound).max()))
 
 
 def runs(group: str) -> list[str]:
@@ -238,6 +316,9 @@ EVERY_RUN = {
     # each under half a minute
     "SkyReelsV2Pipeline", "SkyReelsV2ImageToVideoPipeline", "SkyReelsV2DiffusionForcingPipeline",
     "LucyEditPipeline", "WanVideoToVideoPipeline", "AnyFlowPipeline", "WanVACEPipeline",
+    # modular: Wan from a classic checkpoint, MiniMax-H3 (video with sound, a modular
+    # checkpoint)
+    "WanModularPipeline", "MiniMaxH3ModularPipeline",
 }
 
 
@@ -253,7 +334,10 @@ def params(group: str) -> list:
 def assert_matches(name: str, folder: Path) -> None:
     entry = matrix()[name]
     difference = compare(name, entry, folder)
-    assert difference <= entry.tolerance, f"{name}: frames differ by up to {difference}"
+    assert difference.pixels <= entry.tolerance, \
+        f"{name}: frames differ by up to {difference.pixels}"
+    assert difference.sound is None or difference.sound <= SOUND_TOLERANCE, \
+        f"{name}: the sound differs by up to {difference.sound}"
 
 
 if __name__ == "__main__":
@@ -268,7 +352,7 @@ if __name__ == "__main__":
         entry = known[name]
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                print(f"{name}: max pixel difference {compare(name, entry, Path(tmp))}",
+                print(f"{name}: max difference {compare(name, entry, Path(tmp))}",
                       flush=True)
             except Exception:
                 print(f"{name}: FAILED", flush=True)

@@ -49,9 +49,6 @@ ENTRIES = {
 ENTRIES.update({
     "ConsisIDPipeline": Refused("needs torch, transformers, opencv, and one of them is not "
                                 "installed here"),
-    "WanImage2VideoModularPipeline": Refused("is a modular pipeline"),
-    "Wan22Image2VideoModularPipeline": Refused("is a modular pipeline"),
-    "HunyuanVideo15ModularPipeline": Refused("is a modular pipeline"),
     "LTXLatentUpsamplePipeline": Matches(
         "ltx_latent_upsample", {"prompt": None, "video": VIDEO, "height": 16, "width": 16},
         {"prompt": None, "video": VIDEO, "height": 16, "width": 16}, input_size=(5, 32, 32),

@@ -67,7 +67,7 @@ ENTRIES = {
                  "max_sequence_length": 16, "extra": {"frame_rate": 25.0}},
         {"height": 32, "width": 32, "num_frames": 5, "num_inference_steps": 2,
          "max_sequence_length": 16, "frame_rate": 25.0},
-        note="video and audio; Porter keeps the video frames (output.frames)"),
+        note="video and sound (in the mp4)"),
     "LTX2ImageToVideoPipeline": Matches(
         "ltx2_image_to_video",
         {"image": IMAGE, "height": 32, "width": 32, "frames": 5, "steps": 2,
@@ -75,8 +75,7 @@ ENTRIES = {
         {"image": IMAGE, "height": 32, "width": 32, "num_frames": 5, "num_inference_steps": 2,
          "max_sequence_length": 16, "frame_rate": 25.0},
         input_size=(9, 32, 32),
-        note="generate.image is the first frame; video and audio, Porter keeps the video "
-             "frames (output.frames)"),
+        note="generate.image is the first frame; video and sound (in the mp4)"),
     "HunyuanVideoFramepackPipeline": Matches(
         "hunyuan_video_framepack",
         {"image": IMAGE, "height": 32, "width": 32, "frames": 9, "steps": 2,

@@ -42,7 +42,7 @@ ENTRIES = {
          "max_sequence_length": 16},
         {"height": 16, "width": 16, "num_frames": 5, "num_inference_steps": 2,
          "guidance_scale": 5.0, "max_sequence_length": 16},
-        note="text to video (and audio, which Porter does not keep: only the frames)"),
+        note="text to video and sound (in the mp4, and audio.wav with output.wav)"),
     "CogVideoXVideoToVideoPipeline": Matches(
         "cogvideox_video2video",
         {"video": VIDEO, "height": 16, "width": 16, "steps": 2, "guidance_scale": 6.0,

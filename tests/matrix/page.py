@@ -66,6 +66,14 @@ def render() -> str:
         "few of each group, `pytest -m matrix` the rest). A class `porter validate` refuses "
         "is refused with the reason below, before any weight is read.",
         "",
+        "A modular pipeline (`...ModularPipeline`: blocks assembled at run time) runs from "
+        "a recipe that names it in `model.pipeline` over a classic checkpoint of the same "
+        "model, or from a modular checkpoint (`modular_model_index.json`), and is compared "
+        "with diffusers' own modular run (the class from the checkpoint, "
+        "`load_components`, the guidance scale on its guider). Where a pipeline makes "
+        "sound, its waveform is compared too (the run's lossless `audio.wav`, within "
+        "1e-3 of diffusers' samples).",
+        "",
         f"{len(runs)} of {len(counted)} classes run and match ({len(runs) / len(counted):.0%}); "
         f"{len(refused)} are refused, {len(untested)} not run yet.",
         "",

@@ -56,6 +56,36 @@ def test_list_indexing_of_a_view(env):
     assert (picked, by_tensor, narrowed) == ([0, 4], [2, 4], [1, 2])
 
 
+def test_a_view_as_a_list(env):
+    with env:
+        grid = torch.tensor([[3, 4, 5]], device="jax")
+        with pytest.raises(RuntimeError, match="tensor subclasses"):
+            grid[0].tolist()  # the gap (Wan Animate 2's grid sizes)
+    with applied(core("core.view_tolist")), env:
+        assert grid[0].tolist() == [3, 4, 5] and grid.tolist() == [[3, 4, 5]]
+
+
+def test_an_assignment_into_a_view_of_a_view_reaches_the_tensor(env):
+    """Wan Animate 2's attention packs its tokens: packed[:, :n].view(...)[:, :, :k] = q."""
+
+    def pack(packed, tokens):
+        packed[:, 0:6].view(1, 2, 3, 2, 3)[:, :, :2] = tokens
+        return packed
+
+    tokens = torch.randn(1, 2, 2, 2, 3)
+    expected = pack(torch.zeros(1, 10, 2, 3), tokens)
+    with env:
+        gap = pack(torch.zeros(1, 10, 2, 3, device="jax"), env.to_xla(tokens))
+        assert not torch.equal(gap.cpu(), expected)  # the gap: the write is lost
+    with applied(core("core.view_of_view")), env:
+        packed = pack(torch.zeros(1, 10, 2, 3, device="jax"), env.to_xla(tokens))
+        read = torch.arange(60.0, device="jax").reshape(1, 10, 2, 3)[:, 2:8].view(1, 2, 18)
+        assert torch.equal(packed.cpu(), expected)
+        assert torch.equal(read.cpu(), torch.arange(60.0).reshape(1, 10, 2, 3)[:, 2:8]
+                           .reshape(1, 2, 18))
+        assert read[:, 1].view(-1).shape == (18,)
+
+
 def test_type_as_makes_a_new_tensor_and_takes_a_view(env):
     with env:
         x = torch.ones(2, 3, device="jax")
@@ -119,3 +149,21 @@ def test_every_run_applies_the_fixes():
         patch = registry_mod.loaded().patches[name]
         library, version, fits = patch.installed_fits()
         assert fits, (name, library, version)
+
+
+def test_an_inplace_op_on_a_host_tensor_with_device_operands(env):
+    """MiniMax-H3's timestep plan: a table made with no device, rows set by indices
+    from the device."""
+    with env:
+        table = torch.full((5,), 1.0)
+        indices = torch.tensor([0, 2], device="jax")
+        with pytest.raises(AttributeError, match="_env"):
+            table[indices] = 3.0  # the gap
+    with applied(core("core.host_inplace")), env:
+        table = torch.full((5,), 1.0)
+        table[indices] = 3.0
+        table.add_(torch.ones(5, device="jax"))
+        on_device = torch.zeros(3, device="jax")
+        on_device[torch.tensor([1], device="jax")] = 2.0  # torchax's own: unchanged
+        assert on_device.cpu().tolist() == [0.0, 2.0, 0.0]
+    assert type(table) is torch.Tensor and table.tolist() == [4.0, 2.0, 4.0, 2.0, 2.0]

@@ -270,3 +270,20 @@ def test_nearest_upsampling_overloads_as_pytorch_calls_them():
         torch.ops.aten.upsample_nearest2d.out(on_device, [10, 21], out=out)
         got, out = (torch.from_numpy(np.asarray(t.jax())) for t in (got, out))
     assert torch.equal(got, expected) and torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_searchsorted_of_a_number_is_pytorchs(right):
+    """The DPM-Solver scheduler's ``torch.searchsorted(torch.flip(lambda_t, [0]),
+    lambda_min_clipped)`` with its tables on the device (Wan Animate 2)."""
+    table = torch.tensor([0.0, 1.0, 2.0, 2.0, 3.0])
+    env = torchax.default_env()
+    with env:
+        device = env.to_xla(table)
+        with pytest.raises(Exception, match="searchsorted.Scalar"):
+            torch.searchsorted(device, 2.0)  # torchax alone
+        with lowerings.installed(env):
+            found = [int(torch.searchsorted(device, value, right=right))
+                     for value in (-1.0, 2.0, 2.5, 9.0)]
+    assert found == [int(torch.searchsorted(table, value, right=right))
+                     for value in (-1.0, 2.0, 2.5, 9.0)]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from porter.errors import RecipeError, first_line
 from porter.families.staged import from_the_start
-from porter.recipe import SCHEDULE_KEYS, sources
+from porter.recipe import SCHEDULE_KEYS, call_args, sources
 from porter.shims.interop import to_host
 from porter.transforms import CALL, Calling, Checking, Pass
 from porter.transforms.scheduler import tables
@@ -260,7 +260,10 @@ def _apply(b: Building) -> None:
     scheduler = getattr(b.pipe, "scheduler", None)
     if scheduler is None:
         section = b.recipe.scheduler
-        if section.name or section.config or given(b.recipe.generate):
+        taken = call_args.parameters(type(b.pipe)) or {}
+        # a call that takes the schedule itself (Echo steps through its own sigmas)
+        unused = [key for key in given(b.recipe.generate) if key not in taken]
+        if section.name or section.config or unused:
             raise RecipeError([b.recipe.problem(
                 "scheduler" if section.name or section.config else "generate",
                 f"{type(b.pipe).__name__} has no scheduler to set",
