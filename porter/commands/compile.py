@@ -9,7 +9,7 @@ import math
 import os
 from typing import TYPE_CHECKING
 
-from porter.aot import executable, roofline, targets
+from porter.aot import dry_run, executable, roofline, targets
 from porter.aot import port as abstract_port
 from porter.aot.programs import Input, outermost, submodule_calls, unique
 from porter.errors import RecipeError, UsageError
@@ -43,7 +43,13 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
         f"libtpu's {target.topology}), every weight abstract")
     port = abstract_port.build(recipe, registry, target)
     modules = {name: c.module for name, c in port.components.items()}
-    declared = port.family.programs(recipe, modules)
+    declared, not_found = port.family.programs(recipe, modules), None
+    if declared is None and not port.family.staged:  # the pipeline's own call says
+        say("finding the programs: the pipeline's own call, every component abstract")
+        try:
+            declared = dry_run.programs(port)
+        except Exception as exc:  # noqa: BLE001 - what the call needs values for
+            not_found = executable._traced_failure(exc)
     programs = unique(declared) if declared is not None else []
     if only:  # a declared call's name, or a compiled submodule's (vae.decoder)
         names = [{p.name} | {f"{p.component}.{m}" for m in _paths(port, p)}
@@ -68,7 +74,8 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
             "compiler")
         results.append(done.setdefault(same, executable.compile_program(port, program)))
     compiled = {r.program.component for r in results}
-    left_out = {**_left_out(port, compiled, declared is None, bool(only)), **unknown_calls}
+    left_out = {**_left_out(port, compiled, declared is None, bool(only), not_found),
+                **unknown_calls}
     return _report(recipe, port, target, results, left_out)
 
 
@@ -247,14 +254,19 @@ def _inputs(program) -> dict:
     return found
 
 
-def _left_out(port, compiled: set, undeclared: bool, chosen: bool) -> dict:
+def _left_out(port, compiled: set, undeclared: bool, chosen: bool,
+              not_found: str | None = None) -> dict:
     """Components a run compiles that no program here covers, with why (``chosen``:
-    the programs were named with --program)."""
+    the programs were named with --program; ``not_found``: why the pipeline's own call
+    could not be run on abstract components)."""
     found = {}
     for name, component in port.components.items():
         if component.rule is None or name in compiled:
             continue
-        if undeclared:
+        if undeclared and not_found:
+            why = ("the pipeline's own call could not run on abstract components "
+                   f"({not_found})")
+        elif undeclared:
             why = (f"family {port.family.name!r} does not declare the calls its run makes "
                    "(ModelFamily.programs), so they cannot be compiled before running")
         elif chosen:

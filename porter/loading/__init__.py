@@ -95,7 +95,7 @@ def load_for_port(family: ModelFamily, recipe: Recipe) -> Loaded:
         root = _local_root(family.pipeline_class(recipe), recipe.model.source, kind,
                            elsewhere_components(recipe))
         empty, weights = _empty_components(root, elsewhere_components(recipe))
-        pipe = _from_pretrained(family.pipeline_class(recipe), root, _torch_dtypes(recipe),
+        pipe = from_pretrained(family.pipeline_class(recipe), root, _torch_dtypes(recipe),
                                 recipe.model.source, components=empty)
         _eval(pipe)
         checkpoint = checkpoints.identity(root, recipe.model.source if kind == "hub"
@@ -190,7 +190,7 @@ def _loaded(family: ModelFamily, recipe: Recipe):
         empty = {name: abstract.empty_component(library, module_class, root / name)
                  for name, (library, module_class) in abstract.module_classes(root).items()
                  if name in elsewhere}
-        pipe = _from_pretrained(cls, root, _torch_dtypes(recipe), source, components=empty)
+        pipe = from_pretrained(cls, root, _torch_dtypes(recipe), source, components=empty)
     else:
         raise LoadError(f"model source {source!r} does not exist",
                         hint="use 'tiny', a local diffusers directory, or a hub id")
@@ -229,7 +229,7 @@ def _download(cls, source: str) -> str:
     return cls.download(source)
 
 
-def _from_pretrained(cls, root: Path, dtype, source: str, components: dict | None = None):
+def from_pretrained(cls, root: Path, dtype, source: str, components: dict | None = None):
     """The pipeline from ``root``; ``components`` (already built) are used as given."""
     try:
         if is_modular(cls):

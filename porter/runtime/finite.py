@@ -44,13 +44,15 @@ def _largest():
 
 
 def magnitude(tensor) -> float:
-    """The largest |value| of a torchax tensor: NaN when any value is NaN, infinity
+    """The largest |value| of a torchax (or host) tensor: NaN when any value is NaN, infinity
     when one is infinite (the maximum carries both). One scalar reduction on the
     devices and a one-value read; every process of a run gets the same answer."""
     import jax.numpy as jnp
     import numpy as np
 
     array = tensor.jax() if hasattr(tensor, "jax") else tensor
+    if hasattr(array, "detach"):  # a host tensor (porter compile's call on the host)
+        array = array.detach().float().numpy()
     # jnp's, not np's: numpy does not count bfloat16 as inexact (ml_dtypes), and
     # bfloat16 latents went unchecked
     if not jnp.issubdtype(array.dtype, jnp.inexact) or array.size == 0:
