@@ -138,6 +138,7 @@ def verify(recipe: Recipe, registry: Registry, sharded: bool = False) -> dict:
     blocks are compiled one by one (``unscanned``)."""
     recipe = unscanned(without_cache(recipe), registry)
     family = checks.checked_family(recipe, registry)
+    beside.refuse_undescribed(family, "verify")
     runtime = runtime_mod.start(recipe)
     checks.check_platform(recipe, registry, runtime)
     with patches.applied(patches.selected(recipe, registry, family)):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from porter.errors import UsageError
 from porter.port import passes
 from porter.transforms import Calling
 
@@ -18,6 +19,20 @@ if TYPE_CHECKING:
     from porter.recipe import Recipe
     from porter.registry import Registry
     from porter.runtime import Runtime
+
+
+def refuse_undescribed(family: ModelFamily, command: str) -> None:
+    """UsageError, before anything loads, for a family that does not describe its
+    transformer's inputs (``ModelFamily.transformer_inputs``): the generic family, whose
+    pipeline's own call makes them."""
+    from porter.families.base import ModelFamily
+
+    if type(family).transformer_inputs is ModelFamily.transformer_inputs:
+        raise UsageError(f"porter {command} calls the transformer by itself, on inputs its "
+                         f"family describes; family {family.name!r} describes none (the "
+                         "pipeline's own call makes them)",
+                         hint="compare whole runs with plain diffusers from the same seed "
+                         "(as tests/matrix does), or `porter compile` for the programs")
 
 
 def random_inputs(family: ModelFamily, recipe: Recipe, config) -> dict:

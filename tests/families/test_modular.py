@@ -116,3 +116,17 @@ def test_guidance_is_set_on_the_guider_for_one_call(classic):
     assert pipe.guider is before and before.guidance_scale == 5.0
     params = modular.parameters(diffusers.Wan22ModularPipeline)
     assert {"guidance_scale", "guidance_scale_2", "num_frames"} <= set(params)
+
+
+def test_verify_and_bench_say_why_they_cannot(classic, write):
+    """They call the transformer by themselves, on inputs a family describes: the
+    generic family describes none (its pipeline's own call makes them). Refused before
+    anything loads."""
+    from porter.commands.bench import bench
+    from porter.commands.verify import verify
+    from porter.errors import UsageError
+
+    loaded = load(write, classic)
+    for command in (verify, bench):
+        with pytest.raises(UsageError, match="describes none"):
+            command(loaded, registry_mod.loaded())

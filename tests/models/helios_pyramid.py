@@ -9,14 +9,15 @@ import torch
 from models.helios import helios_parts
 
 
-def build_helios_pyramid_pipeline():
+def build_helios_pyramid_pipeline(scheduler_class: str = "HeliosScheduler"):
     # Checked in plain diffusers (CPU, float32): pipe("a cat", height=64, width=64,
     # num_frames=9, guidance_scale=1.0, max_sequence_length=16,
     # pyramid_num_inference_steps_list=[1, 1, 1], output_type="np") gives finite frames.
-    from diffusers import HeliosPyramidPipeline, HeliosScheduler
+    import diffusers
 
     with torch.random.fork_rng(devices=[]):
         vae, text_encoder, tokenizer, transformer = helios_parts()
-    return HeliosPyramidPipeline(
+    scheduler = getattr(diffusers, scheduler_class)(use_dynamic_shifting=True, gamma=0.3)
+    return diffusers.HeliosPyramidPipeline(
         tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
-        scheduler=HeliosScheduler(use_dynamic_shifting=True, gamma=0.3))
+        scheduler=scheduler)

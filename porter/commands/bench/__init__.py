@@ -133,6 +133,7 @@ def bench(recipe: Recipe, registry: Registry, steps: int = 5,
 def _one_step(recipe: Recipe, registry: Registry, steps: int,
               torch_compile: bool = False) -> dict:
     family = checks.checked_family(recipe, registry)
+    beside.refuse_undescribed(family, "bench")
     started = runtime_mod.start(recipe)
     checks.check_platform(recipe, registry, started)
     compiles = monitor.compile_monitor()
