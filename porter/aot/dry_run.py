@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from porter.aot.programs import Program, described, unique
+from porter import loading
 from porter.errors import UsageError
 from porter.recipe.sources import source_kind
 from porter.transforms import patches
@@ -76,8 +77,6 @@ def _stage(port: AbstractPort, program: Program) -> str:
 def _pipeline(port: AbstractPort, modules: dict):
     """The recipe's pipeline class built from the checkpoint's files around ``modules``
     (its tokenizers, schedulers and processors real)."""
-    from porter import loading
-
     recipe, family = port.recipe, port.family
     source = recipe.model.source
     if source_kind(source) != "local":

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from porter.errors import UsageError
+from porter.families.base import ModelFamily
 from porter.port import passes
 from porter.transforms import Calling
 
 if TYPE_CHECKING:
-    from porter.families.base import ModelFamily
     from porter.recipe import Recipe
     from porter.registry import Registry
     from porter.runtime import Runtime
@@ -25,8 +25,6 @@ def refuse_undescribed(family: ModelFamily, command: str) -> None:
     """UsageError, before anything loads, for a family that does not describe its
     transformer's inputs (``ModelFamily.transformer_inputs``): the generic family, whose
     pipeline's own call makes them."""
-    from porter.families.base import ModelFamily
-
     if type(family).transformer_inputs is ModelFamily.transformer_inputs:
         raise UsageError(f"porter {command} calls the transformer by itself, on inputs its "
                          f"family describes; family {family.name!r} describes none (the "

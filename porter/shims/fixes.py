@@ -36,6 +36,7 @@ from __future__ import annotations
 import torch
 
 from porter.shims.compat import import_torchax
+from porter.shims.interop import to_host
 
 
 def deepcopy(original, **_):
@@ -142,8 +143,6 @@ def host_inplace(original, **_):
         target = args[self.position_to_mutate]
         if type(target) is not torch.Tensor or target.device.type != "cpu":
             return original(self, *args, **kwargs)
-        from porter.shims.interop import to_host
-
         moved = on_device(target) if target.dim() else on_device(target[None])[0]
         position = self.position_to_mutate
         original(self, *args[:position], moved, *args[position + 1:], **kwargs)

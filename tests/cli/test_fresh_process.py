@@ -75,3 +75,38 @@ output: {{dir: {tmp_path / 'out'}}}
     assert out.returncode == 0, out.stderr
     assert "transformer cannot be compiled whole" in out.stderr
     assert (tmp_path / "out" / "video.mp4").exists()
+
+
+@pytest.mark.slow
+def test_a_modular_pipeline_with_sound_in_fresh_processes(tmp_path):
+    """LTX2ModularPipeline over a classic LTX-2 checkpoint, as a user runs it: validate,
+    compile for a TPU (its programs found by running its call on abstract components)
+    and run, whose mp4 carries the sound beside the frames and whose record says so."""
+    import json
+
+    import av
+
+    from models.ltx2 import build_ltx2_pipeline
+
+    build_ltx2_pipeline().save_pretrained(tmp_path / "ltx2")
+    recipe = tmp_path / "ltx2.yaml"
+    recipe.write_text(f"""\
+model: {{family: generic, source: {tmp_path / 'ltx2'}, pipeline: LTX2ModularPipeline}}
+generate: {{prompt: a cat, height: 32, width: 32, frames: 9, steps: 2,
+           max_sequence_length: 16, extra: {{frame_rate: 25.0}}}}
+output: {{dir: {tmp_path / 'out'}, fps: 25, wav: true}}
+""")
+    out = user_porter("validate", recipe, "--devices", "8")
+    assert out.returncode == 0, out.stderr
+    out = user_porter("compile", recipe, "--target", "v6e-8", "--program",
+                      "vae.decode")
+    assert out.returncode == 0, out.stderr
+    assert "vae.decode [decode, 1 call(s)]" in out.stdout
+    out = user_porter("run", recipe)
+    assert out.returncode == 0, out.stderr
+    assert "sound" in out.stdout and "audio.wav" in out.stdout
+    with av.open(str(tmp_path / "out" / "video.mp4")) as container:
+        kinds = sorted(stream.type for stream in container.streams)
+    assert kinds == ["audio", "video"]
+    written = json.loads((tmp_path / "out" / "run.json").read_text())["outputs"]
+    assert written["audio"]["sample_rate"] == 16000 and written["audio"]["wav"]

@@ -130,3 +130,42 @@ def test_verify_and_bench_say_why_they_cannot(classic, write):
     for command in (verify, bench):
         with pytest.raises(UsageError, match="describes none"):
             command(loaded, registry_mod.loaded())
+
+
+@pytest.mark.slow
+def test_a_lora_on_a_modular_pipeline_matches_diffusers(classic, write, tmp_path):
+    """WanModularPipeline loads LoRA as WanPipeline does (its mixin): fused by Porter,
+    the frames equal diffusers' own load_lora_weights + fuse_lora on the modular
+    pipeline, and differ from those without it."""
+    import json
+
+    import diffusers
+    import numpy as np
+
+    from porter.commands.run import run
+
+    from support.lora import make_lora
+
+    file = make_lora(tmp_path)
+    loaded = recipe.load(write("r.yaml", RECIPE.format(
+        source=classic, pipeline=", pipeline: WanModularPipeline", extra="") +
+        f"lora: {json.dumps([{'file': str(file), 'scale': 0.7}])}\n"),
+        [f"output.dir={tmp_path / 'out'}"])
+    assert validate(loaded, registry_mod.loaded()) == []
+    ours = run(loaded, registry_mod.loaded(), progress=False).frames
+
+    def theirs(lora: bool):
+        pipe = modular_checkpoint.load(diffusers.WanModularPipeline, classic,
+                                       torch.float32, {})
+        if lora:
+            pipe.load_lora_weights(str(file))
+            pipe.fuse_lora(lora_scale=0.7)
+        pipe.update_components(guider=pipe.guider.new(guidance_scale=6.0))
+        video = pipe(prompt="a cat", height=16, width=16, num_frames=9,
+                     num_inference_steps=2, max_sequence_length=16, output_type="np",
+                     generator=torch.Generator().manual_seed(0), output="videos")[0]
+        return (np.asarray(video) * 255).round().clip(0, 255).astype("uint8")
+
+    expected = theirs(lora=True)
+    assert np.abs(ours.astype(int) - expected.astype(int)).max() <= 1
+    assert np.abs(theirs(lora=False).astype(int) - expected.astype(int)).max() > 1
