@@ -32,6 +32,7 @@ import torch
 from porter.aot.programs import Program, described, unique
 from porter import loading
 from porter.errors import UsageError
+from porter.loading import published
 from porter.recipe.sources import source_kind
 from porter.transforms import patches
 
@@ -79,14 +80,19 @@ def _pipeline(port: AbstractPort, modules: dict):
     (its tokenizers, schedulers and processors real)."""
     recipe, family = port.recipe, port.family
     source = recipe.model.source
-    if source_kind(source) != "local":
+    kind = source_kind(source)
+    if kind == "local":
+        root = Path(source).expanduser()
+    elif kind == "hub" and published.layout(source) is not None:
+        root = published.layout(source)  # its configurations, shipped with Porter
+    else:
         raise UsageError(f"cannot find the calls of {source!r} without its files",
                          hint="point model.source at a local diffusers directory (its "
                          "configuration, tokenizer and scheduler files are enough)")
     torch_modules = {name: module for name, module in modules.items()
                      if isinstance(module, torch.nn.Module)}
-    return loading.from_pretrained(family.pipeline_class(recipe), Path(source).expanduser(),
-                                   torch.float32, source, torch_modules)
+    return loading.from_pretrained(family.pipeline_class(recipe), root, torch.float32,
+                                   source, torch_modules)
 
 
 @contextlib.contextmanager
@@ -106,37 +112,48 @@ def _on_the_host(pipe):
 @contextlib.contextmanager
 def _answered(modules: dict, compiled: dict):
     """Each component's calls recorded (as ``Program``s, in the list this yields) and
-    answered from shapes alone: the module runs on the meta device, its outputs are
-    zeros on the host."""
+    answered from shapes alone: the module runs on the meta device, once for each
+    signature (a step's call is the previous step's, shape for shape), its outputs
+    zeros on the host. Everything is put back however the call ends."""
     calls: list[Program] = []
-    undo = []
-    for name, module in modules.items():
-        if not isinstance(module, torch.nn.Module):
-            continue
-        buffers = _Buffers(module)
-        methods = {"forward", *(compiled[name].methods if name in compiled else ())}
-        for method in methods:
-            original = getattr(module, method)
+    answers: dict = {}  # signature -> the meta outputs
+    with contextlib.ExitStack() as stack:
+        for name, module in modules.items():
+            if not isinstance(module, torch.nn.Module):
+                continue
+            buffers = _Buffers(module)
+            stack.callback(buffers.restore)
+            methods = {"forward", *(compiled[name].methods if name in compiled else ())}
+            for method in sorted(methods):
+                original = getattr(module, method)
 
-            @functools.wraps(original)  # its signature, which pipelines read
-            def answer(*args, _original=original, _name=name, _method=method,
-                       _buffers=buffers, **kwargs):
-                calls.append(Program(_name, _method, described(args), described(kwargs)))
-                guessing = _Yes() if _name not in compiled else contextlib.nullcontext()
-                with torch.no_grad(), _buffers.on_meta(), guessing:
-                    return _zeros(_original(*_meta(args), **_meta(kwargs)))
+                @functools.wraps(original)  # its signature, which pipelines read
+                def answer(*args, _original=original, _name=name, _method=method,
+                           _buffers=buffers, **kwargs):
+                    call = Program(_name, _method, described(args), described(kwargs))
+                    calls.append(call)
+                    key = _hashable(call.signature())
+                    if key is None or key not in answers:
+                        guessing = _Yes() if _name not in compiled \
+                            else contextlib.nullcontext()
+                        with torch.no_grad(), _buffers.on_meta(), guessing:
+                            made = _original(*_meta(args), **_meta(kwargs))
+                        if key is None:
+                            return _zeros(made)
+                        answers[key] = made
+                    return _zeros(answers[key])
 
-            setattr(module, method, answer)
-            undo.append((module, method))
-        undo.append((buffers, None))
-    try:
+                stack.enter_context(patches.replaced(module, method, answer))
         yield calls
-    finally:
-        for module, method in undo:
-            if method is None:
-                module.restore()
-            else:
-                delattr(module, method)
+
+
+def _hashable(signature: tuple):
+    """``signature`` where it can key a dict (None where a static argument cannot)."""
+    try:
+        hash(signature)
+    except TypeError:
+        return None
+    return signature
 
 
 class _Yes(torch.overrides.TorchFunctionMode):

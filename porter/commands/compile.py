@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from porter.aot import dry_run, executable, roofline, targets
 from porter.aot import port as abstract_port
 from porter.aot.programs import Input, outermost, submodule_calls, unique
-from porter.errors import RecipeError, UsageError
+from porter.errors import PorterError, RecipeError, UsageError
 from porter.port import checks
 from porter.runtime import environment
 from porter.transforms import patches
@@ -48,7 +48,9 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
         say("finding the programs: the pipeline's own call, every component abstract")
         try:
             declared = dry_run.programs(port)
-        except Exception as exc:  # noqa: BLE001 - what the call needs values for
+        except PorterError:
+            raise  # the recipe's or the checkpoint's problem: said as it is
+        except Exception as exc:  # noqa: BLE001 - what model code needs values for
             not_found = executable._traced_failure(exc)
     programs = unique(declared) if declared is not None else []
     if only:  # a declared call's name, or a compiled submodule's (vae.decoder)
@@ -57,8 +59,8 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
         unknown = sorted(set(only).difference(*names))
         if unknown:
             raise UsageError(f"no program {', '.join(unknown)} in this recipe's run",
-                             hint="programs: " + (", ".join(p.name for p in programs)
-                                                  or "none"))
+                             hint="programs: " + (", ".join(p.name for p in programs) or (
+                                 f"none ({not_found})" if not_found else "none")))
         # before finding submodule calls: that dry run is for the programs asked for
         programs = [p for p, named in zip(programs, names) if named & set(only)]
     programs, unknown_calls = _as_run_compiles(port, programs, say)

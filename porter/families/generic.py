@@ -78,9 +78,8 @@ def runnable(name: str) -> type:
     return cls
 
 
-#: what a modular pipeline's blocks may give beside its videos: its sound, and the
-#: sound's rate where the blocks say it
-SOUND_OUTPUTS = ("audio", "sampling_rate")
+#: the names a pipeline gives its sound (Cosmos 3 Omni's is ``sound``)
+SOUNDS = ("audio", "sound")
 
 
 class Generated(NamedTuple):
@@ -233,22 +232,32 @@ class GenericFamily(ModelFamily):
             return self._generate_modular(pipe, recipe)
         watch = _StepWatch(pipe, recipe.generate.steps)
         out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)), **watch.kwargs)
-        return Generated(as_uint8(first_video(out)), watch.latents,
-                         getattr(out, "audio", None))
+        return Generated(as_uint8(first_video(out)), watch.latents, _sound_of(vars(out)))
 
     def _generate_modular(self, pipe, recipe: Recipe):
         """A modular pipeline's call: its blocks run as diffusers runs them, the recipe's
         guidance scales set on its guiders for this call only. Its blocks have no step
-        callback: no step is watched (as ``UNWATCHED``)."""
+        callback: no step is watched (as ``UNWATCHED``); the final latents, which its
+        state keeps, are checked once the call ends."""
         cls = type(pipe)
         call = self.call_kwargs(recipe, cls)
         if "output_type" in call_args.parameters(cls):
             call["output_type"] = "np"
-        with _guided(pipe, {modular.GUIDERS[key]: call.pop(key)
-                            for key in list(call) if key in modular.GUIDERS}):
-            out = pipe(output=["videos", *SOUND_OUTPUTS], **call)
-        return Generated(as_uint8(first_of(out["videos"])), None, out.get("audio"),
+        guiders = modular.guided(cls)
+        with _guided(pipe, {guiders[key]: call.pop(key) for key in list(call)
+                            if key in guiders}):
+            out = pipe(output=["videos", "latents", *SOUNDS, "sampling_rate"], **call)
+        latents = out.get("latents")
+        if latents is not None and not finite.bounded(size := finite.magnitude(latents)):
+            steps = recipe.generate.steps or 0
+            raise NonFinite(steps, steps, None, staged=False, magnitude=size)
+        return Generated(as_uint8(first_of(out["videos"])), latents, _sound_of(out),
                          out.get("sampling_rate"))
+
+
+def _sound_of(out: dict):
+    """A pipeline output's sound, whatever the pipeline calls it (None: no sound)."""
+    return next((out[name] for name in SOUNDS if out.get(name) is not None), None)
 
 
 @contextlib.contextmanager

@@ -159,7 +159,8 @@ class PipelineLoop:
 
 def _sound(pipe, recipe: Recipe, waveform, given_rate) -> audio.Audio | None:
     """The pipeline's waveform as ``Audio`` where it made one and the recipe keeps it
-    (``output.audio``); a sound whose rate nothing says is dropped, with a warning."""
+    (``output.audio``). A sound Porter cannot write (no rate said, its shape, values
+    that are not finite) is dropped with a warning: the frames are still written."""
     if waveform is None or not recipe.output.audio:
         return None
     rate = audio.sample_rate(pipe, given_rate)
@@ -167,7 +168,12 @@ def _sound(pipe, recipe: Recipe, waveform, given_rate) -> audio.Audio | None:
         notices.warn("the pipeline made sound, but neither its output nor its components "
                      "say the sample rate; the video is written without it")
         return None
-    return audio.of(waveform, rate)
+    try:
+        return audio.of(waveform, rate)
+    except audio.Unusable as exc:
+        notices.warn(f"the pipeline made sound Porter cannot write ({exc}); the video is "
+                     "written without it")
+        return None
 
 
 STAGED = StagedLoop()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from porter.loading import modular
+from porter.loading import modular, published
 from porter.recipe.sources import source_kind
 from porter.transforms import dtypes
 
@@ -55,9 +55,13 @@ def components(family: ModelFamily, recipe: Recipe) -> dict[str, torch.nn.Module
         modules = _from_configs(Path(recipe.model.source).expanduser())
     else:
         configs = family.official_configs(recipe.model.source)
-        if configs is None:
+        shipped = published.layout(recipe.model.source)
+        if configs is not None:
+            modules = {name: _build(*entry) for name, entry in configs.items()}
+        elif shipped is not None:
+            modules = _from_configs(shipped)
+        else:
             return None
-        modules = {name: _build(*entry) for name, entry in configs.items()}
     dtypes.apply_all(modules, recipe)
     return modules
 
@@ -76,19 +80,35 @@ def _build(library: str, class_name: str, config: dict) -> torch.nn.Module:
 def module_classes(root: Path) -> dict[str, tuple[str, type]]:
     """Component name -> (library, class) for each torch module model_index.json names
     (or a modular checkpoint's index, for the components stored under ``root``)."""
-    entries = modular.index_entries(root)
+    # model_index.json first, as the classic loader and the generic family read it
+    entries = None if (root / "model_index.json").exists() else modular.index_entries(root)
     if entries is None:
         index = json.loads((root / "model_index.json").read_text())
         entries = {name: entry[:2] for name, entry in index.items()
                    if not name.startswith("_") and isinstance(entry, list)}
     found = {}
-    for name, entry in entries.items():
-        if entry[0] not in LIBRARIES:
-            continue
-        cls = getattr(importlib.import_module(entry[0]), entry[1], None)
+    for name, (library, class_name) in entries.items():
+        cls = _library_class(library, class_name)
         if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
-            found[name] = (entry[0], cls)
+            # a pipeline module's own model (LTX-2's connectors and vocoder) is built
+            # and read as diffusers' models are
+            found[name] = (library if library in LIBRARIES else "diffusers", cls)
     return found
+
+
+def _library_class(library, class_name):
+    """The class an index names: from diffusers or transformers, or from the diffusers
+    pipeline module an index names as its library (``["ltx2", "LTX2TextConnectors"]``:
+    ``diffusers.pipelines.ltx2``); None for anything else."""
+    if not isinstance(library, str) or not isinstance(class_name, str):
+        return None
+    if library in LIBRARIES:
+        return getattr(importlib.import_module(library), class_name, None)
+    try:
+        module = importlib.import_module(f"diffusers.pipelines.{library}")
+    except ImportError:
+        return None
+    return getattr(module, class_name, None)
 
 
 def from_config_dir(library: str, cls: type, folder: Path) -> torch.nn.Module:

@@ -13,9 +13,12 @@ from pathlib import Path
 #: the index file of a modular checkpoint (a classic one has model_index.json)
 INDEX = "modular_model_index.json"
 
-#: recipe guidance settings a modular pipeline takes as a guider component's
-#: ``guidance_scale`` (its blocks have no such input), by the guider they set
-GUIDERS = {"guidance_scale": "guider", "guidance_scale_2": "guider_2"}
+#: guidance settings a modular pipeline takes as a guider component's ``guidance_scale``
+#: (its blocks have no such input), by the guider they set: the recipe's
+#: ``generate.guidance_scale`` and ``guidance_scale_2``, and ``generate.extra.
+#: audio_guidance_scale`` for the sound's guider (LTX-2)
+GUIDERS = {"guidance_scale": "guider", "guidance_scale_2": "guider_2",
+           "audio_guidance_scale": "audio_guider"}
 
 
 def is_modular(cls) -> bool:
@@ -56,10 +59,17 @@ def parameters(cls) -> dict[str, inspect.Parameter]:
             else inspect.Parameter.empty
         found[param.name] = inspect.Parameter(param.name, inspect.Parameter.KEYWORD_ONLY,
                                               default=param.default, annotation=annotation)
-    for key, guider in GUIDERS.items():
-        if guider in components(cls):
-            found[key] = inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None)
+    for key in guided(cls):
+        found[key] = inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None)
     return found
+
+
+def guided(cls) -> dict[str, str]:
+    """The guidance settings ``cls`` takes on a guider (setting -> guider): those of
+    ``GUIDERS`` whose guider its blocks expect and that are not an input of its own."""
+    inputs = {param.name for param in blocks(cls).inputs}
+    return {key: guider for key, guider in GUIDERS.items()
+            if guider in components(cls) and key not in inputs}
 
 
 def class_name(root: Path) -> str | None:

@@ -389,7 +389,8 @@ class OutputSection(Section):
                           "(latents.safetensors, key 'latents')")
     audio: bool = Field(True, description="where the pipeline makes sound (LTX-2, "
                         "Kandinsky 6 TI2VA, MiniMax-H3, ...): the video carries it (AAC, "
-                        "at the pipeline's sample rate); false: the frames only")
+                        "at the pipeline's sample rate, or 48 kHz where AAC has no such "
+                        "rate); false: the frames only")
     wav: bool = Field(False, description="also write the sound losslessly (audio.wav, "
                       "32-bit float), where the pipeline makes sound")
     checkpoint_every: int = Field(10, ge=0, description="save denoising progress every N "

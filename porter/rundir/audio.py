@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from porter.runtime import atomic
+from porter.shims.interop import to_host
 
 #: the channel layouts an mp4's AAC stream is written with, by channel count
 LAYOUTS = {1: "mono", 2: "stereo"}
@@ -40,22 +42,36 @@ class Audio:
                 "samples": int(self.samples.shape[1]), "seconds": round(self.seconds, 4)}
 
 
+class Unusable(ValueError):
+    """A waveform Porter cannot write (its shape, or values that are not finite)."""
+
+
 def of(waveform, rate) -> Audio:
     """A pipeline's waveform (torch, torchax or numpy; (samples,), (channels, samples),
-    or a batch of either, of which the first is kept) as ``Audio``."""
-    if hasattr(waveform, "jax"):  # a torchax tensor
-        waveform = waveform.jax()
-    if hasattr(waveform, "detach"):
-        waveform = waveform.detach().float().cpu().numpy()
+    (samples, channels), or a batch of either, of which the first is kept) as
+    ``Audio``. ``Unusable`` for more than two channels, no samples, or values that are
+    not finite."""
+    if isinstance(waveform, torch.Tensor):  # torchax's too: its values, on this host
+        waveform = to_host(waveform).float().numpy()
     samples = np.asarray(waveform, dtype=np.float32)
     if samples.ndim == 3:  # (batch, channels, samples)
         samples = samples[0]
     if samples.ndim == 1:
         samples = samples[None]
-    if samples.ndim != 2 or samples.shape[0] not in LAYOUTS:
-        raise ValueError(f"expected a waveform of 1 or 2 channels, got shape "
-                         f"{np.shape(waveform)}")
+    if samples.ndim == 2 and samples.shape[0] not in LAYOUTS \
+            and samples.shape[1] in LAYOUTS:  # (samples, channels)
+        samples = samples.T
+    if samples.ndim != 2 or samples.shape[0] not in LAYOUTS or samples.shape[1] == 0:
+        raise Unusable(f"a waveform of shape {tuple(np.shape(waveform))}: Porter writes "
+                       "one or two channels of samples")
+    if not np.isfinite(samples).all():
+        raise Unusable("the waveform holds values that are not finite (NaN or infinity)")
     return Audio(np.clip(samples, -1.0, 1.0), int(rate))
+
+
+def aac_rate(rate: int) -> int:
+    """The rate the mp4's AAC stream carries a waveform of ``rate`` at."""
+    return rate if rate in AAC_RATES else AAC_RATE
 
 
 def sample_rate(pipe, given=None) -> int | None:
@@ -107,7 +123,7 @@ def for_aac(audio: Audio) -> Audio:
     what it makes of the silence is cut."""
     import av
 
-    if audio.rate in AAC_RATES:
+    if aac_rate(audio.rate) == audio.rate:
         return audio
     layout = LAYOUTS[audio.samples.shape[0]]
     length = round(audio.samples.shape[1] * AAC_RATE / audio.rate)
@@ -116,9 +132,12 @@ def for_aac(audio: Audio) -> Audio:
     frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(padded), format="fltp",
                                        layout=layout)
     frame.sample_rate, frame.pts = audio.rate, 0
-    chunks = [out.to_ndarray() for out in (*resampler.resample(frame),
-                                            *resampler.resample(None))]
-    return Audio(np.clip(np.concatenate(chunks, axis=1)[:, :length], -1.0, 1.0), AAC_RATE)
+    chunks = [np.zeros((len(padded), 0), dtype=np.float32)]
+    chunks += [out.to_ndarray() for out in (*resampler.resample(frame),
+                                             *resampler.resample(None))]
+    made = np.concatenate(chunks, axis=1)[:, :length]
+    made = np.pad(made, ((0, 0), (0, length - made.shape[1])))  # what it held back
+    return Audio(np.clip(made, -1.0, 1.0), AAC_RATE)
 
 
 def encode(audio: Audio, container_format: str, codec: str, sample_format: str) -> bytes:

@@ -53,7 +53,7 @@ def write_results(directory: Path, recipe: Recipe, frames, latents,
                "files": files}
     if sound is not None:
         written["audio"] = {**sound.describe(), "in_video": bool(output.video),
-                            "codec": "aac", "video_rate": audio.for_aac(sound).rate
+                            "codec": "aac", "video_rate": audio.aac_rate(sound.rate)
                             if output.video else None, "wav": None}
         _warn_if_unaligned(sound, frames, output.fps)
     if output.video:

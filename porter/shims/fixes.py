@@ -33,6 +33,8 @@ to a compiled component are moved to the device where they cross into the progra
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from porter.shims.compat import import_torchax
@@ -110,7 +112,11 @@ def reshape_info(shape: tuple):
 
         def calculate_output_shape(self, source) -> list[int]:
             known = math.prod(size for size in shape if size != -1)
-            return [source.size // known if size == -1 else size for size in shape]
+            made = [source.size // max(known, 1) if size == -1 else size for size in shape]
+            if math.prod(made) != source.size or sum(size == -1 for size in shape) > 1:
+                raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size "
+                                   f"{source.size}")  # PyTorch's words, at the call
+            return made
 
         def transform_tensor(self, jax_array):
             return jax_array.reshape(shape)
@@ -128,9 +134,13 @@ def view_of_view(original, **_):
     def view(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
             shape = tuple(shape[0])
-        if not shape or not all(isinstance(size, int) for size in shape):
+        try:  # sizes as ints (numpy's too); a dtype is not one
+            sizes = tuple(operator.index(size) for size in shape)
+        except TypeError:
             return original(self, *shape)
-        return self.create_sub_view(reshape_info(tuple(shape)))
+        if not sizes:
+            return original(self, *shape)
+        return self.create_sub_view(reshape_info(sizes))
 
     view.__doc__ = f"patched by porter: views of views write through (was {original!r})"
     return view

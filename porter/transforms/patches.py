@@ -103,10 +103,12 @@ class Patch:
 
 @contextlib.contextmanager
 def replaced(owner, attr: str, value):
-    """``owner.attr`` is ``value`` for the block, then what it was, even on error. On a
-    class, the raw attribute is kept (staticmethod/classmethod stay intact) and an
-    inherited one is removed again, so the base's shows through as before."""
-    own = vars(owner).get(attr, _MISSING) if isinstance(owner, type) else getattr(owner, attr)
+    """``owner.attr`` is ``value`` for the block, then what it was, even on error. The
+    owner's own attribute is kept raw (on a class, staticmethod/classmethod stay
+    intact) and one it inherits (a class's base's, an object's class's method) is
+    removed again, so that one shows through as before."""
+    own = vars(owner).get(attr, _MISSING) if hasattr(owner, "__dict__") \
+        else getattr(owner, attr)
     setattr(owner, attr, value)
     try:
         yield

@@ -26,6 +26,8 @@ COMMON = {"prompt": "a cat", "seed": 0}
 #: the largest difference of a sound sample (in [-1, 1]) from diffusers': float32 on
 #: another backend, as the frames' one pixel level is
 SOUND_TOLERANCE = 1e-3
+#: a modular pipeline's guidance scales, on the guiders diffusers' docs set them on
+GUIDERS = {"guidance_scale": "guider", "guidance_scale_2": "guider_2"}
 
 
 def matrix() -> dict:
@@ -215,7 +217,7 @@ def modular_frames(name: str, entry, source, given: dict) -> Made:
     pipe = getattr(diffusers, name)(pretrained_model_name_or_path=str(source))
     pipe.load_components(torch_dtype=torch.float32)
     call = {**{k: v for k, v in COMMON.items() if k != "seed"}, **_filled(entry.call, given)}
-    for key, guider in modular.GUIDERS.items():
+    for key, guider in GUIDERS.items():  # as diffusers' modular docs set a guidance scale
         if key in call:
             pipe.update_components(**{guider: getattr(pipe, guider).new(
                 guidance_scale=call.pop(key))})
@@ -224,11 +226,12 @@ def modular_frames(name: str, entry, source, given: dict) -> Made:
     torch.manual_seed(COMMON["seed"])
     with without_accelerator():
         out = pipe(generator=torch.Generator().manual_seed(COMMON["seed"]),
-                   output=["videos", "audio"], **call)
+                   output=["videos", "audio", "sound"], **call)
     video = out["videos"]
     frames = video[0] if isinstance(video, list) or np.ndim(video) == 5 else video
     return Made((np.asarray(frames) * 255).round().clip(0, 255).astype("uint8"),
-                _waveform(out.get("audio")))
+                _waveform(out.get("audio") if out.get("audio") is not None
+                          else out.get("sound")))
 
 
 def diffusers_frames(entry, source, given: dict) -> Made:
@@ -253,7 +256,8 @@ def diffusers_frames(entry, source, given: dict) -> Made:
                    output_type="np", **call)
     frames = first_video(out)
     return Made((np.asarray(frames) * 255).round().clip(0, 255).astype("uint8"),
-                _waveform(getattr(out, "audio", None)))
+                _waveform(getattr(out, "audio", None) if getattr(out, "audio", None)
+                          is not None else getattr(out, "sound", None)))
 
 
 class Difference(NamedTuple):

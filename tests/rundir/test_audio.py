@@ -69,15 +69,47 @@ def test_a_rate_aac_cannot_carry_is_resampled_for_the_mp4(tmp_path):
     # the tiny Kandinsky 6 TI2VA's sound: 16 samples at 64 Hz, a quarter of a second
     short = audio.for_aac(audio.Audio(np.full((1, 16), 0.5, dtype=np.float32), 64))
     assert short.samples.shape == (1, 12000) and abs(short.samples[0, 6000] - 0.5) < 0.01
+    fast = audio.for_aac(audio.Audio(np.full((2, 10), 0.5, dtype=np.float32), 192000))
+    assert fast.samples.shape == (2, 2) and fast.rate == 48000
 
 
 @pytest.mark.parametrize("shape,channels", [((100,), 1), ((2, 100), 2), ((1, 2, 100), 2),
-                                            ((1, 100), 1)])
+                                            ((1, 100), 1), ((100, 2), 2)])
 def test_waveforms_of_every_shape(shape, channels):
-    made = audio.of(torch.full(shape, 2.0), 24000)
+    made = audio.of(torch.full(shape, 2.0, dtype=torch.bfloat16), 24000)
     assert made.samples.shape == (channels, 100) and made.samples.max() == 1.0
-    with pytest.raises(ValueError, match="1 or 2 channels"):
-        audio.of(np.zeros((1, 6, 100)), 24000)
+
+
+@pytest.mark.parametrize("waveform,reason", [
+    (np.zeros((1, 6, 100)), "one or two channels"), (np.zeros((2, 0)), "one or two"),
+    (np.array([[0.0, np.nan, 0.5]]), "not finite")])
+def test_a_waveform_porter_cannot_write_is_said_so(waveform, reason):
+    with pytest.raises(audio.Unusable, match=reason):
+        audio.of(waveform, 24000)
+
+
+def test_a_run_keeps_its_frames_when_its_sound_cannot_be_written(write):
+    """The sound is dropped with a warning (no rate said, NaN, six channels, or
+    output.audio: false), never the video."""
+    import types
+
+    from porter import recipe
+    from porter.generate.runners import _sound
+    from porter.runtime import notices
+
+    loaded = recipe.load(write("r.yaml", "model: {family: wan, source: tiny}\n"
+                               "generate: {prompt: a cat}\n"))
+    pipe = types.SimpleNamespace(audio_sample_rate=16000)
+    assert _sound(pipe, loaded, np.zeros((2, 10)), None).rate == 16000
+    said = len(notices.given())
+    assert _sound(types.SimpleNamespace(), loaded, np.zeros((2, 10)), None) is None
+    assert _sound(pipe, loaded, np.full((2, 10), np.nan), None) is None
+    assert _sound(pipe, loaded, np.zeros((6, 10)), None) is None
+    warned = notices.given()[said:]
+    assert len(warned) == 3 and "sample rate" in warned[0] and "not finite" in warned[1]
+    silent = recipe.load(write("s.yaml", "model: {family: wan, source: tiny}\n"
+                               "generate: {prompt: a cat}\n"), ["output.audio=false"])
+    assert _sound(pipe, silent, np.zeros((2, 10)), None) is None
 
 
 def test_the_rate_comes_from_the_output_then_the_components():

@@ -84,6 +84,8 @@ def test_an_assignment_into_a_view_of_a_view_reaches_the_tensor(env):
         assert torch.equal(read.cpu(), torch.arange(60.0).reshape(1, 10, 2, 3)[:, 2:8]
                            .reshape(1, 2, 18))
         assert read[:, 1].view(-1).shape == (18,)
+        with pytest.raises(RuntimeError, match="invalid for input of size 36"):
+            read.view(5, 5)  # at the call, as PyTorch says it
 
 
 def test_type_as_makes_a_new_tensor_and_takes_a_view(env):

@@ -1,0 +1,33 @@
+"""Weightless diffusers layouts of published checkpoints, shipped with Porter
+(``porter/loading/layouts/<org>--<name>/``): each component's configuration, the
+scheduler's settings and the index, as the hub repository has them, so that
+``validate``, ``plan`` and ``compile`` read a real-size model from its hub id with no
+download (the generic family's counterpart of a plugin's ``official_configs``).
+
+A layout's tokenizer stands in for the real one where the pipeline pads every prompt
+to a fixed length (LTX-2's Gemma pads to 1024 tokens): the shapes it gives are the
+real tokenizer's. A run downloads the repository itself; a layout is never read then.
+Where each configuration comes from: benchmarks/published-configs.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from porter.recipe.modular import INDEX
+
+FOLDER = Path(__file__).resolve().parent / "layouts"
+
+
+def layout(source: str) -> Path | None:
+    """The shipped layout of hub id ``source``, or None."""
+    folder = FOLDER / source.replace("/", "--")
+    if (folder / "model_index.json").is_file() or (folder / INDEX).is_file():
+        return folder
+    return None
+
+
+def shipped() -> list[str]:
+    """The hub ids a layout ships for."""
+    return sorted(path.name.replace("--", "/", 1) for path in FOLDER.iterdir()
+                  if layout(path.name.replace("--", "/", 1)) is not None)
