@@ -83,8 +83,9 @@ def _pipeline(port: AbstractPort, modules: dict):
     kind = source_kind(source)
     if kind == "local":
         root = Path(source).expanduser()
-    elif kind == "hub" and published.layout(source) is not None:
-        root = published.layout(source)  # its configurations, shipped with Porter
+    elif kind == "hub" and (_cached(source) or published.layout(source)) is not None:
+        # the snapshot in the local cache, else its configurations shipped with Porter
+        root = _cached(source) or published.layout(source)
     else:
         raise UsageError(f"cannot find the calls of {source!r} without its files",
                          hint="point model.source at a local diffusers directory (its "
@@ -93,6 +94,16 @@ def _pipeline(port: AbstractPort, modules: dict):
                      if isinstance(module, torch.nn.Module)}
     return loading.from_pretrained(family.pipeline_class(recipe), root, torch.float32,
                                    source, torch_modules)
+
+
+def _cached(source: str) -> Path | None:
+    """Hub id ``source``'s snapshot in the local Hugging Face cache, if there is one."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(source, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached, or no such repository
+        return None
 
 
 @contextlib.contextmanager
