@@ -84,7 +84,7 @@ def module_classes(root: Path) -> dict[str, tuple[str, type]]:
     entries = None if (root / "model_index.json").exists() else modular.index_entries(root)
     if entries is None:
         index = json.loads((root / "model_index.json").read_text())
-        entries = {name: entry[:2] for name, entry in index.items()
+        entries = {name: (entry[0], entry[1]) for name, entry in index.items()
                    if not name.startswith("_") and isinstance(entry, list)}
     found = {}
     for name, (library, class_name) in entries.items():

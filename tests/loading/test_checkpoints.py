@@ -236,7 +236,7 @@ def test_run_on_a_corrupt_checkpoint_exits_2_before_loading(bad, write, tmp_path
     from porter.port import passes
 
     calls = []
-    monkeypatch.setattr(loading, "_from_pretrained", lambda *a: calls.append("load"))
+    monkeypatch.setattr(loading, "from_pretrained", lambda *a: calls.append("load"))
     monkeypatch.setattr(passes, "port", lambda *a: calls.append("port"))
     rewrite(bad / TRANSFORMER, lambda t: t.update({TENSOR: torch.zeros(64, 12)}))
     path = write("r.yaml", TINY_RECIPE)
