@@ -81,12 +81,12 @@ def _pipeline(port: AbstractPort, modules: dict):
     recipe, family = port.recipe, port.family
     source = recipe.model.source
     kind = source_kind(source)
+    root = None
     if kind == "local":
         root = Path(source).expanduser()
-    elif kind == "hub" and (_cached(source) or published.layout(source)) is not None:
-        # the snapshot in the local cache, else its configurations shipped with Porter
+    elif kind == "hub":  # the snapshot in the local cache, else the layout Porter ships
         root = _cached(source) or published.layout(source)
-    else:
+    if root is None:
         raise UsageError(f"cannot find the calls of {source!r} without its files",
                          hint="point model.source at a local diffusers directory (its "
                          "configuration, tokenizer and scheduler files are enough)")

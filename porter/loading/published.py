@@ -29,5 +29,5 @@ def layout(source: str) -> Path | None:
 
 def shipped() -> list[str]:
     """The hub ids a layout ships for."""
-    return sorted(path.name.replace("--", "/", 1) for path in FOLDER.iterdir()
-                  if layout(path.name.replace("--", "/", 1)) is not None)
+    ids = (path.name.replace("--", "/", 1) for path in FOLDER.iterdir())
+    return sorted(source for source in ids if layout(source) is not None)
