@@ -23,11 +23,13 @@ with the reason; ``porter compile`` reports its components as left out.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from torch.utils import _pytree as pytree
 
 from porter.aot.programs import Program, described, unique
 from porter import loading
@@ -38,6 +40,13 @@ from porter.transforms import patches
 
 if TYPE_CHECKING:
     from porter.aot.port import AbstractPort
+
+#: the methods a pipeline calls on its components, answered wherever a module has them
+#: (a VAE's encode runs in the dry run though only its decode is compiled)
+ENTRIES = ("forward", "encode", "decode")
+
+#: integer inputs this small keep their values on the meta run (sizes, not data)
+SMALL = 16
 
 #: the stage a component's calls belong to (others: encode)
 DECODE = {("vae", "decode"), ("audio_vae", "decode"), ("vocoder", "forward"),
@@ -57,11 +66,16 @@ def programs(port: AbstractPort) -> list[Program]:
     steps = recipe.generate.steps
     found = []
     for program in unique(calls):
-        if program.component not in compiled:
-            continue  # run eagerly: no program of its own
+        if program.component not in compiled \
+                or program.method not in compiled[program.component].methods:
+            continue  # run eagerly: no program of its own (a VAE's encode, where only
+            # its decode is compiled)
         program.stage = _stage(port, program)
-        if program.stage == "denoise" and steps and program.calls % steps == 0:
-            program.per_step = program.calls // steps
+        if program.stage == "denoise" and steps and program.calls:
+            # a step's calls on average: MiniMax-H3's schedule counts its final sigma
+            # as a step (49 calls in 50 steps), a first call may differ from the rest
+            program.per_step = program.calls // steps if program.calls % steps == 0 \
+                else program.calls / steps
         found.append(program)
     return found
 
@@ -85,7 +99,9 @@ def _pipeline(port: AbstractPort, modules: dict):
     if kind == "local":
         root = Path(source).expanduser()
     elif kind == "hub":  # the snapshot in the local cache, else the layout Porter ships
-        root = _cached(source) or published.layout(source)
+        root = _cached(source)
+        if root is None and (root := published.layout(source)) is not None:
+            from porter.loading import standins  # noqa: F401  # lazy: transformers' processors; the classes a layout names
     if root is None:
         raise UsageError(f"cannot find the calls of {source!r} without its files",
                          hint="point model.source at a local diffusers directory (its "
@@ -128,34 +144,54 @@ def _answered(modules: dict, compiled: dict):
     zeros on the host. Everything is put back however the call ends."""
     calls: list[Program] = []
     answers: dict = {}  # signature -> the meta outputs
+    inside = []  # the call being answered: a module's calls of its own methods are its own
     with contextlib.ExitStack() as stack:
         for name, module in modules.items():
             if not isinstance(module, torch.nn.Module):
                 continue
             buffers = _Buffers(module)
             stack.callback(buffers.restore)
-            methods = {"forward", *(compiled[name].methods if name in compiled else ())}
-            for method in sorted(methods):
-                original = getattr(module, method)
+            for owner, method, label in _entries(module, compiled.get(name)):
+                original = getattr(owner, method)
 
                 @functools.wraps(original)  # its signature, which pipelines read
-                def answer(*args, _original=original, _name=name, _method=method,
+                def answer(*args, _original=original, _name=name, _method=label,
                            _buffers=buffers, **kwargs):
+                    if inside:  # e.g. a VAE's forward calling its own encode
+                        return _original(*args, **kwargs)
                     call = Program(_name, _method, described(args), described(kwargs))
                     calls.append(call)
                     key = _hashable(call.signature())
                     if key is None or key not in answers:
-                        guessing = _Yes() if _name not in compiled \
-                            else contextlib.nullcontext()
-                        with torch.no_grad(), _buffers.on_meta(), guessing:
-                            made = _original(*_meta(args), **_meta(kwargs))
+                        known = _Known(guess=_name not in compiled)
+                        inside.append(call)
+                        try:
+                            with torch.no_grad(), _buffers.on_meta():
+                                args_, kwargs_ = _meta(args, known), _meta(kwargs, known)
+                                with known:
+                                    made = _original(*args_, **kwargs_)
+                        finally:
+                            inside.pop()
                         if key is None:
                             return _zeros(made)
                         answers[key] = made
                     return _zeros(answers[key])
 
-                stack.enter_context(patches.replaced(module, method, answer))
+                stack.enter_context(patches.replaced(owner, method, answer))
         yield calls
+
+
+def _entries(module: torch.nn.Module, rule) -> list[tuple[torch.nn.Module, str, str]]:
+    """Where a pipeline enters ``module``: (object, method, the call's name). Its entry
+    methods and those its compile rule names; for a component not compiled, its
+    children's forwards too (MiniMax-H3 calls its text encoder's ``.model``)."""
+    methods = {*(m for m in ENTRIES if callable(getattr(module, m, None))),
+               *(rule.methods if rule is not None else ())}
+    found = [(module, method, method) for method in sorted(methods)]
+    if rule is None:
+        found += [(child, "forward", f"{child_name}.forward")
+                  for child_name, child in module.named_children()]
+    return found
 
 
 def _hashable(signature: tuple):
@@ -167,15 +203,56 @@ def _hashable(signature: tuple):
     return signature
 
 
-class _Yes(torch.overrides.TorchFunctionMode):
-    """A boolean meta tensor read as a Python value (``bool(mask.all())``) is True."""
+#: how a tensor's value reaches Python
+READS = {torch.Tensor.__bool__: bool, torch.Tensor.item: lambda t: t.item(),
+         torch.Tensor.__int__: int, torch.Tensor.__index__: int,
+         torch.Tensor.tolist: lambda t: t.tolist()}
+
+
+class _Known(torch.overrides.TorchFunctionMode):
+    """Python reading a meta tensor's value: the value where it is known, computed
+    beside the meta one from small integer inputs (``grid[0][2].item()``); otherwise,
+    with ``guess``, a boolean's answer is yes (``bool(mask.all())`` in a component that
+    is not compiled, whose outputs' shapes are all that matter)."""
+
+    def __init__(self, guess: bool):
+        super().__init__()
+        self.guess = guess
+        self.values: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def remember(self, meta: torch.Tensor, value) -> None:
+        if isinstance(value, torch.Tensor) and value.device.type != "meta":
+            self.values[id(meta)] = (meta, value)  # the meta tensor kept: its id stays its
+
+    def _value(self, tensor):
+        entry = self.values.get(id(tensor))
+        return entry[1] if entry is not None and entry[0] is tensor else None
+
+    def _on_host(self, tensor):
+        value = self._value(tensor)
+        return tensor if value is None else value
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in (torch.Tensor.__bool__, torch.Tensor.item) and args \
-                and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta" \
-                and args[0].dtype == torch.bool and args[0].numel() == 1:
-            return True
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        first = args[0] if args else None
+        if func in READS and isinstance(first, torch.Tensor) and first.device.type == "meta":
+            value = self._value(first)
+            if value is not None:
+                return READS[func](value)
+            if self.guess and first.dtype == torch.bool and first.numel() == 1:
+                return True
+        made = func(*args, **kwargs)
+        if func in (torch.tensor, torch.as_tensor) and isinstance(made, torch.Tensor) \
+                and made.device.type == "meta" and made.numel() <= SMALL:
+            self.remember(made, func(*args, **{**kwargs, "device": "cpu"}))  # sizes
+            return made
+        leaves = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        if isinstance(made, torch.Tensor) and made.device.type == "meta" and leaves \
+                and made.numel() <= SMALL \
+                and all(self._value(t) is not None for t in leaves):  # known inputs only
+            on_host = pytree.tree_map_only(torch.Tensor, self._on_host, (args, kwargs))
+            self.remember(made, func(*on_host[0], **on_host[1]))
+        return made
 
 
 class _Buffers:
@@ -205,20 +282,25 @@ class _Buffers:
         self._set(host=False)
 
 
-def _meta(value):
-    """Host tensors as empty ones on the meta device, in any structure."""
+def _meta(value, known: _Known):
+    """Host tensors as empty ones on the meta device, in any structure; the values of
+    a few integers (a grid's sizes, which a model reads with ``.item()``) ``known``."""
     if isinstance(value, torch.Tensor):
-        return torch.empty(value.shape, dtype=value.dtype, device="meta")
+        made = torch.empty(value.shape, dtype=value.dtype, device="meta")
+        if not value.is_floating_point() and value.numel() <= SMALL \
+                and value.device.type != "meta":
+            known.remember(made, value)
+        return made
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return type(value)(_meta(v) for v in value)
+        return type(value)(_meta(v, known) for v in value)
     if isinstance(value, dict) and type(value) is dict:
-        return {k: _meta(v) for k, v in value.items()}
+        return {k: _meta(v, known) for k, v in value.items()}
     return value
 
 
 def _zeros(value):
     """Meta tensors as zeros on the host, in any structure a module returns (tuples,
-    diffusers' and transformers' output classes)."""
+    diffusers' and transformers' output classes, a VAE's latent distribution)."""
     if isinstance(value, torch.Tensor):
         return torch.zeros(value.shape, dtype=value.dtype)
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
@@ -226,4 +308,9 @@ def _zeros(value):
     if isinstance(value, dict):
         made = {k: _zeros(v) for k, v in value.items()}
         return made if type(value) is dict else type(value)(**made)
+    if hasattr(value, "__dict__") and not isinstance(value, (type, torch.nn.Module)) \
+            and any(isinstance(v, torch.Tensor) for v in vars(value).values()):
+        made = copy.copy(value)  # an object holding tensors: DiagonalGaussianDistribution
+        made.__dict__.update({k: _zeros(v) for k, v in vars(value).items()})
+        return made
     return value

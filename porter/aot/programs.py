@@ -46,7 +46,7 @@ class Program:
     calls: int | None = 1  # None: not known before the run (a share of the steps)
     stage: str = "denoise"
     note: str = ""  # what sets this call apart: "cond and uncond batched", "steps 1-35"
-    per_step: int = 0  # denoise: calls in each step this program runs in
+    per_step: float = 0  # denoise: calls in each step this program runs in (on average)
 
     @property
     def name(self) -> str:

@@ -79,7 +79,7 @@ def step(results: list, target) -> dict | None:
             continue
         sums = per_component.setdefault(program.component, {
             "flops": 0.0, "accessed": 0.0, "sent": 0.0, "matmuls": {}})
-        calls = max(1, program.per_step)
+        calls = program.per_step or 1  # unknown: once
         sums["flops"] += result.flops * calls
         sums["accessed"] += result.bytes_accessed * calls
         sums["sent"] += sum(c.traffic_bytes for c in result.collectives.values()) * calls

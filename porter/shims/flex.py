@@ -76,8 +76,12 @@ def kept(mask, index):
 
     q_block, kv_block = mask.BLOCK_SIZE
     length, keys = index[2].shape[2], index[3].shape[3]
-    tables = on_device((mask.kv_num_blocks, mask.kv_indices, mask.full_kv_num_blocks,
-                        mask.full_kv_indices))
+    tables = (mask.kv_num_blocks, mask.kv_indices, mask.full_kv_num_blocks,
+              mask.full_kv_indices)
+    if index[2].device.type == "meta":  # shapes only (porter compile's dry run)
+        tables = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), tables)
+    else:
+        tables = on_device(tables)
     columns = -(-keys // kv_block)
     rows = torch.arange(length, device=index[2].device) // q_block
     cells = torch.arange(keys, device=index[3].device) // kv_block

@@ -47,7 +47,7 @@ def _module(library: str, class_name: str, config: dict, dtype: torch.dtype):
     try:
         if library == "diffusers":
             return cls.from_config(config)
-        return cls(cls.config_class(**config))
+        return cls(config if isinstance(config, cls.config_class) else cls.config_class(**config))
     finally:
         torch.set_default_dtype(previous)
 
@@ -89,3 +89,48 @@ def weight_bytes(directory: Path) -> int:
         header.pop("__metadata__", None)
         total += sum(v["data_offsets"][1] - v["data_offsets"][0] for v in header.values())
     return total
+
+
+#: a layout Porter ships -> what a CPU can hold of it: each component's published
+#: configuration with fewer layers (every tensor keeps its real width) and a short
+#: vocabulary for the text encoder (the stand-in tokenizer's ids are below 384)
+REAL_WIDTH = {
+    "Wan-AI/Wan2.2-Animate-2-14B-Diffusers": {
+        "transformer": {"num_layers": 2},
+        "text_encoder": {"num_layers": 1, "num_decoder_layers": 1, "vocab_size": 384},
+        "image_encoder": {"num_hidden_layers": 1},
+    },
+}
+
+
+def write_real_width(source: str, directory: Path, max_shard_size: str = "700MB") -> Path:
+    """The shipped layout of hub id ``source`` as a checkpoint of random weights at
+    its real width (``REAL_WIDTH``: fewer layers), each model saved as diffusers or
+    transformers saves it in the dtype the release stores (bfloat16; VAEs float32),
+    the rest (index, tokenizer, scheduler) copied; returns ``directory``."""
+    import importlib
+    import shutil
+
+    from porter.loading import published
+
+    layout = published.layout(source)
+    fewer = REAL_WIDTH[source]
+    shutil.copytree(layout, directory)
+    index = json.loads((layout / "modular_model_index.json").read_text())
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        for name, entry in index.items():
+            config_file = layout / name / "config.json"
+            if name.startswith("_") or not config_file.is_file():
+                continue
+            library, class_name = entry[0], entry[1]
+            config = {**json.loads(config_file.read_text()), **fewer.get(name, {})}
+            dtype = torch.float32 if name == "vae" else torch.bfloat16
+            if library == "transformers":
+                cls = getattr(importlib.import_module(library), class_name)
+                config = cls.config_class.from_dict(config)
+            module = _module(library, class_name, config, dtype)
+            if library == "transformers":
+                module = module.to(dtype)
+            module.save_pretrained(directory / name, max_shard_size=max_shard_size)
+    return directory

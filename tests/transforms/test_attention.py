@@ -182,3 +182,20 @@ def test_auto_asks_the_backends_so_a_plugins_backend_can_be_chosen():
     assert not materialises("my-tpu-kernel", registry) and not materialises("auto", registry)
     with pytest.raises(LookupError):
         choose("auto", "cpu", 10, 10, {"my-tpu-kernel": mine})
+
+
+def test_splash_on_a_sharded_tpu_mesh_needs_its_axes(capsys):
+    """Splash is a Mosaic kernel: on a tp mesh with no head axis said, the TPU compile
+    stops at "Mosaic kernels cannot be automatically partitioned"; validate says so
+    first, for the TPU it checks for (on a CPU, auto runs a kernel XLA partitions)."""
+    from porter import cli
+    from support import RECIPES
+
+    ltx23 = str(RECIPES / "ltx23.yaml")
+    assert cli.main(["validate", ltx23, "--target", "v6e-8", "attention.backend=auto"]) == 2
+    said = capsys.readouterr().err
+    assert "'auto' runs splash, a Mosaic kernel, on a TPU mesh dp=1 x tp=8" in said
+    assert "attention.head_axis: tp" in said
+    assert cli.main(["validate", ltx23, "--target", "v6e-8", "attention.backend=auto",
+                     "attention.head_axis=tp"]) == 0
+    assert cli.main(["validate", ltx23, "--devices", "8", "attention.backend=auto"]) == 0

@@ -226,6 +226,35 @@ def platform_problems(recipe: Recipe, registry: Registry, platform: str,
                 and (reason := backend.requires(device)):
             found.append(recipe.problem(f"attention.{key}", f"backend {name!r}: {reason}",
                                         hint="use 'auto' to pick one for this device"))
+    return found + _unpartitioned(recipe, registry, platform)
+
+
+def _unpartitioned(recipe: Recipe, registry: Registry, platform: str) -> list[Problem]:
+    """A Mosaic kernel (splash on a TPU) on a sharded mesh with no axis said for the
+    batch or the heads: XLA cannot partition the kernel by itself, and the compile
+    stops there ("Mosaic kernels cannot be automatically partitioned")."""
+    section = recipe.attention
+    if section.data_axis is not None or section.head_axis is not None:
+        return []
+    if all(size == 1 for size in recipe.mesh.values()):
+        return []
+    found = []
+    for key in ("backend", "cross_backend"):
+        name = getattr(section, key)
+        if name is None:
+            continue
+        try:
+            backend = backends.choose(name, platform, 1, 1 << 20, registry.attention, 1 << 10)
+        except (KeyError, LookupError):
+            continue  # an unknown name or none for the platform: said elsewhere
+        if backend.mosaic:
+            axes = " x ".join(f"{axis}={size}" for axis, size in recipe.mesh.items())
+            found.append(recipe.problem(
+                f"attention.{key}", f"{name!r} runs {backend.name}, a Mosaic kernel, on a "
+                f"{platform.upper()} mesh {axes} without attention.head_axis or "
+                "attention.data_axis: XLA cannot partition it by itself",
+                hint="say the axis that holds the heads (attention.head_axis: tp) and the "
+                "one that splits the batch (attention.data_axis: dp)"))
     return found
 
 

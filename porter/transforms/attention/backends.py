@@ -34,6 +34,9 @@ class AttentionBackend:
     #: the operand kind of its Q.K^T matmuls where narrower than the inputs' ("int8"):
     #: ``porter compile`` counts those FLOPs at the chip's peak for the kind
     score_kind: str | None = None
+    #: compiled by Mosaic on a TPU: XLA cannot partition the kernel over a mesh by
+    #: itself, so a sharded recipe says which axes hold the batch and the heads
+    mosaic: bool = False
 
 
 # On CPU, PyTorch's fused attention beats both XLA formulations once the
@@ -51,7 +54,7 @@ BUILTIN = (
                      "block_kv; runs everywhere"),
     AttentionBackend("splash", kernels.splash,
                      "Pallas TPU splash attention (interpret mode off TPU: slow, for tests)",
-                     auto={"tpu": 10}),
+                     auto={"tpu": 10}, mosaic=True),
     AttentionBackend("cudnn", kernels.cudnn,
                      "cuDNN fused attention via jax.nn.dot_product_attention; GPU, "
                      "bfloat16/float16", platforms=("gpu",), auto={"gpu": 10}),
@@ -70,7 +73,7 @@ BUILTIN = (
                      "per block of tokens) and bfloat16 P.V; compiled by Mosaic for a TPU "
                      "(v5e and v6e run int8 at twice bfloat16's rate), interpreted "
                      "elsewhere (slow: for tests); a call with a mask runs blockwise",
-                     tolerance=int8.TOLERANCE, score_kind="int8"),
+                     tolerance=int8.TOLERANCE, score_kind="int8", mosaic=True),
     AttentionBackend("torch-cpu", kernels.torch_cpu,
                      "PyTorch's fused CPU attention called from XLA on the host; CPU only; "
                      "programs using it are not kept in the persistent compile cache",
