@@ -243,11 +243,16 @@ class Port:
         if self.calls == 1:  # loading is paid once: the first call's record carries it
             call.timings.update(self.load_timings)
         warned = len(notices.given())
+        kept = self.ported.encodings
+        before = kept.counts() if kept is not None else None
         try:
             with out_of_memory.explained(call.recipe, self.registry):
                 latents, frames = self._run(call)
         finally:  # compilation a failed call paid is not charged to the next one
             call.timings["compile"] = self._compile_since_last()
+            if kept is not None:  # text encoder calls this call answered from memory
+                call.timings["text_encoding"] = {
+                    key: value - before[key] for key, value in kept.counts().items()}
         return Outcome(latents, frames, call.timings, call.history,
                        self._load_warnings + notices.given()[warned:], call.stage_files,
                        call.schedule, call.audio)

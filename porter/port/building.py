@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from porter.registry import Registry
     from porter.runtime import Runtime
     from porter.stepcache.session import Caching
+    from porter.transforms.encodings import Kept
     from porter.transforms.jit.autosplit import Split
     from porter.transforms.jit.traces import TraceCache
     from porter.transforms.patches import Patch
@@ -44,6 +45,7 @@ class Building:
     placement: Placement = field(default_factory=Placement)
     compile: Jitted = field(default_factory=Jitted)
     cache: Caching | None = None  # with a ``cache:`` section
+    encodings: Kept | None = None  # the text encoders' kept outputs (runtime.text_cache_mb)
 
     @property
     def pipe(self):
@@ -60,7 +62,7 @@ class Building:
         if self.quantize.described():  # the weights as run: what a stage was made with
             checkpoint["quantize"] = self.quantize.described()
         return Ported(self.compile.traces, self.placement.reports, self.compile.splits,
-                      self.cache, self.patches, checkpoint)
+                      self.cache, self.patches, checkpoint, self.encodings)
 
 
 @dataclass
@@ -76,3 +78,4 @@ class Ported:
     #: applied around calls (empty where the caller holds the patches itself)
     patches: list[tuple[Patch, dict]] = field(default_factory=list)
     checkpoint: dict = field(default_factory=dict)  # what names the weights, LoRA too
+    encodings: Kept | None = None  # the text encoders' kept outputs, if kept

@@ -21,6 +21,7 @@ from porter.transforms import (
     Checking,
     attention,
     dtypes,
+    encodings,
     jit,
     lora,
     patches,
@@ -38,7 +39,8 @@ if TYPE_CHECKING:
     from porter.runtime import Runtime
 
 HOST = (patches.PASS, loading.PASS, setup.PASS, scheduler.PASS, lora.PASS, dtypes.PASS)
-MESH = (quantize.PASS, placement.PASS, rotary.PASS, jit.PASS, attention.PASS, stepcache.PASS)
+MESH = (quantize.PASS, placement.PASS, rotary.PASS, jit.PASS, attention.PASS, stepcache.PASS,
+        encodings.PASS)
 PASSES = HOST + MESH
 
 

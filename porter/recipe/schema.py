@@ -87,6 +87,10 @@ class RuntimeSection(Section):
     compile_cache: bool | PathText = Field(
         True, description="true: user cache dir; false: off; a string: that directory"
     )
+    text_cache_mb: int = Field(
+        256, ge=0, description="MiB of text-encoder outputs a port keeps, so a prompt "
+        "seen again (and every empty negative prompt after the first) skips the encoder; "
+        "0: encode every time")
     xla_options: dict[str, bool | int | float | str] | None = Field(
         None, description="XLA compiler options for the compiled components (jax.jit "
         "compiler_options), e.g. {xla_cpu_enable_fast_math: false}; null: Porter's "

@@ -1,0 +1,174 @@
+"""Text encodings kept: a port answers a text encoder's call from memory when it has
+seen the same inputs before (the same token ids, mask and settings), so a server or a
+batch that sees a prompt again, and every empty negative prompt after the first,
+skips the encoder.
+
+What is kept is the encoder's output as it was returned (on the mesh, where the
+encoder runs there), keyed by the component, the call's static arguments and the
+bytes of its tensor inputs; the weights are the port's own for its life, so the key
+needs no more. Bounded by ``runtime.text_cache_mb`` (least recently used out first;
+0: off). A hit returns fresh tensor objects over the same arrays: a pipeline's
+in-place change of what it got never reaches the kept copy.
+
+Every component whose name starts with ``text_encoder`` is wrapped where the pipeline
+calls it (its ``forward``); a pipeline that calls a submodule of its encoder directly
+(MiniMax-H3's ``.model``) encodes every time. Inputs that are not token-sized (over
+``MAX_INPUT`` numbers: an image) are never keyed. Each call's hits and misses go into
+its run record (``text_encoding``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch.utils import _pytree as pytree
+
+from porter.transforms import Pass
+
+if TYPE_CHECKING:
+    from porter.port.building import Building
+    from porter.transforms import Checking
+
+#: the most numbers an input of a cached call may hold (token ids and masks of a few
+#: prompts; a picture is never keyed)
+MAX_INPUT = 1 << 16
+
+
+@dataclass
+class Kept:
+    """The kept encodings of one port, most recently used last."""
+
+    limit: int  # bytes
+    entries: OrderedDict = field(default_factory=OrderedDict)  # key -> (output, bytes)
+    held: int = 0
+    hits: int = 0
+    misses: int = 0
+
+    def counts(self) -> dict:
+        return {"from_memory": self.hits, "encoded": self.misses}
+
+    def get(self, key):
+        if key not in self.entries:
+            return None
+        self.entries.move_to_end(key)
+        return self.entries[key][0]
+
+    def put(self, key, output) -> None:
+        size = _bytes(output)
+        if size > self.limit:
+            return
+        self.entries[key] = (output, size)
+        self.held += size
+        while self.held > self.limit:
+            _, (_, dropped) = self.entries.popitem(last=False)
+            self.held -= dropped
+
+
+def cached(call, name: str, kept: Kept):
+    """``call`` (a text encoder's forward) answered from ``kept`` for inputs seen
+    before."""
+
+    @functools.wraps(call)
+    def encode(*args, **kwargs):
+        key = _key(name, args, kwargs)
+        if key is not None and (found := kept.get(key)) is not None:
+            kept.hits += 1
+            return _fresh(found)
+        kept.misses += 1
+        output = call(*args, **kwargs)
+        if key is not None:
+            kept.put(key, output)
+            return _fresh(output)
+        return output
+
+    return encode
+
+
+def _key(name: str, args: tuple, kwargs: dict):
+    """What decides the call's output besides the weights; None where an input cannot
+    be read cheaply (too large, or not all on this process)."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    parts = [name, str(spec)]
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            values = _host(leaf)
+            if values is None:
+                return None
+            parts.append((tuple(leaf.shape), str(leaf.dtype),
+                          hashlib.sha256(values.tobytes()).hexdigest()))
+        else:
+            parts.append(repr(leaf))
+    return tuple(parts)
+
+
+def _host(tensor: torch.Tensor):
+    """The tensor's values as a NumPy array, or None (too many, or not addressable
+    here: another process holds part of them)."""
+    if tensor.numel() > MAX_INPUT:
+        return None
+    if hasattr(tensor, "jax"):  # torchax's: its JAX array
+        array = tensor.jax()
+        if not getattr(array, "is_fully_addressable", True):
+            return None
+        try:
+            return np.asarray(array)
+        except Exception:  # noqa: BLE001 - a traced value (inside a compiled call)
+            return None
+    if tensor.device.type != "cpu":
+        return None
+    return tensor.detach().numpy()
+
+
+def _fresh(output):
+    """``output`` with new tensor objects over the same values (JAX arrays do not
+    change; host tensors are copied)."""
+
+    def fresh(tensor):
+        if hasattr(tensor, "jax"):
+            return type(tensor)(tensor.jax(), tensor._env)
+        return tensor.clone()
+
+    return pytree.tree_map_only(torch.Tensor, fresh, output)
+
+
+def _bytes(output) -> int:
+    return sum(leaf.numel() * leaf.element_size()
+               for leaf in pytree.tree_leaves(output) if isinstance(leaf, torch.Tensor))
+
+
+def encoders(modules: dict) -> list[str]:
+    """The components the pass keeps encodings of."""
+    return sorted(name for name in modules if name.startswith("text_encoder"))
+
+
+# ------------------------------------------------------------------------- the pass
+
+def _apply(b: Building) -> None:
+    limit = b.recipe.runtime.text_cache_mb * 2**20
+    if limit <= 0:
+        return
+    b.encodings = Kept(limit)
+    for name in encoders(b.modules):
+        component = getattr(b.pipe, name, None)
+        if isinstance(component, torch.nn.Module):
+            component.forward = cached(component.forward, name, b.encodings)
+
+
+def _detail(c: Checking) -> str | None:
+    mb = c.recipe.runtime.text_cache_mb
+    names = encoders(c.modules)
+    if mb <= 0 or not names:
+        return None
+    return f"{', '.join(names)}: outputs kept for inputs seen again (up to {mb} MiB)"
+
+
+PASS = Pass(
+    "encodings", ("runtime",), "keep the text encoders' outputs: a prompt seen again, "
+    "and every empty negative prompt after the first, skips the encoder",
+    apply=_apply, detail=_detail)
