@@ -208,8 +208,10 @@ def finish(port, recipe: Recipe, outcome: Outcome, directory: Path) -> RunResult
     if not distributed.writes():
         return RunResult(directory, None, None, outcome.latents, outcome.frames,
                          port.run_record(recipe, outcome))
+    start = time.perf_counter()
     written = results.write_results(directory, recipe, outcome.frames, outcome.latents,
                                     outcome.audio)
+    outcome.timings["write_s"] = round(time.perf_counter() - start, 4)  # the mp4 and the rest
     written["files"].update(outcome.stage_files)
     data = port.run_record(recipe, outcome, written)
     record_path = record.write_json(directory / outputs.RECORD, data)

@@ -55,8 +55,10 @@ def test_tiny_run_writes_video_and_record(tiny):
     assert data["mesh"] == {"dp": 8}
     timings = data["timings"]
     assert len(timings["steps_s"]) == 3
-    assert {"load_s", "encode_s", "step_s", "decode_s", "compile"} <= set(timings)
+    assert {"load_s", "encode_s", "step_s", "decode_s", "write_s", "compile"} <= set(timings)
     assert timings["compile"]["seconds"] > 0
+    # the prompt and the empty negative prompt, each encoded once
+    assert timings["text_encoding"] == {"from_memory": 0, "encoded": 2}
 
 
 def test_ported_transformer_matches_pytorch():
