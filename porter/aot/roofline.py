@@ -102,6 +102,47 @@ def step(results: list, target) -> dict | None:
     return max(rows, key=lambda row: row["bound_s"])
 
 
+#: what a video's stages run, in order
+STAGES = ("encode", "denoise", "decode")
+
+
+def call_seconds(result, chip) -> float:
+    """A lower bound on one call of a compiled program: the largest of its FLOPs at
+    the chip's peaks, its bytes at HBM's bandwidth, its collectives' at the
+    interconnect's."""
+    return max(compute_seconds(result.flops, result.matmul_flops, chip),
+               result.bytes_accessed / chip.hbm_bytes_per_s,
+               sum(c.traffic_bytes for c in result.collectives.values())
+               / chip.ici_bytes_per_s)
+
+
+def video(rows: list[dict], steps: int, step_bound: dict | None) -> dict | None:
+    """A lower bound on a whole video's time on the target, from a compile report's
+    program rows: each encode and decode program at its call's bound
+    (``call_bound_s``) times its calls (the text encoder as often as guidance calls
+    it, the VAE's decode once or per tile), the denoising steps at ``step_bound``
+    each. ``missing`` names the stages with a program that was not compiled (or whose
+    calls are not known) or with none (run eagerly, or left out of this compile): the
+    figure then covers the others alone."""
+    if step_bound is None or not steps:
+        return None
+    seconds = {"denoise": step_bound["bound_s"] * steps}
+    missing = set()
+    for row in rows:
+        stage = row["stage"]
+        if stage == "denoise":
+            continue
+        seconds.setdefault(stage, 0.0)
+        if row.get("call_bound_s") is None or row["calls"] is None:
+            missing.add(stage)
+            continue
+        seconds[stage] += row["call_bound_s"] * row["calls"]
+    missing |= {"encode", "decode"} - set(seconds)  # eager, or not asked for (--program)
+    return {"bound_s": sum(seconds.values()), "steps": steps,
+            "stages_s": {stage: seconds[stage] for stage in STAGES if stage in seconds},
+            "missing": sorted(missing)}
+
+
 def compute_seconds(flops: float, matmuls: dict, chip) -> float:
     """The FLOPs' time at the chip's peaks: each kind of matmul at its operands' peak
     (int8 at v6e's int8 rate, fp8 at TPU7x's fp8 rate), the rest (attention kernels,

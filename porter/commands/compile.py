@@ -145,17 +145,18 @@ def _report(recipe: Recipe, port, target, results, left_out: dict) -> dict:
     given = {name: c.sharded_bytes_per_chip for name, c in port.components.items()}
     if given != resident:  # the plan's rules and the shardings the compiler got disagree
         raise RuntimeError(f"weights per chip: planned {resident}, compiled {given}")
-    rows = [_program_row(result, total, chip.usable_hbm_bytes) for result in results]
+    rows = [_program_row(result, total, chip) for result in results]
     bound = roofline.step(results, target)
     anchors = [roofline.implied(bound, a, target) for a in roofline.anchors_for(recipe, target)] \
         if bound else []
+    whole = roofline.video(rows, recipe.generate.steps, bound)
     report = {
         "recipe": recipe.name, "target": _target_row(target), "mesh": port.runtime.axes,
         "attention_backend": recipe.attention.backend,
         "weights_per_chip": {"components": resident, "total": total},
         "programs": rows, "not_compiled": left_out,
         "compile_s": round(sum(r.trace_s + r.compile_s for r in results), 2),
-        "roofline": bound, "anchors": anchors}
+        "roofline": bound, "anchors": anchors, "video": whole}
     report["verdict"] = _verdict(report, chip)
     return report
 
@@ -192,6 +193,9 @@ def replace_programs(report: dict, rows: list[dict]) -> dict:
     replaced["compile_s"] = round(sum(r["trace_s"] + r["compile_s"]
                                       for r in replaced["programs"]), 2)
     replaced["verdict"] = _verdict(replaced, targets.named(report["target"]["name"]).facts)
+    if report.get("video"):
+        replaced["video"] = roofline.video(replaced["programs"], report["video"]["steps"],
+                                           report["roofline"])
     return replaced
 
 
@@ -205,7 +209,7 @@ def _target_row(target) -> dict:
             "ici_bytes_per_s": chip.ici_bytes_per_s, "source": chip.source}
 
 
-def _program_row(result, resident_total: int, usable: int) -> dict:
+def _program_row(result, resident_total: int, chip) -> dict:
     program = result.program
     row = {"program": program.name, "component": program.component,
            "method": program.method, "stage": program.stage, "calls": program.calls,
@@ -227,7 +231,8 @@ def _program_row(result, resident_total: int, usable: int) -> dict:
     peak = _with_every_weight(result.peak_bytes, result.weights_bytes, resident_total)
     return {**row, "status": "compiled", "memory": result.memory,
             "program_peak_bytes": result.peak_bytes, "peak_bytes_per_chip": peak,
-            "fits": peak <= usable, "flops": result.flops,
+            "fits": peak <= chip.usable_hbm_bytes, "flops": result.flops,
+            "call_bound_s": roofline.call_seconds(result, chip),
             "matmul_flops": result.matmul_flops,
             "bytes_accessed": result.bytes_accessed,
             "collectives": {kind: {"count": c.count, "bytes": c.bytes,
@@ -393,6 +398,14 @@ def render(report: dict) -> str:
                          f"{anchor['seconds_per_step']:.3g} s/step ({anchor['how']}):"
                          f" {anchor['times_bound']:.1f}x the bound, MFU "
                          f"{anchor['mfu']:.0%}; {anchor['url']}")
+    whole = report.get("video")
+    if whole:
+        parts = ", ".join(f"{stage} {seconds:.3g} s" for stage, seconds
+                          in whole["stages_s"].items())
+        missing = (f"; not counted: {', '.join(whole['missing'])} (not compiled here)"
+                   if whole["missing"] else "")
+        lines.append(f"a whole video, a lower bound: {whole['bound_s']:.3g} s ({parts}; "
+                     f"{whole['steps']} steps){missing}")
     lines.append(f"\n{report['verdict']['message']} (compile {report['compile_s']:.0f} s)")
     return "\n".join(lines)
 

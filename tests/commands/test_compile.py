@@ -67,6 +67,24 @@ def test_programs_compiled_again_by_themselves_replace_their_stage():
         replace_programs(report, [row("transformer.forward", "denoise", GiB, 8 * GiB, 1.0)])
 
 
+def test_a_whole_videos_bound_counts_each_stage_and_says_what_it_leaves_out():
+    from porter.aot import roofline
+
+    def row(stage, calls, bound):
+        return {"stage": stage, "calls": calls, "call_bound_s": bound}
+
+    step = {"bound_s": 0.5}
+    whole = roofline.video([row("encode", 2, 0.1), row("denoise", 50, 0.5),
+                            row("decode", 1, 3.0)], 50, step)
+    assert whole == {"bound_s": pytest.approx(0.2 + 25 + 3), "steps": 50, "missing": [],
+                     "stages_s": {"encode": pytest.approx(0.2), "denoise": 25,
+                                  "decode": 3.0}}
+    # a decode that did not compile, and no text encoder program (run eagerly)
+    partial = roofline.video([{"stage": "decode", "calls": 1}], 50, step)
+    assert partial["missing"] == ["decode", "encode"] and partial["bound_s"] == 25
+    assert roofline.video([], 50, None) is None
+
+
 @needs_libtpu
 def test_tiny_wan_compiled_for_v5e_holds_the_plans_weights(tmp_path):
     """In a fresh process, as a user runs it: every program compiled by the TPU
@@ -93,6 +111,16 @@ def test_tiny_wan_compiled_for_v5e_holds_the_plans_weights(tmp_path):
     assert transformer["calls"] == 4 and transformer["flops"] > 0
     assert "all-gather" in transformer["collectives"]  # weights split over tp
     assert report["verdict"]["fits"] is True and report["roofline"]["bound_s"] > 0
+    # the whole video: the text encoder's calls, every step, the decode, at their bounds
+    whole = report["video"]
+    assert whole["missing"] == [] and whole["steps"] == 4
+    assert whole["stages_s"]["denoise"] == pytest.approx(report["roofline"]["bound_s"] * 4)
+    encoder = rows["text_encoder.forward"]
+    assert whole["stages_s"]["encode"] == pytest.approx(encoder["call_bound_s"]
+                                                        * encoder["calls"])
+    assert whole["bound_s"] == pytest.approx(sum(whole["stages_s"].values()))
+    assert "a whole video, a lower bound" in user_porter("compile", tiny, "--target",
+                                                         "v5e-8").stdout
 
 
 @needs_libtpu
@@ -142,7 +170,8 @@ def test_a_program_the_compiler_cannot_build_is_not_called_out_of_memory():
     program = Program("transformer", "forward", (), {}, calls=1, per_step=1)
     row = report_mod._program_row(Compiled(program, refused="INTERNAL: Mosaic failed to "
                                            "compile TPU kernel: Invalid vector type for "
-                                           "load"), 2**30, 2**34)
+                                           "load"), 2**30,
+                                  types.SimpleNamespace(usable_hbm_bytes=2**34))
     assert row["status"] == "not compiled" and "fits" not in row
     report = {"programs": [row], "target": {"name": "v6e-8"},
               "weights_per_chip": {"total": 2**30}, "not_compiled": {}}
