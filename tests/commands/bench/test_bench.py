@@ -32,3 +32,30 @@ def test_bench_says_what_quantizing_does_to_the_step_it_times(capsys):
     # the tiny Wan's two blocks: 4 attention projections twice, and the FFN's two
     assert "quantized: int8 in 20 linear layers (PyTorch eager runs unquantized)" in out
     assert "no forecast of a TPU's or GPU's" in out
+
+
+def test_bench_times_a_whole_video_beside_diffusers_in_a_fresh_process():
+    """`porter bench --video` as a user runs it: Porter's cold video compiles everything
+    (its caches private and empty), the warm one nothing, with its stages from the run
+    record; diffusers' pipeline makes the same video from the same checkpoint."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    out = subprocess.run([sys.executable, "-m", "porter.cli", "bench",
+                          str(RECIPES / "wan-tiny.yaml"), "--video", "--json",
+                          "generate.steps=2"], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    ported, peer = result["porter"], result["diffusers"]
+    assert ported["frames"] == [17, 64, 64, 3]
+    assert ported["cold"]["compile_s"] > 0 and ported["warm"]["compile_s"] < \
+        ported["cold"]["compile_s"]
+    assert ported["warm"]["steps"] == 2 and ported["warm"]["decode_s"] > 0
+    # the warm video repeats the prompt: its encodings come from the port's memory
+    assert ported["warm"]["text_encoding"] == {"from_memory": 2, "encoded": 0}
+    assert peer["warm_s"] > 0 and peer["device"] == "cpu"
+    assert result["warm_ratio"] == round(ported["warm_s"] / peer["warm_s"], 3)
+    assert result["diffusers_torch_compile"] is None
