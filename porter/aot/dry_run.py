@@ -161,7 +161,8 @@ def _answered(modules: dict, compiled: dict):
                         return _original(*args, **kwargs)
                     call = Program(_name, _method, described(args), described(kwargs))
                     calls.append(call)
-                    key = _hashable(call.signature())
+                    # the values of small integers too: a grid's sizes can shape the output
+                    key = _hashable((call.signature(), _small_values((args, kwargs))))
                     if key is None or key not in answers:
                         known = _Known(guess=_name not in compiled)
                         inside.append(call)
@@ -203,6 +204,10 @@ def _hashable(signature: tuple):
     return signature
 
 
+#: changes in place that do not end in an underscore
+INPLACE = {torch.Tensor.__setitem__, torch.Tensor.__iadd__, torch.Tensor.__isub__,
+           torch.Tensor.__imul__, torch.Tensor.__itruediv__, torch.Tensor.__ifloordiv__}
+
 #: how a tensor's value reaches Python
 READS = {torch.Tensor.__bool__: bool, torch.Tensor.item: lambda t: t.item(),
          torch.Tensor.__int__: int, torch.Tensor.__index__: int,
@@ -242,15 +247,24 @@ class _Known(torch.overrides.TorchFunctionMode):
             if self.guess and first.dtype == torch.bool and first.numel() == 1:
                 return True
         made = func(*args, **kwargs)
-        if func in (torch.tensor, torch.as_tensor) and isinstance(made, torch.Tensor) \
-                and made.device.type == "meta" and made.numel() <= SMALL:
-            self.remember(made, func(*args, **{**kwargs, "device": "cpu"}))  # sizes
-            return made
         leaves = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
-        if isinstance(made, torch.Tensor) and made.device.type == "meta" and leaves \
-                and made.numel() <= SMALL \
-                and all(self._value(t) is not None for t in leaves):  # known inputs only
+        known = all(self._value(t) is not None for t in leaves)  # True with no tensors
+        name = getattr(func, "__name__", "")
+        if func in INPLACE or (name.endswith("_") and not name.endswith("__")):  # add_
+            target = first if isinstance(first, torch.Tensor) else None
+            if target is not None and self._value(target) is not None:
+                if known:  # the same change on its value (which is this call's own copy)
+                    on_host = pytree.tree_map_only(torch.Tensor, self._on_host, (args, kwargs))
+                    func(*on_host[0], **on_host[1])
+                else:
+                    self.values.pop(id(target), None)  # no longer known
+            return made
+        if isinstance(made, torch.Tensor) and made.device.type == "meta" \
+                and made.numel() <= SMALL and known \
+                and (leaves or func in (torch.tensor, torch.as_tensor)):
             on_host = pytree.tree_map_only(torch.Tensor, self._on_host, (args, kwargs))
+            if func in (torch.tensor, torch.as_tensor):  # sizes made from numbers
+                on_host[1]["device"] = "cpu"
             self.remember(made, func(*on_host[0], **on_host[1]))
         return made
 
@@ -282,14 +296,25 @@ class _Buffers:
         self._set(host=False)
 
 
+def _small(value) -> bool:
+    """An integer tensor on the host small enough to be sizes, not data."""
+    return isinstance(value, torch.Tensor) and not value.is_floating_point() \
+        and value.numel() <= SMALL and value.device.type != "meta"
+
+
+def _small_values(value) -> tuple:
+    """The values of the small integer tensors in ``value``, in order."""
+    return tuple(tuple(leaf.flatten().tolist()) for leaf in pytree.tree_leaves(value)
+                 if _small(leaf))
+
+
 def _meta(value, known: _Known):
     """Host tensors as empty ones on the meta device, in any structure; the values of
     a few integers (a grid's sizes, which a model reads with ``.item()``) ``known``."""
     if isinstance(value, torch.Tensor):
         made = torch.empty(value.shape, dtype=value.dtype, device="meta")
-        if not value.is_floating_point() and value.numel() <= SMALL \
-                and value.device.type != "meta":
-            known.remember(made, value)
+        if _small(value):
+            known.remember(made, value.clone())  # the pipeline's own tensor left alone
         return made
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
         return type(value)(_meta(v, known) for v in value)

@@ -71,13 +71,18 @@ def anchors_for(recipe: Recipe, target) -> list[Anchor]:
 
 def step(results: list, target) -> dict | None:
     """The bound for one denoising step from the compiled denoise programs (each with
-    its ``per_step`` calls): the busiest transformer's, since a step runs one."""
+    its ``per_step`` calls): the busiest transformer's, since a step runs one. Where
+    the calls a step are averages over the video (a generic pipeline's, found by its
+    dry run: two experts sharing the steps each run half of them), the components'
+    averaged loads add up instead."""
+    denoising = [r for r in results if r.program.stage == "denoise" and r.memory != {}]
+    averaged = any(float(r.program.per_step or 1) != int(r.program.per_step or 1)
+                   for r in denoising)
     per_component: dict = {}
-    for result in results:
+    for result in denoising:
         program = result.program
-        if program.stage != "denoise" or result.memory == {}:
-            continue
-        sums = per_component.setdefault(program.component, {
+        together = " + ".join(sorted({r.program.component for r in denoising}))
+        sums = per_component.setdefault(together if averaged else program.component, {
             "flops": 0.0, "accessed": 0.0, "sent": 0.0, "matmuls": {}})
         calls = program.per_step or 1  # unknown: once
         sums["flops"] += result.flops * calls

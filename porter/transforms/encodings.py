@@ -7,8 +7,12 @@ What is kept is the encoder's output as it was returned (on the mesh, where the
 encoder runs there), keyed by the component, the call's static arguments and the
 bytes of its tensor inputs; the weights are the port's own for its life, so the key
 needs no more. Bounded by ``runtime.text_cache_mb`` (least recently used out first;
-0: off). A hit returns fresh tensor objects over the same arrays: a pipeline's
-in-place change of what it got never reaches the kept copy.
+0: off); an output larger than the bound (LTX-2's Gemma returns its logits and 49
+hidden states: about 880 MiB) is not kept, said once. The kept outputs live where the
+encoder put them (on the mesh): `porter plan` and `porter compile` do not count them,
+so a recipe that fits tightly lowers the bound. A hit returns fresh tensor objects
+over the same arrays: a pipeline's in-place change of what it got never reaches the
+kept copy.
 
 Every component whose name starts with ``text_encoder`` is wrapped where the pipeline
 calls it (its ``forward``); a pipeline that calls a submodule of its encoder directly
@@ -29,6 +33,8 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
+from porter.runtime import notices
+from porter.shims.compat import import_torchax
 from porter.transforms import Pass
 
 if TYPE_CHECKING:
@@ -49,6 +55,7 @@ class Kept:
     held: int = 0
     hits: int = 0
     misses: int = 0
+    too_large: set = field(default_factory=set)  # the encoders whose output is never kept
 
     def counts(self) -> dict:
         return {"from_memory": self.hits, "encoded": self.misses}
@@ -59,9 +66,14 @@ class Kept:
         self.entries.move_to_end(key)
         return self.entries[key][0]
 
-    def put(self, key, output) -> None:
+    def put(self, key, output, name: str = "") -> None:
         size = _bytes(output)
         if size > self.limit:
+            if name not in self.too_large:  # said once: every call of it is encoded
+                self.too_large.add(name)
+                notices.warn(f"{name}'s output ({size / 2**20:.0f} MiB) is larger than "
+                             f"runtime.text_cache_mb ({self.limit // 2**20}): not kept, "
+                             "every prompt is encoded")
             return
         self.entries[key] = (output, size)
         self.held += size
@@ -83,7 +95,7 @@ def cached(call, name: str, kept: Kept):
         kept.misses += 1
         output = call(*args, **kwargs)
         if key is not None:
-            kept.put(key, output)
+            kept.put(key, output, name)
             return _fresh(output)
         return output
 
@@ -108,8 +120,8 @@ def _key(name: str, args: tuple, kwargs: dict):
 
 
 def _host(tensor: torch.Tensor):
-    """The tensor's values as a NumPy array, or None (too many, or not addressable
-    here: another process holds part of them)."""
+    """The tensor's values as a NumPy array (of bytes, for the key), or None (too many,
+    or not addressable here: another process holds part of them)."""
     if tensor.numel() > MAX_INPUT:
         return None
     if hasattr(tensor, "jax"):  # torchax's: its JAX array
@@ -122,7 +134,7 @@ def _host(tensor: torch.Tensor):
             return None
     if tensor.device.type != "cpu":
         return None
-    return tensor.detach().numpy()
+    return tensor.detach().contiguous().view(torch.uint8).numpy()  # any dtype, bfloat16 too
 
 
 def _fresh(output):
@@ -130,8 +142,9 @@ def _fresh(output):
     change; host tensors are copied)."""
 
     def fresh(tensor):
-        if hasattr(tensor, "jax"):
-            return type(tensor)(tensor.jax(), tensor._env)
+        if hasattr(tensor, "jax"):  # a torchax tensor (or a view of one): its array
+            torchax = import_torchax()
+            return torchax.tensor.Tensor(tensor.jax(), torchax.default_env())
         return tensor.clone()
 
     return pytree.tree_map_only(torch.Tensor, fresh, output)
@@ -156,6 +169,8 @@ def _apply(b: Building) -> None:
     b.encodings = Kept(limit)
     for name in encoders(b.modules):
         component = getattr(b.pipe, name, None)
+        # the module itself where the attention pass wrapped it (``Skipped`` calls it)
+        component = getattr(component, "_target", component)
         if isinstance(component, torch.nn.Module):
             component.forward = cached(component.forward, name, b.encodings)
 

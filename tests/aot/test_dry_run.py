@@ -114,3 +114,25 @@ def test_a_pipeline_without_its_files_is_refused(write):
     port = type("Port", (), {"recipe": loaded, "family": None, "components": {}})
     with pytest.raises(UsageError, match="without its files"):
         dry_run.programs(port)
+
+
+def test_small_integers_keep_their_values_through_the_meta_run():
+    """A grid's sizes, read with .item() or .tolist() inside a model run on shapes: what
+    is computed from known values alone is known, in-place changes included, and the
+    pipeline's own tensor is never touched."""
+    import torch
+
+    from porter.aot.dry_run import _Known, _meta
+
+    known, host = _Known(guess=False), torch.tensor([[2, 3, 4]])
+    grid = _meta(host, known)
+    with known:
+        assert grid.device.type == "meta" and grid[0][2].item() == 4
+        grid[0, 1] = 7
+        grid.add_(1)
+        assert grid.tolist() == [[3, 8, 5]]
+        assert (grid + 1)[0][0].item() == 4
+        assert torch.stack([torch.tensor((5, 6, 7))]).tolist() == [[5, 6, 7]]
+        with pytest.raises(RuntimeError):  # data, not sizes: no value on the meta device
+            torch.empty(3, device="meta").sum().item()
+    assert host.tolist() == [[2, 3, 4]]

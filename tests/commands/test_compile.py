@@ -85,6 +85,30 @@ def test_a_whole_videos_bound_counts_each_stage_and_says_what_it_leaves_out():
     assert roofline.video([], 50, None) is None
 
 
+def test_a_step_shared_by_two_experts_counts_both_halves():
+    """A dry run's calls a step are averages: two transformers that share the steps
+    (each half of them) add up to one call a step; the families' own programs (one call
+    a step each, the experts taking turns) count the busiest."""
+    import types
+
+    from porter.aot import roofline
+    from porter.aot.programs import Program
+
+    def compiled(component, per_step):
+        return types.SimpleNamespace(
+            program=Program(component, stage="denoise", per_step=per_step),
+            memory={"temp": 1}, flops=1e12, bytes_accessed=1e9, collectives={},
+            matmul_flops={"bf16": 1e12})
+
+    v6e = targets.named("v6e-8")
+    one = roofline.step([compiled("transformer", 1)], v6e)
+    shared = roofline.step([compiled("transformer", 0.5), compiled("transformer_2", 0.5)], v6e)
+    turns = roofline.step([compiled("transformer", 1), compiled("transformer_2", 1)], v6e)
+    assert shared["bound_s"] == pytest.approx(one["bound_s"])
+    assert shared["component"] == "transformer + transformer_2"
+    assert turns["bound_s"] == pytest.approx(one["bound_s"])
+
+
 @needs_libtpu
 def test_tiny_wan_compiled_for_v5e_holds_the_plans_weights(tmp_path):
     """In a fresh process, as a user runs it: every program compiled by the TPU

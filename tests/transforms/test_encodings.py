@@ -66,3 +66,35 @@ def test_the_memory_is_bounded_least_recently_used_out_first():
     encode(torch.zeros(1, encodings.MAX_INPUT + 1))
     encode(torch.zeros(1, encodings.MAX_INPUT + 1))
     assert kept.counts()["encoded"] == 7
+
+
+def test_an_output_larger_than_the_bound_is_encoded_every_time_and_said_once(monkeypatch):
+    from porter.runtime import notices
+
+    said = []
+    monkeypatch.setattr(notices, "warn", lambda message, *a, **k: said.append(message))
+    kept = encodings.Kept(limit=8)  # two float32 values
+    encode = encodings.cached(lambda ids: ids.float().repeat(1, 4), "text_encoder", kept)
+    for _ in range(3):
+        encode(torch.tensor([[1]]))
+    assert kept.counts() == {"from_memory": 0, "encoded": 3}
+    assert len(said) == 1 and "text_encoder's output" in said[0] and "text_cache_mb" in said[0]
+
+
+def test_a_text_encoder_the_attention_pass_wrapped_is_kept_too():
+    """Components the attention pass leaves to torchax's own attention are wrapped
+    (``Skipped``): the module inside is what the pass caches."""
+    import types
+
+    from porter.transforms.attention import Skipped
+
+    module = torch.nn.Linear(2, 2)
+    b = types.SimpleNamespace(
+        recipe=types.SimpleNamespace(runtime=types.SimpleNamespace(text_cache_mb=1)),
+        modules={"text_encoder": module},
+        pipe=types.SimpleNamespace(text_encoder=Skipped(module)))
+    encodings.PASS.apply(b)
+    with torch.no_grad():
+        b.pipe.text_encoder(torch.ones(1, 2))
+        b.pipe.text_encoder(torch.ones(1, 2))
+    assert b.encodings.counts() == {"from_memory": 1, "encoded": 1}

@@ -234,10 +234,10 @@ def _unpartitioned(recipe: Recipe, registry: Registry, platform: str) -> list[Pr
     batch or the heads: XLA cannot partition the kernel by itself, and the compile
     stops there ("Mosaic kernels cannot be automatically partitioned")."""
     section = recipe.attention
-    if section.data_axis is not None or section.head_axis is not None:
-        return []
-    if all(size == 1 for size in recipe.mesh.values()):
-        return []
+    if platform != "tpu" or section.data_axis is not None or section.head_axis is not None:
+        return []  # elsewhere a Pallas kernel is interpreted: XLA partitions it
+    if not any(isinstance(size, int) and size > 1 for size in recipe.mesh.values()):
+        return []  # one device, or sizes the devices decide ("auto"): not known here
     found = []
     for key in ("backend", "cross_backend"):
         name = getattr(section, key)

@@ -54,8 +54,7 @@ def test_bench_times_a_whole_video_beside_diffusers_in_a_fresh_process():
     assert ported["cold"]["compile_s"] > 0 and ported["warm"]["compile_s"] < \
         ported["cold"]["compile_s"]
     assert ported["warm"]["steps"] == 2 and ported["warm"]["decode_s"] > 0
-    # the warm video repeats the prompt: its encodings come from the port's memory
-    assert ported["warm"]["text_encoding"] == {"from_memory": 2, "encoded": 0}
+    assert ported["warm"]["encode_s"] > 0  # encoded again, as diffusers encodes it
     assert peer["warm_s"] > 0 and peer["device"] == "cpu"
     assert result["warm_ratio"] == round(ported["warm_s"] / peer["warm_s"], 3)
     assert result["diffusers_torch_compile"] is None
