@@ -101,7 +101,7 @@ def _pipeline(port: AbstractPort, modules: dict):
     elif kind == "hub":  # the snapshot in the local cache, else the layout Porter ships
         root = _cached(source)
         if root is None and (root := published.layout(source)) is not None:
-            from porter.loading import standins  # noqa: F401  # lazy: transformers' processors; the classes a layout names
+            _stand_ins()
     if root is None:
         raise UsageError(f"cannot find the calls of {source!r} without its files",
                          hint="point model.source at a local diffusers directory (its "
@@ -110,6 +110,17 @@ def _pipeline(port: AbstractPort, modules: dict):
                      if isinstance(module, torch.nn.Module)}
     return loading.from_pretrained(family.pipeline_class(recipe), root, torch.float32,
                                    source, torch_modules)
+
+
+def _stand_ins() -> None:
+    """The classes a shipped layout names in place of real ones, imported so diffusers
+    can load them (it resolves a library it does not know from the imported modules);
+    a transformers without Qwen3-VL leaves them out, and only MiniMax-H3's layout
+    needs them."""
+    try:
+        from porter.loading import standins  # noqa: F401  # lazy: transformers' processors
+    except ImportError:
+        pass
 
 
 def _cached(source: str) -> Path | None:
