@@ -110,3 +110,27 @@ output: {{dir: {tmp_path / 'out'}, fps: 25, wav: true}}
     assert kinds == ["audio", "video"]
     written = json.loads((tmp_path / "out" / "run.json").read_text())["outputs"]
     assert written["audio"]["sample_rate"] == 16000 and written["audio"]["wav"]
+
+
+#: what a command that reads no model must not import (seconds each: torch, JAX,
+#: diffusers, transformers)
+HEAVY = ("torch", "jax", "diffusers", "transformers", "torchax")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["compile", "--help"],
+                                  ["bench", "--help"]], ids=" ".join)
+def test_help_imports_no_heavy_library(args):
+    """The import set of the light commands, not their time: `porter --help` and each
+    subcommand's help start in a fraction of a second because none of these is
+    imported (benchmarks/README.md, "Time to the first video")."""
+    import subprocess
+    import sys
+
+    code = ("import runpy, sys; sys.argv = ['porter', *sys.argv[1:]]\n"
+            "try:\n    runpy.run_module('porter.cli', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "HEAVY []"
