@@ -22,7 +22,8 @@ from support import TINY_RECIPE
 def test_the_table_holds_the_passes_in_the_order_a_run_applies_them():
     assert [step.name for step in passes.PASSES] == [
         "patches", "load", "setup", "scheduler", "lora", "dtypes",  # on the host
-        "quantize", "placement", "rotary", "compile", "attention", "cache"]  # on the mesh
+        "quantize", "placement", "rotary", "compile", "attention", "cache",  # on the mesh
+        "encodings"]
     assert passes.PASSES == passes.HOST + passes.MESH
     for step in passes.PASSES:
         assert step.reads and step.does and (step.apply or step.abstract), step.name
