@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from porter.registry import Registry
     from porter.runtime import Runtime
     from porter.stepcache.session import Caching
-    from porter.transforms.encodings import Kept
     from porter.transforms.jit.autosplit import Split
     from porter.transforms.jit.traces import TraceCache
     from porter.transforms.patches import Patch
@@ -45,7 +44,8 @@ class Building:
     placement: Placement = field(default_factory=Placement)
     compile: Jitted = field(default_factory=Jitted)
     cache: Caching | None = None  # with a ``cache:`` section
-    encodings: Kept | None = None  # the text encoders' kept outputs (runtime.text_cache_mb)
+    #: the text encoders' kept outputs (``porter.transforms.encodings.Kept``), if kept
+    encodings: object = None
 
     @property
     def pipe(self):
@@ -78,4 +78,4 @@ class Ported:
     #: applied around calls (empty where the caller holds the patches itself)
     patches: list[tuple[Patch, dict]] = field(default_factory=list)
     checkpoint: dict = field(default_factory=dict)  # what names the weights, LoRA too
-    encodings: Kept | None = None  # the text encoders' kept outputs, if kept
+    encodings: object = None  # the text encoders' kept outputs (encodings.Kept), if kept
