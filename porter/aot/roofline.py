@@ -29,6 +29,7 @@ class Anchor:
     how: str
     url: str
     precision: str = "bfloat16"  # of the published run's matmuls
+    steps: int | None = None  # of the published whole video (seconds_per_step x steps)
 
 
 #: whole-video wall time divided by the steps (text encoder and VAE included), on
@@ -36,14 +37,16 @@ class Anchor:
 ANCHORS: tuple = (
     Anchor("Wan-AI/Wan2.1-T2V-14B-Diffusers", "v6e-8", 720, 1280, 81, 4.59,
            "229.29 s for 50 steps, torchax, dp=2 x tp=4",
-           "https://github.com/yangwhale/gpu-tpu-pedia/blob/main/tpu/Wan2.1/README.md"),
+           "https://github.com/yangwhale/gpu-tpu-pedia/blob/main/tpu/Wan2.1/README.md",
+           steps=50),
     Anchor("THUDM/CogVideoX1.5-5B", "v6e-8", 720, 1280, 81, 2.13,
            "106.47 s for 50 steps, torchax, dp=2 x tp=4",
-           "https://github.com/yangwhale/gpu-tpu-pedia/blob/main/tpu/CogVideoX/README.md"),
+           "https://github.com/yangwhale/gpu-tpu-pedia/blob/main/tpu/CogVideoX/README.md",
+           steps=50),
     Anchor("hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-720p_t2v", "v6e-8", 720, 1280,
            121, 5.81, "4.8 min for 50 steps, torchax, custom splash kernel",
            "https://github.com/yangwhale/gpu-tpu-pedia/blob/main/tpu/HunyuanVideo-1.5/"
-           "README.md"),
+           "README.md", steps=50),
 )
 
 # MaxDiffusion's own JAX Wan on TPU7x (Tokamax flash attention, dp=2 x context
@@ -53,13 +56,13 @@ _MAXDIFFUSION = ("https://github.com/AI-Hypercomputer/maxdiffusion/blob/"
                  "7cfb8801d41d1728f0232cd7ee59e900a151fecf/README.md#ring-attention")
 ANCHORS += (
     Anchor("Wan-AI/Wan2.1-T2V-14B-Diffusers", "v7x-8", 720, 1280, 81, 249.3 / 50,
-           "MaxDiffusion: 249.3 s for 50 steps, dp2 x context4", _MAXDIFFUSION),
+           "MaxDiffusion: 249.3 s for 50 steps, dp2 x context4", _MAXDIFFUSION, steps=50),
     Anchor("Wan-AI/Wan2.1-T2V-14B-Diffusers", "v7x-16", 720, 1280, 81, 127.1 / 50,
-           "MaxDiffusion: 127.1 s for 50 steps, dp2 x context8", _MAXDIFFUSION),
+           "MaxDiffusion: 127.1 s for 50 steps, dp2 x context8", _MAXDIFFUSION, steps=50),
     Anchor("Wan-AI/Wan2.2-T2V-A14B-Diffusers", "v7x-8", 720, 1280, 81, 194.4 / 40,
-           "MaxDiffusion: 194.4 s for 40 steps, dp2 x context4", _MAXDIFFUSION),
+           "MaxDiffusion: 194.4 s for 40 steps, dp2 x context4", _MAXDIFFUSION, steps=40),
     Anchor("Wan-AI/Wan2.2-T2V-A14B-Diffusers", "v7x-16", 720, 1280, 81, 106.0 / 40,
-           "MaxDiffusion: 106.0 s for 40 steps, dp2 x context8", _MAXDIFFUSION),
+           "MaxDiffusion: 106.0 s for 40 steps, dp2 x context8", _MAXDIFFUSION, steps=40),
 )
 
 
@@ -148,6 +151,12 @@ def video(rows: list[dict], steps: int, step_bound: dict | None) -> dict | None:
             "missing": sorted(missing)}
 
 
+def video_at(whole: dict, step_bound: dict, steps: int) -> float:
+    """The whole video's bound (``video``) with ``steps`` steps in place of its own:
+    beside a published whole video of another step count."""
+    return whole["bound_s"] + step_bound["bound_s"] * (steps - whole["steps"])
+
+
 def compute_seconds(flops: float, matmuls: dict, chip) -> float:
     """The FLOPs' time at the chip's peaks: each kind of matmul at its operands' peak
     (int8 at v6e's int8 rate, fp8 at TPU7x's fp8 rate), the rest (attention kernels,
@@ -164,6 +173,8 @@ def implied(bound: dict, anchor: Anchor, target) -> dict:
     ratio to the bound."""
     useful = bound["compute_s"]
     return {"seconds_per_step": anchor.seconds_per_step, "how": anchor.how,
+            "steps": anchor.steps,
+            "video_s": anchor.seconds_per_step * anchor.steps if anchor.steps else None,
             "precision": anchor.precision,
             "url": anchor.url, "mfu": useful / anchor.seconds_per_step,
             "times_bound": anchor.seconds_per_step / bound["bound_s"]

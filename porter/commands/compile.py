@@ -406,6 +406,12 @@ def render(report: dict) -> str:
                    if whole["missing"] else "")
         lines.append(f"a whole video, a lower bound: {whole['bound_s']:.3g} s ({parts}; "
                      f"{whole['steps']} steps){missing}")
+        for anchor in report["anchors"]:
+            if anchor.get("video_s"):
+                at = roofline.video_at(whole, bound, anchor["steps"])
+                lines.append(f"  published whole video: {anchor['video_s']:.4g} s for "
+                             f"{anchor['steps']} steps ({anchor['how']}): "
+                             f"{anchor['video_s'] / at:.1f}x the bound for those steps")
     lines.append(f"\n{report['verdict']['message']} (compile {report['compile_s']:.0f} s)")
     return "\n".join(lines)
 

@@ -145,6 +145,19 @@ def test_tiny_wan_compiled_for_v5e_holds_the_plans_weights(tmp_path):
     assert whole["bound_s"] == pytest.approx(sum(whole["stages_s"].values()))
     assert "a whole video, a lower bound" in user_porter("compile", tiny, "--target",
                                                          "v5e-8").stdout
+    # beside a published whole video (as MaxDiffusion's sit beside Wan 14B's compile):
+    # the bound taken to the published step count
+    from porter.aot import roofline
+    from porter.commands.compile import render
+
+    anchor = roofline.Anchor("x", "v5e-8", 64, 64, 17, 0.5, "25 s for 50 steps", "url",
+                             steps=50)
+    report["anchors"] = [roofline.implied(report["roofline"], anchor, None)]
+    assert report["anchors"][0]["video_s"] == 25.0
+    at = roofline.video_at(whole, report["roofline"], 50)
+    assert at == pytest.approx(whole["bound_s"] + 46 * report["roofline"]["bound_s"])
+    assert f"published whole video: 25 s for 50 steps (25 s for 50 steps): " \
+        f"{25 / at:.1f}x the bound for those steps" in render(report)
 
 
 @needs_libtpu
