@@ -29,12 +29,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
 from porter.runtime import notices
 from porter.shims.compat import import_torchax
+from porter.shims.interop import to_host
 from porter.transforms import Pass
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def cached(call, name: str, kept: Kept):
 
 def _key(name: str, args: tuple, kwargs: dict):
     """What decides the call's output besides the weights; None where an input cannot
-    be read cheaply (too large, or not all on this process)."""
+    be read (too large, or a traced value)."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
     parts = [name, str(spec)]
     for leaf in leaves:
@@ -120,21 +120,15 @@ def _key(name: str, args: tuple, kwargs: dict):
 
 
 def _host(tensor: torch.Tensor):
-    """The tensor's values as a NumPy array (of bytes, for the key), or None (too many,
-    or not addressable here: another process holds part of them)."""
+    """The tensor's bytes on the host, for the key; None where there are too many or
+    no values to read (a traced value, inside a compiled call)."""
     if tensor.numel() > MAX_INPUT:
         return None
-    if hasattr(tensor, "jax"):  # torchax's: its JAX array
-        array = tensor.jax()
-        if not getattr(array, "is_fully_addressable", True):
-            return None
-        try:
-            return np.asarray(array)
-        except Exception:  # noqa: BLE001 - a traced value (inside a compiled call)
-            return None
-    if tensor.device.type != "cpu":
+    try:
+        host = to_host(tensor)  # every process together, as they call the encoder
+    except Exception:  # noqa: BLE001 - a traced or meta tensor: no values
         return None
-    return tensor.detach().contiguous().view(torch.uint8).numpy()  # any dtype, bfloat16 too
+    return host.contiguous().view(torch.uint8).numpy()  # any dtype, bfloat16 too
 
 
 def _fresh(output):
