@@ -112,9 +112,9 @@ def compile_cold_and_warm(call, monitor, traces) -> dict:
             "warm_over_cold": None if ratio is None else round(ratio, 3)}
 
 
-def _reference_device(runtime: Runtime) -> torch.device:
+def _reference_device(platform: str) -> torch.device:
     """Where PyTorch eager runs: on the GPU when the port runs on one, else the host."""
-    if runtime.platform == "gpu" and torch.cuda.is_available():
+    if platform == "gpu" and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
 
@@ -156,7 +156,7 @@ def _one_step(recipe: Recipe, registry: Registry, steps: int,
             compiled = compile_cold_and_warm(ported, compiles, traces)
             step = _median_seconds(ported, steps)
 
-    device = _reference_device(runtime)
+    device = _reference_device(runtime.platform)
     reference.to(device)
     inputs = {k: v.to(device) for k, v in host.items()}
     torch_step = _eager_step(reference, inputs, device, steps)

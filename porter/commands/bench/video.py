@@ -62,11 +62,11 @@ def _porter(recipe: Recipe) -> dict:
     """The port loaded with compile caches of its own (empty: the first video is a cold
     one), then two videos."""
     with tempfile.TemporaryDirectory(prefix="porter-bench-video-") as private:
-        data = recipe.resolved()
         # caches of its own; no text encodings kept: the warm video encodes its prompt
         # as diffusers' does (a server that sees it again skips that: timings.text_encoding)
-        data.setdefault("runtime", {}).update(compile_cache=private, text_cache_mb=0)
-        recipe = recipe_mod.validate_data(data, dict(recipe._locations), recipe.path)
+        recipe = recipe_mod.with_values(recipe, "runtime", {"compile_cache": private,
+                                                            "text_cache_mb": 0},
+                                        "porter bench --video")
         start = time.perf_counter()
         port = api.load(recipe)
         loaded_s = time.perf_counter() - start
@@ -90,7 +90,7 @@ def _stages(timings: dict) -> dict:
 
 def _diffusers(recipe: Recipe, family, platform: str, compiled: bool) -> dict:
     """diffusers' pipeline, loaded as a user loads it, making the recipe's video."""
-    device = _reference_device(type("Runtime", (), {"platform": platform})())
+    device = _reference_device(platform)
     start = time.perf_counter()
     pipe = loading.load_pipeline(family, recipe).to(device)
     if hasattr(pipe, "set_progress_bar_config"):
@@ -101,10 +101,10 @@ def _diffusers(recipe: Recipe, family, platform: str, compiled: bool) -> dict:
     kwargs = call_args.kwargs(recipe, type(pipe))
 
     def video():
-        generator = torch.Generator("cpu").manual_seed(recipe.generate.seed)
+        if "generator" in kwargs:  # each video from the seed, as Porter's
+            kwargs["generator"].manual_seed(recipe.generate.seed)
         with torch.inference_mode():
-            return pipe(**{**kwargs, "generator": generator}) \
-                if "generator" in kwargs else pipe(**kwargs)
+            return pipe(**kwargs)
 
     _, first_s = _timed(video, sync=device.type == "cuda")
     _, warm_s = _timed(video, sync=device.type == "cuda")
