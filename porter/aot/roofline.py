@@ -81,10 +81,10 @@ def step(results: list, target) -> dict | None:
     denoising = [r for r in results if r.program.stage == "denoise" and r.memory != {}]
     averaged = any(float(r.program.per_step or 1) != int(r.program.per_step or 1)
                    for r in denoising)
+    together = " + ".join(sorted({r.program.component for r in denoising}))
     per_component: dict = {}
     for result in denoising:
         program = result.program
-        together = " + ".join(sorted({r.program.component for r in denoising}))
         sums = per_component.setdefault(together if averaged else program.component, {
             "flops": 0.0, "accessed": 0.0, "sent": 0.0, "matmuls": {}})
         calls = program.per_step or 1  # unknown: once

@@ -243,11 +243,9 @@ def _unpartitioned(recipe: Recipe, registry: Registry, platform: str) -> list[Pr
         name = getattr(section, key)
         if name is None:
             continue
-        try:
-            backend = backends.choose(name, platform, 1, 1 << 20, registry.attention, 1 << 10)
-        except (KeyError, LookupError):
-            continue  # an unknown name or none for the platform: said elsewhere
-        if backend.mosaic:
+        for backend in backends.possible(name, platform, registry.attention):
+            if not backend.mosaic:
+                continue
             axes = " x ".join(f"{axis}={size}" for axis, size in recipe.mesh.items())
             found.append(recipe.problem(
                 f"attention.{key}", f"{name!r} runs {backend.name}, a Mosaic kernel, on a "

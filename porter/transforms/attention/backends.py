@@ -106,6 +106,14 @@ def choose(name: str, platform: str, q_len: int, k_len: int, registry: dict,
     return max(candidates, key=lambda b: b.auto[platform])
 
 
+def possible(name: str, platform: str, registry: dict) -> list[AttentionBackend]:
+    """The backends ``name`` may run on ``platform``: itself, or each one ``auto`` may
+    pick there (at some size); none for an unknown name (validate says so)."""
+    if name == "auto":
+        return [b for b in registry.values() if platform in b.auto]
+    return [registry[name]] if name in registry else []
+
+
 def for_call(section, q_len: int, k_len: int) -> str | None:
     """The backend a call runs by the recipe's ``attention`` section: ``cross_backend``
     for cross-attention (keys of another length than the queries), where it is set,
