@@ -45,6 +45,7 @@ class Component:
     one_device: bool  # unsharded and compiled whole: runs on one device per process
     attention_skipped: bool  # runs with torchax's attention (attention.skip, one device)
     axes: dict = field(default_factory=dict)  # the mesh's
+    activations: list = field(default_factory=list)  # its activation rules (sharding's)
     scanned: list = field(default_factory=list)  # block lists compiled as one scan each
     jittable: object = None  # torchax JittableModule: its params and buffers, by name
     state: tuple = ()  # (params, buffers): name -> jax.ShapeDtypeStruct
@@ -112,7 +113,8 @@ def build(recipe: Recipe, registry: Registry, target: targets.Target) -> Abstrac
         components[name] = Component(
             name, module, b.compile.rules.get(name), b.placement.assignments[name],
             one_device=name in b.compile.one_device, attention_skipped=name in skipped,
-            axes=b.runtime.axes, scanned=b.compile.scanned.get(name, []))
+            axes=b.runtime.axes, activations=b.placement.activations.get(name, []),
+            scanned=b.compile.scanned.get(name, []))
     for component in components.values():
         component.jittable, component.state, component.sharded_bytes_per_chip = \
             _abstract_state(component, b.runtime)

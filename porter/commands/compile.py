@@ -120,7 +120,7 @@ def _identity(port, program) -> tuple:
     component = port.components[program.component]
     state = tuple((name, value.shape, str(value.dtype), str(value.sharding))
                   for part in component.state for name, value in sorted(part.items()))
-    activations = repr(port.recipe.sharding.activations.get(program.component, []))
+    activations = repr(component.activations)
     return (type(component.module), state, activations, component.one_device,
             component.attention_skipped) + program.signature()[1:]
 

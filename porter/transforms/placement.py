@@ -281,6 +281,7 @@ class Placement:
     reports: dict = field(default_factory=dict)  # name -> ``report``: the run record's
     assignments: dict = field(default_factory=dict)  # name -> [sharding.Assignment]
     unsharded: set = field(default_factory=set)  # no weight rule and no activation rule
+    activations: dict = field(default_factory=dict)  # name -> the activation rules applied
 
 
 def _apply(b: Building) -> None:
@@ -297,6 +298,10 @@ def _apply(b: Building) -> None:
         nonfinite.update({f"{name}.{tensor}": count for tensor, count in found.items()})
         b.placement.reports[name] = report(component, assignments, b.runtime.axes, weights)
         _constrain(b, name, component, assignments)
+        if name not in b.recipe.sharding.activations and b.placement.activations[name]:
+            # the default split (sharding.vae_split): its feature maps' width over these
+            b.placement.reports[name]["default_split"] = \
+                list(b.placement.activations[name][0].spec[-1])
     refuse_unscaled([refusal for weights in b.load.weights.values()
                      for refusal in weights.unscaled.values()])
     refuse_nonfinite(nonfinite, b.recipe)
@@ -324,10 +329,11 @@ def _weight_rules(recipe: Recipe, name: str) -> list:
 
 
 def _constrain(b: Building, name: str, module, assignments) -> None:
-    """The recipe's activation shardings on ``module``; a component no rule shards is
-    remembered (compiled whole, it runs on one device)."""
+    """The activation shardings on ``module`` (the recipe's, or a VAE's default split);
+    a component no rule shards is remembered (compiled whole, it runs on one device)."""
     b.placement.assignments[name] = assignments
-    activations = b.recipe.sharding.activations.get(name, [])
+    activations = sharding.activation_rules(b.recipe, name, module, b.runtime)
+    b.placement.activations[name] = activations
     sharding.constrain_activations(module, b.runtime, activations)
     if unsharded(assignments, activations):
         b.placement.unsharded.add(name)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from porter.errors import Problem
+from porter.recipe.schema import ActivationRule
 from porter.shims.interop import jax_dtype
 
 if TYPE_CHECKING:
@@ -52,6 +53,22 @@ def _axes_of(entry) -> tuple[str, ...]:
 
 def normalize(spec) -> tuple:
     return tuple(tuple(e) if isinstance(e, list) else e for e in spec)
+
+
+#: first in an activation rule's spec: the leading axes of the output, whatever their
+#: number, stay whole (one rule for a VAE's 4-D and 5-D feature maps alike)
+LEADING = "..."
+
+
+def aligned(spec, ndim: int) -> tuple | None:
+    """``spec`` for an output of ``ndim`` axes: a leading ``"..."`` becomes as many
+    ``None`` as the axes the rest does not name; None where the output has fewer axes
+    than the rest names (nothing to constrain)."""
+    spec = normalize(spec)
+    if not spec or spec[0] != LEADING:
+        return spec
+    rest = spec[1:]
+    return None if ndim < len(rest) else (None,) * (ndim - len(rest)) + rest
 
 
 def tensor_slots(module: torch.nn.Module) -> dict[str, list[tuple[dict, str]]]:
@@ -117,7 +134,10 @@ def rule_problems(recipe: Recipe) -> list[Problem]:
                 except re.error as exc:
                     problems.append(recipe.problem(f"{where}.{key}",
                                                    f"invalid regex: {exc}"))
-                problems += _axis_problems(recipe, f"{where}.spec", rule.spec, axes)
+                spec = rule.spec
+                if section == "activations" and spec[:1] == [LEADING]:
+                    spec = spec[1:]  # the leading axes, left whole
+                problems += _axis_problems(recipe, f"{where}.spec", spec, axes)
     for arg, spec in recipe.sharding.inputs.items():
         problems += _axis_problems(recipe, f"sharding.inputs.{arg}", spec, axes)
     return problems
@@ -126,7 +146,10 @@ def rule_problems(recipe: Recipe) -> list[Problem]:
 def _axis_problems(recipe: Recipe, path, spec, axes) -> list[Problem]:
     used = [a for entry in spec for a in _axes_of(entry)]
     problems = [recipe.problem(path, f"mesh has no axis {a!r}",
-                               hint=f"mesh axes: {', '.join(sorted(axes))}")
+                               hint=f"mesh axes: {', '.join(sorted(axes))}" + (
+                                   f"; {LEADING!r} (the leading axes left whole) goes "
+                                   "first in an activation rule's spec only"
+                                   if a == LEADING else ""))
                 for a in used if a not in axes]
     if len(set(used)) != len(used):
         problems.append(recipe.problem(path, "an axis is used twice in one spec"))
@@ -243,7 +266,8 @@ def _constrain(tensor, sharding):
 
 
 def constrain_activations(module: torch.nn.Module, runtime: Runtime, rules) -> list:
-    """Constrain matching modules' outputs (the first output of a tuple) to a spec.
+    """Constrain matching modules' outputs (the first output of a tuple) to a spec
+    (``aligned`` to the output's axes).
 
     Applied as forward hooks, so they act while the compiled graph is traced.
     Returns the hook handles (``handle.remove()`` undoes one).
@@ -255,16 +279,52 @@ def constrain_activations(module: torch.nn.Module, runtime: Runtime, rules) -> l
         rule = next((r for r in rules if re.fullmatch(r.module, name)), None)
         if rule is None:
             continue
-        sharding = NamedSharding(runtime.mesh, partition_spec(rule.spec))
 
-        def hook(_module, _inputs, output, sharding=sharding):
+        def constrained(tensor, spec=rule.spec):
+            fitted = aligned(spec, tensor.ndim)
+            if fitted is None:
+                return tensor
+            return _constrain(tensor, NamedSharding(runtime.mesh, partition_spec(fitted)))
+
+        def hook(_module, _inputs, output, constrained=constrained):
             if isinstance(output, torch.Tensor):
-                return _constrain(output, sharding)
+                return constrained(output)
             if isinstance(output, tuple) and output and isinstance(output[0], torch.Tensor):
-                return (_constrain(output[0], sharding),) + output[1:]
+                return (constrained(output[0]),) + output[1:]
             return output
         handles.append(sub.register_forward_hook(hook))
     return handles
+
+
+#: the blocks of a diffusers VAE's encoder and decoder (Wan's, CogVideoX's, Hunyuan's,
+#: LTX's, the image VAE's): each one's output is a feature map, (..., height, width)
+VAE_BLOCKS = r"(en|de)coder\.(conv_in|mid_block|(down|up)_blocks\.\d+)"
+
+
+def activation_rules(recipe: Recipe, name: str, module, runtime: Runtime) -> list:
+    """The activation rules of component ``name``: the recipe's where it gives any
+    (an empty list too: none), else the default split of a VAE (``vae_split``)."""
+    if name in recipe.sharding.activations:
+        return recipe.sharding.activations[name]
+    return vae_split(name, module, runtime)
+
+
+def vae_split(name: str, module, runtime: Runtime) -> list[ActivationRule]:
+    """A VAE's encoder and decoder with their feature maps split over width across
+    every device of an accelerator mesh: each device convolves its columns, XLA passing
+    the halo each convolution needs between neighbours (and gathering a frame where a
+    block attends over it), so each chip computes and holds an eighth of an 8-chip
+    decode. Not on CPU devices, which share the host's cores: Wan 1.3B's decode at
+    128x256 took 19.9 s split over 8 virtual devices against 16.3 s on one
+    (benchmarks/README.md), so the VAE runs on one device there
+    (``placement.on_one_device``). Nothing for a component that is not a VAE (by its
+    name) or has no such blocks."""
+    axes = [axis for axis, size in runtime.axes.items() if size > 1]
+    if "vae" not in name or not axes or runtime.platform == "cpu":
+        return []
+    if not any(re.fullmatch(VAE_BLOCKS, sub) for sub, _ in module.named_modules()):
+        return []
+    return [ActivationRule(module=VAE_BLOCKS, spec=[LEADING, axes])]
 
 
 class ShardedInputs:

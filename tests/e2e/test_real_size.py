@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from support import RECIPES, TESTS
 
@@ -292,3 +292,41 @@ def test_wan_animate2_at_real_width(tmp_path):
            f"output.dir={tmp_path / 'out'}", "--no-progress")
     record = run_record(tmp_path / "out")
     check_memory_and_placement(record, planned, 1.5 * total + 2 * GiB)
+
+
+#: latents of 9 frames at 64x128 in each family's layout (Wan: batch, channels, frames,
+#: height, width; CogVideoX: batch, frames, channels, height, width)
+LATENTS = {"wan": (1, 16, 3, 8, 16), "cogvideox": (1, 3, 16, 8, 16)}
+SPLIT_RULE = ("sharding.activations.vae=[{module: '(en|de)coder\\.(conv_in|mid_block|"
+              "(down|up)_blocks\\.\\d+)', spec: ['...', [dp, tp]]}]")
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("family,recipe_name,dtype", [
+    ("wan", "wan1.3b.yaml", "bfloat16"),  # its VAE in float32, as the recipe has it
+    ("cogvideox", "cogvideox-2b.yaml", "float32")])  # VAE and latents in model.dtype
+def test_a_decode_split_over_8_devices_equals_one_device(family, recipe_name, dtype,
+                                                          request, tmp_path):
+    """The real VAEs of Wan 2.1 and CogVideoX-2b decode the same latents with their
+    feature maps split over width across 8 devices (the rule ``sharding.vae_split``
+    gives an accelerator mesh; CPU devices keep one device by default) and on one.
+
+    Bound: 1e-5 of the largest value (float32; measured 3.0e-6 for Wan at 128x256), and
+    the uint8 frames within 1 level: XLA sums a split group norm's statistics in
+    another order, the convolutions see the same numbers through their halos."""
+    checkpoint = request.getfixturevalue(family)
+    latents = tmp_path / "latents.safetensors"
+    save_file({"latents": torch.randn(*LATENTS[family],
+                                      generator=torch.Generator().manual_seed(1))}, latents)
+    common = [f"model.source={checkpoint}", "generate.height=64", "generate.width=128",
+              "generate.frames=9", f"model.dtype={dtype}"]
+    results = {}
+    for devices, extra in ((8, [SPLIT_RULE]), (1, ["mesh.dp=1", "mesh.tp=1"])):
+        out = tmp_path / f"decoded-{devices}.npz"
+        python(str(TESTS / "models" / "decode_latents.py"), str(RECIPES / recipe_name),
+               str(latents), str(out), str(devices), *common, *extra)
+        results[devices] = np.load(out)
+    split, one = results[8], results[1]
+    assert split["video"].shape == one["video"].shape
+    assert np.abs(split["video"] - one["video"]).max() <= 1e-5 * np.abs(one["video"]).max()
+    assert np.abs(split["frames"].astype(int) - one["frames"]).max() <= 1

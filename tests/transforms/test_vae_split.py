@@ -1,0 +1,90 @@
+"""A VAE's feature maps split over width across the mesh (``sharding.vae_split``): the
+default on an accelerator mesh, replaced by any rule list of the recipe's, and equal to
+the one-device decode. Real-width decodes split over 8 devices: tests/e2e/
+test_real_size.py."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from porter import recipe, registry as registry_mod, runtime
+from porter.port import active, beside
+from porter.shims.interop import to_device, to_host
+from porter.transforms import sharding
+
+from support import RECIPES
+
+TINY = RECIPES / "wan-tiny.yaml"
+TPU = SimpleNamespace(axes={"dp": 2, "tp": 4, "sp": 1}, platform="tpu")
+#: what vae_split gives a {dp: 2, tp: 4} accelerator mesh, as a recipe writes it
+DEFAULT_RULE = ("sharding.activations.vae=[{module: '" + sharding.VAE_BLOCKS
+                + "', spec: ['...', [dp, tp]]}]")
+
+
+def tiny_pipeline():
+    from porter_wan.tiny import build_pipeline
+    return build_pipeline()
+
+
+def test_a_vae_splits_over_every_axis_of_an_accelerator_mesh():
+    vae = tiny_pipeline().vae
+    [rule] = sharding.vae_split("vae", vae, TPU)
+    assert rule.module == sharding.VAE_BLOCKS and rule.spec == ["...", ["dp", "tp"]]
+    # CPU devices share the host's cores: one device decodes there
+    assert sharding.vae_split("vae", vae, SimpleNamespace(axes=TPU.axes, platform="cpu")) == []
+    assert sharding.vae_split("vae", vae, SimpleNamespace(axes={"dp": 1}, platform="tpu")) == []
+    assert sharding.vae_split("text_encoder", vae, TPU) == []  # VAEs only
+    assert sharding.vae_split("vae", torch.nn.Linear(2, 2), TPU) == []  # no encoder blocks
+
+
+def test_the_recipe_rules_replace_the_default():
+    vae = tiny_pipeline().vae
+    default = sharding.activation_rules(recipe.load(TINY), "vae", vae, TPU)
+    assert default == sharding.vae_split("vae", vae, TPU)
+    # an empty list: no split (the VAE decodes on one device)
+    assert sharding.activation_rules(recipe.load(TINY, ["sharding.activations.vae=[]"]),
+                                     "vae", vae, TPU) == []
+    [own] = sharding.activation_rules(recipe.load(TINY, [DEFAULT_RULE.replace(
+        "['...', [dp, tp]]", "[null, null, null, dp, tp]")]), "vae", vae, TPU)
+    assert own.spec == [None, None, None, "dp", "tp"]
+
+
+def test_leading_axes_fit_any_number_of_axes():
+    assert sharding.aligned(["...", ["dp", "tp"]], 5) == (None,) * 4 + (("dp", "tp"),)
+    assert sharding.aligned(["...", ["dp", "tp"]], 4) == (None,) * 3 + (("dp", "tp"),)
+    assert sharding.aligned(["...", "tp", None], 1) is None  # nothing to constrain
+    assert sharding.aligned([None, "tp"], 5) == (None, "tp")
+
+
+def test_leading_axes_go_first_in_an_activation_spec_only():
+    ok = recipe.load(TINY, ["mesh={dp: 2, tp: 4}", DEFAULT_RULE])
+    assert sharding.rule_problems(ok) == []
+    bad = recipe.load(TINY, ["mesh={dp: 2, tp: 4}", DEFAULT_RULE.replace(
+        "['...', [dp, tp]]", "[null, '...', tp]"),
+        "sharding.weights.vae=[{match: 'x', spec: ['...', tp]}]"])
+    problems = sharding.rule_problems(bad)
+    assert {p.path for p in problems} == {"sharding.activations.vae.0.spec",
+                                          "sharding.weights.vae.0.spec"}
+    assert all("goes first in an activation rule's spec only" in p.hint for p in problems)
+
+
+def decoded(mesh: str, *extra: str):
+    """The tiny Wan VAE's decode of fixed latents, ported on ``mesh``."""
+    loaded = recipe.load(TINY, [f"mesh={mesh}", *extra])
+    rt = runtime.start(loaded)
+    pipe = tiny_pipeline()
+    calling = beside.ported(pipe, loaded, registry_mod.loaded(), rt)
+    latents = torch.randn(1, 16, 3, 8, 16, generator=torch.Generator().manual_seed(5))
+    with active.entered(calling), rt.env:
+        video = pipe.vae.decode(to_device(latents, rt), return_dict=False)[0]
+    return to_host(video), video
+
+
+@pytest.mark.slow
+def test_a_decode_split_over_8_devices_equals_one_device():
+    one, _ = decoded("{dp: 1}")
+    split, raw = decoded("{dp: 2, tp: 4}", DEFAULT_RULE)
+    # the last block's output split over width: the frames come back that way
+    assert raw.jax().sharding.spec[-1] == ("dp", "tp")
+    assert (split - one).abs().max() / one.abs().max() <= 1e-5
