@@ -69,22 +69,28 @@ def test_leading_axes_go_first_in_an_activation_spec_only():
     assert all("goes first in an activation rule's spec only" in p.hint for p in problems)
 
 
-def decoded(mesh: str, *extra: str):
-    """The tiny Wan VAE's decode of fixed latents, ported on ``mesh``."""
+def through_the_vae(mesh: str, *extra: str):
+    """The tiny Wan VAE's decode of fixed latents and encode of a fixed video (an
+    image-to-video input's path), ported on ``mesh``: host tensors, and the device
+    decode."""
     loaded = recipe.load(TINY, [f"mesh={mesh}", *extra])
     rt = runtime.start(loaded)
     pipe = tiny_pipeline()
     calling = beside.ported(pipe, loaded, registry_mod.loaded(), rt)
-    latents = torch.randn(1, 16, 3, 8, 16, generator=torch.Generator().manual_seed(5))
+    generator = torch.Generator().manual_seed(5)
+    latents = torch.randn(1, 16, 3, 8, 16, generator=generator)
+    video = torch.rand(1, 3, 9, 64, 128, generator=generator) * 2 - 1
     with active.entered(calling), rt.env:
-        video = pipe.vae.decode(to_device(latents, rt), return_dict=False)[0]
-    return to_host(video), video
+        decoded = pipe.vae.decode(to_device(latents, rt), return_dict=False)[0]
+        encoded = pipe.vae.encode(to_device(video, rt)).latent_dist.mean
+    return to_host(decoded), to_host(encoded), decoded
 
 
 @pytest.mark.slow
-def test_a_decode_split_over_8_devices_equals_one_device():
-    one, _ = decoded("{dp: 1}")
-    split, raw = decoded("{dp: 2, tp: 4}", DEFAULT_RULE)
+def test_a_vae_split_over_8_devices_equals_one_device():
+    one, one_encoded, _ = through_the_vae("{dp: 1}")
+    split, split_encoded, raw = through_the_vae("{dp: 2, tp: 4}", DEFAULT_RULE)
     # the last block's output split over width: the frames come back that way
     assert raw.jax().sharding.spec[-1] == ("dp", "tp")
     assert (split - one).abs().max() / one.abs().max() <= 1e-5
+    assert (split_encoded - one_encoded).abs().max() / one_encoded.abs().max() <= 1e-5
