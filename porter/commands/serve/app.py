@@ -124,7 +124,8 @@ def _job_routes(app, jobs) -> None:
                     {"path": p.path, "message": p.message, "hint": p.hint}
                     for p in exc.problems]}, status)
             problem = failure(exc)  # the server's disk, in the words a run uses
-            return JSONResponse({"error": problem.message, "hint": problem.hint}, status)
+            return JSONResponse({"error": problem.message, "hint": problem.hint}, status,
+                                headers=jobs_mod.refused_headers(exc))
         return _described(job, jobs)
 
     @app.get("/jobs", summary="every job, in submission order")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -42,7 +43,12 @@ FINISHED = ("done", "failed", "cancelled")
 
 
 class QueueFull(UsageError):
-    """The queue holds as many jobs as it may."""
+    """The queue holds as many jobs as it may: ``retry_after`` is when to try again, in
+    whole seconds (the last finished job's run time: about when the next ends)."""
+
+    def __init__(self, message: str, retry_after: int, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.retry_after = retry_after
 
 
 class Conflict(UsageError):
@@ -72,6 +78,12 @@ def refused_status(exc: Exception) -> int | None:
     if isinstance(exc, OSError):
         return 507
     return None
+
+
+def refused_headers(exc: Exception) -> dict:
+    """The headers a refusal of ``Jobs.submit`` answers with: a full queue says when to
+    try again (``Retry-After``)."""
+    return {"Retry-After": str(exc.retry_after)} if isinstance(exc, QueueFull) else {}
 
 
 class Job:
@@ -187,6 +199,7 @@ class Jobs:
                               "the server restarts")
             if self._waiting() >= self.max_queue:
                 raise QueueFull(f"the queue is full ({self.max_queue} jobs waiting)",
+                                self._retry_after(),
                                 hint="try again when a job has finished")
             # past every folder too: one whose job.json could not be read keeps its id
             seq = max([j.seq for j in self._jobs.values()] + [
@@ -207,6 +220,16 @@ class Jobs:
             if job_id not in self._jobs:
                 raise KeyError(job_id)
             return self._jobs[job_id]
+
+    def _retry_after(self) -> int:
+        """Seconds until a full queue may take a job: the last finished job's run time
+        (whole seconds, at least 1); 30 before any has finished."""
+        ran = [job for job in self._jobs.values()
+               if job.status == "done" and job.started and job.finished]
+        if not ran:
+            return 30
+        last = max(ran, key=lambda job: job.finished)
+        return max(1, math.ceil(last.finished - last.started))
 
     def list(self) -> list[Job]:
         with self._lock:

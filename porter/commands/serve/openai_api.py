@@ -217,10 +217,24 @@ def routes(app, jobs, read_json) -> None:
             return error(exc.status, _said(exc), exc.param)
         except RecipeError as exc:
             key = exc.problems[0].path.removeprefix("generate.")
+            if key == "frames" and fields.get("seconds") not in (None, ""):
+                return error(400, _in_seconds(exc.problems[0], fields["seconds"],
+                                              recipe.output.fps), "seconds")
             return error(400, exc.render(), REPLACED.get(key, key))
         except (UsageError, OSError) as exc:
-            return error(jobs_mod.refused_status(exc), failure(exc).render())
+            found = error(jobs_mod.refused_status(exc), *_in_openais_words(exc))
+            found.headers.update(jobs_mod.refused_headers(exc))
+            return found
         return video_object(job, recipe, bool(jobs.preview(job.id)))
+
+    @app.post("/v1/videos/{video_id}/remix", summary="OpenAI: remix (Porter does not)")
+    @app.post("/v1/videos/edits", summary="OpenAI: edit a video (Porter does not)")
+    @app.post("/v1/videos/extensions", summary="OpenAI: extend a video (Porter does not)")
+    async def unsupported(request: Request):
+        what = request.url.path.rsplit("/", 1)[-1]
+        return error(400, f"Porter does not {_VERBS.get(what, what)} videos: it makes "
+                     "each video from its prompt (and input_reference) with the model it "
+                     "serves", None, "unsupported")
 
     @app.get("/v1/videos", summary="OpenAI: the videos, newest first")
     async def listing(limit: int = 20, after: str | None = None, order: str = "desc"):
@@ -272,7 +286,9 @@ def listed(jobs, limit: int, after: str | None, order: str):
             return error(400, f"after {after!r} is not a video id", "after")
         found = [job for job in found
                  if (job.seq < int(after) if order == "desc" else job.seq > int(after))]
-    page = found[:max(1, min(limit, 100))]
+    if limit < 1:
+        return error(400, f"limit {limit}: at least 1 (at most 100 a page)", "limit")
+    page = found[:min(limit, 100)]
     recipe = jobs.port.recipe
     data = [video_object(job, recipe, bool(jobs.preview(job.id))) for job in page]
     return {"object": "list", "data": data, "first_id": page[0].id if page else None,
@@ -281,6 +297,31 @@ def listed(jobs, limit: int, after: str | None, order: str):
 
 def _said(exc: UsageError) -> str:
     return exc.message + (f" ({exc.hint})" if exc.hint else "")
+
+
+#: the OpenAI paths Porter answers only to say it does not do them, as verbs
+_VERBS = {"remix": "remix", "edits": "edit", "extensions": "extend"}
+
+
+def _in_openais_words(exc: Exception) -> tuple[str, str | None]:
+    """A job's refusal as OpenAI's error message and param: a generate setting that an
+    OpenAI field stands for (the image: ``input_reference``) is named as the field."""
+    message = failure(exc).render()
+    for key, field in REPLACED.items():
+        if getattr(exc, "message", "").startswith(f"{key}: "):
+            return message.replace(f"{key}: ", f"{field}: ", 1), field
+    return message, None
+
+
+def _in_seconds(problem, seconds, fps: int) -> str:
+    """A frame count the model cannot make, said in the seconds the request gave: the
+    problem's suggested counts ("try 9 or 13") as durations at the recipe's fps."""
+    frames = _frames(seconds, fps)
+    hint = re.sub(r"(?<=try )(\d+) or (\d+)", lambda found: (
+        f"{_seconds(int(found[1]), fps)} or {_seconds(int(found[2]), fps)} seconds"),
+        problem.hint or "")
+    return (f"seconds {seconds!r} is {frames} frames at {fps} fps: {problem.message}"
+            + (f" ({hint})" if hint else ""))
 
 
 async def _fields(request, read_json) -> dict:

@@ -182,6 +182,9 @@ def _image_suffix(key: str, data: bytes) -> str:
             image.load()  # the whole image decodes: a cut file is refused here
     except UsageError:
         raise
+    except Image.UnidentifiedImageError:  # its message shows Python's file object
+        raise UsageError(f"{key}: the bytes are not an image (runs read "
+                         f"{', '.join(FORMATS)})", hint=_SEND_BYTES) from None
     except Exception as exc:  # noqa: BLE001 - PIL raises many kinds (even SyntaxError)
         raise UsageError(f"{key}: not an image this server can read: {exc}",
                          hint=_SEND_BYTES) from None

@@ -83,3 +83,78 @@ def test_a_recipe_that_leaves_frames_to_the_pipeline_still_describes_its_jobs():
     assert generic.generate.frames is None
     video = video_object(Job("000001", 1, {"prompt": "x"}), generic)
     assert video["seconds"] == "" and video["status"] == "queued"
+
+
+class QueueOfOne:
+    """What the routes ask of ``Jobs``: a queue already full, or one taking a job and
+    finding its image unreadable (as ``uploads.take`` does)."""
+
+    def __init__(self, recipe, full: bool):
+        from types import SimpleNamespace
+
+        self.port = SimpleNamespace(recipe=recipe, pipeline=None)
+        self.full = full
+
+    def submit(self, settings):
+        from porter.commands.serve import jobs, uploads
+
+        if self.full:
+            raise jobs.QueueFull("the queue is full (1 jobs waiting)", 42,
+                                 hint="try again when a job has finished")
+        uploads.take(settings, None)
+        raise AssertionError("an unreadable image was taken")
+
+    def list(self):
+        return []
+
+    def preview(self, job_id):
+        return None
+
+
+def client(recipe, full=False):
+    from fastapi.testclient import TestClient
+
+    from porter.commands.serve.app import build_app
+    return TestClient(build_app(QueueOfOne(recipe, full)))
+
+
+def test_openai_routes_refuse_in_openais_words(tiny):
+    """What a client may send that Porter cannot do answers OpenAI's error shape,
+    naming the field: remix, edits and extensions; a list limit below 1; an image
+    that is not one; a full queue, with when to try again."""
+    http = client(tiny)
+    for path in ("/v1/videos/000001/remix", "/v1/videos/edits", "/v1/videos/extensions"):
+        answer = http.post(path, json={"prompt": "x"})
+        assert answer.status_code == 400, path
+        error = answer.json()["error"]
+        assert error["code"] == "unsupported" and "Porter does not" in error["message"]
+    for limit in (0, -3):
+        answer = http.get("/v1/videos", params={"limit": limit})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "limit"
+    assert http.get("/v1/videos", params={"limit": 500}).status_code == 200  # a page of 100
+    answer = http.post("/v1/videos", data={"prompt": "x"},
+                       files={"input_reference": ("a.png", b"not an image", "image/png")})
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and error["param"] == "input_reference"
+    assert "input_reference: the bytes are not an image" in error["message"]
+    assert "BytesIO" not in error["message"]
+    full = client(tiny, full=True).post("/v1/videos", json={"prompt": "x"})
+    assert full.status_code == 429 and full.headers["retry-after"] == "42"
+    own = client(tiny, full=True).post("/jobs", json={"prompt": "x"})
+    assert own.status_code == 429 and own.headers["retry-after"] == "42"
+
+
+def test_seconds_the_model_cannot_make_are_answered_in_seconds(tiny):
+    """Wan makes 4n+1 frames: 1.3 s at 8 fps is 11; the answer suggests durations."""
+    from porter.commands.serve.openai_api import _in_seconds
+    from porter.errors import RecipeError
+    from porter.port import checks
+    from porter import registry as registry_mod
+
+    with pytest.raises(RecipeError) as refused:
+        checks.with_settings(tiny, registry_mod.loaded(),
+                             settings_of({"prompt": "x", "seconds": "1.3"}, tiny), "request",
+                             None)
+    said = _in_seconds(refused.value.problems[0], "1.3", 8)
+    assert said.startswith("seconds '1.3' is 11 frames at 8 fps")
+    assert "try 1 or 1.5 seconds" in said
