@@ -4,7 +4,7 @@ page, its run record a click away, cancel.
 
 Plain HTML, CSS and JavaScript shipped in the package (``static/``): no build step,
 nothing fetched from elsewhere (its Content-Security-Policy allows this server only).
-The page and its two files are the only routes open without the token: a browser
+The page and its files (script, style, icon) are the only routes open without the token: a browser
 cannot send a bearer token for a page it opens, and they hold no data. The page asks
 for the token once (kept in the browser's storage) and sends it with every call, as
 any client does; videos and previews are fetched with it and shown from memory.
@@ -20,7 +20,8 @@ from porter.recipe.inputs import INPUTS
 #: the page's files by the address each is served at; no other file is served
 FILES = {"/": ("index.html", "text/html; charset=utf-8"),
          "/page.js": ("page.js", "text/javascript; charset=utf-8"),
-         "/page.css": ("page.css", "text/css; charset=utf-8")}
+         "/page.css": ("page.css", "text/css; charset=utf-8"),
+         "/favicon.svg": ("favicon.svg", "image/svg+xml")}
 #: the routes a request without the token reaches
 OPEN = frozenset(FILES)
 #: the generate settings the page's form shows, filled with the recipe's values

@@ -81,6 +81,8 @@ def test_a_video_made_through_the_page(browser, tmp_path):
         assert opened.status_code == 200 and "script-src 'self'" in \
             opened.headers["content-security-policy"]
         assert httpx.get(server.url + "/settings").status_code == 401
+        icon = httpx.get(server.url + "/favicon.svg")
+        assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
         page.get(server.url + "/")
         until(lambda: find(By.ID, "token").is_displayed(), what="the token's form")
         assert not find(By.ID, "app").is_displayed()
@@ -93,6 +95,10 @@ def test_a_video_made_through_the_page(browser, tmp_path):
         assert find(By.ID, "f-width").get_attribute("value") == "32"
         assert find(By.ID, "model").text == "tiny (wan)"
         assert find(By.ID, "files").find_elements(By.TAG_NAME, "input") == []
+        # each setting says what it does
+        assert "follows the prompt" in find(By.ID, "d-guidance_scale").text
+        fps = server.client.get("/settings").json()["fps"]
+        assert f"the video's length ({fps} a second)" == find(By.ID, "d-frames").text
 
         # a long job: progress and live previews while it denoises, then cancelled
         submit(prompt="a long fox", steps=400)
@@ -113,8 +119,19 @@ def test_a_video_made_through_the_page(browser, tmp_path):
 
         # a short one: done, its video plays in the page, its record a click away
         submit(prompt="a red fox", steps=4, seed=3)
+        # one numbering: the line under the form and the list both say #2
+        until(lambda: find(By.ID, "said").text == "Job #2 queued.", what="the job queued")
+        assert job_row(2).find_element(By.TAG_NAME, "strong").text == "#2"
         until(lambda: job_row(2).get_attribute("data-status") == "done", what="the video")
+        until(lambda: find(By.ID, "said").text == "", what="the queued line cleared")
         video = job_row(2).find_element(By.TAG_NAME, "video")
+        # its play controls fit (a 32-pixel video is drawn at least 18em wide), and it
+        # can be saved
+        assert video.get_attribute("controls") is not None and video.size["width"] >= 250
+        download = job_row(2).find_element(By.CSS_SELECTOR, "a.download")
+        until(lambda: download.is_displayed(), what="the download link")
+        assert download.get_attribute("href").startswith("blob:")
+        assert download.get_attribute("download") == "porter-000002.mp4"
         until(lambda: page.execute_script("return arguments[0].readyState", video) >= 2,
               what="the video's frames")
         assert page.execute_script("return [arguments[0].videoWidth, "

@@ -6,14 +6,22 @@
 
 const TOKEN_KEY = "porter.token";
 const POLL_MS = 1000;
-const NUMBERS = {width: "Width", height: "Height", frames: "Frames", steps: "Steps",
-                 seed: "Seed", guidance_scale: "Guidance"};
+// each number the form shows: its label and a line on what it does
+const NUMBERS = {
+  width: ["Width", "pixels across"],
+  height: ["Height", "pixels down"],
+  frames: ["Frames", "the video's length"],
+  steps: ["Steps", "denoising steps: more for detail, fewer for speed"],
+  seed: ["Seed", "the same seed and settings make the same video"],
+  guidance_scale: ["Guidance", "how closely the video follows the prompt (1: not guided)"],
+};
 const STATES = {queued: "queued", running: "running", done: "done", failed: "failed",
                 cancelled: "cancelled"};
 
 let token = localStorage.getItem(TOKEN_KEY) || "";
 let settings = null;
 let polling = null;
+let announced = null;  // the job the line under the form says was queued
 const rows = new Map();  // job id -> its row's elements and what they show
 
 const $ = (id) => document.getElementById(id);
@@ -78,14 +86,16 @@ function fillForm(found) {
   $("f-negative_prompt").value = gen.negative_prompt || "";
   const numbers = $("numbers");
   numbers.replaceChildren();
-  for (const [key, label] of Object.entries(NUMBERS)) {
+  for (const [key, [label, explained]] of Object.entries(NUMBERS)) {
     const box = element("div");
     box.append(element("label", {for: "f-" + key}, label));
     const input = element("input", {id: "f-" + key, name: key, type: "number", min: "0",
-                                    step: key === "guidance_scale" ? "any" : "1"});
+                                    step: key === "guidance_scale" ? "any" : "1",
+                                    "aria-describedby": "d-" + key});
     if (gen[key] === null || gen[key] === undefined) input.placeholder = "the model's";
     else input.value = gen[key];
-    box.append(input);
+    const more = key === "frames" ? ` (${found.fps} a second)` : "";
+    box.append(input, element("small", {id: "d-" + key}, explained + more));
     numbers.append(box);
   }
   const files = $("files");
@@ -145,7 +155,8 @@ async function submit(event) {
                                         headers: {"Content-Type": "application/json"}});
     const got = await answer.json();
     if (answer.ok) {
-      say(`Job ${got.id} queued.`);
+      announced = got.id;
+      say(`Job ${jobName(got.id)} queued.`);
       await refresh();
     } else {
       say(got.error + (got.hint ? ` (${got.hint})` : ""), true, got.problems || []);
@@ -157,10 +168,13 @@ async function submit(event) {
   }
 }
 
+// a job as the page names it everywhere: "#1" for job 000001
+const jobName = (id) => "#" + Number(id);
+
 function newRow(job) {
   const row = {item: element("li", {class: "job", "data-job": job.id})};
   const head = element("div", {class: "head"});
-  head.append(element("strong", {}, "#" + Number(job.id)));
+  head.append(element("strong", {}, jobName(job.id)));
   row.prompt = element("span", {class: "prompt"}, job.settings.prompt || settings.generate.prompt || "");
   row.prompt.title = row.prompt.textContent;
   row.state = element("span", {class: "state"});
@@ -178,9 +192,13 @@ function newRow(job) {
                                 autoplay: ""});
   row.video.muted = true;
   row.video.hidden = true;
+  row.download = element("a", {class: "download", download: `porter-${job.id}.mp4`},
+                         "download the video");
+  row.download.hidden = true;
   row.record = element("pre", {class: "record"});
   row.record.hidden = true;
-  row.item.append(head, row.progress, row.error, row.preview, row.video, row.record);
+  row.item.append(head, row.progress, row.error, row.preview, row.video, row.download,
+                  row.record);
   $("jobs").prepend(row.item);  // newest first
   rows.set(job.id, row);
   return row;
@@ -205,6 +223,10 @@ async function render(job) {
   row.cancel.hidden = !(job.status === "queued" || job.status === "running") || job.cancelling;
   row.error.textContent = job.error || "";
   row.recordButton.hidden = !job.record;
+  if (job.id === announced && !(job.status === "queued" || job.status === "running")) {
+    announced = null;  // "queued" is no longer true: the row says how it ended
+    say("");
+  }
   if (job.preview && job.status === "running" && job.step !== row.previewStep) {
     row.previewStep = job.step;
     const url = await blobUrl(job.preview);
@@ -220,6 +242,8 @@ async function render(job) {
     if (url) {
       row.video.src = url;
       row.video.hidden = false;
+      row.download.href = url;
+      row.download.hidden = false;
       row.preview.hidden = true;
     } else {
       row.videoShown = false;  // try again at the next poll
