@@ -203,7 +203,7 @@ def routes(app, jobs, read_json) -> None:
     """``/v1/videos``: create, list, retrieve, delete and the video's content
     (``read_json``: the server's bounded reader of a JSON body)."""
     from fastapi import Request
-    from fastapi.responses import FileResponse
+    from fastapi.responses import FileResponse, Response
 
     recipe = jobs.port.recipe
 
@@ -261,9 +261,9 @@ def routes(app, jobs, read_json) -> None:
     @app.get("/v1/videos/{video_id}/content", summary="OpenAI: a completed video (mp4)",
              response_class=FileResponse)
     async def content(video_id: str, variant: str = "video"):
-        if variant != "video":
-            return error(400, f"variant {variant!r}: Porter makes the video only",
-                         "variant")
+        if variant not in ("video", "thumbnail"):
+            return error(400, f"variant {variant!r}: Porter makes the video and its "
+                         "thumbnail (no sprite sheet)", "variant")
         try:
             path = jobs.video(video_id)
             state = STATES[jobs.get(video_id).status]
@@ -272,7 +272,24 @@ def routes(app, jobs, read_json) -> None:
         if path is None:
             return error(404, f"video {video_id} is not completed (status {state})",
                          "video_id")
+        if variant == "thumbnail":
+            return Response(await asyncio.to_thread(thumbnail, path),
+                            media_type="image/webp")
         return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
+
+
+def thumbnail(video) -> bytes:
+    """The video's first frame as a WebP image (lossless), as OpenAI's ``thumbnail``
+    variant answers."""
+    import io
+
+    import av
+
+    with av.open(str(video)) as container:
+        frame = next(container.decode(video=0))
+    out = io.BytesIO()
+    frame.to_image().save(out, format="WEBP", lossless=True)
+    return out.getvalue()
 
 
 def listed(jobs, limit: int, after: str | None, order: str):

@@ -278,6 +278,11 @@ def test_the_official_openai_client_makes_a_video(recipe, tmp_path):
         client.videos.download_content(made.id).write_to_file(mp4)
         frames, fps = video_io.read_mp4(mp4)
         assert frames.shape == (9, 32, 32, 3) and fps == 16 and np.ptp(frames) > 0
+        # the thumbnail: the first frame as the mp4 holds it
+        thumbnail = client.videos.download_content(made.id, variant="thumbnail").read()
+        first = np.asarray(Image.open(io.BytesIO(thumbnail)).convert("RGB"))
+        assert Image.open(io.BytesIO(thumbnail)).format == "WEBP"
+        assert np.array_equal(first, frames[0])
         assert [v.id for v in client.videos.list()] == [made.id]
 
         image = io.BytesIO()
