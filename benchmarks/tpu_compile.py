@@ -40,6 +40,7 @@ RECIPES = {
     "wan1.3b.yaml": "v6e-8", "wan14b.yaml": "v6e-8", "wan22-a14b.yaml": "v6e-8",
     "wan-i2v-14b.yaml": "v6e-8", "wan22-i2v-a14b.yaml": "v6e-8",
     "wan22-ti2v-5b.yaml": "v6e-8", "wan-flf2v-14b.yaml": "v6e-8",
+    "wan1.3b-causvid.yaml": "v6e-8",
     "cogvideox-2b.yaml": "v6e-8", "cogvideox-5b.yaml": "v6e-8",
     "cogvideox1.5-5b.yaml": "v6e-8", "cogvideox-5b-i2v.yaml": "v6e-8",
     "hunyuan.yaml": "v6e-8", "hunyuan15.yaml": "v6e-8",
@@ -191,11 +192,40 @@ def gib(n) -> str:
     return f"{n / 2**30:.1f}" if n is not None else "-"
 
 
+def whole_video(name: str, report: dict) -> str:
+    """A whole video's lower bound, in seconds: the report's own (``video``), or, for a
+    report from before ``porter compile`` gave one, the same sum from its rows (each
+    encode and decode program at the largest of its FLOPs at the bfloat16 peak, its
+    bytes at HBM's bandwidth and its collectives' at the interconnect's, times its
+    calls; the recipe's steps at the step bound). "-" where a stage's program was not
+    compiled."""
+    from porter import recipe as recipe_mod
+
+    if report.get("video"):
+        whole = report["video"]
+        return "-" if whole["missing"] else f"{whole['bound_s']:.2f}"
+    chip, bound = report["target"], report["roofline"]
+    if not bound:
+        return "-"
+    total = bound["bound_s"] * recipe_mod.load(ROOT / "recipes" / name).generate.steps
+    for row in report["programs"]:
+        if row["stage"] == "denoise":
+            continue
+        if row.get("flops") is None or row["calls"] is None:
+            return "-"
+        sent = sum(c["bytes_sent_per_chip"] for c in row.get("collectives", {}).values())
+        total += row["calls"] * max(row["flops"] / chip["peak_bf16_flops"],
+                                    row["bytes_accessed"] / chip["hbm_bytes_per_s"],
+                                    sent / chip["ici_bytes_per_s"])
+    return f"{total:.2f}"
+
+
 def table() -> str:
     results = {r["recipe"]: r for r in json.loads(RESULTS.read_text())}
     lines = ["| recipe | target | weights / chip (GiB) | peak / chip (GiB) | HBM (GiB) | fits "
-             "| compile (s) | TFLOP / step / chip | bound (s/step) | published (s/step, MFU) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| compile (s) | TFLOP / step / chip | bound (s/step) | whole video, bound (s) "
+             "| published (s/step, MFU) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in RECIPES:
         row = results.get(name)
         if row is None:
@@ -203,7 +233,7 @@ def table() -> str:
         report = row.get("report")
         if report is None:
             lines.append(f"| `{name}` | {row['target']} | | | | no: {row.get('error')} "
-                         "| | | | |")
+                         "| | | | | |")
             continue
         verdict, bound = report["verdict"], report["roofline"]
         peaks = [p.get("peak_bytes_per_chip") for p in report["programs"]]
@@ -221,10 +251,10 @@ def table() -> str:
             f"{gib(peak)} | {gib(report['target']['usable_hbm_bytes'])} | {fits} | "
             f"{report['compile_s']:.0f} | "
             f"{bound['flops_per_chip'] / 1e12:.0f} | {bound['bound_s']:.2f} "
-            f"({bound['limited_by']}) | {anchor} |" if bound else
+            f"({bound['limited_by']}) | {whole_video(name, report)} | {anchor} |" if bound else
             f"| `{name}` | {row['target']} | {gib(report['weights_per_chip']['total'])} | "
             f"{gib(peak)} | {gib(report['target']['usable_hbm_bytes'])} | {fits} | "
-            f"{report['compile_s']:.0f} | | | |")
+            f"{report['compile_s']:.0f} | | | | |")
     return "\n".join(lines)
 
 
