@@ -57,8 +57,10 @@ def _group_size(line: str, devices: int) -> int:
 def _moved(kind: str, leaves: list[int], group: int) -> tuple[int, int]:
     """(result bytes, bytes each chip sends) of one collective."""
     if kind in ("all-gather", "collective-permute") and len(leaves) > 1:
-        leaves = leaves[len(leaves) // 2:]  # async: (operands, results[, contexts])
-        leaves = [b for b in leaves if b > 4] or leaves
+        # async: (operands, results[, contexts]); the contexts (u32[] and s32[] scalars)
+        # first, or a permute's (operand, result, u32[], u32[]) keeps only them
+        data = [b for b in leaves if b > 4] or leaves
+        leaves = data[len(data) // 2:]
     size = sum(leaves)
     share = (group - 1) / group if group > 1 else 0.0
     sent = {"all-reduce": 2 * share * size, "all-gather": share * size,

@@ -303,9 +303,17 @@ VAE_BLOCKS = r"(en|de)coder\.(conv_in|mid_block|(down|up)_blocks\.\d+)"
 
 def activation_rules(recipe: Recipe, name: str, module, runtime: Runtime) -> list:
     """The activation rules of component ``name``: the recipe's where it gives any
-    (an empty list too: none), else the default split of a VAE (``vae_split``)."""
+    (an empty list too: none), else the default split of a VAE (``vae_split``) that
+    decodes in one piece: a recipe that tiles its VAE (``setup: {vae:
+    [enable_tiling]}``) or compiles it in pieces (``compile.vae.modules``) has chosen
+    how it splits (HunyuanVideo's tiles, each decoded whole on every chip)."""
     if name in recipe.sharding.activations:
         return recipe.sharding.activations[name]
+    rule = recipe.compile.get(name)
+    tiled = "enable_tiling" in [getattr(call, "name", call)
+                                for call in recipe.setup.get(name, [])]
+    if tiled or (rule is not None and rule.modules is not None):
+        return []
     return vae_split(name, module, runtime)
 
 
@@ -313,16 +321,18 @@ def vae_split(name: str, module, runtime: Runtime) -> list[ActivationRule]:
     """A VAE's encoder and decoder with their feature maps split over width across
     every device of an accelerator mesh: each device convolves its columns, XLA passing
     the halo each convolution needs between neighbours (and gathering a frame where a
-    block attends over it), so each chip computes and holds an eighth of an 8-chip
-    decode. Not on CPU devices, which share the host's cores: Wan 1.3B's decode at
-    128x256 took 19.9 s split over 8 virtual devices against 16.3 s on one
+    block attends over it), so each chip computes and holds about an eighth of an
+    8-chip decode (halos and gathered frames on top). Not on CPU devices, which share the host's cores: Wan 1.3B's decode at
+    256x128 took 20.2 s split over 8 virtual devices against 17.9 s on one
     (benchmarks/README.md), so the VAE runs on one device there
-    (``placement.on_one_device``). Nothing for a component that is not a VAE (by its
-    name) or has no such blocks."""
+    (``placement.on_one_device``). Nothing for a component that is not the video's VAE
+    (``vae``, ``vae_2``: an ``audio_vae``'s maps are mel bins, not width) or whose
+    decoder has no such blocks (a transformer decoder)."""
     axes = [axis for axis, size in runtime.axes.items() if size > 1]
-    if "vae" not in name or not axes or runtime.platform == "cpu":
+    if not re.fullmatch(r"vae(_\d+)?", name) or not axes or runtime.platform == "cpu":
         return []
-    if not any(re.fullmatch(VAE_BLOCKS, sub) for sub, _ in module.named_modules()):
+    if not any(re.fullmatch(VAE_BLOCKS, sub) and sub.startswith("decoder.")
+               for sub, _ in module.named_modules()):
         return []
     return [ActivationRule(module=VAE_BLOCKS, spec=[LEADING, axes])]
 

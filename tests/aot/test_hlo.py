@@ -83,3 +83,17 @@ ENTRY %main (a: bf16[32,8,1], b: bf16[4,8,8], c: f32[4,32,32], d: f32[4,32,32], 
     batched = 2 * 4 * 32 * 32 * 32 * 1
     conv = 2 * 8 * 16 * 16 * 22 / 8
     assert found == {"bf16": split, "f32": batched + conv}
+
+
+def test_a_halo_exchange_counts_its_data_not_its_contexts():
+    """An async collective-permute's result is (operand, result, u32[], u32[]): the
+    bytes moved are the result's (a VAE's halo columns), not the two context scalars."""
+    text = """HloModule m
+
+ENTRY %main (a: f32[1,96,2,64,1]) -> f32[1,96,2,64,1] {
+  %s = (f32[1,96,2,64,1]{4,3,2,1,0}, f32[1,96,2,64,1]{4,3,2,1,0}, u32[], u32[]) collective-permute-start(%a), channel_id=1, source_target_pairs={{0,1},{1,2}}
+  %d = f32[1,96,2,64,1]{4,3,2,1,0} collective-permute-done(%s)
+}
+"""
+    found = hlo.collectives(text, 8)["collective-permute"]
+    assert found.count == 1 and found.bytes == found.traffic_bytes == 96 * 2 * 64 * 4

@@ -34,8 +34,14 @@ def test_a_vae_splits_over_every_axis_of_an_accelerator_mesh():
     # CPU devices share the host's cores: one device decodes there
     assert sharding.vae_split("vae", vae, SimpleNamespace(axes=TPU.axes, platform="cpu")) == []
     assert sharding.vae_split("vae", vae, SimpleNamespace(axes={"dp": 1}, platform="tpu")) == []
+    assert sharding.vae_split("vae_2", vae, TPU) == [rule]  # a second video VAE
     assert sharding.vae_split("text_encoder", vae, TPU) == []  # VAEs only
-    assert sharding.vae_split("vae", torch.nn.Linear(2, 2), TPU) == []  # no encoder blocks
+    assert sharding.vae_split("audio_vae", vae, TPU) == []  # mel bins, not width
+    assert sharding.vae_split("vae", torch.nn.Linear(2, 2), TPU) == []  # no blocks
+    # a convolutional encoder but a transformer decoder: the decode would not split
+    encoder_only = torch.nn.Module()
+    encoder_only.encoder = vae.encoder
+    assert sharding.vae_split("vae", encoder_only, TPU) == []
 
 
 def test_the_recipe_rules_replace_the_default():
@@ -48,6 +54,10 @@ def test_the_recipe_rules_replace_the_default():
     [own] = sharding.activation_rules(recipe.load(TINY, [DEFAULT_RULE.replace(
         "['...', [dp, tp]]", "[null, null, null, dp, tp]")]), "vae", vae, TPU)
     assert own.spec == [None, None, None, "dp", "tp"]
+    # a recipe that tiles its VAE or compiles it in pieces has chosen its split
+    for chosen in ("setup={vae: [enable_tiling]}",
+                   "compile={vae: {methods: [decode], modules: decoder}}"):
+        assert sharding.activation_rules(recipe.load(TINY, [chosen]), "vae", vae, TPU) == []
 
 
 def test_leading_axes_fit_any_number_of_axes():
@@ -69,12 +79,16 @@ def test_leading_axes_go_first_in_an_activation_spec_only():
     assert all("goes first in an activation rule's spec only" in p.hint for p in problems)
 
 
-def through_the_vae(mesh: str, *extra: str):
+def through_the_vae(mesh: str, *extra: str, platform: str | None = None):
     """The tiny Wan VAE's decode of fixed latents and encode of a fixed video (an
-    image-to-video input's path), ported on ``mesh``: host tensors, and the device
-    decode."""
+    image-to-video input's path), ported on ``mesh`` (as for ``platform``: the CPU
+    devices taken for an accelerator's): host tensors, and the device decode."""
+    import dataclasses
+
     loaded = recipe.load(TINY, [f"mesh={mesh}", *extra])
     rt = runtime.start(loaded)
+    if platform is not None:
+        rt = dataclasses.replace(rt, platform=platform)
     pipe = tiny_pipeline()
     calling = beside.ported(pipe, loaded, registry_mod.loaded(), rt)
     generator = torch.Generator().manual_seed(5)
@@ -94,3 +108,7 @@ def test_a_vae_split_over_8_devices_equals_one_device():
     assert raw.jax().sharding.spec[-1] == ("dp", "tp")
     assert (split - one).abs().max() / one.abs().max() <= 1e-5
     assert (split_encoded - one_encoded).abs().max() / one_encoded.abs().max() <= 1e-5
+    # the default: no rule in the recipe, a mesh taken for a TPU's: split the same way
+    default, _, raw = through_the_vae("{dp: 2, tp: 4}", platform="tpu")
+    assert raw.jax().sharding.spec[-1] == ("dp", "tp")
+    assert (default - one).abs().max() / one.abs().max() <= 1e-5

@@ -230,8 +230,12 @@ def routes(app, jobs, read_json) -> None:
     @app.post("/v1/videos/{video_id}/remix", summary="OpenAI: remix (Porter does not)")
     @app.post("/v1/videos/edits", summary="OpenAI: edit a video (Porter does not)")
     @app.post("/v1/videos/extensions", summary="OpenAI: extend a video (Porter does not)")
+    @app.post("/v1/videos/characters", summary="OpenAI: characters (Porter has none)")
+    @app.get("/v1/videos/characters/{character_id}", summary="OpenAI: a character "
+             "(Porter has none)")
     async def unsupported(request: Request):
-        what = request.url.path.rsplit("/", 1)[-1]
+        what = request.url.path.removeprefix("/v1/videos/").split("/")
+        what = what[-1] if what[0] != "characters" else "characters"
         return error(400, f"Porter does not {_VERBS.get(what, what)} videos: it makes "
                      "each video from its prompt (and input_reference) with the model it "
                      "serves", None, "unsupported")
@@ -273,8 +277,13 @@ def routes(app, jobs, read_json) -> None:
             return error(404, f"video {video_id} is not completed (status {state})",
                          "video_id")
         if variant == "thumbnail":
-            return Response(await asyncio.to_thread(thumbnail, path),
-                            media_type="image/webp")
+            try:
+                return Response(await asyncio.to_thread(thumbnail, path),
+                                media_type="image/webp")
+            except (OSError, ValueError) as exc:  # deleted meanwhile, or unreadable
+                return error(404 if isinstance(exc, FileNotFoundError) else 500,
+                             f"video {video_id}: no first frame to show ({exc})",
+                             "video_id")
         return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
 
 
@@ -285,8 +294,15 @@ def thumbnail(video) -> bytes:
 
     import av
 
-    with av.open(str(video)) as container:
-        frame = next(container.decode(video=0))
+    try:
+        with av.open(str(video)) as container:
+            frame = next(container.decode(video=0), None)
+    except av.error.FileNotFoundError as exc:
+        raise FileNotFoundError(str(exc)) from None
+    except av.error.FFmpegError as exc:
+        raise ValueError(f"not a video PyAV can read: {exc}") from None
+    if frame is None:
+        raise ValueError("the video has no frames")
     out = io.BytesIO()
     frame.to_image().save(out, format="WEBP", lossless=True)
     return out.getvalue()
@@ -317,7 +333,8 @@ def _said(exc: UsageError) -> str:
 
 
 #: the OpenAI paths Porter answers only to say it does not do them, as verbs
-_VERBS = {"remix": "remix", "edits": "edit", "extensions": "extend"}
+_VERBS = {"remix": "remix", "edits": "edit", "extensions": "extend",
+          "characters": "keep characters for"}
 
 
 def _in_openais_words(exc: Exception) -> tuple[str, str | None]:

@@ -120,11 +120,13 @@ def client(recipe, full=False):
 
 def test_openai_routes_refuse_in_openais_words(tiny):
     """What a client may send that Porter cannot do answers OpenAI's error shape,
-    naming the field: remix, edits and extensions; a list limit below 1; an image
+    naming the field: remix, edits, extensions and characters; a list limit below 1; an image
     that is not one; a full queue, with when to try again."""
     http = client(tiny)
-    for path in ("/v1/videos/000001/remix", "/v1/videos/edits", "/v1/videos/extensions"):
-        answer = http.post(path, json={"prompt": "x"})
+    for path in ("/v1/videos/000001/remix", "/v1/videos/edits", "/v1/videos/extensions",
+                 "/v1/videos/characters", "GET /v1/videos/characters/char_1"):
+        answer = http.get(path.split()[1]) if path.startswith("GET ") \
+            else http.post(path, json={"prompt": "x"})
         assert answer.status_code == 400, path
         error = answer.json()["error"]
         assert error["code"] == "unsupported" and "Porter does not" in error["message"]

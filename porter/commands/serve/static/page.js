@@ -224,8 +224,9 @@ async function render(job) {
   row.error.textContent = job.error || "";
   row.recordButton.hidden = !job.record;
   if (job.id === announced && !(job.status === "queued" || job.status === "running")) {
-    announced = null;  // "queued" is no longer true: the row says how it ended
-    say("");
+    // "queued" is no longer true (the row says how it ended); a later message stays
+    if ($("said").textContent === `Job ${jobName(job.id)} queued.`) say("");
+    announced = null;
   }
   if (job.preview && job.status === "running" && job.step !== row.previewStep) {
     row.previewStep = job.step;
