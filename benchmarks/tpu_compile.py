@@ -197,27 +197,26 @@ def whole_video(name: str, report: dict) -> str:
     report from before ``porter compile`` gave one, the same sum from its rows (each
     encode and decode program at the largest of its FLOPs at the bfloat16 peak, its
     bytes at HBM's bandwidth and its collectives' at the interconnect's, times its
-    calls; the recipe's steps at the step bound). "-" where a stage's program was not
-    compiled."""
+    calls; the recipe's steps at the step bound: ``porter.aot.roofline.video``), naming
+    a stage with a program that was not compiled or none (an eager text encoder)."""
     from porter import recipe as recipe_mod
+    from porter.aot import roofline
+    from porter.runtime import chips
 
-    if report.get("video"):
-        whole = report["video"]
-        return "-" if whole["missing"] else f"{whole['bound_s']:.2f}"
-    chip, bound = report["target"], report["roofline"]
-    if not bound:
+    whole = report.get("video")
+    if whole is None and report["roofline"]:
+        chip = chips.by_kind(report["target"]["chip"])
+        rows = [dict(row, call_bound_s=None if row.get("flops") is None else max(
+            roofline.compute_seconds(row["flops"], row.get("matmul_flops", {}), chip),
+            row["bytes_accessed"] / chip.hbm_bytes_per_s,
+            sum(c["bytes_sent_per_chip"] for c in row.get("collectives", {}).values())
+            / chip.ici_bytes_per_s)) for row in report["programs"]]
+        steps = recipe_mod.load(ROOT / "recipes" / name).generate.steps
+        whole = roofline.video(rows, steps, report["roofline"])
+    if whole is None:
         return "-"
-    total = bound["bound_s"] * recipe_mod.load(ROOT / "recipes" / name).generate.steps
-    for row in report["programs"]:
-        if row["stage"] == "denoise":
-            continue
-        if row.get("flops") is None or row["calls"] is None:
-            return "-"
-        sent = sum(c["bytes_sent_per_chip"] for c in row.get("collectives", {}).values())
-        total += row["calls"] * max(row["flops"] / chip["peak_bf16_flops"],
-                                    row["bytes_accessed"] / chip["hbm_bytes_per_s"],
-                                    sent / chip["ici_bytes_per_s"])
-    return f"{total:.2f}"
+    left_out = f" (without {', '.join(whole['missing'])})" if whole["missing"] else ""
+    return f"{whole['bound_s']:.2f}{left_out}"
 
 
 def table() -> str:

@@ -29,10 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 RECIPES = {"wan": ("wan1.3b.yaml", []), "cogvideox": ("cogvideox-2b.yaml",
                                                        ["model.dtype=float32"])}
-SPLIT = ("sharding.activations.vae=[{module: '(en|de)coder\\.(conv_in|mid_block|"
-         "(down|up)_blocks\\.\\d+)', spec: ['...', [dp, tp]]}]")
+sys.path.insert(0, str(TESTS))
+from support import vae_split_rule  # noqa: E402 - the tests' folder, above
+
 CASES = {"one device": (1, ["mesh.dp=1", "mesh.tp=1"]),
-         "8 devices, split over width": (8, [SPLIT]),
+         "8 devices, split over width": (8, [vae_split_rule()]),
          "8 devices, VAE whole (on one)": (8, ["sharding.activations.vae=[]"])}
 
 

@@ -32,7 +32,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from support import RECIPES, TESTS
+from support import RECIPES, TESTS, vae_split_rule
 
 # Runs on 8 devices (and each family's first test, which writes the checkpoint and
 # runs the float32 reference) peak near 11 GiB: heavy, one at a time, nothing beside
@@ -297,8 +297,6 @@ def test_wan_animate2_at_real_width(tmp_path):
 #: latents of 9 frames at 64x128 in each family's layout (Wan: batch, channels, frames,
 #: height, width; CogVideoX: batch, frames, channels, height, width)
 LATENTS = {"wan": (1, 16, 3, 8, 16), "cogvideox": (1, 3, 16, 8, 16)}
-SPLIT_RULE = ("sharding.activations.vae=[{module: '(en|de)coder\\.(conv_in|mid_block|"
-              "(down|up)_blocks\\.\\d+)', spec: ['...', [dp, tp]]}]")
 
 
 @pytest.mark.heavy
@@ -322,7 +320,7 @@ def test_a_decode_split_over_8_devices_equals_one_device(family, recipe_name, dt
     common = [f"model.source={checkpoint}", "generate.height=64", "generate.width=128",
               "generate.frames=9", f"model.dtype={dtype}"]
     results = {}
-    for devices, extra in ((8, [SPLIT_RULE]), (1, ["mesh.dp=1", "mesh.tp=1"])):
+    for devices, extra in ((8, [vae_split_rule()]), (1, ["mesh.dp=1", "mesh.tp=1"])):
         out = tmp_path / f"decoded-{devices}.npz"
         python(str(TESTS / "models" / "decode_latents.py"), str(RECIPES / recipe_name),
                str(latents), str(out), str(devices), *common, *extra)

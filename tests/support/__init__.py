@@ -8,6 +8,14 @@ TESTS = Path(__file__).resolve().parent.parent
 ROOT = TESTS.parent
 RECIPES = ROOT / "recipes"
 
+
+def vae_split_rule(axes: str = "[dp, tp]") -> str:
+    """The rule ``porter.transforms.sharding.vae_split`` gives an accelerator mesh, as a
+    recipe override (CPU devices, which keep one device by default, take it this way)."""
+    from porter.transforms.sharding import VAE_BLOCKS
+
+    return f"sharding.activations.vae=[{{module: '{VAE_BLOCKS}', spec: ['...', {axes}]}}]"
+
 TINY_RECIPE = """\
 model: {family: wan, source: tiny}
 generate:

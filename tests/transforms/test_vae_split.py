@@ -13,13 +13,11 @@ from porter.port import active, beside
 from porter.shims.interop import to_device, to_host
 from porter.transforms import sharding
 
-from support import RECIPES
+from support import RECIPES, vae_split_rule
 
 TINY = RECIPES / "wan-tiny.yaml"
 TPU = SimpleNamespace(axes={"dp": 2, "tp": 4, "sp": 1}, platform="tpu")
-#: what vae_split gives a {dp: 2, tp: 4} accelerator mesh, as a recipe writes it
-DEFAULT_RULE = ("sharding.activations.vae=[{module: '" + sharding.VAE_BLOCKS
-                + "', spec: ['...', [dp, tp]]}]")
+DEFAULT_RULE = vae_split_rule()  # what vae_split gives a {dp: 2, tp: 4} accelerator mesh
 
 
 def tiny_pipeline():

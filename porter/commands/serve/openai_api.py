@@ -227,18 +227,9 @@ def routes(app, jobs, read_json) -> None:
             return found
         return video_object(job, recipe, bool(jobs.preview(job.id)))
 
-    @app.post("/v1/videos/{video_id}/remix", summary="OpenAI: remix (Porter does not)")
-    @app.post("/v1/videos/edits", summary="OpenAI: edit a video (Porter does not)")
-    @app.post("/v1/videos/extensions", summary="OpenAI: extend a video (Porter does not)")
-    @app.post("/v1/videos/characters", summary="OpenAI: characters (Porter has none)")
-    @app.get("/v1/videos/characters/{character_id}", summary="OpenAI: a character "
-             "(Porter has none)")
-    async def unsupported(request: Request):
-        what = request.url.path.removeprefix("/v1/videos/").split("/")
-        what = what[-1] if what[0] != "characters" else "characters"
-        return error(400, f"Porter does not {_VERBS.get(what, what)} videos: it makes "
-                     "each video from its prompt (and input_reference) with the model it "
-                     "serves", None, "unsupported")
+    for method, path, verb in UNSUPPORTED:
+        app.add_api_route(path, _unsupported(verb), methods=[method],
+                          summary=f"OpenAI: Porter does not {verb} videos")
 
     @app.get("/v1/videos", summary="OpenAI: the videos, newest first")
     async def listing(limit: int = 20, after: str | None = None, order: str = "desc"):
@@ -332,9 +323,21 @@ def _said(exc: UsageError) -> str:
     return exc.message + (f" ({exc.hint})" if exc.hint else "")
 
 
-#: the OpenAI paths Porter answers only to say it does not do them, as verbs
-_VERBS = {"remix": "remix", "edits": "edit", "extensions": "extend",
-          "characters": "keep characters for"}
+#: the OpenAI routes Porter answers only to say it does not do them: (method, path,
+#: what it does not do to videos)
+UNSUPPORTED = (("POST", "/v1/videos/{video_id}/remix", "remix"),
+               ("POST", "/v1/videos/edits", "edit"),
+               ("POST", "/v1/videos/extensions", "extend"),
+               ("POST", "/v1/videos/characters", "keep characters for"),
+               ("GET", "/v1/videos/characters/{character_id}", "keep characters for"))
+
+
+def _unsupported(verb: str):
+    async def answer():
+        return error(400, f"Porter does not {verb} videos: it makes each video from its "
+                     "prompt (and input_reference) with the model it serves", None,
+                     "unsupported")
+    return answer
 
 
 def _in_openais_words(exc: Exception) -> tuple[str, str | None]:
