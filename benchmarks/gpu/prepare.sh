@@ -70,8 +70,18 @@ fi
 echo "prepare: wheels:"
 (cd "$wheels" && ls -l --block-size=K -- *.whl | awk '{printf "  %8s  %s\n", $5, $9}')
 
+# The specialised GPU systems whole_video.py sets beside Porter: their own wheels only
+# (each pins its own PyTorch and dozens of packages; whole_video.py records what the GPU
+# machine lacks of them), into benchmarks/gpu/peers (git-ignored; carry it with VIDEO=1).
+peers="${PEERS_DIR:-$here/peers}"
+rm -rf "$peers"
+mkdir -p "$peers"
+"$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$python_version" \
+    --implementation cp "${platform_args[@]}" -d "$peers" fastvideo==0.2.1 sglang==0.5.10.post1 \
+  || echo "prepare: warning: the peers' wheels did not download; whole_video.py records them as not carried" >&2
+
 # Size check: the wheels and the rest of the working tree travel together.
-wheel_bytes=$(du -cb "$wheels"/*.whl | tail -1 | cut -f1)
+wheel_bytes=$(du -cb "$wheels"/*.whl "$peers"/*.whl 2>/dev/null | tail -1 | cut -f1)
 tree_bytes=0
 if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
   tree_bytes=$( (cd "$repo" && git ls-files -z --cached --others --exclude-standard \

@@ -20,6 +20,8 @@
 #                empty: skip it)
 #   ATTENTION    1: also time attention alone at Wan's shapes, each backend against
 #                float32 (benchmarks/gpu/attention.py; ATTENTION_ARGS go to it)
+#   VIDEO        1: the whole video instead of the step (benchmarks/gpu/whole_video.py,
+#                VIDEO_ARGS go to it; carry benchmarks/gpu/peers for FastVideo and sglang)
 #   ALSO         more benches of the same recipe after the first, one per ';'-separated
 #                set of arguments, e.g. 'quantize.format=fp8;quantize.format=int8
 #                --torch-compile' (each one's result is a line of variants.jsonl)
@@ -194,8 +196,8 @@ print(f"jax devices: {jax.devices()}")
 print(f"torch cuda: {torch.cuda.is_available()}"
       + (f" ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else ""))
 import porter.cli
-from porter import plugins
-print(f"porter families: {sorted(plugins.registry().families)}")
+from porter import registry
+print(f"porter families: {sorted(registry.loaded().families)}")
 EOF
 
 # On a GPU machine, refuse to time something other than GPU against GPU: JAX
@@ -220,6 +222,18 @@ for problem in problems:
     print(f"run.sh: error: {problem}", file=sys.stderr)
 sys.exit(1 if problems else 0)
 EOF
+fi
+
+# ------------------------------------------------------------------ whole video
+# VIDEO=1: the whole video of recipes/wan1.3b-causvid.yaml beside diffusers (and the
+# specialised systems' wheels in benchmarks/gpu/peers, where carried) instead of the step
+if [[ "${VIDEO:-0}" == 1 ]]; then
+  say "whole video: benchmarks/gpu/whole_video.py ${VIDEO_ARGS:-}"
+  # shellcheck disable=SC2086  # VIDEO_ARGS is a list of arguments
+  "$py" -P "$here/whole_video.py" --out "$out" --peers "$here/peers" ${VIDEO_ARGS:-} \
+    || fail "the whole-video benchmark failed (results so far: $out/whole-video.json)"
+  cat "$out/whole-video.json"
+  exit 0
 fi
 
 # ------------------------------------------------------------------ bench

@@ -52,8 +52,15 @@ def _module(library: str, class_name: str, config: dict, dtype: torch.dtype):
         torch.set_default_dtype(previous)
 
 
-def build_pipeline(family_name: str, seed: int = 0):
-    """The real-size pipeline of ``family_name`` with random weights, in torch."""
+def build_pipeline(family_name: str, seed: int = 0, published_text_encoder: bool = False,
+                   fewer: dict | None = None, device: str = "cpu"):
+    """The real-size pipeline of ``family_name`` with random weights, in torch.
+
+    ``published_text_encoder``: the text encoder's published configuration (UMT5-XXL,
+    5.7B parameters) instead of the one-layer stand-in; ``fewer``: a component's
+    configuration values to replace (``{"transformer": {"num_layers": 1}}``: a rehearsal
+    of the real thing on a small machine); ``device``: where the weights are drawn
+    (``cuda`` draws billions in seconds); the modules come back on the host."""
     import transformers
 
     from porter import registry as registry_mod, recipe
@@ -61,20 +68,34 @@ def build_pipeline(family_name: str, seed: int = 0):
     family = registry_mod.loaded().family(family_name)
     source, text_config = LAYOUTS[family_name]
     configs = family.official_configs(source)
+    fewer = fewer or {}
+
+    def published(name: str):
+        library, class_name, config = configs[name]
+        return library, class_name, {**config, **fewer.get(name, {})}
+
     tiny = family.build_tiny(recipe.load(RECIPES / f"{family_name}-tiny.yaml"))
     config_cls, model_cls = (getattr(transformers, n) for n in TEXT_ENCODERS[family_name])
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(seed)
-        transformer = _module(*configs["transformer"], STORED[family_name])
-        vae = _module(*configs["vae"], torch.float32)
-        text_encoder = model_cls(config_cls(**text_config)).to(STORED[family_name])
+        transformer = _module(*published("transformer"), STORED[family_name])
+        vae = _module(*published("vae"), torch.float32)
+        if published_text_encoder:
+            text_encoder = _module(*published("text_encoder"), STORED[family_name]) \
+                .to(STORED[family_name])
+        else:
+            text_encoder = model_cls(config_cls(**text_config)).to(STORED[family_name])
+    modules = (m.to("cpu") for m in (transformer, vae, text_encoder))
+    transformer, vae, text_encoder = modules
     return family.pipeline_class()(tokenizer=tiny.tokenizer, text_encoder=text_encoder,
                                    transformer=transformer, vae=vae, scheduler=tiny.scheduler)
 
 
-def write_checkpoint(family_name: str, directory: Path, max_shard_size: str = "700MB") -> Path:
-    """Save the real-size pipeline to ``directory`` as diffusers does; returns it."""
-    pipe = build_pipeline(family_name)
+def write_checkpoint(family_name: str, directory: Path, max_shard_size: str = "700MB",
+                     **how) -> Path:
+    """Save the real-size pipeline to ``directory`` as diffusers does (``how``: as
+    ``build_pipeline`` takes it); returns it."""
+    pipe = build_pipeline(family_name, **how)
     pipe.save_pretrained(directory, max_shard_size=max_shard_size)
     return directory
 

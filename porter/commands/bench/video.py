@@ -47,9 +47,9 @@ def bench_video(recipe: Recipe, registry: Registry, torch_compile: bool = False)
         raise UsageError(f"{cls.__name__} is a modular pipeline: its blocks have no "
                          "single call to time beside Porter's",
                          hint="bench --video takes a classic pipeline's recipe")
-    ported = _porter(recipe)
-    peer = _diffusers(recipe, family, ported["platform"], compiled=False)
-    compiled = _diffusers(recipe, family, ported["platform"], compiled=True) \
+    ported = porter_video(recipe)
+    peer = diffusers_video(recipe, family, ported["platform"], compiled=False)
+    compiled = diffusers_video(recipe, family, ported["platform"], compiled=True) \
         if torch_compile else None
     best = min(peer["warm_s"], compiled["warm_s"]) if compiled else peer["warm_s"]
     return {"recipe": recipe.name, "porter": ported, "diffusers": peer,
@@ -58,7 +58,7 @@ def bench_video(recipe: Recipe, registry: Registry, torch_compile: bool = False)
             "memory": memory.peak_memory(ported["platform"])}
 
 
-def _porter(recipe: Recipe) -> dict:
+def porter_video(recipe: Recipe) -> dict:
     """The port loaded with compile caches of its own (empty: the first video is a cold
     one), then two videos."""
     with tempfile.TemporaryDirectory(prefix="porter-bench-video-") as private:
@@ -88,7 +88,7 @@ def _stages(timings: dict) -> dict:
             "compile_s": (timings.get("compile") or {}).get("seconds")}
 
 
-def _diffusers(recipe: Recipe, family, platform: str, compiled: bool) -> dict:
+def diffusers_video(recipe: Recipe, family, platform: str, compiled: bool) -> dict:
     """diffusers' pipeline, loaded as a user loads it, making the recipe's video."""
     device = _reference_device(platform)
     start = time.perf_counter()

@@ -1,0 +1,211 @@
+"""The whole 4-step video of Wan 2.1 T2V 1.3B on one GPU, beside its peers.
+
+`recipes/wan1.3b-causvid.yaml` (480x832, 81 frames, 4 UniPC steps, one transformer pass
+a step) on one device, each side in a fresh process on the same model folder:
+
+- porter: the recipe as shipped (bfloat16, the VAE in float32, cuDNN attention);
+- porter-fast: fp8 matmuls and fp8 self-attention, whole-frame attention windows
+  (the GPU section's W1 in benchmarks/README.md) and the VAE in bfloat16;
+- diffusers: its own pipeline, eager, in the recipe's dtypes;
+- diffusers-compile: the same with its transformer under ``torch.compile``;
+- the specialised GPU systems (FastVideo, sglang's diffusion runtime), tried from the
+  wheels in --peers: pip's answer (what will not install, and why) recorded.
+
+Each Porter side reports its start-up (process start to ``import porter`` done), load,
+a cold video (compiling) and a warm one by stage (text encoding, steps, decode); each
+diffusers side its load, first and warm video. The model folder is Wan 2.1 T2V 1.3B's
+published layout with random weights (tests/models/real_size.py: the transformer, the
+UMT5-XXL text encoder and the VAE as published), drawn on the GPU and written once.
+The recipe's CausVid LoRA is left out (``lora=[]``): Porter fuses a LoRA into the
+weights when it loads them, so a step costs the same with it.
+
+    python benchmarks/gpu/whole_video.py --out DIR [--checkpoint DIR] [--deadline S]
+        [--peers DIR] [--only SIDE ...] [--rehearse]
+
+Results go to DIR/whole-video.json as each side ends (a side cut off by the deadline
+is recorded as such; the others keep their figures). --rehearse runs the same on a CPU
+at a small size (one transformer block, one text layer, 96x64, 5 frames) to check the
+script before a GPU is lent. benchmarks/gpu/video.sh installs Porter on a bare GPU
+machine and runs this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+from results_io import save  # noqa: E402 - benchmarks/, above
+
+RECIPE = REPO / "recipes" / "wan1.3b-causvid.yaml"
+# one device; no LoRA file here (fused at load: the same step either way)
+COMMON = ["lora=[]", "mesh.tp=1", "mesh.dp=1"]
+WINDOW = ["attention.window.tile=[1,30,52]", "attention.window.reach=[2,0,0]",
+          "attention.window.global_frames=1"]
+FAST = ["quantize.format=fp8", "attention.backend=cudnn-fp8", "attention.cross_backend=cudnn",
+        *WINDOW, "dtypes.components.vae=bfloat16"]
+SIDES = {"porter": ("porter", []), "porter-fast": ("porter", FAST),
+         "diffusers": ("diffusers", []), "diffusers-compile": ("diffusers-compile", [])}
+# the rehearsal: the same sides at a size a CPU runs in minutes
+REHEARSE_LAYERS = {"transformer": {"num_layers": 1},
+                   "text_encoder": {"num_layers": 1, "vocab_size": 384}}
+REHEARSE = ["generate.height=64", "generate.width=96", "generate.frames=5",
+            "runtime.platform=cpu"]
+REHEARSE_FAST = ["attention.window.tile=[1,1,2]", "attention.window.reach=[0,1,1]",
+                 "attention.window.global_frames=0", "dtypes.components.vae=bfloat16"]
+PEERS = {"fastvideo": "fastvideo", "sglang": "sglang[diffusion]"}
+
+ONE_SIDE = r"""
+import json, sys, time
+spawned = float(sys.argv[1])
+import porter
+from porter import recipe as recipe_mod, registry as registry_mod
+from porter.commands.bench import video
+from porter.port import checks
+imported = time.time() - spawned
+kind, out = sys.argv[2], sys.argv[3]
+recipe = recipe_mod.load(sys.argv[4], sys.argv[5:])
+if kind == "porter":
+    from porter.runtime import memory
+    result = video.porter_video(recipe)
+    result["memory"] = memory.peak_memory(result["platform"])
+else:
+    import torch
+    family = checks.checked_family(recipe, registry_mod.loaded())
+    platform = "gpu" if torch.cuda.is_available() else "cpu"
+    result = video.diffusers_video(recipe, family, platform, compiled=kind.endswith("compile"))
+    if torch.cuda.is_available():
+        result["device_peak_bytes"] = torch.cuda.max_memory_allocated()
+result["startup_s"] = round(imported, 3)
+json.dump(result, open(out, "w"))
+"""
+
+
+def write_checkpoint(directory: Path, rehearse: bool) -> dict:
+    """Wan 2.1 T2V 1.3B's published layout with random weights, drawn where they are
+    fastest to draw (the GPU) and saved as diffusers saves them."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import torch
+    from models.real_size import weight_bytes, write_checkpoint as write
+
+    start = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    write("wan", directory, max_shard_size="5GB", published_text_encoder=True,
+          fewer=REHEARSE_LAYERS if rehearse else None, device=device)
+    torch.cuda.empty_cache()  # the sides' processes need the GPU's memory, not this one
+    return {"path": str(directory), "weight_bytes": weight_bytes(directory),
+            "written_s": round(time.perf_counter() - start, 1), "drawn_on": device}
+
+
+def run_side(name: str, checkpoint: Path, rehearse: bool, folder: Path,
+             seconds: float) -> dict:
+    """One side in a fresh process, within ``seconds``."""
+    kind, overrides = SIDES[name]
+    if rehearse:
+        overrides = [*REHEARSE, *(REHEARSE_FAST if overrides else [])]
+    args = [*COMMON, f"model.source={checkpoint}", *overrides]
+    out = folder / f"{name}.json"
+    start = time.perf_counter()
+    try:
+        # -P: the installed Porter, not the source tree
+        done = subprocess.run([sys.executable, "-P", "-c", ONE_SIDE, repr(time.time()), kind,
+                               str(out), str(RECIPE), *args],
+                              capture_output=True, text=True, cwd=REPO, timeout=seconds)
+    except subprocess.TimeoutExpired as stopped:
+        tail = (stopped.stderr or b"")[-3000:]
+        return {"side": name, "overrides": args, "error": f"cut off after {seconds:.0f} s",
+                "log_tail": tail.decode(errors="replace") if isinstance(tail, bytes) else tail}
+    wall = round(time.perf_counter() - start, 1)
+    if done.returncode or not out.is_file():
+        return {"side": name, "overrides": args, "wall_s": wall,
+                "error": f"exit {done.returncode}", "log_tail": done.stderr[-3000:]}
+    return {"side": name, "overrides": args, "wall_s": wall, **json.loads(out.read_text())}
+
+
+def try_peers(folder: Path | None) -> list[dict]:
+    """Each specialised system, installed from the carried wheels alone (the GPU machine
+    reaches no index): what its wheel asks for that this machine lacks or has at another
+    version, and pip's own answer."""
+    found = []
+    for name, requirement in PEERS.items():
+        wheels = sorted(folder.glob(f"{name}-*.whl")) if folder else []
+        if not wheels:
+            found.append({"peer": name, "error": f"no {name} wheel carried"})
+            continue
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index",
+                               "--find-links", str(folder), requirement],
+                              capture_output=True, text=True)
+        found.append({"peer": name, "wheel": wheels[0].name, "installs": done.returncode == 0,
+                      "unmet": unmet(wheels[0], requirement),
+                      "pip": (done.stdout + done.stderr).strip()[-1500:]})
+    return found
+
+
+def unmet(wheel: Path, requirement: str) -> list[str]:
+    """The requirements of ``wheel`` (with the extras ``requirement`` names) that the
+    installed packages do not meet: 'torch==2.12.0 (2.11.0 here)', 'ray (missing)'."""
+    import importlib.metadata as md
+    import zipfile
+
+    from packaging.requirements import Requirement
+
+    extras = set(requirement.partition("[")[2].rstrip("]").split(",")) - {""}
+    with zipfile.ZipFile(wheel) as archive:
+        meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = archive.read(meta).decode().splitlines()
+    problems = []
+    for line in lines:
+        if not line.startswith("Requires-Dist:"):
+            continue
+        needed = Requirement(line.split(":", 1)[1].strip())
+        if needed.marker and not any(needed.marker.evaluate({"extra": e})
+                                     for e in extras | {""}):
+            continue
+        try:
+            have = md.version(needed.name)
+        except md.PackageNotFoundError:
+            problems.append(f"{needed} (missing)")
+            continue
+        if needed.specifier and not needed.specifier.contains(have, prereleases=True):
+            problems.append(f"{needed} ({have} here)")
+    return problems
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for whole-video.json")
+    parser.add_argument("--checkpoint", type=Path, default=Path("/tmp/porter-wan1.3b"),
+                        help="the model folder (written there first if absent)")
+    parser.add_argument("--deadline", type=float, default=540,
+                        help="seconds for everything; a side that would run past is cut off")
+    parser.add_argument("--peers", type=Path, help="folder of the peers' carried wheels")
+    parser.add_argument("--only", nargs="+", choices=sorted(SIDES), help="these sides only")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="a small model on the CPU: check the script, not the GPU")
+    args = parser.parse_args()
+    end = time.perf_counter() + args.deadline
+    results = {"recipe": str(RECIPE.relative_to(REPO)), "rehearsal": args.rehearse}
+    path = args.out / "whole-video.json"
+    results["peers"] = try_peers(args.peers)
+    save(path, results)
+    if not (args.checkpoint / "model_index.json").is_file():
+        results["checkpoint"] = write_checkpoint(args.checkpoint, args.rehearse)
+        save(path, results)
+    for name in args.only or SIDES:
+        left = end - time.perf_counter()
+        print(f"whole_video: {name} ({left:.0f} s left)", file=sys.stderr, flush=True)
+        results[name] = run_side(name, args.checkpoint, args.rehearse, args.out, left) \
+            if left > 10 else {"side": name, "error": "not run: no time left"}
+        save(path, results)
+        print(json.dumps(results[name])[:600], file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()
