@@ -117,12 +117,8 @@ output: {{dir: {tmp_path / 'out'}, fps: 25, wav: true}}
 HEAVY = ("torch", "jax", "diffusers", "transformers", "torchax")
 
 
-@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["compile", "--help"],
-                                  ["bench", "--help"]], ids=" ".join)
-def test_help_imports_no_heavy_library(args):
-    """The import set of the light commands, not their time: `porter --help` and each
-    subcommand's help start in a fraction of a second because none of these is
-    imported (benchmarks/README.md, "Time to the first video")."""
+def _imported(args, cwd=None) -> list[str]:
+    """Which of HEAVY a fresh `porter ARGS` process imported."""
     import subprocess
     import sys
 
@@ -131,6 +127,30 @@ def test_help_imports_no_heavy_library(args):
             "except SystemExit:\n    pass\n"
             f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=120, cwd=cwd)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "HEAVY []"
+    return eval(out.stdout.strip().splitlines()[-1].removeprefix("HEAVY "))
+
+
+def _subcommands() -> list[str]:
+    from porter.cli import SUBCOMMANDS
+
+    return sorted(SUBCOMMANDS)
+
+
+@pytest.mark.parametrize("args", [["--help"], *([name, "--help"] for name in _subcommands())],
+                         ids=" ".join)
+def test_help_imports_no_heavy_library(args):
+    """The import set of the light commands, not their time: `porter --help` and each
+    subcommand's help start in a fraction of a second because none of these is
+    imported (benchmarks/README.md, "Time to the first video")."""
+    assert _imported(args) == []
+
+
+@pytest.mark.parametrize("args", [["plugins"], ["new", "starter", "--family", "wan"]],
+                         ids=" ".join)
+def test_plugin_discovery_imports_no_model_library(args, tmp_path):
+    """Loading the plugins (their families, patches and attention backends) imports
+    no diffusers, transformers or torchax: those come with the first model a command
+    builds. (The families' modules still import torch and the attention backends JAX.)"""
+    assert not set(_imported(args, cwd=tmp_path)) & {"diffusers", "transformers", "torchax"}
