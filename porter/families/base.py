@@ -51,6 +51,11 @@ class ModelFamily:
     #: the transformer components whose steps ``transformer_steps`` counts (a step
     #: cache is refused on one it does not)
     stepped_transformers: tuple[str, ...] = ("transformer",)
+    #: the modules of those transformers whose (first) output is the video's tokens,
+    #: (batch, tokens, width): with a mesh axis ``sp`` their outputs are split over it
+    #: (sequence parallelism, ``porter.transforms.sharding.sequence_split``); None: the
+    #: family does not say (a recipe with ``sp`` then gives its own activation rule)
+    token_blocks: str | None = None
     #: live previews (``porter.generate.preview``) while Porter's loop denoises: the
     #: family's latents are (batch, channels, frames, height, width) and its ``decode``
     #: takes any such latents; False: none (``output.preview_every`` is refused)

@@ -98,7 +98,11 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
         return {}
     devices = math.prod(axes.values())
     section = recipe.attention
-    split = {a: axes.get(a, 1) for a in (section.data_axis, section.head_axis) if a}
+    # tokens over sp: the heads too (``sharding.sequence_split``, ``AttentionSettings``)
+    sequence = sharding.sequence_axis(axes)
+    head_axis = section.head_axis or sequence
+    split = {a: axes.get(a, 1) for a in (section.data_axis, head_axis) if a}
+    tokens_cut = axes[sequence] if sequence else 1
     out = {"tokens": raw["tokens"], "flops_per_step": raw["flops_per_step"],
            "flops_per_step_per_device": raw["flops_per_step"] // devices, "attention": {},
            "activations": {}}
@@ -106,8 +110,10 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
     data = split.get(section.data_axis, 1)
     for name, (batch, tokens, width) in raw.get("activations", {}).items():
         local_batch = batch // data if batch % data == 0 else batch
-        # hidden states are whole on each device; the FFN middle is split by the head axis
-        cut = split.get(section.head_axis, 1) if name != "hidden" else 1
+        # hidden states are whole on each device (but for the tokens over sp); the FFN
+        # middle is split by the head axis
+        cut = tokens_cut if name == "hidden" or head_axis == sequence \
+            else split.get(head_axis, 1)
         out["activations"][name] = {"shape": [batch, tokens, width],
                                     "bytes_per_device": local_batch * tokens * width
                                     * itemsize // cut}
@@ -115,7 +121,7 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
         # batch over the data axis, heads (or queries) over the head axis
         local_batch = batch // split.get(section.data_axis, 1) if batch % split.get(
             section.data_axis, 1) == 0 else batch
-        local = local_batch * heads / split.get(section.head_axis, 1)
+        local = local_batch * heads / split.get(head_axis, 1)
         block = min(section.block_q, q_len) * min(section.block_kv, k_len)
         out["attention"][name] = {
             "shape": [batch, heads, q_len, k_len],

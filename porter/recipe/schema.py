@@ -420,7 +420,8 @@ class RecipeSpec(Section):
     runtime: RuntimeSection = RuntimeSection()
     mesh: Annotated[dict[str, AxisSize], AfterValidator(_few_axes)] = Field(
         default_factory=lambda: {"dp": "auto"},
-        description="named device-mesh axes and their sizes; one may be 'auto'",
+        description="named device-mesh axes and their sizes; one may be 'auto'; an axis "
+        "named sp splits the transformer's tokens (sequence parallelism)",
     )
     generate: GenerateSection
     patches: list[str | PatchRef] = Field(

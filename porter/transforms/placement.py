@@ -299,9 +299,11 @@ def _apply(b: Building) -> None:
         b.placement.reports[name] = report(component, assignments, b.runtime.axes, weights)
         _constrain(b, name, component, assignments)
         if name not in b.recipe.sharding.activations and b.placement.activations[name]:
-            # the default split (sharding.vae_split): its feature maps' width over these
+            # a default split: a VAE's feature maps' width over these axes
+            # (sharding.vae_split), a transformer's tokens over sp (sequence_split)
+            spec = b.placement.activations[name][0].spec
             b.placement.reports[name]["default_split"] = \
-                list(b.placement.activations[name][0].spec[-1])
+                list(spec[-1]) if spec[0] == sharding.LEADING else [spec[1]]
     refuse_unscaled([refusal for weights in b.load.weights.values()
                      for refusal in weights.unscaled.values()])
     refuse_nonfinite(nonfinite, b.recipe)
@@ -329,10 +331,11 @@ def _weight_rules(recipe: Recipe, name: str) -> list:
 
 
 def _constrain(b: Building, name: str, module, assignments) -> None:
-    """The activation shardings on ``module`` (the recipe's, or a VAE's default split);
+    """The activation shardings on ``module`` (the recipe's, or the default: a
+    transformer's tokens over ``sp``, a VAE's split);
     a component no rule shards is remembered (compiled whole, it runs on one device)."""
     b.placement.assignments[name] = assignments
-    activations = sharding.activation_rules(b.recipe, name, module, b.runtime)
+    activations = sharding.activation_rules(b.recipe, name, module, b.runtime, b.family)
     b.placement.activations[name] = activations
     sharding.constrain_activations(module, b.runtime, activations)
     if unsharded(assignments, activations):
@@ -363,7 +366,7 @@ def refuse_nonfinite(found: dict, recipe: Recipe) -> None:
 
 
 def _check(c: Checking) -> list[Problem]:
-    return sharding.rule_problems(c.recipe)
+    return sharding.rule_problems(c.recipe) + sharding.sequence_problems(c.recipe, c.family)
 
 
 def _fit(c: Checking) -> list[Problem]:
@@ -387,7 +390,9 @@ def _detail(c: Checking) -> str:
     activations = sum(len(rules) for rules in recipe.sharding.activations.values())
     mesh = " x ".join(f"{axis}={size}" for axis, size in recipe.mesh.items())
     return (f"mesh {mesh}: {weights} weight rule(s), {activations} activation rule(s)"
-            + (", transformer inputs sharded" if recipe.sharding.inputs else ""))
+            + (", transformer inputs sharded" if recipe.sharding.inputs else "")
+            + (f"; the transformer's tokens over {sharding.SEQUENCE_AXIS}"
+               if sharding.sequence_axis(dict(recipe.mesh)) else ""))
 
 
 PASS = Pass(

@@ -19,6 +19,7 @@ from porter.recipe.schema import ActivationRule
 from porter.shims.interop import jax_dtype
 
 if TYPE_CHECKING:
+    from porter.families.base import ModelFamily
     from porter.recipe import Recipe
     from porter.runtime import Runtime
 
@@ -301,20 +302,79 @@ def constrain_activations(module: torch.nn.Module, runtime: Runtime, rules) -> l
 VAE_BLOCKS = r"(en|de)coder\.(conv_in|mid_block|(down|up)_blocks\.\d+)"
 
 
-def activation_rules(recipe: Recipe, name: str, module, runtime: Runtime) -> list:
+def activation_rules(recipe: Recipe, name: str, module, runtime: Runtime,
+                     family: ModelFamily | None = None) -> list:
     """The activation rules of component ``name``: the recipe's where it gives any
-    (an empty list too: none), else the default split of a VAE (``vae_split``) that
+    (an empty list too: none), else a transformer's tokens over the sequence axis
+    (``sequence_split``), else the default split of a VAE (``vae_split``) that
     decodes in one piece: a recipe that tiles its VAE (``setup: {vae:
     [enable_tiling]}``) or compiles it in pieces (``compile.vae.modules``) has chosen
     how it splits (HunyuanVideo's tiles, each decoded whole on every chip)."""
     if name in recipe.sharding.activations:
         return recipe.sharding.activations[name]
+    if family is not None and name in family.stepped_transformers:
+        return sequence_split(recipe, family, runtime.axes)
     rule = recipe.compile.get(name)
     tiled = "enable_tiling" in [getattr(call, "name", call)
                                 for call in recipe.setup.get(name, [])]
     if tiled or (rule is not None and rule.modules is not None):
         return []
     return vae_split(name, module, runtime)
+
+
+#: the mesh axis that splits a transformer's tokens (sequence parallelism)
+SEQUENCE_AXIS = "sp"
+
+
+def sequence_axis(axes: dict) -> str | None:
+    """``SEQUENCE_AXIS`` where the mesh splits over it (``axes``: name -> size), else
+    None."""
+    size = axes.get(SEQUENCE_AXIS, 1)
+    return SEQUENCE_AXIS if isinstance(size, int) and size > 1 else None
+
+
+def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Problem]:
+    """A mesh with an ``sp`` axis: attention splits the heads over it (another head axis
+    beside it would gather the tokens on every device), and each transformer has its
+    tokens' rule (the family's ``token_blocks``, or the recipe's own)."""
+    if sequence_axis({k: v for k, v in recipe.mesh.items()}) is None:
+        return []
+    found = []
+    head = recipe.attention.head_axis
+    if head not in (None, SEQUENCE_AXIS):
+        found.append(recipe.problem(
+            "attention.head_axis", f"the tokens are split over {SEQUENCE_AXIS!r}: attention "
+            f"exchanges them for heads on that axis, not on {head!r}",
+            hint=f"leave attention.head_axis out (or set it to {SEQUENCE_AXIS}), and split "
+                 f"the weights over {head!r} if you keep that axis"))
+    if family is not None and family.token_blocks is None:
+        for name in family.stepped_transformers:
+            if name not in recipe.sharding.activations:
+                found.append(recipe.problem(
+                    f"mesh.{SEQUENCE_AXIS}", f"family {family.name!r} does not say which "
+                    f"of {name}'s modules output its tokens, to split over "
+                    f"{SEQUENCE_AXIS!r}",
+                    hint=f"give sharding.activations.{name} a rule: the blocks whose "
+                         f"output is (batch, tokens, width), spec [null, {SEQUENCE_AXIS}, "
+                         "null]"))
+    return found
+
+
+def sequence_split(recipe: Recipe, family: ModelFamily, axes: dict) -> list[ActivationRule]:
+    """A transformer's tokens split over ``SEQUENCE_AXIS`` through every block: the
+    outputs of the family's ``token_blocks`` (batch, tokens, width) with the tokens
+    over ``sp`` and the batch where the recipe's inputs put it (``sharding.inputs.
+    hidden_states``), so norms, projections and the feed-forward layers run on each
+    device's own tokens; attention exchanges tokens for heads around its kernel
+    (``attention.sharded.run``). None without an ``sp`` axis, or for a family that does
+    not say its token blocks (``validate`` asks such a recipe for its own rule)."""
+    axis = sequence_axis(axes)
+    if axis is None or family.token_blocks is None:
+        return []
+    batch = (recipe.sharding.inputs.get("hidden_states") or [None])[0]
+    if not isinstance(batch, str) or axes.get(batch, 1) <= 1:
+        batch = None
+    return [ActivationRule(module=family.token_blocks, spec=[batch, axis, None])]
 
 
 def vae_split(name: str, module, runtime: Runtime) -> list[ActivationRule]:

@@ -35,6 +35,7 @@ class WanFamily(StagedFamily):
     embedding_keys = ("prompt", "negative", "image_embeds")
     scan_blocks = True  # each block's output is the next one's input
     stepped_transformers = ("transformer", "transformer_2")  # two experts
+    token_blocks = r"blocks\.\d+"  # each block's output: (batch, tokens, width)
     # the original release's own key names: its transformer and VAE through diffusers'
     # converters, its UMT5 encoder (a .pth) through Porter's
     single_file_converters = {"transformer": "convert_wan_transformer_to_diffusers",

@@ -22,7 +22,7 @@ import torch
 from porter.runtime import trace_context
 from porter.shims import op_table
 from porter.shims.compat import import_torchax
-from porter.transforms import CALL, STEP, Calling, Checking, Pass
+from porter.transforms import CALL, STEP, Calling, Checking, Pass, sharding
 from porter.transforms.attention import backends, sharded, window
 from porter.transforms.attention.backends import BUILTIN, AttentionBackend
 from porter.transforms.attention.window import checks as window_checks
@@ -58,14 +58,19 @@ class AttentionSettings:
     head_axis: str | None = None  # the heads' (or, where they do not divide it, queries')
     window: WindowSpec | None = None  # ``attention.window``
     min_seq_len: int = 0  # shorter query sequences run torchax's own lowering
+    #: the axis the transformer's tokens are split over outside attention (``sp``)
+    sequence_axis: str | None = None
 
     @classmethod
     def of(cls, recipe: Recipe, registry: Registry, runtime: Runtime) -> AttentionSettings:
         section = recipe.attention
+        # tokens split over sp: the heads too, around the kernel (validate refuses another
+        # head axis beside it)
+        sequence = sharding.sequence_axis(runtime.axes)
         return cls(registry.attention, runtime.mesh, runtime.platform, section.backend,
                    section.cross_backend, section.block_q, section.block_kv,
-                   section.data_axis, section.head_axis, section.window,
-                   section.min_seq_len)
+                   section.data_axis, section.head_axis or sequence, section.window,
+                   section.min_seq_len, sequence)
 
 
 def disabled():
@@ -145,7 +150,8 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend: str
     native = keep is None and settings.platform == "tpu"
     _count(4 * math.prod(q.shape) * k.shape[2] / shares, chosen if native else None)
     return sharded.run(chosen.kernel, settings.mesh, q, k, v, keep,
-                       data_axis=settings.data_axis, head_axis=settings.head_axis, **options)
+                       data_axis=settings.data_axis, head_axis=settings.head_axis,
+                       sequence_axis=settings.sequence_axis, **options)
 
 
 def _windowed(q, k, v, tiling, chosen, scale, settings: AttentionSettings):
@@ -259,13 +265,15 @@ def _unpartitioned(recipe: Recipe, registry: Registry, platform: str) -> list[Pr
 def skipped(b: Building) -> list[str]:
     """The components that run with torchax's own attention, not the recipe's backend
     (none without one: nothing is wrapped): those ``attention.skip`` names, and, when
-    the backend shards attention over the mesh (``data_axis``, ``head_axis``), those
+    the backend shards attention over the mesh (``data_axis``, ``head_axis``, the
+    tokens' ``sp``), those
     compiled to run on one device: their inputs are on one device, not the mesh (a
     CLIP image encoder); unsharded, the kernel runs there."""
     section = b.recipe.attention
     if section.backend is None:
         return []
-    split = section.data_axis is not None or section.head_axis is not None
+    split = section.data_axis is not None or section.head_axis is not None \
+        or sharding.sequence_axis(b.runtime.axes) is not None
     return [name for name in b.modules
             if name in section.skip or (split and name in b.compile.one_device)]
 

@@ -36,26 +36,50 @@ def split(mesh, shape_q, data_axis, head_axis) -> int:
                             if axis is not None))
 
 
-def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, **options):
+def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, sequence_axis=None,
+        **options):
+    """``kernel`` on each device's share of (batch, heads, sequence, head_dim) ``q``,
+    ``k``, ``v`` (``layout``). ``sequence_axis``: the axis the tokens are split over
+    outside attention (sequence parallelism): the queries, and the keys and values of
+    self-attention, are held split over it on the way in and the output on the way out,
+    so XLA exchanges tokens for heads with an all-to-all on each side of the kernel
+    (Ulysses) rather than gathering the whole sequence on every device."""
     import jax
     from jax.sharding import PartitionSpec as P
 
     batch_axis, heads_axis, seq_axis = layout(mesh, q.shape, data_axis, head_axis)
     if batch_axis is None and heads_axis is None and seq_axis is None:
         return kernel(q, k, v, keep, **options)
+    tokens = _tokens(mesh, batch_axis, sequence_axis)
+    q = tokens(q)
+    if k.shape[2] == q.shape[2]:  # self-attention: its keys are the same tokens
+        k, v = tokens(k), tokens(v)
     q_spec = P(batch_axis, heads_axis, seq_axis, None)
     kv_spec = P(batch_axis, heads_axis, None, None)  # sequence-parallel: keys gathered
     body = partial(_local, kernel, options)
     if keep is None:
-        return jax.shard_map(lambda q, k, v: body(q, k, v, None), mesh=mesh,
-                             in_specs=(q_spec, kv_spec, kv_spec), out_specs=q_spec,
-                             check_vma=False)(q, k, v)
+        return tokens(jax.shard_map(lambda q, k, v: body(q, k, v, None), mesh=mesh,
+                                    in_specs=(q_spec, kv_spec, kv_spec), out_specs=q_spec,
+                                    check_vma=False)(q, k, v))
     keep = kernels.as_4d(keep)
     keep_spec = P(batch_axis if keep.shape[0] > 1 else None,
                   heads_axis if keep.shape[1] > 1 else None,
                   seq_axis if keep.shape[2] > 1 else None, None)
-    return jax.shard_map(body, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec, keep_spec),
-                         out_specs=q_spec, check_vma=False)(q, k, v, keep)
+    return tokens(jax.shard_map(body, mesh=mesh,
+                                in_specs=(q_spec, kv_spec, kv_spec, keep_spec),
+                                out_specs=q_spec, check_vma=False)(q, k, v, keep))
+
+
+def _tokens(mesh, batch_axis, sequence_axis):
+    """A (batch, heads, sequence, head_dim) array held with its sequence split over
+    ``sequence_axis`` (the identity without one)."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    if sequence_axis is None or dict(mesh.shape).get(sequence_axis, 1) <= 1:
+        return lambda array: array
+    sharding = NamedSharding(mesh, P(batch_axis, None, sequence_axis, None))
+    return lambda array: jax.lax.with_sharding_constraint(array, sharding)
 
 
 def _local(kernel, options, q, k, v, keep):

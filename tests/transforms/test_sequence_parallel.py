@@ -1,0 +1,113 @@
+"""A transformer's tokens split over the mesh's sequence axis ``sp`` (sequence
+parallelism): the default rule on the family's token blocks, attention exchanging
+tokens for heads around its kernel, what validate refuses, what plan counts, and the
+run equal to the one-device run."""
+
+import json
+
+import numpy as np
+import pytest
+
+import porter
+from porter import recipe, registry as registry_mod
+from porter.port import estimates
+from porter.transforms import sharding
+
+from support import RECIPES
+from support.processes import user_porter
+
+TINY = RECIPES / "wan-tiny.yaml"
+SP = RECIPES / "wan-tiny-sp.yaml"
+
+
+def wan():
+    return registry_mod.loaded().family("wan")
+
+
+def test_the_tokens_of_every_stepped_transformer_go_over_sp():
+    loaded = recipe.load(SP)
+    [rule] = sharding.sequence_split(loaded, wan(), {"dp": 2, "sp": 4})
+    # the batch where the recipe's inputs put it, the tokens over sp, the width whole
+    assert rule.module == wan().token_blocks and rule.spec == ["dp", "sp", None]
+    [rule] = sharding.sequence_split(recipe.load(TINY), wan(), {"sp": 8})
+    assert rule.spec == [None, "sp", None]
+    assert sharding.sequence_split(loaded, wan(), {"dp": 2, "sp": 1}) == []
+    generic = registry_mod.loaded().family("generic")
+    assert sharding.sequence_split(loaded, generic, {"sp": 8}) == []  # says no blocks
+    rt = type("Runtime", (), {"axes": {"dp": 2, "sp": 4}, "platform": "tpu"})
+    for name in ("transformer", "transformer_2"):  # both of Wan 2.2's experts
+        assert sharding.activation_rules(loaded, name, None, rt, wan()) == [rule.model_copy(
+            update={"spec": ["dp", "sp", None]})]
+    # a recipe's own rules (an empty list too) replace the default
+    own = recipe.load(SP, ["sharding.activations={transformer: []}"])
+    assert sharding.activation_rules(own, "transformer", None, rt, wan()) == []
+
+
+def test_validate_refuses_another_head_axis_and_a_family_with_no_token_blocks():
+    problems = sharding.sequence_problems(
+        recipe.load(SP, ["mesh={dp: 2, sp: 2, tp: 2}", "attention.head_axis=tp"]), wan())
+    assert [p.path for p in problems] == ["attention.head_axis"]
+    assert "exchanges them for heads on that axis" in problems[0].message
+    generic = registry_mod.loaded().family("generic")
+    [problem] = sharding.sequence_problems(recipe.load(SP), generic)
+    assert problem.path == "mesh.sp" and "sharding.activations.transformer" in problem.hint
+    ruled = recipe.load(SP, ["sharding.activations={transformer: "
+                             "[{module: 'blocks\\.\\d+', spec: [null, sp, null]}]}"])
+    assert sharding.sequence_problems(ruled, generic) == []
+    assert sharding.sequence_problems(recipe.load(TINY), wan()) == []  # no sp
+
+
+def test_plan_counts_each_device_its_own_tokens():
+    raw = {"tokens": 80, "flops_per_step": 8,
+           "activations": {"hidden": (2, 80, 24), "ffn": (2, 80, 48)},
+           "attention": {"self": (2, 2, 80, 80)}}
+    split = estimates.costs(recipe.load(SP), raw, {"dp": 2, "sp": 4})
+    whole = estimates.costs(recipe.load(SP), raw, {"dp": 2, "sp": 1})
+    for name in ("hidden", "ffn"):
+        assert split["activations"][name]["bytes_per_device"] * 4 == \
+            whole["activations"][name]["bytes_per_device"]
+    # the heads over sp around the kernel
+    assert split["attention"]["self"]["reference_bytes_per_device"] * 4 == \
+        whole["attention"]["self"]["reference_bytes_per_device"]
+
+
+def frames(path, *overrides):
+    port = porter.load(path, *overrides)
+    with port:
+        result = port.generate()
+    return result.frames, result.record
+
+
+@pytest.mark.slow
+def test_tokens_over_8_devices_equal_one_device():
+    one, _ = frames(TINY, "mesh={dp: 1}", "attention.backend=blockwise")
+    # every device a share of the tokens; the guidance batch over dp beside them
+    for path, overrides in ((TINY, ["mesh={sp: 8}", "attention.backend=blockwise"]),
+                            (SP, []),
+                            # the blocks as one scan: the rule holds inside its body
+                            (SP, ["compile={transformer: {methods: [forward], scan: true}}"])):
+        split, record = frames(path, *overrides)
+        assert np.abs(split.astype(int) - one.astype(int)).max() <= 1
+        assert record["weights"]["components"]["transformer"]["default_split"] == ["sp"]
+
+
+@pytest.mark.slow
+def test_a_tpu_step_exchanges_tokens_for_heads():
+    """The tiny Wan transformer with 8 heads compiled for v5e-8, its tokens over sp:
+    all-to-alls around attention (Ulysses), no all-reduce of activations (the weights
+    are whole on every chip), and each chip an eighth of the FLOPs."""
+    def step(*extra):
+        out = user_porter("compile", str(SP), "--target", "v5e-8", "--program",
+                          "transformer.forward", "--json", "model.config.num_attention_heads=8",
+                          "mesh={dp: 1, sp: 8}", "generate.cfg_parallel=false",
+                          "sharding.inputs={}", "attention.data_axis=null",
+                          "generate.width=256", *extra)
+        assert out.returncode == 0, out.stderr
+        [row] = json.loads(out.stdout)["programs"]
+        assert row["status"] == "compiled"
+        return row
+
+    split, whole = step(), step("mesh={dp: 1, sp: 1}")
+    assert "all-to-all" in split["collectives"]
+    assert split["collectives"].get("all-reduce", {}).get("bytes", 0) < 2**20
+    assert split["flops"] <= whole["flops"] / 6
