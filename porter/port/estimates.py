@@ -100,7 +100,7 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
     section = recipe.attention
     # tokens over sp: the heads too (``sharding.sequence_split``, ``AttentionSettings``)
     sequence = sharding.sequence_axis(axes)
-    head_axis = section.head_axis or sequence
+    head_axis = sharding.head_axis(section, axes)
     split = {a: axes.get(a, 1) for a in (section.data_axis, head_axis) if a}
     tokens_cut = axes[sequence] if sequence else 1
     out = {"tokens": raw["tokens"], "flops_per_step": raw["flops_per_step"],
@@ -112,7 +112,7 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
         local_batch = batch // data if batch % data == 0 else batch
         # hidden states are whole on each device (but for the tokens over sp); the FFN
         # middle is split by the head axis
-        cut = tokens_cut if name == "hidden" or head_axis == sequence \
+        cut = tokens_cut if name == "hidden" or (sequence and head_axis == sequence) \
             else split.get(head_axis, 1)
         out["activations"][name] = {"shape": [batch, tokens, width],
                                     "bytes_per_device": local_batch * tokens * width

@@ -299,11 +299,12 @@ def _apply(b: Building) -> None:
         b.placement.reports[name] = report(component, assignments, b.runtime.axes, weights)
         _constrain(b, name, component, assignments)
         if name not in b.recipe.sharding.activations and b.placement.activations[name]:
-            # a default split: a VAE's feature maps' width over these axes
-            # (sharding.vae_split), a transformer's tokens over sp (sequence_split)
+            # a default split: the axes it splits over (a VAE's feature maps' width:
+            # sharding.vae_split; a transformer's batch and tokens: sequence_split)
             spec = b.placement.activations[name][0].spec
-            b.placement.reports[name]["default_split"] = \
-                list(spec[-1]) if spec[0] == sharding.LEADING else [spec[1]]
+            b.placement.reports[name]["default_split"] = [
+                axis for entry in spec if entry not in (None, sharding.LEADING)
+                for axis in ([entry] if isinstance(entry, str) else entry)]
     refuse_unscaled([refusal for weights in b.load.weights.values()
                      for refusal in weights.unscaled.values()])
     refuse_nonfinite(nonfinite, b.recipe)

@@ -327,17 +327,30 @@ SEQUENCE_AXIS = "sp"
 
 
 def sequence_axis(axes: dict) -> str | None:
-    """``SEQUENCE_AXIS`` where the mesh splits over it (``axes``: name -> size), else
-    None."""
-    size = axes.get(SEQUENCE_AXIS, 1)
-    return SEQUENCE_AXIS if isinstance(size, int) and size > 1 else None
+    """``SEQUENCE_AXIS`` where the mesh splits over it (``axes``: name -> size; a
+    recipe's ``'auto'`` counts: the devices decide its size), else None."""
+    return SEQUENCE_AXIS if axes.get(SEQUENCE_AXIS, 1) != 1 else None
+
+
+def head_axis(section, axes: dict) -> str | None:
+    """The axis attention splits its heads over: the recipe's ``attention.head_axis``,
+    or ``sp`` where the tokens are split over it (validate refuses another beside it)."""
+    return section.head_axis or sequence_axis(axes)
+
+
+def batch_axis(recipe: Recipe, axes: dict) -> str | None:
+    """The axis a split-token activation keeps its batch on: attention's ``data_axis``,
+    as its kernel does, where the mesh splits over it."""
+    axis = recipe.attention.data_axis
+    return axis if axis is not None and axes.get(axis, 1) != 1 else None
 
 
 def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Problem]:
     """A mesh with an ``sp`` axis: attention splits the heads over it (another head axis
-    beside it would gather the tokens on every device), and each transformer has its
-    tokens' rule (the family's ``token_blocks``, or the recipe's own)."""
-    if sequence_axis({k: v for k, v in recipe.mesh.items()}) is None:
+    beside it would gather the tokens on every device), the window does not run beside
+    it yet, and each transformer has its tokens' rule (the family's ``token_blocks``, or
+    the recipe's own)."""
+    if sequence_axis(dict(recipe.mesh)) is None:
         return []
     found = []
     head = recipe.attention.head_axis
@@ -347,6 +360,11 @@ def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Proble
             f"exchanges them for heads on that axis, not on {head!r}",
             hint=f"leave attention.head_axis out (or set it to {SEQUENCE_AXIS}), and split "
                  f"the weights over {head!r} if you keep that axis"))
+    if recipe.attention.window is not None:
+        found.append(recipe.problem(
+            "attention.window", f"the window does not run beside {SEQUENCE_AXIS!r} yet (its "
+            "tiles would gather the tokens the mesh splits)",
+            hint=f"leave attention.window out, or split over tp instead of {SEQUENCE_AXIS}"))
     if family is not None and family.token_blocks is None:
         for name in family.stepped_transformers:
             if name not in recipe.sharding.activations:
@@ -363,18 +381,16 @@ def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Proble
 def sequence_split(recipe: Recipe, family: ModelFamily, axes: dict) -> list[ActivationRule]:
     """A transformer's tokens split over ``SEQUENCE_AXIS`` through every block: the
     outputs of the family's ``token_blocks`` (batch, tokens, width) with the tokens
-    over ``sp`` and the batch where the recipe's inputs put it (``sharding.inputs.
-    hidden_states``), so norms, projections and the feed-forward layers run on each
+    over ``sp`` and the batch on attention's data axis (``batch_axis``, as its kernel
+    holds it), so norms, projections and the feed-forward layers run on each
     device's own tokens; attention exchanges tokens for heads around its kernel
     (``attention.sharded.run``). None without an ``sp`` axis, or for a family that does
     not say its token blocks (``validate`` asks such a recipe for its own rule)."""
     axis = sequence_axis(axes)
     if axis is None or family.token_blocks is None:
         return []
-    batch = (recipe.sharding.inputs.get("hidden_states") or [None])[0]
-    if not isinstance(batch, str) or axes.get(batch, 1) <= 1:
-        batch = None
-    return [ActivationRule(module=family.token_blocks, spec=[batch, axis, None])]
+    return [ActivationRule(module=family.token_blocks,
+                           spec=[batch_axis(recipe, axes), axis, None])]
 
 
 def vae_split(name: str, module, runtime: Runtime) -> list[ActivationRule]:

@@ -117,19 +117,22 @@ output: {{dir: {tmp_path / 'out'}, fps: 25, wav: true}}
 HEAVY = ("torch", "jax", "diffusers", "transformers", "torchax")
 
 
-def _imported(args, cwd=None) -> list[str]:
-    """Which of HEAVY a fresh `porter ARGS` process imported."""
+def _imported(args, cwd=None) -> tuple[list[str], str]:
+    """Which of HEAVY a fresh `porter ARGS` process imported, and what it printed; the
+    command itself must have succeeded."""
+    import ast
     import subprocess
     import sys
 
     code = ("import runpy, sys; sys.argv = ['porter', *sys.argv[1:]]\n"
             "try:\n    runpy.run_module('porter.cli', run_name='__main__')\n"
-            "except SystemExit:\n    pass\n"
+            "except SystemExit as exit:\n    assert exit.code in (0, None), exit.code\n"
             f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
                          text=True, timeout=120, cwd=cwd)
     assert out.returncode == 0, out.stderr
-    return eval(out.stdout.strip().splitlines()[-1].removeprefix("HEAVY "))
+    *printed, last = out.stdout.strip().splitlines()
+    return ast.literal_eval(last.removeprefix("HEAVY ")), "\n".join(printed)
 
 
 def _subcommands() -> list[str]:
@@ -144,7 +147,8 @@ def test_help_imports_no_heavy_library(args):
     """The import set of the light commands, not their time: `porter --help` and each
     subcommand's help start in a fraction of a second because none of these is
     imported (benchmarks/README.md, "Time to the first video")."""
-    assert _imported(args) == []
+    imported, printed = _imported(args)
+    assert imported == [] and "usage: porter" in printed
 
 
 @pytest.mark.parametrize("args", [["plugins"], ["new", "starter", "--family", "wan"]],
@@ -153,4 +157,7 @@ def test_plugin_discovery_imports_no_model_library(args, tmp_path):
     """Loading the plugins (their families, patches and attention backends) imports
     no diffusers, transformers or torchax: those come with the first model a command
     builds. (The families' modules still import torch and the attention backends JAX.)"""
-    assert not set(_imported(args, cwd=tmp_path)) & {"diffusers", "transformers", "torchax"}
+    imported, printed = _imported(args, cwd=tmp_path)
+    assert not set(imported) & {"diffusers", "transformers", "torchax"}
+    assert "wan" in printed if args == ["plugins"] else \
+        (tmp_path / "recipes" / "starter.yaml").is_file()

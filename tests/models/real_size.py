@@ -81,8 +81,7 @@ def build_pipeline(family_name: str, seed: int = 0, published_text_encoder: bool
         transformer = _module(*published("transformer"), STORED[family_name])
         vae = _module(*published("vae"), torch.float32)
         if published_text_encoder:
-            text_encoder = _module(*published("text_encoder"), STORED[family_name]) \
-                .to(STORED[family_name])
+            text_encoder = _module(*published("text_encoder"), STORED[family_name])
         else:
             text_encoder = model_cls(config_cls(**text_config)).to(STORED[family_name])
     modules = (m.to("cpu") for m in (transformer, vae, text_encoder))

@@ -43,11 +43,18 @@ def test_the_tokens_of_every_stepped_transformer_go_over_sp():
     assert sharding.activation_rules(own, "transformer", None, rt, wan()) == []
 
 
-def test_validate_refuses_another_head_axis_and_a_family_with_no_token_blocks():
-    problems = sharding.sequence_problems(
-        recipe.load(SP, ["mesh={dp: 2, sp: 2, tp: 2}", "attention.head_axis=tp"]), wan())
-    assert [p.path for p in problems] == ["attention.head_axis"]
-    assert "exchanges them for heads on that axis" in problems[0].message
+def test_validate_refuses_another_head_axis_the_window_and_a_family_with_no_token_blocks():
+    for mesh in ("{dp: 2, sp: 2, tp: 2}", "{dp: 2, sp: auto, tp: 2}"):  # 'auto' counts
+        problems = sharding.sequence_problems(
+            recipe.load(SP, [f"mesh={mesh}", "attention.head_axis=tp"]), wan())
+        assert [p.path for p in problems] == ["attention.head_axis"]
+        assert "exchanges them for heads on that axis" in problems[0].message
+    windowed = recipe.load(SP, ["attention.window={tile: [1, 2, 2], reach: [1, 1, 1]}"])
+    assert [p.path for p in sharding.sequence_problems(windowed, wan())] == ["attention.window"]
+    # a Mosaic kernel on a TPU mesh: the heads' axis is sp, said or not
+    from porter.transforms import attention
+    splash = recipe.load(SP, ["attention.backend=splash", "attention.data_axis=null"])
+    assert attention.platform_problems(splash, registry_mod.loaded(), "tpu") == []
     generic = registry_mod.loaded().family("generic")
     [problem] = sharding.sequence_problems(recipe.load(SP), generic)
     assert problem.path == "mesh.sp" and "sharding.activations.transformer" in problem.hint
@@ -81,14 +88,26 @@ def frames(path, *overrides):
 @pytest.mark.slow
 def test_tokens_over_8_devices_equal_one_device():
     one, _ = frames(TINY, "mesh={dp: 1}", "attention.backend=blockwise")
-    # every device a share of the tokens; the guidance batch over dp beside them
-    for path, overrides in ((TINY, ["mesh={sp: 8}", "attention.backend=blockwise"]),
-                            (SP, []),
-                            # the blocks as one scan: the rule holds inside its body
-                            (SP, ["compile={transformer: {methods: [forward], scan: true}}"])):
+    # every device a share of the tokens (the tiny model's 2 heads divide no sp here:
+    # queries split by tokens, keys gathered); the guidance batch over dp beside them
+    for path, overrides, axes in (
+            (TINY, ["mesh={sp: 8}", "attention.backend=blockwise"], ["sp"]),
+            (SP, [], ["dp", "sp"]),
+            # the blocks as one scan: the rule holds inside its body
+            (SP, ["compile={transformer: {methods: [forward], scan: true}}"], ["dp", "sp"])):
         split, record = frames(path, *overrides)
         assert np.abs(split.astype(int) - one.astype(int)).max() <= 1
-        assert record["weights"]["components"]["transformer"]["default_split"] == ["sp"]
+        assert record["weights"]["components"]["transformer"]["default_split"] == axes
+
+
+@pytest.mark.slow
+def test_heads_exchanged_for_tokens_equal_one_device():
+    """8 heads over sp=8: each device attends with one head over every token (the
+    all-to-all exchange, Ulysses), equal to one device."""
+    heads = ["model.config.num_attention_heads=8", "attention.backend=blockwise"]
+    one, _ = frames(TINY, "mesh={dp: 1}", *heads)
+    split, _ = frames(TINY, "mesh={sp: 8}", *heads)
+    assert np.abs(split.astype(int) - one.astype(int)).max() <= 1
 
 
 @pytest.mark.slow

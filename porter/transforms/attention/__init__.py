@@ -64,13 +64,11 @@ class AttentionSettings:
     @classmethod
     def of(cls, recipe: Recipe, registry: Registry, runtime: Runtime) -> AttentionSettings:
         section = recipe.attention
-        # tokens split over sp: the heads too, around the kernel (validate refuses another
-        # head axis beside it)
-        sequence = sharding.sequence_axis(runtime.axes)
         return cls(registry.attention, runtime.mesh, runtime.platform, section.backend,
                    section.cross_backend, section.block_q, section.block_kv,
-                   section.data_axis, section.head_axis or sequence, section.window,
-                   section.min_seq_len, sequence)
+                   section.data_axis, sharding.head_axis(section, runtime.axes),
+                   section.window, section.min_seq_len,
+                   sharding.sequence_axis(runtime.axes))
 
 
 def disabled():
@@ -240,7 +238,8 @@ def _unpartitioned(recipe: Recipe, registry: Registry, platform: str) -> list[Pr
     batch or the heads: XLA cannot partition the kernel by itself, and the compile
     stops there ("Mosaic kernels cannot be automatically partitioned")."""
     section = recipe.attention
-    if platform != "tpu" or section.data_axis is not None or section.head_axis is not None:
+    if platform != "tpu" or section.data_axis is not None \
+            or sharding.head_axis(section, dict(recipe.mesh)) is not None:
         return []  # elsewhere a Pallas kernel is interpreted: XLA partitions it
     if not any(isinstance(size, int) and size > 1 for size in recipe.mesh.values()):
         return []  # one device, or sizes the devices decide ("auto"): not known here
@@ -272,8 +271,8 @@ def skipped(b: Building) -> list[str]:
     section = b.recipe.attention
     if section.backend is None:
         return []
-    split = section.data_axis is not None or section.head_axis is not None \
-        or sharding.sequence_axis(b.runtime.axes) is not None
+    split = section.data_axis is not None \
+        or sharding.head_axis(section, b.runtime.axes) is not None
     return [name for name in b.modules
             if name in section.skip or (split and name in b.compile.one_device)]
 

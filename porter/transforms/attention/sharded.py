@@ -58,16 +58,17 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, sequence_axis=None
     kv_spec = P(batch_axis, heads_axis, None, None)  # sequence-parallel: keys gathered
     body = partial(_local, kernel, options)
     if keep is None:
-        return tokens(jax.shard_map(lambda q, k, v: body(q, k, v, None), mesh=mesh,
-                                    in_specs=(q_spec, kv_spec, kv_spec), out_specs=q_spec,
-                                    check_vma=False)(q, k, v))
-    keep = kernels.as_4d(keep)
-    keep_spec = P(batch_axis if keep.shape[0] > 1 else None,
-                  heads_axis if keep.shape[1] > 1 else None,
-                  seq_axis if keep.shape[2] > 1 else None, None)
-    return tokens(jax.shard_map(body, mesh=mesh,
-                                in_specs=(q_spec, kv_spec, kv_spec, keep_spec),
-                                out_specs=q_spec, check_vma=False)(q, k, v, keep))
+        out = jax.shard_map(lambda q, k, v: body(q, k, v, None), mesh=mesh,
+                            in_specs=(q_spec, kv_spec, kv_spec), out_specs=q_spec,
+                            check_vma=False)(q, k, v)
+    else:
+        keep = kernels.as_4d(keep)
+        keep_spec = P(batch_axis if keep.shape[0] > 1 else None,
+                      heads_axis if keep.shape[1] > 1 else None,
+                      seq_axis if keep.shape[2] > 1 else None, None)
+        out = jax.shard_map(body, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec, keep_spec),
+                            out_specs=q_spec, check_vma=False)(q, k, v, keep)
+    return tokens(out)
 
 
 def _tokens(mesh, batch_axis, sequence_axis):
