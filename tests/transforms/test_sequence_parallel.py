@@ -130,3 +130,14 @@ def test_a_tpu_step_exchanges_tokens_for_heads():
     assert "all-to-all" in split["collectives"]
     assert split["collectives"].get("all-reduce", {}).get("bytes", 0) < 2**20
     assert split["flops"] <= whole["flops"] / 6
+
+
+@pytest.mark.slow
+def test_cogvideox_tokens_over_sp_equal_one_device():
+    """CogVideoX's blocks return (video tokens, text tokens); its attention runs over
+    both, joined: the default split holds the video's, and the run equals one device."""
+    path = RECIPES / "cogvideox-tiny.yaml"
+    one, _ = frames(path, "mesh={dp: 1}", "attention.backend=blockwise")
+    split, record = frames(path, "mesh={sp: 8}", "attention.backend=blockwise")
+    assert np.abs(split.astype(int) - one.astype(int)).max() <= 1
+    assert record["weights"]["components"]["transformer"]["default_split"] == ["sp"]

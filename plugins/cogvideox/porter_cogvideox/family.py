@@ -43,6 +43,8 @@ class CogVideoXFamily(StagedFamily):
     compiled = {"text_encoder": ("forward",), "transformer": ("forward",),
                 "vae": ("decode",)}
     scan_blocks = True  # each block's outputs are the next one's inputs
+    # each block returns (video tokens, text tokens): (batch, tokens, width) first
+    token_blocks = r"transformer_blocks\.\d+"
 
     def is_i2v(self, recipe) -> bool:
         """Image-to-video: the transformer takes the image's latents beside the noise
