@@ -110,10 +110,9 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
     data = split.get(section.data_axis, 1)
     for name, (batch, tokens, width) in raw.get("activations", {}).items():
         local_batch = batch // data if batch % data == 0 else batch
-        # hidden states are whole on each device (but for the tokens over sp); the FFN
-        # middle is split by the head axis
-        cut = tokens_cut if name == "hidden" or (sequence and head_axis == sequence) \
-            else split.get(head_axis, 1)
+        # the tokens over sp split both; else the hidden states are whole on each
+        # device and the FFN middle is split by the head axis
+        cut = tokens_cut if name == "hidden" or sequence else split.get(head_axis, 1)
         out["activations"][name] = {"shape": [batch, tokens, width],
                                     "bytes_per_device": local_batch * tokens * width
                                     * itemsize // cut}

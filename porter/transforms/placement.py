@@ -393,7 +393,7 @@ def _detail(c: Checking) -> str:
     return (f"mesh {mesh}: {weights} weight rule(s), {activations} activation rule(s)"
             + (", transformer inputs sharded" if recipe.sharding.inputs else "")
             + (f"; the transformer's tokens over {sharding.SEQUENCE_AXIS}"
-               if sharding.sequence_axis(dict(recipe.mesh)) else ""))
+               if sharding.sequence_axis(recipe.mesh) else ""))
 
 
 PASS = Pass(

@@ -350,7 +350,7 @@ def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Proble
     beside it would gather the tokens on every device), the window does not run beside
     it yet, and each transformer has its tokens' rule (the family's ``token_blocks``, or
     the recipe's own)."""
-    if sequence_axis(dict(recipe.mesh)) is None:
+    if sequence_axis(recipe.mesh) is None:
         return []
     found = []
     head = recipe.attention.head_axis
@@ -398,8 +398,9 @@ def vae_split(name: str, module, runtime: Runtime) -> list[ActivationRule]:
     every device of an accelerator mesh: each device convolves its columns, XLA passing
     the halo each convolution needs between neighbours (and gathering a frame where a
     block attends over it), so each chip computes and holds about an eighth of an
-    8-chip decode (halos and gathered frames on top). Not on CPU devices, which share the host's cores: Wan 1.3B's decode at
-    256x128 took 20.2 s split over 8 virtual devices against 17.9 s on one
+    8-chip decode (halos and gathered frames on top). Not on CPU devices, which share
+    the host's cores: Wan 1.3B's decode at 256x128 took 20.2 s split over 8 virtual
+    devices against 17.9 s on one
     (benchmarks/README.md), so the VAE runs on one device there
     (``placement.on_one_device``). Nothing for a component that is not the video's VAE
     (``vae``, ``vae_2``: an ``audio_vae``'s maps are mel bins, not width) or whose

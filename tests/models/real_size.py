@@ -84,8 +84,7 @@ def build_pipeline(family_name: str, seed: int = 0, published_text_encoder: bool
             text_encoder = _module(*published("text_encoder"), STORED[family_name])
         else:
             text_encoder = model_cls(config_cls(**text_config)).to(STORED[family_name])
-    modules = (m.to("cpu") for m in (transformer, vae, text_encoder))
-    transformer, vae, text_encoder = modules
+    transformer, vae, text_encoder = (m.to("cpu") for m in (transformer, vae, text_encoder))
     return family.pipeline_class()(tokenizer=tiny.tokenizer, text_encoder=text_encoder,
                                    transformer=transformer, vae=vae, scheduler=tiny.scheduler)
 

@@ -239,7 +239,7 @@ def _unpartitioned(recipe: Recipe, registry: Registry, platform: str) -> list[Pr
     stops there ("Mosaic kernels cannot be automatically partitioned")."""
     section = recipe.attention
     if platform != "tpu" or section.data_axis is not None \
-            or sharding.head_axis(section, dict(recipe.mesh)) is not None:
+            or sharding.head_axis(section, recipe.mesh) is not None:
         return []  # elsewhere a Pallas kernel is interpreted: XLA partitions it
     if not any(isinstance(size, int) and size > 1 for size in recipe.mesh.values()):
         return []  # one device, or sizes the devices decide ("auto"): not known here
