@@ -224,14 +224,17 @@ class Port:
             found = stages.encode(self, Call(recipe))
         return {name: to_host(value) for name, value in found.items()}
 
-    def generate(self, prompt: str | None = None, **settings) -> Generation:
+    def generate(self, prompt: str | None = None, *, on_frames=None,
+                 **settings) -> Generation:
         """One video; any ``generate`` setting of the recipe may be given (prompt,
         negative_prompt, seed, image, last_image, video, mask, control_video, height,
-        width, frames, steps, guidance_scale, ...). Returns a ``Generation``; nothing is written."""
+        width, frames, steps, guidance_scale, ...). Returns a ``Generation``; nothing is
+        written. ``on_frames(chunk)`` gets the frames as the decode makes them (uint8
+        (count, height, width, 3), in order; Wan's: the first frame, then four at a time)."""
         if prompt is not None:
             settings["prompt"] = prompt
         recipe = self.settings(**settings)
-        outcome = self.run(Call(recipe))
+        outcome = self.run(Call(recipe, on_frames=on_frames))
         return Generation(outcome.frames, outcome.latents,
                           self.run_record(recipe, outcome), recipe, outcome.audio)
 

@@ -102,6 +102,9 @@ def _timings_line(timings: dict) -> str:
     for key, label in (("decode_s", "decode"), ("generate_s", "pipeline")):
         if key in timings:
             parts.append(f"{label} {timings[key]:.2f} s")
+    shown = (timings.get("stream") or {}).get("first_playable_s")
+    if shown is not None:
+        parts.append(f"stream.mp4 playable {shown:.2f} s after the call began")
     return ", ".join(parts)
 
 

@@ -48,6 +48,10 @@ class ModelFamily:
     scan_blocks: bool = False
     #: pipeline components compiled with jax.jit, and which of their methods
     compiled: dict[str, tuple[str, ...]] = {"transformer": ("forward",), "vae": ("decode",)}
+    #: component -> {name: function(module, ...)}: functions compiled as methods of the
+    #: component beside ``compiled``'s (its weights the programs' inputs), called
+    #: through ``porter.transforms.jit.method`` (a streamed decode's chunk)
+    compiled_functions: dict[str, dict] = {}
     #: the transformer components whose steps ``transformer_steps`` counts (a step
     #: cache is refused on one it does not)
     stepped_transformers: tuple[str, ...] = ("transformer",)

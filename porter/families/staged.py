@@ -205,3 +205,10 @@ class StagedFamily(ModelFamily):
     def decode(self, pipe, latents, recipe: Recipe) -> np.ndarray:
         """Latents (CPU torch tensor) to frames: uint8 array (frames, height, width, 3)."""
         raise NotImplementedError
+
+    def decode_chunks(self, pipe, latents, recipe: Recipe):
+        """``decode``'s frames in time order, in the chunks the VAE makes them (uint8
+        arrays, each (frames, height, width, 3)), so a stream can show the first before
+        the last is made; together exactly ``decode``'s frames. Here: the whole decode
+        as one chunk (a family whose VAE decodes in time order yields each as it has it)."""
+        yield self.decode(pipe, latents, recipe)

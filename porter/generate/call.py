@@ -8,6 +8,7 @@ the port, the call and what it works on. It returns an ``Outcome``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -37,6 +38,10 @@ class Call:
     #: ``output.preview_every``
     preview_every: int | None = None
     say: Callable = notices.quiet  # status lines
+    #: on_frames(chunk) for each chunk of frames as the decode makes them (uint8
+    #: (count, height, width, 3), in order; ``porter.generate.streaming``)
+    on_frames: Callable | None = None
+    started: float = field(default_factory=time.perf_counter)  # when the call began
     # filled as the call runs
     timings: dict = field(default_factory=dict)
     history: list = field(default_factory=list)  # where each stage ran

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from porter.errors import Interrupted, UsageError
-from porter.generate import stages
+from porter.generate import stages, streaming
 from porter.generate.call import Call, Outcome, Resumed
 from porter.rundir import artifacts, audio, outputs, record, results
 from porter.rundir import progress as saved_progress
@@ -154,6 +154,9 @@ class PipelineLoop:
         if getattr(scheduler, "timesteps", None) is not None:  # as the pipeline left it
             call.schedule = scheduling.describe(scheduler, scheduler.timesteps)
         call.history.append(record.segment(port.runtime, "generate"))
+        if made.frames is not None:  # the pipeline hands over its frames at its end
+            with streaming.stream(call) as on_frames:
+                on_frames(made.frames)
         return (to_host(made.latents) if made.latents is not None else None), made.frames
 
 
@@ -213,6 +216,9 @@ def finish(port, recipe: Recipe, outcome: Outcome, directory: Path) -> RunResult
                                     outcome.audio)
     outcome.timings["write_s"] = round(time.perf_counter() - start, 4)  # the mp4 and the rest
     written["files"].update(outcome.stage_files)
+    streamed = (outcome.timings.get("stream") or {}).get("file")
+    if streamed and (directory / streamed).is_file():  # the frames as they were decoded
+        written["files"][streamed] = atomic.sha256(directory / streamed)
     data = port.run_record(recipe, outcome, written)
     record_path = record.write_json(directory / outputs.RECORD, data)
     video_path = directory / written["video"] if written["video"] else None

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from porter.errors import Interrupted, NonFinite, UsageError
-from porter.generate import guidance, preview
+from porter.generate import guidance, preview, streaming
 from porter.generate.call import Call
 from porter.generate.sampling import Sampling
 from porter.rundir import record
@@ -203,9 +205,13 @@ def denoised_history(port, call: Call, done: int) -> list:
 
 
 def decode(port, call: Call, latents):
-    """Latents (host tensor) to frames (uint8 array)."""
+    """Latents (host tensor) to frames (uint8 array), each chunk handed on as the
+    family's decode makes it (``streaming``: the call's ``on_frames``, stream.mp4)."""
     start = time.perf_counter()
-    with port.runtime.env:
-        frames = port.family.decode(port.pipe, latents, call.recipe)
+    made = []
+    with port.runtime.env, streaming.stream(call) as on_frames:
+        for chunk in port.family.decode_chunks(port.pipe, latents, call.recipe):
+            made.append(chunk)
+            on_frames(chunk)
     call.timings["decode_s"] = round(time.perf_counter() - start, 4)
-    return frames
+    return made[0] if len(made) == 1 else np.concatenate(made)

@@ -399,6 +399,10 @@ class OutputSection(Section):
                       "32-bit float), where the pipeline makes sound")
     checkpoint_every: int = Field(10, ge=0, description="save denoising progress every N "
                                   "steps, for --resume; 0: only when interrupted")
+    stream: bool = Field(True, description="while decoding, write stream.mp4: the frames "
+                         "as the VAE makes them, a fragmented MP4 a player starts before "
+                         "the video is done (porter serve: GET /jobs/{id}/stream); "
+                         "video.mp4 is written as ever. false: none")
     preview_every: int = Field(0, ge=0, description="write preview.png every N denoising "
                                "steps: the current latents as a picture, through a linear "
                                "map fitted to the VAE once (no decode a step); 0: never "

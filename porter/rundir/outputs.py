@@ -33,6 +33,7 @@ def output_dir(recipe: Recipe) -> Path:
 
 LOCK = ".porter.lock"
 RECORD, VIDEO = "run.json", "video.mp4"
+STREAM = "stream.mp4"  # the frames as they are decoded (porter.generate.streaming)
 PREVIEW = "preview.png"  # the latest live preview (porter.generate.preview)
 FRAMES_DIR, FRAMES_NPY, LATENTS = "frames", "frames.npy", "latents.safetensors"
 WAV = "audio.wav"  # the sound, losslessly (output.wav)

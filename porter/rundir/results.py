@@ -19,8 +19,8 @@ def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) ->
     """Remove what this run will write anew, and what depends on it: the record and
     video always (record first), each stage from the first one run on, and the
     denoising checkpoints unless the run continues from them."""
-    for name in (outputs.RECORD, outputs.VIDEO, outputs.FRAMES_NPY, outputs.LATENTS,
-                 outputs.WAV):
+    for name in (outputs.RECORD, outputs.VIDEO, outputs.STREAM, outputs.FRAMES_NPY,
+                 outputs.LATENTS, outputs.WAV):
         (directory / name).unlink(missing_ok=True)
     frames = directory / outputs.FRAMES_DIR
     if frames.is_dir():

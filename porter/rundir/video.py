@@ -52,6 +52,71 @@ def encode_mp4(frames: np.ndarray, fps: int, sound: Audio | None = None) -> byte
     return buffer.getvalue()
 
 
+class Stream:
+    """A fragmented MP4 written as the frames come (``add``, chunk by chunk): every
+    frame its own fragment behind one header (``empty_moov``), each on disk as soon
+    as the muxer has it, so a player (a browser's Media Source Extensions, or one that
+    reads a growing file) starts before the last frame exists. The muxer closes a
+    fragment when the next frame arrives: a chunk's last frame reaches the file with
+    the next chunk's first, or at ``close``.
+
+    For showing, not keeping: x264 encodes with no lookahead and no B-frames (each
+    frame's packet comes out as it goes in), not ``encode_mp4``'s settings, so its
+    bytes are not the finished video's (``write_mp4`` writes that from the same frames).
+    """
+
+    def __init__(self, path: Path, fps: int):
+        self.path, self.fps = Path(path), fps
+        self.frames = 0
+        self._file = self._container = self._stream = None
+        self._header = None  # the file's size once its header is written
+
+    @property
+    def playable(self) -> bool:
+        """Does the file hold a frame a player can show (a fragment past the header)?"""
+        return self._header is not None and self._file.tell() > self._header
+
+    def add(self, frames: np.ndarray) -> None:
+        """Encode ``frames`` (uint8 (count, height, width, 3)); the header with the first."""
+        if self._container is None:
+            self._open(*frames.shape[1:3])
+        for frame in frames:
+            self._container.mux(self._stream.encode(_yuv420(frame)))
+        self._file.flush()
+        self.frames += len(frames)
+
+    def _open(self, height: int, width: int) -> None:
+        import av
+
+        self._file = open(self.path, "wb")
+        self._container = av.open(self._file, mode="w", format="mp4", options={
+            "movflags": "frag_every_frame+empty_moov+default_base_moof",
+            "flush_packets": "1"})  # each fragment to the file as it is made
+        self._stream = self._container.add_stream("libx264", rate=self.fps)
+        self._stream.width, self._stream.height = width, height
+        self._stream.pix_fmt = "yuv420p"
+        self._stream.options = {"crf": "18", "tune": "zerolatency", **_x264_options()}
+        self._container.start_encoding()  # the header (no frame needed: empty_moov)
+        self._file.flush()
+        self._header = self._file.tell()
+
+    def close(self) -> None:
+        """The last frames to the file; the file complete. Safe to call twice."""
+        if self._container is not None:
+            try:
+                self._container.mux(self._stream.encode())
+                self._container.close()
+            finally:
+                self._file.close()
+                self._container = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def _yuv420(frame: np.ndarray):
     """One RGB frame as the encoder's YUV 4:2:0, converted here rather than by the
     encoder: swscale's bit-exact arithmetic (its SIMD paths may otherwise round

@@ -87,7 +87,7 @@ def test_only_process_zero_writes_and_each_process_says_who_it_is(two_processes)
     out, ((_, stdout0, stderr0), (_, stdout1, stderr1)) = two_processes
     assert sorted(p.name for p in out.iterdir()) == [
         ".porter.lock", "denoise.json", "denoise.safetensors", "encode.json", "encode.safetensors",
-        "run.json", "video.mp4"]
+        "run.json", "stream.mp4", "video.mp4"]
     assert "[process 0/2]" in stderr0 and "[process 1/2]" in stderr1
     assert "8 cpu device(s)" in stderr0.lower() and "2 processes" in stderr0
     assert "wrote" in stdout0 and "process 0 wrote the outputs" in stdout1

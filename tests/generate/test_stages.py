@@ -35,7 +35,7 @@ def test_stage_by_stage_equals_uninterrupted(uninterrupted, write, tmp_path):
     assert (result.frames == uninterrupted.frames).all()
     assert sorted(p.name for p in (tmp_path / "staged").iterdir()) == [
         ".porter.lock", "denoise.json", "denoise.safetensors", "encode.json", "encode.safetensors",
-        "run.json", "video.mp4"]
+        "run.json", "stream.mp4", "video.mp4"]
 
 
 def test_resume_after_encode(uninterrupted, write, tmp_path):

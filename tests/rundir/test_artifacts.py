@@ -47,7 +47,8 @@ def test_a_new_run_never_pairs_with_an_older_record(finished, tmp_path, monkeypa
 
 def test_the_record_names_each_file_with_its_hash(finished):
     files = finished.data["outputs"]["files"]
-    assert set(files) == {"video.mp4", "encode.safetensors", "denoise.safetensors"}
+    assert set(files) == {"video.mp4", "stream.mp4", "encode.safetensors",
+                          "denoise.safetensors"}
     for name, digest in files.items():
         assert atomic.sha256(finished.directory / name) == digest
 

@@ -18,7 +18,7 @@ from porter.families import StagedFamily, from_the_start, guided
 from porter.loading.model_configs import cached_snapshot
 from porter.recipe.sources import source_kind
 from porter.shims.interop import to_host
-from porter_wan import i2v, rules, shapes, tiny, umt5
+from porter_wan import decoding, i2v, rules, shapes, tiny, umt5
 from porter_wan.configs import OFFICIAL, PIPELINE
 from porter_wan.layout import Layout
 
@@ -44,6 +44,7 @@ class WanFamily(StagedFamily):
     compiled = {"text_encoder": ("forward",), "image_encoder": ("forward",),
                 "transformer": ("forward",), "transformer_2": ("forward",),
                 "vae": ("decode", "_encode")}
+    compiled_functions = {"vae": {"decode_chunk": decoding.decode_chunk}}  # a stream
     starter_generate = {**StagedFamily.starter_generate, "max_sequence_length": 32}
 
     # its checks, shapes and costs, by its layout (rules.py, shapes.py)
@@ -196,9 +197,11 @@ class WanFamily(StagedFamily):
         return latents
 
     def decode(self, pipe, latents, recipe):
-        vae = pipe.vae
-        mean, inv_std = i2v.latent_stats(vae, vae.dtype)
-        latents = latents.to(vae.dtype) / inv_std + mean
-        video = to_host(vae.decode(latents.to("jax"), return_dict=False)[0])
-        frames = pipe.video_processor.postprocess_video(video.float(), output_type="np")[0]
-        return (frames * 255).round().clip(0, 255).astype("uint8")
+        latents = decoding.denormalized(pipe.vae, latents)
+        return decoding.frames(pipe, to_host(pipe.vae.decode(latents.to("jax"),
+                                                             return_dict=False)[0]))
+
+    def decode_chunks(self, pipe, latents, recipe):
+        """Latent frame by latent frame (``decoding.chunks``): the first frame, then
+        four at a time."""
+        return decoding.chunks(pipe, latents)

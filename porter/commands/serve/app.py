@@ -160,7 +160,7 @@ def _job_routes(app, jobs) -> None:
 def _result_routes(app, jobs) -> None:
     """A done job's video and run record."""
     from fastapi import HTTPException
-    from fastapi.responses import FileResponse
+    from fastapi.responses import FileResponse, StreamingResponse
 
     def result(job_id: str, find, what: str):
         """A done job's result (``find(job_id)``), or 404 saying why there is none."""
@@ -179,6 +179,17 @@ def _result_routes(app, jobs) -> None:
         path = result(job_id, jobs.video, "video")
         return FileResponse(path, media_type="video/mp4", filename=f"{job_id}.mp4")
 
+    @app.get("/jobs/{job_id}/stream", summary="the job's frames as they are decoded: a "
+             "fragmented MP4 (video/mp4) sent as it grows (chunked), from a queued or "
+             "running job until it ends, or whole after; plays in Media Source Extensions",
+             response_class=StreamingResponse)
+    async def stream(job_id: str):
+        path = result(job_id, jobs.stream, "stream")
+        return StreamingResponse(_growing(path, lambda: jobs.ended(job_id)),
+                                 media_type="video/mp4", headers={
+                                     "Cache-Control": "no-store",
+                                     "X-Content-Type-Options": "nosniff"})
+
     @app.get("/jobs/{job_id}/preview", response_class=FileResponse,
              summary="the job's latest live preview (PNG), written while it denoises "
              "(serve.preview_every) from the latents, no VAE decode")
@@ -190,6 +201,32 @@ def _result_routes(app, jobs) -> None:
     @app.get("/jobs/{job_id}/record", summary="the run record of a done job (run.json)")
     async def run_record(job_id: str):
         return result(job_id, jobs.record_of, "record")
+
+
+#: how often a stream looks for new bytes in its growing file
+STREAM_POLL_S = 0.05
+
+
+async def _growing(path, ended, chunk: int = 1 << 16):
+    """The bytes of ``path`` as they are written, until ``ended()`` says the writer is
+    done and the last of them is sent. Waits for the file while the job is queued;
+    ends with nothing for a job that ended without one."""
+    handle = None
+    try:
+        while True:
+            finished = ended()  # asked before reading: what was written by then is read
+            if handle is None and path.exists():
+                handle = await asyncio.to_thread(open, path, "rb")
+            data = await asyncio.to_thread(handle.read, chunk) if handle else b""
+            if data:
+                yield data
+            elif finished:
+                return
+            else:
+                await asyncio.sleep(STREAM_POLL_S)
+    finally:
+        if handle is not None:
+            handle.close()
 
 
 class _BadBody(UsageError):
@@ -237,6 +274,7 @@ def _described(job, jobs) -> dict:
     data["video"] = f"/jobs/{job.id}/video" if done else None
     data["record"] = f"/jobs/{job.id}/record" if done else None
     data["preview"] = f"/jobs/{job.id}/preview" if jobs.preview(job.id) else None
+    data["stream"] = f"/jobs/{job.id}/stream" if jobs.stream(job.id) else None
     return data
 
 

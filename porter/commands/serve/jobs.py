@@ -415,6 +415,21 @@ class Jobs:
         path = self.folder(job_id) / preview.FILE
         return path if path.exists() else None
 
+    def stream(self, job_id: str) -> Path | None:
+        """Where the job's frames are streamed as they are decoded (``stream.mp4``, a
+        fragmented MP4 that grows while it runs); None for a job that has ended without
+        one (it stopped before decoding, or its recipe streams none)."""
+        path = self.folder(job_id) / outputs.STREAM
+        output = self.port.recipe.output  # a job changes generate settings only
+        streams = output.stream and output.video
+        if (streams and self.get(job_id).status in ("queued", "running")) or path.exists():
+            return path
+        return None
+
+    def ended(self, job_id: str) -> bool:
+        """Is the job done, failed or cancelled (nothing more will be written)?"""
+        return self.get(job_id).status not in ("queued", "running")
+
     def video(self, job_id: str) -> Path | None:
         path = self.folder(job_id) / outputs.VIDEO
         return path if self.get(job_id).status == "done" and path.exists() else None

@@ -75,18 +75,19 @@ def in_pieces(recipe: Recipe, modules: dict) -> list[str]:
 
 
 def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=None,
-          splits: dict | None = None):
+          splits: dict | None = None, functions: dict | None = None):
     """A module whose ``rule.methods`` are jitted once per input shape and static
     arguments (``porter.transforms.jit.autosplit``: arguments that hold no tensor are
     static); with ``rule.modules``, the module itself stays eager and each matching
     submodule is jitted instead. What cannot be traced whole is split automatically
     and ``splits[name]`` (a ``Split``) says how. ``traces`` (a TraceCache) keeps the
     traced programs, and the splits, on disk; ``xla_options`` are XLA's compiler
-    options for every program."""
+    options for every program. ``functions`` (name -> ``function(module, ...)``: a
+    family's ``compiled_functions``) become compiled methods of the module too."""
     split = _prepared(rule, traces, name, xla_options, splits)
     if rule.modules is not None:
         return _compile_submodules(module, rule, split)
-    return _jit(module, rule, split)
+    return _jit(module, rule, split, functions or {})
 
 
 def pieces(module, rule: CompileRule, traces=None, name: str = "", xla_options=None,
@@ -154,10 +155,11 @@ def _compile_submodules(module, rule: CompileRule, split):
     return module
 
 
-def _jit(module, rule: CompileRule, split):
+def _jit(module, rule: CompileRule, split, functions: dict):
     """torchax's JittableModule for ``module`` (weights as inputs of every program),
-    each of ``rule.methods`` a call that splits the module if it cannot be traced; with
-    ``rule.scan``, each list of identical blocks stacked and run as one scan."""
+    each of ``rule.methods`` (and of ``functions``) a call that splits the module if it
+    cannot be traced; with ``rule.scan``, each list of identical blocks stacked and run
+    as one scan."""
 
     torchax = import_torchax()
     compiled = torchax.compile(module, torchax.CompileOptions(methods_to_compile=[]))
@@ -168,6 +170,8 @@ def _jit(module, rule: CompileRule, split):
     for method in rule.methods:
         compiled._jitted[method] = _signed(
             _whole(compiled, method, split, lists), getattr(module, method))
+    for name, function in functions.items():
+        compiled._jitted[name] = _whole(compiled, function, split, lists)
     # pipelines read their components' signatures (Stable Video Diffusion asks its VAE's
     # forward whether it takes num_frames) and call nn.Module's buffers(), which the
     # compiled module holds as a dict of that name
@@ -215,14 +219,16 @@ def _signed(call, original):
     return signed
 
 
-def _whole(compiled, method: str, split, lists: list[str]):
-    """One compiled method of a JittableModule: jitted per set of static arguments
-    (trace-cached where the split has a trace cache); eager, with its submodules compiled,
-    once it proves untraceable. With ``lists`` (scanned block lists), a failure to
-    trace is the recipe's to settle: the blocks' weights are stacked."""
-    function = getattr(type(compiled._model), method)
+def _whole(compiled, method, split, lists: list[str]):
+    """One compiled method of a JittableModule (a method's name, or a function taking
+    the module first): jitted per set of static arguments (trace-cached where the split
+    has a trace cache); eager, with its submodules compiled, once it proves
+    untraceable. With ``lists`` (scanned block lists), a failure to trace is the
+    recipe's to settle: the blocks' weights are stacked."""
+    function = getattr(type(compiled._model), method) if isinstance(method, str) else method
+    label = method if isinstance(method, str) else method.__name__
     program = autosplit.programs(functools.partial(compiled.functional_call, method),
-                                 f"{split.component}.{method}", split)
+                                 f"{split.component}.{label}", split)
 
     # the buffers as a plain dict: the trace cache serialises the program's arguments'
     # tree, which a registered node would not pass
@@ -237,6 +243,15 @@ def _whole(compiled, method: str, split, lists: list[str]):
         return scan.refusing(traced, split.component, signature_of=function)
     return autosplit.splitting_call(compiled._model, "", split, signature_of=function,
                                     traced=traced, eager=eager)
+
+
+def method(component, name: str, function):
+    """``component``'s compiled ``name`` (``apply``'s ``functions``), or, where the
+    component is not compiled, ``function`` on it as it is (eagerly). Asked of the
+    component as an attribute: a wrapper around it (``attention.Skipped``) wraps its
+    methods' calls too."""
+    compiled = getattr(component, name, None)
+    return compiled if callable(compiled) else functools.partial(function, component)
 
 
 def problems(recipe: Recipe, family: ModelFamily, modules: dict) -> list:
@@ -305,9 +320,13 @@ def _apply(b: Building) -> None:
     for name, rule in b.compile.rules.items():
         if name not in b.modules:
             continue
-        compiler = pieces if name in piecewise else apply
-        component = compiler(b.modules[name], rule, b.compile.traces, name,
-                             b.runtime.xla_options, b.compile.splits)
+        if name in piecewise:
+            component = pieces(b.modules[name], rule, b.compile.traces, name,
+                               b.runtime.xla_options, b.compile.splits)
+        else:
+            component = apply(b.modules[name], rule, b.compile.traces, name,
+                              b.runtime.xla_options, b.compile.splits,
+                              b.family.compiled_functions.get(name))
         if takes_sharded_inputs(name, b.recipe):
             component = sharding.ShardedInputs(component, b.recipe.sharding.inputs,
                                                b.runtime)

@@ -85,3 +85,58 @@ def _scanned(pieces: list, step: Callable, cache: list) -> list:
     for slot, value in zip(slots, final):
         cache[slot] = value
     return list(torch.unbind(outs))
+
+
+class Cache:
+    """A chunk loop's cache as one argument and result of a compiled call: its tensors
+    are the program's inputs and outputs, its markers (None, a string such as Wan's
+    ``"Rep"``) part of the program's signature, so a call whose cache holds other
+    markers is another program and a settled cache is the same one every chunk. Never
+    static (unhashable): a cache of markers alone is still an argument."""
+
+    __hash__ = None
+
+    def __init__(self, entries):
+        self.entries = list(entries)
+
+    @staticmethod
+    def is_marker(entry) -> bool:
+        return entry is None or isinstance(entry, str)
+
+
+def _flatten_cache(cache: Cache):
+    # by what is not a marker (a JAX array while tracing, a torch tensor outside)
+    kinds = tuple(entry if Cache.is_marker(entry) else ... for entry in cache.entries)
+    return [e for e in cache.entries if not Cache.is_marker(e)], kinds
+
+
+def _unflatten_cache(values, kinds) -> Cache:
+    values = iter(values)
+    return Cache([next(values) if kind is ... else kind for kind in kinds])
+
+
+def register_cache() -> None:
+    """``Cache`` as a pytree node for PyTorch and JAX (torchax maps both ways), and for
+    jax.export (the trace cache keeps programs that take and return one); once."""
+    global _registered
+    if _registered:
+        return
+    import json
+
+    import jax
+    from torch.utils import _pytree
+
+    _pytree.register_pytree_node(Cache, _flatten_cache, _unflatten_cache,
+                                 serialized_type_name="porter.Cache")
+    jax.tree_util.register_pytree_node(Cache, _flatten_cache,
+                                       lambda kinds, values: _unflatten_cache(values, kinds))
+    jax.export.register_pytree_node_serialization(
+        Cache, serialized_name="porter.Cache",
+        serialize_auxdata=lambda kinds: json.dumps(
+            [{"tensor": True} if k is ... else k for k in kinds]).encode(),
+        deserialize_auxdata=lambda data: tuple(
+            ... if isinstance(k, dict) else k for k in json.loads(data)))
+    _registered = True
+
+
+_registered = False

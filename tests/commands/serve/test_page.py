@@ -161,3 +161,50 @@ def test_a_video_made_through_the_page(browser, tmp_path):
               what="the jobs after a reload")
     finally:
         assert server.stop() == 0, server.output()
+
+
+def test_a_running_job_plays_as_it_is_decoded(browser, tmp_path):
+    """The page plays a job's stream (Media Source Extensions) before the job is done:
+    the first time the video's clock moves, in the browser's clock, comes before the
+    time the server says the job finished (one machine, one clock)."""
+    from selenium.webdriver.common.by import By
+
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(TINY_RECIPE)
+    server = Server(recipe, tmp_path / "out")
+    page = browser
+    try:
+        page.get(server.url + "/")
+        until(lambda: page.find_element(By.ID, "token").is_displayed(), what="the form")
+        page.find_element(By.ID, "token-input").send_keys(TOKEN + "\n")
+        until(lambda: page.find_element(By.ID, "app").is_displayed(), what="the page")
+        # media events do not bubble: caught on their way down (capture)
+        page.execute_script("""
+            window.firstMoved = null;
+            document.addEventListener("timeupdate", (event) => {
+              if (window.firstMoved === null && event.target.currentTime > 0)
+                window.firstMoved = Date.now() / 1000;
+            }, true);""")
+        # a long video of a small model: 31 latent frames, each decoded and sent on
+        job = server.client.post("/jobs", json={"prompt": "a long fox", "frames": 121,
+                                                "height": 64, "width": 64,
+                                                "steps": 2}).json()
+        assert job.get("stream") == f"/jobs/{job.get('id')}/stream", job
+        moved = until(lambda: page.execute_script("return window.firstMoved"),
+                      what="the video playing")
+        page.save_screenshot(str(tmp_path / "stream.png"))  # docs/serve-stream.png
+        done = server.wait(job["id"])
+        assert done["status"] == "done", done
+        record = server.client.get(done["record"]).json()["timings"]
+        print(f"played {done['finished'] - moved:.2f} s before the job finished; stream "
+              f"{record['stream']}, decode {record['decode_s']} s")
+        assert moved < done["finished"], (
+            f"played {moved - done['finished']:.2f} s after the job finished; "
+            f"stream {record['stream']}, decode {record['decode_s']} s")
+        video = page.find_element(By.CSS_SELECTOR, f'li.job[data-job="{job["id"]}"] video')
+        # then the finished video in its place, to keep
+        until(lambda: page.find_element(By.CSS_SELECTOR, "a.download").is_displayed(),
+              what="the finished video")
+        assert page.execute_script("return arguments[0].videoWidth", video) == 64
+    finally:
+        assert server.stop() == 0, server.output()

@@ -69,6 +69,12 @@ def test_jobs_over_http_and_a_restart_mid_job(recipe, tmp_path):
         assert video.content[4:8] == b"ftyp"
         assert client.get(first["record"]).json()["recipe"]["generate"]["prompt"] \
             .startswith("fox")
+        # its frames as they were decoded: the whole fragmented MP4, once it is done
+        streamed = client.get(first["stream"])
+        assert streamed.status_code == 200 and streamed.headers["content-type"] == "video/mp4"
+        assert streamed.content == (out / "jobs" / ids[0] / "stream.mp4").read_bytes()
+        assert streamed.content.count(b"moof") == 9  # a fragment a frame
+        assert client.get("/jobs/nope/stream").status_code == 404
 
         # a long job runs; one waits and is cancelled; the queue (2) refuses a third
         long = client.post("/jobs", json={"prompt": "long", "steps": 400}).json()
@@ -76,7 +82,16 @@ def test_jobs_over_http_and_a_restart_mid_job(recipe, tmp_path):
         waiting = client.post("/jobs", json={"prompt": "waits"}).json()
         more = [client.post("/jobs", json={"prompt": "more"}) for _ in range(2)]
         assert [r.status_code for r in more] == [201, 429]
+        # a stream asked for while its job waits: it ends (empty) when the job does
+        ended = {}
+        watcher = threading.Thread(target=lambda: ended.update(
+            answer=client.get(waiting["stream"])))
+        watcher.start()
+        time.sleep(0.5)
         assert client.delete(f"/jobs/{waiting['id']}").json()["status"] == "cancelled"
+        watcher.join(30)
+        assert ended["answer"].status_code == 200 and ended["answer"].content == b""
+        assert client.get(waiting["stream"]).status_code == 404  # ended without one
         assert client.delete(f"/jobs/{ids[0]}").status_code == 409  # done (a running
         # job is cancelled at its step end: tests/commands/serve/test_page.py)
         assert client.delete("/jobs/nope").json() == {"error": "no job 'nope'"}

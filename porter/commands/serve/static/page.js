@@ -228,7 +228,8 @@ async function render(job) {
     if ($("said").textContent === `Job ${jobName(job.id)} queued.`) say("");
     announced = null;
   }
-  if (job.preview && job.status === "running" && job.step !== row.previewStep) {
+  if (job.preview && job.status === "running" && job.step !== row.previewStep &&
+      !row.framesShown) {
     row.previewStep = job.step;
     const url = await blobUrl(job.preview);
     if (url) {
@@ -237,11 +238,13 @@ async function render(job) {
       row.preview.hidden = false;
     }
   }
+  if (job.stream && job.status === "running" && !row.streaming) playStream(row, job);
   if (job.video && !row.videoShown) {
     row.videoShown = true;
     const url = await blobUrl(job.video);
     if (url) {
-      row.video.src = url;
+      if (row.video.src.startsWith("blob:")) URL.revokeObjectURL(row.video.src);
+      row.video.src = url;  // the finished video (better kept than the stream's)
       row.video.hidden = false;
       row.download.href = url;
       row.download.hidden = false;
@@ -250,6 +253,83 @@ async function render(job) {
       row.videoShown = false;  // try again at the next poll
     }
   }
+}
+
+// The codec a fragmented MP4's header names: "avc1." and the profile, its constraint
+// flags and the level from the avcC box (null until the header has arrived).
+function codecOf(bytes) {
+  for (let i = 0; i + 8 <= bytes.length; i++) {
+    if (bytes[i] === 0x61 && bytes[i + 1] === 0x76 && bytes[i + 2] === 0x63 &&
+        bytes[i + 3] === 0x43) {  // "avcC", then its version byte
+      const hex = (b) => b.toString(16).padStart(2, "0");
+      return `avc1.${hex(bytes[i + 5])}${hex(bytes[i + 6])}${hex(bytes[i + 7])}`;
+    }
+  }
+  return null;
+}
+
+function joined(a, b) {
+  const both = new Uint8Array(a.length + b.length);
+  both.set(a);
+  both.set(b, a.length);
+  return both;
+}
+
+// A running job's frames as they are decoded: its stream (a fragmented MP4 that grows
+// while it runs) fed to the video element through Media Source Extensions, so it
+// plays before the job is done. Where the browser cannot, the finished video comes
+// as before.
+async function playStream(row, job) {
+  row.streaming = true;
+  let answer;
+  try {
+    answer = await call(job.stream, {cache: "no-store"});
+  } catch (error) {
+    return;
+  }
+  if (!answer.ok || !answer.body || !window.MediaSource) return;
+  const reader = answer.body.getReader();
+  const source = new MediaSource();
+  let head = new Uint8Array(0), buffer = null;
+  const queue = [];
+  const feed = () => {
+    if (buffer && !buffer.updating && queue.length) buffer.appendBuffer(queue.shift());
+  };
+  await new Promise((opened) => {
+    source.addEventListener("sourceopen", opened, {once: true});
+    row.video.src = URL.createObjectURL(source);
+  });
+  for (;;) {
+    let read;
+    try {
+      read = await reader.read();
+    } catch (error) {
+      break;  // the connection ended: the finished video follows
+    }
+    if (read.done || row.videoShown) break;
+    if (!buffer) {  // until the header names the codec
+      head = joined(head, read.value);
+      const codec = codecOf(head);
+      if (!codec) continue;
+      const kind = `video/mp4; codecs="${codec}"`;
+      if (!MediaSource.isTypeSupported(kind)) break;
+      buffer = source.addSourceBuffer(kind);
+      buffer.addEventListener("updateend", feed);
+      queue.push(head);
+      row.framesShown = true;  // the frames themselves from now on, not the preview
+      row.preview.hidden = true;
+      row.video.hidden = false;
+    } else {
+      queue.push(read.value);
+    }
+    feed();
+  }
+  const ended = () => {
+    if (source.readyState === "open") source.endOfStream();
+  };
+  if (buffer && (buffer.updating || queue.length))
+    buffer.addEventListener("updateend", () => { if (!queue.length) ended(); });
+  else ended();
 }
 
 async function toggleRecord(row, id) {

@@ -1,0 +1,57 @@
+"""Frames as they are made: each chunk the decode hands over goes to the call's
+``on_frames`` and, in a run directory, to ``stream.mp4`` (a fragmented MP4 a player
+starts before the video is done: ``porter.rundir.video.Stream``), with when the first
+frames could be shown in the call's timings."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from porter.generate.call import Call
+from porter.rundir import outputs
+from porter.rundir.video import Stream
+from porter.runtime import distributed
+
+
+def writes_stream(call: Call) -> bool:
+    """Does this call write ``stream.mp4``: a run directory (process 0's), a video, and
+    ``output.stream``?"""
+    output = call.recipe.output
+    return (call.directory is not None and distributed.writes() and output.video
+            and output.stream)
+
+
+@contextlib.contextmanager
+def stream(call: Call):
+    """``on_frames(chunk)`` for the decode, for the length of the block. Records in
+    ``call.timings["stream"]``: the chunks, and seconds from the call's start to the
+    first chunk (``first_chunk_s``) and to the first frame a player can show from
+    ``stream.mp4`` (``first_playable_s``; None without the file)."""
+    writer = Stream(call.directory / outputs.STREAM, call.recipe.output.fps) \
+        if writes_stream(call) else None
+    found = {"file": outputs.STREAM if writer else None, "chunks": 0,
+             "first_chunk_s": None, "first_playable_s": None}
+
+    def since_start() -> float:
+        return round(time.perf_counter() - call.started, 4)
+
+    def on_frames(frames) -> None:
+        found["chunks"] += 1
+        if found["first_chunk_s"] is None:
+            found["first_chunk_s"] = since_start()
+        if writer is not None:
+            writer.add(frames)
+            if found["first_playable_s"] is None and writer.playable:
+                found["first_playable_s"] = since_start()
+        if call.on_frames is not None:
+            call.on_frames(frames)
+
+    try:
+        yield on_frames
+    finally:
+        if writer is not None:
+            writer.close()
+            if found["first_playable_s"] is None and writer.frames:
+                found["first_playable_s"] = since_start()  # one chunk: at its close
+        call.timings["stream"] = found

@@ -1,0 +1,128 @@
+"""Frames as they are made: Wan's decode latent frame by latent frame (equal to the
+whole decode, its programs not growing with the video), stream.mp4 (a fragmented MP4
+a player reads while it grows) and what the run record says about it."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import porter
+from porter.rundir.video import Stream, read_mp4
+
+RECIPE = """\
+model: {family: wan, source: tiny, dtype: float32}
+generate: {prompt: "a red fox", height: 64, width: 64, frames: 17, steps: 2,
+           max_sequence_length: 16, seed: 3}
+output: {fps: 8, dir: %s}
+patches: [wan.vae_decode_scan]
+"""
+
+
+@pytest.fixture(scope="module")
+def port(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("stream")
+    (folder / "r.yaml").write_text(RECIPE % (folder / "out"))
+    with porter.load(folder / "r.yaml") as loaded:
+        yield loaded
+
+
+def _compiled_programs():
+    """A counter of the programs JAX lowers from now on (jax.monitoring)."""
+    import jax
+
+    count = {"programs": 0}
+
+    def seen(event, duration, **_):
+        if event.endswith("jaxpr_to_mlir_module_duration"):
+            count["programs"] += 1
+    jax.monitoring.register_event_duration_secs_listener(seen)
+    return count
+
+
+def _chunks(port, latents):
+    with port.active(), port.runtime.env:
+        return list(port.family.decode_chunks(port.pipe, latents, port.recipe))
+
+
+def test_chunks_equal_the_whole_decode_and_programs_do_not_grow(port):
+    torch.manual_seed(0)
+    short, long = torch.randn(1, 16, 5, 8, 8), torch.randn(1, 16, 9, 8, 8)
+    counter = _compiled_programs()
+    chunks = _chunks(port, short)
+    first = counter["programs"]
+    assert [len(c) for c in chunks] == [1, 4, 4, 4, 4]  # the first frame, then four
+    with port.active(), port.runtime.env:
+        whole = port.family.decode(port.pipe, short, port.recipe)
+    assert np.array_equal(np.concatenate(chunks), whole)  # the same frames, exactly
+    counter["programs"] = 0
+    longer = _chunks(port, long)
+    assert len(longer) == 9 and sum(len(c) for c in longer) == 33
+    assert counter["programs"] == 0, "a longer video compiled new programs"
+    assert first >= 2  # the first latent frame's program, and the later ones'
+
+
+def test_a_run_streams_its_frames_into_stream_mp4(port):
+    from porter.generate import runners
+    from porter.generate.call import Call
+
+    made, directory = [], Path(port.recipe.output.dir)
+
+    call = Call(port.recipe, directory=directory, on_frames=made.append)
+    directory.mkdir(parents=True, exist_ok=True)
+    outcome = port.run(call)
+    written = runners.finish(port, port.recipe, outcome, directory)
+    assert [len(c) for c in made] == [1, 4, 4, 4, 4]
+    assert np.array_equal(np.concatenate(made), written.frames)
+    stream = directory / "stream.mp4"
+    data = stream.read_bytes()
+    assert data.count(b"moof") == 17  # a fragment a frame, behind one header
+    shown, fps = read_mp4(stream)
+    kept, _ = read_mp4(written.video)
+    assert shown.shape == kept.shape == (17, 64, 64, 3) and fps == 8
+    # two lossy encodings of the same frames
+    assert np.abs(shown.astype(int) - kept).mean() < 3
+    record = json.loads(written.record.read_text())
+    timings = record["timings"]["stream"]
+    assert timings["file"] == "stream.mp4" and timings["chunks"] == 5
+    assert 0 < timings["first_chunk_s"] <= timings["first_playable_s"]
+    assert record["outputs"]["files"]["stream.mp4"]
+
+
+def test_the_api_hands_over_each_chunk(port):
+    made = []
+    generation = port.generate(on_frames=made.append)
+    assert [len(c) for c in made] == [1, 4, 4, 4, 4]
+    assert np.array_equal(np.concatenate(made), generation.frames)
+    assert generation.record["timings"]["stream"]["file"] is None  # no run directory
+
+
+def test_stream_is_playable_before_it_is_finished(tmp_path):
+    import av
+
+    frames = np.random.default_rng(0).integers(0, 255, (9, 32, 48, 3), dtype=np.uint8)
+    stream = Stream(tmp_path / "s.mp4", fps=8)
+    stream.add(frames[:1])
+    assert not stream.playable  # the muxer closes a fragment when the next frame comes
+    stream.add(frames[1:5])
+    assert stream.playable
+    with av.open(str(tmp_path / "s.mp4")) as partial:  # read while it grows
+        assert len(list(partial.decode(video=0))) == 4
+    stream.add(frames[5:])
+    stream.close()
+    stream.close()  # twice is harmless
+    shown, _ = read_mp4(tmp_path / "s.mp4")
+    assert shown.shape == frames.shape
+
+
+def test_output_stream_false_writes_none(port, tmp_path):
+    from porter import recipe as recipe_mod
+    from porter.generate.call import Call
+
+    off = recipe_mod.with_values(port.recipe, "output", {"stream": False}, "test")
+    call = Call(off, directory=tmp_path)
+    port.run(call)
+    assert not (tmp_path / "stream.mp4").exists()
+    assert call.timings["stream"]["file"] is None and call.timings["stream"]["chunks"] == 5
