@@ -95,7 +95,8 @@ def _lower(port, component, program: Program):
                                    component.scanned) \
         if component.scanned else jittable.functional_call
 
-    method = _method(component.module, program.method)
+    method = port.family.compiled_functions.get(program.component, {}).get(
+        program.method) or _method(component.module, program.method)
 
     def call(params, buffers, values):
         args, kwargs = _join(template, values)

@@ -119,6 +119,34 @@ def submodule_calls(module, pattern: str, program: Program) -> list[Program]:
     return calls
 
 
+def carried_calls(module, component: str, name: str, function, chunks: list,
+                  cache) -> list[Program]:
+    """The programs of a loop over chunks that carries a cache from call to call (a
+    causal VAE's streamed decode: ``function(module, piece, cache, **kwargs)`` returns
+    (output, the cache after it), compiled as ``component``'s ``name``): one per
+    distinct (piece, cache, kwargs), each with its calls, for ``chunks`` (each piece's
+    ``Input`` and keyword arguments) from ``cache`` (as the loop starts it). Found by
+    running ``function`` on PyTorch's meta device: shapes only. Once a call leaves the
+    cache as it found it, every later chunk like it is the same program."""
+    import torch
+
+    found: list[Program] = []
+    index = 0
+    with torch.no_grad():
+        while index < len(chunks):
+            piece, kwargs = chunks[index]
+            before = described(cache)
+            found.append(Program(component, name, (piece, before), dict(kwargs),
+                                 stage="decode"))
+            _, cache = function(module, _meta(piece), _meta(cache), **kwargs)
+            index += 1
+            if _frozen(described(cache)) == _frozen(before):  # settled: the rest alike
+                while index < len(chunks) and chunks[index] == (piece, kwargs):
+                    found[-1].calls += 1
+                    index += 1
+    return unique(found)
+
+
 def outermost(module, pattern: str) -> list:
     """Submodules whose names match ``pattern``, none inside another (as a run compiles
     them: a compiled submodule's children are part of its program)."""
@@ -146,18 +174,17 @@ def _meta(value):
 @contextlib.contextmanager
 def recorded(pipe, compiled: dict):
     """Every call of the compiled methods of ``pipe``'s components (``compiled``:
-    component -> CompileRule, as a run compiles them), as ``Program``s appended to
+    component -> CompileRule, as a run compiles them; a family's compiled functions
+    too), as ``Program``s appended to
     the list this yields, in call order."""
     calls: list[Program] = []
     undo = []
-    for name, rule in compiled.items():
+    for name in compiled:
         module = _jittable(getattr(pipe, name, None))
         if module is None:
             continue
-        for method in rule.methods:
-            original = module._jitted.get(method)
-            if original is None:
-                continue
+        for method in list(module._jitted):  # its methods, and the family's functions
+            original = module._jitted[method]
 
             @functools.wraps(original)  # the method's signature, which pipelines read
             def record(*args, _call=original, _name=name, _method=method, **kwargs):

@@ -26,12 +26,13 @@ def writes_stream(call: Call) -> bool:
 def stream(call: Call):
     """``on_frames(chunk)`` for the decode, for the length of the block. Records in
     ``call.timings["stream"]``: the chunks, and seconds from the call's start to the
-    first chunk (``first_chunk_s``) and to the first frame a player can show from
-    ``stream.mp4`` (``first_playable_s``; None without the file)."""
+    first chunk (``first_chunk_s``), to the first frame a player can show from
+    ``stream.mp4`` (``first_playable_s``; None without the file) and to the last
+    chunk handed on, the file complete (``done_s``)."""
     writer = Stream(call.directory / outputs.STREAM, call.recipe.output.fps) \
         if writes_stream(call) else None
     found = {"file": outputs.STREAM if writer else None, "chunks": 0,
-             "first_chunk_s": None, "first_playable_s": None}
+             "first_chunk_s": None, "first_playable_s": None, "done_s": None}
 
     def since_start() -> float:
         return round(time.perf_counter() - call.started, 4)
@@ -54,4 +55,5 @@ def stream(call: Call):
             writer.close()
             if found["first_playable_s"] is None and writer.frames:
                 found["first_playable_s"] = since_start()  # one chunk: at its close
+        found["done_s"] = since_start()
         call.timings["stream"] = found

@@ -10,7 +10,10 @@ import pytest
 import torch
 
 import porter
+from porter import recipe as recipe_mod
 from porter.rundir.video import Stream, read_mp4
+
+ROOT = Path(__file__).resolve().parents[2]
 
 RECIPE = """\
 model: {family: wan, source: tiny, dtype: float32}
@@ -62,6 +65,30 @@ def test_chunks_equal_the_whole_decode_and_programs_do_not_grow(port):
     assert len(longer) == 9 and sum(len(c) for c in longer) == 33
     assert counter["programs"] == 0, "a longer video compiled new programs"
     assert first >= 2  # the first latent frame's program, and the later ones'
+
+
+def test_cogvideox_streams_two_latent_frames_at_a_time(tmp_path):
+    """The other causal VAE: CogVideoX's batches of latent frames, each with its cache,
+    equal to its whole decode; a longer video compiles nothing new."""
+    with porter.load(ROOT / "recipes" / "cogvideox-tiny.yaml",
+                     "generate.frames=25") as cog:
+        made = []
+        generation = cog.generate(on_frames=made.append)
+        assert [len(c) for c in made] == [9, 8, 8]  # 3, 2 and 2 latent frames
+        latents = generation.latents
+        with cog.active(), cog.runtime.env:
+            assert np.array_equal(generation.frames, cog.family.decode(
+                cog.pipe, latents, cog.recipe))
+        torch.manual_seed(0)
+        longer = torch.randn(1, 11, *latents.shape[2:])  # 11 latent frames: 41 frames
+        counter = _compiled_programs()
+        chunks = _chunks(cog, longer)
+        assert counter["programs"] == 0, "a longer video compiled new programs"
+        with cog.active(), cog.runtime.env:
+            whole = cog.family.decode(cog.pipe, longer,
+                                      recipe_mod.with_values(cog.recipe, "generate",
+                                                             {"frames": 41}, "test"))
+        assert np.array_equal(np.concatenate(chunks), whole)
 
 
 def test_a_run_streams_its_frames_into_stream_mp4(port):
@@ -118,7 +145,6 @@ def test_stream_is_playable_before_it_is_finished(tmp_path):
 
 
 def test_output_stream_false_writes_none(port, tmp_path):
-    from porter import recipe as recipe_mod
     from porter.generate.call import Call
 
     off = recipe_mod.with_values(port.recipe, "output", {"stream": False}, "test")

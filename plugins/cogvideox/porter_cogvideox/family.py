@@ -22,7 +22,7 @@ from porter.recipe.inputs import load_image
 from porter.recipe.sources import source_kind
 from porter.shims.interop import to_host
 from porter.transforms.dtypes import DTYPES
-from porter_cogvideox import rules
+from porter_cogvideox import decoding, rules
 
 class CogVideoXFamily(StagedFamily):
     name = "cogvideox"
@@ -42,6 +42,7 @@ class CogVideoXFamily(StagedFamily):
     # the VAE decode too: eager, it runs op by op (and on every device of the mesh)
     compiled = {"text_encoder": ("forward",), "transformer": ("forward",),
                 "vae": ("decode",)}
+    compiled_functions = {"vae": {"decode_chunk": decoding.decode_chunk}}  # a stream
     scan_blocks = True  # each block's outputs are the next one's inputs
     # each block returns (video tokens, text tokens): (batch, tokens, width) first
     token_blocks = r"transformer_blocks\.\d+"
@@ -215,9 +216,13 @@ class CogVideoXFamily(StagedFamily):
         the VAE; the latents keep them, as the pipeline's last step has them."""
         frames, padded = self._frames(pipe, recipe)
         video = pipe.decode_latents(latents[:, padded - frames:].to("jax"))
-        frames = pipe.video_processor.postprocess_video(video=to_host(video).float(),
-                                                        output_type="np")[0]
-        return (frames * 255).round().clip(0, 255).astype("uint8")
+        return decoding.frames_of(pipe, to_host(video))
+
+    def decode_chunks(self, pipe, latents, recipe):
+        """Two latent frames at a time (``decoding.chunks``), the padding dropped as
+        ``decode`` drops it."""
+        frames, padded = self._frames(pipe, recipe)
+        return decoding.chunks(pipe, latents[:, padded - frames:])
 
     def programs(self, recipe, modules):
         from porter_cogvideox.programs import programs

@@ -9,8 +9,9 @@ import torch
 
 from porter.families import batch as guidance_batch
 from porter.families import guided as guidance_guided
-from porter.aot.programs import Input, Program
+from porter.aot.programs import Input, Program, carried_calls
 from porter.transforms.dtypes import component_dtype
+from porter_cogvideox import decoding
 
 
 def programs(family, recipe, modules: dict) -> list[Program]:
@@ -37,10 +38,12 @@ def programs(family, recipe, modules: dict) -> list[Program]:
             "cond and uncond, one call each" if passes == 2 else "one pass")
     found.append(Program("transformer", "forward", (), kwargs, calls=gen.steps * passes,
                          note=note, per_step=passes))
-    found.append(Program("vae", "decode", (Input((1, modules["vae"].config["latent_channels"],
-                                                  frames, height, width),
-                                                 component_dtype(recipe, "vae")),),
-                         stage="decode"))
+    vae = modules["vae"]
+    channels, dtype = vae.config["latent_channels"], component_dtype(recipe, "vae")
+    # the streamed decode's calls (decoding.chunks): a batch of latent frames each
+    found += carried_calls(vae, "vae", "decode_chunk", decoding.decode_chunk, [
+        (Input((1, channels, end - start, height, width), dtype), {})
+        for start, end in decoding.batches(frames, vae.num_latent_frames_batch_size)], None)
     return found
 
 

@@ -36,7 +36,7 @@ def decode_chunk(vae, z, cache: Cache, first: bool):
     ``AutoencoderKLWan._decode`` decodes each: (pixels, the cache after it)."""
     from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
 
-    entries = list(cache.entries)
+    entries = list(cache)
     extra = {"first_chunk": True} if first else {}
     out = vae.decoder(vae.post_quant_conv(z), feat_cache=entries, feat_idx=[0], **extra)
     if vae.config.patch_size is not None:

@@ -9,11 +9,12 @@ import torch
 
 from porter.families import batch as guidance_batch
 from porter.families import guided
-from porter.aot.programs import Input, Program
+from porter.aot.programs import Input, Program, carried_calls
 from porter.loading.model_configs import checkpoint_root
 from porter.transforms import scheduler as scheduling
 from porter.transforms.dtypes import component_dtype
-from porter_wan import shapes
+from porter.transforms.jit.chunk_scan import Cache
+from porter_wan import decoding, shapes
 
 
 def programs(family, recipe, modules: dict) -> list[Program]:
@@ -22,9 +23,22 @@ def programs(family, recipe, modules: dict) -> list[Program]:
     layout = family.layout_or_default(recipe)
     found = _encode(recipe, modules, layout)
     found += _denoise(family, recipe, modules, layout)
-    found.append(Program("vae", "decode", (_latents(recipe, modules, layout, 1, "vae"),),
-                         {"return_dict": False}, stage="decode"))
+    found += _decode(recipe, modules, layout)
     return found
+
+
+def _decode(recipe, modules, layout) -> list[Program]:
+    """The streamed decode's calls (``decoding.chunks``): one latent frame each, the
+    first with an empty cache."""
+    from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d
+
+    latents = _latents(recipe, modules, layout, 1, "vae")
+    channels, frames, *size = latents.shape[1:]
+    vae = modules["vae"]
+    piece = Input((1, channels, 1, *size), latents.dtype)
+    cache = Cache([None] * sum(isinstance(m, WanCausalConv3d) for m in vae.decoder.modules()))
+    return carried_calls(vae, "vae", "decode_chunk", decoding.decode_chunk,
+                         [(piece, {"first": index == 0}) for index in range(frames)], cache)
 
 
 def _encode(recipe, modules, layout) -> list[Program]:

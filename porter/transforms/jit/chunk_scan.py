@@ -87,17 +87,17 @@ def _scanned(pieces: list, step: Callable, cache: list) -> list:
     return list(torch.unbind(outs))
 
 
-class Cache:
-    """A chunk loop's cache as one argument and result of a compiled call: its tensors
-    are the program's inputs and outputs, its markers (None, a string such as Wan's
-    ``"Rep"``) part of the program's signature, so a call whose cache holds other
-    markers is another program and a settled cache is the same one every chunk. Never
-    static (unhashable): a cache of markers alone is still an argument."""
+class Cache(list):
+    """A chunk loop's cache (its entries, in order) as one argument and result of a
+    compiled call: its tensors are the program's inputs and outputs, its markers (None,
+    a string such as Wan's ``"Rep"``) part of the program's signature, so a call whose
+    cache holds other markers is another program and a settled cache is the same one
+    every chunk. A list (unhashable: never a static argument, even holding markers
+    alone; what walks lists walks it), and a pytree node of its own."""
 
-    __hash__ = None
-
-    def __init__(self, entries):
-        self.entries = list(entries)
+    def __init__(self, entries=()):
+        super().__init__(entries)
+        register_cache()  # before JAX or torchax first meets one
 
     @staticmethod
     def is_marker(entry) -> bool:
@@ -106,8 +106,8 @@ class Cache:
 
 def _flatten_cache(cache: Cache):
     # by what is not a marker (a JAX array while tracing, a torch tensor outside)
-    kinds = tuple(entry if Cache.is_marker(entry) else ... for entry in cache.entries)
-    return [e for e in cache.entries if not Cache.is_marker(e)], kinds
+    kinds = tuple(entry if Cache.is_marker(entry) else ... for entry in cache)
+    return [e for e in cache if not Cache.is_marker(e)], kinds
 
 
 def _unflatten_cache(values, kinds) -> Cache:

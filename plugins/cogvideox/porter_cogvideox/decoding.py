@@ -1,0 +1,53 @@
+"""CogVideoX's VAE decode as a stream: its latent frames in the batches diffusers'
+``AutoencoderKLCogVideoX._decode`` takes (the first with the frames that do not make
+a whole batch, then two at a time), each batch's frames on the host as soon as the
+VAE has made them. The batches carry the causal convolutions' cache from one to the
+next; ``decode_chunk`` is one batch with that cache as its argument and result,
+compiled as a method of the VAE: a program for the first batch (no cache yet), one for
+the batches after it, whatever the video's length."""
+
+from __future__ import annotations
+
+from porter.shims.interop import to_host
+from porter.transforms import jit
+
+
+def decode_chunk(vae, z, cache):
+    """One batch of latent frames ``z`` decoded: (pixels, the cache after it)."""
+    if vae.post_quant_conv is not None:
+        z = vae.post_quant_conv(z)
+    return vae.decoder(z, conv_cache=cache)
+
+
+def batches(frames: int, size: int) -> list[tuple[int, int]]:
+    """(start, end) of each batch of latent frames, as ``_decode`` takes them."""
+    count, rest = max(frames // size, 1), frames % size
+    return [(size * i + (0 if i == 0 else rest), size * (i + 1) + rest)
+            for i in range(count)]
+
+
+def frames_of(pipe, video):
+    """Decoded pixels (host tensor) to uint8 frames (count, height, width, 3)."""
+    out = pipe.video_processor.postprocess_video(video=video.float(), output_type="np")[0]
+    return (out * 255).round().clip(0, 255).astype("uint8")
+
+
+def chunks(pipe, latents):
+    """The decode of ``latents`` (batch, frames, channels, height, width: the pipeline's
+    layout) batch by batch, as uint8 frames; the next batch dispatched before this one
+    is brought to the host. A tiled decode's frames come as one chunk."""
+    vae = pipe.vae
+    # as the pipeline's decode_latents scales them (1 / factor first: the same rounding)
+    z = 1 / pipe.vae_scaling_factor_image * latents.permute(0, 2, 1, 3, 4)
+    if vae.use_tiling and (z.shape[-1] > vae.tile_latent_min_width
+                           or z.shape[-2] > vae.tile_latent_min_height):
+        yield frames_of(pipe, to_host(vae.decode(z.to("jax")).sample))
+        return
+    step = jit.method(vae, "decode_chunk", decode_chunk)
+    cache, pending = None, None
+    for start, end in batches(z.shape[2], vae.num_latent_frames_batch_size):
+        out, cache = step(z[:, :, start:end].to("jax"), cache)
+        if pending is not None:
+            yield frames_of(pipe, to_host(pending))
+        pending = out
+    yield frames_of(pipe, to_host(pending))
