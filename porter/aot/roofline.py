@@ -124,7 +124,8 @@ def call_seconds(result, chip) -> float:
                / chip.ici_bytes_per_s)
 
 
-def video(rows: list[dict], steps: int, step_bound: dict | None) -> dict | None:
+def video(rows: list[dict], steps: int, step_bound: dict | None,
+          frames: int | None = None) -> dict | None:
     """A lower bound on a whole video's time on the target, from a compile report's
     program rows: each encode and decode program at its call's bound
     (``call_bound_s``) times its calls (the text encoder as often as guidance calls
@@ -146,9 +147,17 @@ def video(rows: list[dict], steps: int, step_bound: dict | None) -> dict | None:
             continue
         seconds[stage] += row["call_bound_s"] * row["calls"]
     missing |= {"encode", "decode"} - set(seconds)  # eager, or not asked for (--program)
-    return {"bound_s": sum(seconds.values()), "steps": steps,
-            "stages_s": {stage: seconds[stage] for stage in STAGES if stage in seconds},
-            "missing": sorted(missing)}
+    found = {"bound_s": sum(seconds.values()), "steps": steps, "frames": frames,
+             "stages_s": {stage: seconds[stage] for stage in STAGES if stage in seconds},
+             "missing": sorted(missing)}
+    decodes = [row for row in rows if row["stage"] == "decode"]
+    if frames and decodes and "decode" not in missing and seconds["decode"] > 0:
+        # a streamed decode's programs, in the order a run calls them: the first
+        # chunk's frames come after its first call, the rest at the decode's rate
+        found["stream"] = {"first_frames_s": found["bound_s"] - seconds["decode"]
+                           + decodes[0]["call_bound_s"],
+                           "frames_per_second": frames / seconds["decode"]}
+    return found
 
 
 def video_at(whole: dict, step_bound: dict, steps: int) -> float:

@@ -149,7 +149,7 @@ def _report(recipe: Recipe, port, target, results, left_out: dict) -> dict:
     bound = roofline.step(results, target)
     anchors = [roofline.implied(bound, a, target) for a in roofline.anchors_for(recipe, target)] \
         if bound else []
-    whole = roofline.video(rows, recipe.generate.steps, bound)
+    whole = roofline.video(rows, recipe.generate.steps, bound, recipe.generate.frames)
     report = {
         "recipe": recipe.name, "target": _target_row(target), "mesh": port.runtime.axes,
         "attention_backend": recipe.attention.backend,
@@ -195,7 +195,7 @@ def replace_programs(report: dict, rows: list[dict]) -> dict:
     replaced["verdict"] = _verdict(replaced, targets.named(report["target"]["name"]).facts)
     if report.get("video"):
         replaced["video"] = roofline.video(replaced["programs"], report["video"]["steps"],
-                                           report["roofline"])
+                                           report["roofline"], report["video"].get("frames"))
     return replaced
 
 
@@ -406,6 +406,10 @@ def render(report: dict) -> str:
                    if whole["missing"] else "")
         lines.append(f"a whole video, a lower bound: {whole['bound_s']:.3g} s ({parts}; "
                      f"{whole['steps']} steps){missing}")
+        if whole.get("stream"):
+            lines.append(f"  streamed: the first frames after {whole['stream']['first_frames_s']:.3g}"
+                         f" s, then {whole['stream']['frames_per_second']:.4g} frames a "
+                         "second (the decode's bound)")
         for anchor in report["anchors"]:
             if anchor.get("video_s"):
                 at = roofline.video_at(whole, bound, anchor["steps"])

@@ -78,7 +78,13 @@ def test_a_whole_videos_bound_counts_each_stage_and_says_what_it_leaves_out():
                             row("decode", 1, 3.0)], 50, step)
     assert whole == {"bound_s": pytest.approx(0.2 + 25 + 3), "steps": 50, "missing": [],
                      "stages_s": {"encode": pytest.approx(0.2), "denoise": 25,
-                                  "decode": 3.0}}
+                                  "decode": 3.0}, "frames": None}
+    # a streamed decode (its programs in the order a run calls them): the first frames
+    # after the first chunk's call, then the decode's rate
+    streamed = roofline.video([row("encode", 2, 0.1), row("decode", 1, 0.5),
+                               row("decode", 20, 0.25)], 50, step, frames=81)
+    assert streamed["stream"] == {"first_frames_s": pytest.approx(0.2 + 25 + 0.5),
+                                  "frames_per_second": pytest.approx(81 / 5.5)}
     # a decode that did not compile, and no text encoder program (run eagerly)
     partial = roofline.video([{"stage": "decode", "calls": 1}], 50, step)
     assert partial["missing"] == ["decode", "encode"] and partial["bound_s"] == 25

@@ -171,7 +171,7 @@ def _jit(module, rule: CompileRule, split, functions: dict):
         compiled._jitted[method] = _signed(
             _whole(compiled, method, split, lists), getattr(module, method))
     for name, function in functions.items():
-        compiled._jitted[name] = _whole(compiled, function, split, lists)
+        compiled._jitted[name] = _whole(compiled, function, split, lists, name)
     # pipelines read their components' signatures (Stable Video Diffusion asks its VAE's
     # forward whether it takes num_frames) and call nn.Module's buffers(), which the
     # compiled module holds as a dict of that name
@@ -219,14 +219,14 @@ def _signed(call, original):
     return signed
 
 
-def _whole(compiled, method, split, lists: list[str]):
+def _whole(compiled, method, split, lists: list[str], label: str | None = None):
     """One compiled method of a JittableModule (a method's name, or a function taking
-    the module first): jitted per set of static arguments (trace-cached where the split
-    has a trace cache); eager, with its submodules compiled, once it proves
-    untraceable. With ``lists`` (scanned block lists), a failure to trace is the
-    recipe's to settle: the blocks' weights are stacked."""
+    the module first, called ``label``): jitted per set of static arguments
+    (trace-cached where the split has a trace cache); eager, with its submodules
+    compiled, once it proves untraceable. With ``lists`` (scanned block lists), a
+    failure to trace is the recipe's to settle: the blocks' weights are stacked."""
     function = getattr(type(compiled._model), method) if isinstance(method, str) else method
-    label = method if isinstance(method, str) else method.__name__
+    label = label or method
     program = autosplit.programs(functools.partial(compiled.functional_call, method),
                                  f"{split.component}.{label}", split)
 
