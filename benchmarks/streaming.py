@@ -16,8 +16,6 @@ Results: benchmarks/results/streaming-cpu.json.
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,30 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from results_io import save
+from vae_split import RECIPES, latents_shape, written_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ROOT / "tests"
-RECIPES = {"wan": ("wan1.3b.yaml", []),
-           "cogvideox": ("cogvideox-2b.yaml", ["model.dtype=float32"])}
-
-
-def latents_shape(family: str, height: int, width: int, frames: int) -> tuple:
-    count = (frames - 1) // 4 + 1
-    return (1, 16, count, height // 8, width // 8) if family == "wan" \
-        else (1, count, 16, height // 8, width // 8)
-
-
-def programs_counter():
-    import jax
-
-    count = {"programs": 0}
-
-    def seen(event, duration, **_):
-        if event.endswith("jaxpr_to_mlir_module_duration"):
-            count["programs"] += 1
-    jax.monitoring.register_event_duration_secs_listener(seen)
-    return count
-
 
 def streamed(port, latents, path: Path, fps: int) -> dict:
     """One streamed decode into ``path``: when each thing happened, from its start."""
@@ -77,18 +54,15 @@ def main():
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--frames", type=int, default=33)
     parser.add_argument("--checkpoint", type=Path)
+    parser.add_argument("--paths", default="whole,stream",
+                        help="which decodes to time (whole, stream, or both)")
     args = parser.parse_args()
     import torch
 
     work = Path(tempfile.mkdtemp(prefix="streaming-"))
-    checkpoint = args.checkpoint
-    if checkpoint is None:
-        checkpoint = work / args.family
-        subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from "
-                        "models.real_size import write_checkpoint; write_checkpoint("
-                        f"{args.family!r}, Path(sys.argv[1]))", str(checkpoint)],
-                       check=True, env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+    checkpoint = args.checkpoint or written_checkpoint(args.family, work / args.family)
     import porter
+    from porter.runtime.monitor import compile_monitor
 
     recipe, extra = RECIPES[args.family]
     port = porter.load(ROOT / "recipes" / recipe, f"model.source={checkpoint}",
@@ -97,12 +71,12 @@ def main():
                        *extra, cpu_devices=1)
     latents = torch.randn(*latents_shape(args.family, args.height, args.width, args.frames),
                           generator=torch.Generator().manual_seed(1))
-    counter = programs_counter()
+    monitor = compile_monitor()
     row = {"family": args.family, "size": f"{args.width}x{args.height}",
            "frames": args.frames, "machine": "2-core CPU, one device"}
     with port.active(), port.runtime.env:
-        for label in ("whole", "stream"):
-            counter["programs"], seconds = 0, []
+        for label in args.paths.split(","):
+            before, seconds = monitor.programs, []
             for attempt in range(2):
                 start = time.perf_counter()
                 if label == "whole":
@@ -112,12 +86,15 @@ def main():
                                               port.recipe.output.fps)
                     row[f"stream_{('cold', 'warm')[attempt]}"] = timing
                 seconds.append(round(time.perf_counter() - start, 3))
+                print(f"{label} decode {attempt + 1}: {seconds[-1]} s", flush=True)
             row[f"{label}_s"] = {"cold": seconds[0], "warm": seconds[1]}
-            row[f"{label}_programs"] = counter["programs"]
-    row["frames_equal"] = bool(np.array_equal(frames, whole))
-    row["max_frame_levels"] = int(np.abs(frames.astype(int) - whole).max())
-    warm = row["stream_warm"]
-    row["frames_per_second_delivered"] = round(len(frames) / warm["done_s"], 2)
+            row[f"{label}_programs"] = monitor.programs - before
+    if "whole_s" in row and "stream_s" in row:
+        row["frames_equal"] = bool(np.array_equal(frames, whole))
+        row["max_frame_levels"] = int(np.abs(frames.astype(int) - whole).max())
+    if "stream_warm" in row:
+        row["frames_per_second_delivered"] = round(len(frames) / row["stream_warm"]["done_s"],
+                                                   2)
     print(json.dumps(row, indent=1), flush=True)
     path = ROOT / "benchmarks" / "results" / "streaming-cpu.json"
     kept = [r for r in (json.loads(path.read_text()) if path.exists() else [])

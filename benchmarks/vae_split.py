@@ -44,6 +44,15 @@ def python(*args):
         raise SystemExit(out.stderr[-3000:])
 
 
+def written_checkpoint(family: str, directory: Path) -> Path:
+    """The family's published layout with random weights, written to ``directory``
+    (tests/models/real_size.py, in a process of its own)."""
+    python("-c", "import sys; from pathlib import Path; from models.real_size import "
+           f"write_checkpoint; write_checkpoint({family!r}, Path(sys.argv[1]))",
+           str(directory))
+    return directory
+
+
 def latents_shape(family: str, height: int, width: int, frames: int) -> tuple:
     count = (frames - 1) // 4 + 1
     return (1, 16, count, height // 8, width // 8) if family == "wan" \
@@ -62,12 +71,7 @@ def main():
     from safetensors.torch import save_file
 
     work = Path(tempfile.mkdtemp(prefix="vae-split-"))
-    checkpoint = args.checkpoint
-    if checkpoint is None:
-        checkpoint = work / args.family
-        python("-c", "import sys; from pathlib import Path; from models.real_size import "
-               f"write_checkpoint; write_checkpoint({args.family!r}, Path(sys.argv[1]))",
-               str(checkpoint))
+    checkpoint = args.checkpoint or written_checkpoint(args.family, work / args.family)
     latents = work / "latents.safetensors"
     shape = latents_shape(args.family, args.height, args.width, args.frames)
     save_file({"latents": torch.randn(*shape, generator=torch.Generator().manual_seed(1))},

@@ -32,17 +32,11 @@ def port(tmp_path_factory):
         yield loaded
 
 
-def _compiled_programs():
-    """A counter of the programs JAX lowers from now on (jax.monitoring)."""
-    import jax
+def _programs() -> int:
+    """Programs JAX has lowered in this process so far."""
+    from porter.runtime.monitor import compile_monitor
 
-    count = {"programs": 0}
-
-    def seen(event, duration, **_):
-        if event.endswith("jaxpr_to_mlir_module_duration"):
-            count["programs"] += 1
-    jax.monitoring.register_event_duration_secs_listener(seen)
-    return count
+    return compile_monitor().programs
 
 
 def _chunks(port, latents):
@@ -53,17 +47,17 @@ def _chunks(port, latents):
 def test_chunks_equal_the_whole_decode_and_programs_do_not_grow(port):
     torch.manual_seed(0)
     short, long = torch.randn(1, 16, 5, 8, 8), torch.randn(1, 16, 9, 8, 8)
-    counter = _compiled_programs()
+    before = _programs()
     chunks = _chunks(port, short)
-    first = counter["programs"]
+    first = _programs() - before
     assert [len(c) for c in chunks] == [1, 4, 4, 4, 4]  # the first frame, then four
     with port.active(), port.runtime.env:
         whole = port.family.decode(port.pipe, short, port.recipe)
     assert np.array_equal(np.concatenate(chunks), whole)  # the same frames, exactly
-    counter["programs"] = 0
+    before = _programs()
     longer = _chunks(port, long)
     assert len(longer) == 9 and sum(len(c) for c in longer) == 33
-    assert counter["programs"] == 0, "a longer video compiled new programs"
+    assert _programs() == before, "a longer video compiled new programs"
     assert first >= 2  # the first latent frame's program, and the later ones'
 
 
@@ -81,9 +75,9 @@ def test_cogvideox_streams_two_latent_frames_at_a_time(tmp_path):
                 cog.pipe, latents, cog.recipe))
         torch.manual_seed(0)
         longer = torch.randn(1, 11, *latents.shape[2:])  # 11 latent frames: 41 frames
-        counter = _compiled_programs()
+        before = _programs()
         chunks = _chunks(cog, longer)
-        assert counter["programs"] == 0, "a longer video compiled new programs"
+        assert _programs() == before, "a longer video compiled new programs"
         with cog.active(), cog.runtime.env:
             whole = cog.family.decode(cog.pipe, longer,
                                       recipe_mod.with_values(cog.recipe, "generate",
