@@ -281,13 +281,14 @@ function joined(a, b) {
 // as before.
 async function playStream(row, job) {
   row.streaming = true;
+  if (!window.MediaSource) return;
   let answer;
   try {
     answer = await call(job.stream, {cache: "no-store"});
   } catch (error) {
     return;
   }
-  if (!answer.ok || !answer.body || !window.MediaSource) return;
+  if (!answer.ok || !answer.body) return;
   const reader = answer.body.getReader();
   const source = new MediaSource();
   let head = new Uint8Array(0), buffer = null;
@@ -324,6 +325,7 @@ async function playStream(row, job) {
     }
     feed();
   }
+  reader.cancel().catch(() => {});  // a stream left early (the finished video came)
   const ended = () => {
     if (source.readyState === "open") source.endOfStream();
   };
