@@ -11,7 +11,7 @@ import time
 from porter.generate.call import Call
 from porter.rundir import outputs
 from porter.rundir.video import Stream
-from porter.runtime import distributed
+from porter.runtime import distributed, notices
 
 
 def writes_stream(call: Call) -> bool:
@@ -38,13 +38,18 @@ def stream(call: Call):
         return round(time.perf_counter() - call.started, 4)
 
     def on_frames(frames) -> None:
+        nonlocal writer
         found["chunks"] += 1
         if found["first_chunk_s"] is None:
             found["first_chunk_s"] = since_start()
         if writer is not None:
-            writer.add(frames)
-            if found["first_playable_s"] is None and writer.playable:
-                found["first_playable_s"] = since_start()
+            try:
+                writer.add(frames)
+            except Exception as exc:  # noqa: BLE001 - a full disk, the encoder
+                writer = found["file"] = _given_up(writer, exc)
+            else:
+                if found["first_playable_s"] is None and writer.playable:
+                    found["first_playable_s"] = since_start()
         if call.on_frames is not None:
             call.on_frames(frames)
 
@@ -52,8 +57,23 @@ def stream(call: Call):
         yield on_frames
     finally:
         if writer is not None:
-            writer.close()
-            if found["first_playable_s"] is None and writer.frames:
+            try:
+                writer.close()
+            except Exception as exc:  # noqa: BLE001 - the video matters more
+                writer = found["file"] = _given_up(writer, exc)
+            if writer is not None and found["first_playable_s"] is None and writer.frames:
                 found["first_playable_s"] = since_start()  # one chunk: at its close
         found["done_s"] = since_start()
         call.timings["stream"] = found
+
+
+def _given_up(writer: Stream, exc: Exception) -> None:
+    """A stream that cannot be written is given up with a warning, its file removed:
+    it is there to show the video early, and the run goes on to write video.mp4."""
+    with contextlib.suppress(Exception):
+        writer.close()
+    writer.path.unlink(missing_ok=True)
+    notices.warn(f"stream.mp4 is not written: {type(exc).__name__}: {exc}",
+                 hint="the run goes on and writes video.mp4; output.stream: false "
+                      "turns the stream off")
+    return None

@@ -88,7 +88,7 @@ class Stream:
     def _open(self, height: int, width: int) -> None:
         import av
 
-        self._file = open(self.path, "wb")
+        self._file = open(self.path, "wb")  # closed by ``close`` whatever fails below
         self._container = av.open(self._file, mode="w", format="mp4", options={
             "movflags": "frag_every_frame+empty_moov+default_base_moof",
             "flush_packets": "1"})  # each fragment to the file as it is made
@@ -101,14 +101,17 @@ class Stream:
         self._header = self._file.tell()
 
     def close(self) -> None:
-        """The last frames to the file; the file complete. Safe to call twice."""
-        if self._container is not None:
-            try:
-                self._container.mux(self._stream.encode())
-                self._container.close()
-            finally:
+        """The last frames to the file; the file complete. Safe to call twice, and
+        after a failed ``add``."""
+        container, self._container = self._container, None
+        try:
+            if container is not None:
+                if self._stream is not None:
+                    container.mux(self._stream.encode())
+                container.close()
+        finally:
+            if self._file is not None:
                 self._file.close()
-                self._container = None
 
     def __enter__(self):
         return self

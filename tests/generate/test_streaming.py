@@ -146,3 +146,20 @@ def test_output_stream_false_writes_none(port, tmp_path):
     port.run(call)
     assert not (tmp_path / "stream.mp4").exists()
     assert call.timings["stream"]["file"] is None and call.timings["stream"]["chunks"] == 5
+
+
+def test_a_stream_that_cannot_be_written_does_not_stop_the_run(port, tmp_path, monkeypatch):
+    from porter.generate.call import Call
+    from porter.runtime import notices
+
+    def full(self, frames):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(Stream, "add", full)
+    call = Call(port.recipe, directory=tmp_path)
+    warned = len(notices.given())
+    outcome = port.run(call)
+    assert outcome.frames.shape == (17, 64, 64, 3)
+    assert not (tmp_path / "stream.mp4").exists()
+    assert call.timings["stream"]["file"] is None and call.timings["stream"]["chunks"] == 5
+    assert any("stream.mp4 is not written: OSError" in str(w)
+               for w in notices.given()[warned:])

@@ -20,9 +20,10 @@ def decode_chunk(vae, z, cache):
 
 
 def batches(frames: int, size: int) -> list[tuple[int, int]]:
-    """(start, end) of each batch of latent frames, as ``_decode`` takes them."""
+    """(start, end) of each batch of latent frames, as ``_decode`` takes them (fewer
+    frames than a batch: all of them)."""
     count, rest = max(frames // size, 1), frames % size
-    return [(size * i + (0 if i == 0 else rest), size * (i + 1) + rest)
+    return [(size * i + (0 if i == 0 else rest), min(size * (i + 1) + rest, frames))
             for i in range(count)]
 
 

@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 TOKEN_ENV = "PORTER_TOKEN"
 
 
+#: seconds a closing server gives open responses (a job's stream) to end by themselves
+STREAMS_CLOSE_S = 2
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -134,7 +137,11 @@ def serve(recipe: Recipe, registry: Registry, listen: Listen = Listen(), say=pri
             "described at /docs); "
             f"jobs in {queue.directory}")
         try:
-            uvicorn.run(app, host=host, port=port, log_level="warning")
+            # a stream's response lasts as long as its job: on SIGTERM, uvicorn waits
+            # this long for open responses, then closes them and lets the running job
+            # checkpoint (the lifespan's shutdown), instead of waiting for the job
+            uvicorn.run(app, host=host, port=port, log_level="warning",
+                        timeout_graceful_shutdown=STREAMS_CLOSE_S)
         except Interrupted:
             pass  # uvicorn passes the signal on once it has shut down: that was the plan
         return queue.state()

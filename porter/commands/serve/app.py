@@ -188,7 +188,8 @@ def _result_routes(app, jobs) -> None:
         return StreamingResponse(_growing(path, lambda: jobs.ended(job_id)),
                                  media_type="video/mp4", headers={
                                      "Cache-Control": "no-store",
-                                     "X-Content-Type-Options": "nosniff"})
+                                     "X-Content-Type-Options": "nosniff",
+                                     "X-Accel-Buffering": "no"})  # proxies: pass it on
 
     @app.get("/jobs/{job_id}/preview", response_class=FileResponse,
              summary="the job's latest live preview (PNG), written while it denoises "
@@ -216,7 +217,8 @@ async def _growing(path, ended, chunk: int = 1 << 16):
         while True:
             finished = ended()  # asked before reading: what was written by then is read
             if handle is None and path.exists():
-                handle = await asyncio.to_thread(open, path, "rb")
+                with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                    handle = await asyncio.to_thread(open, path, "rb")
             data = await asyncio.to_thread(handle.read, chunk) if handle else b""
             if data:
                 yield data

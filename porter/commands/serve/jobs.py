@@ -427,8 +427,12 @@ class Jobs:
         return None
 
     def ended(self, job_id: str) -> bool:
-        """Is the job done, failed or cancelled (nothing more will be written)?"""
-        return self.get(job_id).status not in ("queued", "running")
+        """Is the job done, failed or cancelled, or deleted (nothing more will be
+        written)?"""
+        try:
+            return self.get(job_id).status not in ("queued", "running")
+        except KeyError:
+            return True
 
     def video(self, job_id: str) -> Path | None:
         path = self.folder(job_id) / outputs.VIDEO

@@ -293,45 +293,51 @@ async function playStream(row, job) {
   const source = new MediaSource();
   let head = new Uint8Array(0), buffer = null;
   const queue = [];
+  const ended = () => {
+    if (source.readyState === "open" && buffer && !buffer.updating && !queue.length)
+      source.endOfStream();
+  };
+  let finished = false;  // the response is over: end the source once the queue is fed
   const feed = () => {
-    if (buffer && !buffer.updating && queue.length) buffer.appendBuffer(queue.shift());
+    try {
+      if (buffer && !buffer.updating && queue.length) buffer.appendBuffer(queue.shift());
+      else if (finished) ended();
+    } catch (error) {
+      queue.length = 0;  // the element was given the finished video, or a media error
+    }
   };
   await new Promise((opened) => {
     source.addEventListener("sourceopen", opened, {once: true});
     row.video.src = URL.createObjectURL(source);
   });
-  for (;;) {
-    let read;
-    try {
-      read = await reader.read();
-    } catch (error) {
-      break;  // the connection ended: the finished video follows
+  try {
+    for (;;) {
+      const read = await reader.read();
+      if (read.done || row.videoShown) break;
+      if (!buffer) {  // until the header names the codec
+        head = joined(head, read.value);
+        const codec = codecOf(head);
+        if (!codec) continue;
+        const kind = `video/mp4; codecs="${codec}"`;
+        if (!MediaSource.isTypeSupported(kind)) break;
+        buffer = source.addSourceBuffer(kind);
+        buffer.addEventListener("updateend", feed);
+        queue.push(head);
+        row.framesShown = true;  // the frames themselves from now on, not the preview
+        row.preview.hidden = true;
+        row.video.hidden = false;
+      } else {
+        queue.push(read.value);
+      }
+      feed();
     }
-    if (read.done || row.videoShown) break;
-    if (!buffer) {  // until the header names the codec
-      head = joined(head, read.value);
-      const codec = codecOf(head);
-      if (!codec) continue;
-      const kind = `video/mp4; codecs="${codec}"`;
-      if (!MediaSource.isTypeSupported(kind)) break;
-      buffer = source.addSourceBuffer(kind);
-      buffer.addEventListener("updateend", feed);
-      queue.push(head);
-      row.framesShown = true;  // the frames themselves from now on, not the preview
-      row.preview.hidden = true;
-      row.video.hidden = false;
-    } else {
-      queue.push(read.value);
-    }
+  } catch (error) {
+    // the connection ended, or the source was closed: the finished video follows
+  } finally {
+    reader.cancel().catch(() => {});  // a stream left early (the finished video came)
+    finished = true;
     feed();
   }
-  reader.cancel().catch(() => {});  // a stream left early (the finished video came)
-  const ended = () => {
-    if (source.readyState === "open") source.endOfStream();
-  };
-  if (buffer && (buffer.updating || queue.length))
-    buffer.addEventListener("updateend", () => { if (!queue.length) ended(); });
-  else ended();
 }
 
 async function toggleRecord(row, id) {
