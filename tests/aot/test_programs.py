@@ -11,6 +11,9 @@ from support.aot import IMAGE
 RUNS = [
     ("wan-tiny.yaml", []),
     ("wan-tiny.yaml", ["generate.guidance_scale=1.0"]),
+    # a VAE that tiles at this size decodes in one call, not chunk by chunk
+    ("wan-tiny.yaml", ["setup={vae: [enable_tiling]}", "generate.width=320",
+                       "generate.frames=9"]),
     ("wan-tiny-tp.yaml", []),
     ("wan-tiny-tp.yaml", ["mesh={dp: 1, tp: 8}", "generate.cfg_parallel=false"]),
     ("wan22-i2v-tiny.yaml", []),
@@ -34,15 +37,17 @@ def test_declared_programs_are_what_a_run_calls(name, overrides):
     the device, the static arguments, and how many calls."""
     import porter
     from porter.loading import abstract
-    from porter.transforms import jit
+    from porter.transforms import jit, setup
 
     port = porter.load(RECIPES / name, *overrides, "generate.steps=3")
     rules = jit.rules(port.recipe, port.family, "cpu")
     with programs.recorded(port.pipe, rules) as calls:
         port.generate()
     ran = programs.unique(calls)
-    declared = programs.unique(port.family.programs(
-        port.recipe, abstract.components(port.family, port.recipe)))
+    modules = abstract.components(port.family, port.recipe)
+    for component, _, method, params in setup.calls(port.recipe):  # as compile's port
+        getattr(modules[component], method)(**params)
+    declared = programs.unique(port.family.programs(port.recipe, modules))
     assert [(p.signature(), p.calls) for p in declared] == \
         [(p.signature(), p.calls) for p in ran]
     assert ran  # every family here compiles something

@@ -33,6 +33,12 @@ def frames_of(pipe, video):
     return (out * 255).round().clip(0, 255).astype("uint8")
 
 
+def tiles(vae, height: int, width: int) -> bool:
+    """Does the VAE decode latents of this size tile by tile, as ``_decode`` asks?"""
+    return bool(vae.use_tiling) and (width > vae.tile_latent_min_width
+                                     or height > vae.tile_latent_min_height)
+
+
 def chunks(pipe, latents):
     """The decode of ``latents`` (batch, frames, channels, height, width: the pipeline's
     layout) batch by batch, as uint8 frames; the next batch dispatched before this one
@@ -40,8 +46,7 @@ def chunks(pipe, latents):
     vae = pipe.vae
     # as the pipeline's decode_latents scales them (1 / factor first: the same rounding)
     z = 1 / pipe.vae_scaling_factor_image * latents.permute(0, 2, 1, 3, 4)
-    if vae.use_tiling and (z.shape[-1] > vae.tile_latent_min_width
-                           or z.shape[-2] > vae.tile_latent_min_height):
+    if tiles(vae, *z.shape[-2:]):
         yield frames_of(pipe, to_host(vae.decode(z.to("jax")).sample))
         return
     step = jit.method(vae, "decode_chunk", decode_chunk)

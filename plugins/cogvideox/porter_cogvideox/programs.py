@@ -40,6 +40,10 @@ def programs(family, recipe, modules: dict) -> list[Program]:
                          note=note, per_step=passes))
     vae = modules["vae"]
     channels, dtype = vae.config["latent_channels"], component_dtype(recipe, "vae")
+    if decoding.tiles(vae, height, width):  # one call, tile by tile
+        found.append(Program("vae", "decode", (Input((1, channels, frames, height, width),
+                                                     dtype),), stage="decode"))
+        return found
     # the streamed decode's calls (decoding.chunks): a batch of latent frames each
     found += carried_calls(vae, "vae", "decode_chunk", decoding.decode_chunk, [
         (Input((1, channels, end - start, height, width), dtype), {})

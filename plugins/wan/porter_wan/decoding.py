@@ -44,6 +44,14 @@ def decode_chunk(vae, z, cache: Cache, first: bool):
     return torch.clamp(out, min=-1.0, max=1.0), Cache(entries)
 
 
+def tiles(vae, height: int, width: int) -> bool:
+    """Does the VAE decode latents of this size tile by tile (``enable_tiling`` and a
+    size over its tile), as diffusers' ``_decode`` asks?"""
+    ratio = vae.spatial_compression_ratio
+    return bool(vae.use_tiling) and (width > vae.tile_sample_min_width // ratio
+                                     or height > vae.tile_sample_min_height // ratio)
+
+
 def chunks(pipe, latents):
     """The decode's frames, chunk by chunk (uint8 arrays). Each chunk's program is
     dispatched before the one before it is brought to the host, so the device decodes
@@ -53,9 +61,7 @@ def chunks(pipe, latents):
 
     vae = pipe.vae
     z = denormalized(vae, latents)
-    ratio = vae.spatial_compression_ratio
-    if vae.use_tiling and (z.shape[-1] > vae.tile_sample_min_width // ratio
-                           or z.shape[-2] > vae.tile_sample_min_height // ratio):
+    if tiles(vae, *z.shape[-2:]):
         yield frames(pipe, to_host(vae.decode(z.to("jax"), return_dict=False)[0]))
         return
     register_cache()

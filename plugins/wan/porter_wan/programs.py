@@ -29,12 +29,15 @@ def programs(family, recipe, modules: dict) -> list[Program]:
 
 def _decode(recipe, modules, layout) -> list[Program]:
     """The streamed decode's calls (``decoding.chunks``): one latent frame each, the
-    first with an empty cache."""
+    first with an empty cache; a tiled decode's one call."""
     from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d
 
     latents = _latents(recipe, modules, layout, 1, "vae")
     channels, frames, *size = latents.shape[1:]
     vae = modules["vae"]
+    if decoding.tiles(vae, *size):
+        return [Program("vae", "decode", (latents,), {"return_dict": False},
+                        stage="decode")]
     piece = Input((1, channels, 1, *size), latents.dtype)
     cache = Cache([None] * sum(isinstance(m, WanCausalConv3d) for m in vae.decoder.modules()))
     return carried_calls(vae, "vae", "decode_chunk", decoding.decode_chunk,
