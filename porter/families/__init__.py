@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from porter.families.base import ModelFamily
+from porter.families.base import ModelFamily, decoded_frames
 from porter.families.generic import GenericFamily
 from porter.families.staged import Grid, StagedFamily, from_the_start
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from porter.recipe import Recipe
 
 __all__ = ["GenericFamily", "Grid", "ModelFamily", "StagedFamily", "batch",
-           "from_the_start", "guided"]
+           "decoded_frames", "from_the_start", "guided"]
 
 
 def guided(family: ModelFamily, recipe: Recipe) -> bool:

@@ -23,6 +23,23 @@ if TYPE_CHECKING:
     from porter.recipe import Recipe
 
 
+
+def as_uint8(frames):
+    """A video's frames in [0, 1] (numpy, or a torchax tensor) as uint8 pixels."""
+    import numpy as np
+
+    frames = np.asarray(frames.jax() if hasattr(frames, "jax") else frames)
+    return (frames * 255).round().clip(0, 255).astype("uint8")
+
+
+def decoded_frames(pipe, video):
+    """A VAE's decoded pixels (a host tensor, -1..1, batch first) as the pipeline's
+    video processor turns them into the first video's frames: uint8 (count, height,
+    width, 3)."""
+    return as_uint8(pipe.video_processor.postprocess_video(video.float(),
+                                                           output_type="np")[0])
+
+
 class ModelFamily:
     #: name recipes use in ``model.family``
     name: str = ""

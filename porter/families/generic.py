@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from porter.errors import Interrupted, NonFinite, UsageError
-from porter.families.base import ModelFamily
+from porter.families.base import ModelFamily, as_uint8
 from porter.recipe import call_args, modular
 from porter.recipe.inputs import INPUTS, KIND_NAMES, latents_names
 from porter.recipe.sources import source_kind
@@ -108,12 +108,6 @@ def first_of(video):
     itself when it is one."""
     batched = isinstance(video, (list, tuple)) or getattr(video, "ndim", 0) == 5
     return video[0] if batched else video
-
-
-def as_uint8(frames) -> np.ndarray:
-    """A video's frames in [0, 1] (numpy, or a torchax tensor) as uint8 pixels."""
-    frames = np.asarray(frames.jax() if hasattr(frames, "jax") else frames)
-    return (frames * 255).round().clip(0, 255).astype("uint8")
 
 
 class _StepWatch:

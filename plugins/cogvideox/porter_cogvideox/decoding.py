@@ -8,8 +8,10 @@ the batches after it, whatever the video's length."""
 
 from __future__ import annotations
 
+from porter.families import decoded_frames
 from porter.shims.interop import to_host
 from porter.transforms import jit
+from porter.transforms.jit.chunk_scan import one_ahead
 
 
 def decode_chunk(vae, z, cache):
@@ -27,12 +29,6 @@ def batches(frames: int, size: int) -> list[tuple[int, int]]:
             for i in range(count)]
 
 
-def frames_of(pipe, video):
-    """Decoded pixels (host tensor) to uint8 frames (count, height, width, 3)."""
-    out = pipe.video_processor.postprocess_video(video=video.float(), output_type="np")[0]
-    return (out * 255).round().clip(0, 255).astype("uint8")
-
-
 def tiles(vae, height: int, width: int) -> bool:
     """Does the VAE decode latents of this size tile by tile, as ``_decode`` asks?"""
     return bool(vae.use_tiling) and (width > vae.tile_latent_min_width
@@ -47,13 +43,15 @@ def chunks(pipe, latents):
     # as the pipeline's decode_latents scales them (1 / factor first: the same rounding)
     z = 1 / pipe.vae_scaling_factor_image * latents.permute(0, 2, 1, 3, 4)
     if tiles(vae, *z.shape[-2:]):
-        yield frames_of(pipe, to_host(vae.decode(z.to("jax")).sample))
+        yield decoded_frames(pipe, to_host(vae.decode(z.to("jax")).sample))
         return
     step = jit.method(vae, "decode_chunk", decode_chunk)
-    cache, pending = None, None
-    for start, end in batches(z.shape[2], vae.num_latent_frames_batch_size):
-        out, cache = step(z[:, :, start:end].to("jax"), cache)
-        if pending is not None:
-            yield frames_of(pipe, to_host(pending))
-        pending = out
-    yield frames_of(pipe, to_host(pending))
+
+    def calls():
+        cache = None  # the first batch's call starts with none
+        for start, end in batches(z.shape[2], vae.num_latent_frames_batch_size):
+            out, cache = step(z[:, :, start:end].to("jax"), cache)
+            yield out
+
+    for out in one_ahead(calls()):
+        yield decoded_frames(pipe, to_host(out))

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from porter.families import Grid, StagedFamily, batch, guided
+from porter.families import Grid, StagedFamily, batch, decoded_frames, guided
 from porter.loading.model_configs import component_config
 from porter.recipe.inputs import load_image
 from porter.recipe.sources import source_kind
@@ -216,7 +216,7 @@ class CogVideoXFamily(StagedFamily):
         the VAE; the latents keep them, as the pipeline's last step has them."""
         frames, padded = self._frames(pipe, recipe)
         video = pipe.decode_latents(latents[:, padded - frames:].to("jax"))
-        return decoding.frames_of(pipe, to_host(video))
+        return decoded_frames(pipe, to_host(video))
 
     def decode_chunks(self, pipe, latents, recipe):
         """Two latent frames at a time (``decoding.chunks``), the padding dropped as

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from porter.errors import UsageError
-from porter.families import Grid, StagedFamily, batch, from_the_start, guided
+from porter.families import Grid, StagedFamily, batch, decoded_frames, from_the_start, guided
 from porter.loading.model_configs import component_config, setting
 from porter.shims.interop import to_host
 from porter.transforms import rotary
@@ -225,6 +225,4 @@ class HunyuanFamily(StagedFamily):
     def decode(self, pipe, latents, recipe):
         vae = pipe.vae
         latents = latents.to("jax").to(vae.dtype) / vae.config.scaling_factor
-        video = to_host(vae.decode(latents, return_dict=False)[0])
-        frames = pipe.video_processor.postprocess_video(video.float(), output_type="np")[0]
-        return (frames * 255).round().clip(0, 255).astype("uint8")
+        return decoded_frames(pipe, to_host(vae.decode(latents, return_dict=False)[0]))

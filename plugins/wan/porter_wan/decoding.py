@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from porter.families import decoded_frames
 from porter.shims.interop import to_host
 from porter.transforms import jit
-from porter.transforms.jit.chunk_scan import Cache, register_cache
+from porter.transforms.jit.chunk_scan import Cache, one_ahead
 from porter_wan import i2v
 
 
@@ -23,12 +24,6 @@ def denormalized(vae, latents):
     """The pipeline's latents as the VAE takes them (its per-channel statistics)."""
     mean, inv_std = i2v.latent_stats(vae, vae.dtype)
     return latents.to(vae.dtype) / inv_std + mean
-
-
-def frames(pipe, video):
-    """Decoded pixels (host tensor, -1..1) to uint8 frames (count, height, width, 3)."""
-    out = pipe.video_processor.postprocess_video(video.float(), output_type="np")[0]
-    return (out * 255).round().clip(0, 255).astype("uint8")
 
 
 def decode_chunk(vae, z, cache: Cache, first: bool):
@@ -44,6 +39,14 @@ def decode_chunk(vae, z, cache: Cache, first: bool):
     return torch.clamp(out, min=-1.0, max=1.0), Cache(entries)
 
 
+def empty_cache(vae) -> Cache:
+    """The cache the first latent frame's call starts from: an empty slot for each of
+    the decoder's causal convolutions."""
+    from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d
+
+    return Cache([None] * sum(isinstance(m, WanCausalConv3d) for m in vae.decoder.modules()))
+
+
 def tiles(vae, height: int, width: int) -> bool:
     """Does the VAE decode latents of this size tile by tile (``enable_tiling`` and a
     size over its tile), as diffusers' ``_decode`` asks?"""
@@ -57,23 +60,20 @@ def chunks(pipe, latents):
     dispatched before the one before it is brought to the host, so the device decodes
     the next while the caller encodes this one. A tiled decode (``vae.use_tiling`` at
     a size it tiles) has no such order: its frames come as one chunk."""
-    from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d
-
     vae = pipe.vae
     z = denormalized(vae, latents)
     if tiles(vae, *z.shape[-2:]):
-        yield frames(pipe, to_host(vae.decode(z.to("jax"), return_dict=False)[0]))
+        yield decoded_frames(pipe, to_host(vae.decode(z.to("jax"), return_dict=False)[0]))
         return
-    register_cache()
     step = jit.method(vae, "decode_chunk", decode_chunk)
-    cache = Cache([None] * sum(isinstance(m, WanCausalConv3d)
-                               for m in vae.decoder.modules()))
-    pending = None
-    for index in range(z.shape[2]):
-        # sliced on the host: an eager slice on the device would compile one small
-        # program per index
-        out, cache = step(z[:, :, index:index + 1].to("jax"), cache, first=index == 0)
-        if pending is not None:
-            yield frames(pipe, to_host(pending))
-        pending = out
-    yield frames(pipe, to_host(pending))
+
+    def calls():
+        cache = empty_cache(vae)
+        for index in range(z.shape[2]):
+            # sliced on the host: an eager slice on the device would compile one small
+            # program per index
+            out, cache = step(z[:, :, index:index + 1].to("jax"), cache, first=index == 0)
+            yield out
+
+    for out in one_ahead(calls()):
+        yield decoded_frames(pipe, to_host(out))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from porter.families import StagedFamily, from_the_start, guided
+from porter.families import StagedFamily, decoded_frames, from_the_start, guided
 from porter.loading.model_configs import cached_snapshot
 from porter.recipe.sources import source_kind
 from porter.shims.interop import to_host
@@ -198,8 +198,8 @@ class WanFamily(StagedFamily):
 
     def decode(self, pipe, latents, recipe):
         latents = decoding.denormalized(pipe.vae, latents)
-        return decoding.frames(pipe, to_host(pipe.vae.decode(latents.to("jax"),
-                                                             return_dict=False)[0]))
+        return decoded_frames(pipe, to_host(pipe.vae.decode(latents.to("jax"),
+                                                            return_dict=False)[0]))
 
     def decode_chunks(self, pipe, latents, recipe):
         """Latent frame by latent frame (``decoding.chunks``): the first frame, then

@@ -13,7 +13,6 @@ from porter.aot.programs import Input, Program, carried_calls
 from porter.loading.model_configs import checkpoint_root
 from porter.transforms import scheduler as scheduling
 from porter.transforms.dtypes import component_dtype
-from porter.transforms.jit.chunk_scan import Cache
 from porter_wan import decoding, shapes
 
 
@@ -30,8 +29,6 @@ def programs(family, recipe, modules: dict) -> list[Program]:
 def _decode(recipe, modules, layout) -> list[Program]:
     """The streamed decode's calls (``decoding.chunks``): one latent frame each, the
     first with an empty cache; a tiled decode's one call."""
-    from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d
-
     latents = _latents(recipe, modules, layout, 1, "vae")
     channels, frames, *size = latents.shape[1:]
     vae = modules["vae"]
@@ -39,9 +36,9 @@ def _decode(recipe, modules, layout) -> list[Program]:
         return [Program("vae", "decode", (latents,), {"return_dict": False},
                         stage="decode")]
     piece = Input((1, channels, 1, *size), latents.dtype)
-    cache = Cache([None] * sum(isinstance(m, WanCausalConv3d) for m in vae.decoder.modules()))
     return carried_calls(vae, "vae", "decode_chunk", decoding.decode_chunk,
-                         [(piece, {"first": index == 0}) for index in range(frames)], cache)
+                         [(piece, {"first": index == 0}) for index in range(frames)],
+                         decoding.empty_cache(vae))
 
 
 def _encode(recipe, modules, layout) -> list[Program]:

@@ -87,6 +87,19 @@ def _scanned(pieces: list, step: Callable, cache: list) -> list:
     return list(torch.unbind(outs))
 
 
+def one_ahead(outputs):
+    """Each of ``outputs`` (an iterator whose items are computations dispatched to the
+    device) handed on once the next has been dispatched: the device computes the next
+    while the caller works on this one (brings it to the host, encodes it)."""
+    outputs = iter(outputs)
+    pending = next(outputs, None)
+    for output in outputs:
+        yield pending
+        pending = output
+    if pending is not None:
+        yield pending
+
+
 class Cache(list):
     """A chunk loop's cache (its entries, in order) as one argument and result of a
     compiled call: its tensors are the program's inputs and outputs, its markers (None,
@@ -97,7 +110,7 @@ class Cache(list):
 
     def __init__(self, entries=()):
         super().__init__(entries)
-        register_cache()  # before JAX or torchax first meets one
+        _register()  # before JAX or torchax first meets one
 
     @staticmethod
     def is_marker(entry) -> bool:
@@ -115,7 +128,7 @@ def _unflatten_cache(values, kinds) -> Cache:
     return Cache([next(values) if kind is ... else kind for kind in kinds])
 
 
-def register_cache() -> None:
+def _register() -> None:
     """``Cache`` as a pytree node for PyTorch and JAX (torchax maps both ways), and for
     jax.export (the trace cache keeps programs that take and return one); once."""
     global _registered
