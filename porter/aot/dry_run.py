@@ -60,7 +60,7 @@ def programs(port: AbstractPort) -> list[Program]:
     modules = {name: c.module for name, c in port.components.items()}
     compiled = {name: c.rule for name, c in port.components.items() if c.rule is not None}
     pipe = _pipeline(port, modules)
-    with patches.applied(port.ported.patches), _on_the_host(pipe), \
+    with patches.applied(port.ported.patches), _on_the_host(pipe), _meta_autocast(), \
             _answered(modules, compiled) as calls:
         port.family.generate(pipe, recipe)
     steps = recipe.generate.steps
@@ -145,6 +145,21 @@ def _on_the_host(pipe):
         yield
     finally:
         pipe.__class__ = cls
+
+
+@contextlib.contextmanager
+def _meta_autocast():
+    """``torch.autocast`` taking the meta device as the host: a model that turns
+    autocast off around a part on its inputs' device (Helios's rotary tables) asks it of
+    the meta device here, which has no autocast of its own."""
+
+    class Autocast(torch.autocast):
+        def __init__(self, device_type, *args, **kwargs):
+            super().__init__("cpu" if device_type == "meta" else device_type,
+                             *args, **kwargs)
+
+    with patches.replaced(torch, "autocast", Autocast):
+        yield
 
 
 @contextlib.contextmanager

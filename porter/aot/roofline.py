@@ -125,21 +125,24 @@ def call_seconds(result, chip) -> float:
 
 
 def video(rows: list[dict], steps: int, step_bound: dict | None,
-          frames: int | None = None) -> dict | None:
+          frames: int | None = None, chunked: bool = False) -> dict | None:
     """A lower bound on a whole video's time on the target, from a compile report's
     program rows: each encode and decode program at its call's bound
     (``call_bound_s``) times its calls (the text encoder as often as guidance calls
     it, the VAE's decode once or per tile), the denoising steps at ``step_bound``
     each. ``missing`` names the stages with a program that was not compiled (or whose
     calls are not known) or with none (run eagerly, or left out of this compile): the
-    figure then covers the others alone."""
-    if step_bound is None or not steps:
+    figure then covers the others alone. ``chunked``: the pipeline makes its video
+    chunk by chunk (``ModelFamily.decodes_in_chunks``), a chunk a decode call. Where
+    the recipe says no number of steps (a pyramid pipeline's are per stage), the
+    denoising programs count at their calls' bounds, as the other stages'."""
+    if step_bound is None:
         return None
-    seconds = {"denoise": step_bound["bound_s"] * steps}
+    seconds = {"denoise": step_bound["bound_s"] * steps} if steps else {}
     missing = set()
     for row in rows:
         stage = row["stage"]
-        if stage == "denoise":
+        if stage == "denoise" and steps:
             continue
         seconds.setdefault(stage, 0.0)
         if row.get("call_bound_s") is None or row["calls"] is None:
@@ -147,11 +150,21 @@ def video(rows: list[dict], steps: int, step_bound: dict | None,
             continue
         seconds[stage] += row["call_bound_s"] * row["calls"]
     missing |= {"encode", "decode"} - set(seconds)  # eager, or not asked for (--program)
+    if "denoise" in missing or "denoise" not in seconds:
+        return None  # no count of steps, and a denoising program without its bound
     found = {"bound_s": sum(seconds.values()), "steps": steps, "frames": frames,
              "stages_s": {stage: seconds[stage] for stage in STAGES if stage in seconds},
              "missing": sorted(missing)}
     decodes = [row for row in rows if row["stage"] == "decode"]
-    if frames and decodes and "decode" not in missing and seconds["decode"] > 0:
+    if chunked and frames and decodes and "decode" not in missing and seconds["decode"] > 0:
+        # each chunk denoised, then decoded, in turn: the first frames after the text
+        # encoder and one chunk's share of the rest, then frames at the chunks' rate
+        chunks = sum(row["calls"] for row in decodes)
+        made = found["bound_s"] - seconds.get("encode", 0.0)
+        found["stream"] = {"first_frames_s": seconds.get("encode", 0.0) + made / chunks,
+                           "frames_per_second": frames / made, "chunks": chunks,
+                           "chunk_s": made / chunks}
+    elif frames and decodes and "decode" not in missing and seconds["decode"] > 0:
         # a streamed decode's programs, in the order a run calls them: the first
         # chunk's frames come after its first call, the rest at the decode's rate
         found["stream"] = {"first_frames_s": found["bound_s"] - seconds["decode"]

@@ -149,7 +149,8 @@ def _report(recipe: Recipe, port, target, results, left_out: dict) -> dict:
     bound = roofline.step(results, target)
     anchors = [roofline.implied(bound, a, target) for a in roofline.anchors_for(recipe, target)] \
         if bound else []
-    whole = roofline.video(rows, recipe.generate.steps, bound, recipe.generate.frames)
+    whole = roofline.video(rows, recipe.generate.steps, bound, recipe.generate.frames,
+                           port.family.decodes_in_chunks(recipe))
     report = {
         "recipe": recipe.name, "target": _target_row(target), "mesh": port.runtime.axes,
         "attention_backend": recipe.attention.backend,
@@ -194,8 +195,9 @@ def replace_programs(report: dict, rows: list[dict]) -> dict:
                                       for r in replaced["programs"]), 2)
     replaced["verdict"] = _verdict(replaced, targets.named(report["target"]["name"]).facts)
     if report.get("video"):
-        replaced["video"] = roofline.video(replaced["programs"], report["video"]["steps"],
-                                           report["roofline"], report["video"].get("frames"))
+        replaced["video"] = roofline.video(
+            replaced["programs"], report["video"]["steps"], report["roofline"],
+            report["video"].get("frames"), "chunks" in (report["video"].get("stream") or {}))
     return replaced
 
 
@@ -404,14 +406,18 @@ def render(report: dict) -> str:
                           in whole["stages_s"].items())
         missing = (f"; not counted: {', '.join(whole['missing'])} (not compiled here)"
                    if whole["missing"] else "")
+        steps = f"{whole['steps']} steps" if whole["steps"] else "the pipeline's steps"
         lines.append(f"a whole video, a lower bound: {whole['bound_s']:.3g} s ({parts}; "
-                     f"{whole['steps']} steps){missing}")
-        if whole.get("stream"):
-            lines.append(f"  streamed: the first frames after {whole['stream']['first_frames_s']:.3g}"
-                         f" s, then {whole['stream']['frames_per_second']:.4g} frames a "
-                         "second (the decode's bound)")
+                     f"{steps}){missing}")
+        stream = whole.get("stream")
+        if stream:
+            pace = (f"{stream['chunks']} chunks, each denoised and decoded in "
+                    f"{stream['chunk_s']:.3g} s" if "chunks" in stream else "the decode's bound")
+            lines.append(f"  streamed: the first frames after {stream['first_frames_s']:.3g}"
+                         f" s, then {stream['frames_per_second']:.4g} frames a second "
+                         f"({pace})")
         for anchor in report["anchors"]:
-            if anchor.get("video_s"):
+            if anchor.get("video_s") and whole["steps"]:
                 at = roofline.video_at(whole, bound, anchor["steps"])
                 lines.append(f"  published whole video: {anchor['video_s']:.4g} s for "
                              f"{anchor['steps']} steps ({anchor['how']}): "

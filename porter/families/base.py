@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from porter.errors import Problem
+from porter.runtime import notices
 
 if TYPE_CHECKING:
     from porter.recipe import Recipe
@@ -38,6 +39,50 @@ def decoded_frames(pipe, video):
     width, 3)."""
     return as_uint8(pipe.video_processor.postprocess_video(video.float(),
                                                            output_type="np")[0])
+
+
+class Handover:
+    """Frames handed on (``on_frames``, uint8 chunks in order) as a pipeline decodes
+    them, each chunk's last ``hold`` frames kept back until the next one comes (what
+    the pipeline may still trim from its video's end); ``finish(video)`` hands on the
+    finished video's frames not handed on yet. So the frames handed on are the video's,
+    whatever the pipeline trims; a pipeline that changed frames after decoding them is
+    said in a warning (the stream then differs from the video)."""
+
+    def __init__(self, on_frames=None, hold: int = 0):
+        self.on_frames, self.hold = on_frames, hold
+        self.handed: list = []  # the chunks handed on, to check against the video
+        self.held = None
+
+    @property
+    def count(self) -> int:
+        return sum(len(chunk) for chunk in self.handed)
+
+    def add(self, frames) -> None:
+        import numpy as np
+
+        if self.held is not None:
+            frames = np.concatenate([self.held, frames])
+        cut = max(len(frames) - self.hold, 0)
+        self.held = frames[cut:]
+        if cut:
+            self._hand_on(frames[:cut])
+
+    def finish(self, video) -> None:
+        import numpy as np
+
+        count = self.count
+        if count and not np.array_equal(np.concatenate(self.handed), video[:count]):
+            notices.warn("the frames handed on as the pipeline decoded them differ from "
+                         "its finished video (it changed them afterwards): the stream "
+                         "shows other frames than video.mp4")
+        if len(video) > count:
+            self._hand_on(video[count:])
+
+    def _hand_on(self, frames) -> None:
+        if self.on_frames is not None:
+            self.handed.append(frames)
+            self.on_frames(frames)
 
 
 class ModelFamily:
@@ -194,6 +239,13 @@ class ModelFamily:
         ``activations``: the widest activations as (batch, tokens, width) tuples.
         """
         return {}
+
+    def decodes_in_chunks(self, recipe: Recipe) -> bool:
+        """Does the recipe's pipeline make its video chunk by chunk, each chunk denoised
+        and then decoded before the next (an autoregressive pipeline's own loop)? Its
+        frames then stream as each chunk is decoded, and ``porter compile``'s stream
+        bound counts one chunk's work before the first frames."""
+        return False
 
     def programs(self, recipe: Recipe, modules: dict) -> list | None:
         """The compiled programs one video runs, at the recipe's shapes: a list of

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from porter.errors import Interrupted, NonFinite, UsageError
-from porter.families.base import ModelFamily, as_uint8
+from porter.families.base import Handover, ModelFamily, as_uint8
 from porter.recipe import call_args, modular
 from porter.recipe.inputs import INPUTS, KIND_NAMES, latents_names
 from porter.recipe.sources import source_kind
@@ -46,6 +46,13 @@ UNWATCHED: dict[str, str] = {
     "LTXI2VLongMultiPromptPipeline": "its step callback writes the unpacked latents over "
     "the packed ones (any callback triggers it)",
 }
+
+
+#: pipelines that decode their video chunk by chunk as they make it (``vae.decode``
+#: once a chunk, in order), then trim the joined frames to 4n+1: each chunk's frames are
+#: handed on as it is decoded (``porter.generate.streaming``), less the last few a trim
+#: can take (the VAE's temporal compression less one), which come with the next chunk
+DECODES_CHUNKS = ("HeliosPipeline", "HeliosPyramidPipeline")
 
 
 def runnable(name: str) -> type:
@@ -216,17 +223,31 @@ class GenericFamily(ModelFamily):
             return diffusers.DiffusionPipeline  # the class named in model_index.json
         return runnable(name)
 
+    def decodes_in_chunks(self, recipe: Recipe) -> bool:
+        cls = self.concrete_class(recipe)  # the recipe's, or the checkpoint's index's
+        return cls is not None and decodes_chunks(cls)
+
     def call_kwargs(self, recipe: Recipe, cls) -> dict:
         """Keyword arguments of the pipeline call (``porter.recipe.call_args``); families
         built on this one add or drop their own."""
         return call_args.kwargs(recipe, cls)
 
-    def generate(self, pipe, recipe: Recipe) -> Generated:
+    def generate(self, pipe, recipe: Recipe, on_frames=None) -> Generated:
+        """The pipeline's call; every frame of its video handed to ``on_frames`` too,
+        in order: as it decodes them where it decodes chunk by chunk
+        (``DECODES_CHUNKS``), else at its end."""
         if modular.is_modular(type(pipe)):
-            return self._generate_modular(pipe, recipe)
+            made = self._generate_modular(pipe, recipe)
+            Handover(on_frames).finish(made.frames)
+            return made
         watch = _StepWatch(pipe, recipe.generate.steps)
-        out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)), **watch.kwargs)
-        return Generated(as_uint8(first_video(out)), watch.latents, _sound_of(vars(out)))
+        handover = Handover(on_frames, hold=_trimmed(pipe))
+        with _decodes_handed_on(pipe, handover if on_frames is not None else None):
+            out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)),
+                       **watch.kwargs)
+        frames = as_uint8(first_video(out))
+        handover.finish(frames)
+        return Generated(frames, watch.latents, _sound_of(vars(out)))
 
     def _generate_modular(self, pipe, recipe: Recipe):
         """A modular pipeline's call: its blocks run as diffusers runs them, the recipe's
@@ -247,6 +268,46 @@ class GenericFamily(ModelFamily):
             raise NonFinite(steps, steps, None, staged=False, magnitude=size)
         return Generated(as_uint8(first_of(out["videos"])), latents, _sound_of(out),
                          out.get("sampling_rate"))
+
+
+def decodes_chunks(cls) -> bool:
+    """Is pipeline class ``cls`` (or a class it is built on) one of ``DECODES_CHUNKS``?"""
+    return any(base.__name__ in DECODES_CHUNKS for base in cls.__mro__)
+
+
+def _trimmed(pipe) -> int:
+    """How many frames at its video's end a chunk-decoding pipeline may trim."""
+    return getattr(pipe, "vae_scale_factor_temporal", 1) - 1 \
+        if decodes_chunks(type(pipe)) else 0
+
+
+@contextlib.contextmanager
+def _decodes_handed_on(pipe, handover: Handover | None):
+    """Each ``vae.decode`` of a pipeline that decodes chunk by chunk handed over as it
+    returns: its pixels made frames as the pipeline makes its video's (its video
+    processor, on the decoded tensor as it is)."""
+    if handover is None or not decodes_chunks(type(pipe)):
+        yield
+        return
+    vae = pipe.vae
+    decode = vae.decode
+
+    def handed_on(*args, **kwargs):
+        out = decode(*args, **kwargs)
+        video = out[0] if isinstance(out, tuple) else out.sample
+        handover.add(as_uint8(first_of(pipe.video_processor.postprocess_video(
+            video, output_type="np"))))
+        return out
+
+    own = vars(vae).get("decode")  # an instance's own (a wrapper's), else the class's
+    vae.decode = handed_on
+    try:
+        yield
+    finally:
+        if own is None:
+            del vae.decode
+        else:
+            vae.decode = own
 
 
 def _sound_of(out: dict):

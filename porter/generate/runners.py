@@ -146,17 +146,16 @@ class PipelineLoop:
     def generate(self, port, call: Call):
         call.say("running the pipeline")
         start = time.perf_counter()
-        with port.runtime.env:
-            made = port.family.generate(port.pipe, call.recipe)
+        # the frames go on as the pipeline hands them over (chunk by chunk where it
+        # decodes so, else at its end)
+        with port.runtime.env, streaming.stream(call) as on_frames:
+            made = port.family.generate(port.pipe, call.recipe, on_frames=on_frames)
         call.timings["generate_s"] = round(time.perf_counter() - start, 4)
         call.audio = _sound(port.pipe, call.recipe, made.waveform, made.sample_rate)
         scheduler = getattr(port.pipe, "scheduler", None)
         if getattr(scheduler, "timesteps", None) is not None:  # as the pipeline left it
             call.schedule = scheduling.describe(scheduler, scheduler.timesteps)
         call.history.append(record.segment(port.runtime, "generate"))
-        if made.frames is not None:  # the pipeline hands over its frames at its end
-            with streaming.stream(call) as on_frames:
-                on_frames(made.frames)
         return (to_host(made.latents) if made.latents is not None else None), made.frames
 
 

@@ -12,6 +12,7 @@ from porter.aot import dry_run, programs, targets
 from porter.aot import port as abstract_port
 from porter.transforms import jit
 
+from models.helios import build_helios_pipeline
 from models.ltx import build_ltx_pipeline
 from models.minimax_h3 import build_minimax_h3_pipeline
 from models.wan_animate2 import build_wan_animate2_pipeline
@@ -46,8 +47,18 @@ MINIMAX_H3 = """\
 model: {{family: generic, source: {source}, pipeline: MiniMaxH3ModularPipeline}}
 generate: {{prompt: "a cat", height: 32, width: 32, frames: 124, steps: 3}}
 """
+# an autoregressive pipeline: two chunks of two latent frames, each denoised then
+# decoded; its transformer turns autocast off on its inputs' device (meta, here)
+HELIOS = """\
+model: {{family: generic, source: {source}, pipeline: HeliosPipeline}}
+generate: {{prompt: "a cat", height: 16, width: 16, frames: 10, steps: 2,
+           guidance_scale: 1.0, max_sequence_length: 16,
+           extra: {{num_latent_frames_per_chunk: 2}}}}
+"""
 #: builder, recipe, and each compiled component's (stage, calls a step)
 CASES = {
+    "helios": (build_helios_pipeline, HELIOS,
+               {"transformer": ("denoise", 2), "vae": ("decode", 0)}),
     "ltx": (build_ltx_pipeline, LTX, {"transformer": ("denoise", 1), "vae": ("decode", 0)}),
     "wan-modular": (build_wan_t2v_pipeline, WAN_MODULAR,
                     {"transformer": ("denoise", 2), "vae": ("decode", 0)}),

@@ -85,6 +85,13 @@ def test_a_whole_videos_bound_counts_each_stage_and_says_what_it_leaves_out():
                                row("decode", 20, 0.25)], 50, step, frames=81)
     assert streamed["stream"] == {"first_frames_s": pytest.approx(0.2 + 25 + 0.5),
                                   "frames_per_second": pytest.approx(81 / 5.5)}
+    # a pipeline that makes its video chunk by chunk (4 chunks, each 4 steps' share of
+    # the denoising then its decode): the first frames after one chunk's share
+    chunked = roofline.video([row("encode", 2, 0.1), row("decode", 4, 0.5)], 4, step,
+                             frames=132, chunked=True)
+    assert chunked["stream"] == {"first_frames_s": pytest.approx(0.2 + (2 + 2) / 4),
+                                 "frames_per_second": pytest.approx(132 / 4),
+                                 "chunks": 4, "chunk_s": pytest.approx(1.0)}
     # a decode that did not compile, and no text encoder program (run eagerly)
     partial = roofline.video([{"stage": "decode", "calls": 1}], 50, step)
     assert partial["missing"] == ["decode", "encode"] and partial["bound_s"] == 25
@@ -318,3 +325,29 @@ def test_a_tpu_decode_is_split_over_the_mesh_by_default():
     assert not any(row["collectives"] for row in whole)
     assert total(split, "flops") <= total(whole, "flops") / 4
     assert total(split, "call_bound_s") <= total(whole, "call_bound_s") / 4
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_an_autoregressive_pipeline_is_bounded_chunk_by_chunk(tmp_path):
+    """Helios makes its video in chunks, each denoised then decoded: one transformer
+    program and one decode program serve every chunk, and the stream's bound counts
+    one chunk's work before the first frames."""
+    from models.helios import build_helios_pipeline
+
+    build_helios_pipeline().save_pretrained(tmp_path / "helios")
+    (tmp_path / "r.yaml").write_text(
+        f"model: {{family: generic, source: {tmp_path / 'helios'}, pipeline: HeliosPipeline}}\n"
+        "generate: {prompt: a cat, height: 16, width: 16, frames: 20, steps: 2,\n"
+        "           guidance_scale: 1.0, max_sequence_length: 16,\n"
+        "           extra: {num_latent_frames_per_chunk: 2}}\n")
+    done = user_porter("compile", str(tmp_path / "r.yaml"), "--target", "v6e-1", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert [(r["program"], r["calls"]) for r in report["programs"]] == [
+        ("transformer.forward", 8), ("vae.decode", 4)]  # 4 chunks of 2 steps
+    stream, whole = report["video"]["stream"], report["video"]
+    assert stream["chunks"] == 4
+    made = whole["stages_s"]["denoise"] + whole["stages_s"]["decode"]
+    assert stream["chunk_s"] == pytest.approx(made / 4)
+    assert stream["frames_per_second"] == pytest.approx(20 / made)

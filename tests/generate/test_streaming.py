@@ -163,3 +163,87 @@ def test_a_stream_that_cannot_be_written_does_not_stop_the_run(port, tmp_path, m
     assert call.timings["stream"]["file"] is None and call.timings["stream"]["chunks"] == 5
     assert any("stream.mp4 is not written: OSError" in str(w)
                for w in notices.given()[warned:])
+
+
+HELIOS = """\
+model: {family: generic, source: %s, pipeline: HeliosPipeline}
+generate: {prompt: "a cat", height: 16, width: 16, frames: 5, steps: 2,
+           guidance_scale: 1.0, max_sequence_length: 16,
+           extra: {num_latent_frames_per_chunk: 2}}
+output: {fps: 8, dir: %s}
+"""
+
+
+@pytest.mark.slow
+def test_helios_hands_over_each_chunk_as_it_decodes_it(tmp_path):
+    """An autoregressive pipeline's chunks (Helios: 2 latent frames, 5 frames a chunk,
+    each decoded as it is made) go on as they come; its video is diffusers' own; its
+    compiled programs are the same for 1, 2 and 4 chunks."""
+    from diffusers import HeliosPipeline
+
+    from models.helios import build_helios_pipeline
+    from porter.aot import programs
+    from porter.generate import runners
+    from porter.generate.call import Call
+    from porter.transforms import jit
+
+    build_helios_pipeline().save_pretrained(tmp_path / "helios")
+    (tmp_path / "r.yaml").write_text(HELIOS % (tmp_path / "helios", tmp_path / "out"))
+    signatures = {}
+    with porter.load(tmp_path / "r.yaml") as helios:
+        rules = jit.rules(helios.recipe, helios.family, "cpu")
+        for frames, sizes in ((5, [2, 3]), (10, [2, 5, 2]), (20, [2, 5, 5, 5])):
+            made = []
+            with programs.recorded(helios.pipe, rules) as calls:
+                generation = helios.generate(frames=frames, on_frames=made.append)
+            # each chunk less the 3 frames the end's trim to 4n+1 may take, then the rest
+            assert [len(c) for c in made] == sizes, frames
+            assert np.array_equal(np.concatenate(made), generation.frames)
+            signatures[frames] = {(c.component, c.method, repr(c.args), repr(c.kwargs))
+                                  for c in calls}
+            assert generation.record["timings"]["stream"]["chunks"] == len(sizes)
+        assert getattr(helios.pipe.vae.decode, "__name__", "") != "handed_on"  # put back
+        assert len(signatures[5]) == 2  # the transformer's step, the VAE's chunk
+        assert signatures[5] == signatures[10] == signatures[20], \
+            "a longer video compiled new programs"
+        expected = HeliosPipeline.from_pretrained(tmp_path / "helios")(
+            "a cat", height=16, width=16, num_frames=10, num_inference_steps=2,
+            guidance_scale=1.0, max_sequence_length=16, num_latent_frames_per_chunk=2,
+            generator=torch.Generator().manual_seed(0), output_type="np").frames[0]
+        ten = helios.generate(frames=10).frames
+        assert np.abs((expected * 255).round() - ten).max() <= 1
+        # a run's stream.mp4 holds the chunks as they came
+        directory = tmp_path / "run"
+        directory.mkdir()
+        outcome = helios.run(Call(helios.recipe, directory=directory))
+        written = runners.finish(helios, helios.recipe, outcome, directory)
+        shown, _ = read_mp4(directory / "stream.mp4")
+        assert len(shown) == len(written.frames) == 5
+
+
+@pytest.mark.slow
+def test_helios_pyramid_hands_over_each_chunk_too(tmp_path):
+    """The pyramid form (each chunk denoised from a coarse size up) decodes the same
+    way: its chunks go on as they come and make diffusers' own video."""
+    from diffusers import HeliosPyramidPipeline
+
+    from models.helios_pyramid import build_helios_pyramid_pipeline
+
+    build_helios_pyramid_pipeline().save_pretrained(tmp_path / "pyramid")
+    (tmp_path / "r.yaml").write_text(
+        f"model: {{family: generic, source: {tmp_path / 'pyramid'}, "
+        "pipeline: HeliosPyramidPipeline}\n"
+        "generate: {prompt: a cat, height: 64, width: 64, frames: 10, guidance_scale: 1.0,\n"
+        "           max_sequence_length: 16, extra: {num_latent_frames_per_chunk: 2,\n"
+        "           pyramid_num_inference_steps_list: [1, 1, 1]}}\n")
+    made = []
+    with porter.load(tmp_path / "r.yaml") as pyramid:
+        generation = pyramid.generate(on_frames=made.append)
+    assert [len(c) for c in made] == [2, 5, 2]
+    assert np.array_equal(np.concatenate(made), generation.frames)
+    expected = HeliosPyramidPipeline.from_pretrained(tmp_path / "pyramid")(
+        "a cat", height=64, width=64, num_frames=10, guidance_scale=1.0,
+        max_sequence_length=16, num_latent_frames_per_chunk=2,
+        pyramid_num_inference_steps_list=[1, 1, 1],
+        generator=torch.Generator().manual_seed(0), output_type="np").frames[0]
+    assert np.abs((expected * 255).round() - generation.frames).max() <= 1
