@@ -140,6 +140,28 @@ def test_each_process_reads_only_the_rows_its_devices_hold(tmp_path):
     assert (latents - single.latents).abs().max() <= 1e-5 * single.latents.abs().max()
 
 
+def test_tokens_split_over_both_processes_equal_one_process(tmp_path):
+    """sp=8 over 2 processes x 4 devices: every block's tokens are split across both
+    processes, so the exchanges around attention cross them (gloo); the latents are
+    those of one process with 8 devices."""
+    sp = RECIPES / "wan-tiny-sp.yaml"
+    overrides = ["mesh={dp: 1, sp: 8}", "generate.steps=2"]
+    out, port = tmp_path / "two", free_port()
+    children = [subprocess.Popen(
+        [sys.executable, "-m", "porter.cli", "run", str(sp), *overrides,
+         f"output.dir={out}", "--cpu-devices", "4", "--coordinator", f"127.0.0.1:{port}",
+         "--num-processes", "2", "--process-id", str(i), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    for child in children:
+        _, stderr = child.communicate(timeout=600)
+        assert child.returncode == 0, stderr[-3000:]
+    single = run(recipe.load(sp, [*overrides, f"output.dir={tmp_path / 'one'}"]),
+                 registry_mod.loaded(), progress=False)
+    assert single.data["mesh"] == {"dp": 1, "sp": 8}
+    latents = load_file(str(out / "denoise.safetensors"))["latents"]
+    assert (latents - single.latents).abs().max() <= 1e-5 * single.latents.abs().max()
+
+
 def test_incomplete_multi_process_settings_are_refused(capsys, monkeypatch):
     from porter.cli import main
     monkeypatch.setenv("JAX_NUM_PROCESSES", "")  # restored after the test
