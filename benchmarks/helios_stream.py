@@ -80,8 +80,9 @@ def recipe(folder: Path, frames: int) -> Path:
 
 def _program(row: dict, target: dict) -> dict:
     """A compiled program's row, with the three times its bound is the largest of."""
-    kept = {key: row.get(key) for key in ("program", "stage", "calls", "call_bound_s",
-                                          "fits", "flops", "bytes_accessed")}
+    kept = {key: row.get(key) for key in ("program", "stage", "calls", "first_chunk",
+                                          "frames", "call_bound_s", "fits", "flops",
+                                          "bytes_accessed")}
     kept["hidden_states"] = (row.get("inputs") or {}).get("hidden_states")
     sent = sum(c["bytes_sent_per_chip"] for c in (row.get("collectives") or {}).values())
     kept["bytes_sent_per_chip"] = sent
@@ -154,7 +155,8 @@ def main():
             "programs": [_program(row, report["target"]) for row in report["programs"]],
             "not_compiled": report["not_compiled"], "weights_per_chip": report[
                 "weights_per_chip"]["total"], "stages_s": video.get("stages_s"),
-            "video_bound_s": video.get("bound_s"), "missing": video.get("missing"),
+            "video_bound_s": video.get("bound_s"), "video_frames": video.get("frames"),
+            "missing": video.get("missing"),
             "stream": video.get("stream"), "compile_s": report["compile_s"]})
         print(json.dumps(rows[-1], indent=1), flush=True)
         save(out, rows)

@@ -62,7 +62,8 @@ def programs(port: AbstractPort) -> list[Program]:
     pipe = _pipeline(port, modules)
     with patches.applied(port.ported.patches), _on_the_host(pipe), _meta_autocast(), \
             _answered(modules, compiled) as calls:
-        port.family.generate(pipe, recipe)
+        made = port.family.generate(pipe, recipe)
+    _first_chunk(calls)
     steps = recipe.generate.steps
     found = []
     for program in unique(calls):
@@ -76,8 +77,19 @@ def programs(port: AbstractPort) -> list[Program]:
             # as a step (49 calls in 50 steps), a first call may differ from the rest
             program.per_step = program.calls // steps if program.calls % steps == 0 \
                 else program.calls / steps
+        if program.stage == "decode" and made.frames is not None:
+            program.frames = len(made.frames)
         found.append(program)
     return found
+
+
+def _first_chunk(calls: list[Program]) -> None:
+    """Each call marked as made before the video's first decode (1) or after (0)."""
+    before = 1
+    for call in calls:
+        if (call.component, call.method) in DECODE:
+            before = 0
+        call.first_chunk = before
 
 
 def _stage(port: AbstractPort, program: Program) -> str:

@@ -47,6 +47,11 @@ class Program:
     stage: str = "denoise"
     note: str = ""  # what sets this call apart: "cond and uncond batched", "steps 1-35"
     per_step: float = 0  # denoise: calls in each step this program runs in (on average)
+    #: the calls made before the video's first decode, where a dry run saw the order (a
+    #: pipeline that makes its video chunk by chunk: its first chunk's share)
+    first_chunk: int | None = None
+    #: decode: the frames of the video its calls make, where a dry run saw the video
+    frames: int | None = None
 
     @property
     def name(self) -> str:
@@ -85,6 +90,8 @@ def unique(programs: list[Program]) -> list[Program]:
         if key in merged:
             known = None not in (merged[key].calls, program.calls)
             merged[key].calls = merged[key].calls + program.calls if known else None
+            if None not in (merged[key].first_chunk, program.first_chunk):
+                merged[key].first_chunk += program.first_chunk
         else:
             merged[key] = dataclasses.replace(program, kwargs=dict(program.kwargs))
     return list(merged.values())

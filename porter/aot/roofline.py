@@ -152,18 +152,16 @@ def video(rows: list[dict], steps: int, step_bound: dict | None,
     missing |= {"encode", "decode"} - set(seconds)  # eager, or not asked for (--program)
     if "denoise" in missing or "denoise" not in seconds:
         return None  # no count of steps, and a denoising program without its bound
+    decodes = [row for row in rows if row["stage"] == "decode"]
+    # the video's frames as its pipeline made them (a dry run's: Helios makes whole
+    # chunks and trims), else the recipe's
+    frames = next((row["frames"] for row in decodes if row.get("frames")), frames)
     found = {"bound_s": sum(seconds.values()), "steps": steps, "frames": frames,
+             "chunked": chunked,
              "stages_s": {stage: seconds[stage] for stage in STAGES if stage in seconds},
              "missing": sorted(missing)}
-    decodes = [row for row in rows if row["stage"] == "decode"]
     if chunked and frames and decodes and "decode" not in missing and seconds["decode"] > 0:
-        # each chunk denoised, then decoded, in turn: the first frames after the text
-        # encoder and one chunk's share of the rest, then frames at the chunks' rate
-        chunks = sum(row["calls"] for row in decodes)
-        made = found["bound_s"] - seconds.get("encode", 0.0)
-        found["stream"] = {"first_frames_s": seconds.get("encode", 0.0) + made / chunks,
-                           "frames_per_second": frames / made, "chunks": chunks,
-                           "chunk_s": made / chunks}
+        found["stream"] = _chunks(rows, decodes, seconds, found["bound_s"], frames)
     elif frames and decodes and "decode" not in missing and seconds["decode"] > 0:
         # a streamed decode's programs, in the order a run calls them: the first
         # chunk's frames come after its first call, the rest at the decode's rate
@@ -171,6 +169,26 @@ def video(rows: list[dict], steps: int, step_bound: dict | None,
                            + decodes[0]["call_bound_s"],
                            "frames_per_second": frames / seconds["decode"]}
     return found
+
+
+def _chunks(rows: list[dict], decodes: list[dict], seconds: dict, bound: float,
+            frames: int) -> dict:
+    """A video made chunk by chunk, each denoised then decoded in turn: the first frames
+    after the text encoder and the first chunk (the calls made before the first decode,
+    where the dry run saw them: a first chunk may take more steps; else an equal share),
+    then frames at the later chunks' rate."""
+    chunks = sum(row["calls"] for row in decodes)
+    made = bound - seconds.get("encode", 0.0)
+    denoising = [row for row in rows if row["stage"] == "denoise"]
+    if denoising and all(row.get("first_chunk") is not None for row in denoising):
+        first = decodes[0]["call_bound_s"] + sum(row["call_bound_s"] * row["first_chunk"]
+                                                 for row in denoising)
+    else:
+        first = made / chunks
+    later = (made - first) / (chunks - 1) if chunks > 1 else first
+    return {"first_frames_s": seconds.get("encode", 0.0) + first,
+            "frames_per_second": frames / chunks / later, "chunks": chunks,
+            "first_chunk_s": first, "chunk_s": later}
 
 
 def video_at(whole: dict, step_bound: dict, steps: int) -> float:

@@ -197,7 +197,7 @@ def replace_programs(report: dict, rows: list[dict]) -> dict:
     if report.get("video"):
         replaced["video"] = roofline.video(
             replaced["programs"], report["video"]["steps"], report["roofline"],
-            report["video"].get("frames"), "chunks" in (report["video"].get("stream") or {}))
+            report["video"].get("frames"), report["video"].get("chunked", False))
     return replaced
 
 
@@ -215,7 +215,8 @@ def _program_row(result, resident_total: int, chip) -> dict:
     program = result.program
     row = {"program": program.name, "component": program.component,
            "method": program.method, "stage": program.stage, "calls": program.calls,
-           "per_step": program.per_step, "note": program.note,
+           "per_step": program.per_step, "first_chunk": program.first_chunk,
+           "frames": program.frames, "note": program.note,
            "inputs": _inputs(program), "trace_s": round(result.trace_s, 2),
            "compile_s": round(result.compile_s, 2), "scanned_blocks": result.scanned,
            "weights_bytes_per_chip": result.weights_bytes}
@@ -411,8 +412,9 @@ def render(report: dict) -> str:
                      f"{steps}){missing}")
         stream = whole.get("stream")
         if stream:
-            pace = (f"{stream['chunks']} chunks, each denoised and decoded in "
-                    f"{stream['chunk_s']:.3g} s" if "chunks" in stream else "the decode's bound")
+            pace = (f"{stream['chunks']} chunks, the first denoised and decoded in "
+                    f"{stream['first_chunk_s']:.3g} s, each later one in {stream['chunk_s']:.3g}"
+                    " s" if "chunks" in stream else "the decode's bound")
             lines.append(f"  streamed: the first frames after {stream['first_frames_s']:.3g}"
                          f" s, then {stream['frames_per_second']:.4g} frames a second "
                          f"({pace})")

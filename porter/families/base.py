@@ -47,16 +47,17 @@ class Handover:
     the pipeline may still trim from its video's end); ``finish(video)`` hands on the
     finished video's frames not handed on yet. So the frames handed on are the video's,
     whatever the pipeline trims; a pipeline that changed frames after decoding them is
-    said in a warning (the stream then differs from the video)."""
+    said in a warning (the stream then differs from the video). Only a digest of each
+    chunk is kept to check that, not the frames."""
 
     def __init__(self, on_frames=None, hold: int = 0):
         self.on_frames, self.hold = on_frames, hold
-        self.handed: list = []  # the chunks handed on, to check against the video
+        self.handed: list = []  # (frames, digest) of each chunk handed on
         self.held = None
 
     @property
     def count(self) -> int:
-        return sum(len(chunk) for chunk in self.handed)
+        return sum(count for count, _ in self.handed)
 
     def add(self, frames) -> None:
         import numpy as np
@@ -69,20 +70,29 @@ class Handover:
             self._hand_on(frames[:cut])
 
     def finish(self, video) -> None:
-        import numpy as np
-
-        count = self.count
-        if count and not np.array_equal(np.concatenate(self.handed), video[:count]):
-            notices.warn("the frames handed on as the pipeline decoded them differ from "
-                         "its finished video (it changed them afterwards): the stream "
-                         "shows other frames than video.mp4")
-        if len(video) > count:
-            self._hand_on(video[count:])
+        at = 0
+        for count, digest in self.handed:
+            if _digest(video[at:at + count]) != digest:
+                notices.warn("the frames handed on as the pipeline decoded them differ "
+                             "from its finished video (it changed them afterwards): the "
+                             "stream shows other frames than video.mp4")
+                break
+            at += count
+        if len(video) > self.count:
+            self._hand_on(video[self.count:])
 
     def _hand_on(self, frames) -> None:
         if self.on_frames is not None:
-            self.handed.append(frames)
+            self.handed.append((len(frames), _digest(frames)))
             self.on_frames(frames)
+
+
+def _digest(frames) -> tuple:
+    import hashlib
+
+    import numpy as np
+
+    return frames.shape, hashlib.blake2b(np.ascontiguousarray(frames).data).digest()
 
 
 class ModelFamily:

@@ -294,7 +294,7 @@ def _decodes_handed_on(pipe, handover: Handover | None):
 
     def handed_on(*args, **kwargs):
         out = decode(*args, **kwargs)
-        video = out[0] if isinstance(out, tuple) else out.sample
+        video = out[0] if isinstance(out, (tuple, list)) else out.sample
         handover.add(as_uint8(first_of(pipe.video_processor.postprocess_video(
             video, output_type="np"))))
         return out

@@ -22,6 +22,12 @@ def writes_stream(call: Call) -> bool:
             and output.stream)
 
 
+def wanted(call: Call) -> bool:
+    """Does anything take this call's frames as they come (``stream.mp4``, the call's
+    ``on_frames``)? A pipeline's own loop is left alone where nothing does."""
+    return writes_stream(call) or call.on_frames is not None
+
+
 @contextlib.contextmanager
 def stream(call: Call):
     """``on_frames(chunk)`` for the decode, for the length of the block. Records in

@@ -78,20 +78,29 @@ def test_a_whole_videos_bound_counts_each_stage_and_says_what_it_leaves_out():
                             row("decode", 1, 3.0)], 50, step)
     assert whole == {"bound_s": pytest.approx(0.2 + 25 + 3), "steps": 50, "missing": [],
                      "stages_s": {"encode": pytest.approx(0.2), "denoise": 25,
-                                  "decode": 3.0}, "frames": None}
+                                  "decode": 3.0}, "frames": None, "chunked": False}
     # a streamed decode (its programs in the order a run calls them): the first frames
     # after the first chunk's call, then the decode's rate
     streamed = roofline.video([row("encode", 2, 0.1), row("decode", 1, 0.5),
                                row("decode", 20, 0.25)], 50, step, frames=81)
     assert streamed["stream"] == {"first_frames_s": pytest.approx(0.2 + 25 + 0.5),
                                   "frames_per_second": pytest.approx(81 / 5.5)}
-    # a pipeline that makes its video chunk by chunk (4 chunks, each 4 steps' share of
-    # the denoising then its decode): the first frames after one chunk's share
-    chunked = roofline.video([row("encode", 2, 0.1), row("decode", 4, 0.5)], 4, step,
-                             frames=132, chunked=True)
-    assert chunked["stream"] == {"first_frames_s": pytest.approx(0.2 + (2 + 2) / 4),
-                                 "frames_per_second": pytest.approx(132 / 4),
-                                 "chunks": 4, "chunk_s": pytest.approx(1.0)}
+    # a pipeline that makes its video chunk by chunk (4 chunks, each its steps then its
+    # decode; the first chunk 4 calls, the others 2 each): the first frames after the
+    # first chunk, then the later chunks' rate, over the frames the pipeline made
+    calls = [row("encode", 2, 0.1), {**row("denoise", 10, 0.5), "first_chunk": 4},
+             {**row("decode", 4, 0.5), "frames": 129}]
+    chunked = roofline.video(calls, None, step, frames=132, chunked=True)
+    assert chunked["frames"] == 129 and chunked["stages_s"]["denoise"] == 5
+    assert chunked["stream"] == {"first_frames_s": pytest.approx(0.2 + 2 + 0.5),
+                                 "frames_per_second": pytest.approx(129 / 4 / 1.5),
+                                 "chunks": 4, "first_chunk_s": pytest.approx(2.5),
+                                 "chunk_s": pytest.approx(1.5)}
+    # where the order is not known: equal shares
+    even = roofline.video(calls[:1] + [row("denoise", 10, 0.5)] + calls[2:], None, step,
+                          frames=132, chunked=True)
+    assert even["stream"]["first_chunk_s"] == even["stream"]["chunk_s"] == \
+        pytest.approx(7.0 / 4)
     # a decode that did not compile, and no text encoder program (run eagerly)
     partial = roofline.video([{"stage": "decode", "calls": 1}], 50, step)
     assert partial["missing"] == ["decode", "encode"] and partial["bound_s"] == 25
@@ -344,10 +353,12 @@ def test_an_autoregressive_pipeline_is_bounded_chunk_by_chunk(tmp_path):
     done = user_porter("compile", str(tmp_path / "r.yaml"), "--target", "v6e-1", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
-    assert [(r["program"], r["calls"]) for r in report["programs"]] == [
-        ("transformer.forward", 8), ("vae.decode", 4)]  # 4 chunks of 2 steps
+    # 4 chunks of 2 steps; the first chunk's 2 calls come before the first decode
+    assert [(r["program"], r["calls"], r["first_chunk"]) for r in report["programs"]] == [
+        ("transformer.forward", 8, 2), ("vae.decode", 4, 0)]
     stream, whole = report["video"]["stream"], report["video"]
-    assert stream["chunks"] == 4
+    assert stream["chunks"] == 4 and whole["chunked"]
+    assert whole["frames"] == 17  # 4 chunks of 5 frames, trimmed to 4n+1
     made = whole["stages_s"]["denoise"] + whole["stages_s"]["decode"]
-    assert stream["chunk_s"] == pytest.approx(made / 4)
-    assert stream["frames_per_second"] == pytest.approx(20 / made)
+    assert stream["first_chunk_s"] == pytest.approx(made / 4)  # here the chunks are equal
+    assert stream["frames_per_second"] == pytest.approx(17 / made)

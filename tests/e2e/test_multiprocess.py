@@ -29,16 +29,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_two(*args) -> list:
+def start_two(*args, recipe=RECIPE) -> list:
     """`porter run RECIPE *args` as processes 0 and 1 of 2, 4 CPU devices each."""
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return [subprocess.Popen(
-        [sys.executable, "-m", "porter.cli", "run", str(RECIPE), *map(str, args),
+        [sys.executable, "-m", "porter.cli", "run", str(recipe), *map(str, args),
          "--cpu-devices", "4", "--coordinator", f"127.0.0.1:{port}",
          "--num-processes", "2", "--process-id", str(i)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for i in range(2)]
+
+
+def both_done(children: list) -> None:
+    """Wait for both processes; each must have succeeded."""
+    for child in children:
+        _, stderr = child.communicate(timeout=600)
+        assert child.returncode == 0, stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -109,15 +116,8 @@ def test_each_process_reads_only_the_rows_its_devices_hold(tmp_path):
     build_pipeline().save_pretrained(tmp_path / "ckpt")
     overrides = [f"model.source={tmp_path / 'ckpt'}", "mesh={dp: 1, tp: 8}",
                  "generate.cfg_parallel=false", "generate.steps=2"]
-    out, port = tmp_path / "two", free_port()
-    children = [subprocess.Popen(
-        [sys.executable, "-m", "porter.cli", "run", str(RECIPE), *overrides,
-         f"output.dir={out}", "--cpu-devices", "4", "--coordinator", f"127.0.0.1:{port}",
-         "--num-processes", "2", "--process-id", str(i), "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    for child in children:
-        _, stderr = child.communicate(timeout=600)
-        assert child.returncode == 0, stderr[-3000:]
+    out = tmp_path / "two"
+    both_done(start_two(*overrides, f"output.dir={out}", "--no-progress"))
     transformer = json.loads((out / "run.json").read_text())["weights"]["components"][
         "transformer"]
     assert transformer["from"] == "checkpoint"
@@ -146,15 +146,8 @@ def test_tokens_split_over_both_processes_equal_one_process(tmp_path):
     those of one process with 8 devices."""
     sp = RECIPES / "wan-tiny-sp.yaml"
     overrides = ["mesh={dp: 1, sp: 8}", "generate.steps=2"]
-    out, port = tmp_path / "two", free_port()
-    children = [subprocess.Popen(
-        [sys.executable, "-m", "porter.cli", "run", str(sp), *overrides,
-         f"output.dir={out}", "--cpu-devices", "4", "--coordinator", f"127.0.0.1:{port}",
-         "--num-processes", "2", "--process-id", str(i), "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    for child in children:
-        _, stderr = child.communicate(timeout=600)
-        assert child.returncode == 0, stderr[-3000:]
+    out = tmp_path / "two"
+    both_done(start_two(*overrides, f"output.dir={out}", "--no-progress", recipe=sp))
     single = run(recipe.load(sp, [*overrides, f"output.dir={tmp_path / 'one'}"]),
                  registry_mod.loaded(), progress=False)
     assert single.data["mesh"] == {"dp": 1, "sp": 8}
@@ -211,10 +204,7 @@ def test_a_batch_is_split_between_replica_sets(tmp_path):
     prompts = tmp_path / "p.txt"
     prompts.write_text("a red fox\na blue bird\na green frog\n")
     out = tmp_path / "out"
-    children = start_two("--prompts", prompts, f"output.dir={out}", "--no-progress")
-    for child in children:
-        _, stderr = child.communicate(timeout=600)
-        assert child.returncode == 0, stderr[-3000:]
+    both_done(start_two("--prompts", prompts, f"output.dir={out}", "--no-progress"))
     import json
     shares = [json.loads((out / f"batch-{i}.json").read_text()) for i in range(2)]
     assert [[item["name"] for item in share["items"]] for share in shares] == \
