@@ -241,8 +241,11 @@ class GenericFamily(ModelFamily):
             Handover(on_frames).finish(made.frames)
             return made
         watch = _StepWatch(pipe, recipe.generate.steps)
-        handover = Handover(on_frames, hold=_trimmed(pipe))
-        with _decodes_handed_on(pipe, handover if on_frames is not None else None):
+        chunked = on_frames is not None and decodes_chunks(type(pipe))
+        # a chunk's last frames wait for the next: the pipeline's trim to 4n+1 may take them
+        handover = Handover(on_frames, hold=pipe.vae_scale_factor_temporal - 1 if chunked
+                            else 0)
+        with _decodes_handed_on(pipe, handover) if chunked else contextlib.nullcontext():
             out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)),
                        **watch.kwargs)
         frames = as_uint8(first_video(out))
@@ -275,20 +278,11 @@ def decodes_chunks(cls) -> bool:
     return any(base.__name__ in DECODES_CHUNKS for base in cls.__mro__)
 
 
-def _trimmed(pipe) -> int:
-    """How many frames at its video's end a chunk-decoding pipeline may trim."""
-    return getattr(pipe, "vae_scale_factor_temporal", 1) - 1 \
-        if decodes_chunks(type(pipe)) else 0
-
-
 @contextlib.contextmanager
-def _decodes_handed_on(pipe, handover: Handover | None):
+def _decodes_handed_on(pipe, handover: Handover):
     """Each ``vae.decode`` of a pipeline that decodes chunk by chunk handed over as it
     returns: its pixels made frames as the pipeline makes its video's (its video
     processor, on the decoded tensor as it is)."""
-    if handover is None or not decodes_chunks(type(pipe)):
-        yield
-        return
     vae = pipe.vae
     decode = vae.decode
 
