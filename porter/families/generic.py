@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from porter.errors import Interrupted, NonFinite, UsageError
+from porter.families import chunked, wan_vae
 from porter.families.base import Handover, ModelFamily, as_uint8
 from porter.recipe import call_args, modular
 from porter.recipe.inputs import INPUTS, KIND_NAMES, latents_names
@@ -46,13 +47,6 @@ UNWATCHED: dict[str, str] = {
     "LTXI2VLongMultiPromptPipeline": "its step callback writes the unpacked latents over "
     "the packed ones (any callback triggers it)",
 }
-
-
-#: pipelines that decode their video chunk by chunk as they make it (``vae.decode``
-#: once a chunk, in order), then trim the joined frames to 4n+1: each chunk's frames are
-#: handed on as it is decoded (``porter.generate.streaming``), less the last few a trim
-#: can take (the VAE's temporal compression less one), which come with the next chunk
-DECODES_CHUNKS = ("HeliosPipeline", "HeliosPyramidPipeline")
 
 
 def runnable(name: str) -> type:
@@ -154,6 +148,8 @@ class GenericFamily(ModelFamily):
     staged = False
     # the VAE's decode too: a VAE that cannot be traced whole is split automatically
     compiled = {"transformer": ("forward",), "vae": ("decode",)}
+    # a Wan VAE's frame by frame decode, for the pipelines that finish chunks (chunked.py)
+    compiled_functions = {"vae": {"decode_chunk": wan_vae.decode_chunk}}
 
     starter_model = {"source": "path/to/saved/pipeline   # a diffusers directory or hub id",
                      "pipeline": "null              # e.g. LTXPipeline; default: "
@@ -225,7 +221,7 @@ class GenericFamily(ModelFamily):
 
     def decodes_in_chunks(self, recipe: Recipe) -> bool:
         cls = self.concrete_class(recipe)  # the recipe's, or the checkpoint's index's
-        return cls is not None and decodes_chunks(cls)
+        return cls is not None and chunked.decodes_chunks(cls)
 
     def call_kwargs(self, recipe: Recipe, cls) -> dict:
         """Keyword arguments of the pipeline call (``porter.recipe.call_args``); families
@@ -234,18 +230,15 @@ class GenericFamily(ModelFamily):
 
     def generate(self, pipe, recipe: Recipe, on_frames=None) -> Generated:
         """The pipeline's call; every frame of its video handed to ``on_frames`` too,
-        in order: as it decodes them where it decodes chunk by chunk
-        (``DECODES_CHUNKS``), else at its end."""
+        in order: as the pipeline finishes each chunk where it makes its video chunk by
+        chunk (``porter.families.chunked``), else at its end."""
         if modular.is_modular(type(pipe)):
             made = self._generate_modular(pipe, recipe)
             Handover(on_frames).finish(made.frames)
             return made
         watch = _StepWatch(pipe, recipe.generate.steps)
-        chunked = on_frames is not None and decodes_chunks(type(pipe))
-        # a chunk's last frames wait for the next: the pipeline's trim to 4n+1 may take them
-        handover = Handover(on_frames, hold=pipe.vae_scale_factor_temporal - 1 if chunked
-                            else 0)
-        with _decodes_handed_on(pipe, handover) if chunked else contextlib.nullcontext():
+        handover, watching = chunked.handed_on(pipe, on_frames)
+        with watching:
             out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)),
                        **watch.kwargs)
         frames = as_uint8(first_video(out))
@@ -271,37 +264,6 @@ class GenericFamily(ModelFamily):
             raise NonFinite(steps, steps, None, staged=False, magnitude=size)
         return Generated(as_uint8(first_of(out["videos"])), latents, _sound_of(out),
                          out.get("sampling_rate"))
-
-
-def decodes_chunks(cls) -> bool:
-    """Is pipeline class ``cls`` (or a class it is built on) one of ``DECODES_CHUNKS``?"""
-    return any(base.__name__ in DECODES_CHUNKS for base in cls.__mro__)
-
-
-@contextlib.contextmanager
-def _decodes_handed_on(pipe, handover: Handover):
-    """Each ``vae.decode`` of a pipeline that decodes chunk by chunk handed over as it
-    returns: its pixels made frames as the pipeline makes its video's (its video
-    processor, on the decoded tensor as it is)."""
-    vae = pipe.vae
-    decode = vae.decode
-
-    def handed_on(*args, **kwargs):
-        out = decode(*args, **kwargs)
-        video = out[0] if isinstance(out, (tuple, list)) else out.sample
-        handover.add(as_uint8(first_of(pipe.video_processor.postprocess_video(
-            video, output_type="np"))))
-        return out
-
-    own = vars(vae).get("decode")  # an instance's own (a wrapper's), else the class's
-    vae.decode = handed_on
-    try:
-        yield
-    finally:
-        if own is None:
-            del vae.decode
-        else:
-            vae.decode = own
 
 
 def _sound_of(out: dict):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from porter.errors import UsageError
+from porter.shims.attributes import replaced
 from porter.shims.compat import import_module
 from porter.transforms import CALL, Calling, Checking, Pass
 
@@ -99,27 +100,6 @@ class Patch:
                     _holders(original, owner, attr) if self.imported_by_name else []):
                 stack.enter_context(replaced(holder, name, value))
             yield
-
-
-@contextlib.contextmanager
-def replaced(owner, attr: str, value):
-    """``owner.attr`` is ``value`` for the block, then what it was, even on error. The
-    owner's own attribute is kept raw (on a class, staticmethod/classmethod stay
-    intact) and one it inherits (a class's base's, an object's class's method) is
-    removed again, so that one shows through as before."""
-    own = vars(owner).get(attr, _MISSING) if hasattr(owner, "__dict__") \
-        else getattr(owner, attr)
-    setattr(owner, attr, value)
-    try:
-        yield
-    finally:
-        if own is _MISSING:
-            delattr(owner, attr)
-        else:
-            setattr(owner, attr, own)
-
-
-_MISSING = object()
 
 
 def _holders(original, owner, attr: str) -> list[tuple[Any, str]]:

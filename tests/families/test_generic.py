@@ -124,27 +124,3 @@ def test_a_draw_without_a_generator_repeats_from_the_seed(checkpoint, write, mon
     assert np.array_equal(first, second)
     assert not np.array_equal(first, port.generate(seed=1).frames)
 
-
-def test_a_chunk_decoding_pipelines_decode_is_put_back_whatever_happens():
-    """The wrapper that hands each decoded chunk on lives for the call only, also when
-    the call fails halfway."""
-    from porter.families import generic
-
-    class HeliosPipeline:  # named as a pipeline that decodes chunk by chunk
-        vae_scale_factor_temporal = 4
-
-        @staticmethod
-        def postprocess_video(video, output_type):
-            return video.numpy()
-
-    class VAE(torch.nn.Module):
-        def decode(self, z, return_dict=False):
-            return (z,)
-
-    pipe, made = HeliosPipeline(), []
-    pipe.vae, pipe.video_processor = VAE(), pipe
-    with pytest.raises(RuntimeError, match="halfway"):
-        with generic._decodes_handed_on(pipe, generic.Handover(made.append, hold=3)):
-            pipe.vae.decode(torch.zeros(1, 5, 2, 2, 3))
-            raise RuntimeError("halfway")
-    assert "decode" not in vars(pipe.vae) and [len(c) for c in made] == [2]

@@ -247,3 +247,77 @@ def test_helios_pyramid_hands_over_each_chunk_too(tmp_path):
         pyramid_num_inference_steps_list=[1, 1, 1],
         generator=torch.Generator().manual_seed(0), output_type="np").frames[0]
     assert np.abs((expected * 255).round() - generation.frames).max() <= 1
+
+
+SKYREELS_DF = """\
+model: {family: generic, source: %s, pipeline: SkyReelsV2DiffusionForcingPipeline}
+generate: {prompt: "a cat", height: 16, width: 16, frames: 17, steps: 2,
+           guidance_scale: 6.0, max_sequence_length: 16,
+           extra: {base_num_frames: 9, overlap_history: 5}}
+"""
+
+
+@pytest.mark.slow
+def test_skyreels_diffusion_forcing_hands_over_each_window_as_it_is_finished(tmp_path):
+    """A pipeline that decodes its video whole at its end (SkyReels-V2 diffusion forcing,
+    a long video in windows of 3 latent frames overlapping by 2): each window's
+    finished latent frames are decoded when the next window starts, the rest at its
+    end, once each; its video is the whole decode's and diffusers' own; a longer video
+    compiles nothing new."""
+    from diffusers import SkyReelsV2DiffusionForcingPipeline
+
+    from models.skyreels_v2_df import build_skyreels_v2_df_pipeline
+    from porter.aot import programs
+    from porter.transforms import jit
+
+    build_skyreels_v2_df_pipeline().save_pretrained(tmp_path / "df")
+    (tmp_path / "r.yaml").write_text(SKYREELS_DF % (tmp_path / "df"))
+    signatures = {}
+    with porter.load(tmp_path / "r.yaml") as df:
+        rules = jit.rules(df.recipe, df.family, "cpu")
+        streamed = {}
+        for frames, sizes in ((17, [1, 4, 4, 4, 4]), (25, [1, 4, 4, 4, 4, 4, 4])):
+            made, looping = [], []
+
+            def taken(chunk):  # the pipeline's loop is still running (its own flag)
+                made.append(chunk)
+                looping.append(df.pipe._current_timestep is not None)
+
+            with programs.recorded(df.pipe, rules) as calls:
+                streamed[frames] = df.generate(frames=frames, on_frames=taken).frames
+            assert [len(c) for c in made] == sizes, frames
+            # all but the last window's frames went on before the pipeline's own decode
+            assert looping == [True] * (len(sizes) - 1) + [False]
+            assert np.array_equal(np.concatenate(made), streamed[frames])
+            signatures[frames] = {(c.component, c.method, repr(c.args), repr(c.kwargs))
+                                  for c in calls}
+        assert signatures[17] == signatures[25], "a longer video compiled new programs"
+        assert "prepare_latents" not in vars(df.pipe) and "decode" not in vars(df.pipe.vae)
+        # no one takes the frames: the pipeline decodes its video whole, as written
+        assert np.array_equal(df.generate().frames, streamed[17])
+    expected = SkyReelsV2DiffusionForcingPipeline.from_pretrained(tmp_path / "df")(
+        "a cat", height=16, width=16, num_frames=17, num_inference_steps=2,
+        guidance_scale=6.0, max_sequence_length=16, base_num_frames=9, overlap_history=5,
+        generator=torch.Generator().manual_seed(0), output_type="np").frames[0]
+    assert np.abs((expected * 255).round() - streamed[17]).max() <= 1
+
+
+@pytest.mark.slow
+def test_anyflow_far_hands_over_each_chunk_as_it_is_finished(tmp_path):
+    """AnyFlow FAR (frame-autoregressive, chunks of one latent frame) finishes a chunk
+    where it caches the chunk's keys and values for the next: its frames go on there,
+    and its video is the one its own whole decode makes (``tests/matrix``: diffusers')."""
+    from models.anyflow_far import build_anyflow_far_pipeline
+
+    build_anyflow_far_pipeline().save_pretrained(tmp_path / "far")
+    (tmp_path / "r.yaml").write_text(
+        f"model: {{family: generic, source: {tmp_path / 'far'}, pipeline: AnyFlowFARPipeline}}\n"
+        "generate: {prompt: a cat, height: 16, width: 16, frames: 9, steps: 2,\n"
+        "           guidance_scale: 6.0, max_sequence_length: 16,\n"
+        "           extra: {chunk_partition: [1, 1, 1]}}\n")
+    with porter.load(tmp_path / "r.yaml") as far:
+        made = []
+        streamed = far.generate(on_frames=made.append).frames
+        assert [len(c) for c in made] == [1, 4, 4]
+        assert np.array_equal(np.concatenate(made), streamed)
+        assert np.array_equal(far.generate().frames, streamed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from porter.families import decoded_frames
 from porter.shims.interop import to_host
 from porter.transforms import jit
-from porter.transforms.jit.chunk_scan import one_ahead
+from porter.shims.carried import one_ahead
 
 
 def decode_chunk(vae, z, cache):

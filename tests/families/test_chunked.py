@@ -1,0 +1,118 @@
+"""Pipelines that make their video chunk by chunk, handed on as they finish each chunk
+(the pipelines themselves run in tests/generate/test_streaming.py): what is wrapped
+lives for the call only, and a final decode that cannot be answered from the chunks
+decoded is the VAE's own."""
+
+import contextlib
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from porter.families import chunked, wan_vae
+from porter.families.base import Handover
+
+
+class Processor:
+    @staticmethod
+    def postprocess_video(video, output_type):  # (batch, frames, height, width, channels)
+        return (video.permute(0, 2, 3, 4, 1).numpy() + 1) / 2
+
+
+def test_a_chunk_decoding_pipelines_decode_is_put_back_whatever_happens():
+    """The wrapper that hands each decoded chunk on lives for the call only, also when
+    the call fails halfway."""
+
+    class HeliosPipeline:  # named as a pipeline that decodes chunk by chunk
+        vae_scale_factor_temporal = 4
+        video_processor = Processor()
+
+    class VAE(torch.nn.Module):
+        def decode(self, z, return_dict=False):
+            return (z,)
+
+    pipe, made = HeliosPipeline(), []
+    pipe.vae = VAE()
+    handover, watching = chunked.handed_on(pipe, made.append)
+    with pytest.raises(RuntimeError, match="halfway"):
+        with watching:
+            pipe.vae.decode(torch.zeros(1, 3, 5, 2, 2))
+            raise RuntimeError("halfway")
+    assert "decode" not in vars(pipe.vae) and [len(c) for c in made] == [2]
+
+
+class Frames:
+    """Stands in for ``wan_vae.FrameByFrame``: each latent frame "decoded" as itself."""
+
+    def __init__(self, vae):
+        self.count = 0
+
+    def __call__(self, z):
+        for index in range(z.shape[2]):
+            self.count += 1
+            yield z[:, :, index:index + 1]
+
+
+def _finished(monkeypatch):
+    monkeypatch.setattr(wan_vae, "FrameByFrame", Frames)
+    own = []
+
+    class VAE:
+        dtype, use_tiling = torch.float32, False
+        config = types.SimpleNamespace(latents_mean=[0.0] * 3, latents_std=[0.5] * 3, z_dim=3)
+
+        def decode(self, z, return_dict=True):
+            own.append(z)
+            return (z,)
+
+    pipe, made = types.SimpleNamespace(vae=VAE(), video_processor=Processor()), []
+    return chunked._Finished(pipe, Handover(made.append)), made, own
+
+
+def test_finished_frames_go_on_and_answer_the_final_decode(monkeypatch):
+    finished, made, own = _finished(monkeypatch)
+    latents = torch.rand(1, 3, 5, 2, 2) * 0.1
+    finished.finished(latents[:, :, :2])
+    finished.finished(latents[:, :, :3])  # the first two again, and one more
+    assert [len(c) for c in made] == [1, 1, 1]
+    video = finished.answered(latents * 0.5, return_dict=False)[0]  # as the pipeline scales
+    assert [len(c) for c in made] == [1, 1, 1, 1, 1] and own == []
+    assert torch.equal(video, latents * 0.5)
+
+
+def test_a_final_decode_of_other_latents_is_the_vaes_own(monkeypatch):
+    """Final latents that do not begin with the frames decoded: the VAE's own decode,
+    and a warning that the stream showed other frames."""
+    from porter.runtime import notices
+
+    finished, made, own = _finished(monkeypatch)
+    latents = torch.rand(1, 3, 4, 2, 2)
+    finished.finished(latents[:, :, :2])
+    changed = latents * 0.5
+    changed[:, :, 0] += 1
+    assert finished.answered(changed, return_dict=False)[0] is changed
+    assert len(own) == 1 and [len(c) for c in made] == [1, 1]
+    assert any("final latents differ" in message for message in notices.given())
+
+
+def test_without_a_taker_the_pipeline_is_left_alone():
+    class SkyReelsV2DiffusionForcingPipeline:
+        vae = None
+
+    _, watching = chunked.handed_on(SkyReelsV2DiffusionForcingPipeline(), None)
+    assert isinstance(watching, contextlib.nullcontext)
+
+
+def test_a_pipeline_is_matched_by_the_classes_it_is_built_on():
+    class AnyFlowFARPipeline:
+        pass
+
+    class Mine(AnyFlowFARPipeline):
+        pass
+
+    assert chunked._named(Mine, chunked.FINISHES_CHUNKS) == "AnyFlowFARPipeline"
+    assert not chunked.decodes_chunks(Mine)
+    assert np.array_equal(chunked._far_finished((), {
+        "chunk_partition": [1, 2], "output": torch.arange(4).view(1, 4, 1, 1, 1)})
+        .flatten(), torch.arange(3))
