@@ -66,6 +66,12 @@ def render(plan: dict) -> str:
             lines.append(f"  {name}-attention scores per layer and device (float32): "
                          f"reference {human_bytes(att['reference_bytes_per_device'])}, "
                          f"blockwise {human_bytes(att['blockwise_bytes_per_device'])}")
+        if est.get("exchange"):
+            sent = est["exchange"]
+            per_step = sent["bytes_per_step_and_device"]
+            lines.append(f"  self-attention over sp ({sent['kind']}): each device sends "
+                         f"{human_bytes(sent['bytes_per_layer_and_device'])} a layer"
+                         + (f", {human_bytes(per_step)} a step" if per_step else ""))
     if plan["problems"]:
         lines.append(f"\n{len(plan['problems'])} problems:")
         lines += ["  " + p.render() for p in plan["problems"]]

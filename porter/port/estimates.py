@@ -126,7 +126,31 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
             "shape": [batch, heads, q_len, k_len],
             "reference_bytes_per_device": int(local * q_len * k_len * 4),
             "blockwise_bytes_per_device": int(local * block * 4)}
+    if sequence and "self" in raw["attention"] and "hidden" in raw.get("activations", {}):
+        out["exchange"] = _sequence_exchange(section, raw, axes[sequence], data, itemsize)
     return out
+
+
+def _sequence_exchange(section, raw: dict, n: int, data: int, itemsize: int) -> dict:
+    """What each device sends for one self-attention layer with the tokens over ``sp``
+    (``n`` devices, ``sharded.run``): Ulysses' all-to-alls (queries, keys and values in,
+    the output back; a device keeps 1/n of each share), the ring's hops (its key and
+    value shares, n - 1 times), or the keys and values gathered (heads that do not
+    divide sp with the ring refused). Per step where the family says its layers and
+    transformer calls a step."""
+    batch, heads, tokens, _ = raw["attention"]["self"]
+    width = raw["activations"]["hidden"][2]
+    local_batch = batch // data if batch % data == 0 else batch
+    share = local_batch * tokens * width * itemsize // n  # one tensor's, on one device
+    if section.ring or (section.ring is None and heads % n):
+        kind, sent = "ring", 2 * share * (n - 1)
+    elif heads % n == 0:
+        kind, sent = "all-to-all", 4 * share * (n - 1) // n
+    else:
+        kind, sent = "all-gather", 2 * share * (n - 1)
+    per_step = sent * raw["layers"] * raw["calls_per_step"] if "layers" in raw else None
+    return {"kind": kind, "bytes_per_layer_and_device": sent,
+            "bytes_per_step_and_device": per_step}
 
 
 #: attention that materialises every score holds at least the scores and their softmax

@@ -349,9 +349,13 @@ def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Proble
     """A mesh with an ``sp`` axis: attention splits the heads over it (another head axis
     beside it would gather the tokens on every device), the window does not run beside
     it yet, and each transformer has its tokens' rule (the family's ``token_blocks``, or
-    the recipe's own)."""
+    the recipe's own). ``attention.ring`` asks for the tokens over ``sp``."""
     if sequence_axis(recipe.mesh) is None:
-        return []
+        return [recipe.problem(
+            "attention.ring", f"ring attention passes the tokens' keys round the devices "
+            f"of {SEQUENCE_AXIS!r}, and this mesh has none",
+            hint=f"split the tokens over it (mesh.{SEQUENCE_AXIS}: N), or leave "
+                 "attention.ring out")] if recipe.attention.ring else []
     found = []
     head = recipe.attention.head_axis
     if head not in (None, SEQUENCE_AXIS):

@@ -62,6 +62,8 @@ def test_validate_refuses_another_head_axis_the_window_and_a_family_with_no_toke
                              "[{module: 'blocks\\.\\d+', spec: [null, sp, null]}]}"])
     assert sharding.sequence_problems(ruled, generic) == []
     assert sharding.sequence_problems(recipe.load(TINY), wan()) == []  # no sp
+    [problem] = sharding.sequence_problems(recipe.load(TINY, ["attention.ring=true"]), wan())
+    assert problem.path == "attention.ring" and "mesh.sp" in problem.hint
 
 
 def test_plan_counts_each_device_its_own_tokens():
@@ -76,6 +78,16 @@ def test_plan_counts_each_device_its_own_tokens():
     # the heads over sp around the kernel
     assert split["attention"]["self"]["reference_bytes_per_device"] * 4 == \
         whole["attention"]["self"]["reference_bytes_per_device"]
+    # what a device sends a layer: 2 heads on 4 devices go round the ring (its key and
+    # value shares, 3 hops); 4 heads are exchanged (4 tensors, 3/4 of each share sent)
+    share = 1 * 80 * 24 * 4 // 4  # a (batch, tokens, width) tensor's on one device
+    assert split["exchange"] == {"kind": "ring", "bytes_per_layer_and_device": 2 * share * 3,
+                                 "bytes_per_step_and_device": None}
+    four = {**raw, "attention": {"self": (2, 4, 80, 80)}, "layers": 3, "calls_per_step": 2}
+    exchanged = estimates.costs(recipe.load(SP), four, {"dp": 2, "sp": 4})["exchange"]
+    assert exchanged == {"kind": "all-to-all", "bytes_per_layer_and_device": 3 * share,
+                         "bytes_per_step_and_device": 3 * share * 3 * 2}
+    assert "exchange" not in whole
 
 
 def frames(path, *overrides):
@@ -89,7 +101,7 @@ def frames(path, *overrides):
 def test_tokens_over_8_devices_equal_one_device():
     one, _ = frames(TINY, "mesh={dp: 1}", "attention.backend=blockwise")
     # every device a share of the tokens (the tiny model's 2 heads divide no sp here:
-    # queries split by tokens, keys gathered); the guidance batch over dp beside them
+    # ring attention); the guidance batch over dp beside them
     for path, overrides, axes in (
             (TINY, ["mesh={sp: 8}", "attention.backend=blockwise"], ["sp"]),
             (SP, [], ["dp", "sp"]),
@@ -108,6 +120,9 @@ def test_heads_exchanged_for_tokens_equal_one_device():
     one, _ = frames(TINY, "mesh={dp: 1}", *heads)
     split, _ = frames(TINY, "mesh={sp: 8}", *heads)
     assert np.abs(split.astype(int) - one.astype(int)).max() <= 1
+    # the same heads round the ring instead, where the recipe asks
+    ring, _ = frames(TINY, "mesh={sp: 8}", "attention.ring=true", *heads)
+    assert np.abs(ring.astype(int) - one.astype(int)).max() <= 1
 
 
 @pytest.mark.slow
@@ -130,6 +145,14 @@ def test_a_tpu_step_exchanges_tokens_for_heads():
     assert "all-to-all" in split["collectives"]
     assert split["collectives"].get("all-reduce", {}).get("bytes", 0) < 2**20
     assert split["flops"] <= whole["flops"] / 6
+    # round the ring: the key/value shares passed on, nothing gathered (the all-to-alls
+    # left are cross-attention's, its queries exchanged for heads)
+    ring = step("attention.ring=true")
+    assert "collective-permute" in ring["collectives"]
+    assert ring["collectives"]["all-to-all"]["bytes"] < split["collectives"]["all-to-all"][
+        "bytes"] / 2
+    assert ring["collectives"].get("all-gather", {}).get("bytes", 0) < 2**20
+    assert ring["flops"] <= whole["flops"] / 6
 
 
 @pytest.mark.slow

@@ -96,4 +96,5 @@ def estimates(family, recipe, config) -> dict:
             # the widest activations of a block, its hidden states and FFN middle
             "activations": {"hidden": (calls, count, width), "ffn": (calls, count, ffn)},
             "attention": {"self": (calls, heads, count, count),
-                          "cross": (calls, heads, count, text)}}
+                          "cross": (calls, heads, count, text)},
+            "layers": config["num_layers"], "calls_per_step": passes // calls}

@@ -60,6 +60,9 @@ class AttentionSettings:
     min_seq_len: int = 0  # shorter query sequences run torchax's own lowering
     #: the axis the transformer's tokens are split over outside attention (``sp``)
     sequence_axis: str | None = None
+    #: ring attention over ``sequence_axis``: always (True), never (False), or where the
+    #: heads do not divide it (None: ``sharded.run``)
+    rings: bool | None = None
 
     @classmethod
     def of(cls, recipe: Recipe, registry: Registry, runtime: Runtime) -> AttentionSettings:
@@ -68,7 +71,7 @@ class AttentionSettings:
                    section.cross_backend, section.block_q, section.block_kv,
                    section.data_axis, sharding.head_axis(section, runtime.axes),
                    section.window, section.min_seq_len,
-                   sharding.sequence_axis(runtime.axes))
+                   sharding.sequence_axis(runtime.axes), section.ring)
 
 
 def disabled():
@@ -142,14 +145,16 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend: str
     options = dict(scale=scale, block_q=settings.block_q, block_kv=settings.block_kv)
     if backends.takes_platform(chosen.kernel):  # compiled for this platform, wherever
         options["platform"] = settings.platform  # the host is (a TPU target from a CPU)
-    shares = sharded.split(settings.mesh, q.shape, settings.data_axis, settings.head_axis)
-    # its int8 Q.K^T only where Mosaic runs it (elsewhere, or with a mask, XLA runs it
-    # and counts it)
-    native = keep is None and settings.platform == "tpu"
-    _count(4 * math.prod(q.shape) * k.shape[2] / shares, chosen if native else None)
-    return sharded.run(chosen.kernel, settings.mesh, q, k, v, keep,
-                       data_axis=settings.data_axis, head_axis=settings.head_axis,
-                       sequence_axis=settings.sequence_axis, **options)
+    axes = dict(data_axis=settings.data_axis, head_axis=settings.head_axis,
+                sequence_axis=settings.sequence_axis, rings=settings.rings)
+    if not sharded.ringed(settings.mesh, q, k, keep, **axes):  # the ring's XLA counts
+        shares = sharded.split(settings.mesh, q.shape, settings.data_axis,
+                               settings.head_axis)
+        # its int8 Q.K^T only where Mosaic runs it (elsewhere, or with a mask, XLA runs
+        # it and counts it)
+        native = keep is None and settings.platform == "tpu"
+        _count(4 * math.prod(q.shape) * k.shape[2] / shares, chosen if native else None)
+    return sharded.run(chosen.kernel, settings.mesh, q, k, v, keep, **axes, **options)
 
 
 def _windowed(q, k, v, tiling, chosen, scale, settings: AttentionSettings):
