@@ -29,9 +29,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+import stream_runs
 from results_io import save
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,36 +93,17 @@ def _program(row: dict, target: dict) -> dict:
 
 def on_cpu(frames: int, work: Path) -> None:
     """The tiny Helios's stream on this machine, cold and warm."""
-    subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[2]); "
-                    "from models.helios import build_helios_pipeline; "
-                    "build_helios_pipeline().save_pretrained(sys.argv[1])",
-                    str(work / "tiny"), str(ROOT / "tests")], check=True)
+    tiny = stream_runs.saved("models.helios:build_helios_pipeline", work / "tiny")
     path = work / "tiny.yaml"
     path.write_text(
-        f"model: {{family: generic, source: {work / 'tiny'}, pipeline: HeliosPipeline}}\n"
+        f"model: {{family: generic, source: {tiny}, pipeline: HeliosPipeline}}\n"
         f"generate: {{prompt: a cat, height: 64, width: 64, frames: {frames}, steps: 2,\n"
         "           guidance_scale: 1.0, max_sequence_length: 16}\n"
         "output: {fps: 24}\n"
         f"runtime: {{compile_cache: {work / 'cache'}}}\n")
-    rows = []
-    for attempt in ("cold", "warm"):
-        out = work / attempt
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "porter.cli", "run", str(path), "--no-progress",
-                        f"output.dir={out}"], check=True, capture_output=True)
-        wall = time.perf_counter() - start
-        record = json.loads((out / "run.json").read_text())
-        timings, made = record["timings"], record["outputs"]["frames"]
-        stream = timings["stream"]
-        rows.append({"model": "tiny Helios (diffusers' test config)", "size": "64x64",
-                     "frames": made, "chunk_frames": 33, "caches": attempt,
-                     "process_s": round(wall, 2), "startup_s": timings.get("startup_s"),
-                     "generate_s": timings.get("generate_s"), **stream,
-                     "frames_per_second": round(made / stream["done_s"], 1),
-                     "seconds_a_later_chunk": round(
-                         (stream["done_s"] - stream["first_chunk_s"]) / (stream["chunks"] - 1),
-                         3)})
-        print(json.dumps(rows[-1], indent=1), flush=True)
+    rows = stream_runs.cold_and_warm(path, work, {
+        "model": "tiny Helios (diffusers' test config)", "size": "64x64",
+        "chunk_frames": 33})
     save(ROOT / "benchmarks" / "results" / "helios-stream-cpu.json", rows)
 
 

@@ -69,7 +69,7 @@ def render(plan: dict) -> str:
         if est.get("exchange"):
             sent = est["exchange"]
             per_step = sent["bytes_per_step_and_device"]
-            lines.append(f"  self-attention over sp ({sent['kind']}): each device sends "
+            lines.append(f"  self-attention, tokens split ({sent['kind']}): each device sends "
                          f"{human_bytes(sent['bytes_per_layer_and_device'])} a layer"
                          + (f", {human_bytes(per_step)} a step" if per_step else ""))
     if plan["problems"]:

@@ -98,11 +98,12 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
         return {}
     devices = math.prod(axes.values())
     section = recipe.attention
-    # tokens over sp: the heads too (``sharding.sequence_split``, ``AttentionSettings``)
-    sequence = sharding.sequence_axis(axes)
+    # tokens over sp and ring: the heads over sp (``sharding.sequence_split``,
+    # ``AttentionSettings``)
+    sequence = sharding.token_axes(axes)
     head_axis = sharding.head_axis(section, axes)
     split = {a: axes.get(a, 1) for a in (section.data_axis, head_axis) if a}
-    tokens_cut = axes[sequence] if sequence else 1
+    tokens_cut = math.prod(axes[axis] for axis in sequence)
     out = {"tokens": raw["tokens"], "flops_per_step": raw["flops_per_step"],
            "flops_per_step_per_device": raw["flops_per_step"] // devices, "attention": {},
            "activations": {}}
@@ -127,29 +128,29 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
             "reference_bytes_per_device": int(local * q_len * k_len * 4),
             "blockwise_bytes_per_device": int(local * block * 4)}
     if sequence and "self" in raw["attention"] and "hidden" in raw.get("activations", {}):
-        out["exchange"] = _sequence_exchange(section, raw, axes[sequence], data, itemsize)
+        out["exchange"] = _sequence_exchange(raw, axes, head_axis, data, itemsize)
     return out
 
 
-def _sequence_exchange(section, raw: dict, n: int, data: int, itemsize: int) -> dict:
-    """What each device sends for one self-attention layer with the tokens over ``sp``
-    (``n`` devices, ``sharded.run``): Ulysses' all-to-alls (queries, keys and values in,
-    the output back; a device keeps 1/n of each share), the ring's hops (its key and
-    value shares, n - 1 times), or the keys and values gathered (heads that do not
-    divide sp with the ring refused). Per step where the family says its layers and
-    transformer calls a step."""
+def _sequence_exchange(raw: dict, axes: dict, head_axis, data: int, itemsize: int) -> dict:
+    """What each device sends for one self-attention layer with the tokens over the
+    mesh's token axes (``sharded.run``): over ``sp``, where the heads divide it,
+    Ulysses' all-to-alls (queries, keys and values in, the output back: a device
+    keeps 1/S of each share); round the ring (``ring``, and ``sp`` where the heads do
+    not divide it, R devices in all) each device's key and value shares, R - 1 hops.
+    Per step where the family says its layers and transformer calls a step."""
     batch, heads, tokens, _ = raw["attention"]["self"]
     width = raw["activations"]["hidden"][2]
     local_batch = batch // data if batch % data == 0 else batch
-    share = local_batch * tokens * width * itemsize // n  # one tensor's, on one device
-    if section.ring or (section.ring is None and heads % n):
-        kind, sent = "ring", 2 * share * (n - 1)
-    elif heads % n == 0:
-        kind, sent = "all-to-all", 4 * share * (n - 1) // n
-    else:
-        kind, sent = "all-gather", 2 * share * (n - 1)
+    cut = math.prod(axes[axis] for axis in sharding.token_axes(axes))
+    share = local_batch * tokens * width * itemsize // cut  # one tensor's, on one device
+    ulysses = axes[head_axis] if head_axis == sharding.SEQUENCE_AXIS \
+        and heads % axes[head_axis] == 0 else 1
+    circle = cut // ulysses
+    kinds = [kind for kind, size in (("all-to-all", ulysses), ("ring", circle)) if size > 1]
+    sent = 4 * share * (ulysses - 1) // ulysses + 2 * share * (circle - 1)
     per_step = sent * raw["layers"] * raw["calls_per_step"] if "layers" in raw else None
-    return {"kind": kind, "bytes_per_layer_and_device": sent,
+    return {"kind": " and ".join(kinds), "bytes_per_layer_and_device": sent,
             "bytes_per_step_and_device": per_step}
 
 

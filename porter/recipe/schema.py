@@ -349,12 +349,6 @@ class AttentionSection(Section):
     window: WindowSection | None = Field(
         None, description="block-sparse video self-attention: each query sees a 3-D "
         "window of tiles around its own (and the first frames); null: dense")
-    ring: bool | None = Field(
-        None, description="with the tokens split over sp: true runs self-attention as "
-        "ring attention (key/value shares passed round the devices, any head count), "
-        "false exchanges heads for tokens (Ulysses: an all-to-all; heads that do not "
-        "divide sp gather the keys instead); null: Ulysses where the heads divide sp, "
-        "else the ring")
 
 
 class CompileRule(Section):

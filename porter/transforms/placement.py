@@ -392,8 +392,8 @@ def _detail(c: Checking) -> str:
     mesh = " x ".join(f"{axis}={size}" for axis, size in recipe.mesh.items())
     return (f"mesh {mesh}: {weights} weight rule(s), {activations} activation rule(s)"
             + (", transformer inputs sharded" if recipe.sharding.inputs else "")
-            + (f"; the transformer's tokens over {sharding.SEQUENCE_AXIS}"
-               if sharding.sequence_axis(recipe.mesh) else ""))
+            + (f"; the transformer's tokens over {' x '.join(tokens)}"
+               if (tokens := sharding.token_axes(recipe.mesh)) else ""))
 
 
 PASS = Pass(

@@ -322,14 +322,30 @@ def activation_rules(recipe: Recipe, name: str, module, runtime: Runtime,
     return vae_split(name, module, runtime)
 
 
-#: the mesh axis that splits a transformer's tokens (sequence parallelism)
+#: the mesh axes that split a transformer's tokens (sequence parallelism): over ``sp``
+#: attention exchanges tokens for heads (Ulysses: an all-to-all; where the heads do not
+#: divide it, the ring runs over it instead); over ``ring`` each device's keys and
+#: values go round the axis (ring attention). Both: heads over sp, the ring over ring.
 SEQUENCE_AXIS = "sp"
+RING_AXIS = "ring"
 
 
 def sequence_axis(axes: dict) -> str | None:
     """``SEQUENCE_AXIS`` where the mesh splits over it (``axes``: name -> size; a
     recipe's ``'auto'`` counts: the devices decide its size), else None."""
     return SEQUENCE_AXIS if axes.get(SEQUENCE_AXIS, 1) != 1 else None
+
+
+def token_axes(axes: dict) -> tuple[str, ...]:
+    """The axes the mesh splits the transformer's tokens over, in the order their
+    shares are laid out (the ring's outermost): ``ring``, ``sp``, those it has."""
+    return tuple(axis for axis in (RING_AXIS, SEQUENCE_AXIS) if axes.get(axis, 1) != 1)
+
+
+def token_spec(axes: dict):
+    """The tokens' entry of a rule's spec: one axis, both (a list), or None."""
+    found = token_axes(axes)
+    return found[0] if len(found) == 1 else (list(found) or None)
 
 
 def head_axis(section, axes: dict) -> str | None:
@@ -346,55 +362,54 @@ def batch_axis(recipe: Recipe, axes: dict) -> str | None:
 
 
 def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Problem]:
-    """A mesh with an ``sp`` axis: attention splits the heads over it (another head axis
-    beside it would gather the tokens on every device), the window does not run beside
-    it yet, and each transformer has its tokens' rule (the family's ``token_blocks``, or
-    the recipe's own). ``attention.ring`` asks for the tokens over ``sp``."""
-    if sequence_axis(recipe.mesh) is None:
-        return [recipe.problem(
-            "attention.ring", f"ring attention passes the tokens' keys round the devices "
-            f"of {SEQUENCE_AXIS!r}, and this mesh has none",
-            hint=f"split the tokens over it (mesh.{SEQUENCE_AXIS}: N), or leave "
-                 "attention.ring out")] if recipe.attention.ring else []
+    """A mesh that splits the tokens (``sp``, ``ring``): beside ``sp`` attention splits
+    the heads over it (another head axis would gather the tokens on every device), the
+    window does not run beside either yet, and each transformer has its tokens' rule
+    (the family's ``token_blocks``, or the recipe's own)."""
+    axes = token_axes(recipe.mesh)
+    if not axes:
+        return []
+    named = " and ".join(repr(axis) for axis in axes)
     found = []
     head = recipe.attention.head_axis
-    if head not in (None, SEQUENCE_AXIS):
+    if sequence_axis(recipe.mesh) and head not in (None, SEQUENCE_AXIS):
         found.append(recipe.problem(
             "attention.head_axis", f"the tokens are split over {SEQUENCE_AXIS!r}: attention "
             f"exchanges them for heads on that axis, not on {head!r}",
             hint=f"leave attention.head_axis out (or set it to {SEQUENCE_AXIS}), and split "
-                 f"the weights over {head!r} if you keep that axis"))
+                 f"the weights over {head!r} if you keep that axis (or split the tokens "
+                 f"over {RING_AXIS!r}, beside which the heads may go over {head!r})"))
     if recipe.attention.window is not None:
         found.append(recipe.problem(
-            "attention.window", f"the window does not run beside {SEQUENCE_AXIS!r} yet (its "
-            "tiles would gather the tokens the mesh splits)",
-            hint=f"leave attention.window out, or split over tp instead of {SEQUENCE_AXIS}"))
+            "attention.window", f"the window does not run beside {named} yet (its tiles "
+            "would gather the tokens the mesh splits)",
+            hint=f"leave attention.window out, or split over tp instead of {named}"))
     if family is not None and family.token_blocks is None:
         for name in family.stepped_transformers:
             if name not in recipe.sharding.activations:
                 found.append(recipe.problem(
-                    f"mesh.{SEQUENCE_AXIS}", f"family {family.name!r} does not say which "
-                    f"of {name}'s modules output its tokens, to split over "
-                    f"{SEQUENCE_AXIS!r}",
+                    f"mesh.{axes[0]}", f"family {family.name!r} does not say which "
+                    f"of {name}'s modules output its tokens, to split over {named}",
                     hint=f"give sharding.activations.{name} a rule: the blocks whose "
-                         f"output is (batch, tokens, width), spec [null, {SEQUENCE_AXIS}, "
+                         f"output is (batch, tokens, width), spec [null, {axes[-1]}, "
                          "null]"))
     return found
 
 
 def sequence_split(recipe: Recipe, family: ModelFamily, axes: dict) -> list[ActivationRule]:
-    """A transformer's tokens split over ``SEQUENCE_AXIS`` through every block: the
-    outputs of the family's ``token_blocks`` (batch, tokens, width) with the tokens
-    over ``sp`` and the batch on attention's data axis (``batch_axis``, as its kernel
-    holds it), so norms, projections and the feed-forward layers run on each
-    device's own tokens; attention exchanges tokens for heads around its kernel
-    (``attention.sharded.run``). None without an ``sp`` axis, or for a family that does
-    not say its token blocks (``validate`` asks such a recipe for its own rule)."""
-    axis = sequence_axis(axes)
-    if axis is None or family.token_blocks is None:
+    """A transformer's tokens split over the mesh's token axes (``token_axes``) through
+    every block: the outputs of the family's ``token_blocks`` (batch, tokens, width)
+    with the tokens over them and the batch on attention's data axis (``batch_axis``,
+    as its kernel holds it), so norms, projections and the feed-forward layers run on
+    each device's own tokens; attention exchanges tokens for heads, or passes keys
+    round the ring, around its kernel (``attention.sharded.run``). None without a
+    token axis, or for a family that does not say its token blocks (``validate`` asks
+    such a recipe for its own rule)."""
+    spec = token_spec(axes)
+    if spec is None or family.token_blocks is None:
         return []
     return [ActivationRule(module=family.token_blocks,
-                           spec=[batch_axis(recipe, axes), axis, None])]
+                           spec=[batch_axis(recipe, axes), spec, None])]
 
 
 def vae_split(name: str, module, runtime: Runtime) -> list[ActivationRule]:

@@ -1,6 +1,7 @@
-"""Ring attention over the mesh's sequence axis: equal to attention on one device for
-any head count and any block sizes, the key/value shares passed between devices
-(collective permutes), never gathered; chosen where Ulysses cannot split the heads."""
+"""Ring attention over the mesh's token axes (``ring``, and ``sp`` where the heads do
+not divide it), alone or beside heads over ``sp`` (2-D) or ``tp``: equal to attention
+on one device for any head count and block size, the key/value shares passed between
+devices (collective permutes), never gathered."""
 
 import jax
 import jax.numpy as jnp
@@ -23,46 +24,54 @@ def qkv(batch, heads, length, dim=16):
     return tuple(jax.random.normal(key, (batch, heads, length, dim)) for key in keys)
 
 
-def ringed(m, q, k, v, rings=None, block=32, keep=None):
+def attended(m, head_axis="sp", block=32):
+    """``sharded.run`` on mesh ``m``, the tokens over its ring and sp axes (as
+    ``sharding.token_axes`` orders them), compiled."""
+    tokens = tuple(axis for axis in ("ring", "sp") if axis in m.shape)
     return jax.jit(lambda q, k, v: sharded.run(
-        kernels.blockwise, m, q, k, v, keep, data_axis="dp", head_axis="sp",
-        sequence_axis="sp", rings=rings, scale=0.25, block_q=block, block_kv=block))(q, k, v)
+        kernels.blockwise, m, q, k, v, None, data_axis="dp", head_axis=head_axis,
+        token_axes=tokens, scale=0.25, block_q=block, block_kv=block))
 
 
-@pytest.mark.parametrize("axes,heads,length,block", [
-    ({"sp": 8}, 3, 256, 32),            # 3 heads on 8: no Ulysses
-    ({"sp": 8}, 5, 200, 16),            # 25 tokens a device: blocks padded
-    ({"dp": 2, "sp": 4}, 3, 96, 64),    # the batch over dp beside it
+@pytest.mark.parametrize("axes,heads,length,block,head_axis", [
+    ({"sp": 8}, 3, 256, 32, "sp"),            # 3 heads on 8: the ring over sp
+    ({"sp": 8}, 5, 200, 16, "sp"),            # 25 tokens a device: blocks padded
+    ({"dp": 2, "sp": 4}, 3, 96, 64, "sp"),    # the batch over dp beside it
+    ({"ring": 8}, 8, 128, 16, None),          # the ring's own axis
+    ({"ring": 2, "sp": 4}, 8, 128, 16, "sp"),  # 2-D: heads over sp, the ring over ring
+    ({"ring": 2, "sp": 4}, 3, 128, 16, "sp"),  # 3 heads: the ring over both
+    ({"ring": 4, "tp": 2}, 4, 128, 16, "tp"),  # heads over tp beside the ring
 ])
-def test_ring_equals_one_device(axes, heads, length, block):
+def test_ring_equals_one_device(axes, heads, length, block, head_axis):
     q, k, v = qkv(2, heads, length)
-    got = ringed(mesh(**axes), q, k, v, block=block)
+    got = attended(mesh(**axes), head_axis, block)(q, k, v)
     assert float(jnp.abs(got - kernels.reference(q, k, v, scale=0.25)).max()) <= TOLERANCE
 
 
-def test_the_shares_go_round_and_are_never_gathered():
-    m = mesh(sp=8)
-    q, k, v = qkv(1, 3, 256)
-    text = jax.jit(lambda q, k, v: sharded.run(
-        kernels.blockwise, m, q, k, v, None, data_axis="dp", head_axis="sp",
-        sequence_axis="sp", scale=0.25, block_q=32, block_kv=32)).lower(q, k, v) \
-        .compile().as_text()
-    assert "collective-permute" in text and "all-gather" not in text
+@pytest.mark.parametrize("axes,heads,exchanges", [
+    ({"sp": 8}, 3, {"collective-permute"}),
+    ({"ring": 2, "sp": 4}, 8, {"collective-permute", "all-to-all"}),
+])
+def test_the_shares_go_round_and_are_never_gathered(axes, heads, exchanges):
+    q, k, v = qkv(1, heads, 256)
+    text = attended(mesh(**axes)).lower(q, k, v).compile().as_text()
+    assert all(kind in text for kind in exchanges) and "all-gather" not in text
 
 
-def test_ring_where_asked_ulysses_or_gather_otherwise():
-    m = mesh(sp=8)
+def test_which_axes_ring():
     q, k, v = qkv(1, 8, 64)
     three = qkv(1, 3, 64)[0]
 
-    def rings(asked, q=q, k=k, keep=None):
-        axes = sharded.layout(m, q.shape, "dp", "sp")
-        return sharded._rings(asked, m, q, k, keep, "sp", axes[1], axes[2])
+    def circle(axes, q=q, k=k, keep=None, head_axis="sp"):
+        m = mesh(**axes)
+        tokens = tuple(axis for axis in ("ring", "sp") if axis in axes)
+        heads = sharded.layout(m, q.shape, "dp", head_axis)[1]
+        return sharded.ring_axes(m, q, k, keep, tokens, heads)
 
-    assert not rings(None) and rings(True)  # 8 heads: Ulysses, unless the ring is asked
-    assert rings(None, three, three) and not rings(False, three, three)  # else gathered
-    assert not rings(True, k=k[:, :, :16])  # cross-attention: the keys are whole
-    assert not rings(True, keep=jnp.ones((1, 1, 1, 64), bool))  # a mask: the kernel's
-    expected = kernels.reference(q, k, v, scale=0.25)
-    for asked in (True, False):
-        assert float(jnp.abs(ringed(m, q, k, v, asked) - expected).max()) <= TOLERANCE
+    assert circle({"sp": 8}) == ()  # 8 heads: Ulysses
+    assert circle({"sp": 8}, three, three) == ("sp",)  # 3 heads: the ring
+    assert circle({"ring": 2, "sp": 4}) == ("ring",)
+    assert circle({"ring": 2, "sp": 4}, three, three) == ("ring", "sp")
+    assert circle({"ring": 8}, k=k[:, :, :16]) == ()  # cross-attention: the keys whole
+    assert circle({"ring": 8}, keep=jnp.ones((1, 1, 1, 64), bool)) == ()  # the kernel's
+    assert circle({"ring": 8}, q[:, :, :60], k[:, :, :60]) == ()  # 60 tokens on 8

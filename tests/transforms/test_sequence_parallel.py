@@ -62,8 +62,13 @@ def test_validate_refuses_another_head_axis_the_window_and_a_family_with_no_toke
                              "[{module: 'blocks\\.\\d+', spec: [null, sp, null]}]}"])
     assert sharding.sequence_problems(ruled, generic) == []
     assert sharding.sequence_problems(recipe.load(TINY), wan()) == []  # no sp
-    [problem] = sharding.sequence_problems(recipe.load(TINY, ["attention.ring=true"]), wan())
-    assert problem.path == "attention.ring" and "mesh.sp" in problem.hint
+    # over a ring axis the heads may go over tp (no exchange of tokens for heads there)
+    ring = recipe.load(TINY, ["mesh={ring: 4, tp: 2}", "attention.head_axis=tp"])
+    assert sharding.sequence_problems(ring, wan()) == []
+    windowed = recipe.load(TINY, ["mesh={ring: 8}",
+                                  "attention.window={tile: [1, 2, 2], reach: [1, 1, 1]}"])
+    [problem] = sharding.sequence_problems(windowed, wan())
+    assert problem.path == "attention.window" and "'ring'" in problem.message
 
 
 def test_plan_counts_each_device_its_own_tokens():
@@ -84,9 +89,17 @@ def test_plan_counts_each_device_its_own_tokens():
     assert split["exchange"] == {"kind": "ring", "bytes_per_layer_and_device": 2 * share * 3,
                                  "bytes_per_step_and_device": None}
     four = {**raw, "attention": {"self": (2, 4, 80, 80)}, "layers": 3, "calls_per_step": 2}
-    exchanged = estimates.costs(recipe.load(SP), four, {"dp": 2, "sp": 4})["exchange"]
-    assert exchanged == {"kind": "all-to-all", "bytes_per_layer_and_device": 3 * share,
-                         "bytes_per_step_and_device": 3 * share * 3 * 2}
+
+    def exchange(**axes):
+        return estimates.costs(recipe.load(SP), four, axes)["exchange"]
+
+    assert exchange(dp=2, sp=4) == {"kind": "all-to-all",
+                                    "bytes_per_layer_and_device": 3 * share,
+                                    "bytes_per_step_and_device": 3 * share * 3 * 2}
+    # 2-D: the heads over sp=2, the ring over ring=2 (a quarter of the tokens a device)
+    assert exchange(dp=2, ring=2, sp=2)["kind"] == "all-to-all and ring"
+    assert exchange(dp=2, ring=2, sp=2)["bytes_per_layer_and_device"] == 4 * share // 2 \
+        + 2 * share
     assert "exchange" not in whole
 
 
@@ -120,9 +133,10 @@ def test_heads_exchanged_for_tokens_equal_one_device():
     one, _ = frames(TINY, "mesh={dp: 1}", *heads)
     split, _ = frames(TINY, "mesh={sp: 8}", *heads)
     assert np.abs(split.astype(int) - one.astype(int)).max() <= 1
-    # the same heads round the ring instead, where the recipe asks
-    ring, _ = frames(TINY, "mesh={sp: 8}", "attention.ring=true", *heads)
-    assert np.abs(ring.astype(int) - one.astype(int)).max() <= 1
+    # the same heads round a ring axis, and in 2-D: heads over sp, the ring over ring
+    for mesh in ("mesh={ring: 8}", "mesh={ring: 2, sp: 4}"):
+        ring, _ = frames(TINY, mesh, *heads)
+        assert np.abs(ring.astype(int) - one.astype(int)).max() <= 1, mesh
 
 
 @pytest.mark.slow
@@ -145,12 +159,10 @@ def test_a_tpu_step_exchanges_tokens_for_heads():
     assert "all-to-all" in split["collectives"]
     assert split["collectives"].get("all-reduce", {}).get("bytes", 0) < 2**20
     assert split["flops"] <= whole["flops"] / 6
-    # round the ring: the key/value shares passed on, nothing gathered (the all-to-alls
-    # left are cross-attention's, its queries exchanged for heads)
-    ring = step("attention.ring=true")
+    # round a ring axis: the key/value shares passed on, nothing exchanged nor gathered
+    ring = step("mesh={dp: 1, ring: 8}")
     assert "collective-permute" in ring["collectives"]
-    assert ring["collectives"]["all-to-all"]["bytes"] < split["collectives"]["all-to-all"][
-        "bytes"] / 2
+    assert "all-to-all" not in ring["collectives"]
     assert ring["collectives"].get("all-gather", {}).get("bytes", 0) < 2**20
     assert ring["flops"] <= whole["flops"] / 6
 

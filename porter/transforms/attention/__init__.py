@@ -58,11 +58,9 @@ class AttentionSettings:
     head_axis: str | None = None  # the heads' (or, where they do not divide it, queries')
     window: WindowSpec | None = None  # ``attention.window``
     min_seq_len: int = 0  # shorter query sequences run torchax's own lowering
-    #: the axis the transformer's tokens are split over outside attention (``sp``)
-    sequence_axis: str | None = None
-    #: ring attention over ``sequence_axis``: always (True), never (False), or where the
-    #: heads do not divide it (None: ``sharded.run``)
-    rings: bool | None = None
+    #: the axes the transformer's tokens are split over outside attention (``ring``,
+    #: ``sp``: ``sharding.token_axes``)
+    token_axes: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, recipe: Recipe, registry: Registry, runtime: Runtime) -> AttentionSettings:
@@ -71,7 +69,7 @@ class AttentionSettings:
                    section.cross_backend, section.block_q, section.block_kv,
                    section.data_axis, sharding.head_axis(section, runtime.axes),
                    section.window, section.min_seq_len,
-                   sharding.sequence_axis(runtime.axes), section.ring)
+                   sharding.token_axes(runtime.axes))
 
 
 def disabled():
@@ -146,8 +144,8 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend: str
     if backends.takes_platform(chosen.kernel):  # compiled for this platform, wherever
         options["platform"] = settings.platform  # the host is (a TPU target from a CPU)
     axes = dict(data_axis=settings.data_axis, head_axis=settings.head_axis,
-                sequence_axis=settings.sequence_axis, rings=settings.rings)
-    if not sharded.ringed(settings.mesh, q, k, keep, **axes):  # the ring's XLA counts
+                token_axes=settings.token_axes)
+    if not sharded.rings(settings.mesh, q, k, keep, **axes):  # the ring's, XLA counts
         shares = sharded.split(settings.mesh, q.shape, settings.data_axis,
                                settings.head_axis)
         # its int8 Q.K^T only where Mosaic runs it (elsewhere, or with a mask, XLA runs
@@ -270,14 +268,15 @@ def skipped(b: Building) -> list[str]:
     """The components that run with torchax's own attention, not the recipe's backend
     (none without one: nothing is wrapped): those ``attention.skip`` names, and, when
     the backend shards attention over the mesh (``data_axis``, ``head_axis``, the
-    tokens' ``sp``), those
+    tokens' ``sp`` or ``ring``), those
     compiled to run on one device: their inputs are on one device, not the mesh (a
     CLIP image encoder); unsharded, the kernel runs there."""
     section = b.recipe.attention
     if section.backend is None:
         return []
     split = section.data_axis is not None \
-        or sharding.head_axis(section, b.runtime.axes) is not None
+        or sharding.head_axis(section, b.runtime.axes) is not None \
+        or bool(sharding.token_axes(b.runtime.axes))
     return [name for name in b.modules
             if name in section.skip or (split and name in b.compile.one_device)]
 

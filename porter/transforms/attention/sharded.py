@@ -4,7 +4,7 @@ When the head count does not divide the head axis (Wan 1.3B: 12 heads on 8
 devices), attention runs sequence-parallel on that axis instead: each device
 takes a slice of the queries and all keys and values (gathered), or, where the
 tokens are split over that axis anyway (``sp``), the key/value shares go round its
-devices instead (``ring``).
+devices instead (``ring``), as they do over a ``ring`` axis.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from functools import partial
 
+from porter.transforms import sharding
 from porter.transforms.attention import kernels, ring
 
 
@@ -38,29 +39,40 @@ def split(mesh, shape_q, data_axis, head_axis) -> int:
                             if axis is not None))
 
 
-def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, sequence_axis=None,
-        rings: bool | None = None, **options):
+def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), **options):
     """``kernel`` on each device's share of (batch, heads, sequence, head_dim) ``q``,
-    ``k``, ``v`` (``layout``). ``sequence_axis``: the axis the tokens are split over
-    outside attention (sequence parallelism): the queries, and the keys and values of
-    self-attention, are held split over it on the way in and the output on the way out,
-    so XLA exchanges tokens for heads with an all-to-all on each side of the kernel
-    (Ulysses) rather than gathering the whole sequence on every device. Self-attention
-    whose heads do not divide that axis (or any, with ``rings``; never with
-    ``rings=False``) runs as ring attention there (``ring``: no kernel of its own)."""
+    ``k``, ``v`` (``layout``). ``token_axes``: the axes the tokens are split over
+    outside attention (sequence parallelism, ``sharding.token_axes``): the queries, and
+    the keys and values of self-attention, are held split over them on the way in and
+    the output on the way out. Over ``sp`` XLA exchanges tokens for heads with an
+    all-to-all on each side of the kernel (Ulysses) rather than gathering the whole
+    sequence on every device; self-attention runs as ring attention over ``ring``, and
+    over ``sp`` too where the heads do not divide it (``ring_axes``; no kernel of its
+    own), the heads over ``sp`` beside the ring where they do."""
     import jax
     from jax.sharding import PartitionSpec as P
 
     batch_axis, heads_axis, seq_axis = layout(mesh, q.shape, data_axis, head_axis)
-    if _rings(rings, mesh, q, k, keep, sequence_axis, heads_axis, seq_axis):
-        return _ring(mesh, q, k, v, batch_axis, sequence_axis, options)
-    if batch_axis is None and heads_axis is None and seq_axis is None:
+    tokens = _tokens(mesh, batch_axis, token_axes)
+    circle = ring_axes(mesh, q, k, keep, token_axes, heads_axis)
+    if circle:
+        spec = P(batch_axis, heads_axis, _joined(circle), None)
+        body = partial(ring.attend, axis=circle, size=_size(mesh, circle),
+                       scale=options["scale"], block_q=options["block_q"],
+                       block_kv=options["block_kv"])
+        return tokens(jax.shard_map(body, mesh=mesh, in_specs=(spec, spec, spec),
+                                    out_specs=spec, check_vma=False)(
+                                        tokens(q), tokens(k), tokens(v)))
+    # the queries stay split over the ring's axis, and over the head axis where the
+    # heads do not divide it (sequence-parallel: the keys gathered)
+    seq = _joined(tuple(axis for axis in token_axes if axis == sharding.RING_AXIS)
+                  + ((seq_axis,) if seq_axis else ()))
+    if batch_axis is None and heads_axis is None and seq is None:
         return kernel(q, k, v, keep, **options)
-    tokens = _tokens(mesh, batch_axis, sequence_axis)
     q = tokens(q)
     if k.shape[2] == q.shape[2]:  # self-attention: its keys are the same tokens
         k, v = tokens(k), tokens(v)
-    q_spec = P(batch_axis, heads_axis, seq_axis, None)
+    q_spec = P(batch_axis, heads_axis, seq, None)
     kv_spec = P(batch_axis, heads_axis, None, None)  # sequence-parallel: keys gathered
     body = partial(_local, kernel, options)
     if keep is None:
@@ -71,52 +83,47 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, sequence_axis=None
         keep = kernels.as_4d(keep)
         keep_spec = P(batch_axis if keep.shape[0] > 1 else None,
                       heads_axis if keep.shape[1] > 1 else None,
-                      seq_axis if keep.shape[2] > 1 else None, None)
+                      seq if keep.shape[2] > 1 else None, None)
         out = jax.shard_map(body, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec, keep_spec),
                             out_specs=q_spec, check_vma=False)(q, k, v, keep)
     return tokens(out)
 
 
-def ringed(mesh, q, k, keep, *, data_axis, head_axis, sequence_axis, rings) -> bool:
+def ring_axes(mesh, q, k, keep, token_axes, heads_axis) -> tuple[str, ...]:
+    """The token axes whose devices pass their keys and values round a ring for this
+    call: ``ring``, and ``sp`` where the heads do not go over it (they do not divide
+    it). None for cross-attention (its keys are whole), with a mask (the kernel's
+    path), or where the tokens do not divide the axes."""
+    if keep is not None or k.shape[2] != q.shape[2] or q.shape[2] % _size(mesh, token_axes):
+        return ()
+    return tuple(axis for axis in token_axes if axis != heads_axis)
+
+
+def rings(mesh, q, k, keep, *, data_axis, head_axis, token_axes) -> bool:
     """Does ``run`` run this call as ring attention (no kernel: XLA sees its work)?"""
-    _, heads_axis, seq_axis = layout(mesh, q.shape, data_axis, head_axis)
-    return _rings(rings, mesh, q, k, keep, sequence_axis, heads_axis, seq_axis)
+    _, heads_axis, _ = layout(mesh, q.shape, data_axis, head_axis)
+    return bool(ring_axes(mesh, q, k, keep, token_axes, heads_axis))
 
 
-def _rings(rings, mesh, q, k, keep, sequence_axis, heads_axis, seq_axis) -> bool:
-    """Does this call run as ring attention over ``sequence_axis``: self-attention with
-    no mask, its tokens split over the axis, asked for (``rings``) or (by default) where
-    the heads do not divide the axis and the keys would otherwise be gathered?"""
-    size = dict(mesh.shape).get(sequence_axis, 1) if sequence_axis else 1
-    if size <= 1 or rings is False or keep is not None or k.shape[2] != q.shape[2] \
-            or q.shape[2] % size:
-        return False
-    return bool(rings) or (heads_axis is None and seq_axis == sequence_axis)
+def _size(mesh, axes) -> int:
+    sizes = dict(mesh.shape)
+    return math.prod(sizes[axis] for axis in axes)
 
 
-def _ring(mesh, q, k, v, batch_axis, axis: str, options: dict):
-    import jax
-    from jax.sharding import PartitionSpec as P
-
-    tokens = _tokens(mesh, batch_axis, axis)
-    spec = P(batch_axis, None, axis, None)
-    body = partial(ring.attend, axis=axis, size=dict(mesh.shape)[axis],
-                   scale=options["scale"], block_q=options["block_q"],
-                   block_kv=options["block_kv"])
-    out = jax.shard_map(body, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec,
-                        check_vma=False)(tokens(q), tokens(k), tokens(v))
-    return tokens(out)
+def _joined(axes: tuple):
+    """A partition spec's entry for ``axes``: None, one axis, or several."""
+    return axes[0] if len(axes) == 1 else (axes or None)
 
 
-def _tokens(mesh, batch_axis, sequence_axis):
+def _tokens(mesh, batch_axis, token_axes):
     """A (batch, heads, sequence, head_dim) array held with its sequence split over
-    ``sequence_axis`` (the identity without one)."""
+    ``token_axes`` (the identity without any)."""
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    if sequence_axis is None or dict(mesh.shape).get(sequence_axis, 1) <= 1:
+    if not token_axes:
         return lambda array: array
-    sharding = NamedSharding(mesh, P(batch_axis, None, sequence_axis, None))
+    sharding = NamedSharding(mesh, P(batch_axis, None, _joined(tuple(token_axes)), None))
     return lambda array: jax.lax.with_sharding_constraint(array, sharding)
 
 
