@@ -137,6 +137,35 @@ def test_heads_exchanged_for_tokens_equal_one_device():
     for mesh in ("mesh={ring: 8}", "mesh={ring: 2, sp: 4}"):
         ring, _ = frames(TINY, mesh, *heads)
         assert np.abs(ring.astype(int) - one.astype(int)).max() <= 1, mesh
+    # 8-bit weights and matmuls beside the 2-D split
+    int8 = [*heads, "quantize.format=int8"]
+    one, _ = frames(TINY, "mesh={dp: 1}", *int8)
+    split, _ = frames(TINY, "mesh={ring: 2, sp: 4}", *int8)
+    assert np.abs(split.astype(int) - one.astype(int)).max() <= 1
+
+
+GENERIC = """\
+model: {family: generic, source: %s, pipeline: WanPipeline}
+generate: {prompt: a cat, height: 64, width: 64, frames: 9, steps: 2, guidance_scale: 6.0,
+           max_sequence_length: 16}
+attention: {backend: blockwise}
+sharding:
+  activations:   # the recipe says which tensors are the tokens: each block's output
+    transformer: [{module: 'blocks\\.\\d+', spec: [null, sp, null]}]
+"""
+
+
+@pytest.mark.slow
+def test_a_generic_pipeline_with_its_tokens_over_sp_equals_one_device(tmp_path):
+    """Diffusers' WanPipeline run by its own loop (``family: generic``), its tokens over
+    sp=8 by the recipe's own rule (2 heads: the ring), equal to one device."""
+    from models.wan_t2v import build_wan_t2v_pipeline
+
+    build_wan_t2v_pipeline().save_pretrained(tmp_path / "wan")
+    (tmp_path / "r.yaml").write_text(GENERIC % (tmp_path / "wan"))
+    one, _ = frames(tmp_path / "r.yaml", "mesh={dp: 1}", "sharding.activations={}")
+    split, _ = frames(tmp_path / "r.yaml", "mesh={sp: 8}")
+    assert np.abs(split.astype(int) - one.astype(int)).max() <= 1
 
 
 @pytest.mark.slow
