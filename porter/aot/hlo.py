@@ -88,7 +88,9 @@ def _computations(text: str) -> tuple[dict, str | None]:
     return found, entry
 
 
-_CONSTANT = re.compile(r"%([\w.\-]+)\s*=\s*s32\[\][^ ]*\s+constant\((\d+)\)")
+#: a loop bound: a signed or unsigned integer constant (XLA's windowed matmuls, which
+#: gather a weight piece by piece, count their trips in u32)
+_CONSTANT = re.compile(r"%([\w.\-]+)\s*=\s*[su](?:32|64)\[\][^ ]*\s+constant\((\d+)\)")
 _BOUND = re.compile(r"ROOT .*compare\(%[\w.\-]+,\s*%([\w.\-]+)\),\s*direction=LT")
 
 

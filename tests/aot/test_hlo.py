@@ -97,3 +97,28 @@ ENTRY %main (a: f32[1,96,2,64,1]) -> f32[1,96,2,64,1] {
 """
     found = hlo.collectives(text, 8)["collective-permute"]
     assert found.count == 1 and found.bytes == found.traffic_bytes == 96 * 2 * 64 * 4
+
+
+def test_a_windowed_matmuls_unsigned_trip_count_counts():
+    """XLA's windowed matmul (a weight gathered piece by piece, FSDP-style) counts its
+    trips in u32, as the TPU compiler writes it: each trip's dot counts."""
+    text = """HloModule m
+
+%body (p: (bf16[4,8], u32[])) -> (bf16[4,8], u32[]) {
+  %x = bf16[4,8]{1,0} parameter(0)
+  %w = bf16[8,2]{1,0} parameter(1)
+  %d = bf16[4,2]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%cond (p: (bf16[4,8], u32[])) -> pred[] {
+  %c = u32[]{:T(128)} constant(8)
+  %i = u32[]{:T(128)} get-tuple-element(%p), index=1
+  ROOT %lt = pred[]{:T(512)} compare(%i, %c), direction=LT
+}
+
+ENTRY %main (a: bf16[4,8]) -> bf16[4,8] {
+  %w = (bf16[4,8], u32[]) while(%t), condition=%cond, body=%body
+}
+"""
+    # the 7 trips after the first: the dot's 2 x 4 x 2 x 8, and the condition's compare
+    assert hlo.repeated_flops(text) == 7 * (2 * 4 * 2 * 8 + 1)

@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 from pydantic import ValidationError
@@ -175,7 +176,9 @@ def test_every_shipped_recipe_validates(path):
     relative = path.relative_to(RECIPES.parent)
     assert text.startswith((f"# porter run {relative}", f"# porter bench {relative}"))
     loaded = recipe.load(path)
-    assert validate(loaded, registry_mod.loaded()) == []
+    # a recipe for more chips than the test's 8 devices is checked for its own count
+    chips = math.prod(size for size in loaded.mesh.values() if isinstance(size, int))
+    assert validate(loaded, registry_mod.loaded(), chips if chips > 8 else None) == []
 
 
 def test_a_layer_giving_a_schedule_gives_the_step_count(write):
