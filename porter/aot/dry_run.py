@@ -36,6 +36,7 @@ from porter import loading
 from porter.errors import UsageError
 from porter.loading import published
 from porter.recipe.sources import source_kind
+from porter.shims.attributes import replaced
 from porter.transforms import patches
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ def _meta_autocast():
             super().__init__("cpu" if device_type == "meta" else device_type,
                              *args, **kwargs)
 
-    with patches.replaced(torch, "autocast", Autocast):
+    with replaced(torch, "autocast", Autocast):
         yield
 
 
@@ -216,7 +217,7 @@ def _answered(modules: dict, compiled: dict):
                         answers[key] = made
                     return _zeros(answers[key])
 
-                stack.enter_context(patches.replaced(owner, method, answer))
+                stack.enter_context(replaced(owner, method, answer))
         yield calls
 
 

@@ -33,6 +33,13 @@ def as_uint8(frames):
     return (frames * 255).round().clip(0, 255).astype("uint8")
 
 
+def first_of(video):
+    """The first video of a batch of videos (a list, or a 5-D array), or ``video``
+    itself when it is one."""
+    batched = isinstance(video, (list, tuple)) or getattr(video, "ndim", 0) == 5
+    return video[0] if batched else video
+
+
 def decoded_frames(pipe, video):
     """A VAE's decoded pixels (a host tensor, -1..1, batch first) as the pipeline's
     video processor turns them into the first video's frames: uint8 (count, height,

@@ -25,7 +25,7 @@ import contextlib
 import torch
 
 from porter.families import wan_vae
-from porter.families.base import Handover, as_uint8
+from porter.families.base import Handover, as_uint8, first_of
 from porter.runtime import notices
 from porter.shims.attributes import replaced
 from porter.shims.carried import one_ahead
@@ -87,8 +87,8 @@ def handed_on(pipe, on_frames) -> tuple[Handover, contextlib.AbstractContextMana
 def _frames(pipe, video):
     """A VAE's pixels (on the device, as decoded) made frames as the pipeline makes its
     video's: its video processor on the tensor as it is, the first video of a batch."""
-    out = pipe.video_processor.postprocess_video(video, output_type="np")
-    return as_uint8(out[0] if len(out.shape) == 5 else out)
+    return as_uint8(first_of(pipe.video_processor.postprocess_video(video,
+                                                                    output_type="np")))
 
 
 def _handing_on(pipe, handover: Handover):
@@ -129,12 +129,17 @@ class _Finished:
                 replaced(self.vae, "decode", self.answered):
             yield
 
+    def _streams(self, latents) -> bool:
+        """Can these latents be decoded here? Not a batch (its VAE may slice it) nor a
+        size the VAE tiles (tiles have no frame order): those the VAE decodes itself."""
+        self.off = self.off or latents.shape[0] != 1 or wan_vae.tiles(
+            self.vae, *latents.shape[-2:])
+        return not self.off
+
     def finished(self, latents) -> None:
         """Every latent frame the pipeline has finished (its scale): those not decoded
         yet decoded now and handed on."""
-        self.off = self.off or latents.shape[0] != 1 or wan_vae.tiles(
-            self.vae, *latents.shape[-2:])  # a batch's VAE may slice; tiles have no order
-        if not self.off and latents.shape[2] > self.frames.count:
+        if self._streams(latents) and latents.shape[2] > self.frames.count:
             self._decode(to_host(self._scaled(latents[:, :, self.frames.count:])))
 
     def _scaled(self, latents):
@@ -157,7 +162,7 @@ class _Finished:
     def answered(self, z, return_dict: bool = True, **kwargs):
         """The pipeline's final decode of its whole video (``z``: the VAE's scale): the
         pixels decoded so far, then the rest's."""
-        if self.off or z.shape[0] != 1 or not self._begins_with_decoded(z):
+        if not self._streams(z) or not self._begins_with_decoded(z):
             return self.decode(z, return_dict=return_dict, **kwargs)
         if z.shape[2] > self.frames.count:
             self._decode(to_host(z[:, :, self.frames.count:]))

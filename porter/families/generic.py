@@ -17,7 +17,7 @@ import numpy as np
 
 from porter.errors import Interrupted, NonFinite, UsageError
 from porter.families import chunked, wan_vae
-from porter.families.base import Handover, ModelFamily, as_uint8
+from porter.families.base import Handover, ModelFamily, as_uint8, first_of
 from porter.recipe import call_args, modular
 from porter.recipe.inputs import INPUTS, KIND_NAMES, latents_names
 from porter.recipe.sources import source_kind
@@ -102,13 +102,6 @@ def first_video(out):
         if video is not None:
             break
     return first_of(video)
-
-
-def first_of(video):
-    """The first video of a batch of videos (a list, or a 5-D array), or ``video``
-    itself when it is one."""
-    batched = isinstance(video, (list, tuple)) or getattr(video, "ndim", 0) == 5
-    return video[0] if batched else video
 
 
 class _StepWatch:

@@ -70,6 +70,7 @@ class FrameByFrame:
     def __init__(self, vae):
         self.cache = empty_cache(vae)
         self.count = 0  # latent frames decoded so far
+        # as ``porter.transforms.jit.method`` asks, which the families may not import
         compiled = getattr(vae, "decode_chunk", None)
         self.step = compiled if callable(compiled) else functools.partial(decode_chunk, vae)
 

@@ -117,11 +117,13 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
         out["activations"][name] = {"shape": [batch, tokens, width],
                                     "bytes_per_device": local_batch * tokens * width
                                     * itemsize // cut}
+    ring = axes.get(sharding.RING_AXIS, 1)
     for name, (batch, heads, q_len, k_len) in raw["attention"].items():
-        # batch over the data axis, heads (or queries) over the head axis
+        # batch over the data axis, heads (or queries) over the head axis, the queries
+        # over the ring's axis too
         local_batch = batch // split.get(section.data_axis, 1) if batch % split.get(
             section.data_axis, 1) == 0 else batch
-        local = local_batch * heads / split.get(head_axis, 1)
+        local = local_batch * heads / split.get(head_axis, 1) / ring
         block = min(section.block_q, q_len) * min(section.block_kv, k_len)
         out["attention"][name] = {
             "shape": [batch, heads, q_len, k_len],
@@ -134,7 +136,8 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
 
 def _sequence_exchange(raw: dict, axes: dict, head_axis, data: int, itemsize: int) -> dict:
     """What each device sends for one self-attention layer with the tokens over the
-    mesh's token axes (``sharded.run``): over ``sp``, where the heads divide it,
+    mesh's token axes (``sharded.run``; cross-attention's exchange of its queries for
+    heads over ``sp`` not counted): over ``sp``, where the heads divide it,
     Ulysses' all-to-alls (queries, keys and values in, the output back: a device
     keeps 1/S of each share); round the ring (``ring``, and ``sp`` where the heads do
     not divide it, R devices in all) each device's key and value shares, R - 1 hops.
@@ -146,6 +149,8 @@ def _sequence_exchange(raw: dict, axes: dict, head_axis, data: int, itemsize: in
     share = local_batch * tokens * width * itemsize // cut  # one tensor's, on one device
     ulysses = axes[head_axis] if head_axis == sharding.SEQUENCE_AXIS \
         and heads % axes[head_axis] == 0 else 1
+    if head_axis not in (None, sharding.SEQUENCE_AXIS) and heads % axes.get(head_axis, 1) == 0:
+        share //= axes.get(head_axis, 1)  # heads over tp beside a ring: a part of each
     circle = cut // ulysses
     kinds = [kind for kind, size in (("all-to-all", ulysses), ("ring", circle)) if size > 1]
     sent = 4 * share * (ulysses - 1) // ulysses + 2 * share * (circle - 1)

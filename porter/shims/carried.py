@@ -1,7 +1,8 @@
 """What a chunk loop carries from one compiled call to the next (``Cache``: a causal
 VAE's cached frames, as one argument and result), and a loop's outputs handed on one
-behind its dispatch (``one_ahead``). Below the families: a family that streams its
-decode and the compiled chunk loop (``porter.transforms.jit.chunk_scan``) share them."""
+behind its dispatch (``one_ahead``): what the families' streamed decodes use (Wan's
+VAE in ``porter.families.wan_vae``, CogVideoX's in its plugin), below the families so
+that the core's own can."""
 
 from __future__ import annotations
 

@@ -382,6 +382,8 @@ def _fit(c: Checking) -> list[Problem]:
     if transformer is not None:
         shapes = family.transformer_inputs(recipe, transformer.config)
         found += sharding.input_problems(recipe, shapes, axes)
+        found += sharding.token_problems(
+            recipe, (family.estimates(recipe, transformer.config) or {}).get("tokens"), axes)
     return found
 
 

@@ -372,7 +372,12 @@ def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Proble
     named = " and ".join(repr(axis) for axis in axes)
     found = []
     head = recipe.attention.head_axis
-    if sequence_axis(recipe.mesh) and head not in (None, SEQUENCE_AXIS):
+    if head == RING_AXIS and RING_AXIS in axes:
+        found.append(recipe.problem(
+            "attention.head_axis", f"the tokens go round {RING_AXIS!r}: its devices hold "
+            "tokens, not heads", hint=f"leave attention.head_axis out, or name another "
+            f"axis ({SEQUENCE_AXIS}, or tp beside {RING_AXIS})"))
+    elif sequence_axis(recipe.mesh) and head not in (None, SEQUENCE_AXIS):
         found.append(recipe.problem(
             "attention.head_axis", f"the tokens are split over {SEQUENCE_AXIS!r}: attention "
             f"exchanges them for heads on that axis, not on {head!r}",
@@ -385,15 +390,31 @@ def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Proble
             "would gather the tokens the mesh splits)",
             hint=f"leave attention.window out, or split over tp instead of {named}"))
     if family is not None and family.token_blocks is None:
+        tokens = axes[0] if len(axes) == 1 else f"[{', '.join(axes)}]"
         for name in family.stepped_transformers:
             if name not in recipe.sharding.activations:
                 found.append(recipe.problem(
                     f"mesh.{axes[0]}", f"family {family.name!r} does not say which "
                     f"of {name}'s modules output its tokens, to split over {named}",
                     hint=f"give sharding.activations.{name} a rule: the blocks whose "
-                         f"output is (batch, tokens, width), spec [null, {axes[-1]}, "
+                         f"output is (batch, tokens, width), spec [null, {tokens}, "
                          "null]"))
     return found
+
+
+def token_problems(recipe: Recipe, tokens: int | None, axes: dict) -> list[Problem]:
+    """The video's ``tokens`` (a family's estimate; None: not known) against the devices
+    the mesh splits them over: a count they do not divide would leave attention
+    gathering every key on every device instead of exchanging or passing them."""
+    found = token_axes(axes)
+    cut = math.prod(axes[axis] for axis in found)
+    if not tokens or tokens % cut == 0:
+        return []
+    named = " x ".join(f"{axis}={axes[axis]}" for axis in found)
+    return [recipe.problem(
+        f"mesh.{found[0]}", f"the video's {tokens} tokens do not divide over {named} "
+        f"({cut} devices)", hint="choose a size whose tokens divide (generate.height, "
+        "width, frames), or fewer devices on the token axes")]
 
 
 def sequence_split(recipe: Recipe, family: ModelFamily, axes: dict) -> list[ActivationRule]:

@@ -116,3 +116,19 @@ def test_a_pipeline_is_matched_by_the_classes_it_is_built_on():
     assert np.array_equal(chunked._far_finished((), {
         "chunk_partition": [1, 2], "output": torch.arange(4).view(1, 4, 1, 1, 1)})
         .flatten(), torch.arange(3))
+
+
+def test_a_batch_or_a_tiled_size_is_the_vaes_own(monkeypatch):
+    """Latents the VAE would slice (a batch) or tile (a size over its tile): nothing is
+    decoded here, the final decode is the VAE's own, also with no chunk finished
+    before it (a short video)."""
+    finished, made, own = _finished(monkeypatch)
+    finished.finished(torch.rand(2, 3, 2, 2, 2))  # a batch of two
+    assert made == [] and finished.off
+    finished, made, own = _finished(monkeypatch)
+    vae = finished.vae
+    vae.use_tiling, vae.spatial_compression_ratio = True, 8
+    vae.tile_sample_min_width = vae.tile_sample_min_height = 8  # a tile of 1 latent
+    z = torch.rand(1, 3, 2, 2, 2)
+    assert finished.answered(z, return_dict=False)[0] is z and len(own) == 1
+    assert made == []

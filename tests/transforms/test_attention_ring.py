@@ -75,3 +75,19 @@ def test_which_axes_ring():
     assert circle({"ring": 8}, k=k[:, :, :16]) == ()  # cross-attention: the keys whole
     assert circle({"ring": 8}, keep=jnp.ones((1, 1, 1, 64), bool)) == ()  # the kernel's
     assert circle({"ring": 8}, q[:, :, :60], k[:, :, :60]) == ()  # 60 tokens on 8
+
+
+def test_tokens_that_do_not_divide_the_ring_run_the_kernel():
+    """60 tokens on a ring of 8: self-attention gathers the keys, cross-attention keeps
+    its queries whole (validate refuses such a size for a family that knows its
+    tokens: ``sharding.token_problems``); both equal one device."""
+    m = mesh(ring=8)
+    q, k, v = qkv(1, 2, 60)
+    assert float(jnp.abs(attended(m, None)(q, k, v)
+                         - kernels.reference(q, k, v, scale=0.25)).max()) <= TOLERANCE
+    text_k, text_v = k[:, :, :20], v[:, :, :20]
+    got = attended(m, None)(q, text_k, text_v)
+    assert float(jnp.abs(got - kernels.reference(q, text_k, text_v, scale=0.25)).max()) \
+        <= TOLERANCE
+    assert sharded.split(m, q.shape, "dp", None, ("ring",)) == 1
+    assert sharded.split(mesh(ring=8), (1, 2, 64, 16), "dp", None, ("ring",)) == 8

@@ -69,6 +69,14 @@ def test_validate_refuses_another_head_axis_the_window_and_a_family_with_no_toke
                                   "attention.window={tile: [1, 2, 2], reach: [1, 1, 1]}"])
     [problem] = sharding.sequence_problems(windowed, wan())
     assert problem.path == "attention.window" and "'ring'" in problem.message
+    [problem] = sharding.sequence_problems(
+        recipe.load(TINY, ["mesh={ring: 8}", "attention.head_axis=ring"]), wan())
+    assert problem.path == "attention.head_axis" and "tokens, not heads" in problem.message
+    # the tiny video's 80 tokens over ring=2 x sp=4 divide; over ring=3 x sp=4 they do not
+    assert sharding.token_problems(recipe.load(TINY), 80, {"ring": 2, "sp": 4}) == []
+    [problem] = sharding.token_problems(recipe.load(TINY), 80, {"ring": 3, "sp": 4})
+    assert problem.path == "mesh.ring" and "80 tokens do not divide over ring=3 x sp=4" \
+        in problem.message
 
 
 def test_plan_counts_each_device_its_own_tokens():
@@ -100,6 +108,15 @@ def test_plan_counts_each_device_its_own_tokens():
     assert exchange(dp=2, ring=2, sp=2)["kind"] == "all-to-all and ring"
     assert exchange(dp=2, ring=2, sp=2)["bytes_per_layer_and_device"] == 4 * share // 2 \
         + 2 * share
+    # the queries over a ring hold a part of the scores each; heads over tp beside it
+    # pass a part of each share
+    ringed = estimates.costs(recipe.load(SP), four, {"dp": 2, "ring": 4})
+    assert ringed["attention"]["self"]["reference_bytes_per_device"] * 4 == \
+        estimates.costs(recipe.load(SP), four, {"dp": 2})["attention"]["self"][
+            "reference_bytes_per_device"]
+    beside_tp = estimates.costs(recipe.load(SP, ["attention.head_axis=tp"]), four,
+                                {"ring": 4, "tp": 2})["exchange"]
+    assert beside_tp["bytes_per_layer_and_device"] == 2 * (2 * share // 2) * 3
     assert "exchange" not in whole
 
 

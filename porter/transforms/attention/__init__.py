@@ -147,7 +147,7 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend: str
                 token_axes=settings.token_axes)
     if not sharded.rings(settings.mesh, q, k, keep, **axes):  # the ring's, XLA counts
         shares = sharded.split(settings.mesh, q.shape, settings.data_axis,
-                               settings.head_axis)
+                               settings.head_axis, settings.token_axes)
         # its int8 Q.K^T only where Mosaic runs it (elsewhere, or with a mask, XLA runs
         # it and counts it)
         native = keep is None and settings.platform == "tpu"

@@ -1,11 +1,12 @@
-"""Ring attention: self-attention with the tokens split over a mesh axis (``sp``), each
-device holding its share of the queries, keys and values alike. The key/value shares
-go round the axis's devices one hop a step (``lax.ppermute``); each device folds every
-share that reaches it into an online softmax over its own queries
-(``kernels.online_step``, in blocks of ``block_q`` queries and ``block_kv`` keys). Any
-head count splits so (Ulysses' all-to-all needs the heads to divide the axis), no
-device ever holds the whole sequence's keys, and a hop's transfer can overlap the
-arithmetic on the share before it.
+"""Ring attention: self-attention with the tokens split over mesh axes (``ring``, and
+``sp`` where the heads do not divide it), each device holding its share of the
+queries, keys and values alike. The key/value shares go round the devices one hop a
+step (``lax.ppermute``); each device folds every share that reaches it into an online
+softmax over its own queries (``kernels.online_step``, in blocks of ``block_q`` queries
+and ``block_kv`` keys). Any head count splits so (Ulysses' all-to-all needs the heads
+to divide the axis), no device ever holds the whole sequence's keys, and each hop's
+transfer is independent of the arithmetic on the share being passed on, so the two
+can overlap.
 
 ``attend`` is what runs on each device, inside ``shard_map`` (``sharded.run``).
 """
@@ -18,10 +19,12 @@ import jax.numpy as jnp
 from porter.transforms.attention import kernels
 
 
-def attend(q, k, v, *, axis: str, size: int, scale: float, block_q: int, block_kv: int):
+def attend(q, k, v, *, axis: tuple[str, ...], size: int, scale: float, block_q: int,
+           block_kv: int):
     """This device's queries ``q`` (batch, heads, tokens, head_dim) against the keys and
-    values ``k``, ``v`` of all ``size`` devices on ``axis`` (each holding its own share,
-    the same shape), in ring order: this device's share first, then each the next."""
+    values ``k``, ``v`` of all ``size`` devices on the mesh axes ``axis`` (each holding
+    its own share, the same shape), in ring order: this device's share first, then
+    each the next."""
     batch, heads, length, dim = q.shape
     block_q, block_kv = _even(length, block_q), _even(k.shape[2], block_kv)
     q_blocks = _blocks(kernels._pad(q, 2, block_q), block_q)
@@ -46,13 +49,15 @@ def attend(q, k, v, *, axis: str, size: int, scale: float, block_q: int, block_k
         return jax.lax.map(one_query_block, (q_blocks, *state))
 
     def hop(carry, _):
+        # the share this device holds passed on while it is folded in: the transfer
+        # does not wait for the arithmetic, nor the arithmetic for the transfer
         state, k_share, v_share = carry
-        k_share, v_share = _passed(k_share, axis, size), _passed(v_share, axis, size)
-        return (absorb(state, k_share, v_share), k_share, v_share), None
+        passed = _passed(k_share, axis, size), _passed(v_share, axis, size)
+        return (absorb(state, k_share, v_share), *passed), None
 
-    state = absorb(jax.lax.map(kernels.online_start, q_blocks), k, v)
-    (state, _, _), _ = jax.lax.scan(hop, (state, k, v), None, length=size - 1)
-    _, total, acc = state
+    start = jax.lax.map(kernels.online_start, q_blocks)
+    (state, k_last, v_last), _ = jax.lax.scan(hop, (start, k, v), None, length=size - 1)
+    _, total, acc = absorb(state, k_last, v_last)
     out = kernels.online_result(total, acc)  # (query blocks, batch, heads, block, dim)
     out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, -1, dim)
     return out[:, :, :length].astype(q.dtype)
@@ -74,6 +79,6 @@ def _blocks(x, size: int):
     return jnp.moveaxis(x.reshape(batch, heads, length // size, size, dim), 2, 0)
 
 
-def _passed(share, axis: str, size: int):
+def _passed(share, axis: tuple[str, ...], size: int):
     """Each device's share handed to the next device on ``axis``, round the ring."""
     return jax.lax.ppermute(share, axis, [(i, (i + 1) % size) for i in range(size)])

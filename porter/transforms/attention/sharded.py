@@ -32,11 +32,21 @@ def layout(mesh, shape_q, data_axis, head_axis):
     return use_batch, None, None
 
 
-def split(mesh, shape_q, data_axis, head_axis) -> int:
-    """Into how many shares attention of queries ``shape_q`` is cut across the mesh."""
-    sizes = dict(mesh.shape)
-    return max(1, math.prod(sizes[axis] for axis in layout(mesh, shape_q, data_axis, head_axis)
-                            if axis is not None))
+def split(mesh, shape_q, data_axis, head_axis, token_axes=()) -> int:
+    """Into how many shares attention of queries ``shape_q`` is cut across the mesh, as
+    ``run`` cuts it where it runs a kernel (not the ring)."""
+    batch_axis, heads_axis, seq_axis = layout(mesh, shape_q, data_axis, head_axis)
+    axes = (batch_axis, heads_axis, *_query_tokens(mesh, shape_q[2], token_axes, seq_axis))
+    return max(1, _size(mesh, [axis for axis in axes if axis is not None]))
+
+
+def _query_tokens(mesh, length: int, token_axes, seq_axis) -> tuple[str, ...]:
+    """The axes a kernel's queries stay split over by tokens: the ring's (where the
+    tokens divide it), and the head axis where the heads do not divide it."""
+    seq = (seq_axis,) if seq_axis else ()
+    ring_axis = tuple(axis for axis in token_axes if axis == sharding.RING_AXIS)
+    return ring_axis + seq if ring_axis and length % _size(mesh, ring_axis + seq) == 0 \
+        else seq
 
 
 def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), **options):
@@ -65,8 +75,7 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), **o
                                         tokens(q), tokens(k), tokens(v)))
     # the queries stay split over the ring's axis, and over the head axis where the
     # heads do not divide it (sequence-parallel: the keys gathered)
-    seq = _joined(tuple(axis for axis in token_axes if axis == sharding.RING_AXIS)
-                  + ((seq_axis,) if seq_axis else ()))
+    seq = _joined(_query_tokens(mesh, q.shape[2], token_axes, seq_axis))
     if batch_axis is None and heads_axis is None and seq is None:
         return kernel(q, k, v, keep, **options)
     q = tokens(q)

@@ -20,7 +20,7 @@ import types
 from typing import TYPE_CHECKING
 
 from porter.shims.interop import to_device
-from porter.transforms.patches import replaced
+from porter.shims.attributes import replaced
 
 if TYPE_CHECKING:
     from porter.runtime import Runtime
