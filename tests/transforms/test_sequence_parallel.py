@@ -154,11 +154,14 @@ def test_heads_exchanged_for_tokens_equal_one_device():
     for mesh in ("mesh={ring: 8}", "mesh={ring: 2, sp: 4}"):
         ring, _ = frames(TINY, mesh, *heads)
         assert np.abs(ring.astype(int) - one.astype(int)).max() <= 1, mesh
-    # 8-bit weights and matmuls beside the 2-D split
-    int8 = [*heads, "quantize.format=int8"]
-    one, _ = frames(TINY, "mesh={dp: 1}", *int8)
-    split, _ = frames(TINY, "mesh={ring: 2, sp: 4}", *int8)
-    assert np.abs(split.astype(int) - one.astype(int)).max() <= 1
+    # 8-bit weights and matmuls, and a step cache (TaylorSeer: a fixed schedule of
+    # computed and predicted steps), beside the 2-D split
+    for extra in (["quantize.format=int8"],
+                  ["cache={method: taylorseer, cache_interval: 2, "
+                   "disable_cache_before_step: 1}", "generate.steps=6"]):
+        one, _ = frames(TINY, "mesh={dp: 1}", *heads, *extra)
+        split, _ = frames(TINY, "mesh={ring: 2, sp: 4}", *heads, *extra)
+        assert np.abs(split.astype(int) - one.astype(int)).max() <= 1, extra
 
 
 GENERIC = """\
