@@ -59,7 +59,7 @@ class Handover:
 
     def __init__(self, on_frames=None, hold: int = 0):
         self.on_frames, self.hold = on_frames, hold
-        self.handed: list = []  # (frames, digest) of each chunk handed on
+        self.handed: list = []  # (frame count, digest) of each chunk handed on
         self.held = None
 
     @property

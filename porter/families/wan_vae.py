@@ -19,6 +19,7 @@ import functools
 import torch
 
 from porter.shims.carried import Cache
+from porter.shims.interop import unwrapped
 
 
 def decode_chunk(vae, z, cache: Cache, first: bool):
@@ -44,11 +45,8 @@ def empty_cache(vae) -> Cache:
 
 def is_wan_vae(vae) -> bool:
     """Is ``vae`` Wan's (or built on it), whose decode this module repeats? Asked of
-    the module behind a port's wrappers (input sharding's ``module``, a compiled
-    component's ``_model``)."""
-    for wrapped in ("module", "_model"):
-        vae = getattr(vae, wrapped, vae)
-    return any(cls.__name__ == "AutoencoderKLWan" for cls in type(vae).__mro__)
+    the module behind a port's wrappers."""
+    return any(cls.__name__ == "AutoencoderKLWan" for cls in type(unwrapped(vae)).__mro__)
 
 
 def tiles(vae, height: int, width: int) -> bool:

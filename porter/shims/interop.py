@@ -113,3 +113,10 @@ def place(host: torch.Tensor, shape: tuple[int, ...], sharding, rows: slice | No
 
 def _platform(sharding) -> str:
     return next(iter(sharding.device_set)).platform
+
+
+def unwrapped(model):
+    """The module behind Porter's wrappers: input sharding (``ShardedInputs.module``)
+    and whole-program compilation (torchax's ``JittableModule._model``)."""
+    model = getattr(model, "module", model)
+    return getattr(model, "_model", model)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from porter import recipe as recipe_mod
+from porter.shims.interop import unwrapped
 from porter.stepcache import calibration
 from porter.stepcache.methods import METHODS, parse
 
@@ -113,14 +114,6 @@ def ratios_file(recipe: Recipe) -> Path | None:
     if chosen is None or not isinstance(getattr(chosen, "mag_ratios", None), str):
         return None
     return recipe.file_path("cache.mag_ratios", chosen.mag_ratios)
-
-
-def unwrapped(model):
-    """The transformer module behind Porter's wrappers: input sharding
-    (ShardedInputs.module) and whole-program compilation (torchax's
-    JittableModule._model)."""
-    model = getattr(model, "module", model)
-    return getattr(model, "_model", model)
 
 
 def context(model, name: str):
