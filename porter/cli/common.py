@@ -8,6 +8,7 @@ import argparse
 from porter import recipe, runtime
 from porter.aot import targets
 from porter.errors import UsageError
+from porter.runtime import distributed
 
 
 def recipe_args(parser: argparse.ArgumentParser, json: bool = False) -> None:
@@ -18,6 +19,26 @@ def recipe_args(parser: argparse.ArgumentParser, json: bool = False) -> None:
                         help="run on N virtual CPU devices (same as runtime.cpu_devices=N)")
     if json:
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def process_args(parser: argparse.ArgumentParser, title: str, text: str) -> None:
+    """--coordinator, --num-processes, --process-id, --multi-process: one process of a
+    run spread over several (hosts), on JAX's multi-controller runtime."""
+    group = parser.add_argument_group(title, text + " Defaults come from "
+                                      "JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and "
+                                      "JAX_PROCESS_ID.")
+    group.add_argument("--coordinator", metavar="HOST:PORT",
+                       help="address of process 0, which every process connects to")
+    group.add_argument("--num-processes", type=int, metavar="N", help="processes in all")
+    group.add_argument("--process-id", type=int, metavar="I", help="this process, 0..N-1")
+    group.add_argument("--multi-process", action="store_true",
+                       help="let JAX detect the processes (TPU pods, SLURM, Open MPI)")
+
+
+def request_processes(args) -> None:
+    """``process_args``'s values, where the run will join the other processes."""
+    distributed.request(args.coordinator, args.num_processes, args.process_id,
+                        auto=args.multi_process)
 
 
 def devices_arg(parser: argparse.ArgumentParser, text: str) -> None:

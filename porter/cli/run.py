@@ -31,17 +31,9 @@ def add(commands) -> None:
                              "Lines (.jsonl) of generate settings and an optional name; "
                              "each item goes to its own folder of output.dir, with "
                              "batch.json")
-    group = parser.add_argument_group(
-        "multi-process runs", "Start one `porter run` per process (per host), each with "
-        "the same recipe and coordinator; the mesh spans every process's devices and "
-        "process 0 writes the outputs. Defaults come from JAX_COORDINATOR_ADDRESS, "
-        "JAX_NUM_PROCESSES and JAX_PROCESS_ID.")
-    group.add_argument("--coordinator", metavar="HOST:PORT",
-                       help="address of process 0, which every process connects to")
-    group.add_argument("--num-processes", type=int, metavar="N", help="processes in all")
-    group.add_argument("--process-id", type=int, metavar="I", help="this process, 0..N-1")
-    group.add_argument("--multi-process", action="store_true",
-                       help="let JAX detect the processes (TPU pods, SLURM, Open MPI)")
+    common.process_args(parser, "multi-process runs", "Start one `porter run` per process "
+                        "(per host), each with the same recipe and coordinator; the mesh "
+                        "spans every process's devices and process 0 writes the outputs.")
 
 
 def handle(args) -> int:
@@ -52,8 +44,7 @@ def handle(args) -> int:
     if args.resume:
         _check_resume_target(args.resume, args.overrides)
         args.overrides = list(args.overrides) + [f"output.dir={args.resume}"]
-    distributed.request(args.coordinator, args.num_processes, args.process_id,
-                        auto=args.multi_process)
+    common.request_processes(args)
     loaded = common.load_recipe(args)
     if args.prompts:
         return _batch(args, loaded)

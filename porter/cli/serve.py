@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from porter.cli import common
@@ -36,6 +37,14 @@ def add(commands) -> None:
                              "\"frame.png\"; links may not lead out of it). Without it, "
                              "jobs send images as data URLs; the server opens no other "
                              "path a request names")
+    common.process_args(parser, "a port across processes (hosts)", "Start one `porter "
+                        "serve` per process, each with the same recipe, settings and "
+                        "coordinator: the port spans every process's devices, process 0 "
+                        "listens and runs each job, the others run it in step with it, "
+                        "and output.dir must be on a filesystem every host sees. A "
+                        "process that is gone ends the server: its running job fails "
+                        "with a message naming the process, queued jobs wait for the "
+                        "next start.")
 
 
 def handle(args) -> int:
@@ -43,9 +52,19 @@ def handle(args) -> int:
     from porter import registry as registry_mod
     from porter.commands import serve  # lazy: only the subcommand asked for is imported
 
+    common.request_processes(args)
     loaded = common.load_recipe(args)
     listen = serve.Listen(args.host, args.port, args.token, args.queue, args.inputs)
     state = serve.serve(loaded, registry_mod.loaded(), listen, say=notices.status)
-    print("stopped" + (f"; {state['queued']} job(s) left queued for the next start"
-                       if state["queued"] else ""), file=sys.stderr)
-    return 0
+    if "exit" in state:  # a process other than 0: it ran what process 0 handed on
+        return state["exit"]
+    left = (f"; {state['queued']} job(s) left queued for the next start"
+            if state["queued"] else "")
+    if state["error"] is None:
+        print("stopped" + left, file=sys.stderr)
+        return 0
+    print(f"error: the server stopped: {state['error']}{left}", file=sys.stderr, flush=True)
+    if state["stuck"]:  # its job waits in collectives for the missing process
+        sys.stdout.flush()
+        os._exit(1)
+    return 1

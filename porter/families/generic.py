@@ -127,8 +127,10 @@ class _StepWatch:
 
     def __call__(self, pipe, step, timestep, tensors):
 
-        if interrupt.requested():  # a server shutting down: no checkpoint to keep here
-            raise Interrupted(interrupt.requested())
+        # a server shutting down: no checkpoint to keep here (agreed: every process
+        # stops at this step, or none)
+        if signum := interrupt.agreed_request():
+            raise Interrupted(signum)
         if not finite.bounded(size := finite.magnitude(tensors["latents"])):
             raise NonFinite(step + 1, self.total, None, staged=False, magnitude=size)
         self.latents = tensors["latents"]

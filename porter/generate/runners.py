@@ -123,7 +123,7 @@ def _stop_if_asked(call: Call, kept: str | None = None) -> None:
     request_stop``) takes effect before the next stage, not only at a denoising step's
     end: a job cancelled while it encodes never starts denoising. ``kept``: the stage
     saved before it (where the call saves its stages)."""
-    signum = interrupt.requested()
+    signum = interrupt.agreed_request()  # every process stops there, or none
     if signum:
         raise Interrupted(signum, saved=kept if call.directory is not None else None)
 

@@ -54,8 +54,12 @@ def _settings() -> dict | None:
             "process_id": process_id}
 
 
-def initialize() -> None:
-    """Join the other processes before JAX creates devices (no-op for one process)."""
+def initialize(recoverable: bool = False) -> None:
+    """Join the other processes before JAX creates devices (no-op for one process).
+
+    ``recoverable``: a process that dies does not end the others (JAX's default ends
+    every process once one stops sending heartbeats); the caller notices the loss
+    itself and ends cleanly, as ``porter serve`` does with a message for its clients."""
     settings = _settings()
     if settings is None:
         return
@@ -67,12 +71,24 @@ def initialize() -> None:
     # CPU devices of different processes talk over TCP through gloo (this setting
     # only concerns the CPU backend; accelerators use their own collectives).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if recoverable:
+        jax.config.update("jax_enable_recoverability", True)
     try:
         jax.distributed.initialize(**settings)
     except (RuntimeError, ValueError) as exc:
         raise UsageError(f"cannot join the multi-process run: {first_line(exc)}",
                          hint="start every process with the same coordinator address and "
                               "process count, and distinct process ids") from None
+
+
+def leave() -> None:
+    """Leave the multi-process runtime now, while process 0, which hosts its
+    coordination service, still runs: JAX ends a process whose leaving at exit finds
+    the service gone (an abort). Process 0 waits for the others to have left
+    (``coordination.departed``)."""
+    import jax
+
+    jax.distributed.shutdown()
 
 
 _alone = False  # this process works on its own devices only (see ``work_alone``)

@@ -50,6 +50,26 @@ def requested() -> int | None:
     return _requested
 
 
+def agreed_request() -> int | None:
+    """``requested()``, agreed by every process: with several this is a collective
+    (each calls it at the same point of a run), so a stop one process was asked for
+    (a served job cancelled on the process that takes requests) stops all of them
+    there."""
+    return _agreed(_requested)
+
+
+def _agreed(signum: int | None) -> int | None:
+    """The signal that stops the run if any process has one (a collective when there
+    are several processes)."""
+    if distributed.process_count() == 1:
+        return signum
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    every = multihost_utils.process_allgather(np.int32(signum or 0))
+    return int(np.max(every)) or None
+
+
 def clear_stop() -> None:
     global _requested
     _requested = None
@@ -72,14 +92,7 @@ class StopRequest:
         of them stop at the same step, or none does; a process stopping alone would
         leave the others waiting in the next step's collectives."""
 
-        signum = self.signum or _requested
-        if distributed.process_count() == 1:
-            return signum
-        import numpy as np
-        from jax.experimental import multihost_utils
-
-        every = multihost_utils.process_allgather(np.int32(signum or 0))
-        return int(np.max(every)) or None
+        return _agreed(self.signum or _requested)
 
 
 @contextlib.contextmanager

@@ -21,6 +21,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+FINISHED = ("done", "failed", "cancelled")
+
+
+def wait_for(client, job_id, until=FINISHED, step=None, seconds=300, every=0.2) -> dict:
+    """The job, once its status is in ``until`` (or it has done ``step`` steps)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        job = client.get(f"/jobs/{job_id}").json()
+        if job["status"] in until or (step is not None and job["step"] >= step):
+            return job
+        time.sleep(every)
+    raise AssertionError(f"job {job_id} stuck: {job}")
+
+
 class Server:
     """``porter serve`` in a fresh process, and a client that carries the token."""
 
@@ -49,14 +63,8 @@ class Server:
         self.log.flush()
         return open(self.log.name).read()
 
-    def wait(self, job_id, until=("done", "failed", "cancelled"), step=None, seconds=300):
-        deadline = time.time() + seconds
-        while time.time() < deadline:
-            job = self.client.get(f"/jobs/{job_id}").json()
-            if job["status"] in until or (step is not None and job["step"] >= step):
-                return job
-            time.sleep(0.2)
-        raise AssertionError(f"job {job_id} stuck: {job}")
+    def wait(self, job_id, until=FINISHED, step=None, seconds=300):
+        return wait_for(self.client, job_id, until, step, seconds)
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)

@@ -24,8 +24,12 @@ A request body has at most ``MAX_BODY`` bytes and ``MAX_DEPTH`` levels of nestin
 (``limits``); every refusal answers ``{"error": ...}``, OpenAI's shape under
 ``/v1/`` (``openai_api``). SIGTERM (or Ctrl-C) stops taking jobs, stops the running
 job before its next stage or at its step's end, saving what it made, and exits; a
-server started again
-on the same ``output.dir`` serves what is done and continues the rest.
+server started again on the same ``output.dir`` serves what is done and continues
+the rest.
+
+Across processes (``--coordinator``, or JAX's multi-process settings), the port spans
+every process's devices: process 0 listens and runs each job, the others run it in
+step with it (``hosts``), and a process that is gone ends the server with a message.
 """
 
 
@@ -33,11 +37,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from porter import api
+from porter.commands.serve import hosts
 from porter.commands.serve import jobs as jobs_mod
 from porter.commands.serve.app import build_app
 from porter.errors import Interrupted, RecipeError, UsageError
@@ -55,6 +61,9 @@ TOKEN_ENV = "PORTER_TOKEN"
 
 #: seconds a closing server gives open responses (a job's stream) to end by themselves
 STREAMS_CLOSE_S = 2
+#: seconds a server that cannot go on (a process of its port is gone) still answers,
+#: with the reason, before it stops
+BROKEN_ANSWERS_S = 3
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -116,32 +125,55 @@ class Listen:
 
 def serve(recipe: Recipe, registry: Registry, listen: Listen = Listen(), say=print) -> dict:
     """Load the port, then serve until SIGTERM/Ctrl-C; returns the queue's state at
-    the end."""
-    import uvicorn
-
-    host, port = listen.host, listen.port
-    token = token_for(host, listen.token)
+    the end (``error``: why the server ended by itself; ``stuck``: its worker still
+    waits in a job's collectives). A process other than 0 of a multi-process port runs
+    the jobs process 0 hands it instead (``hosts.follow``), and returns
+    ``{"exit": code}``."""
+    token = token_for(listen.host, listen.token)
     inputs = inputs_folder(listen.inputs)
     family = checks.checked_family(recipe, registry)
     warmups = warmup_recipes(recipe, registry)  # before loading: a bad one fails at once
     directory = output_dir(recipe)
-    distributed.initialize()
-    if distributed.process_count() > 1:
-        raise UsageError("porter serve runs in one process",
-                         hint="serve from one host; use `porter run --prompts` across hosts")
+    # a process that dies must not take the others with it mid-response: the server
+    # notices and ends itself (hosts.Followers)
+    distributed.initialize(recoverable=True)
+    if not distributed.writes():
+        return {"exit": hosts.follow(recipe, lambda: api.Port.open(
+            recipe, registry, family, say), warmups, say)}
     with outputs.owned(directory, "porter serve"):
+        followers = None
+        if distributed.process_count() > 1:
+            followers = hosts.Followers(say)
+            (directory / "jobs").mkdir(parents=True, exist_ok=True)
+            followers.share_folder((directory / "jobs").resolve())
         port_ = api.Port.open(recipe, registry, family, say)
-        queue = jobs_mod.Jobs(port_, directory, listen.queue, say, inputs, warmups)
-        app = build_app(queue, token)
-        say(f"serving {recipe.path} on http://{host}:{port} (a page at /, the API "
-            "described at /docs); "
-            f"jobs in {queue.directory}")
-        try:
-            # a stream's response lasts as long as its job: on SIGTERM, uvicorn waits
-            # this long for open responses, then closes them and lets the running job
-            # checkpoint (the lifespan's shutdown), instead of waiting for the job
-            uvicorn.run(app, host=host, port=port, log_level="warning",
-                        timeout_graceful_shutdown=STREAMS_CLOSE_S)
-        except Interrupted:
-            pass  # uvicorn passes the signal on once it has shut down: that was the plan
-        return queue.state()
+        queue = jobs_mod.Jobs(port_, directory, listen.queue, say, inputs, warmups,
+                              followers)
+        _listen(build_app(queue, token), queue, listen, say)
+        return {**queue.state(), "stuck": queue.stuck()}
+
+
+def _listen(app, queue, listen: Listen, say) -> None:
+    """Answer HTTP on ``listen``'s address until SIGTERM/Ctrl-C, or until the queue
+    cannot go on (``Jobs.on_broken``)."""
+    import uvicorn
+
+    # a stream's response lasts as long as its job: on SIGTERM, uvicorn waits this
+    # long for open responses, then closes them and lets the running job checkpoint
+    # (the lifespan's shutdown), instead of waiting for the job
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=listen.host, port=listen.port, log_level="warning",
+        timeout_graceful_shutdown=STREAMS_CLOSE_S))
+    # clients polling the running job, or the health, see why before the server goes
+    queue.on_broken = lambda: threading.Timer(
+        BROKEN_ANSWERS_S, setattr, (server, "should_exit", True)).start()
+    say(f"serving {queue.port.recipe.path} on http://{listen.host}:{listen.port} (a page "
+        f"at /, the API described at /docs); jobs in {queue.directory}")
+    try:
+        server.run()
+    except (Interrupted, KeyboardInterrupt):
+        pass  # uvicorn passes the signal on once it has shut down: that was the plan
+    if not server.started:
+        raise UsageError(f"cannot listen on {listen.host}:{listen.port} (the lines above "
+                         "say why)", hint="choose another --port, or stop what listens "
+                                          "there")

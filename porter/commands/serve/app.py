@@ -153,7 +153,9 @@ def _job_routes(app, jobs) -> None:
     async def health():
         recipe = jobs.port.recipe
         state = jobs.state()
-        return {"status": "ok" if state["ready"] else "warming up",
+        # a server whose port lost a process answers a moment with why, then stops
+        status = "stopping" if state["error"] else "ok" if state["ready"] else "warming up"
+        return {"status": status,
                 "recipe": recipe.path.name, "family": recipe.model.family, **state}
 
 

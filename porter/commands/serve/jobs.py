@@ -40,6 +40,9 @@ INPUTS = "inputs"
 STAGING = ".incoming-"
 #: what a job can be; queued and running jobs are picked up again after a restart
 FINISHED = ("done", "failed", "cancelled")
+#: seconds a server whose port lost a process waits for the running job to end (its
+#: collectives may wait for the missing process for ever)
+LOST_JOIN_S = 10
 
 
 class QueueFull(UsageError):
@@ -109,11 +112,21 @@ class Job:
 
 
 class Jobs:
-    """Submitted jobs and the worker thread that runs them on ``port``."""
+    """Submitted jobs and the worker thread that runs them on ``port``. With
+    ``followers`` (``porter.commands.serve.hosts.Followers``), a port that spans several
+    processes: each run is handed to the others as it starts, and the server ends
+    when one of them is gone (``lost``)."""
 
     def __init__(self, port, directory: Path, max_queue: int = 16, say=None,
-                 inputs: Path | None = None, warmups: tuple = ()):
+                 inputs: Path | None = None, warmups: tuple = (), followers=None):
         self.port, self.max_queue = port, max_queue
+        self.followers = followers
+        #: why the server cannot go on (a process of its port is gone), once it cannot
+        self.broken: str | None = None
+        #: told when it cannot: the HTTP server stops (``serve``)
+        self.on_broken = None
+        if followers is not None:
+            followers.on_lost = self.lost
         #: recipes (``serve.warmup``'s, checked) run before any job; then ready
         self.warmups = list(warmups)
         self.warmed: list[dict] = []  # each warm-up's settings, seconds and compilation
@@ -195,8 +208,9 @@ class Jobs:
         """A new job for checked ``settings``, its input files moved from ``staging``."""
         with self._lock:
             if self._closing:
-                raise Closing("the server is shutting down", hint="submit it again after "
-                              "the server restarts")
+                raise Closing("the server is shutting down" + (
+                    f": {self.broken}" if self.broken else ""),
+                    hint="submit it again after the server restarts")
             if self._waiting() >= self.max_queue:
                 raise QueueFull(f"the queue is full ({self.max_queue} jobs waiting)",
                                 self._retry_after(),
@@ -290,7 +304,8 @@ class Jobs:
                     "warmup": {"done": len(self.warmed), "total": len(self.warmups),
                                "runs": list(self.warmed)},
                     "queued": self._waiting(), "running": self._running,
-                    "closing": self._closing, "max_queue": self.max_queue}
+                    "closing": self._closing, "max_queue": self.max_queue,
+                    "error": self.broken}
 
     # ------------------------------------------------------------------ worker
 
@@ -307,10 +322,38 @@ class Jobs:
             self._lock.notify_all()
         interrupt.request_stop()
         if self._thread is not None:
-            self._thread.join()
+            # a port missing a process may wait for it for ever in a job's collectives
+            self._thread.join(timeout=LOST_JOIN_S if self.broken else None)
         interrupt.clear_stop()
 
+    def stuck(self) -> bool:
+        """Is the worker still running after ``shutdown`` (waiting, in a job's
+        collectives, for a process that is gone)?"""
+        return self._thread is not None and self._thread.is_alive()
+
+    def lost(self, reason: str) -> None:
+        """A process of the port is gone (``hosts.Followers`` tells, from its thread):
+        the running job fails with ``reason``, nothing more is taken, queued jobs stay
+        for the next start, and the server ends (``on_broken``)."""
+        with self._lock:
+            self.broken, self._closing = reason, True
+            if self._running is not None:  # its worker may never come back to say so
+                job = self._jobs[self._running]
+                job.status, job.error, job.finished = "failed", reason, time.time()
+                job.cancelling = False
+                self._save(job)
+            self._lock.notify_all()
+        if self.on_broken is not None:
+            self.on_broken()
+
     def _work(self) -> None:
+        try:
+            self._serve_queue()
+        finally:
+            if self.followers is not None:
+                self.followers.close()  # the other processes stop with this one
+
+    def _serve_queue(self) -> None:
         if not self._warm():
             return
         while True:
@@ -340,7 +383,7 @@ class Jobs:
                         job.finished = time.time()
                     self._save(job)
             self.say(f"job {job.id} {job.status}")
-            if stop:
+            if stop or self.broken:
                 return
 
     def _warm(self) -> bool:
@@ -349,21 +392,27 @@ class Jobs:
         skipped: jobs of its shape compile when they come."""
         if not self.warmups:
             return True
-        for recipe in self.warmups:
+        for index, recipe in enumerate(self.warmups):
             gen = recipe.generate
             shape = f"{gen.width}x{gen.height}, {gen.frames} frames, {gen.steps} steps"
             start = time.perf_counter()
+            sequence = self._hand_on("warmup", index=index)
             try:
                 outcome = self.port.run(Call(recipe, say=self.say,  # previews as jobs do:
                                              preview_every=recipe.serve.preview_every))
             except Interrupted:
+                self._settled(sequence, ("stopped", None))
                 return False
             except Exception as exc:  # the server serves on: that shape compiles later
                 error = failure(exc).render()
+                if self._settled(sequence, ("failed", error)):
+                    return False
                 with self._lock:
                     self.warmed.append({"shape": shape, "error": error})
                 self.say(f"warm-up {shape} failed: {error}")
                 continue
+            if self._settled(sequence, ("done", None)):
+                return False
             seconds = round(time.perf_counter() - start, 2)
             compiled = outcome.timings["compile"]
             with self._lock:
@@ -387,9 +436,23 @@ class Jobs:
             recipe = self.port.settings("request", **self._settings(job))
             # again: memory freed or taken since it was submitted
             _room_for(recipe, self.port.registry, tuple(job.settings))
-            job.steps = recipe.generate.steps
-            call = Call(recipe, directory=self.directory / job.id, on_step=on_step,
-                        say=self.say, preview_every=recipe.serve.preview_every)
+        except Exception as exc:  # refused before it started: no other process ran it
+            return False, ("failed", failure(exc).render())
+        job.steps = recipe.generate.steps
+        call = Call(recipe, directory=self.directory / job.id, on_step=on_step,
+                    say=self.say, preview_every=recipe.serve.preview_every)
+        sequence = self._hand_on("job", id=job.id, settings=self._settings(job),
+                                 folder=str(self.folder(job.id).resolve()))
+        stop, outcome = self._ran(job, call)
+        lost = self._settled(sequence, outcome)
+        if lost:
+            self.say(f"job {job.id}: {outcome[1] or outcome[0]}")  # what it ended with here
+            return True, ("failed", lost)
+        return stop, outcome
+
+    def _ran(self, job: Job, call: Call) -> tuple[bool, tuple[str, str | None]]:
+        """``_run``'s generation, with what it ended with."""
+        try:
             runners.run_into(self.port, call, resume=True, name=f"job {job.id}",
                              what=f"porter serve (job {job.id})")
             return False, ("done", None)
@@ -403,9 +466,21 @@ class Jobs:
         except Exception as exc:  # one job failed: the server goes on
             return False, ("failed", failure(exc).render())
 
+    def _hand_on(self, kind: str, **fields) -> int | None:
+        """Hand a run to the other processes of the port (None: there are none)."""
+        return self.followers.publish(kind, **fields) if self.followers else None
+
+    def _settled(self, sequence: int | None, outcome: tuple[str, str | None]) -> str | None:
+        """Once every process has ended run ``sequence``: None, or why one is gone (the
+        server ends)."""
+        if sequence is None:
+            return None
+        return self.followers.settle(sequence, outcome)
+
     def _settings(self, job: Job) -> dict:
-        """A job's settings with its input files' names made paths in its folder."""
-        folder = self.directory / job.id
+        """A job's settings with its input files' names made paths in its folder
+        (absolute: the other processes of a port read them too)."""
+        folder = (self.directory / job.id).resolve()
         return {**job.settings, **{key: str(folder / job.settings[key]) for key in
                                    uploads.INPUT_KEYS if job.settings.get(key)}}
 
