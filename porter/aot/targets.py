@@ -54,6 +54,8 @@ TARGETS = {t.name: t for t in (
     Target("v5e-16", "v5e", "v5e:4x4", 16, 2, _EIGHT),
     Target("v5p-8", "v5p", "v5:2x2x1", 4, 1, _MEGACORE),
     Target("v5p-16", "v5p", "v5:2x2x2", 8, 2, _MEGACORE),
+    Target("v5p-32", "v5p", "v5:2x4x2", 16, 4, _MEGACORE),
+    Target("v5p-64", "v5p", "v5:4x4x2", 32, 8, _MEGACORE),
     Target("v6e-1", "v6e", "v6e:1x1", 1, 1, _ONE),
     Target("v6e-4", "v6e", "v6e:2x2", 4, 1),
     Target("v6e-8", "v6e", "v6e:2x4", 8, 1, _EIGHT),
@@ -117,6 +119,15 @@ def mesh(target: Target, axes: dict[str, int]):
 
     found = devices(target)
     count = math.prod(axes.values())
-    chosen = mesh_utils.create_device_mesh(tuple(axes.values()), found[:count]) \
-        if count == len(found) else np.array(found[:count]).reshape(tuple(axes.values()))
+    if count != len(found):
+        return Mesh(np.array(found[:count]).reshape(tuple(axes.values())), tuple(axes))
+    try:
+        chosen = mesh_utils.create_device_mesh(tuple(axes.values()), found)
+    except NotImplementedError:  # an axis would split one of the torus's axes
+        shown = " x ".join(f"{name}={size}" for name, size in axes.items())
+        physical = target.topology.split(":")[1]
+        raise UsageError(f"mesh {shown} does not fit {target.name}'s torus ({physical}): "
+                         "each mesh axis must span whole axes of it",
+                         hint=f"size the mesh's axes as products of {physical}'s "
+                              "(axes of size 1 are free)") from None
     return Mesh(chosen, tuple(axes))

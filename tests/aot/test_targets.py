@@ -13,7 +13,8 @@ from support.processes import user_porter
 def test_targets_as_tpu_users_name_them():
     assert targets.named("v5litepod-8") is targets.named("v5e-8")
     for name, chips in (("v4-8", 4), ("v5e-8", 8), ("v5p-8", 4), ("v6e-8", 8),
-                        ("v5e-16", 16), ("v6e-16", 16), ("v7x-8", 8), ("v7x-16", 16)):
+                        ("v5e-16", 16), ("v6e-16", 16), ("v7x-8", 8), ("v7x-16", 16),
+                        ("v5p-32", 16), ("v5p-64", 32)):
         target = targets.named(name)
         assert target.chips == chips and target.facts.source.startswith("https://")
     with pytest.raises(UsageError, match="unknown target 'v6e-9'") as refused:
@@ -54,3 +55,16 @@ def test_a_mesh_larger_than_the_target_is_refused():
     out = user_porter("compile", str(RECIPES / "wan14b.yaml"), "--target", "v5p-8")
     assert out.returncode == 2
     assert "needs 8 devices but v5p-8 has 4 chips" in out.stderr
+
+
+@needs_libtpu
+def test_a_mesh_that_splits_an_axis_of_the_torus_is_refused_naming_it():
+    """v5p-64 is a 4x4x2 torus: dp=2 x ring=2 x sp=8 would cut one of its 4s in two;
+    dp=2 x ring=4 x sp=4 spans whole axes."""
+    target = targets.named("v5p-64")
+    with pytest.raises(UsageError) as refused:
+        targets.mesh(target, {"dp": 2, "ring": 2, "sp": 8})
+    assert refused.value.message == ("mesh dp=2 x ring=2 x sp=8 does not fit v5p-64's "
+                                     "torus (4x4x2): each mesh axis must span whole axes "
+                                     "of it")
+    assert targets.mesh(target, {"dp": 2, "ring": 4, "sp": 4}).devices.shape == (2, 4, 4)
