@@ -35,6 +35,14 @@ def add(commands) -> None:
     parser.add_argument("--program", action="append", metavar="NAME",
                         help="compile only this program (e.g. transformer.forward, "
                              "vae.decode; repeat for more); every weight still counts")
+    parser.add_argument("--choose-mesh", action="store_true",
+                        help="compile the recipe with every mesh of the target's chips "
+                             "(the guidance batch over dp; the rest over tp, sp, ring or "
+                             "ring x sp) and name the one with the lowest step bound that "
+                             "fits, with the overrides that run it; the recipe's weight "
+                             "rules stay as written. Several minutes at real size: give "
+                             "--program transformer.forward to compile only what a step "
+                             "runs")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -43,6 +51,8 @@ def handle(args) -> int:
     from porter.commands import compile  # lazy: only the subcommand asked for is imported
 
     compile.host_compiles()  # JAX on the CPU; libtpu only describes the target
+    if args.choose_mesh:
+        return _choose_mesh(args)
     loaded = common.resolved(recipe.load(args.recipe, list(args.overrides)))
     built = compile.build(loaded, registry_mod.loaded(), args.target, only=args.program,
                           say=notices.status)
@@ -52,4 +62,20 @@ def handle(args) -> int:
         return 0
     print(f"error: {verdict['message']}" + (f"\n  hint: {verdict['hint']}"
                                              if verdict["hint"] else ""), file=sys.stderr)
+    return 2
+
+
+def _choose_mesh(args) -> int:
+    from porter import registry as registry_mod, recipe  # lazy: as handle's
+    from porter.commands import compile  # lazy: as handle's
+
+    def load(extra: list[str]):
+        return common.resolved(recipe.load(args.recipe, list(args.overrides) + extra))
+
+    choice = compile.choose_mesh(load, registry_mod.loaded(), args.target,
+                                 only=args.program, say=notices.status)
+    print(json.dumps(choice, indent=2) if args.json else compile.render_choice(choice))
+    if choice["chosen"] is not None:
+        return 0
+    print("error: no mesh of the target's chips fits this recipe", file=sys.stderr)
     return 2

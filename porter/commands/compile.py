@@ -9,7 +9,8 @@ import math
 import os
 from typing import TYPE_CHECKING
 
-from porter.aot import dry_run, executable, roofline, targets
+from porter import families
+from porter.aot import dry_run, executable, meshes, roofline, targets
 from porter.aot import port as abstract_port
 from porter.aot.programs import Input, outermost, submodule_calls, unique
 from porter.errors import PorterError, RecipeError, UsageError
@@ -436,3 +437,80 @@ def _by_kind(matmuls: dict) -> str:
 
 def _short(inputs: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in inputs.items())
+
+
+# ---------------------------------------------------------------------- choosing a mesh
+
+#: step bounds closer than this share first place; the lower interconnect wins
+TIE = 0.005
+
+
+def choose_mesh(load, registry: Registry, target_name: str, only: list[str] | None = None,
+                say=lambda message: None) -> dict:
+    """Compile the recipe with every candidate mesh for ``target_name``
+    (``porter.aot.meshes``) and choose the one with the lowest step bound that fits.
+    ``load(overrides)``: the recipe with those overrides added to the user's. The
+    report: each candidate's mesh and its bound, interconnect and peak a chip, or why
+    it cannot run; ``chosen``, the overrides that run it (None when none fits)."""
+    target = targets.named(target_name)
+    recipe = load([])
+    family = checks.checked_family(recipe, registry)
+    found = meshes.candidates(target.chips, families.batch(family, recipe))
+    rows = []
+    for index, mesh in enumerate(found, 1):
+        say(f"[{index}/{len(found)}] mesh {meshes.shown(mesh)}")
+        rows.append(_candidate(load, registry, target, mesh, only))
+    fitting = [row for row in rows if row.get("fits") and row.get("step_bound_s")]
+    chosen = None
+    if fitting:
+        best = min(row["step_bound_s"] for row in fitting)
+        close = [row for row in fitting if row["step_bound_s"] <= best * (1 + TIE)]
+        chosen = min(close, key=lambda row: row["interconnect_s"])
+    return {"recipe": recipe.name, "target": _target_row(target), "candidates": rows,
+            "chosen": None if chosen is None else {
+                "mesh": chosen["mesh"], "overrides": meshes.override(chosen["mesh"]),
+                "step_bound_s": chosen["step_bound_s"]}}
+
+
+def _candidate(load, registry: Registry, target, mesh: dict, only) -> dict:
+    """One mesh compiled: its step bound, interconnect and peak a chip; or why not."""
+    row = {"mesh": mesh, "shown": meshes.shown(mesh)}
+    unfit = meshes.fits_torus(target, mesh)
+    if unfit:
+        return {**row, "status": "not on the torus", "reason": unfit}
+    try:
+        report = build(load(meshes.override(mesh)), registry, target.name, only)
+    except RecipeError as exc:  # what validate refuses for this mesh
+        return {**row, "status": "refused", "reason": exc.problems[0].message}
+    except UsageError as exc:
+        return {**row, "status": "refused", "reason": exc.message}
+    bound = report["roofline"] or {}
+    peaks = [r.get("peak_bytes_per_chip") or 0 for r in report["programs"]]
+    return {**row, "status": "compiled", "fits": report["verdict"]["fits"],
+            "step_bound_s": bound.get("bound_s"), "limited_by": bound.get("limited_by"),
+            "interconnect_s": bound.get("interconnect_s"),
+            "peak_bytes_per_chip": max(peaks, default=0),
+            "compile_s": report["compile_s"]}
+
+
+def render_choice(choice: dict) -> str:
+    t = choice["target"]
+    lines = [f"{choice['recipe']} on {t['name']} ({t['chips']} x {t['chip']}, "
+             f"{human_bytes(t['usable_hbm_bytes'])} usable each): each mesh compiled"]
+    for row in choice["candidates"]:
+        if row["status"] != "compiled":
+            lines.append(f"  {row['shown']:<24} {row['status']}: {row['reason']}")
+            continue
+        bound = "?" if row["step_bound_s"] is None else f"{row['step_bound_s']:.3g} s"
+        ici = "?" if row["interconnect_s"] is None else f"{row['interconnect_s']:.3g} s"
+        lines.append(f"  {row['shown']:<24} step {bound} ({row['limited_by']}), "
+                     f"interconnect {ici}, peak {human_bytes(row['peak_bytes_per_chip'])} "
+                     f"a chip" + ("" if row["fits"] else ": DOES NOT FIT"))
+    chosen = choice["chosen"]
+    if chosen is None:
+        lines.append("no mesh fits")
+    else:
+        given = " ".join(f"'{o}'" for o in chosen["overrides"])
+        lines.append(f"chosen: {meshes.shown(chosen['mesh'])}, {chosen['step_bound_s']:.3g} s "
+                     f"a step (run it with {given})")
+    return "\n".join(lines)

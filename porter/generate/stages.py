@@ -131,15 +131,18 @@ def _preview(port, steps: "_Steps", latents) -> None:
     if not every or steps.done % every or not port.family.previews or previews.off:
         return  # (a served job's default asks for previews of any family)
     start = time.perf_counter()
+    failed, writes = None, call.directory is not None and distributed.writes()
     try:
         image = previews.image(port.family, port.pipe, call.recipe, to_host(latents))
-        writes = call.directory is not None and distributed.writes()
         if writes:
             atomic.write_bytes(call.directory / preview.FILE, preview.png(image))
     except (OSError, ValueError, RuntimeError, TypeError) as exc:
+        failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    # off for every process or none: the next preview's collectives need them all
+    if distributed.anywhere(failed is not None):
         previews.off = True
-        notices.warn(f"live previews are off for this model: {type(exc).__name__}: "
-                     f"{str(exc).splitlines()[0] if str(exc) else ''}",
+        notices.warn(f"live previews are off for this model: "
+                     f"{failed or 'another process could not make or write one'}",
                      hint="the run goes on; set output.preview_every: 0 to skip them")
         return
     spent = call.timings.setdefault("preview", {"every": every, "written": 0, "seconds": 0.0})

@@ -24,8 +24,12 @@ def writes_stream(call: Call) -> bool:
 
 def wanted(call: Call) -> bool:
     """Does anything take this call's frames as they come (``stream.mp4``, the call's
-    ``on_frames``)? A pipeline's own loop is left alone where nothing does."""
-    return writes_stream(call) or call.on_frames is not None
+    ``on_frames``)? A pipeline's own loop is left alone where nothing does. The same
+    answer on every process of a multi-process run (the decode's programs must be the
+    same on all), though process 0 alone writes the file."""
+    output = call.recipe.output
+    return (call.directory is not None and output.video and output.stream) or \
+        call.on_frames is not None
 
 
 @contextlib.contextmanager

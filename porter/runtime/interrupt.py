@@ -16,7 +16,19 @@ from porter.errors import Interrupted
 from porter.runtime import distributed
 
 
+_received: int | None = None  # the last SIGINT/SIGTERM this process itself was sent
+
+
+def received() -> int | None:
+    """The signal this process was sent, if one was (not a stop asked for by code, nor
+    one agreed with another process that got it): a process of a served port tells
+    its own stop from process 0's cancel by it."""
+    return _received
+
+
 def _raise(signum, frame):
+    global _received
+    _received = signum
     raise Interrupted(signum)
 
 
@@ -82,6 +94,8 @@ class StopRequest:
         self.signum: int | None = None
 
     def __call__(self, signum, frame):
+        global _received
+        _received = signum
         if self.signum == signal.SIGINT and signum == signal.SIGINT:
             raise Interrupted(signum)  # asked twice: stop now
         self.signum = signum

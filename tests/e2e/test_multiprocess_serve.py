@@ -153,6 +153,27 @@ def test_a_killed_process_fails_the_running_job_and_ends_the_server(tmp_path):
     assert saved["status"] == "failed" and "process 1 of 2" in saved["error"]
 
 
+def test_a_signal_to_process_1_stops_both_at_a_step_and_ends_the_server(tmp_path):
+    """SIGTERM to process 1 mid-job (a scheduler stopping one host): both stop after the
+    same step, the job keeps its checkpoint and stays queued for the next start, and
+    the server ends naming the process and the signal."""
+    out = tmp_path / "out"
+    server = TwoProcesses(out)
+    try:
+        job = server.submit(prompt="a long job", steps=40)
+        server.wait(job, step=2)
+        server.children[1].send_signal(signal.SIGTERM)
+        codes = server.ended()
+    finally:
+        server.close()
+    leader = server.output(0)
+    assert codes == [1, 143], (leader[-3000:], server.output(1)[-3000:])
+    assert "error: the server stopped: process 1 of 2 left: stopped by signal 15" in leader
+    saved = json.loads((out / "jobs" / job / "job.json").read_text())
+    assert saved["status"] == "queued" and saved["error"] is None, saved
+    assert list((out / "jobs" / job).glob("progress-*.json")), "no checkpoint kept"
+
+
 #: Source of one process of a Python program that holds a port across processes: each
 #: process loads the same recipe under JAX's multi-controller runtime (its settings in
 #: the environment) and makes the same call; process 0 keeps the latents.

@@ -46,7 +46,7 @@ from porter import api
 from porter.commands.serve import hosts
 from porter.commands.serve import jobs as jobs_mod
 from porter.commands.serve.app import build_app
-from porter.errors import Interrupted, RecipeError, UsageError
+from porter.errors import Interrupted, RecipeError, UsageError, failure
 from porter.port import checks
 from porter.rundir import outputs
 from porter.rundir.outputs import output_dir
@@ -140,17 +140,21 @@ def serve(recipe: Recipe, registry: Registry, listen: Listen = Listen(), say=pri
     if not distributed.writes():
         return {"exit": hosts.follow(recipe, lambda: api.Port.open(
             recipe, registry, family, say), warmups, say)}
-    with outputs.owned(directory, "porter serve"):
-        followers = None
-        if distributed.process_count() > 1:
-            followers = hosts.Followers(say)
-            (directory / "jobs").mkdir(parents=True, exist_ok=True)
-            followers.share_folder((directory / "jobs").resolve())
-        port_ = api.Port.open(recipe, registry, family, say)
-        queue = jobs_mod.Jobs(port_, directory, listen.queue, say, inputs, warmups,
-                              followers)
-        _listen(build_app(queue, token), queue, listen, say)
-        return {**queue.state(), "stuck": queue.stuck()}
+    followers = hosts.Followers(say) if distributed.process_count() > 1 else None
+    try:
+        with outputs.owned(directory, "porter serve"):
+            if followers is not None:
+                (directory / "jobs").mkdir(parents=True, exist_ok=True)
+                followers.share_folder((directory / "jobs").resolve())
+            port_ = api.Port.open(recipe, registry, family, say)
+            queue = jobs_mod.Jobs(port_, directory, listen.queue, say, inputs, warmups,
+                                  followers)
+            _listen(build_app(queue, token), queue, listen, say)
+            return {**queue.state(), "stuck": queue.stuck()}
+    except Exception as exc:
+        if followers is not None and followers.sequence == 0:  # before serving
+            followers.abort(failure(exc).message)
+        raise
 
 
 def _listen(app, queue, listen: Listen, say) -> None:
@@ -167,13 +171,11 @@ def _listen(app, queue, listen: Listen, say) -> None:
     # clients polling the running job, or the health, see why before the server goes
     queue.on_broken = lambda: threading.Timer(
         BROKEN_ANSWERS_S, setattr, (server, "should_exit", True)).start()
+    if queue.broken:  # lost while the server was being built
+        queue.on_broken()
     say(f"serving {queue.port.recipe.path} on http://{listen.host}:{listen.port} (a page "
         f"at /, the API described at /docs); jobs in {queue.directory}")
     try:
-        server.run()
+        server.run()  # (an address it cannot listen on: uvicorn says so, and exits 3)
     except (Interrupted, KeyboardInterrupt):
         pass  # uvicorn passes the signal on once it has shut down: that was the plan
-    if not server.started:
-        raise UsageError(f"cannot listen on {listen.host}:{listen.port} (the lines above "
-                         "say why)", hint="choose another --port, or stop what listens "
-                                          "there")

@@ -17,6 +17,7 @@ What passes between them goes through JAX's coordination service
   from a thread of its own (it beats while it computes or compiles).
 - ``gone/P``: why process P left (an error, a signal).
 - ``folder``, ``sees/P``: the check that every process sees the jobs' folder.
+- ``abort``: why process 0 stopped before serving (the others stop too).
 
 Process 0 watches the heartbeats and departures. A process that leaves, or does not
 beat for ``HEARTBEAT_S`` seconds (its host died), ends the server: the running job
@@ -58,8 +59,12 @@ BEAT_S = 1.0
 #: seconds without a heartbeat after which process 0 counts a process as gone
 #: (``PORTER_SERVE_HEARTBEAT_S`` changes it)
 HEARTBEAT_S = 20.0
-#: seconds a process whose run failed waits for process 0's verdict before leaving
+#: seconds a process whose run failed waits for the others' word on how it ended there
+#: (another process for process 0's verdict, process 0 for the others' ends) before
+#: counting them out of step
 VERDICT_S = 30.0
+#: seconds process 0 waits, as it stops, for the others to leave the runtime
+LEAVE_S = 30.0
 #: what a run that ended well, or stopped, reports (anything else is an error)
 DONE, STOPPED = "done", "stopped"
 #: the file process 0 leaves in the jobs' folder for the others to find
@@ -94,6 +99,7 @@ class Followers:
         #: what to do when a process is gone: before jobs run, end this process
         self.on_lost: Callable[[str], None] = _end_process
         self._stopped = threading.Event()
+        self._once = threading.Lock()
         self._thread = threading.Thread(target=self._watch, name="porter-followers",
                                         daemon=True)
         self._thread.start()
@@ -122,35 +128,58 @@ class Followers:
 
     def publish(self, kind: str, **fields) -> int:
         """Hand the next run to every process; its number."""
+        if self.lost_reason is not None:
+            raise RuntimeError(f"no run can be handed on: {self.lost_reason}")
         self.sequence += 1
         coordination.put(_key("run", self.sequence), json.dumps({"kind": kind, **fields}))
         return self.sequence
 
     def settle(self, sequence: int, outcome: tuple[str, str | None]) -> str | None:
         """Say how run ``sequence`` ended here, and wait until every process has said
-        how it ended there. None, or why a process is gone (the server must end)."""
+        how it ended there. None, or why a process is gone (the server must end).
+        Where it failed here, the others get ``VERDICT_S`` seconds: a run that failed on
+        this process alone leaves them waiting in its collectives, and the server ends."""
         coordination.put(_key("verdict", sequence), _ended(outcome))
+        failed = outcome[0] == "failed"
+        deadline = time.monotonic() + VERDICT_S if failed else None
         for process in self.others:
-            answer = self._answer(_key("ended", sequence, process))
+            answer = self._answer(_key("ended", sequence, process), deadline)
+            if answer is None and self.lost_reason is None:  # out of time
+                self._lost(f"process {process} of {self.count} had not ended run "
+                           f"{sequence} {VERDICT_S:g} s after it failed on process 0 "
+                           f"({outcome[1]}): the processes are out of step")
             if answer is None:
                 return self.lost_reason
         return None
 
     def close(self) -> None:
-        """Tell the other processes to stop, and wait until they have left the runtime
-        (this process hosts its service: gone first, it would end them mid-exit)."""
+        """Tell the other processes to stop, and wait (up to ``LEAVE_S``) until they
+        have left the runtime: this process hosts its service, and gone first it would
+        end them mid-exit."""
         self._stopped.set()
         if self.lost_reason is None:
             self.publish("stop")
-            coordination.departed(self.count)
+            waiting = threading.Thread(target=coordination.departed, args=(self.count,),
+                                       daemon=True)
+            waiting.start()
+            waiting.join(LEAVE_S)
 
-    def _answer(self, key: str) -> str | None:
-        """``key`` once some process sets it; None once a process is lost."""
+    def abort(self, reason: str) -> None:
+        """Process 0 stops before serving: stop watching, and tell the others why (they
+        stop too, instead of waiting for runs)."""
+        self._stopped.set()
+        coordination.put(_key("abort"), reason)
+
+    def _answer(self, key: str, deadline: float | None = None) -> str | None:
+        """``key`` once some process sets it; None once a process is lost, or at
+        ``deadline`` (``time.monotonic``)."""
         while True:
             found = coordination.wait(key, 1.0)
             if found is not None:
                 return found
             if self.lost_reason is not None:
+                return None
+            if deadline is not None and time.monotonic() > deadline:
                 return None
 
     # ------------------------------------------------------------------ watching
@@ -162,10 +191,13 @@ class Followers:
         seen = {process: (None, time.monotonic()) for process in self.others}
         while not self._stopped.wait(BEAT_S):
             for process in self.others:
-                reason = coordination.look(_key("gone", process))
+                try:
+                    reason = coordination.look(_key("gone", process))
+                    beat = coordination.look(_key("beat", process))
+                except Exception:  # noqa: BLE001 - the service, a moment: look again
+                    continue
                 if reason is not None:
                     return self._lost(f"process {process} of {self.count} left: {reason}")
-                beat = coordination.look(_key("beat", process))
                 last, since = seen[process]
                 if beat != last:
                     seen[process] = (beat, time.monotonic())
@@ -175,7 +207,10 @@ class Followers:
                                       "process or host died)")
 
     def _lost(self, reason: str) -> None:
-        self.lost_reason = reason
+        with self._once:
+            if self.lost_reason is not None:
+                return
+            self.lost_reason = reason
         self.on_lost(reason)
 
 
@@ -201,7 +236,10 @@ class _Heart:
 
     def _beat(self) -> None:
         while True:
-            coordination.count(self.key)
+            try:
+                coordination.count(self.key)
+            except Exception:  # noqa: BLE001 - the service, a moment: the next beat
+                pass
             if self._stopped.wait(BEAT_S):
                 return
 
@@ -226,6 +264,9 @@ def follow(recipe: Recipe, open_port: Callable, warmups: list, say=print) -> int
         return _leave(process, heart, f"stopped by signal {exc.signum}", 128 + exc.signum)
     except KeyboardInterrupt:
         return _leave(process, heart, "stopped by Ctrl-C", 130)
+    except Blind:  # said so under sees/P: process 0 stops with it
+        _leave(process, heart)
+        raise
     except Exception as exc:
         _leave(process, heart, failure(exc).render())
         raise
@@ -246,12 +287,24 @@ def _leave(process: int, heart: _Heart, reason: str | None = None, code: int = 1
     return code
 
 
+class Blind(UsageError):
+    """This process does not see the jobs' folder."""
+
+
+def _awaited(key: str) -> str:
+    """``key``'s value once process 0 sets it; UsageError if process 0 stops first."""
+    while True:
+        found = coordination.wait(key, 1.0)
+        if found is not None:
+            return found
+        reason = coordination.look(_key("abort"))
+        if reason is not None:
+            raise UsageError(f"process 0 stopped: {reason}", hint="see process 0's message")
+
+
 def _see_folder(process: int) -> None:
     """Find process 0's mark in the jobs' folder, and say whether it is there."""
-    told = None
-    while told is None:
-        told = coordination.wait(_key("folder"), 1.0)
-    shared = json.loads(told)
+    shared = json.loads(_awaited(_key("folder")))
     mark = Path(shared["path"]) / SEEN
     try:
         found = mark.read_text() == shared["mark"]
@@ -260,7 +313,7 @@ def _see_folder(process: int) -> None:
         answer = f"cannot read {mark} ({exc.strerror or exc})"
     coordination.put(_key("sees", process), answer)
     if answer != "yes":
-        raise UsageError(f"this process does not see {shared['path']}: {answer}",
+        raise Blind(f"this process does not see {shared['path']}: {answer}",
                          hint="put output.dir on a filesystem every host mounts at the "
                               "same path")
 
@@ -269,10 +322,7 @@ def _runs(port, process: int, warmups: list, say) -> int:
     sequence = 0
     while True:
         sequence += 1
-        told = None
-        while told is None:
-            told = coordination.wait(_key("run", sequence), 1.0)
-        run = json.loads(told)
+        run = json.loads(_awaited(_key("run", sequence)))
         if run["kind"] == "stop":
             say("process 0 stopped the server")
             return 0  # ``follow`` leaves the runtime
@@ -298,7 +348,9 @@ def _run(port, run: dict, warmups: list, say) -> str:
                              what=f"porter serve (job {run['id']})")
         return DONE
     except Interrupted:
-        return STOPPED
+        if interrupt.received():  # this process was sent a signal: it leaves
+            raise
+        return STOPPED  # process 0 stopped the run (a cancel): every process did
     except Exception as exc:
         error = failure(exc).render()
         say(f"run failed: {error}")

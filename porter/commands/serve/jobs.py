@@ -321,9 +321,13 @@ class Jobs:
             self._closing = True
             self._lock.notify_all()
         interrupt.request_stop()
-        if self._thread is not None:
+        waited = 0.0
+        while self._thread is not None and self._thread.is_alive():
+            self._thread.join(timeout=1.0)
             # a port missing a process may wait for it for ever in a job's collectives
-            self._thread.join(timeout=LOST_JOIN_S if self.broken else None)
+            waited = waited + 1.0 if self.broken else 0.0
+            if waited >= LOST_JOIN_S:
+                break
         interrupt.clear_stop()
 
     def stuck(self) -> bool:
@@ -381,6 +385,8 @@ class Jobs:
                     if job.status in FINISHED:  # a stopped job stays first in line
                         self._queue.popleft()
                         job.finished = time.time()
+                    else:  # (``lost`` may have ended it meanwhile)
+                        job.finished = None
                     self._save(job)
             self.say(f"job {job.id} {job.status}")
             if stop or self.broken:
@@ -396,6 +402,8 @@ class Jobs:
             gen = recipe.generate
             shape = f"{gen.width}x{gen.height}, {gen.frames} frames, {gen.steps} steps"
             start = time.perf_counter()
+            if self.broken:  # a process is gone: nothing more runs
+                return False
             sequence = self._hand_on("warmup", index=index)
             try:
                 outcome = self.port.run(Call(recipe, say=self.say,  # previews as jobs do:
@@ -436,18 +444,22 @@ class Jobs:
             recipe = self.port.settings("request", **self._settings(job))
             # again: memory freed or taken since it was submitted
             _room_for(recipe, self.port.registry, tuple(job.settings))
+            job.steps = recipe.generate.steps
+            call = Call(recipe, directory=self.directory / job.id, on_step=on_step,
+                        say=self.say, preview_every=recipe.serve.preview_every)
         except Exception as exc:  # refused before it started: no other process ran it
             return False, ("failed", failure(exc).render())
-        job.steps = recipe.generate.steps
-        call = Call(recipe, directory=self.directory / job.id, on_step=on_step,
-                    say=self.say, preview_every=recipe.serve.preview_every)
+        if self.broken:  # a process is gone: nothing more runs
+            return True, ("queued", None)
         sequence = self._hand_on("job", id=job.id, settings=self._settings(job),
                                  folder=str(self.folder(job.id).resolve()))
         stop, outcome = self._ran(job, call)
         lost = self._settled(sequence, outcome)
         if lost:
             self.say(f"job {job.id}: {outcome[1] or outcome[0]}")  # what it ended with here
-            return True, ("failed", lost)
+            # stopped at a step with its checkpoint (a process was sent a signal): it
+            # continues at the next start; otherwise it failed for want of the process
+            return True, (outcome if outcome[0] == "queued" else ("failed", lost))
         return stop, outcome
 
     def _ran(self, job: Job, call: Call) -> tuple[bool, tuple[str, str | None]]:

@@ -144,3 +144,53 @@ def test_a_process_whose_run_failed_alone_leaves_and_one_that_failed_with_all_go
     with pytest.raises(UsageError, match="run 1 failed on this process alone: error: "
                                          "the prompt is too long"):
         hosts._runs(None, 1, [], say=lambda message: None)
+
+
+def test_a_run_that_failed_on_process_0_alone_ends_the_server_after_the_verdict_time(
+        store, monkeypatch):
+    monkeypatch.setattr(hosts, "VERDICT_S", 0.2)
+    lost = []
+    followers = hosts.Followers(say=lambda message: None)
+    followers.on_lost = lost.append
+    store.count("serve/beat/1")
+    sequence = followers.publish("job", id="000001", settings={})
+    # process 1 is still in the job's collectives: it never says it ended
+    reason = followers.settle(sequence, ("failed", "error: disk full"))
+    assert reason == lost[0] == ("process 1 of 2 had not ended run 1 0.2 s after it "
+                                 "failed on process 0 (error: disk full): the processes "
+                                 "are out of step")
+    with pytest.raises(RuntimeError, match="no run can be handed on"):
+        followers.publish("job", id="000002", settings={})
+    followers.close()
+    assert "serve/run/2" not in store.values
+
+
+def test_the_others_stop_when_process_0_stops_before_serving(store):
+    followers = hosts.Followers(say=lambda message: None)
+    followers.abort("error: outputs/x is in use by porter run")
+    assert store.values["serve/abort"] == "error: outputs/x is in use by porter run"
+    with pytest.raises(UsageError, match="process 0 stopped: error: outputs/x is in use"):
+        hosts._see_folder(1)
+    with pytest.raises(UsageError, match="process 0 stopped"):
+        hosts._runs(None, 1, [], say=lambda message: None)
+
+
+def test_a_process_sent_a_signal_leaves_and_one_stopped_with_the_others_goes_on(
+        monkeypatch):
+    from porter.errors import Interrupted
+    from porter.runtime import interrupt
+
+    def stopped(*args, **kwargs):
+        raise Interrupted(15)
+    monkeypatch.setattr(hosts.runners, "run_into", stopped)
+    monkeypatch.setattr(hosts, "Call", lambda *args, **kwargs: None)
+
+    class Port:
+        def settings(self, source, **values):
+            return type("R", (), {"serve": type("S", (), {"preview_every": None})})()
+    run = {"kind": "job", "id": "000001", "settings": {}, "folder": "/nowhere"}
+    monkeypatch.setattr(interrupt, "received", lambda: None)  # process 0's cancel
+    assert hosts._run(Port(), run, [], say=lambda message: None) == hosts.STOPPED
+    monkeypatch.setattr(interrupt, "received", lambda: 15)  # its own SIGTERM
+    with pytest.raises(Interrupted):
+        hosts._run(Port(), run, [], say=lambda message: None)
