@@ -59,6 +59,13 @@ def override(mesh: dict[str, int]) -> list[str]:
     return [f"mesh={{{axes}}}", f"attention.head_axis={head_axis}"]
 
 
+#: what validate says of a weight no rule splits over a candidate's axes: a warning
+#: against a recipe's slip, not a reason a mesh cannot run (its memory is compiled)
+REPLICATED = "large tensors are replicated on every device"
+#: the override that lets a run keep such weights whole on every chip
+KEEP_REPLICATED = "sharding.report_replicated_mb=1000000"
+
+
 def fits_torus(target, mesh: dict[str, int]) -> str | None:
     """Why ``mesh`` cannot be laid on the target's torus (None: it can)."""
     try:

@@ -468,18 +468,27 @@ def choose_mesh(load, registry: Registry, target_name: str, only: list[str] | No
         chosen = min(close, key=lambda row: row["interconnect_s"])
     return {"recipe": recipe.name, "target": _target_row(target), "candidates": rows,
             "chosen": None if chosen is None else {
-                "mesh": chosen["mesh"], "overrides": meshes.override(chosen["mesh"]),
+                "mesh": chosen["mesh"], "overrides": chosen["overrides"],
                 "step_bound_s": chosen["step_bound_s"]}}
 
 
 def _candidate(load, registry: Registry, target, mesh: dict, only) -> dict:
     """One mesh compiled: its step bound, interconnect and peak a chip; or why not."""
-    row = {"mesh": mesh, "shown": meshes.shown(mesh)}
+    overrides = meshes.override(mesh)
+    row = {"mesh": mesh, "shown": meshes.shown(mesh), "overrides": overrides}
     unfit = meshes.fits_torus(target, mesh)
     if unfit:
         return {**row, "status": "not on the torus", "reason": unfit}
     try:
-        report = build(load(meshes.override(mesh)), registry, target.name, only)
+        try:
+            report = build(load(overrides), registry, target.name, only)
+        except RecipeError as exc:  # weights this mesh keeps whole: compiled, and said
+            replicated = [p.message for p in exc.problems if meshes.REPLICATED in p.message]
+            if len(replicated) < len(exc.problems):
+                raise
+            overrides = overrides + [meshes.KEEP_REPLICATED]
+            row = {**row, "overrides": overrides, "replicated": replicated}
+            report = build(load(overrides), registry, target.name, only)
     except RecipeError as exc:  # what validate refuses for this mesh
         return {**row, "status": "refused", "reason": exc.problems[0].message}
     except UsageError as exc:
@@ -503,9 +512,11 @@ def render_choice(choice: dict) -> str:
             continue
         bound = "?" if row["step_bound_s"] is None else f"{row['step_bound_s']:.3g} s"
         ici = "?" if row["interconnect_s"] is None else f"{row['interconnect_s']:.3g} s"
+        whole = " (keeps weights whole the rules split over other axes)" \
+            if row.get("replicated") else ""
         lines.append(f"  {row['shown']:<24} step {bound} ({row['limited_by']}), "
                      f"interconnect {ici}, peak {human_bytes(row['peak_bytes_per_chip'])} "
-                     f"a chip" + ("" if row["fits"] else ": DOES NOT FIT"))
+                     f"a chip" + ("" if row["fits"] else ": DOES NOT FIT") + whole)
     chosen = choice["chosen"]
     if chosen is None:
         lines.append("no mesh fits")

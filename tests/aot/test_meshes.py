@@ -53,8 +53,27 @@ def test_the_lowest_step_bound_that_fits_is_chosen_and_runs(tmp_path):
     checked = user_porter("validate", recipe, *chosen["overrides"], "--devices", "16")
     assert checked.returncode == 0, checked.stderr
 
-    text = user_porter("compile", recipe, "--target", "v5e-4", "--choose-mesh",
-                       "--program", "transformer.forward")
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_a_mesh_that_keeps_weights_whole_is_compiled_and_said():
+    """The tiny Wan's rules split weights over tp; with validate's report of replicated
+    weights at 0 MB, every mesh keeps some whole (tp-less ones all of the rules'):
+    each is still compiled, said so, and the chosen one's overrides let validate
+    pass."""
+    import re
+
+    recipe = RECIPES / "wan-tiny-tp.yaml"
+    text = user_porter("compile", recipe, "sharding.report_replicated_mb=0", "--target",
+                       "v5e-4", "--choose-mesh", "--program", "transformer.forward")
     assert text.returncode == 0, text.stderr[-3000:]
-    assert text.stdout.splitlines()[0].startswith("wan-tiny-sp on v5e-4 (4 x TPU v5 lite")
-    assert "chosen: " in text.stdout and "(run it with 'mesh={dp: " in text.stdout
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith("wan-tiny-tp on v5e-4 (4 x TPU v5 lite")
+    assert sum("keeps weights whole the rules split" in line for line in lines) == 7
+    chosen = lines[-1]
+    assert chosen.startswith("chosen: ") and meshes.KEEP_REPLICATED in chosen
+    overrides = re.findall(r"'([^']+)'", chosen.split("run it with", 1)[1])
+    checked = user_porter("validate", recipe, "sharding.report_replicated_mb=0",
+                          *overrides, "--devices", "4")
+    assert checked.returncode == 0, checked.stderr
