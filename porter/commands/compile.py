@@ -13,7 +13,7 @@ from porter import families
 from porter.aot import dry_run, executable, meshes, roofline, targets
 from porter.aot import port as abstract_port
 from porter.aot.programs import Input, outermost, submodule_calls, unique
-from porter.errors import PorterError, RecipeError, UsageError
+from porter.errors import PorterError, RecipeError, UsageError, first_line
 from porter.port import checks
 from porter.runtime import environment
 from porter.transforms import patches
@@ -460,6 +460,12 @@ def choose_mesh(load, registry: Registry, target_name: str, only: list[str] | No
     for index, mesh in enumerate(found, 1):
         say(f"[{index}/{len(found)}] mesh {meshes.shown(mesh)}")
         rows.append(_candidate(load, registry, target, mesh, only))
+    if not any(row.get("step_bound_s") for row in rows) and \
+            any(row["status"] == "compiled" for row in rows):
+        raise UsageError("--choose-mesh ranks meshes by a denoising step's bound, and no "
+                         "program compiled here gives one",
+                         hint="compile the transformer: --program transformer.forward, or "
+                              "every program (no --program)")
     fitting = [row for row in rows if row.get("fits") and row.get("step_bound_s")]
     chosen = None
     if fitting:
@@ -484,8 +490,9 @@ def _candidate(load, registry: Registry, target, mesh: dict, only) -> dict:
             report = build(load(overrides), registry, target.name, only)
         except RecipeError as exc:  # weights this mesh keeps whole: compiled, and said
             replicated = [p.message for p in exc.problems if meshes.REPLICATED in p.message]
-            if len(replicated) < len(exc.problems):
-                raise
+            if len(replicated) < len(exc.problems):  # the first problem that is not one
+                raise RecipeError([p for p in exc.problems
+                                   if meshes.REPLICATED not in p.message]) from None
             overrides = overrides + [meshes.KEEP_REPLICATED]
             row = {**row, "overrides": overrides, "replicated": replicated}
             report = build(load(overrides), registry, target.name, only)
@@ -493,6 +500,8 @@ def _candidate(load, registry: Registry, target, mesh: dict, only) -> dict:
         return {**row, "status": "refused", "reason": exc.problems[0].message}
     except UsageError as exc:
         return {**row, "status": "refused", "reason": exc.message}
+    except Exception as exc:  # noqa: BLE001 - one mesh's failure; the others still count
+        return {**row, "status": "failed", "reason": f"{type(exc).__name__}: {first_line(exc)}"}
     bound = report["roofline"] or {}
     peaks = [r.get("peak_bytes_per_chip") or 0 for r in report["programs"]]
     return {**row, "status": "compiled", "fits": report["verdict"]["fits"],
@@ -510,13 +519,17 @@ def render_choice(choice: dict) -> str:
         if row["status"] != "compiled":
             lines.append(f"  {row['shown']:<24} {row['status']}: {row['reason']}")
             continue
-        bound = "?" if row["step_bound_s"] is None else f"{row['step_bound_s']:.3g} s"
-        ici = "?" if row["interconnect_s"] is None else f"{row['interconnect_s']:.3g} s"
         whole = " (keeps weights whole the rules split over other axes)" \
             if row.get("replicated") else ""
-        lines.append(f"  {row['shown']:<24} step {bound} ({row['limited_by']}), "
-                     f"interconnect {ici}, peak {human_bytes(row['peak_bytes_per_chip'])} "
-                     f"a chip" + ("" if row["fits"] else ": DOES NOT FIT") + whole)
+        verdict = "" if row["fits"] else ": DOES NOT FIT" if row["fits"] is False else \
+            ": a program was not compiled"
+        if row["step_bound_s"] is None:
+            lines.append(f"  {row['shown']:<24} no step bound, peak "
+                         f"{human_bytes(row['peak_bytes_per_chip'])} a chip{verdict}{whole}")
+            continue
+        lines.append(f"  {row['shown']:<24} step {row['step_bound_s']:.3g} s "
+                     f"({row['limited_by']}), interconnect {row['interconnect_s']:.3g} s, "
+                     f"peak {human_bytes(row['peak_bytes_per_chip'])} a chip{verdict}{whole}")
     chosen = choice["chosen"]
     if chosen is None:
         lines.append("no mesh fits")

@@ -26,6 +26,13 @@ def received() -> int | None:
     return _received
 
 
+def forget_received() -> None:
+    """A run starts: a signal taken before it (after the last step's agreement) is
+    not this run's."""
+    global _received
+    _received = None
+
+
 def _raise(signum, frame):
     global _received
     _received = signum

@@ -77,3 +77,39 @@ def test_a_mesh_that_keeps_weights_whole_is_compiled_and_said():
     checked = user_porter("validate", recipe, "sharding.report_replicated_mb=0",
                           *overrides, "--devices", "4")
     assert checked.returncode == 0, checked.stderr
+
+
+def test_the_choice_is_the_lowest_step_bound_that_fits_and_needs_one(monkeypatch):
+    """``porter.commands.compile.choose_mesh``'s ranking, over made-up compiles: a
+    mesh that does not fit or failed never wins; bounds within half a percent go to
+    the lower interconnect; without any step bound (the transformer not compiled) it
+    refuses instead of saying no mesh fits."""
+    from porter import recipe as recipe_mod, registry as registry_mod
+    from porter.commands import compile as compile_cmd
+    from porter.errors import UsageError
+
+    figures = {"dp=2 x tp=4": (1.00, 0.30, True), "dp=2 x sp=4": (1.004, 0.10, True),
+               "dp=2 x ring=4": (0.90, 0.10, False), "tp=8": (None, None, None)}
+
+    def candidate(load, registry, target, mesh, only):
+        shown = meshes.shown(mesh)
+        bound, ici, fits = figures.get(shown, (2.0, 0.5, True))
+        if fits is None:
+            return {"mesh": mesh, "shown": shown, "status": "failed", "reason": "x"}
+        return {"mesh": mesh, "shown": shown, "overrides": meshes.override(mesh),
+                "status": "compiled", "fits": fits, "step_bound_s": bound,
+                "interconnect_s": ici, "limited_by": "compute",
+                "peak_bytes_per_chip": 1 << 30}
+    monkeypatch.setattr(compile_cmd, "_candidate", candidate)
+    load = lambda extra: recipe_mod.load(RECIPES / "wan-tiny-sp.yaml", extra)  # noqa: E731
+    choice = compile_cmd.choose_mesh(load, registry_mod.loaded(), "v5e-8")
+    assert meshes.shown(choice["chosen"]["mesh"]) == "dp=2 x sp=4"
+    assert "DOES NOT FIT" in compile_cmd.render_choice(choice)
+
+    figures.clear()
+    figures.update({shown: (None, None, True) for shown in
+                    [meshes.shown(m) for m in meshes.candidates(8, 2)]})
+    with pytest.raises(UsageError) as refused:
+        compile_cmd.choose_mesh(load, registry_mod.loaded(), "v5e-8")
+    assert "no program compiled here gives one" in refused.value.message
+    assert "--program transformer.forward" in refused.value.hint

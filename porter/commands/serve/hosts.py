@@ -336,6 +336,7 @@ def _runs(port, process: int, warmups: list, say) -> int:
 
 def _run(port, run: dict, warmups: list, say) -> str:
     """One run as process 0 runs it: what it ended with."""
+    interrupt.forget_received()
     try:
         if run["kind"] == "warmup":
             recipe = warmups[run["index"]]

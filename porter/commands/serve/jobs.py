@@ -402,7 +402,7 @@ class Jobs:
             gen = recipe.generate
             shape = f"{gen.width}x{gen.height}, {gen.frames} frames, {gen.steps} steps"
             start = time.perf_counter()
-            if self.broken:  # a process is gone: nothing more runs
+            if self._gone():  # a process is gone: nothing more runs
                 return False
             sequence = self._hand_on("warmup", index=index)
             try:
@@ -449,7 +449,7 @@ class Jobs:
                         say=self.say, preview_every=recipe.serve.preview_every)
         except Exception as exc:  # refused before it started: no other process ran it
             return False, ("failed", failure(exc).render())
-        if self.broken:  # a process is gone: nothing more runs
+        if self._gone():  # a process is gone: nothing more runs
             return True, ("queued", None)
         sequence = self._hand_on("job", id=job.id, settings=self._settings(job),
                                  folder=str(self.folder(job.id).resolve()))
@@ -477,6 +477,11 @@ class Jobs:
             return True, ("queued", None)
         except Exception as exc:  # one job failed: the server goes on
             return False, ("failed", failure(exc).render())
+
+    def _gone(self) -> bool:
+        """Is a process of the port gone (told to ``lost``, or about to be)?"""
+        return self.broken is not None or (
+            self.followers is not None and self.followers.lost_reason is not None)
 
     def _hand_on(self, kind: str, **fields) -> int | None:
         """Hand a run to the other processes of the port (None: there are none)."""
