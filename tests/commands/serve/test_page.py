@@ -15,7 +15,7 @@ from support.serving import TOKEN, Server
 
 # heavy: a browser beside a server whose jobs are held to the memory free now (its
 # headroom check); at the suite's end, beside two grown workers, a job was refused for
-# want of 1 GiB (CI, stop 66). Run alone, and early, the machine has room.
+# want of 1 GiB (a full run of the suite). Run alone, and early, the machine has room.
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
