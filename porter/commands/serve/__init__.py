@@ -125,8 +125,7 @@ class Listen:
 
 def serve(recipe: Recipe, registry: Registry, listen: Listen = Listen(), say=print) -> dict:
     """Load the port, then serve until SIGTERM/Ctrl-C; returns the queue's state at
-    the end (``error``: why the server ended by itself; ``stuck``: its worker still
-    waits in a job's collectives). A process other than 0 of a multi-process port runs
+    the end (``error``: why the server ended by itself). A process other than 0 of a multi-process port runs
     the jobs process 0 hands it instead (``hosts.follow``), and returns
     ``{"exit": code}``."""
     token = token_for(listen.host, listen.token)
@@ -138,9 +137,9 @@ def serve(recipe: Recipe, registry: Registry, listen: Listen = Listen(), say=pri
     # notices and ends itself (hosts.Followers)
     distributed.initialize(recoverable=True)
     if not distributed.writes():
-        return {"exit": hosts.follow(recipe, lambda: api.Port.open(
-            recipe, registry, family, say), warmups, say)}
-    followers = hosts.Followers(say) if distributed.process_count() > 1 else None
+        return {"exit": hosts.follow(lambda: api.Port.open(recipe, registry, family, say),
+                                     warmups, say)}
+    followers = hosts.Followers() if distributed.process_count() > 1 else None
     try:
         with outputs.owned(directory, "porter serve"):
             if followers is not None:
@@ -150,7 +149,7 @@ def serve(recipe: Recipe, registry: Registry, listen: Listen = Listen(), say=pri
             queue = jobs_mod.Jobs(port_, directory, listen.queue, say, inputs, warmups,
                                   followers)
             _listen(build_app(queue, token), queue, listen, say)
-            return {**queue.state(), "stuck": queue.stuck()}
+            return queue.state()
     except Exception as exc:
         if followers is not None and followers.sequence == 0:  # before serving
             followers.abort(failure(exc).message)

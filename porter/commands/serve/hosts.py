@@ -44,15 +44,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from porter.errors import Interrupted, UsageError, failure
 from porter.generate import runners
 from porter.generate.call import Call
 from porter.runtime import coordination, distributed, interrupt
-
-if TYPE_CHECKING:
-    from porter.recipe import Recipe
 
 #: seconds between a process's heartbeats
 BEAT_S = 1.0
@@ -90,10 +87,9 @@ class Followers:
     each, and watches that every one is still there (``on_lost`` is told once, from
     the watching thread, when one is not)."""
 
-    def __init__(self, say=print):
+    def __init__(self):
         self.count = distributed.process_count()
         self.others = range(1, self.count)
-        self.say = say
         self.sequence = 0
         self.lost_reason: str | None = None
         #: what to do when a process is gone: before jobs run, end this process
@@ -248,7 +244,7 @@ class _Heart:
         self._thread.join(timeout=10)
 
 
-def follow(recipe: Recipe, open_port: Callable, warmups: list, say=print) -> int:
+def follow(open_port: Callable, warmups: list, say=print) -> int:
     """A process other than 0: open the port with the others, then run each run
     process 0 hands on, until it says stop (0) or this process cannot go on (it says
     why under ``gone/P`` first). ``open_port()`` opens the port."""

@@ -330,11 +330,6 @@ class Jobs:
                 break
         interrupt.clear_stop()
 
-    def stuck(self) -> bool:
-        """Is the worker still running after ``shutdown`` (waiting, in a job's
-        collectives, for a process that is gone)?"""
-        return self._thread is not None and self._thread.is_alive()
-
     def lost(self, reason: str) -> None:
         """A process of the port is gone (``hosts.Followers`` tells, from its thread):
         the running job fails with ``reason``, nothing more is taken, queued jobs stay

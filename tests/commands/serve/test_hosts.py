@@ -55,7 +55,7 @@ def store(monkeypatch):
 
 
 def test_runs_are_handed_on_in_order_and_settled_when_every_process_ended(store):
-    followers = hosts.Followers(say=lambda message: None)
+    followers = hosts.Followers()
     try:
         store.count("serve/beat/1")
         first = followers.publish("job", id="000001", settings={"prompt": "a fox"})
@@ -76,7 +76,7 @@ def test_runs_are_handed_on_in_order_and_settled_when_every_process_ended(store)
 
 def test_a_process_that_leaves_or_stops_beating_is_lost_once(store, monkeypatch):
     lost = []
-    followers = hosts.Followers(say=lambda message: None)
+    followers = hosts.Followers()
     followers.on_lost = lost.append
     store.put("serve/gone/1", "stopped by signal 15")
     sequence = followers.publish("job", id="000001", settings={})
@@ -85,7 +85,7 @@ def test_a_process_that_leaves_or_stops_beating_is_lost_once(store, monkeypatch)
 
     monkeypatch.setenv("PORTER_SERVE_HEARTBEAT_S", "0.1")
     store.values.clear()
-    silent = hosts.Followers(say=lambda message: None)
+    silent = hosts.Followers()
     silent.on_lost = lost.append
     deadline = time.monotonic() + 5
     while len(lost) < 2 and time.monotonic() < deadline:
@@ -109,7 +109,7 @@ def test_every_process_must_see_the_jobs_folder(store, tmp_path):
     # process 0 is told, and refuses to load, naming the process
     store.values.clear()
     store.put("serve/sees/1", answer)
-    followers = hosts.Followers(say=lambda message: None)
+    followers = hosts.Followers()
     try:
         with pytest.raises(UsageError) as refused:
             followers.share_folder(tmp_path)
@@ -150,7 +150,7 @@ def test_a_run_that_failed_on_process_0_alone_ends_the_server_after_the_verdict_
         store, monkeypatch):
     monkeypatch.setattr(hosts, "VERDICT_S", 0.2)
     lost = []
-    followers = hosts.Followers(say=lambda message: None)
+    followers = hosts.Followers()
     followers.on_lost = lost.append
     store.count("serve/beat/1")
     sequence = followers.publish("job", id="000001", settings={})
@@ -166,7 +166,7 @@ def test_a_run_that_failed_on_process_0_alone_ends_the_server_after_the_verdict_
 
 
 def test_the_others_stop_when_process_0_stops_before_serving(store):
-    followers = hosts.Followers(say=lambda message: None)
+    followers = hosts.Followers()
     followers.abort("error: outputs/x is in use by porter run")
     assert store.values["serve/abort"] == "error: outputs/x is in use by porter run"
     with pytest.raises(UsageError, match="process 0 stopped: error: outputs/x is in use"):
