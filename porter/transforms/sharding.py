@@ -364,7 +364,7 @@ def batch_axis(recipe: Recipe, axes: dict) -> str | None:
 def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Problem]:
     """A mesh that splits the tokens (``sp``, ``ring``): beside ``sp`` attention splits
     the heads over it (another head axis would gather the tokens on every device), the
-    window does not run beside either yet, and each transformer has its tokens' rule
+    window does not run beside ``ring`` yet, and each transformer has its tokens' rule
     (the family's ``token_blocks``, or the recipe's own)."""
     axes = token_axes(recipe.mesh)
     if not axes:
@@ -384,11 +384,13 @@ def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Proble
             hint=f"leave attention.head_axis out (or set it to {SEQUENCE_AXIS}), and split "
                  f"the weights over {head!r} if you keep that axis (or split the tokens "
                  f"over {RING_AXIS!r}, beside which the heads may go over {head!r})"))
-    if recipe.attention.window is not None:
+    if recipe.attention.window is not None and RING_AXIS in axes:
         found.append(recipe.problem(
-            "attention.window", f"the window does not run beside {named} yet (its tiles "
-            "would gather the tokens the mesh splits)",
-            hint=f"leave attention.window out, or split over tp instead of {named}"))
+            "attention.window", f"the window does not run beside {RING_AXIS!r} yet (its "
+            "tiles would gather the tokens the ring passes round)",
+            hint=f"split the tokens over {SEQUENCE_AXIS!r} instead (attention exchanges "
+                 "them for heads, and each device windows its heads), or leave "
+                 "attention.window out"))
     if family is not None and family.token_blocks is None:
         tokens = axes[0] if len(axes) == 1 else f"[{', '.join(axes)}]"
         for name in family.stepped_transformers:

@@ -83,6 +83,35 @@ def test_sharded_window_equals_unsharded(axes, heads):
     assert float(jnp.abs(got - expected).max()) <= TOLERANCE
 
 
+@pytest.mark.parametrize("heads,backend,exchanged", [
+    (4, None, True),          # Porter's loop on each device's heads
+    (4, "reference", True),   # a backend's own kernel on gathered keys, likewise
+    (3, None, False),         # 3 heads on 4: every token gathered, the query tiles split
+])
+def test_a_window_beside_tokens_split_over_sp_equals_unsharded(heads, backend, exchanged):
+    """The tokens held split over sp outside attention: the heads that divide sp are
+    exchanged for tokens (all-to-all, Ulysses), 3 heads on 4 gathered; either way the
+    output goes back split by tokens."""
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    tiling = window.Tiling((4, 6, 8), (1, 3, 4), (1, 0, 1), 1)
+    q, k, v = qkv(2, heads, tiling.tokens)
+    expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
+    split = mesh(dp=2, sp=4)
+    by_tokens = NamedSharding(split, P("dp", None, "sp", None))
+
+    def call(q, k, v):
+        q, k, v = (jax.lax.with_sharding_constraint(x, by_tokens) for x in (q, k, v))
+        return window.attend_windowed(q, k, v, tiling, scale=0.25, mesh=split,
+                                      data_axis="dp", head_axis="sp", token_axes=("sp",),
+                                      backend=BACKENDS.get(backend), platform="cpu")
+    run = jax.jit(call)
+    got = run(q, k, v)
+    assert float(jnp.abs(got - expected).max()) <= TOLERANCE
+    assert got.sharding.is_equivalent_to(by_tokens, 4)
+    assert ("all-to-all" in run.lower(q, k, v).compile().as_text()) == exchanged
+
+
 def test_the_groups_hold_each_query_once_with_exactly_the_keys_it_sees():
     tiling = window.Tiling((5, 6, 7), (2, 4, 4), (1, 0, 1), 2)  # padded edges, global
     keep = tiling.keep()

@@ -43,14 +43,15 @@ def test_the_tokens_of_every_stepped_transformer_go_over_sp():
     assert sharding.activation_rules(own, "transformer", None, rt, wan()) == []
 
 
-def test_validate_refuses_another_head_axis_the_window_and_a_family_with_no_token_blocks():
+def test_validate_refuses_another_head_axis_a_window_round_a_ring_and_no_token_blocks():
     for mesh in ("{dp: 2, sp: 2, tp: 2}", "{dp: 2, sp: auto, tp: 2}"):  # 'auto' counts
         problems = sharding.sequence_problems(
             recipe.load(SP, [f"mesh={mesh}", "attention.head_axis=tp"]), wan())
         assert [p.path for p in problems] == ["attention.head_axis"]
         assert "exchanges them for heads on that axis" in problems[0].message
+    # beside sp each device windows its own heads (every token of them)
     windowed = recipe.load(SP, ["attention.window={tile: [1, 2, 2], reach: [1, 1, 1]}"])
-    assert [p.path for p in sharding.sequence_problems(windowed, wan())] == ["attention.window"]
+    assert sharding.sequence_problems(windowed, wan()) == []
     # a Mosaic kernel on a TPU mesh: the heads' axis is sp, said or not
     from porter.transforms import attention
     splash = recipe.load(SP, ["attention.backend=splash", "attention.data_axis=null"])
@@ -155,13 +156,20 @@ def test_heads_exchanged_for_tokens_equal_one_device():
         ring, _ = frames(TINY, mesh, *heads)
         assert np.abs(ring.astype(int) - one.astype(int)).max() <= 1, mesh
     # 8-bit weights and matmuls, and a step cache (TaylorSeer: a fixed schedule of
-    # computed and predicted steps), beside the 2-D split
-    for extra in (["quantize.format=int8"],
-                  ["cache={method: taylorseer, cache_interval: 2, "
-                   "disable_cache_before_step: 1}", "generate.steps=6"]):
+    # computed and predicted steps), beside the 2-D split; the window beside sp (each
+    # device windows its heads over every token)
+    window = "attention.window={tile: [1, 2, 2], reach: [1, 1, 0], global_frames: 1, " \
+             "dense_steps: 1}"
+    for mesh, extra in (("mesh={ring: 2, sp: 4}", ["quantize.format=int8"]),
+                        ("mesh={ring: 2, sp: 4}",
+                         ["cache={method: taylorseer, cache_interval: 2, "
+                          "disable_cache_before_step: 1}", "generate.steps=6"]),
+                        ("mesh={sp: 8}", [window])):
         one, _ = frames(TINY, "mesh={dp: 1}", *heads, *extra)
-        split, _ = frames(TINY, "mesh={ring: 2, sp: 4}", *heads, *extra)
+        split, _ = frames(TINY, mesh, *heads, *extra)
         assert np.abs(split.astype(int) - one.astype(int)).max() <= 1, extra
+    dense, _ = frames(TINY, "mesh={dp: 1}", *heads)
+    assert np.abs(split.astype(int) - dense.astype(int)).max() > 1  # the window ran
 
 
 GENERIC = """\

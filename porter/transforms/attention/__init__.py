@@ -166,7 +166,8 @@ def _windowed(q, k, v, tiling, chosen, scale, settings: AttentionSettings):
     return window.attend_windowed(
         q, k, v, tiling, scale=scale, mesh=settings.mesh, data_axis=settings.data_axis,
         head_axis=settings.head_axis, backend=chosen, platform=settings.platform,
-        block_q=settings.block_q, block_kv=settings.block_kv, counted=count)
+        block_q=settings.block_q, block_kv=settings.block_kv, counted=count,
+        token_axes=settings.token_axes)
 
 
 @contextlib.contextmanager

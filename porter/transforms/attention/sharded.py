@@ -63,7 +63,7 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), **o
     from jax.sharding import PartitionSpec as P
 
     batch_axis, heads_axis, seq_axis = layout(mesh, q.shape, data_axis, head_axis)
-    tokens = _tokens(mesh, batch_axis, token_axes)
+    tokens = tokens_held(mesh, batch_axis, token_axes)
     circle = ring_axes(mesh, q, k, keep, token_axes, heads_axis)
     if circle:
         spec = P(batch_axis, heads_axis, _joined(circle), None)
@@ -124,15 +124,20 @@ def _joined(axes: tuple):
     return axes[0] if len(axes) == 1 else (axes or None)
 
 
-def _tokens(mesh, batch_axis, token_axes):
+def tokens_held(mesh, batch_axis, token_axes):
     """A (batch, heads, sequence, head_dim) array held with its sequence split over
     ``token_axes`` (the identity without any)."""
+    return held(mesh, batch_axis, None, _joined(tuple(token_axes))) if token_axes \
+        else (lambda array: array)
+
+
+def held(mesh, batch_axis, heads_axis, seq):
+    """A (batch, heads, sequence, head_dim) array held split as said (each None, an
+    axis or several): a constraint XLA meets with whatever exchange it takes."""
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    if not token_axes:
-        return lambda array: array
-    sharding = NamedSharding(mesh, P(batch_axis, None, _joined(tuple(token_axes)), None))
+    sharding = NamedSharding(mesh, P(batch_axis, heads_axis, seq, None))
     return lambda array: jax.lax.with_sharding_constraint(array, sharding)
 
 

@@ -93,12 +93,16 @@ def kernel_flops(tiling: Tiling, q_shape, kernel: str) -> float | None:
 
 def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis,
                     backend=None, platform: str | None = None, block_q: int = 1024,
-                    block_kv: int = 1024, counted=None):
+                    block_kv: int = 1024, counted=None, token_axes=()):
     """Windowed attention of (B, H, tokens, D) arrays under ``shard_map`` (batch on
     ``data_axis``, heads on ``head_axis``, or query tiles where the heads do not
     divide it), by the kernel ``kernel_for`` picks for ``backend``. ``counted(flops,
     kernel)``, where given, is told what a kernel the compiler cannot see computes on
-    each device (``kernel``: "splash" or "gathered")."""
+    each device (``kernel``: "splash" or "gathered"). ``token_axes``: the axes the
+    tokens are split over outside attention (``sp``): the call takes every token of
+    its heads first (an all-to-all where the heads divide the head axis, Ulysses; else
+    a gather), so that the tiles' reordering of the tokens is each device's own, and
+    hands its output back split by tokens."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
@@ -109,6 +113,11 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
 
     axes = tile_layout(tiling, q.shape, mesh, data_axis, head_axis)
     batch_axis, heads_axis, seq_axis = axes
+    if token_axes:  # held split by tokens as they come (else XLA may carry the heads'
+        # split back into the projections before, and gather there), then exchanged
+        by_tokens = sharded.tokens_held(mesh, batch_axis, token_axes)
+        every_token = sharded.held(mesh, batch_axis, heads_axis, None)
+        q, k, v = (every_token(by_tokens(x)) for x in (q, k, v))
     kernel = kernel_for(tiling, backend, axes)
     q_spec = P(batch_axis, heads_axis, seq_axis, None)
     kv_spec = P(batch_axis, heads_axis, None, None)
@@ -139,5 +148,6 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
     else:
         out = jax.shard_map(body, mesh=mesh, check_vma=False, in_specs=specs,
                             out_specs=q_spec)(*args)
-    return out if kernel == "gathered" else jnp.take(out, jnp.asarray(tiling.inverse),
-                                                     axis=2)
+    if kernel != "gathered":
+        out = jnp.take(out, jnp.asarray(tiling.inverse), axis=2)
+    return sharded.tokens_held(mesh, batch_axis, token_axes)(out)
