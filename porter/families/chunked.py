@@ -9,7 +9,9 @@ run as written. Two kinds:
 - ``FINISHES_CHUNKS`` (SkyReels-V2 diffusion forcing, AnyFlow FAR): the pipeline
   finishes a chunk's latents at a call of its own (named here, with where that call's
   arguments hold every latent frame finished so far) and decodes the whole video with
-  Wan's VAE at its end. At that call Porter decodes the frames finished since the last
+  Wan's VAE at its end. A video that begins with the pipeline's input (diffusion
+  forcing's video-to-video: the input video's frames, then the new ones) hands those
+  frames on at that call's first time, before any chunk. At that call Porter decodes the frames finished since the last
   one, latent frame by latent frame with the VAE's causal cache carried
   (``wan_vae.FrameByFrame``), and hands them on; the pipeline's final ``vae.decode``
   is answered with those pixels and the rest's, decoded on from the same cache: the
@@ -21,6 +23,7 @@ run as written. Two kinds:
 from __future__ import annotations
 
 import contextlib
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -47,12 +50,30 @@ def _far_finished(args, kwargs):
     return kwargs["output"][:, :done].permute(0, 2, 1, 3, 4)
 
 
-#: pipeline class -> (the method it calls once a chunk is finished, the latents finished
-#: so far from that call's (args, kwargs): batch, channels, frames, height, width)
+def _skyreels_input_video(args, kwargs):
+    # prepare_latents(video, ...): the input video as the pipeline preprocessed it,
+    # which it joins before the frames it makes
+    return args[0] if args else kwargs["video"]
+
+
+class Finishing(NamedTuple):
+    """How a pipeline finishes its chunks: ``method``, the call it makes once a chunk is
+    finished; ``finished_of``, the latents finished so far from that call's (args,
+    kwargs) (batch, channels, frames, height, width); ``begins_with``, where the video
+    begins with pixels the pipeline was given, those pixels from the same (args,
+    kwargs) (batch, channels, frames, height, width; None: it begins with the chunks)."""
+    method: str
+    finished_of: Callable
+    begins_with: Callable | None = None
+
+
 FINISHES_CHUNKS = {
-    "SkyReelsV2DiffusionForcingPipeline": ("prepare_latents", _skyreels_finished),
-    "SkyReelsV2DiffusionForcingImageToVideoPipeline": ("prepare_latents", _skyreels_finished),
-    "AnyFlowFARPipeline": ("encode_kv_cache", _far_finished),
+    "SkyReelsV2DiffusionForcingPipeline": Finishing("prepare_latents", _skyreels_finished),
+    "SkyReelsV2DiffusionForcingImageToVideoPipeline": Finishing("prepare_latents",
+                                                                _skyreels_finished),
+    "SkyReelsV2DiffusionForcingVideoToVideoPipeline": Finishing(
+        "prepare_latents", _skyreels_finished, _skyreels_input_video),
+    "AnyFlowFARPipeline": Finishing("encode_kv_cache", _far_finished),
 }
 
 
@@ -80,7 +101,7 @@ def handed_on(pipe, on_frames) -> tuple[Handover, contextlib.AbstractContextMana
     finishing = FINISHES_CHUNKS.get(_named(cls, FINISHES_CHUNKS))
     if on_frames is not None and finishing and wan_vae.is_wan_vae(pipe.vae):
         handover = Handover(on_frames)
-        return handover, _Finished(pipe, handover).watching(*finishing)
+        return handover, _Finished(pipe, handover).watching(finishing)
     return Handover(on_frames), contextlib.nullcontext()
 
 
@@ -114,20 +135,30 @@ class _Finished:
         self.latents: list = []  # the latent frames decoded (host copies, the VAE's scale)
         self.pixels: list = []  # their pixels, on the device, in order
         self.off = False  # a video this cannot stream: the VAE's own decode at the end
+        self.begun = False  # the pixels the video begins with, handed on
 
     @contextlib.contextmanager
-    def watching(self, method: str, finished_of):
-        called = getattr(self.pipe, method)
+    def watching(self, finishing: Finishing):
+        called = getattr(self.pipe, finishing.method)
 
         def watched(*args, **kwargs):
-            latents = finished_of(args, kwargs)
+            if finishing.begins_with is not None and not self.begun:
+                self.begin(finishing.begins_with(args, kwargs))
+            latents = finishing.finished_of(args, kwargs)
             if latents is not None:
                 self.finished(latents)
             return called(*args, **kwargs)
 
-        with replaced(self.pipe, method, watched), \
+        with replaced(self.pipe, finishing.method, watched), \
                 replaced(self.vae, "decode", self.answered):
             yield
+
+    def begin(self, pixels) -> None:
+        """The pixels the video begins with (the pipeline's input), handed on first;
+        a batch is the pipeline's own, as its latents are."""
+        self.begun = True
+        if pixels.shape[0] == 1 and not self.off:
+            self.handover.add(_frames(self.pipe, pixels))
 
     def _streams(self, latents) -> bool:
         """Can these latents be decoded here? Not a batch (its VAE may slice it) nor a

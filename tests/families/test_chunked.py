@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from porter.families import chunked, wan_vae
-from porter.families.base import Handover
+from porter.families.base import Handover, as_uint8
 
 
 class Processor:
@@ -79,6 +79,25 @@ def test_finished_frames_go_on_and_answer_the_final_decode(monkeypatch):
     video = finished.answered(latents * 0.5, return_dict=False)[0]  # as the pipeline scales
     assert [len(c) for c in made] == [1, 1, 1, 1, 1] and own == []
     assert torch.equal(video, latents * 0.5)
+
+
+def test_a_video_that_begins_with_its_input_hands_that_on_first(monkeypatch):
+    """Diffusion forcing's video-to-video: the input video's frames go on at the first
+    finishing call, before any chunk, once; then the chunks as they are finished."""
+    finished, made, _ = _finished(monkeypatch)
+    given = torch.rand(1, 3, 7, 2, 2) * 2 - 1  # the input video, preprocessed
+    calls = []
+    finished.pipe.prepare_latents = lambda video, video_latents=None: calls.append(video)
+    latents = torch.rand(1, 3, 3, 2, 2)
+    finishing = chunked.FINISHES_CHUNKS["SkyReelsV2DiffusionForcingVideoToVideoPipeline"]
+    with finished.watching(finishing):
+        finished.pipe.prepare_latents(given)  # the first window: nothing finished yet
+        finished.pipe.prepare_latents(given, video_latents=latents[:, :, :2])
+        finished.pipe.prepare_latents(given, video_latents=latents)
+    assert [len(c) for c in made] == [7, 1, 1, 1] and len(calls) == 3
+    assert np.array_equal(made[0], as_uint8(Processor.postprocess_video(given, "np")[0]))
+    # the text-to-video form has no input to begin with
+    assert chunked.FINISHES_CHUNKS["SkyReelsV2DiffusionForcingPipeline"].begins_with is None
 
 
 def test_a_final_decode_of_other_latents_is_the_vaes_own(monkeypatch):

@@ -303,6 +303,42 @@ def test_skyreels_diffusion_forcing_hands_over_each_window_as_it_is_finished(tmp
 
 
 @pytest.mark.slow
+def test_skyreels_video_to_video_hands_over_its_input_then_each_window(tmp_path):
+    """Diffusion forcing's video-to-video (the input video, then 17 new frames): the
+    input's frames go on first, each finished window's as the next starts; together
+    they are the video the pipeline makes without a taker."""
+    from PIL import Image
+
+    from models.skyreels_v2_df_v2v import build_skyreels_v2_df_v2v_pipeline
+
+    build_skyreels_v2_df_v2v_pipeline().save_pretrained(tmp_path / "v2v")
+    frames = np.random.default_rng(0).integers(0, 256, (7, 16, 16, 3), dtype=np.uint8)
+    (tmp_path / "video").mkdir()
+    for index, frame in enumerate(frames):
+        Image.fromarray(frame).save(tmp_path / "video" / f"{index:05d}.png")
+    (tmp_path / "r.yaml").write_text(
+        f"model: {{family: generic, source: {tmp_path / 'v2v'},\n"
+        "        pipeline: SkyReelsV2DiffusionForcingVideoToVideoPipeline}\n"
+        f"generate: {{prompt: a cat, height: 16, width: 16, frames: 17, steps: 2,\n"
+        f"           guidance_scale: 6.0, max_sequence_length: 16, video: {tmp_path / 'video'},\n"
+        "           extra: {base_num_frames: 5, overlap_history: 3}}\n")
+    with porter.load(tmp_path / "r.yaml") as v2v:
+        made, looping = [], []
+
+        def taken(chunk):
+            made.append(chunk)
+            looping.append(v2v.pipe._current_timestep is not None)
+
+        streamed = v2v.generate(on_frames=taken).frames
+        assert len(made[0]) == 7 and len(streamed) == 7 + 17 and len(made) > 2
+        # the input before the first window's steps; the windows but the last while
+        # the pipeline's loop ran
+        assert looping[0] is False and looping[1:-1] == [True] * (len(made) - 2)
+        assert np.array_equal(np.concatenate(made), streamed)
+        assert np.array_equal(v2v.generate().frames, streamed)
+
+
+@pytest.mark.slow
 def test_anyflow_far_hands_over_each_chunk_as_it_is_finished(tmp_path):
     """AnyFlow FAR (frame-autoregressive, chunks of one latent frame) finishes a chunk
     where it caches the chunk's keys and values for the next: its frames go on there,
