@@ -50,8 +50,8 @@ ENTRIES = ("forward", "encode", "decode")
 SMALL = 16
 
 #: the stage a component's calls belong to (others: encode)
-DECODE = {("vae", "decode"), ("audio_vae", "decode"), ("vocoder", "forward"),
-          ("diffusion_decoder", "decode")}
+DECODE = {("vae", "decode"), ("vae", "decode_chunk"), ("audio_vae", "decode"),
+          ("vocoder", "forward"), ("diffusion_decoder", "decode")}
 
 
 def programs(port: AbstractPort) -> list[Program]:
@@ -61,15 +61,18 @@ def programs(port: AbstractPort) -> list[Program]:
     modules = {name: c.module for name, c in port.components.items()}
     compiled = {name: c.rule for name, c in port.components.items() if c.rule is not None}
     pipe = _pipeline(port, modules)
+    functions = {name: own for name, own in port.family.compiled_functions.items()
+                 if name in compiled}  # compiled methods of the module where it is
     with patches.applied(port.ported.patches), _on_the_host(pipe), _meta_autocast(), \
-            _answered(modules, compiled) as calls:
-        made = port.family.generate(pipe, recipe)
+            _answered(modules, compiled, functions) as calls:
+        made = _generated(port.family, pipe, recipe)
     _first_chunk(calls)
     steps = recipe.generate.steps
     found = []
     for program in unique(calls):
         if program.component not in compiled \
-                or program.method not in compiled[program.component].methods:
+                or (program.method not in compiled[program.component].methods
+                    and program.method not in functions.get(program.component, {})):
             continue  # run eagerly: no program of its own (a VAE's encode, where only
             # its decode is compiled)
         program.stage = _stage(port, program)
@@ -82,6 +85,18 @@ def programs(port: AbstractPort) -> list[Program]:
             program.frames = len(made.frames)
         found.append(program)
     return found
+
+
+def _generated(family, pipe, recipe):
+    """The family's call of the pipeline as a run with a stream makes it: frames taken
+    as they come (``output.stream``), so that a pipeline that finishes its chunks is
+    decoded chunk by chunk here too (``porter.families.chunked``)."""
+    import inspect
+
+    if recipe.output.video and recipe.output.stream \
+            and "on_frames" in inspect.signature(family.generate).parameters:
+        return family.generate(pipe, recipe, on_frames=lambda frames: None)
+    return family.generate(pipe, recipe)
 
 
 def _first_chunk(calls: list[Program]) -> None:
@@ -176,11 +191,13 @@ def _meta_autocast():
 
 
 @contextlib.contextmanager
-def _answered(modules: dict, compiled: dict):
+def _answered(modules: dict, compiled: dict, functions: dict):
     """Each component's calls recorded (as ``Program``s, in the list this yields) and
     answered from shapes alone: the module runs on the meta device, once for each
     signature (a step's call is the previous step's, shape for shape), its outputs
-    zeros on the host. Everything is put back however the call ends."""
+    zeros on the host. ``functions`` (component -> name -> ``function(module, ...)``)
+    are methods of the module for the call, as a run compiles them. Everything is put
+    back however the call ends."""
     calls: list[Program] = []
     answers: dict = {}  # signature -> the meta outputs
     inside = []  # the call being answered: a module's calls of its own methods are its own
@@ -190,7 +207,12 @@ def _answered(modules: dict, compiled: dict):
                 continue
             buffers = _Buffers(module)
             stack.callback(buffers.restore)
-            for owner, method, label in _entries(module, compiled.get(name)):
+            own = functions.get(name, {})
+            for method, function in own.items():
+                stack.enter_context(replaced(module, method,
+                                             functools.partial(function, module)))
+            for owner, method, label in _entries(module, compiled.get(name)) \
+                    + [(module, method, method) for method in own]:
                 original = getattr(owner, method)
 
                 @functools.wraps(original)  # its signature, which pipelines read

@@ -88,6 +88,12 @@ def decodes_chunks(cls) -> bool:
     return _named(cls, DECODES_CHUNKS) is not None
 
 
+def finishes_chunks(cls) -> bool:
+    """Does pipeline class ``cls`` finish its chunks at a call of its own
+    (``FINISHES_CHUNKS``), where a run that takes its frames decodes them?"""
+    return _named(cls, FINISHES_CHUNKS) is not None
+
+
 def handed_on(pipe, on_frames) -> tuple[Handover, contextlib.AbstractContextManager]:
     """The call's ``Handover`` and what to run the pipeline's call in, so that its
     chunks reach ``on_frames`` as the pipeline makes them (for a pipeline that makes

@@ -216,7 +216,11 @@ class GenericFamily(ModelFamily):
 
     def decodes_in_chunks(self, recipe: Recipe) -> bool:
         cls = self.concrete_class(recipe)  # the recipe's, or the checkpoint's index's
-        return cls is not None and chunked.decodes_chunks(cls)
+        # a pipeline that finishes its chunks is decoded chunk by chunk where the run
+        # takes its frames as they come (its stream), else whole at its end
+        streams = recipe.output.video and recipe.output.stream
+        return cls is not None and (chunked.decodes_chunks(cls)
+                                    or (streams and chunked.finishes_chunks(cls)))
 
     def call_kwargs(self, recipe: Recipe, cls) -> dict:
         """Keyword arguments of the pipeline call (``porter.recipe.call_args``); families

@@ -68,6 +68,10 @@ class FrameByFrame:
     def __init__(self, vae):
         self.cache = empty_cache(vae)
         self.count = 0  # latent frames decoded so far
+        # a port's VAE takes JAX tensors; an abstract one (porter compile's run of the
+        # pipeline on shapes alone) meta tensors
+        weight = next(unwrapped(vae).parameters(), None)
+        self.device = "meta" if weight is not None and weight.is_meta else "jax"
         # as ``porter.transforms.jit.method`` asks, which the families may not import
         compiled = getattr(vae, "decode_chunk", None)
         self.step = compiled if callable(compiled) else functools.partial(decode_chunk, vae)
@@ -79,7 +83,7 @@ class FrameByFrame:
         for index in range(z.shape[2]):
             # sliced on the host: an eager slice on the device would compile one small
             # program per index
-            out, self.cache = self.step(z[:, :, index:index + 1].to("jax"), self.cache,
+            out, self.cache = self.step(z[:, :, index:index + 1].to(self.device), self.cache,
                                         first=self.count == 0)
             self.count += 1
             yield out

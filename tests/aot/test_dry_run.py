@@ -15,6 +15,7 @@ from porter.transforms import jit
 from models.helios import build_helios_pipeline
 from models.ltx import build_ltx_pipeline
 from models.minimax_h3 import build_minimax_h3_pipeline
+from models.skyreels_v2_df import build_skyreels_v2_df_pipeline
 from models.wan_animate2 import build_wan_animate2_pipeline
 from models.wan_t2v import build_wan_t2v_pipeline
 
@@ -55,6 +56,15 @@ generate: {{prompt: "a cat", height: 16, width: 16, frames: 10, steps: 2,
            guidance_scale: 1.0, max_sequence_length: 16,
            extra: {{num_latent_frames_per_chunk: 2}}}}
 """
+# a long video in windows of 3 latent frames overlapping by 2, decoded whole at its end,
+# but window by window where the run takes its frames as they come (its stream): a
+# decode program a latent frame until the VAE's causal cache settles
+SKYREELS_DF = """\
+model: {{family: generic, source: {source}, pipeline: SkyReelsV2DiffusionForcingPipeline}}
+generate: {{prompt: "a cat", height: 16, width: 16, frames: 17, steps: 2,
+           guidance_scale: 6.0, max_sequence_length: 16,
+           extra: {{base_num_frames: 9, overlap_history: 5}}}}
+"""
 #: builder, recipe, and each compiled component's (stage, calls a step)
 CASES = {
     "helios": (build_helios_pipeline, HELIOS,
@@ -67,6 +77,9 @@ CASES = {
                      {"transformer": ("denoise", 5), "vae": ("decode", 0)}),
     "minimax-h3": (build_minimax_h3_pipeline, MINIMAX_H3,
                    {"transformer": ("denoise", 2 / 3), "vae": ("decode", 0)}),
+    # 6 windows of 2 steps (guided as one batch)
+    "skyreels-df": (build_skyreels_v2_df_pipeline, SKYREELS_DF,
+                    {"transformer": ("denoise", 6), "vae": ("decode", 0)}),
 }
 
 
@@ -105,7 +118,7 @@ def test_the_calls_found_are_what_a_run_calls(case, tmp_path, write):
                                                  targets.named("v6e-8")))
     port = porter.load(path)
     with programs.recorded(port.pipe, jit.rules(port.recipe, port.family, "cpu")) as calls:
-        port.generate()
+        port.generate(on_frames=lambda frames: None)  # as a run with its stream
     ran = programs.unique(calls)
     assert [(_named(p.signature()), p.calls) for p in found] == \
         [(_named(p.signature()), p.calls) for p in ran]
