@@ -13,6 +13,11 @@ from os import PathLike
 from typing import TYPE_CHECKING
 
 from porter.registry.hookspecs import hookimpl
+from porter.shims import model_imports
+
+# before anything imports diffusers' models: each imported when it is asked for, and
+# with real tensors (porter/shims/model_imports.py)
+model_imports.install()
 
 if TYPE_CHECKING:
     from porter.api import Port

@@ -25,21 +25,12 @@ if TYPE_CHECKING:
 # model_index.json names the library of each component; only these are imported.
 LIBRARIES = ("diffusers", "transformers")
 
-# The model packages a build may import. A module imported for the first time under
-# torch.device("meta") makes its module-level tensors there, for the rest of the
-# process: diffusers' Cosmos VAE keeps its wavelets in one, so a tiny plan or validate
-# (whose Wan imports load every diffusers autoencoder) left a later real load of a
-# Cosmos VAE with wavelets that have no values. Imported first, they are real.
-MODEL_PACKAGES = ("diffusers.models.autoencoders", "diffusers.models.transformers",
-                  "diffusers.models.unets", "diffusers.models.controlnets")
-
-
 @contextlib.contextmanager
 def meta_device():
-    """torch.device("meta") for the modules built inside, with the model packages
-    imported before it (see MODEL_PACKAGES)."""
-    for package in MODEL_PACKAGES:
-        importlib.import_module(package)
+    """torch.device("meta") for the modules built inside. A diffusers model module first
+    imported inside still makes its module-level tensors real (``porter.shims.
+    model_imports``, which ``import porter`` installs): a later real load in the same
+    process finds their values."""
     with torch.device("meta"):
         yield
 

@@ -1,0 +1,109 @@
+"""diffusers' model packages import a model when it is asked for, and every model module
+is imported with real tensors.
+
+``diffusers.models.transformers``, ``.autoencoders``, ``.unets`` and ``.controlnets``
+import every model they hold when they are first imported (some 150 modules, a second
+or more: a Wan run paid for HunyuanVideo's, Cosmos', the UNets'), though a run uses
+two or three. Once ``install``ed (``import porter`` does), those packages import nothing
+up front: a name asked of one (``from diffusers.models.autoencoders import
+AutoencoderKLWan``, diffusers' own lazy top-level names, an attribute) imports the one
+module that defines it, as the package's ``__init__`` says (read, not run), and a
+submodule's name its submodule.
+
+A module imported for the first time under ``torch.device("meta")`` (a checked or
+abstract build) would make its module-level tensors there for the rest of the process
+(diffusers' Cosmos VAE keeps its wavelets in one), and a later real load would find
+them without values: every module of ``diffusers.models`` is executed with the CPU as
+torch's default device, whatever device is current around the import.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+
+ROOT = "diffusers.models."
+
+#: the packages whose ``__init__`` imports every model they hold
+PACKAGES = frozenset(ROOT + name for name in ("transformers", "autoencoders", "unets",
+                                              "controlnets"))
+
+
+def install() -> None:
+    """The finder first on ``sys.meta_path``, once. Modules imported before keep what
+    they are (an eager package stays eager)."""
+    if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+
+
+def defined_names(source: str) -> dict[str, str]:
+    """A package ``__init__``'s names -> the submodule each comes from, for every
+    ``from .module import name`` in it (under any condition: those it guards import
+    what they need themselves)."""
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            for alias in node.names:
+                if alias.name != "*":
+                    found[alias.asname or alias.name] = node.module
+    return found
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if not fullname.startswith(ROOT):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None  # not a file on the path (another finder's): left to it
+        kind = _LazyPackage if fullname in PACKAGES else _RealTensors
+        spec.loader = kind(spec.loader)
+        return spec
+
+
+class _Wrapped(importlib.abc.Loader):
+    """A loader standing in for ``real``: what it does not do itself, ``real`` does
+    (its source, its resources)."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def create_module(self, spec):
+        return self.real.create_module(spec)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+class _RealTensors(_Wrapped):
+    def exec_module(self, module):
+        import torch
+
+        with torch.device("cpu"):
+            self.real.exec_module(module)
+
+
+class _LazyPackage(_Wrapped):
+    def exec_module(self, module):
+        names = defined_names(self.real.get_source(module.__name__))
+        package = module.__name__
+
+        def __getattr__(name):
+            if name in names:
+                value = getattr(importlib.import_module(f".{names[name]}", package), name)
+            else:
+                try:  # a submodule asked for as an attribute, as the eager package had it
+                    value = importlib.import_module(f".{name}", package)
+                except ModuleNotFoundError as error:
+                    if error.name != f"{package}.{name}":
+                        raise
+                    raise AttributeError(
+                        f"module {package!r} has no attribute {name!r}") from None
+            setattr(module, name, value)
+            return value
+
+        module.__getattr__ = __getattr__
+        module.__dir__ = lambda: sorted({*vars(module), *names})
