@@ -34,6 +34,7 @@ from torch.utils import _pytree as pytree
 from porter.aot.programs import Program, described, unique
 from porter import loading
 from porter.errors import UsageError
+from porter.families.base import takes_frames
 from porter.loading import published
 from porter.recipe.sources import source_kind
 from porter.shims.attributes import replaced
@@ -91,10 +92,7 @@ def _generated(family, pipe, recipe):
     """The family's call of the pipeline as a run with a stream makes it: frames taken
     as they come (``output.stream``), so that a pipeline that finishes its chunks is
     decoded chunk by chunk here too (``porter.families.chunked``)."""
-    import inspect
-
-    if recipe.output.video and recipe.output.stream \
-            and "on_frames" in inspect.signature(family.generate).parameters:
+    if recipe.output.video and recipe.output.stream and takes_frames(family):
         return family.generate(pipe, recipe, on_frames=lambda frames: None)
     return family.generate(pipe, recipe)
 

@@ -48,6 +48,14 @@ def decoded_frames(pipe, video):
                                                            output_type="np")[0])
 
 
+def takes_frames(family) -> bool:
+    """Does ``family.generate`` take ``on_frames`` (a plugin's written before it did
+    hands its frames over at its end)?"""
+    import inspect
+
+    return "on_frames" in inspect.signature(family.generate).parameters
+
+
 class Handover:
     """Frames handed on (``on_frames``, uint8 chunks in order) as a pipeline decodes
     them, each chunk's last ``hold`` frames kept back until the next one comes (what

@@ -142,6 +142,9 @@ class _Finished:
         self.pixels: list = []  # their pixels, on the device, in order
         self.off = False  # a video this cannot stream: the VAE's own decode at the end
         self.begun = False  # the pixels the video begins with, handed on
+        # the dtype the pipeline brings its decoded pixels to before it joins them to
+        # those it began with (video-to-video: float32), so the frames shown are its
+        self.pixel_dtype = None
 
     @contextlib.contextmanager
     def watching(self, finishing: Finishing):
@@ -162,7 +165,7 @@ class _Finished:
     def begin(self, pixels) -> None:
         """The pixels the video begins with (the pipeline's input), handed on first;
         a batch is the pipeline's own, as its latents are."""
-        self.begun = True
+        self.begun, self.pixel_dtype = True, pixels.dtype
         if pixels.shape[0] == 1 and not self.off:
             self.handover.add(_frames(self.pipe, pixels))
 
@@ -194,7 +197,8 @@ class _Finished:
         self.latents.append(z)
         for out in one_ahead(self.frames(z)):
             self.pixels.append(out)
-            self.handover.add(_frames(self.pipe, out))
+            shown = out if self.pixel_dtype is None else out.to(self.pixel_dtype)
+            self.handover.add(_frames(self.pipe, shown))
 
     def answered(self, z, return_dict: bool = True, **kwargs):
         """The pipeline's final decode of its whole video (``z``: the VAE's scale): the

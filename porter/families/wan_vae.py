@@ -69,9 +69,11 @@ class FrameByFrame:
         self.cache = empty_cache(vae)
         self.count = 0  # latent frames decoded so far
         # a port's VAE takes JAX tensors; an abstract one (porter compile's run of the
-        # pipeline on shapes alone) meta tensors
+        # pipeline on shapes alone) meta tensors. (A torchax tensor says is_meta too:
+        # it is a wrapper made on the meta device; its device type says jax.)
         weight = next(unwrapped(vae).parameters(), None)
-        self.device = "meta" if weight is not None and weight.is_meta else "jax"
+        self.device = "meta" if weight is not None and weight.device.type == "meta" \
+            else "jax"
         # as ``porter.transforms.jit.method`` asks, which the families may not import
         compiled = getattr(vae, "decode_chunk", None)
         self.step = compiled if callable(compiled) else functools.partial(decode_chunk, vae)

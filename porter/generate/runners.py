@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from porter.errors import Interrupted, UsageError
+from porter.families.base import takes_frames
 from porter.generate import stages, streaming
 from porter.generate.call import Call, Outcome, Resumed
 from porter.rundir import artifacts, audio, outputs, record, results
@@ -149,7 +150,7 @@ class PipelineLoop:
         # the frames go on as the pipeline hands them over (chunk by chunk where it
         # decodes so, else at its end), where anything takes them
         with port.runtime.env, streaming.stream(call) as on_frames:
-            if streaming.wanted(call) and _hands_over(port.family):
+            if streaming.wanted(call) and takes_frames(port.family):
                 made = port.family.generate(port.pipe, call.recipe, on_frames=on_frames)
             else:
                 made = port.family.generate(port.pipe, call.recipe)
@@ -162,14 +163,6 @@ class PipelineLoop:
             call.schedule = scheduling.describe(scheduler, scheduler.timesteps)
         call.history.append(record.segment(port.runtime, "generate"))
         return (to_host(made.latents) if made.latents is not None else None), made.frames
-
-
-def _hands_over(family: ModelFamily) -> bool:
-    """Does the family's ``generate`` take ``on_frames`` (a plugin's written before it
-    did hands its frames over at its end)?"""
-    import inspect
-
-    return "on_frames" in inspect.signature(family.generate).parameters
 
 
 def _sound(pipe, recipe: Recipe, waveform, given_rate) -> audio.Audio | None:

@@ -13,8 +13,12 @@ submodule's name its submodule.
 A module imported for the first time under ``torch.device("meta")`` (a checked or
 abstract build) would make its module-level tensors there for the rest of the process
 (diffusers' Cosmos VAE keeps its wavelets in one), and a later real load would find
-them without values: every module of ``diffusers.models`` is executed with the CPU as
-torch's default device, whatever device is current around the import.
+them without values: every module of diffusers is executed with the CPU as torch's
+default device, whatever device is current around the import.
+
+The finder asks the finders after it where a module is (another import hook, an
+editable install, a zip) and wraps what they find; a package with no source to read
+(compiled files alone) runs its own ``__init__``.
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ import importlib.abc
 import importlib.machinery
 import sys
 
-ROOT = "diffusers.models."
+ROOT = "diffusers."
 
 #: the packages whose ``__init__`` imports every model they hold
-PACKAGES = frozenset(ROOT + name for name in ("transformers", "autoencoders", "unets",
-                                              "controlnets"))
+PACKAGES = frozenset(f"{ROOT}models.{name}" for name in ("transformers", "autoencoders",
+                                                         "unets", "controlnets"))
 
 
 def install() -> None:
@@ -39,16 +43,16 @@ def install() -> None:
         sys.meta_path.insert(0, _Finder())
 
 
-def defined_names(source: str) -> dict[str, str]:
-    """A package ``__init__``'s names -> the submodule each comes from, for every
-    ``from .module import name`` in it (under any condition: those it guards import
-    what they need themselves)."""
+def defined_names(source: str) -> dict[str, tuple[str, str]]:
+    """A package ``__init__``'s names -> (the submodule, the name there) each comes
+    from, for every ``from .module import name [as alias]`` in it (under any
+    condition: those it guards import what they need themselves)."""
     found = {}
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
             for alias in node.names:
                 if alias.name != "*":
-                    found[alias.asname or alias.name] = node.module
+                    found[alias.asname or alias.name] = (node.module, alias.name)
     return found
 
 
@@ -56,12 +60,24 @@ class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
         if not fullname.startswith(ROOT):
             return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None  # not a file on the path (another finder's): left to it
+        spec = _found_after(self, fullname, path, target)
+        if spec is None or spec.loader is None or isinstance(spec.loader, _Wrapped):
+            return spec  # nowhere, a namespace package, or wrapped already
         kind = _LazyPackage if fullname in PACKAGES else _RealTensors
         spec.loader = kind(spec.loader)
         return spec
+
+
+def _found_after(finder, fullname, path, target):
+    """The spec the finders after ``finder`` on ``sys.meta_path`` find."""
+    finders = sys.meta_path
+    after = finders[finders.index(finder) + 1:] if finder in finders else finders
+    for other in after:
+        find = getattr(other, "find_spec", None)
+        spec = find(fullname, path, target) if find is not None else None
+        if spec is not None:
+            return spec
+    return None
 
 
 class _Wrapped(importlib.abc.Loader):
@@ -75,6 +91,8 @@ class _Wrapped(importlib.abc.Loader):
         return self.real.create_module(spec)
 
     def __getattr__(self, name):
+        if name == "real":  # not set yet (a copy being made): no loader to ask
+            raise AttributeError(name)
         return getattr(self.real, name)
 
 
@@ -86,14 +104,19 @@ class _RealTensors(_Wrapped):
             self.real.exec_module(module)
 
 
-class _LazyPackage(_Wrapped):
+class _LazyPackage(_RealTensors):
     def exec_module(self, module):
-        names = defined_names(self.real.get_source(module.__name__))
+        getter = getattr(self.real, "get_source", None)
+        source = getter(module.__name__) if getter is not None else None
+        if source is None:  # nothing to read: the package as it is written
+            return super().exec_module(module)
+        names = defined_names(source)
         package = module.__name__
 
         def __getattr__(name):
             if name in names:
-                value = getattr(importlib.import_module(f".{names[name]}", package), name)
+                submodule, defined = names[name]
+                value = getattr(importlib.import_module(f".{submodule}", package), defined)
             else:
                 try:  # a submodule asked for as an attribute, as the eager package had it
                     value = importlib.import_module(f".{name}", package)

@@ -87,4 +87,5 @@ def test_a_packages_names_come_from_its_init_unrun():
               "    from .transformer_2d import Transformer2DModel as Alias\n"
               "from .dummies import *\n")
     assert model_imports.defined_names(source) == {
-        "WanTransformer3DModel": "transformer_wan", "Alias": "transformer_2d"}
+        "WanTransformer3DModel": ("transformer_wan", "WanTransformer3DModel"),
+        "Alias": ("transformer_2d", "Transformer2DModel")}
