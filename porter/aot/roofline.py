@@ -156,6 +156,9 @@ def video(rows: list[dict], steps: int, step_bound: dict | None,
     # the video's frames as its pipeline made them (a dry run's: Helios makes whole
     # chunks and trims), else the recipe's
     frames = next((row["frames"] for row in decodes if row.get("frames")), frames)
+    # a pipeline that decodes chunk by chunk where it can but decoded once here (a
+    # size its VAE tiles, a batch) streams as one decode does
+    chunked = chunked and sum(row["calls"] or 0 for row in decodes) > 1
     found = {"bound_s": sum(seconds.values()), "steps": steps, "frames": frames,
              "chunked": chunked,
              "stages_s": {stage: seconds[stage] for stage in STAGES if stage in seconds},

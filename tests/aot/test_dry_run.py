@@ -3,6 +3,8 @@ running the pipeline's own call on abstract components (``porter.aot.dry_run``).
 it finds is what a real run of the same recipe calls: component, method, every input's
 shape and dtype, the static arguments, how many calls."""
 
+import json
+
 import pytest
 
 import porter
@@ -18,6 +20,8 @@ from models.minimax_h3 import build_minimax_h3_pipeline
 from models.skyreels_v2_df import build_skyreels_v2_df_pipeline
 from models.wan_animate2 import build_wan_animate2_pipeline
 from models.wan_t2v import build_wan_t2v_pipeline
+from support.aot import needs_libtpu
+from support.processes import user_porter
 
 LTX = """\
 model: {{family: generic, source: {source}, pipeline: LTXPipeline}}
@@ -160,3 +164,31 @@ def test_small_integers_keep_their_values_through_the_meta_run():
         with pytest.raises(RuntimeError):  # data, not sizes: no value on the meta device
             torch.empty(3, device="meta").sum().item()
     assert host.tolist() == [[2, 3, 4]]
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_diffusion_forcing_is_bounded_as_its_stream_decodes_it(tmp_path):
+    """SkyReels-V2's diffusion forcing decodes each window's finished latent frames
+    where the run streams: compiled so, one program a latent frame until the VAE's
+    cache settles, the same programs for a longer video; without the stream, whole."""
+    build_skyreels_v2_df_pipeline().save_pretrained(tmp_path / "df")
+    (tmp_path / "r.yaml").write_text(SKYREELS_DF.format(source=tmp_path / "df"))
+
+    def compiled(*overrides):
+        done = user_porter("compile", str(tmp_path / "r.yaml"), "--target", "v6e-1",
+                           "--json", *overrides)
+        assert done.returncode == 0, done.stderr[-2000:]
+        report = json.loads(done.stdout)
+        return [(r["program"], r["calls"]) for r in report["programs"]], report["video"]
+
+    short, video = compiled("generate.frames=17")
+    assert short == [("transformer.forward", 12), ("vae.decode_chunk", 1),
+                     ("vae.decode_chunk", 1), ("vae.decode_chunk", 3)]
+    assert video["chunked"] and video["stream"]["chunks"] == 5  # a latent frame each
+    long, video = compiled("generate.frames=25")
+    assert [name for name, _ in long] == [name for name, _ in short]
+    assert long[-1] == ("vae.decode_chunk", 5) and video["stream"]["chunks"] == 7
+    whole, video = compiled("generate.frames=17", "output.stream=false")
+    assert whole == [("transformer.forward", 12), ("vae.decode", 1)]
+    assert not video["chunked"]

@@ -96,6 +96,11 @@ def test_a_whole_videos_bound_counts_each_stage_and_says_what_it_leaves_out():
                                  "frames_per_second": pytest.approx(129 / 4 / 1.5),
                                  "chunks": 4, "first_chunk_s": pytest.approx(2.5),
                                  "chunk_s": pytest.approx(1.5)}
+    # a pipeline that decodes chunk by chunk where it can, decoded once (its VAE tiles
+    # the size): a whole decode's stream
+    once = roofline.video(calls[:2] + [{**row("decode", 1, 0.5), "frames": 129}], None,
+                          step, frames=132, chunked=True)
+    assert not once["chunked"] and "chunks" not in once["stream"]
     # where the order is not known: equal shares
     even = roofline.video(calls[:1] + [row("denoise", 10, 0.5)] + calls[2:], None, step,
                           frames=132, chunked=True)
@@ -362,37 +367,3 @@ def test_an_autoregressive_pipeline_is_bounded_chunk_by_chunk(tmp_path):
     made = whole["stages_s"]["denoise"] + whole["stages_s"]["decode"]
     assert stream["first_chunk_s"] == pytest.approx(made / 4)  # here the chunks are equal
     assert stream["frames_per_second"] == pytest.approx(17 / made)
-
-
-@needs_libtpu
-@pytest.mark.slow
-def test_diffusion_forcing_is_bounded_as_its_stream_decodes_it(tmp_path):
-    """SkyReels-V2's diffusion forcing decodes each window's finished latent frames
-    where the run streams: compiled so, one program a latent frame until the VAE's
-    cache settles, the same programs for a longer video; without the stream, whole."""
-    from models.skyreels_v2_df import build_skyreels_v2_df_pipeline
-
-    build_skyreels_v2_df_pipeline().save_pretrained(tmp_path / "df")
-    (tmp_path / "r.yaml").write_text(
-        f"model: {{family: generic, source: {tmp_path / 'df'},\n"
-        "        pipeline: SkyReelsV2DiffusionForcingPipeline}\n"
-        "generate: {prompt: a cat, height: 16, width: 16, steps: 2, guidance_scale: 6.0,\n"
-        "           max_sequence_length: 16, extra: {base_num_frames: 9, overlap_history: 5}}\n")
-
-    def compiled(*overrides):
-        done = user_porter("compile", str(tmp_path / "r.yaml"), "--target", "v6e-1",
-                           "--json", *overrides)
-        assert done.returncode == 0, done.stderr[-2000:]
-        report = json.loads(done.stdout)
-        return [(r["program"], r["calls"]) for r in report["programs"]], report["video"]
-
-    short, video = compiled("generate.frames=17")
-    assert short == [("transformer.forward", 12), ("vae.decode_chunk", 1),
-                     ("vae.decode_chunk", 1), ("vae.decode_chunk", 3)]
-    assert video["chunked"] and video["stream"]["chunks"] == 5  # a latent frame each
-    long, video = compiled("generate.frames=25")
-    assert [name for name, _ in long] == [name for name, _ in short]
-    assert long[-1] == ("vae.decode_chunk", 5) and video["stream"]["chunks"] == 7
-    whole, video = compiled("generate.frames=17", "output.stream=false")
-    assert whole == [("transformer.forward", 12), ("vae.decode", 1)]
-    assert not video["chunked"]
