@@ -92,7 +92,7 @@ def _generated(family, pipe, recipe):
     """The family's call of the pipeline as a run with a stream makes it: frames taken
     as they come (``output.stream``), so that a pipeline that finishes its chunks is
     decoded chunk by chunk here too (``porter.families.chunked``)."""
-    if recipe.output.video and recipe.output.stream and takes_frames(family):
+    if recipe.output.streams and takes_frames(family):
         return family.generate(pipe, recipe, on_frames=lambda frames: None)
     return family.generate(pipe, recipe)
 

@@ -218,9 +218,8 @@ class GenericFamily(ModelFamily):
         cls = self.concrete_class(recipe)  # the recipe's, or the checkpoint's index's
         # a pipeline that finishes its chunks is decoded chunk by chunk where the run
         # takes its frames as they come (its stream), else whole at its end
-        streams = recipe.output.video and recipe.output.stream
-        return cls is not None and (chunked.decodes_chunks(cls)
-                                    or (streams and chunked.finishes_chunks(cls)))
+        return cls is not None and (chunked.decodes_chunks(cls) or (
+            recipe.output.streams and chunked.finishes_chunks(cls)))
 
     def call_kwargs(self, recipe: Recipe, cls) -> dict:
         """Keyword arguments of the pipeline call (``porter.recipe.call_args``); families

@@ -28,7 +28,7 @@ def wanted(call: Call) -> bool:
     answer on every process of a multi-process run (the decode's programs must be the
     same on all), though process 0 alone writes the file."""
     output = call.recipe.output
-    return (call.directory is not None and output.video and output.stream) or \
+    return (call.directory is not None and output.streams) or \
         call.on_frames is not None
 
 

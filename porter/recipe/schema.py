@@ -408,6 +408,11 @@ class OutputSection(Section):
                                "map fitted to the VAE once (no decode a step); 0: never "
                                "(porter serve's jobs: serve.preview_every)")
 
+    @property
+    def streams(self) -> bool:
+        """Does a run write its frames as they are decoded (a video, and its stream)?"""
+        return self.video and self.stream
+
 
 class ServeSection(Section):
     warmup: list[dict[str, Any]] = Field(
