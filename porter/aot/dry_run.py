@@ -42,6 +42,8 @@ from porter.transforms import patches
 
 if TYPE_CHECKING:
     from porter.aot.port import AbstractPort
+    from porter.families.base import ModelFamily
+    from porter.recipe import Recipe
 
 #: the methods a pipeline calls on its components, answered wherever a module has them
 #: (a VAE's encode runs in the dry run though only its decode is compiled)
@@ -88,7 +90,7 @@ def programs(port: AbstractPort) -> list[Program]:
     return found
 
 
-def _generated(family, pipe, recipe):
+def _generated(family: ModelFamily, pipe, recipe: Recipe):
     """The family's call of the pipeline as a run with a stream makes it: frames taken
     as they come (``output.stream``), so that a pipeline that finishes its chunks is
     decoded chunk by chunk here too (``porter.families.chunked``)."""
