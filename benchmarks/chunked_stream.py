@@ -24,8 +24,6 @@ benchmarks/results/chunked-stream-tpu.json.
 import argparse
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -81,25 +79,11 @@ def layout(folder: Path) -> Path:
 def on_targets(targets: list[str], work: Path) -> None:
     """SkyReels-V2 DF 14B's stream bounded on each target by `porter compile`."""
     folder = layout(work / "SkyReels-V2-DF-14B-540P")
-    out = ROOT / "benchmarks" / "results" / "chunked-stream-tpu.json"
-    rows = [row for row in (json.loads(out.read_text()) if out.exists() else [])
-            if row["target"] not in targets]  # other targets' rows kept
-    for target in targets:
-        done = subprocess.run(
-            [sys.executable, "-m", "porter.cli", "compile",
-             str(ROOT / "recipes" / "skyreels-v2-df-14b.yaml"), "--target", target, "--json",
-             f"model.source={folder}", f"generate.frames={LONG['frames']}",
-             f"generate.extra={json.dumps(LONG['extra'])}"],
-            capture_output=True, text=True)
-        if not done.stdout.strip().startswith("{"):
-            rows.append({"target": target, "error": done.stderr.strip()[-2000:]})
-            save(out, rows)
-            continue
-        report = json.loads(done.stdout)
-        video = report["video"] or {}
-        rows.append({
+
+    def row(target, report, video):
+        return {
             "target": target, "model": "SkyReels-V2 DF 14B (weightless layout)",
-            "size": "960x544", **LONG, "steps": report.get("video", {}).get("steps"),
+            "size": "960x544", **LONG, "steps": video.get("steps"),
             "programs": [{key: row.get(key) for key in (
                 "program", "stage", "calls", "first_chunk", "call_bound_s", "fits",
                 "flops", "bytes_accessed", "peak_bytes_per_chip")}
@@ -107,9 +91,13 @@ def on_targets(targets: list[str], work: Path) -> None:
             "not_compiled": report["not_compiled"], "stages_s": video.get("stages_s"),
             "video_bound_s": video.get("bound_s"), "video_frames": video.get("frames"),
             "missing": video.get("missing"), "stream": video.get("stream"),
-            "verdict": report["verdict"]["message"], "compile_s": report["compile_s"]})
-        print(json.dumps(rows[-1], indent=1), flush=True)
-        save(out, rows)
+            "verdict": report["verdict"]["message"], "compile_s": report["compile_s"]}
+
+    stream_runs.compiled_on(
+        targets, ROOT / "benchmarks" / "results" / "chunked-stream-tpu.json",
+        [str(ROOT / "recipes" / "skyreels-v2-df-14b.yaml"), f"model.source={folder}",
+         f"generate.frames={LONG['frames']}", f"generate.extra={json.dumps(LONG['extra'])}"],
+        row)
 
 
 def main():

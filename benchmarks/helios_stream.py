@@ -26,8 +26,6 @@ with Helios's call. Results: benchmarks/results/helios-stream-tpu.json.
 import argparse
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -118,29 +116,20 @@ def main():
     if args.cpu:
         return on_cpu(args.frames, work)
     path = recipe(layout(work / "Helios-Distilled"), args.frames)
-    out = ROOT / "benchmarks" / "results" / "helios-stream-tpu.json"
-    targets = args.targets.split(",")
-    rows = [row for row in (json.loads(out.read_text()) if out.exists() else [])
-            if row["target"] not in targets]  # other targets' rows kept
-    for target in targets:
-        done = subprocess.run([sys.executable, "-m", "porter.cli", "compile", str(path),
-                               "--target", target, "--json"], capture_output=True, text=True)
-        if done.returncode != 0 and not done.stdout.strip().startswith("{"):
-            rows.append({"target": target, "error": done.stderr.strip()[-2000:]})
-            save(out, rows)
-            continue
-        report = json.loads(done.stdout)
-        video = report["video"] or {}
-        rows.append({
+
+    def row(target, report, video):
+        return {
             "target": target, "size": "640x384", "frames": args.frames, **CALL,
             "programs": [_program(row, report["target"]) for row in report["programs"]],
             "not_compiled": report["not_compiled"], "weights_per_chip": report[
                 "weights_per_chip"]["total"], "stages_s": video.get("stages_s"),
             "video_bound_s": video.get("bound_s"), "video_frames": video.get("frames"),
             "missing": video.get("missing"),
-            "stream": video.get("stream"), "compile_s": report["compile_s"]})
-        print(json.dumps(rows[-1], indent=1), flush=True)
-        save(out, rows)
+            "stream": video.get("stream"), "compile_s": report["compile_s"]}
+
+    stream_runs.compiled_on(args.targets.split(","),
+                            ROOT / "benchmarks" / "results" / "helios-stream-tpu.json",
+                            [str(path)], row)
 
 
 if __name__ == "__main__":

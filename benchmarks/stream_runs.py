@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from results_io import save
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -45,3 +47,21 @@ def cold_and_warm(path: Path, work: Path, about: dict, *overrides: str) -> list[
                                  / max(stream["chunks"] - 1, 1), 3)})
         print(json.dumps(rows[-1], indent=1), flush=True)
     return rows
+
+
+def compiled_on(targets: list[str], out: Path, argv: list[str], row_of) -> None:
+    """``porter compile ARGV --target T --json`` for each target, each report made a row
+    by ``row_of(target, report, video)`` (its video bound, {} where none) or an error
+    row, saved to ``out`` as it comes; the rows of other targets already there kept."""
+    rows = [row for row in (json.loads(out.read_text()) if out.exists() else [])
+            if row["target"] not in targets]
+    for target in targets:
+        done = subprocess.run([sys.executable, "-m", "porter.cli", "compile", *argv,
+                               "--target", target, "--json"], capture_output=True, text=True)
+        if not done.stdout.strip().startswith("{"):
+            rows.append({"target": target, "error": done.stderr.strip()[-2000:]})
+        else:
+            report = json.loads(done.stdout)
+            rows.append(row_of(target, report, report["video"] or {}))
+            print(json.dumps(rows[-1], indent=1), flush=True)
+        save(out, rows)
