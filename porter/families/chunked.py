@@ -9,15 +9,15 @@ run as written. Two kinds:
 - ``FINISHES_CHUNKS`` (SkyReels-V2 diffusion forcing, AnyFlow FAR): the pipeline
   finishes a chunk's latents at a call of its own (named here, with where that call's
   arguments hold every latent frame finished so far) and decodes the whole video with
-  Wan's VAE at its end. A video that begins with the pipeline's input (diffusion
-  forcing's video-to-video: the input video's frames, then the new ones) hands those
-  frames on at that call's first time, before any chunk. At that call Porter decodes the frames finished since the last
+  Wan's VAE at its end. At that call Porter decodes the frames finished since the last
   one, latent frame by latent frame with the VAE's causal cache carried
   (``wan_vae.FrameByFrame``), and hands them on; the pipeline's final ``vae.decode``
   is answered with those pixels and the rest's, decoded on from the same cache: the
   whole decode's pixels, each frame decoded once. Final latents that do not begin with
   the frames decoded (a pipeline that changed them after) get the VAE's own decode,
-  with a warning.
+  with a warning. A video that begins with the pipeline's input (diffusion forcing's
+  video-to-video: the input video's frames, then the new ones) hands those frames on
+  at that call's first time, before any chunk.
 """
 
 from __future__ import annotations
