@@ -80,7 +80,7 @@ def test_ltx23_programs_are_found_with_nothing_downloaded():
     assert decode.name == "vae.decode" and decode.args[0].shape == (1, 128, 16, 16, 24)
 
 
-@pytest.mark.slow
+@pytest.mark.extra  # its VAE's decode runs on the meta device op by op: two minutes
 def test_minimax_h3_programs_are_found_with_nothing_downloaded():
     """The modular layout's dry run (its processor the stand-in without torchvision):
     at 1344x768 and 124 frames, 37,296 video tokens, 414 of stereo sound; the schedule
