@@ -68,7 +68,7 @@ def programs(port: AbstractPort) -> list[Program]:
                  if name in compiled}  # compiled methods of the module where it is
     with patches.applied(port.ported.patches), _on_the_host(pipe), _meta_autocast(), \
             _answered(modules, compiled, functions) as calls:
-        made = _generated(port.family, pipe, recipe)
+        made, given = _generated(port.family, pipe, recipe, calls)
     _first_chunk(calls)
     steps = recipe.generate.steps
     found = []
@@ -85,18 +85,27 @@ def programs(port: AbstractPort) -> list[Program]:
             program.per_step = program.calls // steps if program.calls % steps == 0 \
                 else program.calls / steps
         if program.stage == "decode" and made.frames is not None:
-            program.frames = len(made.frames)
+            program.frames = len(made.frames) - given
         found.append(program)
     return found
 
 
-def _generated(family: ModelFamily, pipe, recipe: Recipe):
+def _generated(family: ModelFamily, pipe, recipe: Recipe, calls: list[Program]):
     """The family's call of the pipeline as a run with a stream makes it: frames taken
     as they come (``output.stream``), so that a pipeline that finishes its chunks is
-    decoded chunk by chunk here too (``porter.families.chunked``)."""
-    if recipe.output.streams and takes_frames(family):
-        return family.generate(pipe, recipe, on_frames=lambda frames: None)
-    return family.generate(pipe, recipe)
+    decoded chunk by chunk here too (``porter.families.chunked``). With the frames
+    handed on before any decode call (``calls``, as they are recorded): those the video
+    begins with from the pipeline's input (video-to-video), which no call makes."""
+    if not (recipe.output.streams and takes_frames(family)):
+        return family.generate(pipe, recipe), 0
+    given = 0
+
+    def taken(frames):
+        nonlocal given
+        if not any((call.component, call.method) in DECODE for call in calls):
+            given += len(frames)
+
+    return family.generate(pipe, recipe, on_frames=taken), given
 
 
 def _first_chunk(calls: list[Program]) -> None:

@@ -192,3 +192,35 @@ def test_diffusion_forcing_is_bounded_as_its_stream_decodes_it(tmp_path):
     whole, video = compiled("generate.frames=17", "output.stream=false")
     assert whole == [("transformer.forward", 12), ("vae.decode", 1)]
     assert not video["chunked"]
+
+
+@pytest.mark.slow
+def test_video_to_videos_input_is_not_counted_as_frames_made(tmp_path):
+    """Diffusion forcing's video-to-video hands its input's 7 frames on before any
+    decode call: its decode programs make the 17 frames after them, and the stream's
+    rate counts those alone."""
+    from PIL import Image
+
+    from models.skyreels_v2_df_v2v import build_skyreels_v2_df_v2v_pipeline
+
+    build_skyreels_v2_df_v2v_pipeline().save_pretrained(tmp_path / "v2v")
+    (tmp_path / "video").mkdir()
+    for index in range(7):
+        Image.new("RGB", (16, 16), (index * 30, 0, 0)).save(
+            tmp_path / "video" / f"{index:05d}.png")
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        f"model: {{family: generic, source: {tmp_path / 'v2v'},\n"
+        "        pipeline: SkyReelsV2DiffusionForcingVideoToVideoPipeline}\n"
+        "generate: {prompt: a cat, height: 16, width: 16, frames: 17, steps: 2,\n"
+        f"           guidance_scale: 6.0, max_sequence_length: 16, video: {tmp_path / 'video'},\n"
+        "           extra: {base_num_frames: 5, overlap_history: 3}}\n")
+    found = dry_run.programs(abstract_port.build(recipe.load(path), registry_mod.loaded(),
+                                                 targets.named("v6e-1")))
+    decodes = [p for p in found if p.stage == "decode"]
+    assert len(decodes) > 1 and {p.frames for p in decodes} == {17}
+    # without a stream the pipeline decodes the input's latents with the rest: all 24
+    [whole] = [p for p in dry_run.programs(abstract_port.build(
+        recipe.load(path, ["output.stream=false"]), registry_mod.loaded(),
+        targets.named("v6e-1"))) if p.stage == "decode"]
+    assert whole.frames == 7 + 17
