@@ -180,6 +180,7 @@ def write_lora(path: Path, rank: int = 16, seed: int = 0) -> Path:
     return path
 
 
+@pytest.mark.extra  # two real-size runs; tests/transforms/test_lora.py fuses at tiny size
 def test_wan_1_3b_with_a_lora(wan, wan_reference, tmp_path):
     """A LoRA at the real size, fused as each bfloat16 tensor is read from the saved
     checkpoint, on one device: the latents of plain diffusers' load_lora_weights +
@@ -302,7 +303,9 @@ LATENTS = {"wan": (1, 16, 3, 8, 16), "cogvideox": (1, 3, 16, 8, 16)}
 @pytest.mark.heavy
 @pytest.mark.parametrize("family,recipe_name,dtype", [
     ("wan", "wan1.3b.yaml", "bfloat16"),  # its VAE in float32, as the recipe has it
-    ("cogvideox", "cogvideox-2b.yaml", "float32")])  # VAE and latents in model.dtype
+    # VAE and latents in model.dtype; the split's second family, two minutes alone on the
+    # machine: the extra tier (tests/transforms/test_vae_split.py splits the tiny Wan's)
+    pytest.param("cogvideox", "cogvideox-2b.yaml", "float32", marks=pytest.mark.extra)])
 def test_a_decode_split_over_8_devices_equals_one_device(family, recipe_name, dtype,
                                                           request, tmp_path):
     """The real VAEs of Wan 2.1 and CogVideoX-2b decode the same latents with their
