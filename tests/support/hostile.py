@@ -24,7 +24,8 @@ class Hung(BaseException):
 @contextlib.contextmanager
 def within(seconds: float):
     """Fail (not hang) when the block runs longer than ``seconds``. SIGALRM also
-    interrupts a blocking open() of a FIFO."""
+    interrupts a blocking open() of a FIFO. This timer stands in for pytest-timeout's
+    (the same signal) for the rest of the test."""
     def expire(signum, frame):
         raise Hung(f"still running after {seconds} s")
     previous = signal.signal(signal.SIGALRM, expire)
