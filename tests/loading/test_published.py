@@ -80,6 +80,7 @@ def test_ltx23_programs_are_found_with_nothing_downloaded():
     assert decode.name == "vae.decode" and decode.args[0].shape == (1, 128, 16, 16, 24)
 
 
+@pytest.mark.slow
 @pytest.mark.extra  # its VAE's decode runs on the meta device op by op: two minutes
 def test_minimax_h3_programs_are_found_with_nothing_downloaded():
     """The modular layout's dry run (its processor the stand-in without torchvision):
