@@ -363,9 +363,9 @@ def batch_axis(recipe: Recipe, axes: dict) -> str | None:
 
 def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Problem]:
     """A mesh that splits the tokens (``sp``, ``ring``): beside ``sp`` attention splits
-    the heads over it (another head axis would gather the tokens on every device), the
-    window does not run beside ``ring`` yet, and each transformer has its tokens' rule
-    (the family's ``token_blocks``, or the recipe's own)."""
+    the heads over it (another head axis would gather the tokens on every device), and
+    each transformer has its tokens' rule (the family's ``token_blocks``, or the
+    recipe's own)."""
     axes = token_axes(recipe.mesh)
     if not axes:
         return []
@@ -384,13 +384,6 @@ def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Proble
             hint=f"leave attention.head_axis out (or set it to {SEQUENCE_AXIS}), and split "
                  f"the weights over {head!r} if you keep that axis (or split the tokens "
                  f"over {RING_AXIS!r}, beside which the heads may go over {head!r})"))
-    if recipe.attention.window is not None and RING_AXIS in axes:
-        found.append(recipe.problem(
-            "attention.window", f"the window does not run beside {RING_AXIS!r} yet (its "
-            "tiles would gather the tokens the ring passes round)",
-            hint=f"split the tokens over {SEQUENCE_AXIS!r} instead (attention exchanges "
-                 "them for heads, and each device windows its heads), or leave "
-                 "attention.window out"))
     if family is not None and family.token_blocks is None:
         tokens = axes[0] if len(axes) == 1 else f"[{', '.join(axes)}]"
         for name in family.stepped_transformers:

@@ -178,21 +178,35 @@ def test_pytorchs_cpu_attention_runs_a_window_a_tile_a_call(monkeypatch):
     assert float(jnp.abs(got - expected).max()) <= TOLERANCE
 
 
-@pytest.mark.parametrize("axes,heads,kernel", [
-    ({"dp": 2, "tp": 4}, 4, "gathered"),   # heads split: each device its heads' groups
-    ({"tp": 4}, 3, "sparse"),              # the query tiles split: Porter's loop
+@pytest.mark.parametrize("axes,heads,tokens,split", [
+    ({"dp": 2, "tp": 4}, 4, (), None),   # heads split: each device its heads' groups
+    ({"tp": 4}, 3, (), "tp"),            # the query tiles split: Porter's loop
+    # the tokens round a ring beside heads over tp: each ring device its query tiles
+    ({"ring": 4, "tp": 2}, 2, ("ring",), "ring"),
+    ({"ring": 2, "tp": 4}, 3, ("ring",), ("ring", "tp")),  # and over tp (3 heads)
 ])
-def test_gathered_windows_shard_by_heads(axes, heads, kernel):
-    tiling = window.Tiling((4, 6, 8), (1, 3, 4), (1, 0, 1), 1)
+def test_gathered_windows_shard_by_heads(axes, heads, tokens, split):
+    tiling = window.Tiling((4, 6, 8), (1, 3, 4), (1, 0, 1), 1)  # 16 query tiles
     q, k, v = qkv(2, heads, tiling.tokens)
     m = mesh(**axes)
-    assert window.kernel_for(tiling, BACKENDS["reference"],
-                             window.tile_layout(tiling, q.shape, m, "dp", "tp")) == kernel
+    layout = window.tile_layout(tiling, q.shape, m, "dp", "tp", tokens)
+    assert layout[2] == split
+    assert window.kernel_for(tiling, BACKENDS["reference"], layout) == \
+        ("gathered" if split is None else "sparse")
     expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
-    got = jax.jit(lambda q, k, v: window.attend_windowed(
-        q, k, v, tiling, scale=0.25, mesh=m, data_axis="dp", head_axis="tp",
-        backend=BACKENDS["reference"]))(q, k, v)
+
+    def run(q, k, v):
+        return window.attend_windowed(q, k, v, tiling, scale=0.25, mesh=m, data_axis="dp",
+                                      head_axis="tp", backend=BACKENDS["reference"],
+                                      token_axes=tokens)
+
+    got = jax.jit(run)(q, k, v)
     assert float(jnp.abs(got - expected).max()) <= TOLERANCE
+    if tokens:  # each device windows its own share of the query tiles, not all 16
+        [body] = [e.params["jaxpr"] for e in _equations(jax.make_jaxpr(run)(q, k, v).jaxpr)
+                  if e.primitive.name == "shard_map"]
+        shares = int(np.prod([m.shape[axis] for axis in np.atleast_1d(split)]))
+        assert body.invars[0].aval.shape[2] == tiling.padded // shares
 
 
 @pytest.mark.parametrize("backend,bound", [("fp8-emulated", 0.08), ("int8", 0.03)])

@@ -36,16 +36,17 @@ def split(mesh, shape_q, data_axis, head_axis, token_axes=()) -> int:
     """Into how many shares attention of queries ``shape_q`` is cut across the mesh, as
     ``run`` cuts it where it runs a kernel (not the ring)."""
     batch_axis, heads_axis, seq_axis = layout(mesh, shape_q, data_axis, head_axis)
-    axes = (batch_axis, heads_axis, *_query_tokens(mesh, shape_q[2], token_axes, seq_axis))
-    return max(1, _size(mesh, [axis for axis in axes if axis is not None]))
+    axes = (batch_axis, heads_axis, *query_token_axes(mesh, shape_q[2], token_axes, seq_axis))
+    return max(1, size(mesh, [axis for axis in axes if axis is not None]))
 
 
-def _query_tokens(mesh, length: int, token_axes, seq_axis) -> tuple[str, ...]:
-    """The axes a kernel's queries stay split over by tokens: the ring's (where the
-    tokens divide it), and the head axis where the heads do not divide it."""
+def query_token_axes(mesh, length: int, token_axes, seq_axis) -> tuple[str, ...]:
+    """The axes a kernel's ``length`` queries (tokens, or a window's query tiles) stay
+    split over: the ring's (where they divide it), and the head axis where the heads
+    do not divide it."""
     seq = (seq_axis,) if seq_axis else ()
     ring_axis = tuple(axis for axis in token_axes if axis == sharding.RING_AXIS)
-    return ring_axis + seq if ring_axis and length % _size(mesh, ring_axis + seq) == 0 \
+    return ring_axis + seq if ring_axis and length % size(mesh, ring_axis + seq) == 0 \
         else seq
 
 
@@ -66,8 +67,8 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), **o
     tokens = tokens_held(mesh, batch_axis, token_axes)
     circle = ring_axes(mesh, q, k, keep, token_axes, heads_axis)
     if circle:
-        spec = P(batch_axis, heads_axis, _joined(circle), None)
-        body = partial(ring.attend, axis=circle, size=_size(mesh, circle),
+        spec = P(batch_axis, heads_axis, joined(circle), None)
+        body = partial(ring.attend, axis=circle, size=size(mesh, circle),
                        scale=options["scale"], block_q=options["block_q"],
                        block_kv=options["block_kv"])
         return tokens(jax.shard_map(body, mesh=mesh, in_specs=(spec, spec, spec),
@@ -75,7 +76,7 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), **o
                                         tokens(q), tokens(k), tokens(v)))
     # the queries stay split over the ring's axis, and over the head axis where the
     # heads do not divide it (sequence-parallel: the keys gathered)
-    seq = _joined(_query_tokens(mesh, q.shape[2], token_axes, seq_axis))
+    seq = joined(query_token_axes(mesh, q.shape[2], token_axes, seq_axis))
     if batch_axis is None and heads_axis is None and seq is None:
         return kernel(q, k, v, keep, **options)
     q = tokens(q)
@@ -103,7 +104,7 @@ def ring_axes(mesh, q, k, keep, token_axes, heads_axis) -> tuple[str, ...]:
     call: ``ring``, and ``sp`` where the heads do not go over it (they do not divide
     it). None for cross-attention (its keys are whole), with a mask (the kernel's
     path), or where the tokens do not divide the axes."""
-    if keep is not None or k.shape[2] != q.shape[2] or q.shape[2] % _size(mesh, token_axes):
+    if keep is not None or k.shape[2] != q.shape[2] or q.shape[2] % size(mesh, token_axes):
         return ()
     return tuple(axis for axis in token_axes if axis != heads_axis)
 
@@ -114,12 +115,12 @@ def rings(mesh, q, k, keep, *, data_axis, head_axis, token_axes) -> bool:
     return bool(ring_axes(mesh, q, k, keep, token_axes, heads_axis))
 
 
-def _size(mesh, axes) -> int:
+def size(mesh, axes) -> int:
     sizes = dict(mesh.shape)
     return math.prod(sizes[axis] for axis in axes)
 
 
-def _joined(axes: tuple):
+def joined(axes: tuple):
     """A partition spec's entry for ``axes``: None, one axis, or several."""
     return axes[0] if len(axes) == 1 else (axes or None)
 
@@ -127,7 +128,7 @@ def _joined(axes: tuple):
 def tokens_held(mesh, batch_axis, token_axes):
     """A (batch, heads, sequence, head_dim) array held with its sequence split over
     ``token_axes`` (the identity without any)."""
-    return held(mesh, batch_axis, None, _joined(tuple(token_axes))) if token_axes \
+    return held(mesh, batch_axis, None, joined(tuple(token_axes))) if token_axes \
         else (lambda array: array)
 
 

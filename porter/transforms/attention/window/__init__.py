@@ -56,11 +56,15 @@ def _tilings(grid, tile, reach, global_frames) -> Tiling:
     return Tiling(grid, tile, reach, global_frames)
 
 
-def tile_layout(tiling: Tiling, q_shape, mesh, data_axis, head_axis) -> tuple:
-    """How ``attend_windowed`` splits a call over the mesh (``sharded.layout``'s axes): query
-    tiles, not tokens, are what a device takes whole."""
+def tile_layout(tiling: Tiling, q_shape, mesh, data_axis, head_axis, token_axes=()) -> tuple:
+    """How ``attend_windowed`` splits a call over the mesh (``sharded.layout``'s axes, the
+    last an axis, several or None): query tiles, not tokens, are what a device takes
+    whole. Over a ``ring`` among ``token_axes`` the devices take the query tiles in
+    turn (where they divide), each windowing its own against every key."""
     tiles = (*q_shape[:2], len(tiling.table[0]), q_shape[3])
-    return sharded.layout(mesh, tiles, data_axis, head_axis)
+    batch_axis, heads_axis, seq_axis = sharded.layout(mesh, tiles, data_axis, head_axis)
+    seq = sharded.query_token_axes(mesh, tiles[2], token_axes, seq_axis)
+    return batch_axis, heads_axis, sharded.joined(seq)
 
 
 def kernel_for(tiling: Tiling, backend, axes) -> str:
@@ -99,10 +103,12 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
     divide it), by the kernel ``kernel_for`` picks for ``backend``. ``counted(flops,
     kernel)``, where given, is told what a kernel the compiler cannot see computes on
     each device (``kernel``: "splash" or "gathered"). ``token_axes``: the axes the
-    tokens are split over outside attention (``sp``): the call takes every token of
-    its heads first (an all-to-all where the heads divide the head axis, Ulysses; else
-    a gather), so that the tiles' reordering of the tokens is each device's own, and
-    hands its output back split by tokens."""
+    tokens are split over outside attention (``sp``, ``ring``): the call takes every
+    token of its heads first (an all-to-all where the heads divide the head axis,
+    Ulysses; else a gather, as over ``ring``), so that the tiles' reordering of the
+    tokens is each device's own, and hands its output back split by tokens. Over
+    ``ring`` each device then computes its own share of the query tiles, against
+    every key (``tile_layout``), where the ring would pass the keys round."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
@@ -111,7 +117,7 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
         x = jnp.concatenate([x, jnp.zeros_like(x[:, :, :1])], axis=2)
         return jnp.take(x, jnp.asarray(tiling.order), axis=2)
 
-    axes = tile_layout(tiling, q.shape, mesh, data_axis, head_axis)
+    axes = tile_layout(tiling, q.shape, mesh, data_axis, head_axis, token_axes)
     batch_axis, heads_axis, seq_axis = axes
     if token_axes:  # held split by tokens as they come (else XLA may carry the heads'
         # split back into the projections before, and gather there), then exchanged
@@ -141,8 +147,7 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
         specs = (q_spec, kv_spec, kv_spec, rows, rows, P(None))
     flops = kernel_flops(tiling, q.shape, kernel)
     if counted is not None and flops is not None:
-        shares = math.prod(dict(mesh.shape)[axis] for axis in axes if axis is not None)
-        counted(flops / shares, kernel)
+        counted(flops / sharded.size(mesh, _named(axes)), kernel)
     if axes == (None, None, None):
         out = body(*args)
     else:
@@ -151,3 +156,9 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
     if kernel != "gathered":
         out = jnp.take(out, jnp.asarray(tiling.inverse), axis=2)
     return sharded.tokens_held(mesh, batch_axis, token_axes)(out)
+
+
+def _named(axes) -> tuple[str, ...]:
+    """The mesh axes in a layout's entries (each None, an axis or a tuple of them)."""
+    return tuple(name for entry in axes if entry is not None
+                 for name in (entry if isinstance(entry, tuple) else (entry,)))
