@@ -16,6 +16,11 @@ abstract build) would make its module-level tensors there for the rest of the pr
 them without values: a module of diffusers imported while the meta device is current is
 executed with the CPU as torch's default device.
 
+What diffusers imports up front for a rare path (``DEFERRED``: SciPy's statistics, which
+fourteen schedulers import for their beta sigmas, and with them the model classes'
+single-file loader; its integration, the LMS scheduler's) is executed when first used: the module is there at once, with its
+spec and path, and its code runs at the first name asked of it that it lacks.
+
 The finder asks the finders after it where a module is (another import hook, an
 editable install, a zip) and wraps what they find; a package with no source to read
 (compiled files alone) runs its own ``__init__``.
@@ -29,12 +34,17 @@ import importlib.abc
 import importlib.machinery
 import pkgutil
 import sys
+import threading
 
 ROOT = "diffusers."
 
 #: the packages whose ``__init__`` imports every model they hold
 PACKAGES = frozenset(f"{ROOT}models.{name}" for name in ("transformers", "autoencoders",
                                                          "unets", "controlnets"))
+#: modules executed at their first use, not their import (0.5-1 s for SciPy's
+#: statistics, which a run needs only for a scheduler's beta sigmas, and its
+#: integration, for the LMS scheduler's coefficients)
+DEFERRED = frozenset({"scipy.stats", "scipy.integrate"})
 
 
 def install() -> None:
@@ -59,12 +69,13 @@ def defined_names(source: str) -> dict[str, tuple[str, str]]:
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
-        if not fullname.startswith(ROOT):
+        if not fullname.startswith(ROOT) and fullname not in DEFERRED:
             return None
         spec = _found_after(self, fullname, path, target)
         if spec is None or spec.loader is None or isinstance(spec.loader, _Wrapped):
             return spec  # nowhere, a namespace package, or wrapped already
-        kind = _LazyPackage if fullname in PACKAGES else _RealTensors
+        kind = _Deferred if fullname in DEFERRED \
+            else _LazyPackage if fullname in PACKAGES else _RealTensors
         spec.loader = kind(spec.loader)
         return spec
 
@@ -95,6 +106,25 @@ class _Wrapped(importlib.abc.Loader):
         if name == "real":  # not set yet (a copy being made): no loader to ask
             raise AttributeError(name)
         return getattr(self.real, name)
+
+
+class _Deferred(_Wrapped):
+    """The module's code run at the first name asked of it that it lacks (a module's
+    ``__getattr__``), not at its import. Its spec, name and path are set at once, so
+    a second ``import`` of it runs nothing (``importlib.util.LazyLoader``'s module runs
+    at any attribute, the import system's own look at ``__spec__`` included)."""
+
+    def exec_module(self, module):
+        lock = threading.Lock()
+
+        def __getattr__(name):
+            with lock:  # one thread runs it; another asking meanwhile waits
+                if vars(module).get("__getattr__") is __getattr__:
+                    del module.__getattr__
+                    self.real.exec_module(module)
+            return getattr(module, name)
+
+        module.__getattr__ = __getattr__
 
 
 class _RealTensors(_Wrapped):

@@ -31,6 +31,13 @@ tensors = [t for value in vars(autoencoder_kl_cosmos).values()  # _WAVELETS: a d
            for t in (value.values() if isinstance(value, dict) else [value])
            if isinstance(t, torch.Tensor)]
 found["tensors"], found["meta"] = len(tensors), sum(t.is_meta for t in tensors)
+# SciPy's statistics, imported by every scheduler module, run at their first use
+from diffusers.schedulers import scheduling_unipc_multistep as unipc
+found["statistics run"] = "scipy.stats._stats_py" in sys.modules
+scheduler = unipc.UniPCMultistepScheduler(use_beta_sigmas=True)
+scheduler.set_timesteps(4)  # beta sigmas: scipy.stats.beta
+found["beta sigmas"] = [round(float(s), 3) for s in scheduler.sigmas[:2]]
+found["statistics run after"] = "scipy.stats._stats_py" in sys.modules
 print(json.dumps(found))
 """
 
@@ -52,6 +59,9 @@ def test_a_model_is_imported_when_asked_for_with_real_tensors():
     assert "has no attribute 'NoSuchModel'" in found["missing"]
     # the Cosmos VAE's wavelets, made at its module's import, have values
     assert found["tensors"] > 0 and found["meta"] == 0
+    # SciPy's statistics: imported with the schedulers, run when a scheduler needs them
+    assert not found["statistics run"] and found["statistics run after"]
+    assert found["beta sigmas"] == [157.407, 114.058]
 
 
 VALIDATED = """
