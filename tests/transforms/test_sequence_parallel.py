@@ -56,6 +56,10 @@ def test_validate_refuses_another_head_axis_and_no_token_blocks():
     from porter.transforms import attention
     splash = recipe.load(SP, ["attention.backend=splash", "attention.data_axis=null"])
     assert attention.platform_problems(splash, registry_mod.loaded(), "tpu") == []
+    # round a ring every call runs the kernel on its own share of the queries
+    splash = recipe.load(SP, ["attention.backend=splash", "attention.data_axis=null",
+                              "mesh={dp: 1, ring: 8}"])
+    assert attention.platform_problems(splash, registry_mod.loaded(), "tpu") == []
     generic = registry_mod.loaded().family("generic")
     [problem] = sharding.sequence_problems(recipe.load(SP), generic)
     assert problem.path == "mesh.sp" and "sharding.activations.transformer" in problem.hint

@@ -145,14 +145,16 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend: str
         options["platform"] = settings.platform  # the host is (a TPU target from a CPU)
     axes = dict(data_axis=settings.data_axis, head_axis=settings.head_axis,
                 token_axes=settings.token_axes)
-    if not sharded.rings(settings.mesh, q, k, keep, **axes):  # the ring's, XLA counts
+    # a ring without the backend's kernel is Porter's XLA loop, which XLA counts
+    if chosen.share is not None or not sharded.rings(settings.mesh, q, k, keep, **axes):
         shares = sharded.split(settings.mesh, q.shape, settings.data_axis,
                                settings.head_axis, settings.token_axes)
         # its int8 Q.K^T only where Mosaic runs it (elsewhere, or with a mask, XLA runs
         # it and counts it)
         native = keep is None and settings.platform == "tpu"
         _count(4 * math.prod(q.shape) * k.shape[2] / shares, chosen if native else None)
-    return sharded.run(chosen.kernel, settings.mesh, q, k, v, keep, **axes, **options)
+    return sharded.run(chosen.kernel, settings.mesh, q, k, v, keep, **axes,
+                       share=chosen.share, **options)
 
 
 def _windowed(q, k, v, tiling, chosen, scale, settings: AttentionSettings):
@@ -240,10 +242,13 @@ def platform_problems(recipe: Recipe, registry: Registry, platform: str,
 def _unpartitioned(recipe: Recipe, registry: Registry, platform: str) -> list[Problem]:
     """A Mosaic kernel (splash on a TPU) on a sharded mesh with no axis said for the
     batch or the heads: XLA cannot partition the kernel by itself, and the compile
-    stops there ("Mosaic kernels cannot be automatically partitioned")."""
+    stops there ("Mosaic kernels cannot be automatically partitioned"). Round a
+    ``ring`` every call holds its queries split over it, so each runs the kernel on
+    its own share."""
     section = recipe.attention
     if platform != "tpu" or section.data_axis is not None \
-            or sharding.head_axis(section, recipe.mesh) is not None:
+            or sharding.head_axis(section, recipe.mesh) is not None \
+            or sharding.RING_AXIS in sharding.token_axes(recipe.mesh):
         return []  # elsewhere a Pallas kernel is interpreted: XLA partitions it
     if not any(isinstance(size, int) and size > 1 for size in recipe.mesh.values()):
         return []  # one device, or sizes the devices decide ("auto"): not known here

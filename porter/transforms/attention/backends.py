@@ -37,6 +37,10 @@ class AttentionBackend:
     #: compiled by Mosaic on a TPU: XLA cannot partition the kernel over a mesh by
     #: itself, so a sharded recipe says which axes hold the batch and the heads
     mosaic: bool = False
+    #: ``share(q, k, v, *, scale, block_q, block_kv, platform)`` -> (output in float32,
+    #: each query's log-sum-exp): the kernel on one share of a ring's keys, which the
+    #: ring merges (None: the ring runs Porter's online softmax in XLA)
+    share: Callable | None = None
 
 
 # On CPU, PyTorch's fused attention beats both XLA formulations once the
@@ -54,7 +58,7 @@ BUILTIN = (
                      "block_kv; runs everywhere"),
     AttentionBackend("splash", kernels.splash,
                      "Pallas TPU splash attention (interpret mode off TPU: slow, for tests)",
-                     auto={"tpu": 10}, mosaic=True),
+                     auto={"tpu": 10}, mosaic=True, share=kernels.splash_share),
     AttentionBackend("cudnn", kernels.cudnn,
                      "cuDNN fused attention via jax.nn.dot_product_attention; GPU, "
                      "bfloat16/float16", platforms=("gpu",), auto={"gpu": 10}),

@@ -20,11 +20,14 @@ from porter.transforms.attention import kernels
 
 
 def attend(q, k, v, *, axis: tuple[str, ...], size: int, scale: float, block_q: int,
-           block_kv: int):
+           block_kv: int, share=None):
     """This device's queries ``q`` (batch, heads, tokens, head_dim) against the keys and
     values ``k``, ``v`` of all ``size`` devices on the mesh axes ``axis`` (each holding
     its own share, the same shape), in ring order: this device's share first, then
-    each the next."""
+    each the next. ``share(q, k, v)``, where given, is the backend's kernel on one share
+    (its output and log-sum-exp: ``AttentionBackend.share``), merged share by share."""
+    if share is not None:
+        return _by_kernel(q, k, v, share, axis, size)
     batch, heads, length, dim = q.shape
     block_q, block_kv = _even(length, block_q), _even(k.shape[2], block_kv)
     q_blocks = _blocks(kernels._pad(q, 2, block_q), block_q)
@@ -61,6 +64,29 @@ def attend(q, k, v, *, axis: tuple[str, ...], size: int, scale: float, block_q: 
     out = kernels.online_result(total, acc)  # (query blocks, batch, heads, block, dim)
     out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, -1, dim)
     return out[:, :, :length].astype(q.dtype)
+
+
+def _by_kernel(q, k, v, share, axis: tuple[str, ...], size: int):
+    """Ring attention with a kernel on each share: the shares' outputs merged by their
+    log-sum-exps (each weighted by its share of the whole softmax's total)."""
+    def absorb(state, k_share, v_share):
+        out, total = state
+        part, part_total = share(q, k_share, v_share)
+        merged = jnp.logaddexp(total, part_total)
+        return (out * jnp.exp(total - merged)[..., None]
+                + part * jnp.exp(part_total - merged)[..., None], merged)
+
+    def hop(carry, _):  # passed on while folded in, as in ``attend``
+        state, k_share, v_share = carry
+        passed = _passed(k_share, axis, size), _passed(v_share, axis, size)
+        return (absorb(state, k_share, v_share), *passed), None
+
+    start = share(q, k, v)  # this device's own share first: every total finite
+    if size > 1:
+        passed = _passed(k, axis, size), _passed(v, axis, size)
+        (start, k, v), _ = jax.lax.scan(hop, (start, *passed), None, length=size - 2)
+        start = absorb(start, k, v)
+    return start[0].astype(q.dtype)
 
 
 def _even(length: int, block: int) -> int:

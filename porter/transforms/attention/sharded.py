@@ -50,7 +50,8 @@ def query_token_axes(mesh, length: int, token_axes, seq_axis) -> tuple[str, ...]
         else seq
 
 
-def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), **options):
+def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), share=None,
+        **options):
     """``kernel`` on each device's share of (batch, heads, sequence, head_dim) ``q``,
     ``k``, ``v`` (``layout``). ``token_axes``: the axes the tokens are split over
     outside attention (sequence parallelism, ``sharding.token_axes``): the queries, and
@@ -59,7 +60,8 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), **o
     all-to-all on each side of the kernel (Ulysses) rather than gathering the whole
     sequence on every device; self-attention runs as ring attention over ``ring``, and
     over ``sp`` too where the heads do not divide it (``ring_axes``; no kernel of its
-    own), the heads over ``sp`` beside the ring where they do."""
+    own: Porter's online softmax in XLA, or ``share``, the backend's kernel on one
+    share, where it has one), the heads over ``sp`` beside the ring where they do."""
     import jax
     from jax.sharding import PartitionSpec as P
 
@@ -68,9 +70,12 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), **o
     circle = ring_axes(mesh, q, k, keep, token_axes, heads_axis)
     if circle:
         spec = P(batch_axis, heads_axis, joined(circle), None)
+        if share is not None:
+            share = partial(share, scale=options["scale"], block_q=options["block_q"],
+                            block_kv=options["block_kv"], platform=options.get("platform"))
         body = partial(ring.attend, axis=circle, size=size(mesh, circle),
                        scale=options["scale"], block_q=options["block_q"],
-                       block_kv=options["block_kv"])
+                       block_kv=options["block_kv"], share=share)
         return tokens(jax.shard_map(body, mesh=mesh, in_specs=(spec, spec, spec),
                                     out_specs=spec, check_vma=False)(
                                         tokens(q), tokens(k), tokens(v)))
