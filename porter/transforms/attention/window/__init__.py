@@ -27,7 +27,10 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
+
 from porter.runtime import trace_context
+from porter.transforms import sharding
 from porter.transforms.attention import backends, sharded
 from porter.transforms.attention.window.kernels import (
     gathered,
@@ -60,11 +63,12 @@ def tile_layout(tiling: Tiling, q_shape, mesh, data_axis, head_axis, token_axes=
     """How ``attend_windowed`` splits a call over the mesh (``sharded.layout``'s axes, the
     last an axis, several or None): query tiles, not tokens, are what a device takes
     whole. Over a ``ring`` among ``token_axes`` the devices take the query tiles in
-    turn (where they divide), each windowing its own against every key."""
+    turn, each windowing its own against every key (the tiles padded to a multiple of
+    the devices where they do not divide: ``attend_windowed``)."""
     tiles = (*q_shape[:2], len(tiling.table[0]), q_shape[3])
     batch_axis, heads_axis, seq_axis = sharded.layout(mesh, tiles, data_axis, head_axis)
-    seq = sharded.query_token_axes(mesh, tiles[2], token_axes, seq_axis)
-    return batch_axis, heads_axis, sharded.joined(seq)
+    ring = tuple(axis for axis in token_axes if axis == sharding.RING_AXIS)
+    return batch_axis, heads_axis, sharded.joined(ring + ((seq_axis,) if seq_axis else ()))
 
 
 def kernel_for(tiling: Tiling, backend, axes) -> str:
@@ -113,12 +117,17 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
 
-    def tiled(x):  # a zero row for the padding to take
-        x = jnp.concatenate([x, jnp.zeros_like(x[:, :, :1])], axis=2)
-        return jnp.take(x, jnp.asarray(tiling.order), axis=2)
-
     axes = tile_layout(tiling, q.shape, mesh, data_axis, head_axis, token_axes)
     batch_axis, heads_axis, seq_axis = axes
+    # query tiles split over devices they do not divide: padded with tiles of nothing
+    extra = -len(tiling.table[0]) % sharded.size(mesh, _named((seq_axis,)))
+    order = np.concatenate([tiling.order, np.full(extra * tiling.tile_tokens,
+                                                  tiling.tokens)])
+
+    def tiled(x):  # a zero row for the padding to take
+        x = jnp.concatenate([x, jnp.zeros_like(x[:, :, :1])], axis=2)
+        return jnp.take(x, jnp.asarray(order), axis=2)
+
     if token_axes:  # held split by tokens as they come (else XLA may carry the heads'
         # split back into the projections before, and gather there), then exchanged
         by_tokens = sharded.tokens_held(mesh, batch_axis, token_axes)
@@ -127,7 +136,7 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
     kernel = kernel_for(tiling, backend, axes)
     q_spec = P(batch_axis, heads_axis, seq_axis, None)
     kv_spec = P(batch_axis, heads_axis, None, None)
-    valid = jnp.asarray(tiling.order < tiling.tokens) if kernel != "gathered" else None
+    valid = jnp.asarray(order < tiling.tokens) if kernel != "gathered" else None
     if kernel == "splash":
         body = functools.partial(splash_blocks, tiling=tiling, scale=scale, platform=platform)
         args, specs = (tiled(q), tiled(k), tiled(v), valid), (q_spec, kv_spec, kv_spec,
@@ -140,7 +149,9 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
                                  options=options, scores=backend.materialises)
         args, specs = (q, k, v), (q_spec, kv_spec, kv_spec)
     else:
-        indices, used = (jnp.asarray(a) for a in tiling.table)
+        indices, used = (jnp.asarray(np.concatenate([a, np.zeros((extra, a.shape[1]),
+                                                                 a.dtype)]))
+                         for a in tiling.table)  # the padding's rows see no key
         body = functools.partial(sparse, scale=scale, block=tiling.tile_tokens)
         rows = P(seq_axis, None)
         args = (tiled(q), tiled(k), tiled(v), indices, used, valid)
