@@ -112,16 +112,25 @@ class _Deferred(_Wrapped):
     """The module's code run at the first name asked of it that it lacks (a module's
     ``__getattr__``), not at its import. Its spec, name and path are set at once, so
     a second ``import`` of it runs nothing (``importlib.util.LazyLoader``'s module runs
-    at any attribute, the import system's own look at ``__spec__`` included)."""
+    at any attribute, the import system's own look at ``__spec__`` included). Until
+    then ``dir()`` shows only those."""
 
     def exec_module(self, module):
-        lock = threading.Lock()
+        lock, running = threading.RLock(), []
 
         def __getattr__(name):
             with lock:  # one thread runs it; another asking meanwhile waits
+                if running:  # its own code, asking a name it has not defined yet
+                    raise AttributeError(f"module {module.__name__!r} has no attribute "
+                                         f"{name!r}")
                 if vars(module).get("__getattr__") is __getattr__:
-                    del module.__getattr__
-                    self.real.exec_module(module)
+                    running.append(True)
+                    try:  # a failure leaves this hook, so the next name raises it again
+                        self.real.exec_module(module)
+                    finally:
+                        running.clear()
+                    if vars(module).get("__getattr__") is __getattr__:
+                        del module.__getattr__  # (or the module's own replaced it)
             return getattr(module, name)
 
         module.__getattr__ = __getattr__

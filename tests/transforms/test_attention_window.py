@@ -189,11 +189,10 @@ def test_pytorchs_cpu_attention_runs_a_window_a_tile_a_call(monkeypatch):
 def test_gathered_windows_shard_by_heads(axes, heads, tokens, split):
     tiling = window.Tiling((4, 6, 8), (1, 3, 4), (1, 0, 1), 1)  # 16 query tiles
     q, k, v = qkv(2, heads, tiling.tokens)
-    m = mesh(**axes)
-    layout = window.tile_layout(tiling, q.shape, m, "dp", "tp", tokens)
+    layout = window.tile_layout(tiling, q.shape, m := mesh(**axes), "dp", "tp", tokens)
     assert layout[2] == split
-    assert window.kernel_for(tiling, BACKENDS["reference"], layout) == \
-        ("gathered" if split is None else "sparse")
+    assert window.kernel_for(tiling, BACKENDS["reference"], layout) == ("sparse" if split
+                                                                        else "gathered")
     expected = kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=0.25)
 
     def run(q, k, v):

@@ -146,9 +146,10 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend: str
     axes = dict(data_axis=settings.data_axis, head_axis=settings.head_axis,
                 token_axes=settings.token_axes)
     # a ring without the backend's kernel is Porter's XLA loop, which XLA counts
-    if chosen.share is not None or not sharded.rings(settings.mesh, q, k, keep, **axes):
-        shares = sharded.split(settings.mesh, q.shape, settings.data_axis,
-                               settings.head_axis, settings.token_axes)
+    circle = sharded.ring_split(settings.mesh, q, k, keep, **axes)
+    if chosen.share is not None or not circle:
+        shares = circle or sharded.split(settings.mesh, q.shape, settings.data_axis,
+                                         settings.head_axis, settings.token_axes)
         # its int8 Q.K^T only where Mosaic runs it (elsewhere, or with a mask, XLA runs
         # it and counts it)
         native = keep is None and settings.platform == "tpu"
@@ -243,8 +244,9 @@ def _unpartitioned(recipe: Recipe, registry: Registry, platform: str) -> list[Pr
     """A Mosaic kernel (splash on a TPU) on a sharded mesh with no axis said for the
     batch or the heads: XLA cannot partition the kernel by itself, and the compile
     stops there ("Mosaic kernels cannot be automatically partitioned"). Round a
-    ``ring`` every call holds its queries split over it, so each runs the kernel on
-    its own share."""
+    ``ring`` a call whose queries divide it (the transformer's tokens: validate checks
+    them) runs the kernel on each device's share; one whose queries do not (another
+    component's attention through the recipe's backend) is not caught here."""
     section = recipe.attention
     if platform != "tpu" or section.data_axis is not None \
             or sharding.head_axis(section, recipe.mesh) is not None \

@@ -156,6 +156,31 @@ def splash(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv: in
     Key-padding masks become segment ids (padded and masked keys in segment 0,
     every query in segment 1); any other mask falls back to ``blockwise``.
     """
+    batch, _, q_len, _ = q.shape
+    padding = key_padding(keep, batch, k.shape[2])
+    if padding is None:
+        return blockwise(q, k, v, keep, scale=scale, block_q=block_q, block_kv=block_kv)
+    out = _splash_call(q, k, v, padding, scale, block_q, block_kv, platform)
+    # a query whose keys are all masked: splash leaves garbage, reference gives zeros
+    any_kept = jnp.any(padding, axis=1)[:, None, None, None]
+    return jnp.where(any_kept, out[:, :, :q_len], 0).astype(q.dtype)
+
+
+def splash_share(q, k, v, *, scale: float, block_q: int = 512, block_kv: int = 512,
+                 platform: str | None = None):
+    """Splash on one share of a ring's keys and values: the output and each query's
+    log-sum-exp of its scaled scores (the kernel's residual), both float32, which the
+    ring merges shares by (``ring.attend``). No mask: the ring runs unmasked calls."""
+    batch, _, q_len, _ = q.shape
+    keys = jnp.ones((batch, k.shape[2]), bool)
+    out, (logsumexp,) = _splash_call(q, k, v, keys, scale, block_q, block_kv, platform,
+                                     residuals=True)
+    return out[:, :, :q_len].astype(jnp.float32), logsumexp[:, :, :q_len]
+
+
+def _splash_call(q, k, v, padding, scale, block_q, block_kv, platform, residuals=False):
+    """Splash on (B, H, S, D) arrays padded to its blocks, ``padding`` (batch, keys) the
+    keys each query may see; the padded queries' rows are left for the caller to drop."""
     from jax.experimental.pallas.ops.tpu.splash_attention import (
         splash_attention_kernel as kernel_lib,
     )
@@ -165,9 +190,6 @@ def splash(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv: in
 
     batch, heads, q_len, _ = q.shape
     k_len = k.shape[2]
-    padding = key_padding(keep, batch, k_len)
-    if padding is None:
-        return blockwise(q, k, v, keep, scale=scale, block_q=block_q, block_kv=block_kv)
     interpret = (platform or jax.default_backend()) != "tpu"
     # splash wants block multiples of 128 (the TPU lane width)
     block_q = min(block_q, _round_up(q_len, 128))
@@ -184,45 +206,9 @@ def splash(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv: in
         [mask_lib.FullMask((qp.shape[2], kp.shape[2])) for _ in range(heads)])
     sizes = kernel_lib.BlockSizes(block_q=block_q, block_kv=block_kv,
                                   block_kv_compute=block_kv)
-    attend = kernel_lib.make_splash_mha_single_device(mask=mask, block_sizes=sizes,
-                                                      interpret=interpret)
-    out = jax.vmap(attend)(qp, kp, vp, segments)
-    # a query whose keys are all masked: splash leaves garbage, reference gives zeros
-    any_kept = jnp.any(padding, axis=1)[:, None, None, None]
-    return jnp.where(any_kept, out[:, :, :q_len], 0).astype(q.dtype)
-
-
-def splash_share(q, k, v, *, scale: float, block_q: int = 512, block_kv: int = 512,
-                 platform: str | None = None):
-    """Splash on one share of a ring's keys and values: the output (float32) and each
-    query's log-sum-exp of its scaled scores (the kernel's residual), which the ring
-    merges shares by (``ring.attend``). No mask: the ring runs unmasked calls."""
-    from jax.experimental.pallas.ops.tpu.splash_attention import (
-        splash_attention_kernel as kernel_lib,
-    )
-    from jax.experimental.pallas.ops.tpu.splash_attention import (
-        splash_attention_mask as mask_lib,
-    )
-
-    batch, heads, q_len, _ = q.shape
-    k_len = k.shape[2]
-    block_q = min(block_q, _round_up(q_len, 128))
-    block_kv = min(block_kv, _round_up(k_len, 128))
-    wide = jnp.float32 if q.dtype == jnp.float16 else q.dtype  # as in ``splash``
-    qp = _pad((q * jnp.asarray(scale, q.dtype)).astype(wide), 2, block_q)
-    kp, vp = _pad(k.astype(wide), 2, block_kv), _pad(v.astype(wide), 2, block_kv)
-    segments = kernel_lib.SegmentIds(  # padded keys in segment 0, seen by no query
-        q=jnp.ones((batch, qp.shape[2]), jnp.int32),
-        kv=_pad(jnp.ones((batch, k_len), jnp.int32), 1, block_kv))
-    mask = mask_lib.MultiHeadMask(
-        [mask_lib.FullMask((qp.shape[2], kp.shape[2])) for _ in range(heads)])
-    sizes = kernel_lib.BlockSizes(block_q=block_q, block_kv=block_kv,
-                                  block_kv_compute=block_kv)
     attend = kernel_lib.make_splash_mha_single_device(
-        mask=mask, block_sizes=sizes, save_residuals=True,
-        interpret=(platform or jax.default_backend()) != "tpu")
-    out, (logsumexp,) = jax.vmap(attend)(qp, kp, vp, segments)
-    return out[:, :, :q_len].astype(jnp.float32), logsumexp[:, :, :q_len]
+        mask=mask, block_sizes=sizes, save_residuals=residuals, interpret=interpret)
+    return jax.vmap(attend)(qp, kp, vp, segments)
 
 
 def _round_up(n: int, multiple: int) -> int:

@@ -34,7 +34,7 @@ def layout(mesh, shape_q, data_axis, head_axis):
 
 def split(mesh, shape_q, data_axis, head_axis, token_axes=()) -> int:
     """Into how many shares attention of queries ``shape_q`` is cut across the mesh, as
-    ``run`` cuts it where it runs a kernel (not the ring)."""
+    ``run`` cuts it where it runs a kernel outside a ring (``ring_split``: round one)."""
     batch_axis, heads_axis, seq_axis = layout(mesh, shape_q, data_axis, head_axis)
     axes = (batch_axis, heads_axis, *query_token_axes(mesh, shape_q[2], token_axes, seq_axis))
     return max(1, size(mesh, [axis for axis in axes if axis is not None]))
@@ -114,10 +114,12 @@ def ring_axes(mesh, q, k, keep, token_axes, heads_axis) -> tuple[str, ...]:
     return tuple(axis for axis in token_axes if axis != heads_axis)
 
 
-def rings(mesh, q, k, keep, *, data_axis, head_axis, token_axes) -> bool:
-    """Does ``run`` run this call as ring attention (no kernel: XLA sees its work)?"""
-    _, heads_axis, _ = layout(mesh, q.shape, data_axis, head_axis)
-    return bool(ring_axes(mesh, q, k, keep, token_axes, heads_axis))
+def ring_split(mesh, q, k, keep, *, data_axis, head_axis, token_axes) -> int:
+    """Into how many shares ``run`` cuts this call round a ring (the batch, the heads
+    and the ring's devices; the other axes repeat it), 0 where it runs no ring."""
+    batch_axis, heads_axis, _ = layout(mesh, q.shape, data_axis, head_axis)
+    circle = ring_axes(mesh, q, k, keep, token_axes, heads_axis)
+    return size(mesh, [a for a in (batch_axis, heads_axis, *circle) if a]) if circle else 0
 
 
 def size(mesh, axes) -> int:
