@@ -128,11 +128,15 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
         x = jnp.concatenate([x, jnp.zeros_like(x[:, :, :1])], axis=2)
         return jnp.take(x, jnp.asarray(order), axis=2)
 
+    # a ring's devices hold its share of the tokens until each has its heads (in one
+    # step XLA gathered every head of every token on each device: 4 times the bytes)
+    ring_held = sharded.held(mesh, batch_axis, heads_axis, sharded.joined(tuple(
+        axis for axis in token_axes if axis == sharding.RING_AXIS)))
+    every_token = sharded.held(mesh, batch_axis, heads_axis, None)
     if token_axes:  # held split by tokens as they come (else XLA may carry the heads'
         # split back into the projections before, and gather there), then exchanged
         by_tokens = sharded.tokens_held(mesh, batch_axis, token_axes)
-        every_token = sharded.held(mesh, batch_axis, heads_axis, None)
-        q, k, v = (every_token(by_tokens(x)) for x in (q, k, v))
+        q, k, v = (every_token(ring_held(by_tokens(x))) for x in (q, k, v))
     kernel = kernel_for(tiling, backend, axes)
     q_spec = P(batch_axis, heads_axis, seq_axis, None)
     kv_spec = P(batch_axis, heads_axis, None, None)
@@ -164,8 +168,10 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
     else:
         out = jax.shard_map(body, mesh=mesh, check_vma=False, in_specs=specs,
                             out_specs=q_spec)(*args)
-    if kernel != "gathered":
-        out = jnp.take(out, jnp.asarray(tiling.inverse), axis=2)
+    if kernel != "gathered":  # gathered first where split (XLA took each token's row
+        # by an all-reduce of every device's partial take: twice the bytes)
+        out = jnp.take(every_token(out) if seq_axis else out,
+                       jnp.asarray(tiling.inverse), axis=2)
     return sharded.tokens_held(mesh, batch_axis, token_axes)(out)
 
 
