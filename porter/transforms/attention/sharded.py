@@ -45,7 +45,7 @@ def query_token_axes(mesh, length: int, token_axes, seq_axis) -> tuple[str, ...]
     split over: the ring's (where they divide it), and the head axis where the heads
     do not divide it."""
     seq = (seq_axis,) if seq_axis else ()
-    ring_axis = tuple(axis for axis in token_axes if axis == sharding.RING_AXIS)
+    ring_axis = ring_of(token_axes)
     return ring_axis + seq if ring_axis and length % size(mesh, ring_axis + seq) == 0 \
         else seq
 
@@ -120,6 +120,11 @@ def ring_split(mesh, q, k, keep, *, data_axis, head_axis, token_axes) -> int:
     batch_axis, heads_axis, _ = layout(mesh, q.shape, data_axis, head_axis)
     circle = ring_axes(mesh, q, k, keep, token_axes, heads_axis)
     return size(mesh, [a for a in (batch_axis, heads_axis, *circle) if a]) if circle else 0
+
+
+def ring_of(token_axes) -> tuple[str, ...]:
+    """The ``ring`` among the tokens' axes, if it is one of them."""
+    return tuple(axis for axis in token_axes if axis == sharding.RING_AXIS)
 
 
 def size(mesh, axes) -> int:

@@ -30,7 +30,6 @@ import math
 import numpy as np
 
 from porter.runtime import trace_context
-from porter.transforms import sharding
 from porter.transforms.attention import backends, sharded
 from porter.transforms.attention.window.kernels import (
     gathered,
@@ -67,8 +66,8 @@ def tile_layout(tiling: Tiling, q_shape, mesh, data_axis, head_axis, token_axes=
     the devices where they do not divide: ``attend_windowed``)."""
     tiles = (*q_shape[:2], len(tiling.table[0]), q_shape[3])
     batch_axis, heads_axis, seq_axis = sharded.layout(mesh, tiles, data_axis, head_axis)
-    ring = tuple(axis for axis in token_axes if axis == sharding.RING_AXIS)
-    return batch_axis, heads_axis, sharded.joined(ring + ((seq_axis,) if seq_axis else ()))
+    seq = (seq_axis,) if seq_axis else ()
+    return batch_axis, heads_axis, sharded.joined(sharded.ring_of(token_axes) + seq)
 
 
 def kernel_for(tiling: Tiling, backend, axes) -> str:
@@ -130,8 +129,8 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
 
     # a ring's devices hold its share of the tokens until each has its heads (in one
     # step XLA gathered every head of every token on each device: 4 times the bytes)
-    ring_held = sharded.held(mesh, batch_axis, heads_axis, sharded.joined(tuple(
-        axis for axis in token_axes if axis == sharding.RING_AXIS)))
+    ring_held = sharded.held(mesh, batch_axis, heads_axis,
+                             sharded.joined(sharded.ring_of(token_axes)))
     every_token = sharded.held(mesh, batch_axis, heads_axis, None)
     if token_axes:  # held split by tokens as they come (else XLA may carry the heads'
         # split back into the projections before, and gather there), then exchanged
