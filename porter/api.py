@@ -17,22 +17,22 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from porter import registry as registry_mod
 from porter import recipe as recipe_mod
+from porter import registry as registry_mod
 from porter import runtime as runtime_mod
 from porter.errors import RecipeError
 from porter.generate import preview, runners, stages
 from porter.generate.call import Call, Outcome
 from porter.loading import release
-from porter.recipe import Recipe
 from porter.port import active, checks, out_of_memory, passes
-from porter.port.building import Building
+from porter.recipe import Recipe
 from porter.rundir import artifacts, outputs, record, results
 from porter.runtime import distributed, monitor, notices
 from porter.shims import tracing
 from porter.shims.interop import to_device, to_host
 from porter.transforms import Calling
 from porter.transforms import scheduler as scheduling
+from porter.transforms.building import Building
 
 if TYPE_CHECKING:
     from porter.families.base import ModelFamily

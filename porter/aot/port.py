@@ -19,12 +19,12 @@ import torch
 
 from porter.aot import targets
 from porter.port import active, passes
-from porter.port.building import Building, Ported
 from porter.runtime import Runtime, resolve_mesh, xla
 from porter.shims import interop
 from porter.shims.compat import import_torchax
 from porter.transforms import Calling, attention
 from porter.transforms import sharding as shard_transform
+from porter.transforms.building import Building, Ported
 from porter.transforms.jit import scan
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,14 +19,15 @@ from porter.loading import weights as checkpoint_weights
 from porter.recipe.modular import INDEX, is_modular
 from porter.recipe.sources import source_kind
 from porter.transforms import Checking, Pass, dtypes, lora
+from porter.transforms.building import Loaded
 
 #: the index files that make a directory a diffusers pipeline (classic, modular)
 INDEXES = ("model_index.json", INDEX)
 
 if TYPE_CHECKING:
     from porter.families.base import ModelFamily
-    from porter.port.building import Building
     from porter.recipe import Recipe
+    from porter.transforms.building import Building
 
 
 def source_problems(recipe: Recipe) -> list[Problem]:
@@ -59,13 +60,6 @@ def load_pipeline(family: ModelFamily, recipe: Recipe):
     pipe = load_untouched(family, recipe)
     dtypes.apply_all(pipe.components, recipe)
     return pipe
-
-
-class Loaded(NamedTuple):
-    pipe: object
-    modules: dict  # the pipeline's torch components, by name
-    weights: dict  # component -> ComponentWeights, for components built empty
-    checkpoint: dict  # what names the checkpoint (checkpoints.identity), for the record
 
 
 def torch_components(pipe) -> dict:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from porter import loading
 from porter.errors import RecipeError
-from porter.port.building import Building, Ported
 from porter.stepcache import session as stepcache
 from porter.transforms import (
     Checking,
@@ -31,6 +30,7 @@ from porter.transforms import (
     scheduler,
     setup,
 )
+from porter.transforms.building import Building, Loaded, Ported
 
 if TYPE_CHECKING:
     from porter.errors import Problem
@@ -94,7 +94,7 @@ def ported(pipe, recipe: Recipe, registry: Registry, runtime: Runtime) -> Ported
     """The mesh passes on a pipeline loaded otherwise (its LoRA fused, dtypes cast; the
     caller holds the patches, so the record applies none around calls)."""
     b = Building(recipe, registry, registry.family(recipe.model.family), runtime)
-    b.load = loading.Loaded(pipe, loading.torch_components(pipe), {}, {})
+    b.load = Loaded(pipe, loading.torch_components(pipe), {}, {})
     return port(b).ported()
 
 

@@ -14,7 +14,7 @@ import pluggy
 
 from porter.errors import PorterError, UsageError
 from porter.registry import hookspecs
-from porter.transforms.patches import Patch
+from porter.shims.patch import Patch
 
 if TYPE_CHECKING:
     from porter.families.base import ModelFamily
@@ -81,11 +81,8 @@ def _manager(extra_plugins) -> pluggy.PluginManager:
     manager = pluggy.PluginManager(ENTRY_POINT_GROUP)
     manager.add_hookspecs(hookspecs)
     try:
-        # lazy: `import porter` (for porter.hookimpl) stays free of torch; the core's own
-        # plugin imports the families and backends it registers
-        from porter.registry import builtin
-
-        manager.register(builtin, name="core")
+        # the core's own plugin (porter.registry.builtin, entry point "core") too: it
+        # imports the families and backends it registers, so nothing here imports it
         manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
         for plugin in extra_plugins:
             manager.register(plugin)

@@ -7,8 +7,8 @@ from porter.families.generic import GenericFamily
 from porter.registry.hookspecs import hookimpl
 from porter.shims import fixes as torchax_fixes
 from porter.shims import flex, setitem
+from porter.shims.patch import Patch
 from porter.transforms.attention import BUILTIN
-from porter.transforms.patches import Patch
 
 
 def _always(value):

@@ -42,7 +42,7 @@ def weights(placed: dict, timings: dict) -> dict:
 
 def build(recipe: Recipe, runtime: Runtime, ported, outcome, outputs: dict) -> dict:
     """The record of one generation: the recipe and where it ran; what the port loaded,
-    patched and placed (``ported``, ``porter.port.building.Ported``); what the call took
+    patched and placed (``ported``, ``porter.transforms.building.Ported``); what the call took
     and told (``outcome``: timings, history, warnings); what it wrote (``outputs``)."""
     return {
         "recipe": recipe.resolved(),

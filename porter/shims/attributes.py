@@ -1,5 +1,5 @@
 """An attribute replaced for a block and put back after, whatever happens: a patch's
-target (``porter.transforms.patches``), a pipeline's method while Porter watches a call
+target (``porter.shims.patch``), a pipeline's method while Porter watches a call
 (``porter.families.chunked``)."""
 
 from __future__ import annotations

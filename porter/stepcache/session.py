@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 
 from porter.errors import RecipeError
 from porter.runtime import notices
-from porter.stepcache import calibration, hooks, problems, ratios_file, settings, unwrapped
+from porter.stepcache import (
+    calibration,
+    hooks,
+    problems,
+    ratios_file,
+    settings,
+    unwrapped,
+)
 from porter.stepcache.guidance import GuidanceCache
 from porter.transforms import CALL, Calling, Checking, Pass
 from porter.transforms.jit import block_lists, in_pieces
@@ -16,8 +23,8 @@ from porter.transforms.jit import block_lists, in_pieces
 if TYPE_CHECKING:
     from porter.errors import Problem
     from porter.families.base import ModelFamily
-    from porter.port.building import Building
     from porter.recipe import Recipe
+    from porter.transforms.building import Building
 
 
 class Caching:

@@ -16,7 +16,7 @@ function of one input object and named the same in every pass module
   run these before any weight is read, and a run does again on the model as loaded,
   before any weight moves (a hub id with no configuration is known only then).
 - ``_apply(b: Building)``: what ``porter run`` does, once, on the loaded pipeline
-  (``porter.port.building.Building``: what the passes before it recorded; a pass that
+  (``porter.transforms.building.Building``: what the passes before it recorded; a pass that
   records something writes the field named after it, and nothing else).
 - ``_abstract(b: Building)``: what ``porter compile`` does, on meta models whose every
   tensor becomes a ``jax.ShapeDtypeStruct`` (None: the pass changes nothing a compiled
@@ -44,11 +44,10 @@ from typing import TYPE_CHECKING, Callable, ContextManager
 if TYPE_CHECKING:
     from porter.errors import Problem
     from porter.families.base import ModelFamily
-    from porter.generate.call import Call
-    from porter.port.building import Building, Ported
     from porter.recipe import Recipe
     from porter.registry import Registry
     from porter.runtime import Runtime
+    from porter.transforms.building import Building, Ported
 
 #: the scopes a pass's ``around`` is entered at: a call of the port's components, and a
 #: transformer's calls inside it
@@ -76,7 +75,8 @@ class Calling:
     runtime: Runtime
     ported: Ported  # the built port's records (the patches applied, the step cache)
     pipe: object = None  # the pipeline (None: an abstract port, ``porter compile``'s)
-    call: Call | None = None  # a generation (None: components called directly)
+    #: a generation (``porter.generate.call.Call``; None: components called directly)
+    call: object = None
     scope: str = CALL
     #: at ``STEP``, the denoising step's index (None: a transformer called by itself)
     step: int | None = None

@@ -18,8 +18,8 @@ from porter.transforms import Checking, Pass, unknown_components
 from porter.transforms.sharding import named_tensors
 
 if TYPE_CHECKING:
-    from porter.port.building import Building
     from porter.recipe import Recipe
+    from porter.transforms.building import Building
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -38,8 +38,8 @@ from porter.shims.interop import to_host
 from porter.transforms import Pass
 
 if TYPE_CHECKING:
-    from porter.port.building import Building
     from porter.transforms import Checking
+    from porter.transforms.building import Building
 
 #: the most numbers an input of a cached call may hold (token ids and masks of a few
 #: prompts; a picture is never keyed)

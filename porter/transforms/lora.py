@@ -37,8 +37,8 @@ from porter.transforms import Checking, Pass
 
 if TYPE_CHECKING:
     from porter.families.base import ModelFamily
-    from porter.port.building import Building
     from porter.recipe import Recipe
+    from porter.transforms.building import Building
 
 DEFAULT_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 CHUNK = 1 << 20  # elements of one float32 temporary while adding an update (4 MiB)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -21,6 +20,7 @@ from porter.errors import LoadError
 from porter.runtime import distributed, finite, notices
 from porter.shims.interop import as_placed, jax_dtype, place, to_device
 from porter.transforms import Checking, Pass, sharding, unknown_components
+from porter.transforms.building import Placement
 from porter.transforms.sharding import (
     Assignment,
     assign,
@@ -31,9 +31,9 @@ from porter.transforms.sharding import (
 
 if TYPE_CHECKING:
     from porter.errors import Problem
-    from porter.port.building import Building
     from porter.recipe import Recipe
     from porter.runtime import Runtime
+    from porter.transforms.building import Building
 
 #: tensors read and placed ahead of the one being installed, at most this many and
 #: this many bytes: both are mostly filling fresh pages, which threads do in parallel
@@ -273,16 +273,6 @@ def on_one_device(compiled, runtime: Runtime) -> None:
 
 
 # ------------------------------------------------------------------------- the pass
-
-@dataclass
-class Placement:
-    """What the placement pass records, per component."""
-
-    reports: dict = field(default_factory=dict)  # name -> ``report``: the run record's
-    assignments: dict = field(default_factory=dict)  # name -> [sharding.Assignment]
-    unsharded: set = field(default_factory=set)  # no weight rule and no activation rule
-    activations: dict = field(default_factory=dict)  # name -> the activation rules applied
-
 
 def _apply(b: Building) -> None:
     b.say("placing weights on the mesh" + (

@@ -19,8 +19,8 @@ from porter.transforms import Checking, Pass
 if TYPE_CHECKING:
     from porter.errors import Problem
     from porter.families.base import ModelFamily
-    from porter.port.building import Building
     from porter.recipe import Recipe
+    from porter.transforms.building import Building
 
 CACHE_ATTR = "_porter_rotary_cache"
 

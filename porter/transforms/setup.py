@@ -16,8 +16,8 @@ from porter.transforms import Checking, Pass
 
 if TYPE_CHECKING:
     from porter.errors import Problem
-    from porter.port.building import Building
     from porter.recipe import Recipe
+    from porter.transforms.building import Building
 
 #: set-up methods a recipe may call: memory/compute trade-offs diffusers offers
 ALLOWED = ("enable_tiling", "disable_tiling", "enable_slicing", "disable_slicing",

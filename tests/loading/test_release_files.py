@@ -16,7 +16,7 @@ from porter import registry as registry_mod, recipe, runtime
 from porter.loading import pickled, single_file
 from porter.loading.checkpoints import CorruptFile
 from porter.port import passes
-from porter.port.building import Building
+from porter.transforms.building import Building
 from porter_wan import umt5
 
 from support import RECIPES

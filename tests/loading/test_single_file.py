@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from porter import registry as registry_mod, recipe, runtime
 from porter.errors import LoadError
 from porter.port import passes
-from porter.port.building import Building
+from porter.transforms.building import Building
 
 from support import RECIPES
 from support.processes import porter_calls

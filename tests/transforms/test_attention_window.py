@@ -377,7 +377,7 @@ def test_the_attention_pass_sets_the_grid_around_a_transformers_calls_after_dens
     grid in the later steps and around a transformer called by itself."""
     from porter import recipe as recipe_mod
     from porter import registry as registry_mod
-    from porter.port.building import Ported
+    from porter.transforms.building import Ported
     from porter.runtime import trace_context
     from porter.transforms import Calling
     from porter.transforms import attention

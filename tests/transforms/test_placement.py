@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from porter import loading, registry as registry_mod, recipe, runtime
 from porter.loading import abstract, weights
 from porter.port import estimates, passes
-from porter.port.building import Building
+from porter.transforms.building import Building
 from porter.port.passes import ported as port
 from porter.shims import interop
 from porter.transforms import placement

@@ -12,7 +12,7 @@ from porter.commands import verify as verify_command
 from porter.errors import RecipeError
 from porter.loading import abstract
 from porter.port import passes
-from porter.port.building import Building
+from porter.transforms.building import Building
 from porter.transforms import Checking, quantize
 from porter.transforms.quantize import formats, linear
 

@@ -29,11 +29,11 @@ from porter.transforms.attention.window import checks as window_checks
 
 if TYPE_CHECKING:
     from porter.errors import Problem
-    from porter.port.building import Building
     from porter.recipe import Recipe
     from porter.recipe.schema import WindowSpec
     from porter.registry import Registry
     from porter.runtime import Runtime
+    from porter.transforms.building import Building
 
 __all__ = ["AttentionBackend", "AttentionSettings", "BUILTIN", "PASS", "attend", "counted",
            "disabled", "installed", "repeated", "skipped"]

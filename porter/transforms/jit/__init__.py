@@ -6,21 +6,21 @@ traced programs kept on disk (``traces``)."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from porter.recipe.schema import CompileRule
 from porter.shims import lowerings
 from porter.shims.compat import import_torchax
 from porter.transforms import CALL, Calling, Checking, Pass, placement, sharding
+from porter.transforms.building import Jitted
 from porter.transforms.jit import autosplit, scan
 from porter.transforms.jit import traces as traces_mod
 
 if TYPE_CHECKING:
     from porter.errors import Problem
     from porter.families.base import ModelFamily
-    from porter.port.building import Building
     from porter.recipe import Recipe
+    from porter.transforms.building import Building
 
 
 def rules(recipe: Recipe, family: ModelFamily, platform: str | None) -> dict[str,
@@ -284,17 +284,6 @@ def problems(recipe: Recipe, family: ModelFamily, modules: dict) -> list:
 
 
 # ------------------------------------------------------------------------- the pass
-
-@dataclass
-class Jitted:
-    """What the compile pass records."""
-
-    rules: dict = field(default_factory=dict)  # component -> CompileRule (compiled ones)
-    one_device: set = field(default_factory=set)  # compiled whole, run on one device
-    scanned: dict = field(default_factory=dict)  # component -> block lists as one scan
-    traces: object = None  # traces.TraceCache (None: the compile cache is off)
-    splits: dict = field(default_factory=dict)  # component -> autosplit.Split
-
 
 def takes_sharded_inputs(name: str, recipe: Recipe) -> bool:
     """Are the component's inputs placed by the recipe's ``sharding.inputs`` (the

@@ -18,7 +18,6 @@ projection stay in high precision, as the published ports keep them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -32,9 +31,9 @@ from porter.transforms.quantize.linear import SCALE, QuantizedLinear
 if TYPE_CHECKING:
     from porter.errors import Problem
     from porter.families.base import ModelFamily
-    from porter.port.building import Building
     from porter.recipe import Recipe
     from porter.runtime import Runtime
+    from porter.transforms.building import Building
 
 
 def components(recipe: Recipe, family: ModelFamily,
@@ -138,20 +137,6 @@ def on_meta(recipe: Recipe, family: ModelFamily, modules: dict) -> None:
 
 # ------------------------------------------------------------------------- the pass
 
-@dataclass
-class Quantized:
-    """What the quantize pass records."""
-
-    format: str | None = None  # the format run (``auto`` resolved), None: off
-    layers: dict = field(default_factory=dict)  # component -> linear layers quantized
-    #: component -> {weight name: Pending}: quantized by placement as read
-    pending: dict = field(default_factory=dict)
-
-    def described(self) -> dict | None:
-        """What the run record says of it (None: nothing quantized)."""
-        return {"format": self.format, "layers": self.layers} if self.format else None
-
-
 def _apply(b: Building) -> None:
     if recipe_off(b.recipe):
         return
@@ -217,4 +202,4 @@ PASS = Pass(
     "and, for fp8 and int8, their matmuls on 8-bit operands (activations per token)",
     check=_check, fit=_fit, apply=_apply, abstract=_apply, detail=_detail)
 
-__all__ = ["FORMATS", "PASS", "Quantized", "QuantizedLinear", "chosen", "components", "quantized"]
+__all__ = ["FORMATS", "PASS", "QuantizedLinear", "chosen", "components", "quantized"]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import inspect
 import json
-
 from typing import TYPE_CHECKING
 
 from porter.errors import RecipeError, first_line
@@ -33,8 +32,8 @@ from porter.transforms.scheduler import tables
 if TYPE_CHECKING:
     from porter.errors import Problem
     from porter.families.base import ModelFamily
-    from porter.port.building import Building
     from porter.recipe import Recipe
+    from porter.transforms.building import Building
 
 def given(gen) -> dict[str, list[float]]:
     """The schedule the generate settings give one step at a time (may be empty)."""
