@@ -130,17 +130,22 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
             "reference_bytes_per_device": int(local * q_len * k_len * 4),
             "blockwise_bytes_per_device": int(local * block * 4)}
     if sequence and "self" in raw["attention"] and "hidden" in raw.get("activations", {}):
-        out["exchange"] = _sequence_exchange(raw, axes, head_axis, data, itemsize)
+        out["exchange"] = _sequence_exchange(raw, axes, head_axis, data, itemsize,
+                                             windowed=section.window is not None)
     return out
 
 
-def _sequence_exchange(raw: dict, axes: dict, head_axis, data: int, itemsize: int) -> dict:
+def _sequence_exchange(raw: dict, axes: dict, head_axis, data: int, itemsize: int,
+                       windowed: bool = False) -> dict:
     """What each device sends for one self-attention layer with the tokens over the
     mesh's token axes (``sharded.run``; cross-attention's exchange of its queries for
     heads over ``sp`` not counted): over ``sp``, where the heads divide it,
     Ulysses' all-to-alls (queries, keys and values in, the output back: a device
     keeps 1/S of each share); round the ring (``ring``, and ``sp`` where the heads do
     not divide it, R devices in all) each device's key and value shares, R - 1 hops.
+    A ``windowed`` call (``window.attend_windowed``) passes nothing round: those R
+    devices gather every token of their heads' queries, keys and values, and the
+    output after, each device's share sent to R - 1 others (twice the ring's bytes).
     Per step where the family says its layers and transformer calls a step."""
     batch, heads, tokens, _ = raw["attention"]["self"]
     width = raw["activations"]["hidden"][2]
@@ -152,8 +157,9 @@ def _sequence_exchange(raw: dict, axes: dict, head_axis, data: int, itemsize: in
     if head_axis not in (None, sharding.SEQUENCE_AXIS) and heads % axes.get(head_axis, 1) == 0:
         share //= axes.get(head_axis, 1)  # heads over tp beside a ring: a part of each
     circle = cut // ulysses
-    kinds = [kind for kind, size in (("all-to-all", ulysses), ("ring", circle)) if size > 1]
-    sent = 4 * share * (ulysses - 1) // ulysses + 2 * share * (circle - 1)
+    around = ("all-gather", 4) if windowed else ("ring", 2)  # the tensors it moves
+    kinds = [kind for kind, size in (("all-to-all", ulysses), (around[0], circle)) if size > 1]
+    sent = 4 * share * (ulysses - 1) // ulysses + around[1] * share * (circle - 1)
     per_step = sent * raw["layers"] * raw["calls_per_step"] if "layers" in raw else None
     return {"kind": " and ".join(kinds), "bytes_per_layer_and_device": sent,
             "bytes_per_step_and_device": per_step}
