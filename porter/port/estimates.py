@@ -13,6 +13,7 @@ from porter.port import passes
 from porter.runtime import configure, resolve_mesh
 from porter.transforms import Checking, quantize, sharding
 from porter.transforms.attention import backends
+from porter.transforms.attention.window import Tiling, exchange
 
 if TYPE_CHECKING:
     from porter.families.base import ModelFamily
@@ -89,7 +90,10 @@ def step_costs(recipe: Recipe, family: ModelFamily, modules: dict, axes: dict[st
     transformer = modules.get("transformer")
     if transformer is None:
         return {}
-    return costs(recipe, family.estimates(recipe, transformer.config), axes)
+    raw = family.estimates(recipe, transformer.config)
+    if raw and recipe.attention.window is not None:  # the window's tiles decide its moves
+        raw = {**raw, "grid": family.token_grid(recipe)}
+    return costs(recipe, raw, axes)
 
 
 def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
@@ -131,22 +135,25 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
             "blockwise_bytes_per_device": int(local * block * 4)}
     if sequence and "self" in raw["attention"] and "hidden" in raw.get("activations", {}):
         out["exchange"] = _sequence_exchange(raw, axes, head_axis, data, itemsize,
-                                             windowed=section.window is not None)
+                                             window=section.window)
     return out
 
 
 def _sequence_exchange(raw: dict, axes: dict, head_axis, data: int, itemsize: int,
-                       windowed: bool = False) -> dict:
+                       window=None) -> dict:
     """What each device sends for one self-attention layer with the tokens over the
     mesh's token axes (``sharded.run``; cross-attention's exchange of its queries for
     heads over ``sp`` not counted): over ``sp``, where the heads divide it,
     Ulysses' all-to-alls (queries, keys and values in, the output back: a device
     keeps 1/S of each share); round the ring (``ring``, and ``sp`` where the heads do
     not divide it, R devices in all) each device's key and value shares, R - 1 hops.
-    A ``windowed`` call (``window.attend_windowed``) passes nothing round: those R
-    devices gather every token of their heads' queries, keys and values, and the
-    output after, each device's share sent to R - 1 others (twice the ring's bytes).
-    Per step where the family says its layers and transformer calls a step."""
+    A call under ``window`` (``window.attend_windowed``) passes nothing round: those R
+    devices gather every token of their heads' keys and values, each device's share
+    sent to R - 1 others, and take their query tiles' rows from the devices holding
+    them and send the output back (``exchange.routes``, from the video's token grid,
+    ``raw["grid"]``), or, where the tiles are not routed, gather the queries and the
+    output too. Per step where the family says its layers and transformer calls a
+    step."""
     batch, heads, tokens, _ = raw["attention"]["self"]
     width = raw["activations"]["hidden"][2]
     local_batch = batch // data if batch % data == 0 else batch
@@ -157,12 +164,29 @@ def _sequence_exchange(raw: dict, axes: dict, head_axis, data: int, itemsize: in
     if head_axis not in (None, sharding.SEQUENCE_AXIS) and heads % axes.get(head_axis, 1) == 0:
         share //= axes.get(head_axis, 1)  # heads over tp beside a ring: a part of each
     circle = cut // ulysses
-    around = ("all-gather", 4) if windowed else ("ring", 2)  # the tensors it moves
-    kinds = [kind for kind, size in (("all-to-all", ulysses), (around[0], circle)) if size > 1]
-    sent = 4 * share * (ulysses - 1) // ulysses + around[1] * share * (circle - 1)
+    around = "all-gather" if window is not None else "ring"
+    kinds = [kind for kind, size in (("all-to-all", ulysses), (around, circle)) if size > 1]
+    sent = 4 * share * (ulysses - 1) // ulysses + 2 * share * (circle - 1)  # keys, values
+    if window is not None and circle > 1:  # and the queries and the output
+        routed = _routed_rows(raw.get("grid"), window, axes, circle)
+        sent += 2 * share * (circle - 1) if routed is None \
+            else routed * share * circle // tokens
     per_step = sent * raw["layers"] * raw["calls_per_step"] if "layers" in raw else None
     return {"kind": " and ".join(kinds), "bytes_per_layer_and_device": sent,
             "bytes_per_step_and_device": per_step}
+
+
+def _routed_rows(grid, window, axes: dict, circle: int) -> int | None:
+    """The query rows each device sends round the ring, and output rows back, for a
+    window whose tiles are routed (``exchange.applies``: the ring alone splits them);
+    None where they are gathered (or the grid is unknown)."""
+    if grid is None or axes.get(sharding.RING_AXIS, 1) != circle:
+        return None
+    tiling = Tiling(tuple(grid), tuple(window.tile), tuple(window.reach),
+                    window.global_frames)
+    if tiling.tokens % circle:
+        return None
+    return sum(plan.rows_sent for plan in exchange.routes(tiling, circle))
 
 
 #: attention that materialises every score holds at least the scores and their softmax

@@ -123,12 +123,18 @@ def test_plan_counts_each_device_its_own_tokens():
                                 {"ring": 4, "tp": 2})["exchange"]
     assert beside_tp["bytes_per_layer_and_device"] == 2 * (2 * share // 2) * 3
     assert "exchange" not in whole
-    # a window round the ring gathers the heads' queries, keys and values, and the
-    # output after (attend_windowed): 4 tensors to the ring's 3 other devices
-    window = ["attention.window={tile: [1, 2, 2], reach: [1, 1, 1]}"]
-    gathered = estimates.costs(recipe.load(SP, window), four, {"dp": 2, "ring": 2, "sp": 2})
-    assert gathered["exchange"]["kind"] == "all-to-all and all-gather"
-    assert gathered["exchange"]["bytes_per_layer_and_device"] == 4 * share // 2 + 4 * share
+    # a window round the ring gathers the heads' keys and values; without the token
+    # grid it counts the queries and output gathered too (4 tensors to the other device)
+    window = recipe.load(SP, ["attention.window={tile: [2, 2, 2], reach: [1, 1, 1]}"])
+    gathered = estimates.costs(window, four, {"dp": 2, "ring": 2, "sp": 2})["exchange"]
+    assert gathered["kind"] == "all-to-all and all-gather"
+    assert gathered["bytes_per_layer_and_device"] == 4 * share // 2 + 4 * share
+    # with it, the rows of the tiles that straddle the two (frame 3's first two rows: 8
+    # of a device's 40 tokens, there and back) are all the queries and output move
+    routed = estimates.costs(window, {**four, "grid": (5, 4, 4)}, {"dp": 2, "ring": 2,
+                                                                  "sp": 2})["exchange"]
+    assert routed["bytes_per_layer_and_device"] == 4 * share // 2 + 2 * share \
+        + 2 * share // 5
 
 
 def frames(path, *overrides):

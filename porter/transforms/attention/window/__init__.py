@@ -31,6 +31,7 @@ import numpy as np
 
 from porter.runtime import trace_context
 from porter.transforms.attention import backends, sharded
+from porter.transforms.attention.window import exchange
 from porter.transforms.attention.window.kernels import (
     gathered,
     sparse,
@@ -129,20 +130,27 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
 
     # a ring's devices hold its share of the tokens until each has its heads (in one
     # step XLA gathered every head of every token on each device: 4 times the bytes)
-    ring_held = sharded.held(mesh, batch_axis, heads_axis,
-                             sharded.joined(sharded.ring_of(token_axes)))
+    ring = sharded.ring_of(token_axes)
+    ring_held = sharded.held(mesh, batch_axis, heads_axis, sharded.joined(ring))
     every_token = sharded.held(mesh, batch_axis, heads_axis, None)
+    # round the ring alone, each device's query tiles come from the devices holding
+    # their tokens (mostly itself), and their output goes back so, not gathered
+    routed = exchange.applies(tiling, mesh, ring, seq_axis) and _route(
+        tiling, mesh, batch_axis, heads_axis, ring[0])
     if token_axes:  # held split by tokens as they come (else XLA may carry the heads'
         # split back into the projections before, and gather there), then exchanged
         by_tokens = sharded.tokens_held(mesh, batch_axis, token_axes)
-        q, k, v = (every_token(ring_held(by_tokens(x))) for x in (q, k, v))
+        k, v = (every_token(ring_held(by_tokens(x))) for x in (k, v))
+        q = routed[0](ring_held(by_tokens(q))) if routed \
+            else every_token(ring_held(by_tokens(q)))
     kernel = kernel_for(tiling, backend, axes)
+    q_tiles = q if routed else tiled(q)
     q_spec = P(batch_axis, heads_axis, seq_axis, None)
     kv_spec = P(batch_axis, heads_axis, None, None)
     valid = jnp.asarray(order < tiling.tokens) if kernel != "gathered" else None
     if kernel == "splash":
         body = functools.partial(splash_blocks, tiling=tiling, scale=scale, platform=platform)
-        args, specs = (tiled(q), tiled(k), tiled(v), valid), (q_spec, kv_spec, kv_spec,
+        args, specs = (q_tiles, tiled(k), tiled(v), valid), (q_spec, kv_spec, kv_spec,
                                                               P(None))
     elif kernel == "gathered":
         options = dict(scale=scale, block_q=block_q, block_kv=block_kv)
@@ -157,7 +165,7 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
                          for a in tiling.table)  # the padding's rows see no key
         body = functools.partial(sparse, scale=scale, block=tiling.tile_tokens)
         rows = P(seq_axis, None)
-        args = (tiled(q), tiled(k), tiled(v), indices, used, valid)
+        args = (q_tiles, tiled(k), tiled(v), indices, used, valid)
         specs = (q_spec, kv_spec, kv_spec, rows, rows, P(None))
     flops = kernel_flops(tiling, q.shape, kernel)
     if counted is not None and flops is not None:
@@ -167,11 +175,28 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
     else:
         out = jax.shard_map(body, mesh=mesh, check_vma=False, in_specs=specs,
                             out_specs=q_spec)(*args)
-    if kernel != "gathered":  # gathered first where split (XLA took each token's row
+    if routed:
+        out = routed[1](out)
+    elif kernel != "gathered":  # gathered first where split (XLA took each token's row
         # by an all-reduce of every device's partial take: twice the bytes)
         out = jnp.take(every_token(out) if seq_axis else out,
                        jnp.asarray(tiling.inverse), axis=2)
     return sharded.tokens_held(mesh, batch_axis, token_axes)(out)
+
+
+def _route(tiling: Tiling, mesh, batch_axis, heads_axis, ring: str) -> tuple:
+    """(tokens -> their query tiles, tile outputs -> tokens), each a function of a
+    (batch, heads, sequence, dim) array split over ``ring`` (``exchange``)."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    devices = sharded.size(mesh, (ring,))
+    spec = P(batch_axis, heads_axis, ring, None)
+    return tuple(jax.shard_map(functools.partial(exchange.moved, plan=plan, axis=ring,
+                                                 devices=devices),
+                               mesh=mesh, in_specs=(spec,), out_specs=spec,
+                               check_vma=False)
+                 for plan in exchange.routes(tiling, devices))
 
 
 def _named(axes) -> tuple[str, ...]:
