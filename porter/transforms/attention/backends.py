@@ -77,7 +77,8 @@ BUILTIN = (
                      "per block of tokens) and bfloat16 P.V; compiled by Mosaic for a TPU "
                      "(v5e and v6e run int8 at twice bfloat16's rate), interpreted "
                      "elsewhere (slow: for tests); a call with a mask runs blockwise",
-                     tolerance=int8.TOLERANCE, score_kind="int8", mosaic=True),
+                     tolerance=int8.TOLERANCE, score_kind="int8", mosaic=True,
+                     share=int8.int8_share),
     AttentionBackend("torch-cpu", kernels.torch_cpu,
                      "PyTorch's fused CPU attention called from XLA on the host; CPU only; "
                      "programs using it are not kept in the persistent compile cache",

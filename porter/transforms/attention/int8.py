@@ -42,52 +42,87 @@ def int8_pallas(q, k, v, keep=None, *, scale: float, block_q: int = 512,
     if keep is not None:
         return kernels.blockwise(q, k, v, keep, scale=scale, block_q=block_q,
                                  block_kv=block_kv)
+    return _attend(q, k, v, scale, block_q, block_kv, platform)[0].astype(q.dtype)
+
+
+def int8_share(q, k, v, *, scale: float, block_q: int = 512, block_kv: int = 512,
+               platform: str | None = None):
+    """The kernel on one share of a ring's keys and values: the output and each
+    query's log-sum-exp of its scaled scores, both float32, which the ring merges
+    shares by (``ring.attend``). Each share's keys are smoothed by their own mean, so
+    its scores are short of the true ones by q.mean for each query: added back, the
+    shares' log-sum-exps compare."""
+    out, logsumexp, mean = _attend(q, k, v, scale, block_q, block_kv, platform,
+                                   residuals=True)
+    shift = jnp.einsum("bhsd,bhd->bhs", q.astype(jnp.float32) * scale, mean)
+    return out.astype(jnp.float32), logsumexp + shift
+
+
+def _attend(q, k, v, scale, block_q, block_kv, platform, residuals=False):
+    """(output, the log-sum-exps or None, the keys' mean): the kernel's call."""
     batch, heads, q_len, dim = q.shape
     k_len = k.shape[2]
     # blocks of whole lanes (a recipe's block_q may be any size), no longer than needed
     block_q = kernels._round_up(min(block_q, q_len), LANES)
     block_kv = kernels._round_up(min(block_kv, k_len), LANES)
     k = k.astype(jnp.float32)
-    k = k - jnp.mean(k, axis=2, keepdims=True)  # smoothed: the softmax does not see it
+    mean = jnp.mean(k, axis=2)
+    k = k - mean[:, :, None]  # smoothed: the softmax does not see it
 
     def flat(x, block):
         return kernels._pad(x, 2, block).reshape(batch * heads, -1, dim)
 
     q8, q_scale = quantized(flat(q.astype(jnp.float32) * scale, block_q), block_q)
     k8, k_scale = quantized(flat(k, block_kv), block_kv)
-    out = _call(q8, k8, flat(v.astype(jnp.bfloat16), block_kv), q_scale, k_scale,
-                block_q=block_q, block_kv=block_kv, k_len=k_len,
-                interpret=(platform or jax.default_backend()) != "tpu")
-    return out.reshape(batch, heads, -1, dim)[:, :, :q_len].astype(q.dtype)
+    found = _call(q8, k8, flat(v.astype(jnp.bfloat16), block_kv), q_scale, k_scale,
+                  block_q=block_q, block_kv=block_kv, k_len=k_len, residuals=residuals,
+                  interpret=(platform or jax.default_backend()) != "tpu")
+    out = found[0].reshape(batch, heads, -1, dim)[:, :, :q_len]
+    logsumexp = found[1][:, :, 0].reshape(batch, heads, -1)[:, :, :q_len] \
+        if residuals else None
+    return out, logsumexp, mean
 
 
 def _call(q8, k8, v, q_scale, k_scale, *, block_q: int, block_kv: int, k_len: int,
-          interpret: bool):
+          interpret: bool, residuals: bool = False):
+    """(output,) or (output, log-sum-exps): the log-sum-exps (heads, queries, LANES)
+    lane-wide, as the kernel keeps its running max and sum."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
 
     heads, q_pad, dim = q8.shape
     nq, nk = q_pad // block_q, k8.shape[1] // block_kv
-    kernel = functools.partial(_kernel, nq=nq, nk=nk, block_kv=block_kv, k_len=k_len)
+    kernel = functools.partial(_kernel, nq=nq, nk=nk, block_kv=block_kv, k_len=k_len,
+                               residuals=residuals)
+    outputs = [(pl.BlockSpec((None, block_q, dim), lambda h, i, j, *_: (h, i, 0)),
+                jax.ShapeDtypeStruct(q8.shape, jnp.bfloat16))]
+    if residuals:
+        outputs.append((pl.BlockSpec((None, block_q, LANES), lambda h, i, j, *_: (h, i, 0)),
+                        jax.ShapeDtypeStruct((heads, q_pad, LANES), jnp.float32)))
     grid = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=2, grid=(heads, nq, nk),
         in_specs=[pl.BlockSpec((None, block_q, dim), lambda h, i, j, *_: (h, i, 0)),
                   pl.BlockSpec((None, block_kv, dim), lambda h, i, j, *_: (h, j, 0)),
                   pl.BlockSpec((None, block_kv, dim), lambda h, i, j, *_: (h, j, 0))],
-        out_specs=pl.BlockSpec((None, block_q, dim), lambda h, i, j, *_: (h, i, 0)),
+        out_specs=[spec for spec, _ in outputs],
         scratch_shapes=[pltpu.VMEM((block_q, LANES), jnp.float32),
                         pltpu.VMEM((block_q, LANES), jnp.float32),
                         pltpu.VMEM((block_q, dim), jnp.float32)])
     return pl.pallas_call(
-        kernel, grid_spec=grid, out_shape=jax.ShapeDtypeStruct(q8.shape, jnp.bfloat16),
+        kernel, grid_spec=grid, out_shape=[shape for _, shape in outputs],
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "arbitrary")),
         interpret=interpret)(q_scale, k_scale, q8, k8, v)
 
 
-def _kernel(q_scale_ref, k_scale_ref, q_ref, k_ref, v_ref, o_ref, peak_ref, total_ref,
-            acc_ref, *, nq: int, nk: int, block_kv: int, k_len: int):
+def _kernel(q_scale_ref, k_scale_ref, q_ref, k_ref, v_ref, *refs, nq: int, nk: int,
+            block_kv: int, k_len: int, residuals: bool):
     from jax.experimental import pallas as pl
+
+    if residuals:
+        o_ref, lse_ref, peak_ref, total_ref, acc_ref = refs
+    else:
+        (o_ref, peak_ref, total_ref, acc_ref), lse_ref = refs, None
 
     head, i, j = pl.program_id(0), pl.program_id(1), pl.program_id(2)
 
@@ -116,3 +151,5 @@ def _kernel(q_scale_ref, k_scale_ref, q_ref, k_ref, v_ref, o_ref, peak_ref, tota
     @pl.when(j == nk - 1)
     def _finish():
         o_ref[...] = (acc_ref[...] / total_ref[:, :1]).astype(o_ref.dtype)
+        if lse_ref is not None:
+            lse_ref[...] = peak_ref[...] + jnp.log(total_ref[...])
