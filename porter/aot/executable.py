@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from porter.aot import hlo
 from porter.aot.programs import Input, Program
+from porter.errors import Interrupted
 from porter.shims.compat import import_torchax
 from porter.shims.interop import array_dtype
 from porter.shims.tracing import model_frame
@@ -54,6 +55,8 @@ def compile_program(port, program: Program) -> Compiled:
     start = time.perf_counter()
     try:
         lowered, kernel_flops = _lower(port, component, program)
+    except Interrupted:  # kill (SIGTERM) while tracing: the user's stop, not the model's
+        raise
     except Exception as exc:  # noqa: BLE001 - model code that cannot be traced
         result.failed = _traced_failure(exc)
         return result
@@ -61,6 +64,8 @@ def compile_program(port, program: Program) -> Compiled:
     start = time.perf_counter()
     try:
         executable = lowered.compile()
+    except Interrupted:  # nor a compiler's refusal: the next program would go on
+        raise
     except Exception as exc:  # noqa: BLE001 - the compiler's refusal, in its words
         result.compile_s = time.perf_counter() - start
         result.refused = _refusal(exc)

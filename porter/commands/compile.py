@@ -13,7 +13,7 @@ from porter import families
 from porter.aot import dry_run, executable, meshes, roofline, targets
 from porter.aot import port as abstract_port
 from porter.aot.programs import Input, outermost, submodule_calls, unique
-from porter.errors import PorterError, RecipeError, UsageError, first_line
+from porter.errors import Interrupted, PorterError, RecipeError, UsageError, first_line
 from porter.port import checks
 from porter.runtime import environment
 from porter.transforms import patches
@@ -49,8 +49,8 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
         say("finding the programs: the pipeline's own call, every component abstract")
         try:
             declared = dry_run.programs(port)
-        except PorterError:
-            raise  # the recipe's or the checkpoint's problem: said as it is
+        except (PorterError, Interrupted):
+            raise  # the recipe's or the checkpoint's problem, or a kill: said as it is
         except Exception as exc:  # noqa: BLE001 - what model code needs values for
             not_found = executable._traced_failure(exc)
     programs = unique(declared) if declared is not None else []
@@ -108,6 +108,8 @@ def _as_run_compiles(port, declared: list, say) -> tuple[list, dict]:
             with patches.applied(port.ported.patches):
                 module = port.components[program.component].module
                 found += unique(submodule_calls(module, rule.modules, program))
+        except Interrupted:
+            raise
         except Exception as exc:  # noqa: BLE001 - the glue needs values
             unknown[program.component] = (
                 f"compile.{program.component}.modules compiles submodules, and the code "
@@ -500,6 +502,8 @@ def _candidate(load, registry: Registry, target, mesh: dict, only) -> dict:
         return {**row, "status": "refused", "reason": exc.problems[0].message}
     except UsageError as exc:
         return {**row, "status": "refused", "reason": exc.message}
+    except Interrupted:  # a kill ends the search, not this mesh alone
+        raise
     except Exception as exc:  # noqa: BLE001 - one mesh's failure; the others still count
         return {**row, "status": "failed", "reason": f"{type(exc).__name__}: {first_line(exc)}"}
     bound = report["roofline"] or {}

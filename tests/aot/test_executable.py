@@ -166,3 +166,27 @@ def test_scan_equals_blocks_one_by_one():
         latents.append(port.generate().latents)
     scale = latents[1].abs().max()
     assert (latents[0] - latents[1]).abs().max() / scale <= 1e-5
+
+
+@pytest.mark.parametrize("stage", ["tracing", "compiling"])
+def test_a_kill_while_compiling_stops_the_command_not_reported_as_a_refusal(monkeypatch,
+                                                                           stage):
+    """SIGTERM raises ``Interrupted`` (porter.runtime.interrupt): while a program is
+    traced or compiled it ends ``porter compile`` (exit 128 + 15), where it was taken
+    for the compiler refusing the program and the next program compiled."""
+    import signal
+    from types import SimpleNamespace
+
+    from porter.aot import executable
+    from porter.errors import Interrupted
+
+    def stopped(*_):
+        raise Interrupted(signal.SIGTERM)
+
+    lowered = SimpleNamespace(compile=stopped)
+    monkeypatch.setattr(executable, "_lower", stopped if stage == "tracing"
+                        else lambda *_: (lowered, []))
+    port = SimpleNamespace(components={"vae": SimpleNamespace(weights_bytes_per_chip=0)})
+    with pytest.raises(Interrupted):
+        executable.compile_program(port, executable.Program("vae", "decode", {}))
+
