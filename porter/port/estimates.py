@@ -12,7 +12,7 @@ from porter.loading import abstract
 from porter.port import passes
 from porter.runtime import configure, resolve_mesh
 from porter.transforms import Checking, quantize, sharding
-from porter.transforms.attention import backends
+from porter.transforms.attention import backends, sharded
 from porter.transforms.attention.window import Tiling, exchange
 
 if TYPE_CHECKING:
@@ -168,25 +168,33 @@ def _sequence_exchange(raw: dict, axes: dict, head_axis, data: int, itemsize: in
     kinds = [kind for kind, size in (("all-to-all", ulysses), (around, circle)) if size > 1]
     sent = 4 * share * (ulysses - 1) // ulysses + 2 * share * (circle - 1)  # keys, values
     if window is not None and circle > 1:  # and the queries and the output
-        routed = _routed_rows(raw.get("grid"), window, axes, circle)
-        sent += 2 * share * (circle - 1) if routed is None \
-            else routed * share * circle // tokens
+        routed = _routed_rows(raw, window, axes, head_axis)
+        if routed is None:
+            sent += 2 * share * (circle - 1)
+        else:  # a row: one token of the heads a device holds
+            sent += routed * share * cut // (tokens * ulysses)
+            kinds.append("collective-permute")
     per_step = sent * raw["layers"] * raw["calls_per_step"] if "layers" in raw else None
     return {"kind": " and ".join(kinds), "bytes_per_layer_and_device": sent,
             "bytes_per_step_and_device": per_step}
 
 
-def _routed_rows(grid, window, axes: dict, circle: int) -> int | None:
+def _routed_rows(raw: dict, window, axes: dict, head_axis) -> int | None:
     """The query rows each device sends round the ring, and output rows back, for a
-    window whose tiles are routed (``exchange.applies``: the ring alone splits them);
-    None where they are gathered (or the grid is unknown)."""
-    if grid is None or axes.get(sharding.RING_AXIS, 1) != circle:
+    window whose tiles are routed (``exchange.applies``: the ring alone splits them, as
+    ``window.tile_layout`` lays them out); None where they are gathered (or the token
+    grid is unknown)."""
+    ring = tuple(axis for axis in sharding.token_axes(axes) if axis == sharding.RING_AXIS)
+    if raw.get("grid") is None or not ring:
         return None
-    tiling = Tiling(tuple(grid), tuple(window.tile), tuple(window.reach),
+    tiling = Tiling(tuple(raw["grid"]), tuple(window.tile), tuple(window.reach),
                     window.global_frames)
-    if tiling.tokens % circle:
+    batch, heads, _, _ = raw["attention"]["self"]
+    seq = sharded.layout_of(axes, (batch, heads, len(tiling.table[0])), None, head_axis)[2]
+    if not exchange.applies(tiling, axes, ring, sharded.joined(ring + ((seq,) if seq
+                                                                        else ()))):
         return None
-    return sum(plan.rows_sent for plan in exchange.routes(tiling, circle))
+    return sum(plan.rows_sent for plan in exchange.routes(tiling, axes[ring[0]]))
 
 
 #: attention that materialises every score holds at least the scores and their softmax

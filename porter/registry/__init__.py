@@ -29,7 +29,7 @@ class PluginError(PorterError):
 @dataclass
 class Registry:
     families: dict = field(default_factory=dict)  # name -> ModelFamily
-    patches: dict = field(default_factory=dict)  # name -> porter.transforms.patches.Patch
+    patches: dict = field(default_factory=dict)  # name -> porter.shims.patch.Patch
     attention: dict = field(default_factory=dict)  # name -> AttentionBackend
     owners: dict = field(default_factory=dict)  # (kind, name) -> plugin name
     plugins: list[str] = field(default_factory=list)
@@ -95,7 +95,28 @@ def _manager(extra_plugins) -> pluggy.PluginManager:
     except Exception as exc:  # a plugin failing at import time
         raise PluginError(f"a plugin failed to load: {type(exc).__name__}: {exc}",
                           hint="run with --debug for the traceback") from exc
+    _check_core(manager)
     return manager
+
+
+#: the core's own plugin, registered through porter's entry point ``core``
+CORE = "porter.registry.builtin"
+
+
+def _check_core(manager: pluggy.PluginManager) -> None:
+    """The core's plugin is the one named ``core``: without it no run has an attention
+    backend, the generic family or the core's patches (porter installed without its
+    entry points, from a checkout on the path or an install older than the entry
+    point), and another package's ``core`` would take its place unseen."""
+    found = manager.get_plugin("core")
+    if getattr(found, "__name__", None) == CORE:
+        return
+    what = "is missing" if found is None else \
+        f"is taken by {getattr(found, '__name__', found)!r}, not {CORE}"
+    raise PluginError(f"Porter's own plugin (entry point 'core' in group "
+                      f"{ENTRY_POINT_GROUP!r}) {what}",
+                      hint="install porter with pip (`pip install -e .` in a checkout, "
+                           "again after an update) so its entry points are registered")
 
 
 def load(extra_plugins=()) -> Registry:

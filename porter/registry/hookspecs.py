@@ -43,7 +43,7 @@ def porter_register_patches(register: Callable) -> None:
     """Register patches.
 
     Arguments:
-        register: call ``register(patch)`` once per ``porter.transforms.patches.Patch``;
+        register: call ``register(patch)`` once per ``porter.shims.patch.Patch``;
             names are global, so prefix them with the plugin (``wan.rope_cache``).
 
     Returns nothing. Every plugin's implementation is called; a name already

@@ -71,3 +71,24 @@ def test_unknown_family_lists_known():
     from porter.errors import UsageError
     with pytest.raises(UsageError, match="registered: cogvideox, generic, hunyuan, wan"):
         registry_mod.load().family("nope")
+
+
+def test_the_core_plugin_missing_or_taken_is_an_error(monkeypatch):
+    """The core's plugin comes through its entry point ``core``: where it does not (porter
+    on the path without being installed, an install older than the entry point) no run
+    would have an attention backend or the core's patches; where another package's
+    ``core`` took its place the same. Both say so and how to fix it."""
+    import types
+
+    import pluggy
+
+    monkeypatch.setattr(pluggy.PluginManager, "load_setuptools_entrypoints",
+                        lambda self, group: 0)
+    with pytest.raises(PluginError, match="'core' .* is missing") as info:
+        registry_mod.load()
+    assert "pip install" in info.value.hint
+    impostor = types.ModuleType("ext_core")
+    monkeypatch.setattr(pluggy.PluginManager, "load_setuptools_entrypoints",
+                        lambda self, group: self.register(impostor, name="core"))
+    with pytest.raises(PluginError, match="taken by 'ext_core'"):
+        registry_mod.load()

@@ -135,6 +135,7 @@ def test_plan_counts_each_device_its_own_tokens():
                                                                   "sp": 2})["exchange"]
     assert routed["bytes_per_layer_and_device"] == 4 * share // 2 + 2 * share \
         + 2 * share // 5
+    assert routed["kind"] == "all-to-all and all-gather and collective-permute"
 
 
 def frames(path, *overrides):

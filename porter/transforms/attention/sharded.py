@@ -18,7 +18,11 @@ from porter.transforms.attention import kernels, ring
 
 def layout(mesh, shape_q, data_axis, head_axis):
     """(batch axis, head axis, query-sequence axis) actually used, each or None."""
-    sizes = dict(mesh.shape)
+    return layout_of(dict(mesh.shape), shape_q, data_axis, head_axis)
+
+
+def layout_of(sizes: dict, shape_q, data_axis, head_axis):
+    """``layout`` from the mesh's axes and sizes alone (``porter plan`` has no mesh)."""
     batch, heads, q_len = shape_q[0], shape_q[1], shape_q[2]
 
     def fits(axis, n):

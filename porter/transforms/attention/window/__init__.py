@@ -112,7 +112,10 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
     Ulysses; else a gather, as over ``ring``), so that the tiles' reordering of the
     tokens is each device's own, and hands its output back split by tokens. Over
     ``ring`` each device then computes its own share of the query tiles, against
-    every key (``tile_layout``), where the ring would pass the keys round."""
+    every key (``tile_layout``), where the ring would pass the keys round; where the
+    ring alone splits the tiles, a device's query tiles come from the devices holding
+    their tokens and their output goes back to them (``exchange``), only the keys and
+    values being gathered."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
@@ -135,7 +138,7 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
     every_token = sharded.held(mesh, batch_axis, heads_axis, None)
     # round the ring alone, each device's query tiles come from the devices holding
     # their tokens (mostly itself), and their output goes back so, not gathered
-    routed = exchange.applies(tiling, mesh, ring, seq_axis) and _route(
+    routed = exchange.applies(tiling, dict(mesh.shape), ring, seq_axis) and _route(
         tiling, mesh, batch_axis, heads_axis, ring[0])
     if token_axes:  # held split by tokens as they come (else XLA may carry the heads'
         # split back into the projections before, and gather there), then exchanged

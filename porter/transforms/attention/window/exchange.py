@@ -63,11 +63,12 @@ def route(source: np.ndarray, row: np.ndarray) -> Route:
     return Route(tuple(send), pick)
 
 
-def applies(tiling, mesh, ring: tuple, tiles_axis) -> bool:
+def applies(tiling, sizes: dict, ring: tuple, tiles_axis) -> bool:
     """Does a windowed call route its query tiles (rather than gather every token):
     the tiles are split over the ring alone (``tile_layout``'s last axis), and the
-    tokens divide its devices (each holds an equal share)."""
-    devices = math.prod(dict(mesh.shape)[axis] for axis in ring)
+    tokens divide its devices (each holds an equal share). ``sizes``: the mesh's axes
+    and sizes."""
+    devices = math.prod(sizes[axis] for axis in ring)
     return bool(ring) and tiles_axis == ring[0] and tiling.tokens % devices == 0
 
 
