@@ -184,7 +184,7 @@ def _routed_rows(raw: dict, window, axes: dict, head_axis) -> int | None:
     window whose tiles are routed (``exchange.applies``: the ring alone splits them, as
     ``window.tile_layout`` lays them out); None where they are gathered (or the token
     grid is unknown)."""
-    ring = tuple(axis for axis in sharding.token_axes(axes) if axis == sharding.RING_AXIS)
+    ring = sharded.ring_of(sharding.token_axes(axes))
     if raw.get("grid") is None or not ring:
         return None
     tiling = Tiling(tuple(raw["grid"]), tuple(window.tile), tuple(window.reach),

@@ -123,9 +123,8 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
     axes = tile_layout(tiling, q.shape, mesh, data_axis, head_axis, token_axes)
     batch_axis, heads_axis, seq_axis = axes
     # query tiles split over devices they do not divide: padded with tiles of nothing
-    extra = -len(tiling.table[0]) % sharded.size(mesh, _named((seq_axis,)))
-    order = np.concatenate([tiling.order, np.full(extra * tiling.tile_tokens,
-                                                  tiling.tokens)])
+    order = tiling.padded_order(sharded.size(mesh, _named((seq_axis,))))
+    extra = (len(order) - len(tiling.order)) // tiling.tile_tokens
 
     def tiled(x):  # a zero row for the padding to take
         x = jnp.concatenate([x, jnp.zeros_like(x[:, :, :1])], axis=2)

@@ -78,16 +78,12 @@ def routes(tiling, devices: int) -> tuple[Route, Route]:
     devices: each holds ``tokens / devices`` tokens and ``slots / devices`` places of
     the tile order (padded with empty tiles to divide, as ``attend_windowed`` pads)."""
     held = tiling.tokens // devices
-    extra = -len(tiling.table[0]) % devices
-    order = np.concatenate([tiling.order, np.full(extra * tiling.tile_tokens,
-                                                  tiling.tokens)])
+    order = tiling.padded_order(devices)
     slots = len(order) // devices
     wanted = order.reshape(devices, slots)
     real = wanted < tiling.tokens
     to_tiles = route(np.where(real, wanted // held, -1), np.where(real, wanted % held, 0))
-    place = np.empty(tiling.tokens, np.int64)  # each token's place in the tile order
-    place[order[order < tiling.tokens]] = np.nonzero(order < tiling.tokens)[0]
-    back = place.reshape(devices, held)
+    back = tiling.inverse.reshape(devices, held)  # each token's place in the tile order
     return to_tiles, route(back // slots, back % slots)
 
 

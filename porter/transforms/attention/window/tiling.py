@@ -59,6 +59,13 @@ class Tiling:
         (nf, nh, nw), (tf, th, tw) = self.tiles, self.tile
         return tiled.reshape(nf, tf, nh, th, nw, tw).transpose(0, 2, 4, 1, 3, 5).ravel()
 
+    def padded_order(self, devices: int) -> np.ndarray:
+        """``order`` with empty tiles after it (``tokens``: padding) until the query
+        tiles divide ``devices``, each taking as many."""
+        extra = -len(self.table[0]) % devices
+        return np.concatenate([self.order, np.full(extra * self.tile_tokens, self.tokens,
+                                                   self.order.dtype)])
+
     @functools.cached_property
     def inverse(self) -> np.ndarray:
         """For each token, its position in tile order."""
