@@ -11,7 +11,7 @@ import torch
 from porter import recipe, registry as registry_mod, runtime
 from porter.port import active, beside
 from porter.shims.interop import to_device, to_host
-from porter.transforms import sharding
+from porter.transforms import patches, sharding
 
 from support import RECIPES, vae_split_rule
 
@@ -88,13 +88,17 @@ def through_the_vae(mesh: str, *extra: str, platform: str | None = None):
     if platform is not None:
         rt = dataclasses.replace(rt, platform=platform)
     pipe = tiny_pipeline()
-    calling = beside.ported(pipe, loaded, registry_mod.loaded(), rt)
+    registry = registry_mod.loaded()
     generator = torch.Generator().manual_seed(5)
     latents = torch.randn(1, 16, 3, 8, 16, generator=generator)
     video = torch.rand(1, 3, 5, 64, 128, generator=generator) * 2 - 1  # a frame, a chunk
-    with active.entered(calling), rt.env:
-        decoded = pipe.vae.decode(to_device(latents, rt), return_dict=False)[0]
-        encoded = pipe.vae.encode(to_device(video, rt)).latent_dist.mean
+    family = registry.family(loaded.model.family)
+    with patches.applied(patches.selected(loaded, registry, family)):
+        calling = beside.ported(pipe, loaded, registry, rt)
+        with active.entered(calling), rt.env:
+            decoded = pipe.vae.decode(to_device(latents, rt), return_dict=False)[0]
+            # the compiled method, as image-to-video calls it (porter_wan.i2v._latents)
+            encoded = pipe.vae._encode(to_device(video, rt))[:, :pipe.vae.config.z_dim]
     return to_host(decoded), to_host(encoded), decoded
 
 
