@@ -38,7 +38,7 @@ from porter.families.base import takes_frames
 from porter.loading import published
 from porter.recipe.sources import source_kind
 from porter.shims.attributes import replaced
-from porter.transforms import patches
+from porter.transforms import jit, patches
 
 if TYPE_CHECKING:
     from porter.aot.port import AbstractPort
@@ -255,9 +255,12 @@ def _answered(modules: dict, compiled: dict, functions: dict):
 def _entries(module: torch.nn.Module, rule) -> list[tuple[torch.nn.Module, str, str]]:
     """Where a pipeline enters ``module``: (object, method, the call's name). Its entry
     methods and those its compile rule names; for a component not compiled, its
-    children's forwards too (MiniMax-H3 calls its text encoder's ``.model``)."""
-    methods = {*(m for m in ENTRIES if callable(getattr(module, m, None))),
-               *(rule.methods if rule is not None else ())}
+    children's forwards too (MiniMax-H3 calls its text encoder's ``.model``). The
+    wrapper of a compiled method (``encode`` around ``_encode``) is no entry: it runs,
+    as in a run, around its compiled call."""
+    compiled = jit.present(module, rule.methods) if rule is not None else []
+    methods = {*(m for m in ENTRIES if callable(getattr(module, m, None))), *compiled} \
+        - set(jit.wrappers(module, compiled))
     found = [(module, method, method) for method in sorted(methods)]
     if rule is None:
         found += [(child, "forward", f"{child_name}.forward")

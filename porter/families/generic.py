@@ -141,8 +141,10 @@ class GenericFamily(ModelFamily):
     name = "generic"
     summary = "any diffusers video pipeline, run by its own __call__ (no plugin needed)"
     staged = False
-    # the VAE's decode too: a VAE that cannot be traced whole is split automatically
-    compiled = {"transformer": ("forward",), "vae": ("decode",)}
+    # the VAE's decode and encode too (``_encode``, inside ``encode``'s distribution
+    # object, where the VAE has one): a VAE that cannot be traced whole is split
+    # automatically
+    compiled = {"transformer": ("forward",), "vae": ("decode", "_encode")}
     # a Wan VAE's frame by frame decode, for the pipelines that finish chunks (chunked.py)
     compiled_functions = {"vae": {"decode_chunk": wan_vae.decode_chunk}}
 

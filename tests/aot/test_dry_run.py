@@ -38,8 +38,8 @@ model: {{family: generic, source: {source}, pipeline: WanModularPipeline}}
 generate: {{prompt: "a cat", height: 16, width: 16, frames: 9, steps: 2, guidance_scale: 6.0,
            max_sequence_length: 16}}
 """
-# a character image animated by a driving video: the VAE encodes (not compiled, answered
-# all the same), the transformer reads its reference grid's sizes with .item() and
+# a character image animated by a driving video: the VAE encodes (its compiled _encode,
+# inside encode's distribution object), the transformer reads its reference grid's sizes with .item() and
 # attends through flex attention with a block mask
 WAN_ANIMATE2 = """\
 model: {{family: generic, source: {source}, pipeline: WanAnimate2ModularPipeline}}
@@ -69,21 +69,23 @@ generate: {{prompt: "a cat", height: 16, width: 16, frames: 17, steps: 2,
            guidance_scale: 6.0, max_sequence_length: 16,
            extra: {{base_num_frames: 9, overlap_history: 5}}}}
 """
-#: builder, recipe, and each compiled component's (stage, calls a step)
+#: builder, recipe, and each compiled component's calls a step in each stage
 CASES = {
     "helios": (build_helios_pipeline, HELIOS,
-               {"transformer": ("denoise", 2), "vae": ("decode", 0)}),
-    "ltx": (build_ltx_pipeline, LTX, {"transformer": ("denoise", 1), "vae": ("decode", 0)}),
+               {("transformer", "denoise"): 2, ("vae", "decode"): 0}),
+    "ltx": (build_ltx_pipeline, LTX, {("transformer", "denoise"): 1, ("vae", "decode"): 0}),
     "wan-modular": (build_wan_t2v_pipeline, WAN_MODULAR,
-                    {"transformer": ("denoise", 2), "vae": ("decode", 0)}),
-    # two segments of 5 frames, each a reference pass and two guided calls a step
+                    {("transformer", "denoise"): 2, ("vae", "decode"): 0}),
+    # two segments of 5 frames, each a reference pass and two guided calls a step; the
+    # character image and the driving video encoded by the VAE's compiled _encode
     "wan-animate2": (build_wan_animate2_pipeline, WAN_ANIMATE2,
-                     {"transformer": ("denoise", 5), "vae": ("decode", 0)}),
+                     {("transformer", "denoise"): 5, ("vae", "encode"): 0,
+                      ("vae", "decode"): 0}),
     "minimax-h3": (build_minimax_h3_pipeline, MINIMAX_H3,
-                   {"transformer": ("denoise", 2 / 3), "vae": ("decode", 0)}),
+                   {("transformer", "denoise"): 2 / 3, ("vae", "decode"): 0}),
     # 6 windows of 2 steps (guided as one batch)
     "skyreels-df": (build_skyreels_v2_df_pipeline, SKYREELS_DF,
-                    {"transformer": ("denoise", 6), "vae": ("decode", 0)}),
+                    {("transformer", "denoise"): 6, ("vae", "decode"): 0}),
 }
 
 
@@ -126,15 +128,11 @@ def test_the_calls_found_are_what_a_run_calls(case, tmp_path, write):
     ran = programs.unique(calls)
     assert [(_named(p.signature()), p.calls) for p in found] == \
         [(_named(p.signature()), p.calls) for p in ran]
-    per_component = {}
-    for p in found:  # a component's programs together (per_step sums their calls a step)
-        stage, per_step = per_component.get(p.component, (p.stage, 0))
-        assert stage == p.stage
-        per_component[p.component] = (stage, per_step + p.per_step)
-    assert {c: stage for c, (stage, _) in per_component.items()} == \
-        {c: stage for c, (stage, _) in stages.items()}
-    assert {c: n for c, (_, n) in per_component.items()} == \
-        pytest.approx({c: n for c, (_, n) in stages.items()})
+    per_stage = {}
+    for p in found:  # a component's programs in a stage together (their calls a step)
+        per_stage[p.component, p.stage] = per_stage.get((p.component, p.stage), 0) \
+            + p.per_step
+    assert per_stage == pytest.approx(stages)
 
 
 def test_a_pipeline_without_its_files_is_refused(write):

@@ -6,6 +6,7 @@ traced programs kept on disk (``traces``)."""
 from __future__ import annotations
 
 import functools
+import types
 from typing import TYPE_CHECKING
 
 from porter.recipe.schema import CompileRule
@@ -167,11 +168,14 @@ def _jit(module, rule: CompileRule, split, functions: dict):
     if lists:  # the module's functional call now takes the stacked weights
         scan.stack_in_place(compiled, lists)
         compiled.functional_call = scan.scanned_call(compiled.functional_call, module, lists)
-    for method in rule.methods:
+    methods = present(module, rule.methods)
+    for method in methods:
         compiled._jitted[method] = _signed(
             _whole(compiled, method, split, lists), getattr(module, method))
     for name, function in functions.items():
         compiled._jitted[name] = _whole(compiled, function, split, lists, name)
+    for public in wrappers(module, methods):
+        setattr(compiled, public, types.MethodType(getattr(type(module), public), compiled))
     # pipelines read their components' signatures (Stable Video Diffusion asks its VAE's
     # forward whether it takes num_frames) and call nn.Module's buffers(), which the
     # compiled module holds as a dict of that name
@@ -179,6 +183,24 @@ def _jit(module, rule: CompileRule, split, functions: dict):
     _register_buffers()
     compiled.buffers = Buffers(compiled.buffers)
     return compiled
+
+
+def present(module, methods) -> list[str]:
+    """The ``methods`` ``module`` has: a family's defaults name methods some of its
+    components lack (the generic family's VAEs: ``_encode`` in most, not in Stable
+    Video Diffusion's); a recipe's own are checked before (``problems``)."""
+    return [m for m in methods if callable(getattr(module, m, None))]
+
+
+def wrappers(module, methods) -> list[str]:
+    """The public methods of ``module`` that wrap a compiled private one and are not
+    compiled themselves: diffusers' VAEs wrap ``_encode`` (traceable) in ``encode``
+    (slicing over the batch, a distribution object no program returns). A wrapper runs
+    as Python on the compiled module, so that its ``self._encode`` is the program;
+    left to the model it would call the model's own ``_encode``, op by op (Wan-Animate-2's
+    five encodes: 36 of a 108 s run, measured)."""
+    return [m[1:] for m in methods if m.startswith("_") and m[1:] not in methods
+            and callable(getattr(type(module), m[1:], None))]
 
 
 class Buffers(dict):

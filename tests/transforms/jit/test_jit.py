@@ -6,7 +6,7 @@ import torch
 from porter import registry as registry_mod, recipe, runtime
 from porter.commands.validate import validate
 from porter.port.passes import ported as port
-from porter.shims.interop import to_device
+from porter.shims.interop import to_device, to_host
 from porter.transforms import jit
 from porter.transforms import placement
 
@@ -210,3 +210,29 @@ def test_a_compiled_module_keeps_its_signatures_and_buffers(tmp_path):
         out = compiled.decode(x, num_frames=3)  # the buffers reach the program
     assert np.allclose(np.asarray(out.jax()), 6.0)
     assert traces.exported == 1  # its arguments' tree serialises: the trace is kept
+
+
+def test_encode_runs_around_the_compiled_encode():
+    """diffusers' ``encode`` wraps the traceable ``_encode`` in a distribution object:
+    with ``_encode`` compiled, a pipeline's ``vae.encode(x)`` calls the program (one
+    call, PyTorch's mean); a default method the module lacks is skipped."""
+    from porter.recipe.schema import CompileRule
+    from porter_wan.tiny import build_pipeline
+
+    rt = runtime.start(recipe.validate_data(
+        {"model": {"family": "wan"}, "mesh": {"dp": 1},
+         "generate": {"prompt": "x", "height": 32, "width": 32, "frames": 9, "steps": 1}},
+        {}))
+    vae = build_pipeline().vae.eval()
+    video = torch.rand(1, 3, 1, 32, 32) * 2 - 1
+    with torch.no_grad():
+        expected = vae.encode(video).latent_dist.mean
+    placement.apply(vae, rt, [])
+    compiled = jit.apply(vae, CompileRule(methods=["decode", "_encode", "_not_here"]))
+    assert set(compiled._jitted) == {"decode", "_encode"}
+    program, calls = compiled._jitted["_encode"], []
+    compiled._jitted["_encode"] = lambda *a, **k: calls.append(1) or program(*a, **k)
+    with rt.env:
+        mean = to_host(compiled.encode(to_device(video, rt)).latent_dist.mean)
+    assert calls == [1]
+    np.testing.assert_allclose(mean.numpy(), expected.numpy(), atol=1e-5)
