@@ -76,8 +76,8 @@ def programs(port: AbstractPort) -> list[Program]:
         if program.component not in compiled \
                 or (program.method not in compiled[program.component].methods
                     and program.method not in functions.get(program.component, {})):
-            continue  # run eagerly: no program of its own (a VAE's encode, where only
-            # its decode is compiled)
+            continue  # run eagerly: no program of its own (a VAE's encode, where a
+            # recipe compiles only its decode)
         program.stage = _stage(port, program)
         if program.stage == "denoise" and steps and program.calls:
             # a step's calls on average: MiniMax-H3's schedule counts its final sigma
@@ -120,8 +120,12 @@ def _first_chunk(calls: list[Program]) -> None:
 def _stage(port: AbstractPort, program: Program) -> str:
     if (program.component, program.method) in DECODE:
         return "decode"
-    if program.component in port.family.stepped_transformers \
-            or program.component.startswith("transformer"):
+    return stage_of(port.family, program.component)
+
+
+def stage_of(family: ModelFamily, component: str) -> str:
+    """The stage of a component's calls other than those ``DECODE`` names."""
+    if component in family.stepped_transformers or component.startswith("transformer"):
         return "denoise"
     return "encode"
 

@@ -125,7 +125,8 @@ def call_seconds(result, chip) -> float:
 
 
 def video(rows: list[dict], steps: int, step_bound: dict | None,
-          frames: int | None = None, chunked: bool = False) -> dict | None:
+          frames: int | None = None, chunked: bool = False,
+          eager: tuple[str, ...] = ()) -> dict | None:
     """A lower bound on a whole video's time on the target, from a compile report's
     program rows: each encode and decode program at its call's bound
     (``call_bound_s``) times its calls (the text encoder as often as guidance calls
@@ -135,7 +136,10 @@ def video(rows: list[dict], steps: int, step_bound: dict | None,
     figure then covers the others alone. ``chunked``: the pipeline makes its video
     chunk by chunk (``ModelFamily.decodes_in_chunks``), a chunk a decode call. Where
     the recipe says no number of steps (a pyramid pipeline's are per stage), the
-    denoising programs count at their calls' bounds, as the other stages'."""
+    denoising programs count at their calls' bounds, as the other stages'. ``eager``:
+    the stages where a component runs with no program (a generic recipe's text
+    encoder, beside its VAE's compiled encode), missing however many programs they
+    have (kept in the result as ``eager``)."""
     if step_bound is None:
         return None
     seconds = {"denoise": step_bound["bound_s"] * steps} if steps else {}
@@ -150,6 +154,7 @@ def video(rows: list[dict], steps: int, step_bound: dict | None,
             continue
         seconds[stage] += row["call_bound_s"] * row["calls"]
     missing |= {"encode", "decode"} - set(seconds)  # eager, or not asked for (--program)
+    missing |= set(eager)
     if "denoise" in missing or "denoise" not in seconds:
         return None  # no count of steps, and a denoising program without its bound
     decodes = [row for row in rows if row["stage"] == "decode"]
@@ -162,7 +167,7 @@ def video(rows: list[dict], steps: int, step_bound: dict | None,
     found = {"bound_s": sum(seconds.values()), "steps": steps, "frames": frames,
              "chunked": chunked,
              "stages_s": {stage: seconds[stage] for stage in STAGES if stage in seconds},
-             "missing": sorted(missing)}
+             "missing": sorted(missing), "eager": sorted(eager)}
     if chunked and frames and decodes and "decode" not in missing and seconds["decode"] > 0:
         found["stream"] = _chunks(rows, decodes, seconds, found["bound_s"], frames)
     elif frames and decodes and "decode" not in missing and seconds["decode"] > 0:

@@ -153,7 +153,7 @@ def _report(recipe: Recipe, port, target, results, left_out: dict) -> dict:
     anchors = [roofline.implied(bound, a, target) for a in roofline.anchors_for(recipe, target)] \
         if bound else []
     whole = roofline.video(rows, recipe.generate.steps, bound, recipe.generate.frames,
-                           port.family.decodes_in_chunks(recipe))
+                           port.family.decodes_in_chunks(recipe), _eager_stages(port))
     report = {
         "recipe": recipe.name, "target": _target_row(target), "mesh": port.runtime.axes,
         "attention_backend": recipe.attention.backend,
@@ -200,7 +200,8 @@ def replace_programs(report: dict, rows: list[dict]) -> dict:
     if report.get("video"):
         replaced["video"] = roofline.video(
             replaced["programs"], report["video"]["steps"], report["roofline"],
-            report["video"].get("frames"), report["video"].get("chunked", False))
+            report["video"].get("frames"), report["video"].get("chunked", False),
+            tuple(report["video"].get("eager", ())))
     return replaced
 
 
@@ -265,6 +266,16 @@ def _inputs(program) -> dict:
     found = {f"arg{i}": text(v) for i, v in enumerate(program.args)}
     found.update({k: text(v) for k, v in program.kwargs.items()})
     return found
+
+
+def _eager_stages(port) -> tuple[str, ...]:
+    """The stages with a component the run does not compile (a generic recipe's text
+    encoder): their time is not in any program's bound. A decoder's stage is the
+    decode (an eager VAE's encode runs only where the video starts from an image)."""
+    decoders = {name for name, _ in dry_run.DECODE}
+    return tuple(sorted({"decode" if name in decoders else dry_run.stage_of(port.family, name)
+                         for name, component in port.components.items()
+                         if component.rule is None}))
 
 
 def _left_out(port, compiled: set, undeclared: bool, chosen: bool,

@@ -141,8 +141,8 @@ class GenericFamily(ModelFamily):
     name = "generic"
     summary = "any diffusers video pipeline, run by its own __call__ (no plugin needed)"
     staged = False
-    # the VAE's decode and encode too (``_encode``, inside ``encode``'s distribution
-    # object, where the VAE has one): a VAE that cannot be traced whole is split
+    # the VAE's decode, and its encode where the VAE has ``_encode`` (which ``encode``
+    # wraps in a distribution object): a VAE that cannot be traced whole is split
     # automatically
     compiled = {"transformer": ("forward",), "vae": ("decode", "_encode")}
     # a Wan VAE's frame by frame decode, for the pipelines that finish chunks (chunked.py)

@@ -39,8 +39,8 @@ generate: {{prompt: "a cat", height: 16, width: 16, frames: 9, steps: 2, guidanc
            max_sequence_length: 16}}
 """
 # a character image animated by a driving video: the VAE encodes (its compiled _encode,
-# inside encode's distribution object), the transformer reads its reference grid's sizes with .item() and
-# attends through flex attention with a block mask
+# which encode wraps), the transformer reads its reference grid's sizes with .item()
+# and attends through flex attention with a block mask
 WAN_ANIMATE2 = """\
 model: {{family: generic, source: {source}, pipeline: WanAnimate2ModularPipeline}}
 generate: {{prompt: "a cat", image: {inputs}/image.png, video: {inputs}/video, height: 32,

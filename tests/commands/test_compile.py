@@ -78,7 +78,12 @@ def test_a_whole_videos_bound_counts_each_stage_and_says_what_it_leaves_out():
                             row("decode", 1, 3.0)], 50, step)
     assert whole == {"bound_s": pytest.approx(0.2 + 25 + 3), "steps": 50, "missing": [],
                      "stages_s": {"encode": pytest.approx(0.2), "denoise": 25,
-                                  "decode": 3.0}, "frames": None, "chunked": False}
+                                  "decode": 3.0}, "frames": None, "chunked": False,
+                     "eager": []}
+    # a stage with a component left eager (a generic text encoder beside its VAE's
+    # compiled encode) is not counted as whole
+    assert roofline.video([row("encode", 2, 0.1), row("denoise", 50, 0.5)], 50, step,
+                          eager=("encode",))["missing"] == ["decode", "encode"]
     # a streamed decode (its programs in the order a run calls them): the first frames
     # after the first chunk's call, then the decode's rate
     streamed = roofline.video([row("encode", 2, 0.1), row("decode", 1, 0.5),

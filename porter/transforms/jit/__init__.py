@@ -176,6 +176,7 @@ def _jit(module, rule: CompileRule, split, functions: dict):
         compiled._jitted[name] = _whole(compiled, function, split, lists, name)
     for public in wrappers(module, methods):
         setattr(compiled, public, types.MethodType(getattr(type(module), public), compiled))
+    compiled.train(module.training)  # what a wrapper reads as self.training
     # pipelines read their components' signatures (Stable Video Diffusion asks its VAE's
     # forward whether it takes num_frames) and call nn.Module's buffers(), which the
     # compiled module holds as a dict of that name
@@ -263,8 +264,10 @@ def _whole(compiled, method, split, lists: list[str], label: str | None = None):
 
     if lists:
         return scan.refusing(traced, split.component, signature_of=function)
+    # a component's forward is the component itself in the split (and its messages)
+    key = "" if label == "forward" else f"{label}()"
     return autosplit.splitting_call(compiled._model, "", split, signature_of=function,
-                                    traced=traced, eager=eager)
+                                    traced=traced, eager=eager, key=key)
 
 
 def method(component, name: str, function):
@@ -371,7 +374,7 @@ def _fit(c: Checking) -> list[Problem]:
 
 def _detail(c: Checking) -> str | None:
     found = rules(c.recipe, c.family, None)
-    return ", ".join(f"{name}.{'/'.join(rule.methods)}"
+    return ", ".join(f"{name}.{'/'.join(present(c.modules[name], rule.methods))}"
                      + (f" (submodules {rule.modules})" if rule.modules else "")
                      for name, rule in found.items() if name in c.modules) or None
 

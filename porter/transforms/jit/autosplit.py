@@ -187,27 +187,32 @@ def compile_in_place(module, path: str, split: Split) -> None:
         eager=functools.partial(forward, module))
 
 
-def splitting_call(module, path: str, split: Split, *, signature_of, traced, eager):
+def splitting_call(module, path: str, split: Split, *, signature_of, traced, eager,
+                   key: str | None = None):
     """The call that replaces a compiled method: ``traced(static_names, *args,
     **kwargs)`` (arguments named by ``signature_of``'s signature where it allows) until
     a call proves it untraceable, then, and from then on, ``eager(*args, **kwargs)``
     with ``module``'s children compiled one by one. A split remembered from an earlier
-    run is made at once."""
+    run is made at once. ``key`` (default: ``path``) is what the split remembers the
+    failure by: one per compiled method of a component, so that a VAE's untraceable
+    ``_encode`` leaves its ``decode`` whole."""
+    key = path if key is None else key
+
     def call(*args, **kwargs):
         # a tensor the pipeline made on the host (no device given) crosses in here
         args, kwargs = torchax_fixes.on_device((args, kwargs))
-        if path in split.eager:
+        if key in split.eager:
             return eager(*args, **kwargs)
         named_args, named_kwargs = as_keywords(signature_of, args, kwargs)
         try:
             result = traced(static_names(named_kwargs), *named_args, **named_kwargs)
         except untraceable() as exc:
-            split.failed(path, exc)
+            split.failed(key, exc)
             split_children(module, path, split)
             return eager(*args, **kwargs)
-        split.compiled.add(path)
+        split.compiled.add(key)
         return result
 
-    if path in split.eager:
+    if key in split.eager:
         split_children(module, path, split)
     return call

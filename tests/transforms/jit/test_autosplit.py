@@ -133,3 +133,43 @@ def test_the_split_is_remembered(tmp_path, monkeypatch):
         compiled(to_device(torch.ones(2, 4), rt), repeats=2, twice=True)
     assert failures == []  # nothing traced and failed this time
     assert again.compiled == split.compiled
+
+
+class TwoWays(torch.nn.Module):
+    """A VAE's shape: an encode that branches on a value, a decode that traces."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = torch.nn.Linear(4, 4)
+        self.decoder = torch.nn.Linear(4, 4)
+
+    def _encode(self, x):
+        x = self.encoder(x)
+        return x * 2 if x.sum() > 0 else x  # needs the value
+
+    def decode(self, z):
+        return self.decoder(self.encoder(z))
+
+
+def test_each_method_is_split_by_itself():
+    """An untraceable ``_encode`` runs eagerly (its children compiled) and leaves
+    ``decode`` one program, traced whole after the split as before it."""
+    from porter.shims.interop import to_device, to_host
+
+    rt = _rt()
+    torch.manual_seed(0)
+    model = TwoWays().eval()
+    x = torch.ones(2, 4)
+    expected = model._encode(x), model.decode(x), model.decode(torch.ones(3, 4))
+    placement.apply(model, rt, [])
+    splits = {}
+    compiled = jit.apply(model, CompileRule(methods=["decode", "_encode"]), None, "vae",
+                         splits=splits)
+    with rt.env:
+        decoded = compiled.decode(to_device(x, rt))
+        encoded = compiled._encode(to_device(x, rt))
+        again = compiled.decode(to_device(torch.ones(3, 4), rt))  # a new shape: traced
+    for got, want in zip((encoded, decoded, again), expected):
+        torch.testing.assert_close(to_host(got), want)
+    assert set(splits["vae"].eager) == {"_encode()"}
+    assert {"decode()", "encoder", "decoder"} <= splits["vae"].compiled
