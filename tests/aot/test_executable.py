@@ -44,6 +44,34 @@ def test_a_window_compiles_as_splash_with_its_block_mask_at_a_real_length():
 
 
 @needs_libtpu
+@pytest.mark.parametrize("axes, token_axes", [({"dp": 2, "tp": 4}, ()),
+                                              ({"dp": 2, "ring": 4}, ("ring",))])
+def test_a_splash_call_nothing_splits_compiles_whole_on_each_chip(axes, token_axes):
+    """Another component's attention through the recipe's backend (a text encoder's 77
+    tokens of 3 heads, batch 1) divides neither dp, tp nor the ring: splash runs whole
+    on each chip, where the bare kernel stopped the compile at "Mosaic kernels cannot
+    be automatically partitioned"."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from porter.transforms.attention import kernels, sharded
+
+    mesh = targets.mesh(targets.named("v6e-8"), axes)
+    shape = jax.ShapeDtypeStruct((1, 3, 77, 64), jnp.bfloat16,
+                                 sharding=NamedSharding(mesh, P()))
+
+    def attend(q, k, v):
+        return sharded.run(kernels.splash, mesh, q, k, v, None, data_axis="dp",
+                           head_axis="tp", token_axes=token_axes, scale=0.125,
+                           block_q=128, block_kv=128, platform="tpu")
+
+    compiled = jax.jit(attend).lower(shape, shape, shape).compile()
+    assert hlo.opaque_kernels(compiled.as_text()) == 1
+
+
+@needs_libtpu
 def test_rotary_writes_compile_to_little_tpu_code():
     """Wan's rotary writes q and k through strided slices (``out[..., 0::2] = ...``),
     which core.setitem turns into pads and a select: at the 1.3B's 480p length, sharded

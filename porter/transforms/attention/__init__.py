@@ -242,11 +242,13 @@ def platform_problems(recipe: Recipe, registry: Registry, platform: str,
 
 def _unpartitioned(recipe: Recipe, registry: Registry, platform: str) -> list[Problem]:
     """A Mosaic kernel (splash on a TPU) on a sharded mesh with no axis said for the
-    batch or the heads: XLA cannot partition the kernel by itself, and the compile
-    stops there ("Mosaic kernels cannot be automatically partitioned"). Round a
-    ``ring`` a call whose queries divide it (the transformer's tokens: validate checks
-    them) runs the kernel on each device's share; one whose queries do not (another
-    component's attention through the recipe's backend) is not caught here."""
+    batch or the heads: XLA cannot partition the kernel by itself, so each chip would
+    run every call whole (``sharded.run``; a bare kernel stopped the compile at "Mosaic
+    kernels cannot be automatically partitioned"). Round a ``ring`` a call whose
+    queries divide it (the transformer's tokens: validate checks them) runs the kernel
+    on each device's share. A call that nothing splits beside axes that are said
+    (another component's attention through the recipe's backend: a text encoder's
+    few heads and tokens) runs whole on each chip, as XLA runs what it cannot split."""
     section = recipe.attention
     if platform != "tpu" or section.data_axis is not None \
             or sharding.head_axis(section, recipe.mesh) is not None \
@@ -266,7 +268,8 @@ def _unpartitioned(recipe: Recipe, registry: Registry, platform: str) -> list[Pr
             found.append(recipe.problem(
                 f"attention.{key}", f"{name!r} runs {backend.name}, a Mosaic kernel, on a "
                 f"{platform.upper()} mesh {axes} without attention.head_axis or "
-                "attention.data_axis: XLA cannot partition it by itself",
+                "attention.data_axis: XLA cannot partition it by itself, so each chip "
+                "would run every attention call whole",
                 hint="say the axis that holds the heads (attention.head_axis: tp) and the "
                 "one that splits the batch (attention.data_axis: dp)"))
     return found
