@@ -81,9 +81,12 @@ def module_classes(root: Path) -> dict[str, tuple[str, type]]:
     for name, (library, class_name) in entries.items():
         cls = _library_class(library, class_name)
         if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
-            # a pipeline module's own model (LTX-2's connectors and vocoder) is built
-            # and read as diffusers' models are
-            found[name] = (library if library in LIBRARIES else "diffusers", cls)
+            # a pipeline module's own model is built and read as its base's library's
+            # are: LTX-2's connectors and vocoder as diffusers' models, Stable
+            # Diffusion's safety checker (a transformers model) as transformers'
+            found[name] = (library if library in LIBRARIES else
+                           "transformers" if hasattr(cls, "config_class") else "diffusers",
+                           cls)
     return found
 
 
