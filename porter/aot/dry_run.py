@@ -9,11 +9,13 @@ schedulers, the loop, the post-processing all real), while each component call i
 recorded (component, method, the shapes and dtypes of its inputs, how often) and
 answered by the module itself run on PyTorch's meta device, shapes only, its outputs
 zeros of those shapes. What the pipeline reads of a module's buffers itself (a VAE's
-latent statistics) it reads as ones on the host. A component that is not compiled
-(a text encoder: no program of its own, its outputs' shapes are all that matter) may
-ask a yes-or-no question of a tensor (``padding_mask.all()``, transformers' attention
-masks): on the meta device the answer is yes. The calls of compiled methods are the programs ``porter
-compile`` lowers; nothing is computed at the model's size.
+latent statistics) it reads as ones on the host. A call that a run makes eagerly (an
+image encoder's, a child's a pipeline calls itself: no program of its own, its outputs'
+shapes are all that matter) may ask a yes-or-no question of a tensor
+(``padding_mask.all()``, transformers' attention masks): on the meta device the answer
+is yes; a compiled call is told that it is traced, as the compile tells it. The calls
+of compiled methods are the programs ``porter compile`` lowers; nothing is computed at
+the model's size.
 
 What it cannot do: a pipeline or model that needs values the zeros do not give (a
 branch on a tensor inside a model's forward, which meta tensors cannot answer) stops
@@ -224,13 +226,15 @@ def _answered(modules: dict, compiled: dict, functions: dict):
             for method, function in own.items():
                 stack.enter_context(replaced(module, method,
                                              functools.partial(function, module)))
-            for owner, method, label in _entries(module, compiled.get(name)) \
+            rule = compiled.get(name)
+            programs = {*own, *(jit.present(module, rule.methods) if rule else ())}
+            for owner, method, label in _entries(module, rule) \
                     + [(module, method, method) for method in own]:
                 original = getattr(owner, method)
 
                 @functools.wraps(original)  # its signature, which pipelines read
                 def answer(*args, _original=original, _name=name, _method=label,
-                           _buffers=buffers, **kwargs):
+                           _buffers=buffers, _traced=label in programs, **kwargs):
                     if inside:  # e.g. a VAE's forward calling its own encode
                         return _original(*args, **kwargs)
                     call = Program(_name, _method, described(args), described(kwargs))
@@ -238,10 +242,10 @@ def _answered(modules: dict, compiled: dict, functions: dict):
                     # the values of small integers too: a grid's sizes can shape the output
                     key = _hashable((call.signature(), _small_values((args, kwargs))))
                     if key is None or key not in answers:
-                        known = _Known(guess=_name not in compiled)
+                        known = _Known(guess=not _traced)
                         inside.append(call)
                         try:
-                            with torch.no_grad(), _buffers.on_meta():
+                            with torch.no_grad(), _buffers.on_meta(), _as_traced(_traced):
                                 args_, kwargs_ = _meta(args, known), _meta(kwargs, known)
                                 with known:
                                     made = _original(*args_, **kwargs_)
@@ -256,20 +260,41 @@ def _answered(modules: dict, compiled: dict, functions: dict):
         yield calls
 
 
+@contextlib.contextmanager
+def _as_traced(compiled: bool):
+    """A compiled component's meta run stands for its trace: transformers, which asks
+    before reading a mask's values whether JAX is tracing the tensor
+    (``is_jax_jitting``: a torchax tensor holding a tracer) and then builds the mask
+    without reading them, is told yes of a meta tensor, as the compile tells it of a
+    tracer (a language model's text encoder: ``padding_mask.all()`` skipped). A call
+    that runs eagerly in a run asks as it would there."""
+    from transformers.utils import import_utils
+
+    if not compiled:
+        yield
+        return
+    original = import_utils.is_jax_jitting
+
+    def is_jax_jitting(x):
+        return (isinstance(x, torch.Tensor) and x.device.type == "meta") or original(x)
+
+    with replaced(import_utils, "is_jax_jitting", is_jax_jitting):
+        yield
+
+
 def _entries(module: torch.nn.Module, rule) -> list[tuple[torch.nn.Module, str, str]]:
     """Where a pipeline enters ``module``: (object, method, the call's name). Its entry
-    methods and those its compile rule names; for a component not compiled, its
-    children's forwards too (MiniMax-H3 calls its text encoder's ``.model``). The
-    wrapper of a compiled method (``encode`` around ``_encode``) is no entry: it runs,
-    as in a run, around its compiled call."""
+    methods and those its compile rule names, and its children's forwards (MiniMax-H3
+    calls its text encoder's ``.model``: a run runs such a call eagerly, even where the
+    component's own ``forward`` is compiled). The wrapper of a compiled method
+    (``encode`` around ``_encode``) is no entry: it runs, as in a run, around its
+    compiled call."""
     compiled = jit.present(module, rule.methods) if rule is not None else []
     methods = {*(m for m in ENTRIES if callable(getattr(module, m, None))), *compiled} \
         - set(jit.wrappers(module, compiled))
     found = [(module, method, method) for method in sorted(methods)]
-    if rule is None:
-        found += [(child, "forward", f"{child_name}.forward")
-                  for child_name, child in module.named_children()]
-    return found
+    return found + [(child, "forward", f"{child_name}.forward")
+                    for child_name, child in module.named_children()]
 
 
 def _hashable(signature: tuple):

@@ -269,7 +269,7 @@ def _inputs(program) -> dict:
 
 
 def _eager_stages(port) -> tuple[str, ...]:
-    """The stages with a component the run does not compile (a generic recipe's text
+    """The stages with a component the run does not compile (a generic recipe's image
     encoder): their time is not in any program's bound. A decoder's stage is the
     decode (an eager VAE's encode runs only where the video starts from an image)."""
     decoders = {name for name, _ in dry_run.DECODE}

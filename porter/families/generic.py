@@ -144,7 +144,8 @@ class GenericFamily(ModelFamily):
     # the VAE's decode, and its encode where the VAE has ``_encode`` (which ``encode``
     # wraps in a distribution object): a VAE that cannot be traced whole is split
     # automatically
-    compiled = {"transformer": ("forward",), "vae": ("decode", "_encode")}
+    compiled = {"transformer": ("forward",), "vae": ("decode", "_encode"),
+                "text_encoder": ("forward",), "text_encoder_2": ("forward",)}
     # a Wan VAE's frame by frame decode, for the pipelines that finish chunks (chunked.py)
     compiled_functions = {"vae": {"decode_chunk": wan_vae.decode_chunk}}
 

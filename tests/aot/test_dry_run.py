@@ -72,20 +72,25 @@ generate: {{prompt: "a cat", height: 16, width: 16, frames: 17, steps: 2,
 #: builder, recipe, and each compiled component's calls a step in each stage
 CASES = {
     "helios": (build_helios_pipeline, HELIOS,
-               {("transformer", "denoise"): 2, ("vae", "decode"): 0}),
-    "ltx": (build_ltx_pipeline, LTX, {("transformer", "denoise"): 1, ("vae", "decode"): 0}),
+               {("text_encoder", "encode"): 0, ("transformer", "denoise"): 2,
+                ("vae", "decode"): 0}),
+    "ltx": (build_ltx_pipeline, LTX, {("text_encoder", "encode"): 0,
+                                      ("transformer", "denoise"): 1, ("vae", "decode"): 0}),
     "wan-modular": (build_wan_t2v_pipeline, WAN_MODULAR,
-                    {("transformer", "denoise"): 2, ("vae", "decode"): 0}),
+                    {("text_encoder", "encode"): 0, ("transformer", "denoise"): 2,
+                     ("vae", "decode"): 0}),
     # two segments of 5 frames, each a reference pass and two guided calls a step; the
     # character image and the driving video encoded by the VAE's compiled _encode
     "wan-animate2": (build_wan_animate2_pipeline, WAN_ANIMATE2,
-                     {("transformer", "denoise"): 5, ("vae", "encode"): 0,
-                      ("vae", "decode"): 0}),
+                     {("text_encoder", "encode"): 0, ("transformer", "denoise"): 5,
+                      ("vae", "encode"): 0, ("vae", "decode"): 0}),
+    # its text encoder's language model called by the pipeline itself: run eagerly
     "minimax-h3": (build_minimax_h3_pipeline, MINIMAX_H3,
                    {("transformer", "denoise"): 2 / 3, ("vae", "decode"): 0}),
     # 6 windows of 2 steps (guided as one batch)
     "skyreels-df": (build_skyreels_v2_df_pipeline, SKYREELS_DF,
-                    {("transformer", "denoise"): 6, ("vae", "decode"): 0}),
+                    {("text_encoder", "encode"): 0, ("transformer", "denoise"): 6,
+                     ("vae", "decode"): 0}),
 }
 
 
@@ -181,14 +186,16 @@ def test_diffusion_forcing_is_bounded_as_its_stream_decodes_it(tmp_path):
         return [(r["program"], r["calls"]) for r in report["programs"]], report["video"]
 
     short, video = compiled("generate.frames=17")
-    assert short == [("transformer.forward", 12), ("vae.decode_chunk", 1),
-                     ("vae.decode_chunk", 1), ("vae.decode_chunk", 3)]
+    assert short == [("text_encoder.forward", 2), ("transformer.forward", 12),
+                     ("vae.decode_chunk", 1), ("vae.decode_chunk", 1),
+                     ("vae.decode_chunk", 3)]
     assert video["chunked"] and video["stream"]["chunks"] == 5  # a latent frame each
     long, video = compiled("generate.frames=25")
     assert [name for name, _ in long] == [name for name, _ in short]
     assert long[-1] == ("vae.decode_chunk", 5) and video["stream"]["chunks"] == 7
     whole, video = compiled("generate.frames=17", "output.stream=false")
-    assert whole == [("transformer.forward", 12), ("vae.decode", 1)]
+    assert whole == [("text_encoder.forward", 2), ("transformer.forward", 12),
+                     ("vae.decode", 1)]
     assert not video["chunked"]
 
 

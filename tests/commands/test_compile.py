@@ -80,7 +80,7 @@ def test_a_whole_videos_bound_counts_each_stage_and_says_what_it_leaves_out():
                      "stages_s": {"encode": pytest.approx(0.2), "denoise": 25,
                                   "decode": 3.0}, "frames": None, "chunked": False,
                      "eager": []}
-    # a stage with a component left eager (a generic text encoder beside its VAE's
+    # a stage with a component left eager (a generic image encoder beside its VAE's
     # compiled encode) is not counted as whole
     assert roofline.video([row("encode", 2, 0.1), row("denoise", 50, 0.5)], 50, step,
                           eager=("encode",))["missing"] == ["decode", "encode"]

@@ -147,6 +147,18 @@ def output_classes_as_pytrees() -> None:
             deserialize_auxdata=lambda data: tuple(json.loads(data)))
 
 
+def no_cache(module) -> None:
+    """A transformers language model used as a text encoder keeps no key/value cache:
+    its forward would return one (a ``DynamicCache``, the default ``use_cache`` of
+    Gemma, Llama, Qwen), which no compiled program can return, and no pipeline reads
+    it from an encoder's call. A call that asks for a cache (``generate``) still
+    gets one."""
+    config = getattr(module, "config", None)
+    for part in (config, getattr(config, "text_config", None)):
+        if getattr(part, "use_cache", False) is True:
+            part.use_cache = False
+
+
 def _compile_submodules(module, rule: CompileRule, split):
     import re
 
@@ -163,6 +175,7 @@ def _jit(module, rule: CompileRule, split, functions: dict):
     as one scan."""
 
     torchax = import_torchax()
+    no_cache(module)
     compiled = torchax.compile(module, torchax.CompileOptions(methods_to_compile=[]))
     lists = scan.identical_lists(module) if rule.scan else []
     if lists:  # the module's functional call now takes the stacked weights

@@ -236,3 +236,31 @@ def test_encode_runs_around_the_compiled_encode():
         mean = to_host(compiled.encode(to_device(video, rt)).latent_dist.mean)
     assert calls == [1]
     np.testing.assert_allclose(mean.numpy(), expected.numpy(), atol=1e-5)
+
+
+def test_a_language_model_compiles_as_a_text_encoder():
+    """A transformers language model (a tiny Gemma 2, Sana's text encoder) would return
+    its key/value cache, which no program can return: compiled, it keeps none, and
+    its hidden states equal PyTorch's."""
+    import transformers
+
+    from porter.recipe.schema import CompileRule
+
+    rt = runtime.start(recipe.validate_data(
+        {"model": {"family": "wan"}, "mesh": {"dp": 1},
+         "generate": {"prompt": "x", "height": 32, "width": 32, "frames": 9, "steps": 1}},
+        {}))
+    torch.manual_seed(0)
+    model = transformers.Gemma2Model(transformers.Gemma2Config(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8)).eval()
+    ids, mask = torch.randint(0, 64, (1, 7)), torch.ones(1, 7, dtype=torch.long)
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).last_hidden_state
+    placement.apply(model, rt, [])
+    compiled = jit.apply(model, CompileRule(methods=["forward"]))
+    with rt.env:
+        out = compiled(to_device(ids, rt), attention_mask=to_device(mask, rt))
+    assert out.past_key_values is None
+    np.testing.assert_allclose(to_host(out.last_hidden_state).numpy(), expected.numpy(),
+                               atol=1e-5)
