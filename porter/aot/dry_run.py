@@ -268,11 +268,11 @@ def _as_traced(compiled: bool):
     without reading them, is told yes of a meta tensor, as the compile tells it of a
     tracer (a language model's text encoder: ``padding_mask.all()`` skipped). A call
     that runs eagerly in a run asks as it would there."""
-    from transformers.utils import import_utils
-
     if not compiled:
         yield
         return
+    from transformers.utils import import_utils
+
     original = import_utils.is_jax_jitting
 
     def is_jax_jitting(x):
@@ -319,8 +319,8 @@ READS = {torch.Tensor.__bool__: bool, torch.Tensor.item: lambda t: t.item(),
 class _Known(torch.overrides.TorchFunctionMode):
     """Python reading a meta tensor's value: the value where it is known, computed
     beside the meta one from small integer inputs (``grid[0][2].item()``); otherwise,
-    with ``guess``, a boolean's answer is yes (``bool(mask.all())`` in a component that
-    is not compiled, whose outputs' shapes are all that matter)."""
+    with ``guess``, a boolean's answer is yes (``bool(mask.all())`` in a call a run
+    makes eagerly, whose outputs' shapes are all that matter)."""
 
     def __init__(self, guess: bool):
         super().__init__()

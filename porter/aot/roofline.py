@@ -137,7 +137,7 @@ def video(rows: list[dict], steps: int, step_bound: dict | None,
     chunk by chunk (``ModelFamily.decodes_in_chunks``), a chunk a decode call. Where
     the recipe says no number of steps (a pyramid pipeline's are per stage), the
     denoising programs count at their calls' bounds, as the other stages'. ``eager``:
-    the stages where a component runs with no program (a generic recipe's text
+    the stages where a component runs with no program (a generic recipe's image
     encoder, beside its VAE's compiled encode), missing however many programs they
     have (kept in the result as ``eager``)."""
     if step_bound is None:

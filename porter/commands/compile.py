@@ -299,7 +299,8 @@ def _left_out(port, compiled: set, undeclared: bool, chosen: bool,
             why = (f"compile.{name}.modules compiles submodules, and the family declares "
                    "no call of this component")
         else:
-            why = "no call of it in this recipe's run"
+            why = ("no call of its compiled methods in this recipe's run (a child's "
+                   "that the pipeline makes itself runs eagerly)")
         found[name] = why
     return found
 

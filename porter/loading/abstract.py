@@ -84,10 +84,16 @@ def module_classes(root: Path) -> dict[str, tuple[str, type]]:
             # a pipeline module's own model is built and read as its base's library's
             # are: LTX-2's connectors and vocoder as diffusers' models, Stable
             # Diffusion's safety checker (a transformers model) as transformers'
-            found[name] = (library if library in LIBRARIES else
-                           "transformers" if hasattr(cls, "config_class") else "diffusers",
-                           cls)
+            found[name] = (library if library in LIBRARIES else _library_of(cls), cls)
     return found
+
+
+def _library_of(cls: type) -> str:
+    """The library whose models ``cls`` is built and read as: transformers' for its
+    ``PreTrainedModel``s, as diffusers' own loader tells them apart."""
+    from transformers import PreTrainedModel
+
+    return "transformers" if issubclass(cls, PreTrainedModel) else "diffusers"
 
 
 def _library_class(library, class_name):

@@ -64,8 +64,8 @@ def test_a_splash_call_nothing_splits_compiles_whole_on_each_chip(axes, token_ax
 
     def attend(q, k, v):
         return sharded.run(kernels.splash, mesh, q, k, v, None, data_axis="dp",
-                           head_axis="tp", token_axes=token_axes, scale=0.125,
-                           block_q=128, block_kv=128, platform="tpu")
+                           head_axis="tp", token_axes=token_axes, mosaic=True,
+                           scale=0.125, block_q=128, block_kv=128, platform="tpu")
 
     compiled = jax.jit(attend).lower(shape, shape, shape).compile()
     assert hlo.opaque_kernels(compiled.as_text()) == 1

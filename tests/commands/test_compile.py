@@ -111,7 +111,7 @@ def test_a_whole_videos_bound_counts_each_stage_and_says_what_it_leaves_out():
                           frames=132, chunked=True)
     assert even["stream"]["first_chunk_s"] == even["stream"]["chunk_s"] == \
         pytest.approx(7.0 / 4)
-    # a decode that did not compile, and no text encoder program (run eagerly)
+    # a decode that did not compile, and no encode program (an eager image encoder)
     partial = roofline.video([{"stage": "decode", "calls": 1}], 50, step)
     assert partial["missing"] == ["decode", "encode"] and partial["bound_s"] == 25
     assert roofline.video([], 50, None) is None
@@ -363,9 +363,10 @@ def test_an_autoregressive_pipeline_is_bounded_chunk_by_chunk(tmp_path):
     done = user_porter("compile", str(tmp_path / "r.yaml"), "--target", "v6e-1", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
-    # 4 chunks of 2 steps; the first chunk's 2 calls come before the first decode
+    # the prompt encoded once; 4 chunks of 2 steps; the first chunk's 2 calls come
+    # before the first decode
     assert [(r["program"], r["calls"], r["first_chunk"]) for r in report["programs"]] == [
-        ("transformer.forward", 8, 2), ("vae.decode", 4, 0)]
+        ("text_encoder.forward", 1, 1), ("transformer.forward", 8, 2), ("vae.decode", 4, 0)]
     stream, whole = report["video"]["stream"], report["video"]
     assert stream["chunks"] == 4 and whole["chunked"]
     assert whole["frames"] == 17  # 4 chunks of 5 frames, trimmed to 4n+1

@@ -345,3 +345,22 @@ def test_validate_reports_weight_file_problems(bad, tmp_path, capsys):
     assert cli.main(["validate", str(recipe_file)]) == 2
     err = capsys.readouterr().err
     assert "model.source" in err and "bytes" in err and "Traceback" not in err
+
+
+def test_a_pipeline_modules_transformers_model_is_built_as_transformers_builds_it(tmp_path):
+    """Text2Video-Zero's safety checker is a transformers model that model_index.json
+    files under its pipeline module (``stable_diffusion``): built on the meta device as
+    transformers builds it (diffusers' ``from_config`` is not its)."""
+    from porter.loading import abstract
+
+    from models.text_to_video_zero import safety_checker
+
+    checker, _ = safety_checker()
+    checker.save_pretrained(tmp_path / "safety_checker")
+    (tmp_path / "model_index.json").write_text(json.dumps(
+        {"_class_name": "TextToVideoZeroPipeline",
+         "safety_checker": ["stable_diffusion", "StableDiffusionSafetyChecker"]}))
+    [(library, cls)] = abstract.module_classes(tmp_path).values()
+    assert (library, cls.__name__) == ("transformers", "StableDiffusionSafetyChecker")
+    built = abstract.from_config_dir(library, cls, tmp_path / "safety_checker")
+    assert next(built.parameters()).is_meta

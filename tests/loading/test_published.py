@@ -70,8 +70,12 @@ def test_ltx23_programs_are_found_with_nothing_downloaded():
     from porter.aot import port as abstract_port
 
     loaded = recipe.load(RECIPES / "ltx23.yaml")
-    found = dry_run.programs(abstract_port.build(loaded, registry_mod.loaded(),
-                                                 targets.named("v6e-8")))
+    port = abstract_port.build(loaded, registry_mod.loaded(), targets.named("v6e-8"))
+    found = dry_run.programs(port)
+    # its Gemma 3 text encoder compiled as a run compiles it: no key/value cache returned
+    gemma = port.components["text_encoder"].module.config.get_text_config(decoder=True)
+    assert gemma.use_cache is False
+    assert "text_encoder.forward" in {p.name for p in found if p.stage == "encode"}
     steps = [p for p in found if p.stage == "denoise"]
     assert {p.name for p in steps} == {"transformer.forward"}
     assert sum(p.calls for p in steps) % 30 == 0 and all(p.per_step for p in steps)

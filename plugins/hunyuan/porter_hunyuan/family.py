@@ -35,8 +35,9 @@ class HunyuanFamily(StagedFamily):
     #: tiny layouts (``source: tiny``); a checkpoint's own come from its configuration
     variants = ("v1", "v1.5")
     rotary_patch = "hunyuan.rope_cache"
-    # the text encoders run op by op: Llama and Qwen return a key-value cache object
-    # from forward, which a compiled program cannot return
+    # the text encoders run op by op: their calls (the prompt templates' lengths) are
+    # not declared in porter_hunyuan.programs, which `porter compile` would need
+    # (compiled, Llama and Qwen would keep no key/value cache: ``jit.no_cache``)
     scan_blocks = True  # each block's outputs are the next one's inputs
     inputs = ()  # text-to-video
     text_tokens = 256  # HunyuanVideoPipeline's own (tokens kept after its prompt template)

@@ -155,7 +155,13 @@ def attend(q, k, v, attn_mask=None, is_causal=False, scale=None, *, backend: str
         native = keep is None and settings.platform == "tpu"
         _count(4 * math.prod(q.shape) * k.shape[2] / shares, chosen if native else None)
     return sharded.run(chosen.kernel, settings.mesh, q, k, v, keep, **axes,
-                       share=chosen.share, **options)
+                       share=chosen.share, mosaic=_mosaic(chosen, settings), **options)
+
+
+def _mosaic(backend, settings: AttentionSettings) -> bool:
+    """Does ``backend``'s kernel compile by Mosaic here (a TPU), where XLA cannot split
+    it (elsewhere a Pallas kernel is interpreted: XLA ops, which it splits)?"""
+    return backend.mosaic and settings.platform == "tpu"
 
 
 def _windowed(q, k, v, tiling, chosen, scale, settings: AttentionSettings):
@@ -170,7 +176,7 @@ def _windowed(q, k, v, tiling, chosen, scale, settings: AttentionSettings):
         q, k, v, tiling, scale=scale, mesh=settings.mesh, data_axis=settings.data_axis,
         head_axis=settings.head_axis, backend=chosen, platform=settings.platform,
         block_q=settings.block_q, block_kv=settings.block_kv, counted=count,
-        token_axes=settings.token_axes)
+        token_axes=settings.token_axes, mosaic=_mosaic(chosen, settings))
 
 
 @contextlib.contextmanager

@@ -55,7 +55,7 @@ def query_token_axes(mesh, length: int, token_axes, seq_axis) -> tuple[str, ...]
 
 
 def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), share=None,
-        **options):
+        mosaic=False, **options):
     """``kernel`` on each device's share of (batch, heads, sequence, head_dim) ``q``,
     ``k``, ``v`` (``layout``). ``token_axes``: the axes the tokens are split over
     outside attention (sequence parallelism, ``sharding.token_axes``): the queries, and
@@ -65,7 +65,8 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), sha
     sequence on every device; self-attention runs as ring attention over ``ring``, and
     over ``sp`` too where the heads do not divide it (``ring_axes``; no kernel of its
     own: Porter's online softmax in XLA, or ``share``, the backend's kernel on one
-    share, where it has one), the heads over ``sp`` beside the ring where they do."""
+    share, where it has one), the heads over ``sp`` beside the ring where they do.
+    ``mosaic``: the kernel is compiled by Mosaic (a TPU's), which XLA cannot split."""
     import jax
     from jax.sharding import PartitionSpec as P
 
@@ -86,13 +87,13 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), sha
     # the queries stay split over the ring's axis, and over the head axis where the
     # heads do not divide it (sequence-parallel: the keys gathered)
     seq = joined(query_token_axes(mesh, q.shape[2], token_axes, seq_axis))
-    if batch_axis is None and heads_axis is None and seq is None \
-            and (options.get("platform") != "tpu" or mesh.size == 1):
-        return kernel(q, k, v, keep, **options)
-    # else split what divides; a Mosaic kernel (a TPU's) whose call nothing splits (a
-    # text encoder's 77 tokens of 3 heads on dp=2 x tp=4) runs whole on every device,
-    # as XLA would run it, but XLA cannot say so for a kernel it cannot see into: its
-    # compile stops at "Mosaic kernels cannot be automatically partitioned"
+    if batch_axis is None and heads_axis is None and seq is None:
+        if not mosaic or mesh.size == 1:
+            return kernel(q, k, v, keep, **options)
+        if keep is None:
+            return whole_on_each(lambda q, k, v: kernel(q, k, v, None, **options), mesh,
+                                 q, k, v)
+        return whole_on_each(partial(_local, kernel, options), mesh, q, k, v, keep)
     q = tokens(q)
     if k.shape[2] == q.shape[2]:  # self-attention: its keys are the same tokens
         k, v = tokens(k), tokens(v)
@@ -111,6 +112,19 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), sha
         out = jax.shard_map(body, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec, keep_spec),
                             out_specs=q_spec, check_vma=False)(q, k, v, keep)
     return tokens(out)
+
+
+def whole_on_each(body, mesh, *args):
+    """``body`` on every device with the whole of each of ``args`` (a call nothing
+    splits: a text encoder's 77 tokens of 3 heads on dp=2 x tp=4). XLA runs an
+    operation it cannot split so by itself, but not a Mosaic kernel, which it cannot
+    see into: its compile stops at "Mosaic kernels cannot be automatically
+    partitioned"."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    return jax.shard_map(body, mesh=mesh, in_specs=tuple(P() for _ in args),
+                         out_specs=P(), check_vma=False)(*args)
 
 
 def ring_axes(mesh, q, k, keep, token_axes, heads_axis) -> tuple[str, ...]:

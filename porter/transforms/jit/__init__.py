@@ -86,6 +86,7 @@ def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=No
     options for every program. ``functions`` (name -> ``function(module, ...)``: a
     family's ``compiled_functions``) become compiled methods of the module too."""
     split = _prepared(rule, traces, name, xla_options, splits)
+    no_cache(module)
     if rule.modules is not None:
         return _compile_submodules(module, rule, split)
     return _jit(module, rule, split, functions or {})
@@ -154,7 +155,8 @@ def no_cache(module) -> None:
     it from an encoder's call. A call that asks for a cache (``generate``) still
     gets one."""
     config = getattr(module, "config", None)
-    for part in (config, getattr(config, "text_config", None)):
+    text = getattr(config, "get_text_config", None)  # a multimodal model's language model
+    for part in (config, text(decoder=True) if callable(text) else None):
         if getattr(part, "use_cache", False) is True:
             part.use_cache = False
 
@@ -175,7 +177,6 @@ def _jit(module, rule: CompileRule, split, functions: dict):
     as one scan."""
 
     torchax = import_torchax()
-    no_cache(module)
     compiled = torchax.compile(module, torchax.CompileOptions(methods_to_compile=[]))
     lists = scan.identical_lists(module) if rule.scan else []
     if lists:  # the module's functional call now takes the stacked weights
@@ -371,6 +372,7 @@ def _abstract(b: Building) -> None:
             continue
         if _on_one_device(b, name, piecewise):
             b.compile.one_device.add(name)
+        no_cache(b.modules[name])  # traced as a run traces it
         if rule.scan and rule.modules is None and name not in piecewise:
             b.compile.scanned[name] = scan.identical_lists(b.modules[name])
 

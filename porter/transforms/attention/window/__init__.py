@@ -101,7 +101,7 @@ def kernel_flops(tiling: Tiling, q_shape, kernel: str) -> float | None:
 
 def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, head_axis,
                     backend=None, platform: str | None = None, block_q: int = 1024,
-                    block_kv: int = 1024, counted=None, token_axes=()):
+                    block_kv: int = 1024, counted=None, token_axes=(), mosaic=False):
     """Windowed attention of (B, H, tokens, D) arrays under ``shard_map`` (batch on
     ``data_axis``, heads on ``head_axis``, or query tiles where the heads do not
     divide it), by the kernel ``kernel_for`` picks for ``backend``. ``counted(flops,
@@ -115,7 +115,9 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
     every key (``tile_layout``), where the ring would pass the keys round; where the
     ring alone splits the tiles, a device's query tiles come from the devices holding
     their tokens and their output goes back to them (``exchange``), only the keys and
-    values being gathered."""
+    values being gathered. ``mosaic``: the backend's kernel is compiled by Mosaic (a
+    TPU's), so a call that nothing splits runs whole on each device
+    (``sharded.whole_on_each``)."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
@@ -173,7 +175,8 @@ def attend_windowed(q, k, v, tiling: Tiling, *, scale: float, mesh, data_axis, h
     if counted is not None and flops is not None:
         counted(flops / sharded.size(mesh, _named(axes)), kernel)
     if axes == (None, None, None):
-        out = body(*args)
+        out = sharded.whole_on_each(body, mesh, *args) \
+            if mosaic and kernel != "sparse" and mesh.size > 1 else body(*args)
     else:
         out = jax.shard_map(body, mesh=mesh, check_vma=False, in_specs=specs,
                             out_specs=q_spec)(*args)
