@@ -90,10 +90,10 @@ def run(kernel, mesh, q, k, v, keep, *, data_axis, head_axis, token_axes=(), sha
     if batch_axis is None and heads_axis is None and seq is None:
         if not mosaic or mesh.size == 1:
             return kernel(q, k, v, keep, **options)
+        body = partial(_local, kernel, options)
         if keep is None:
-            return whole_on_each(lambda q, k, v: kernel(q, k, v, None, **options), mesh,
-                                 q, k, v)
-        return whole_on_each(partial(_local, kernel, options), mesh, q, k, v, keep)
+            return whole_on_each(lambda q, k, v: body(q, k, v, None), mesh, q, k, v)
+        return whole_on_each(body, mesh, q, k, v, keep)
     q = tokens(q)
     if k.shape[2] == q.shape[2]:  # self-attention: its keys are the same tokens
         k, v = tokens(k), tokens(v)
