@@ -1,7 +1,9 @@
 """Time to the first video: `porter run` cold (no caches), warm (the compile cache and
 the trace cache from the cold run), and for a second shape; `porter serve` from its
 start to its first finished job, warm, without and with `serve.warmup` of the job's
-shape. Each in a fresh process; the split comes from each run's record (run.json):
+shape. First, the commands that read a recipe only (`porter --help`, `new`, `plugins`,
+`validate`, `plan`): each one's wall time in fresh processes, the median of
+``--repeats``. Each in a fresh process; the split comes from each run's record (run.json):
 
 - before the port: the interpreter, imports, the recipe's checks (``startup_s``)
 - loading (``load_s``), moving the weights to the devices (``to_jax_s``)
@@ -10,13 +12,14 @@ shape. Each in a fresh process; the split comes from each run's record (run.json
 - encode, the denoising steps (the first one pays the transformer's compile), decode
 
     python benchmarks/startup.py [--recipe recipes/wan-tiny.yaml] [--second width=96]
-        [KEY=VALUE ...]      (recipe overrides for every run)
+        [--repeats 3] [--commands-only] [KEY=VALUE ...]   (recipe overrides for every run)
 """
 
 import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,6 +83,24 @@ def porter_serve(recipe, out, cache, job: dict, *overrides) -> dict:
             "ready_process_s": health.get("ready_s"), **record["timings"]}
 
 
+def light_commands(recipe, repeats: int) -> list[tuple[str, float, float]]:
+    """(command, median, slowest) wall seconds of each command that reads a recipe
+    only, each run ``repeats`` times in a fresh process (``new`` into a scratch folder)."""
+    found = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for args in (["--help"], ["new", "starter", "--family", "wan", "--force"],
+                     ["plugins"], ["validate", str(recipe)], ["plan", str(recipe)]):
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "porter.cli", *args], cwd=scratch,
+                               check=True, capture_output=True)
+                times.append(time.perf_counter() - start)
+            found.append((" ".join(["porter", *args[:1]]), statistics.median(times),
+                          max(times)))
+    return found
+
+
 def row(name: str, t: dict) -> str:
     compiled = t.get("compile", {})
     steps = t.get("steps_s", [])
@@ -102,8 +123,18 @@ def main() -> None:
     parser.add_argument("--recipe", default=str(ROOT / "recipes" / "wan-tiny.yaml"))
     parser.add_argument("--second", default="width=96",
                         help="the second shape: a generate setting, KEY=VALUE")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="fresh processes per light command (the median is shown)")
+    parser.add_argument("--commands-only", action="store_true",
+                        help="time the light commands only, no run or server")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    print("| command | median s | slowest s |\n| --- | ---: | ---: |")
+    for command, median, slowest in light_commands(Path(args.recipe).resolve(),
+                                                   args.repeats):
+        print(f"| {command} | {median:.2f} | {slowest:.2f} |")
+    if args.commands_only:
+        return
     key, value = args.second.split("=", 1)
     rows = []
     with tempfile.TemporaryDirectory() as work:

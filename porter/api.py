@@ -123,9 +123,7 @@ class Port:
     def open(cls, recipe: Recipe, registry: Registry, family: ModelFamily,
              say=notices.quiet) -> "Port":
         """Start the runtime, check shapes, load and port (see ``porter.load``)."""
-        # what the process spent before its first port: the interpreter, imports, the
-        # checks (a later port's would be the process's age, not its start-up)
-        started = monitor.process_seconds() if not cls.opened else None
+        first = not cls.opened  # a later port's start-up would be the process's age
         cls.opened += 1
         runtime = runtime_mod.start(recipe)
         say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
@@ -138,8 +136,10 @@ class Port:
             raise RecipeError(problems)
         compile_mark = monitor.compile_monitor().summary()
         building = Building(recipe, registry, family, runtime, say=say)
-        if started is not None:
-            building.timings["startup_s"] = started
+        if first:  # what the process spent before its first port began loading: the
+            # interpreter, imports (torch, JAX and the model's modules are imported where
+            # first used, up to the shape checks), JAX's start and every check
+            building.timings["startup_s"] = monitor.process_seconds()
         with out_of_memory.explained(recipe, registry), building.stack, \
                 tracing.explained():
             passes.build(building)

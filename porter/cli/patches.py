@@ -23,7 +23,7 @@ def handle(args) -> int:
     for name in sorted(registry.patches):
         patch = registry.patches[name]
         try:
-            patch.locate()
+            patch.check_target()
             state = "target found"
         except PatchError:
             state = "TARGET MISSING in the installed version"

@@ -25,14 +25,15 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, NamedTuple
 
-import torch
-
 from porter.families import wan_vae
 from porter.families.base import Handover, as_uint8, first_of
 from porter.runtime import notices
+from porter.shims import lazy
 from porter.shims.attributes import replaced
 from porter.shims.carried import one_ahead
 from porter.shims.interop import to_host
+
+torch = lazy.module("torch", __name__)
 
 DECODES_CHUNKS = ("HeliosPipeline", "HeliosPyramidPipeline")
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import functools
 
-import torch
-
+from porter.shims import lazy
 from porter.shims.carried import Cache
 from porter.shims.interop import unwrapped
+
+torch = lazy.module("torch", __name__)
 
 
 def decode_chunk(vae, z, cache: Cache, first: bool):

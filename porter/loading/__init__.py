@@ -11,15 +11,16 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from porter.errors import LoadError, Problem, UsageError, first_line
 from porter.loading import abstract, checkpoints, modular, single_file
 from porter.loading import weights as checkpoint_weights
 from porter.recipe.modular import INDEX, is_modular
 from porter.recipe.sources import source_kind
+from porter.shims import lazy
 from porter.transforms import Checking, Pass, dtypes, lora
 from porter.transforms.building import Loaded
+
+torch = lazy.module("torch", __name__)
 
 #: the index files that make a directory a diffusers pipeline (classic, modular)
 INDEXES = ("model_index.json", INDEX)

@@ -12,11 +12,12 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from porter.loading import modular, published
 from porter.recipe.sources import source_kind
+from porter.shims import lazy
 from porter.transforms import dtypes
+
+torch = lazy.module("torch", __name__)
 
 if TYPE_CHECKING:
     from porter.families.base import ModelFamily

@@ -18,10 +18,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from porter.errors import LoadError
 from porter.loading import abstract
+from porter.shims import lazy
+
+torch = lazy.module("torch", __name__)
 
 SHOWN = 12  # problems listed in the error; the rest are counted
 MAX_HEADER = 100_000_000  # safetensors' own limit on the JSON header, in bytes

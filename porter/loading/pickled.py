@@ -14,13 +14,12 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-import torch
-
 from porter.loading.checkpoints import DTYPES, CorruptFile, Entry
+from porter.shims import lazy
+
+torch = lazy.module("torch", __name__)
 
 SUFFIXES = (".pth", ".pt")
-#: torch dtype -> its safetensors name, the names ``Entry`` carries
-NAMES = {getattr(torch, attr): name for name, attr in DTYPES.items() if hasattr(torch, attr)}
 #: keys some training scripts wrap a state dict in
 WRAPPERS = ("state_dict", "model", "module")
 
@@ -46,16 +45,19 @@ def read_entries(path: Path) -> dict[str, Entry]:
         raise CorruptFile(f"torch.load (weights only) cannot read it: "
                           f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
     state = _state_dict(loaded)
+    # torch dtype -> its safetensors name, the names ``Entry`` carries
+    names = {getattr(torch, attr): name for name, attr in DTYPES.items()
+             if hasattr(torch, attr)}
     entries = {}
     for name, tensor in state.items():
         if not tensor.is_contiguous():
             raise CorruptFile(f"tensor {name!r} is stored strided (a view of a larger "
                               "tensor, not contiguous): load and save the file again")
-        if tensor.dtype not in NAMES:
+        if tensor.dtype not in names:
             raise CorruptFile(f"tensor {name!r} has dtype {tensor.dtype}, which cannot be read")
         start = tensor.untyped_storage()._checkpoint_offset
         nbytes = tensor.numel() * tensor.element_size()
-        entries[name] = Entry(NAMES[tensor.dtype], tuple(tensor.shape), path,
+        entries[name] = Entry(names[tensor.dtype], tuple(tensor.shape), path,
                               start + tensor.storage_offset() * tensor.element_size(), nbytes)
     return entries
 

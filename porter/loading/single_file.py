@@ -23,12 +23,13 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-import torch
-
 from porter.errors import LoadError, UsageError
 from porter.loading import checkpoints, pickled
 from porter.loading.weights import SCALES_LOST, ComponentWeights, cast_fp8_problem
+from porter.shims import lazy
 from porter.transforms.sharding import tensor_slots
+
+torch = lazy.module("torch", __name__)
 
 if TYPE_CHECKING:
     from porter.families.base import ModelFamily

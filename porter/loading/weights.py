@@ -23,10 +23,11 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from porter.errors import LoadError
 from porter.loading import checkpoints
+from porter.shims import lazy
+
+torch = lazy.module("torch", __name__)
 
 
 @dataclass

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import functools
 
-import torch
+from porter.shims import lazy
+
+torch = lazy.module("torch", __name__)
 
 
 def count(tensor: torch.Tensor) -> int:

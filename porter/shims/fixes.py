@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import operator
 
-import torch
-
+from porter.shims import lazy
 from porter.shims.compat import import_torchax
 from porter.shims.interop import to_host
+
+torch = lazy.module("torch", __name__)
 
 
 def deepcopy(original, **_):

@@ -29,9 +29,10 @@ skips empty blocks. What a mask leaves out is still computed, then discarded.
 
 from __future__ import annotations
 
-import torch
-
+from porter.shims import lazy
 from porter.shims.fixes import on_device
+
+torch = lazy.module("torch", __name__)
 
 
 def dense_block_mask(original, **_):

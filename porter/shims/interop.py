@@ -6,22 +6,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
+from porter.shims import lazy
 from porter.shims.compat import import_torchax
+
+torch = lazy.module("torch", __name__)
 
 if TYPE_CHECKING:
     from porter.runtime import Runtime
 
 # JAX runs with x64 disabled: these arrive as their 32-bit kind (what torchax and
 # jax.device_put would make of them).
-NARROWED = {torch.float64: torch.float32, torch.int64: torch.int32,
-            torch.complex128: torch.complex64}
+NARROWED = {"float64": "float32", "int64": "int32", "complex128": "complex64"}
 
 
 def jax_dtype(dtype: torch.dtype) -> torch.dtype:
     """The torch dtype a tensor of ``dtype`` has once on a JAX device."""
-    return NARROWED.get(dtype, dtype)
+    narrower = NARROWED.get(str(dtype).removeprefix("torch."))
+    return getattr(torch, narrower) if narrower else dtype
 
 
 def array_dtype(dtype: torch.dtype):

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from porter.errors import UsageError
 from porter.shims.attributes import replaced
 from porter.shims.compat import import_module
+from porter.shims.defined import defined
 
 
 class PatchError(UsageError):
@@ -74,6 +75,13 @@ class Patch:
                              "installed library", hint=f"known to fit "
                              f"{self.fits or 'unspecified versions'}; check your versions")
         return owner, parts[-1], getattr(owner, parts[-1])
+
+    def check_target(self) -> None:
+        """PatchError if the target does not exist, read from its module's source where
+        that tells (nothing imported: ``porter.shims.defined``), else imported."""
+        module_name, _, path = self.target.partition(":")
+        if defined(module_name, path) is not True:
+            self.locate()
 
     def check_params(self, params: dict) -> None:
         unknown = sorted(set(params) - set(self.params))

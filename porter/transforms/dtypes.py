@@ -9,19 +9,42 @@ with a warning at transfer time.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import torch
-
 from porter.errors import Problem
+from porter.shims import lazy
 from porter.transforms import Checking, Pass, unknown_components
 from porter.transforms.sharding import named_tensors
+
+torch = lazy.module("torch", __name__)
 
 if TYPE_CHECKING:
     from porter.recipe import Recipe
     from porter.transforms.building import Building
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class _ByName(Mapping):
+    """A recipe's dtype names -> torch's dtypes, looked up when asked (torch imported
+    at the first lookup, not with this module)."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self._names = names
+
+    def __getitem__(self, name: str) -> torch.dtype:
+        if name not in self._names:
+            raise KeyError(name)
+        return getattr(torch, name)
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+DTYPES = _ByName(("float32", "bfloat16", "float16"))
 
 
 def component_dtype(recipe: Recipe, component: str) -> torch.dtype:

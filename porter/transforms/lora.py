@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from porter.errors import Problem, RecipeError, first_line
 from porter.recipe.sources import HUB_ID
 from porter.runtime import finite, notices
 from porter.runtime.atomic import sha256
+from porter.shims import lazy
 from porter.transforms import Checking, Pass
+
+torch = lazy.module("torch", __name__)
 
 if TYPE_CHECKING:
     from porter.families.base import ModelFamily
@@ -354,13 +355,13 @@ def tensor_updates(deltas: dict[str, Delta]) -> dict[str, tuple[str, Delta]]:
     return found
 
 
-@torch.no_grad()
 def fuse_in_place(model: torch.nn.Module, deltas: dict[str, Delta]) -> None:
     """Add each update to a module whose weights are in host memory (float32 math)."""
     params = dict(model.named_parameters())
-    for name, (what, delta) in tensor_updates(deltas).items():
-        param = params[name]
-        param.copy_(delta.added(what, param, param.dtype))
+    with torch.no_grad():
+        for name, (what, delta) in tensor_updates(deltas).items():
+            param = params[name]
+            param.copy_(delta.added(what, param, param.dtype))
 
 
 def apply(family: ModelFamily, recipe: Recipe, pipe, weights: dict) -> list[dict]:

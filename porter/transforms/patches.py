@@ -63,7 +63,7 @@ def problems(recipe: Recipe, registry: Registry) -> list:
             continue
         try:
             patch.check_params(params)
-            patch.locate()
+            patch.check_target()
         except PatchError as exc:
             found.append(recipe.problem(path, exc.message, hint=exc.hint))
     return found

@@ -14,10 +14,9 @@ import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-import torch
-
 from porter.errors import LoadError
 from porter.runtime import distributed, finite, notices
+from porter.shims import lazy
 from porter.shims.interop import as_placed, jax_dtype, place, to_device
 from porter.transforms import Checking, Pass, sharding, unknown_components
 from porter.transforms.building import Placement
@@ -28,6 +27,8 @@ from porter.transforms.sharding import (
     partition_spec,
     tensor_slots,
 )
+
+torch = lazy.module("torch", __name__)
 
 if TYPE_CHECKING:
     from porter.errors import Problem

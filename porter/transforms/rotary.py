@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-
+from porter.shims import lazy
 from porter.shims.interop import to_device
 from porter.transforms import Checking, Pass
+
+torch = lazy.module("torch", __name__)
 
 if TYPE_CHECKING:
     from porter.errors import Problem

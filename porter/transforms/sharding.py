@@ -12,11 +12,12 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
-
 from porter.errors import Problem
 from porter.recipe.schema import ActivationRule
+from porter.shims import lazy
 from porter.shims.interop import jax_dtype
+
+torch = lazy.module("torch", __name__)
 
 if TYPE_CHECKING:
     from porter.families.base import ModelFamily

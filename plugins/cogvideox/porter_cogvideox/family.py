@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from porter.families import Grid, StagedFamily, batch, decoded_frames, guided
 from porter.loading.model_configs import component_config
 from porter.recipe.inputs import load_image
 from porter.recipe.sources import source_kind
+from porter.shims import lazy
 from porter.shims.interop import to_host
 from porter.transforms.dtypes import DTYPES
 from porter_cogvideox import decoding, rules
+
+torch = lazy.module("torch", __name__)
 
 class CogVideoXFamily(StagedFamily):
     name = "cogvideox"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import torch
-
+from porter.shims import lazy
 from porter.transforms.patches import Patch
+
+torch = lazy.module("torch", __name__)
 
 
 def _host_rotary(original):
@@ -24,7 +25,8 @@ def _host_rotary(original):
 
 ROTARY = Patch(
     name="cogvideox.rope_cache",
-    target="diffusers:CogVideoXPipeline._prepare_rotary_positional_embeddings",
+    target=("diffusers.pipelines.cogvideo.pipeline_cogvideox:"
+            "CogVideoXPipeline._prepare_rotary_positional_embeddings"),
     doc="Build CogVideoX's 3D rotary tables on the host (PyTorch, CPU) once per "
         "resolution and frame count, then hand them to the device: they arrive at the "
         "compiled transformer as inputs.",
@@ -32,7 +34,8 @@ ROTARY = Patch(
 
 ROTARY_I2V = Patch(
     name="cogvideox.rope_cache_i2v",
-    target="diffusers:CogVideoXImageToVideoPipeline._prepare_rotary_positional_embeddings",
+    target=("diffusers.pipelines.cogvideo.pipeline_cogvideox_image2video:"
+            "CogVideoXImageToVideoPipeline._prepare_rotary_positional_embeddings"),
     doc="The same for CogVideoXImageToVideoPipeline.",
     replacement=_host_rotary, fits="diffusers>=0.30,<0.43")
 

@@ -13,14 +13,23 @@ Porter attention backend applies exactly.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from porter.errors import UsageError
-from porter.families import Grid, StagedFamily, batch, decoded_frames, from_the_start, guided
+from porter.families import (
+    Grid,
+    StagedFamily,
+    batch,
+    decoded_frames,
+    from_the_start,
+    guided,
+)
 from porter.loading.model_configs import component_config, setting
+from porter.shims import lazy
 from porter.shims.interop import to_host
 from porter.transforms import rotary
 from porter_hunyuan.tiny import VAE_15 as TINY_VAE_15
+
+torch = lazy.module("torch", __name__)
 
 #: ``generate.extra`` keys each model reads (HunyuanVideoPipeline's own arguments)
 EXTRA = {"v1": ("true_cfg_scale",), "v1.5": ()}

@@ -3,7 +3,9 @@ byte-level tokenizers in place of Llama's and CLIP's, so no files are needed."""
 
 from __future__ import annotations
 
-import torch
+from porter.shims import lazy
+
+torch = lazy.module("torch", __name__)
 
 
 def build_pipeline(seed: int = 0):

@@ -13,7 +13,9 @@ Everything else is diffusers' code as written.
 
 from __future__ import annotations
 
-import torch
+from porter.shims import lazy
+
+torch = lazy.module("torch", __name__)
 
 
 def valid_first(parts: list, masks: list, zeroed: list) -> tuple:

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from porter.families import StagedFamily, decoded_frames, from_the_start, guided
 from porter.loading.model_configs import cached_snapshot
 from porter.recipe.sources import source_kind
+from porter.shims import lazy
 from porter.shims.interop import to_host
 from porter_wan import decoding, i2v, rules, shapes, tiny, umt5
 from porter_wan.configs import OFFICIAL, PIPELINE
 from porter_wan.layout import Layout
+
+torch = lazy.module("torch", __name__)
 
 
 class WanFamily(StagedFamily):

@@ -12,10 +12,11 @@ with the image encoder and the VAE running through torchax:
 
 from __future__ import annotations
 
-import torch
-
 from porter.recipe.inputs import load_image
+from porter.shims import lazy
 from porter.shims.interop import to_host
+
+torch = lazy.module("torch", __name__)
 
 
 def conditioning(pipe, recipe, layout, grid) -> dict:
@@ -49,9 +50,10 @@ def _pixels(pipe, image, gen):
                                            width=gen.width).to(torch.float32)
 
 
-def latent_stats(vae, dtype=torch.float32):
+def latent_stats(vae, dtype=None):
     """The VAE's per-channel latent mean and 1 / std in ``dtype``, shaped to broadcast
-    (the reciprocal taken in ``dtype``, as the pipelines take it)."""
+    (the reciprocal taken in ``dtype``, as the pipelines take it; float32 by default)."""
+    dtype = dtype or torch.float32
     shape = (1, vae.config.z_dim, 1, 1, 1)
     return (torch.tensor(vae.config.latents_mean).view(shape).to(dtype),
             1.0 / torch.tensor(vae.config.latents_std).view(shape).to(dtype))

@@ -7,9 +7,10 @@ vocabulary files. One builder covers every layout (``VARIANTS``).
 
 from __future__ import annotations
 
-import torch
-
+from porter.shims import lazy
 from porter_wan.layout import Layout
+
+torch = lazy.module("torch", __name__)
 
 #: the tiny transformer every variant starts from
 TRANSFORMER = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12,

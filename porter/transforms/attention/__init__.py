@@ -17,15 +17,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
-
 from porter.runtime import trace_context
-from porter.shims import op_table
+from porter.shims import lazy, op_table
 from porter.shims.compat import import_torchax
 from porter.transforms import CALL, STEP, Calling, Checking, Pass, sharding
 from porter.transforms.attention import backends, sharded, window
 from porter.transforms.attention.backends import BUILTIN, AttentionBackend
 from porter.transforms.attention.window import checks as window_checks
+
+torch = lazy.module("torch", __name__)
 
 if TYPE_CHECKING:
     from porter.errors import Problem
@@ -38,7 +38,11 @@ if TYPE_CHECKING:
 __all__ = ["AttentionBackend", "AttentionSettings", "BUILTIN", "PASS", "attend", "counted",
            "disabled", "installed", "repeated", "skipped"]
 
-SDPA_OPS = (torch.nn.functional.scaled_dot_product_attention,
+
+
+def sdpa_ops() -> tuple:
+    """PyTorch's attention, as a function and as an ATen op: what a backend replaces."""
+    return (torch.nn.functional.scaled_dot_product_attention,
             torch.ops.aten.scaled_dot_product_attention)
 
 
@@ -200,7 +204,7 @@ def installed(env, settings: AttentionSettings):
         out = attend(q, k, v, mask, is_causal, scale, backend=name, settings=settings)
         return interop.torch_view(out)
 
-    with op_table.overridden(env, {op: sdpa for op in SDPA_OPS}):
+    with op_table.overridden(env, {op: sdpa for op in sdpa_ops()}):
         yield
 
 

@@ -13,11 +13,11 @@ a convex mix of v's rows fits the range). ``emulated`` does those steps in XLA.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
+from porter.shims import lazy
 from porter.transforms.attention import kernels
 
-E4M3 = jnp.float8_e4m3fn
+jnp = lazy.module("jax.numpy", __name__)
+
 LARGEST = 448.0  # e4m3's largest finite value
 TINY = 1e-12  # an all-zero tensor's scale: zeros, not NaN
 #: ``porter verify``'s default bound for a port with fp8 attention, as for fp8 matmuls
@@ -48,7 +48,7 @@ def quantized(x):
     """(x in e4m3, its float32 scale): ``values * scale`` is x to within e4m3's rounding."""
     wide = x.astype(jnp.float32)
     scale = jnp.maximum(jnp.max(jnp.abs(wide)) / LARGEST, TINY)
-    return jnp.clip(wide / scale, -LARGEST, LARGEST).astype(E4M3), scale
+    return jnp.clip(wide / scale, -LARGEST, LARGEST).astype(jnp.float8_e4m3fn), scale
 
 
 def cudnn_fp8(q, k, v, keep=None, *, scale: float, **_):
@@ -86,9 +86,9 @@ def emulated_from(qf, kf, vf, sq, sk, sv, keep=None, *, scale: float):
     peak = jnp.max(scores, axis=-1, keepdims=True)
     weights = jnp.exp(scores - jnp.where(jnp.isfinite(peak), peak, 0.0))
     total = jnp.sum(weights, axis=-1, keepdims=True)
-    probabilities = (weights * LARGEST).astype(E4M3).astype(f32)
+    probabilities = (weights * LARGEST).astype(jnp.float8_e4m3fn).astype(f32)
     mixed = jnp.einsum("bhqk,bhkd->bhqd", probabilities, vf.astype(f32)) / LARGEST
     out = mixed / jnp.where(total > 0, total, 1.0)  # in units of sv
     # the quantized probabilities can sum past the unquantized total: clip before the
     # cast (e4m3 has no infinity: past 464 a value becomes NaN)
-    return jnp.clip(out, -LARGEST, LARGEST).astype(E4M3).astype(f32) * sv
+    return jnp.clip(out, -LARGEST, LARGEST).astype(jnp.float8_e4m3fn).astype(f32) * sv

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import functools
 
-import jax
-import jax.numpy as jnp
-
+from porter.shims import lazy
 from porter.transforms.attention import kernels
+
+jax = lazy.module("jax", __name__)
+jnp = lazy.module("jax.numpy", __name__)
 
 #: ``porter verify``'s default bound for a port with int8 attention (as for fp8)
 TOLERANCE = 8e-2

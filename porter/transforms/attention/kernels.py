@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 from functools import partial
 
-import jax
-import jax.numpy as jnp
+from porter.shims import lazy
 
-NEG_INF = -jnp.inf
+jax = lazy.module("jax", __name__)
+jnp = lazy.module("jax.numpy", __name__)
+
+NEG_INF = -math.inf
 
 
 def _scores(q, k, scale):

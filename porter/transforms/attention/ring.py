@@ -13,10 +13,11 @@ can overlap.
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
-
+from porter.shims import lazy
 from porter.transforms.attention import kernels
+
+jax = lazy.module("jax", __name__)
+jnp = lazy.module("jax.numpy", __name__)
 
 
 def attend(q, k, v, *, axis: tuple[str, ...], size: int, scale: float, block_q: int,

@@ -10,11 +10,10 @@ import types
 from typing import TYPE_CHECKING
 
 from porter.recipe.schema import CompileRule
-from porter.shims import lowerings
 from porter.shims.compat import import_torchax
 from porter.transforms import CALL, Calling, Checking, Pass, placement, sharding
 from porter.transforms.building import Jitted
-from porter.transforms.jit import autosplit, scan
+from porter.transforms.jit import autosplit
 from porter.transforms.jit import traces as traces_mod
 
 if TYPE_CHECKING:
@@ -176,6 +175,9 @@ def _jit(module, rule: CompileRule, split, functions: dict):
     cannot be traced; with ``rule.scan``, each list of identical blocks stacked and run
     as one scan."""
 
+    # lazy: its stand-in block list is a torch module, defined at import; checks need none
+    from porter.transforms.jit import scan
+
     torchax = import_torchax()
     compiled = torchax.compile(module, torchax.CompileOptions(methods_to_compile=[]))
     lists = scan.identical_lists(module) if rule.scan else []
@@ -277,6 +279,8 @@ def _whole(compiled, method, split, lists: list[str], label: str | None = None):
                                         *args, **kwargs)
 
     if lists:
+        from porter.transforms.jit import scan  # lazy: as in _jit
+
         return scan.refusing(traced, split.component, signature_of=function)
     # a component's forward is the component itself in the split (and its messages)
     key = "" if label == "forward" else f"{label}()"
@@ -374,12 +378,17 @@ def _abstract(b: Building) -> None:
             b.compile.one_device.add(name)
         no_cache(b.modules[name])  # traced as a run traces it
         if rule.scan and rule.modules is None and name not in piecewise:
+            from porter.transforms.jit import scan  # lazy: as in _jit
+
             b.compile.scanned[name] = scan.identical_lists(b.modules[name])
 
 
 def _around(c: Calling):
     """Porter's own lowerings of PyTorch operations in torchax's op table, around each
     call (before the attention pass's backend, which falls back to them)."""
+    # lazy: its tables are of torch's ops, built at import; a check needs none of them
+    from porter.shims import lowerings
+
     return lowerings.installed(c.runtime.env) if c.scope == CALL else None
 
 
