@@ -23,7 +23,12 @@ RUNS = [
     ("cogvideox-tiny.yaml", ["model.variant=v1.5"]),
     ("cogvideox-tiny.yaml", ["model.variant=v1-i2v", f"generate.image={IMAGE}"]),
     ("hunyuan-tiny.yaml", []),
+    # true guidance: both texts through both encoders (the tiny byte-level tokenizer
+    # truncates the template before the prompt, so without text_cache_mb=0 the second
+    # Llama call would be answered from memory)
+    ("hunyuan-tiny.yaml", ["generate.extra={true_cfg_scale: 2.0}", "runtime.text_cache_mb=0"]),
     ("hunyuan15-tiny.yaml", []),
+    ("hunyuan15-tiny.yaml", ["generate.prompt=a cat"]),  # no quoted words: no ByT5 call
     ("hunyuan15-tiny.yaml", ["generate.cfg_parallel=true", "mesh.dp=2"]),
 ]
 

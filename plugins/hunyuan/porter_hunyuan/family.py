@@ -35,7 +35,6 @@ torch = lazy.module("torch", __name__)
 EXTRA = {"v1": ("true_cfg_scale",), "v1.5": ()}
 
 
-
 class HunyuanFamily(StagedFamily):
     name = "hunyuan"
     title = "HunyuanVideo"
@@ -44,9 +43,10 @@ class HunyuanFamily(StagedFamily):
     #: tiny layouts (``source: tiny``); a checkpoint's own come from its configuration
     variants = ("v1", "v1.5")
     rotary_patch = "hunyuan.rope_cache"
-    # the text encoders run op by op: their calls (the prompt templates' lengths) are
-    # not declared in porter_hunyuan.programs, which `porter compile` would need
-    # (compiled, Llama and Qwen would keep no key/value cache: ``jit.no_cache``)
+    # both text encoders too (Llama and CLIP; 1.5: Qwen 2.5-VL's language model and
+    # ByT5), compiled keeping no key/value cache (``jit.no_cache``)
+    compiled = {"text_encoder": ("forward",), "text_encoder_2": ("forward",),
+                **StagedFamily.compiled}
     scan_blocks = True  # each block's outputs are the next one's inputs
     inputs = ()  # text-to-video
     text_tokens = 256  # HunyuanVideoPipeline's own (tokens kept after its prompt template)

@@ -1,6 +1,6 @@
 """The compiled programs of one HunyuanVideo video, at a recipe's shapes: what a run
-calls the transformer and the VAE with (``porter compile`` lowers them; tests hold them
-to what a tiny run calls).
+calls the text encoders, the transformer and the VAE with (``porter compile`` lowers
+them; tests hold them to what a tiny run calls).
 
 HunyuanVideo 1.5's transformer is one program only with ``hunyuan.traceable_forward_15``
 (diffusers' forward needs values; without the patch a run compiles its blocks one by
@@ -17,16 +17,68 @@ from porter.aot.programs import Input, Program
 from porter.transforms.dtypes import component_dtype
 
 #: HunyuanVideo15Pipeline's own lengths: text tokens after its template, glyph tokens,
-#: and the image tokens it passes (zeros for text-to-video)
+#: and the image tokens it passes (zeros for text-to-video); the template's tokens
+#: before the prompt (``prompt_template_encode_start_idx``), encoded then cropped
 TEXT_TOKENS_15, GLYPH_TOKENS_15, IMAGE_TOKENS_15 = 1000, 256, 729
+TEMPLATE_TOKENS_15 = 108
+#: HunyuanVideoPipeline's CLIP prompt length (``_get_clip_prompt_embeds``'s default)
+CLIP_TOKENS = 77
 
 
 def programs(family, recipe, modules: dict) -> list[Program]:
     shape = family.transformer_inputs(recipe, modules["transformer"].config)["hidden_states"]
     latents = (1, modules["vae"].config["latent_channels"], *shape[2:])
-    found = [_transformer(family, recipe, modules["transformer"].config, shape)]
+    found = _encode_15(family, recipe) if family.is_15(recipe) else _encode_v1(family, recipe)
+    found.append(_transformer(family, recipe, modules["transformer"].config, shape))
     found.append(Program("vae", "decode", (Input(latents, component_dtype(recipe, "vae")),),
                          {"return_dict": False}, stage="decode"))
+    return found
+
+
+def _texts(family, recipe) -> list[str]:
+    """The texts a video encodes: the prompt, then the negative prompt when guided."""
+    gen = recipe.generate
+    return [gen.prompt, gen.negative_prompt] if guided(family, recipe) else [gen.prompt]
+
+
+def _encode_v1(family, recipe) -> list[Program]:
+    """Llama's hidden states of each text inside the pipeline's prompt template (its
+    tokens before the prompt are encoded, then cropped), and CLIP's pooled embedding."""
+    from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import (
+        DEFAULT_PROMPT_TEMPLATE,
+    )
+
+    count = len(_texts(family, recipe))
+    note = "the prompt, then the negative prompt" if count == 2 else "the prompt"
+    tokens = Input((1, family.text_length(recipe) + DEFAULT_PROMPT_TEMPLATE["crop_start"]),
+                   torch.int32)
+    return [Program("text_encoder", "forward", (), {
+                "input_ids": tokens, "attention_mask": tokens,
+                "output_hidden_states": True}, calls=count, stage="encode", note=note),
+            Program("text_encoder_2", "forward", (Input((1, CLIP_TOKENS), torch.int32),),
+                    {"output_hidden_states": False}, calls=count, stage="encode",
+                    note=note)]
+
+
+def _encode_15(family, recipe) -> list[Program]:
+    """Qwen's hidden states of each text inside the pipeline's template, and ByT5's of
+    the quoted text of each text that has some (one without encodes nothing there)."""
+    from diffusers.pipelines.hunyuan_video1_5.pipeline_hunyuan_video1_5 import (
+        extract_glyph_texts,
+    )
+
+    texts = _texts(family, recipe)
+    tokens = Input((1, TEXT_TOKENS_15 + TEMPLATE_TOKENS_15), torch.int32)
+    found = [Program("text_encoder", "forward", (), {
+        "input_ids": tokens, "attention_mask": tokens, "output_hidden_states": True},
+        calls=len(texts), stage="encode", note="the prompt, then the negative prompt"
+        if len(texts) == 2 else "the prompt")]
+    quoted = sum(extract_glyph_texts(text) is not None for text in texts)
+    if quoted:
+        found.append(Program("text_encoder_2", "forward", (), {
+            "input_ids": Input((1, GLYPH_TOKENS_15), torch.int32),
+            "attention_mask": Input((1, GLYPH_TOKENS_15), torch.float32)},
+            calls=quoted, stage="encode", note="each text's quoted words"))
     return found
 
 
