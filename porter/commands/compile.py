@@ -269,8 +269,8 @@ def _inputs(program) -> dict:
 
 
 def _eager_stages(port) -> tuple[str, ...]:
-    """The stages with a component the run does not compile (a generic recipe's image
-    encoder): their time is not in any program's bound. A decoder's stage is the
+    """The stages with a component the run does not compile (one whose recipe turns
+    its compile off): their time is not in any program's bound. A decoder's stage is the
     decode (an eager VAE's encode runs only where the video starts from an image)."""
     decoders = {name for name, _ in dry_run.DECODE}
     return tuple(sorted({"decode" if name in decoders else dry_run.stage_of(port.family, name)

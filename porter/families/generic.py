@@ -142,11 +142,13 @@ class GenericFamily(ModelFamily):
     summary = "any diffusers video pipeline, run by its own __call__ (no plugin needed)"
     staged = False
     # the VAE's decode, and its encode where the VAE has ``_encode`` (which ``encode``
-    # wraps in a distribution object); the text encoders, as the staged families
-    # compile theirs (a language model keeps no key/value cache when compiled:
-    # ``jit.no_cache``). What cannot be traced whole is split automatically
+    # wraps in a distribution object); the text encoders and the image encoder (CLIP
+    # or SigLIP vision), as the staged families compile theirs (a language model keeps
+    # no key/value cache when compiled: ``jit.no_cache``). What cannot be traced whole
+    # is split automatically
     compiled = {"transformer": ("forward",), "vae": ("decode", "_encode"),
-                "text_encoder": ("forward",), "text_encoder_2": ("forward",)}
+                "text_encoder": ("forward",), "text_encoder_2": ("forward",),
+                "image_encoder": ("forward",)}
     # a Wan VAE's frame by frame decode, for the pipelines that finish chunks (chunked.py)
     compiled_functions = {"vae": {"decode_chunk": wan_vae.decode_chunk}}
 

@@ -80,10 +80,12 @@ CASES = {
                     {("text_encoder", "encode"): 0, ("transformer", "denoise"): 2,
                      ("vae", "decode"): 0}),
     # two segments of 5 frames, each a reference pass and two guided calls a step; the
-    # character image and the driving video encoded by the VAE's compiled _encode
+    # character image and the driving video encoded by the VAE's compiled _encode, the
+    # character image by the compiled CLIP image encoder too
     "wan-animate2": (build_wan_animate2_pipeline, WAN_ANIMATE2,
-                     {("text_encoder", "encode"): 0, ("transformer", "denoise"): 5,
-                      ("vae", "encode"): 0, ("vae", "decode"): 0}),
+                     {("text_encoder", "encode"): 0, ("image_encoder", "encode"): 0,
+                      ("transformer", "denoise"): 5, ("vae", "encode"): 0,
+                      ("vae", "decode"): 0}),
     # its text encoder's language model called by the pipeline itself: run eagerly
     "minimax-h3": (build_minimax_h3_pipeline, MINIMAX_H3,
                    {("transformer", "denoise"): 2 / 3, ("vae", "decode"): 0}),

@@ -80,8 +80,8 @@ def test_a_whole_videos_bound_counts_each_stage_and_says_what_it_leaves_out():
                      "stages_s": {"encode": pytest.approx(0.2), "denoise": 25,
                                   "decode": 3.0}, "frames": None, "chunked": False,
                      "eager": []}
-    # a stage with a component left eager (a generic image encoder beside its VAE's
-    # compiled encode) is not counted as whole
+    # a stage with a component left eager (an image encoder whose recipe turns its
+    # compile off, beside its VAE's compiled encode) is not counted as whole
     assert roofline.video([row("encode", 2, 0.1), row("denoise", 50, 0.5)], 50, step,
                           eager=("encode",))["missing"] == ["decode", "encode"]
     # a streamed decode (its programs in the order a run calls them): the first frames
@@ -111,7 +111,7 @@ def test_a_whole_videos_bound_counts_each_stage_and_says_what_it_leaves_out():
                           frames=132, chunked=True)
     assert even["stream"]["first_chunk_s"] == even["stream"]["chunk_s"] == \
         pytest.approx(7.0 / 4)
-    # a decode that did not compile, and no encode program (an eager image encoder)
+    # a decode that did not compile, and no encode program (an eager text encoder)
     partial = roofline.video([{"stage": "decode", "calls": 1}], 50, step)
     assert partial["missing"] == ["decode", "encode"] and partial["bound_s"] == 25
     assert roofline.video([], 50, None) is None
