@@ -59,9 +59,11 @@ DECODE = {("vae", "decode"), ("vae", "decode_chunk"), ("audio_vae", "decode"),
           ("vocoder", "forward"), ("diffusion_decoder", "decode")}
 
 
-def programs(port: AbstractPort) -> list[Program]:
+def programs(port: AbstractPort, eager: set | None = None) -> list[Program]:
     """The calls of compiled methods one video makes, in call order, merged by
-    signature (``calls``: how many), with their stages and calls per step."""
+    signature (``calls``: how many), with their stages and calls per step. ``eager``
+    gets the stages of the calls a run makes eagerly of a compiled component (a
+    method its rule does not name, a child the pipeline calls itself)."""
     recipe = port.recipe
     modules = {name: c.module for name, c in port.components.items()}
     compiled = {name: c.rule for name, c in port.components.items() if c.rule is not None}
@@ -78,8 +80,10 @@ def programs(port: AbstractPort) -> list[Program]:
         if program.component not in compiled \
                 or (program.method not in compiled[program.component].methods
                     and program.method not in functions.get(program.component, {})):
+            if eager is not None and program.component in compiled:
+                eager.add(_stage(port, program))  # a compiled component's other call
             continue  # run eagerly: no program of its own (a VAE's encode, where a
-            # recipe compiles only its decode)
+            # recipe compiles only its decode; MiniMax-H3's text encoder's ``.model``)
         program.stage = _stage(port, program)
         if program.stage == "denoise" and steps and program.calls:
             # a step's calls on average: MiniMax-H3's schedule counts its final sigma

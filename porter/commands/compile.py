@@ -44,11 +44,11 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
         f"libtpu's {target.topology}), every weight abstract")
     port = abstract_port.build(recipe, registry, target)
     modules = {name: c.module for name, c in port.components.items()}
-    declared, not_found = port.family.programs(recipe, modules), None
+    declared, not_found, eager = port.family.programs(recipe, modules), None, set()
     if declared is None and not port.family.staged:  # the pipeline's own call says
         say("finding the programs: the pipeline's own call, every component abstract")
         try:
-            declared = dry_run.programs(port)
+            declared = dry_run.programs(port, eager)
         except (PorterError, Interrupted):
             raise  # the recipe's or the checkpoint's problem, or a kill: said as it is
         except Exception as exc:  # noqa: BLE001 - what model code needs values for
@@ -79,7 +79,7 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
     compiled = {r.program.component for r in results}
     left_out = {**_left_out(port, compiled, declared is None, bool(only), not_found),
                 **unknown_calls}
-    return _report(recipe, port, target, results, left_out)
+    return _report(recipe, port, target, results, left_out, eager)
 
 
 def _paths(port, program) -> list[str]:
@@ -140,8 +140,10 @@ def _check(recipe: Recipe, registry: Registry, target) -> None:
         raise RecipeError(problems)
 
 
-def _report(recipe: Recipe, port, target, results, left_out: dict) -> dict:
-    """The report of ``results``; ``left_out`` names what was not compiled, and why."""
+def _report(recipe: Recipe, port, target, results, left_out: dict,
+            eager: set = frozenset()) -> dict:
+    """The report of ``results``; ``left_out`` names what was not compiled, and why;
+    ``eager``: the stages of calls the dry run saw a run make eagerly."""
     chip = target.facts
     resident = port.resident_bytes_per_chip
     total = sum(resident.values())
@@ -153,7 +155,8 @@ def _report(recipe: Recipe, port, target, results, left_out: dict) -> dict:
     anchors = [roofline.implied(bound, a, target) for a in roofline.anchors_for(recipe, target)] \
         if bound else []
     whole = roofline.video(rows, recipe.generate.steps, bound, recipe.generate.frames,
-                           port.family.decodes_in_chunks(recipe), _eager_stages(port))
+                           port.family.decodes_in_chunks(recipe),
+                           tuple(sorted(set(_eager_stages(port)) | set(eager))))
     report = {
         "recipe": recipe.name, "target": _target_row(target), "mesh": port.runtime.axes,
         "attention_backend": recipe.attention.backend,

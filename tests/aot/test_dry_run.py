@@ -127,8 +127,12 @@ def test_the_calls_found_are_what_a_run_calls(case, tmp_path, write):
     path = write("r.yaml", text.format(source=tmp_path / "ckpt",
                                        inputs=_inputs(tmp_path / "inputs")))
     loaded = recipe.load(path)
+    eager = set()
     found = dry_run.programs(abstract_port.build(loaded, registry_mod.loaded(),
-                                                 targets.named("v6e-8")))
+                                                 targets.named("v6e-8")), eager)
+    # a compiled component's call that a run makes eagerly: MiniMax-H3's pipeline calls
+    # its text encoder's language model itself, so its encode stage is not all counted
+    assert eager == ({"encode"} if case == "minimax-h3" else set())
     port = porter.load(path)
     with programs.recorded(port.pipe, jit.rules(port.recipe, port.family, "cpu")) as calls:
         port.generate(on_frames=lambda frames: None)  # as a run with its stream
