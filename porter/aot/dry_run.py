@@ -9,9 +9,9 @@ schedulers, the loop, the post-processing all real), while each component call i
 recorded (component, method, the shapes and dtypes of its inputs, how often) and
 answered by the module itself run on PyTorch's meta device, shapes only, its outputs
 zeros of those shapes. What the pipeline reads of a module's buffers itself (a VAE's
-latent statistics) it reads as ones on the host. A call that a run makes eagerly (an
-image encoder's, a child's a pipeline calls itself: no program of its own, its outputs'
-shapes are all that matter) may ask a yes-or-no question of a tensor
+latent statistics) it reads as ones on the host. A call that a run makes eagerly (a
+component's the recipe does not compile, a child's a pipeline calls itself: no program
+of its own, its outputs' shapes are all that matter) may ask a yes-or-no question of a tensor
 (``padding_mask.all()``, transformers' attention masks): on the meta device the answer
 is yes; a compiled call is told that it is traced, as the compile tells it. The calls
 of compiled methods are the programs ``porter compile`` lowers; nothing is computed at

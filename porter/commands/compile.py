@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from porter import families
@@ -141,7 +142,7 @@ def _check(recipe: Recipe, registry: Registry, target) -> None:
 
 
 def _report(recipe: Recipe, port, target, results, left_out: dict,
-            eager: set = frozenset()) -> dict:
+            eager: Iterable[str] = ()) -> dict:
     """The report of ``results``; ``left_out`` names what was not compiled, and why;
     ``eager``: the stages of calls the dry run saw a run make eagerly."""
     chip = target.facts

@@ -5,8 +5,13 @@ module costs seconds (a diffusers model module imports torch, transformers and p
 where reading the file costs milliseconds. The read answers only what the source
 states outright: a class, function or assignment at the module's top level and,
 for ``Class.attr``, a method or assignment in that class's own body. Anything else
-(an inherited method, a name defined under a condition or made at run time, a module
-with no source file) gets ``None``: the caller imports and looks.
+(an inherited method, a name defined under a condition, made at run time or deleted
+later, a private ``__name`` Python renames, a file that does not parse, a module with
+no source file) gets ``None``: the caller imports and looks. A class decorator is
+trusted to return the class it is given, as every library's does.
+
+Read, not run: a module that exists but fails to import is found here, and the run
+that imports it says why.
 """
 
 from __future__ import annotations
@@ -18,24 +23,27 @@ import sys
 from pathlib import Path
 
 _DEFINES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_MISSING = object()
 
 
 def defined(module: str, path: str) -> bool | None:
     """True when ``module``'s source defines ``path`` (``name`` or ``Class.attr``)
     unconditionally; None when reading cannot tell (the module imported already is
-    asked directly)."""
+    asked directly: True or False)."""
     if module in sys.modules:
         owner = sys.modules[module]
         for part in path.split("."):
-            owner = getattr(owner, part, None)
-            if owner is None:
+            owner = getattr(owner, part, _MISSING)
+            if owner is _MISSING:
                 return False
         return True
     source = _source_file(module)
-    if source is None:
+    body = _parsed(source) if source is not None else None
+    if body is None:
         return None
-    body = _parsed(source)
     for part in path.split("."):
+        if part.startswith("__") and not part.endswith("__"):
+            return None  # Python stores it as _Class__name
         node = _top_level(body, part)
         if node is None:
             return None
@@ -65,23 +73,35 @@ def _source_file(module: str) -> Path | None:
 
 
 @functools.lru_cache(maxsize=32)
-def _parsed(source: Path) -> list[ast.stmt]:
-    return ast.parse(source.read_bytes(), filename=str(source)).body
+def _parsed(source: Path) -> list[ast.stmt] | None:
+    """The file's top-level statements; None for one that cannot be read or parsed
+    (the import then says what is wrong with it)."""
+    try:
+        return ast.parse(source.read_bytes(), filename=str(source)).body
+    except (OSError, SyntaxError, ValueError):  # ValueError: null bytes, bad encoding
+        return None
 
 
 def _top_level(body: list[ast.stmt], name: str):
     """The last statement of ``body`` (none nested in a condition) that defines
-    ``name``: a def, a class, an assignment or an import; None if none does."""
+    ``name``: a def, a class, an assignment with a value or an import; None if none
+    does, or if a ``del`` of it follows."""
     found = None
     for node in body:
         if isinstance(node, _DEFINES) and node.name == name:
             found = node
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+        elif isinstance(node, ast.Assign):
+            if any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+                found = node
+        elif isinstance(node, ast.AnnAssign):  # `x: int` alone makes no attribute
+            if node.value is not None and isinstance(node.target, ast.Name) \
+                    and node.target.id == name:
                 found = node
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             if any((alias.asname or alias.name.split(".")[0]) == name
                    for alias in node.names):
                 found = node
+        elif isinstance(node, ast.Delete):
+            if any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+                found = None
     return found

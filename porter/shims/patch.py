@@ -78,7 +78,9 @@ class Patch:
 
     def check_target(self) -> None:
         """PatchError if the target does not exist, read from its module's source where
-        that tells (nothing imported: ``porter.shims.defined``), else imported."""
+        that tells (nothing imported: ``porter.shims.defined``), else imported. Read,
+        a module that exists but fails to import passes here: applying the patch
+        imports it and says why."""
         module_name, _, path = self.target.partition(":")
         if defined(module_name, path) is not True:
             self.locate()

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from porter.transforms.building import Building
 
 
-
 class _ByName(Mapping):
     """A recipe's dtype names -> torch's dtypes, looked up when asked (torch imported
     at the first lookup, not with this module)."""
@@ -36,6 +35,9 @@ class _ByName(Mapping):
         if name not in self._names:
             raise KeyError(name)
         return getattr(torch, name)
+
+    def __contains__(self, name) -> bool:  # Mapping's would look the dtype up
+        return name in self._names
 
     def __iter__(self):
         return iter(self._names)

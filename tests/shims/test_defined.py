@@ -15,6 +15,9 @@ from pathlib import Path as P
 
 LIMIT = 3
 count: int = 0
+declared_only: int
+GONE = 1
+del GONE
 
 def function():
     pass
@@ -25,8 +28,12 @@ class Base:
 
 class Child(Base):
     scale = 2.0
+    field: float
 
     def method(self):
+        pass
+
+    def __hidden(self):
         pass
 
     async def waiting(self):
@@ -60,16 +67,23 @@ def test_what_the_source_states_is_read_without_importing(tmp_path, monkeypatch)
 
 
 def test_what_the_source_cannot_tell_is_left_to_an_import(tmp_path, monkeypatch):
-    """Inherited, conditional, missing, under an alias, or no source at all: None, so
-    that the caller imports and looks (and a missing target is reported from there)."""
+    """Inherited, conditional, missing, under an alias, annotated without a value,
+    deleted, renamed by Python (``__hidden``), in a file that does not parse, or no
+    source at all: None, so that the caller imports and looks (and a missing target
+    is reported from there)."""
     module = _package(tmp_path, monkeypatch, "unsure_pkg")
     for path in ("Child.inherited", "sometimes", "missing", "Child.missing",
-                 "Alias.method"):
+                 "Alias.method", "declared_only", "Child.field", "GONE",
+                 "Child.__hidden"):
         assert defined(module, path) is None, path
+    (tmp_path / "unsure_pkg" / "broken.py").write_text("def f(:\n")
+    assert defined("unsure_pkg.broken", "f") is None
     assert defined("unsure_pkg.nothing_here", "name") is None
     assert defined("no_such_package_anywhere.models", "name") is None
     assert defined("sys", "path") is True  # imported already: asked directly
     assert defined("sys", "no_such_name") is False
+    monkeypatch.setattr(sys, "held_as_none", None, raising=False)
+    assert defined("sys", "held_as_none") is True  # an attribute whose value is None
 
 
 PATCHES = """

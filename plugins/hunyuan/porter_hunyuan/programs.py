@@ -41,38 +41,42 @@ def _texts(family, recipe) -> list[str]:
     return [gen.prompt, gen.negative_prompt] if guided(family, recipe) else [gen.prompt]
 
 
+def _each_text(texts: list[str]) -> str:
+    return "the prompt, then the negative prompt" if len(texts) == 2 else "the prompt"
+
+
+def _templated(texts: list[str], tokens: int) -> Program:
+    """The language model's hidden states of each text inside the pipeline's prompt
+    template, ``tokens`` long (the template's own tokens are encoded, then cropped)."""
+    ids = Input((1, tokens), torch.int32)
+    return Program("text_encoder", "forward", (), {
+        "input_ids": ids, "attention_mask": ids, "output_hidden_states": True},
+        calls=len(texts), stage="encode", note=_each_text(texts))
+
+
 def _encode_v1(family, recipe) -> list[Program]:
-    """Llama's hidden states of each text inside the pipeline's prompt template (its
-    tokens before the prompt are encoded, then cropped), and CLIP's pooled embedding."""
+    """Llama's hidden states of each text, and CLIP's pooled embedding of it."""
     from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import (
         DEFAULT_PROMPT_TEMPLATE,
     )
 
-    count = len(_texts(family, recipe))
-    note = "the prompt, then the negative prompt" if count == 2 else "the prompt"
-    tokens = Input((1, family.text_length(recipe) + DEFAULT_PROMPT_TEMPLATE["crop_start"]),
-                   torch.int32)
-    return [Program("text_encoder", "forward", (), {
-                "input_ids": tokens, "attention_mask": tokens,
-                "output_hidden_states": True}, calls=count, stage="encode", note=note),
+    texts = _texts(family, recipe)
+    return [_templated(texts, family.text_length(recipe)
+                       + DEFAULT_PROMPT_TEMPLATE["crop_start"]),
             Program("text_encoder_2", "forward", (Input((1, CLIP_TOKENS), torch.int32),),
-                    {"output_hidden_states": False}, calls=count, stage="encode",
-                    note=note)]
+                    {"output_hidden_states": False}, calls=len(texts), stage="encode",
+                    note=_each_text(texts))]
 
 
 def _encode_15(family, recipe) -> list[Program]:
-    """Qwen's hidden states of each text inside the pipeline's template, and ByT5's of
-    the quoted text of each text that has some (one without encodes nothing there)."""
+    """Qwen's hidden states of each text, and ByT5's of the quoted words of each text
+    that has some (one without encodes nothing there)."""
     from diffusers.pipelines.hunyuan_video1_5.pipeline_hunyuan_video1_5 import (
         extract_glyph_texts,
     )
 
     texts = _texts(family, recipe)
-    tokens = Input((1, TEXT_TOKENS_15 + TEMPLATE_TOKENS_15), torch.int32)
-    found = [Program("text_encoder", "forward", (), {
-        "input_ids": tokens, "attention_mask": tokens, "output_hidden_states": True},
-        calls=len(texts), stage="encode", note="the prompt, then the negative prompt"
-        if len(texts) == 2 else "the prompt")]
+    found = [_templated(texts, TEXT_TOKENS_15 + TEMPLATE_TOKENS_15)]
     quoted = sum(extract_glyph_texts(text) is not None for text in texts)
     if quoted:
         found.append(Program("text_encoder_2", "forward", (), {

@@ -39,7 +39,6 @@ __all__ = ["AttentionBackend", "AttentionSettings", "BUILTIN", "PASS", "attend",
            "disabled", "installed", "repeated", "skipped"]
 
 
-
 def sdpa_ops() -> tuple:
     """PyTorch's attention, as a function and as an ATen op: what a backend replaces."""
     return (torch.nn.functional.scaled_dot_product_attention,
