@@ -157,7 +157,7 @@ def _report(recipe: Recipe, port, target, results, left_out: dict,
         if bound else []
     whole = roofline.video(rows, recipe.generate.steps, bound, recipe.generate.frames,
                            port.family.decodes_in_chunks(recipe),
-                           tuple(sorted(set(_eager_stages(port)) | set(eager))))
+                           _eager_stages(port, eager))
     report = {
         "recipe": recipe.name, "target": _target_row(target), "mesh": port.runtime.axes,
         "attention_backend": recipe.attention.backend,
@@ -272,14 +272,15 @@ def _inputs(program) -> dict:
     return found
 
 
-def _eager_stages(port) -> tuple[str, ...]:
+def _eager_stages(port, seen: Iterable[str] = ()) -> tuple[str, ...]:
     """The stages with a component the run does not compile (one whose recipe turns
-    its compile off): their time is not in any program's bound. A decoder's stage is the
+    its compile off), and ``seen`` (those of eager calls of compiled components the dry
+    run saw): their time is not in any program's bound. A decoder's stage is the
     decode (an eager VAE's encode runs only where the video starts from an image)."""
     decoders = {name for name, _ in dry_run.DECODE}
-    return tuple(sorted({"decode" if name in decoders else dry_run.stage_of(port.family, name)
-                         for name, component in port.components.items()
-                         if component.rule is None}))
+    uncompiled = {"decode" if name in decoders else dry_run.stage_of(port.family, name)
+                  for name, component in port.components.items() if component.rule is None}
+    return tuple(sorted(uncompiled | set(seen)))
 
 
 def _left_out(port, compiled: set, undeclared: bool, chosen: bool,

@@ -23,20 +23,14 @@ import sys
 from pathlib import Path
 
 _DEFINES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-_MISSING = object()
 
 
 def defined(module: str, path: str) -> bool | None:
     """True when ``module``'s source defines ``path`` (``name`` or ``Class.attr``)
-    unconditionally; None when reading cannot tell (the module imported already is
-    asked directly: True or False)."""
+    unconditionally; None when reading cannot tell, or when the module is imported
+    already (looking at it costs nothing then: ``Patch.locate``)."""
     if module in sys.modules:
-        owner = sys.modules[module]
-        for part in path.split("."):
-            owner = getattr(owner, part, _MISSING)
-            if owner is _MISSING:
-                return False
-        return True
+        return None
     source = _source_file(module)
     body = _parsed(source) if source is not None else None
     if body is None:
