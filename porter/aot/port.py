@@ -20,7 +20,7 @@ import torch
 from porter.aot import targets
 from porter.port import active, passes
 from porter.runtime import Runtime, resolve_mesh, xla
-from porter.shims import interop
+from porter.shims import interop, walk
 from porter.shims.compat import import_torchax
 from porter.transforms import Calling, attention
 from porter.transforms import sharding as shard_transform
@@ -133,7 +133,7 @@ def _abstract_state(component: Component, runtime: Runtime):
     torchax = import_torchax()
     jittable = torchax.compile(component.module,
                                torchax.CompileOptions(methods_to_compile=[]))
-    slots = shard_transform.tensor_slots(component.module)
+    slots = walk.tensor_slots(component.module)
     specs = {id(store[key]): a.spec for a in component.assignments
              for store, key in slots[a.name][:1]}
     first = runtime.mesh.devices.flat[0]

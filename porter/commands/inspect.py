@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 from porter.errors import RecipeError, UsageError
 from porter.loading import abstract
 from porter.port import checks
+from porter.shims.walk import named_tensors
 from porter.transforms import lora
-from porter.transforms.sharding import named_tensors, normalize
+from porter.transforms.sharding import normalize
 
 if TYPE_CHECKING:
     from porter.families.base import ModelFamily

@@ -293,7 +293,8 @@ def _fit(c: Checking) -> list[Problem]:
             found.append(recipe.problem(f"model.{name}", f"this pipeline has no {name}",
                                         hint=f"its components: {', '.join(modules)}"))
             continue
-        refused = single_file.problems(path, module, single_file.converter_of(family, name))
+        refused = single_file.problems(path, module.torch(),
+                                       single_file.converter_of(family, name))
         shown = refused[:single_file.SHOWN]
         hidden = len(refused) - len(shown)
         found += [recipe.problem(f"model.{name}", problem.text + (

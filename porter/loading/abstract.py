@@ -7,15 +7,17 @@ files of a local diffusers directory. Nothing here reads a weight file.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from porter.loading import modular, published
+from porter.loading import kept_sketches, modular, published
 from porter.recipe.sources import source_kind
 from porter.shims import lazy
-from porter.transforms import dtypes
+from porter.transforms import dtypes, sketch
+from porter.transforms.sketch import Sketch
 
 torch = lazy.module("torch", __name__)
 
@@ -37,25 +39,69 @@ def meta_device():
 
 
 def components(family: ModelFamily, recipe: Recipe) -> dict[str, torch.nn.Module] | None:
-    """Component name -> module on the meta device; None when only weights could tell."""
+    """Component name -> module on the meta device, the recipe's dtypes applied; None
+    when only weights could tell."""
+    modules = _built(family, recipe)
+    if modules is not None:
+        dtypes.apply_all(modules, recipe)
+    return modules
+
+
+def sketches(family: ModelFamily, recipe: Recipe,
+             guard=contextlib.nullcontext) -> dict[str, Sketch] | None:
+    """Component name -> sketch (``porter.transforms.sketch``) of the model
+    ``components`` builds, the recipe's dtypes applied; None when only weights could
+    tell. Read from disk where this model was built before (``kept_sketches``: no torch
+    imported), else built inside ``guard()``, sketched and kept. A check that needs a
+    module (``Sketch.torch``) builds them all once."""
+    found = kept_sketches.key(family, recipe, _shipped(family, recipe))
+    raw = kept_sketches.read(found) if found else None
+    built: dict = {}
+    if raw is None:
+        with guard():
+            modules = _built(family, recipe)
+        if modules is None:
+            return None
+        raw = {name: sketch.of(module) for name, module in modules.items()}
+        if found:
+            kept_sketches.keep(found, raw)
+        dtypes.apply_all(modules, recipe)
+        built["modules"] = modules
+
+    def module(name: str):
+        if "modules" not in built:
+            built["modules"] = components(family, recipe)
+        return built["modules"][name]
+
+    for name, entry in raw.items():
+        entry.module = functools.partial(module, name)
+    return dtypes.sketched(raw, recipe)
+
+
+def _shipped(family: ModelFamily, recipe: Recipe) -> Path | None:
+    """The layout Porter ships for the recipe's hub id, where its build reads it."""
+    if source_kind(recipe.model.source) != "hub" \
+            or family.official_configs(recipe.model.source) is not None:
+        return None
+    return published.layout(recipe.model.source)
+
+
+def _built(family: ModelFamily, recipe: Recipe) -> dict[str, torch.nn.Module] | None:
+    """The components on the meta device as built (no dtypes applied)."""
     kind = source_kind(recipe.model.source)
     if kind == "tiny":
         with meta_device():
             pipe = family.build_tiny(recipe)
-        modules = {n: m for n, m in pipe.components.items() if isinstance(m, torch.nn.Module)}
-    elif kind == "local":
-        modules = _from_configs(Path(recipe.model.source).expanduser())
-    else:
-        configs = family.official_configs(recipe.model.source)
-        shipped = published.layout(recipe.model.source)
-        if configs is not None:
-            modules = {name: _build(*entry) for name, entry in configs.items()}
-        elif shipped is not None:
-            modules = _from_configs(shipped)
-        else:
-            return None
-    dtypes.apply_all(modules, recipe)
-    return modules
+        return {n: m for n, m in pipe.components.items() if isinstance(m, torch.nn.Module)}
+    if kind == "local":
+        return _from_configs(Path(recipe.model.source).expanduser())
+    configs = family.official_configs(recipe.model.source)
+    shipped = published.layout(recipe.model.source)
+    if configs is not None:
+        return {name: _build(*entry) for name, entry in configs.items()}
+    if shipped is not None:
+        return _from_configs(shipped)
+    return None
 
 
 def _build(library: str, class_name: str, config: dict) -> torch.nn.Module:

@@ -11,12 +11,12 @@ does, and no negative number where the default is a non-negative integer
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 
 from porter.errors import kind_of
 from porter.loading import abstract
+from porter.transforms.sketch import signature_defaults
 
 
 def _fits(value, default) -> str | None:
@@ -37,22 +37,9 @@ def _fits(value, default) -> str | None:
     return None
 
 
-def _signature_defaults(library: str, cls: type) -> dict:
-    """Argument -> default of what reads the config: a diffusers model's constructor,
-    a transformers model's config class."""
-    target = cls.__init__ if library == "diffusers" else cls.config_class.__init__
-    try:
-        parameters = inspect.signature(target).parameters.values()
-    except (TypeError, ValueError, AttributeError):
-        return {}
-    return {p.name: p.default for p in parameters
-            if p.default is not inspect.Parameter.empty and p.default is not None}
-
-
-def value_problems(config: dict, library: str, cls: type) -> list[tuple[str, str]]:
-    """(key, 'VALUE is why') for each value of ``config`` that cannot be right for
-    ``cls`` (a ``library`` model class)."""
-    defaults = _signature_defaults(library, cls)
+def value_problems(config: dict, defaults: dict) -> list[tuple[str, str]]:
+    """(key, 'VALUE is why') for each value of ``config`` that cannot be right for a
+    model class whose ``signature_defaults`` are ``defaults``."""
     found = []
     for key, value in config.items():
         why = _fits(value, defaults[key]) if key in defaults else None
@@ -75,5 +62,5 @@ def problems(root: Path) -> list[str]:
             found.append(f"{name}/config.json: not a JSON object")
             continue
         found += [f"{name}/config.json: {key}: {why}"
-                  for key, why in value_problems(config, library, cls)]
+                  for key, why in value_problems(config, signature_defaults(library, cls))]
     return found

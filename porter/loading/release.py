@@ -81,10 +81,7 @@ def layout(root: Path, release: dict) -> Path:
 def _home() -> Path:
     """Where layouts are kept: under Porter's cache (``PORTER_CACHE_DIR`` when set, as
     for compiled programs; else ``~/.cache/porter``)."""
-    explicit = os.environ.get("PORTER_CACHE_DIR")
-    if explicit:
-        return Path(explicit) / "releases"
-    return compile_cache.default_directory().parent / "releases"
+    return compile_cache.porter_home("releases")
 
 
 def _tokenizer_class(folder: Path) -> str:

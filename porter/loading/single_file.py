@@ -27,7 +27,7 @@ from porter.errors import LoadError, UsageError
 from porter.loading import checkpoints, pickled
 from porter.loading.weights import SCALES_LOST, ComponentWeights, cast_fp8_problem
 from porter.shims import lazy
-from porter.transforms.sharding import tensor_slots
+from porter.shims.walk import tensor_slots
 
 torch = lazy.module("torch", __name__)
 

@@ -156,8 +156,8 @@ def model_problems(recipe: Recipe, registry: Registry) -> list[Problem]:
         return []
     family = registry.family(recipe.model.family)
     try:
-        with _call_budget(MAX_BUILD_CALLS[kind]):
-            built = abstract.components(family, recipe)
+        built = abstract.sketches(family, recipe,
+                                  guard=lambda: _call_budget(MAX_BUILD_CALLS[kind]))
     except _TooLarge:
         return [recipe.problem(key, f"{what} builds a model too large to check (over "
                                f"{MAX_BUILD_CALLS[kind]} torch calls)",
@@ -179,13 +179,14 @@ def model_problems(recipe: Recipe, registry: Registry) -> list[Problem]:
 
 def tiny_config_problems(recipe: Recipe, built: dict) -> list[Problem]:
     """``model.config`` values the transformer builds from but cannot be right, judged
-    as a checkpoint's config.json is (``num_layers: -3`` builds a model of no blocks)."""
+    as a checkpoint's config.json is (``num_layers: -3`` builds a model of no blocks);
+    ``built``: the components' sketches."""
     transformer = (built or {}).get("transformer")
     if transformer is None:
         return []
     return [recipe.problem(f"model.config.{key}", why, hint="check the values' types "
                            "and sizes") for key, why in config_values.value_problems(
-                               dict(recipe.model.config), "diffusers", type(transformer))]
+                               dict(recipe.model.config), transformer.defaults)]
 
 
 def input_problems(recipe: Recipe, registry: Registry) -> list[Problem]:
@@ -222,7 +223,7 @@ def shape_problems(recipe: Recipe, registry: Registry,
     the devices JAX sees or ``devices`` devices; with the devices JAX sees, also the
     memory one layer's attention needs against what a device has."""
     family = registry.family(recipe.model.family)
-    modules = abstract.components(family, recipe)
+    modules = abstract.sketches(family, recipe)
     if modules is None:
         return []  # no configuration to check against (a hub id, offline)
     try:
@@ -231,9 +232,9 @@ def shape_problems(recipe: Recipe, registry: Registry,
     except UsageError:
         return []  # ``mesh_problems`` says why
     problems = passes.fit_problems(Checking(recipe, registry, family, modules, axes))
-    if devices is None:
-        quantize.on_meta(recipe, family, modules)  # the weights' bytes as placed
-        problems += memory_problems(recipe, registry, family, modules, axes)
+    if devices is None:  # the weights' bytes as placed
+        problems += memory_problems(recipe, registry, family,
+                                    quantize.sketched(recipe, family, modules), axes)
     return problems
 
 
@@ -277,7 +278,7 @@ def headroom_problems(recipe: Recipe, registry: Registry,
     holds the growth to what is free. ``asked``: the ``generate`` keys the call set
     (its problem is located at the first of its sizes)."""
     family = registry.family(recipe.model.family)
-    modules = abstract.components(family, recipe)
+    modules = abstract.sketches(family, recipe)
     if modules is None:
         return []
     axes = resolve_mesh(recipe.mesh, estimates.device_count(recipe, None))

@@ -37,7 +37,8 @@ def weights(recipe: Recipe, modules: dict, axes: dict[str, int]) -> list[dict]:
 
 
 def component_plan(name: str, module, rules, axes: dict[str, int]) -> dict:
-    assignments = sharding.assign(sharding.named_tensors(module), rules)
+    """Where each of a component's tensors (``module``: its sketch) goes by ``rules``."""
+    assignments = sharding.assign(module.tensors.items(), rules)
     rows = []
     for index, rule in enumerate(rules):
         hits = [a for a in assignments if a.rule == index]
@@ -62,14 +63,14 @@ def build(recipe: Recipe, registry: Registry, devices: int | None = None,
     """Where every weight goes for ``devices`` devices (default: the devices JAX sees);
     with a ``target`` (porter.aot.targets.Target), also against its chips' memory."""
     family = registry.family(recipe.model.family)
-    modules = abstract.components(family, recipe)
+    modules = abstract.sketches(family, recipe)
     if modules is None:
         raise UsageError(f"cannot plan {recipe.model.source!r} without its configuration",
                          hint="point model.source at a local diffusers directory")
     axes = resolve_mesh(recipe.mesh, device_count(recipe, devices), given=devices is not None)
     problems = passes.fit_problems(Checking(recipe, registry, family, modules, axes))
     details = passes.details(Checking(recipe, registry, family, modules, axes))
-    quantize.on_meta(recipe, family, modules)  # the weights as placed: 8-bit where asked
+    modules = quantize.sketched(recipe, family, modules)  # as placed: 8-bit where asked
     components = weights(recipe, modules, axes)
     found = {"recipe": recipe.name, "mesh": axes, "devices": math.prod(axes.values()),
              "components": components,

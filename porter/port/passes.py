@@ -29,6 +29,7 @@ from porter.transforms import (
     rotary,
     scheduler,
     setup,
+    sketch,
 )
 from porter.transforms.building import Building, Loaded, Ported
 
@@ -75,7 +76,8 @@ def build(b: Building, abstract: bool = False) -> Building:
     start = time.perf_counter()
     _run(HOST, b, abstract)
     b.timings["load_s"] = round(time.perf_counter() - start, 4)  # LoRA, dtypes too
-    problems = fit_problems(Checking(b.recipe, b.registry, b.family, b.modules,
+    sketches = {name: sketch.of(module) for name, module in b.modules.items()}
+    problems = fit_problems(Checking(b.recipe, b.registry, b.family, sketches,
                                      b.runtime.axes))
     if problems:
         raise RecipeError(problems)

@@ -39,6 +39,13 @@ def default_directory() -> Path:
     return Path(base) / "porter" / "jax-compile"
 
 
+def porter_home(name: str) -> Path:
+    """Where Porter keeps ``name`` (layouts, sketches) beside its compiled programs:
+    under ``PORTER_CACHE_DIR`` when set, else ``~/.cache/porter``."""
+    explicit = os.environ.get("PORTER_CACHE_DIR")
+    return (Path(explicit) if explicit else default_directory().parent) / name
+
+
 def directory(setting: bool | str) -> Path | None:
     """The compile-cache directory a recipe asks for; ``PORTER_CACHE_DIR`` wins."""
     if os.environ.get("PORTER_CACHE_DIR"):

@@ -15,10 +15,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import torch
-
-from porter.transforms.jit import block_lists
+from porter.shims import lazy
+from porter.shims.walk import block_lists
 from porter.transforms.dtypes import DTYPES
+
+torch = lazy.module("torch", __name__)
 
 
 def _diffusers_hooks():

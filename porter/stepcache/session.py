@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from porter.errors import RecipeError
 from porter.runtime import notices
+from porter.shims.walk import block_lists
 from porter.stepcache import (
     calibration,
     hooks,
@@ -18,7 +19,7 @@ from porter.stepcache import (
 )
 from porter.stepcache.guidance import GuidanceCache
 from porter.transforms import CALL, Calling, Checking, Pass
-from porter.transforms.jit import block_lists, in_pieces
+from porter.transforms.jit import in_pieces
 
 if TYPE_CHECKING:
     from porter.errors import Problem
@@ -144,12 +145,12 @@ def _foreign_ratios(recipe: Recipe, modules: dict) -> None:
 # ------------------------------------------------------------------------- the pass
 
 def fit_problems(recipe: Recipe, family: ModelFamily, modules: dict) -> list:
-    """Can the ``cache:`` section's method work on these modules (their structure
-    only, before any weight moves)?"""
+    """Can the ``cache:`` section's method work on these modules (``modules``: their
+    sketches; their structure only, before any weight moves)?"""
     chosen = settings(recipe)
     if chosen is None or chosen.method == "guidance":
         return []
-    names = in_pieces(recipe, modules)
+    names = in_pieces(recipe, modules, lambda sketch: sketch.blocks)
     if not names:
         return [recipe.problem("cache.method", f"{chosen.method} works on a transformer's "
                                "block list; this pipeline's transformer has none",
@@ -161,7 +162,7 @@ def fit_problems(recipe: Recipe, family: ModelFamily, modules: dict) -> list:
                                "transformer_steps and stepped_transformers say it")]
     for name in names:
         try:
-            hooks.check(modules[name], chosen)
+            hooks.check(modules[name].torch(), chosen)
         except hooks.Misfit as exc:
             return [recipe.problem(f"cache.{exc.key}", f"{name}: {exc}", hint=exc.hint)]
     return []

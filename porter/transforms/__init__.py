@@ -61,7 +61,7 @@ class Checking:
     recipe: Recipe
     registry: Registry
     family: ModelFamily | None  # None: the recipe names an unknown family (check only)
-    modules: dict | None = None  # fit, detail: the components on the meta device
+    modules: dict | None = None  # fit, detail: the components' sketches (``sketch``)
     axes: dict | None = None  # fit: the mesh's axes and sizes
 
 

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from porter.errors import Problem
 from porter.shims import lazy
+from porter.shims.walk import named_tensors
 from porter.transforms import Checking, Pass, unknown_components
-from porter.transforms.sharding import named_tensors
+from porter.transforms.sketch import Tensor, dtype_name
 
 torch = lazy.module("torch", __name__)
 
@@ -65,18 +66,41 @@ def apply(module: torch.nn.Module, dtype: torch.dtype, rules) -> dict[str, torch
 
     Returns the name -> dtype of every tensor a rule matched.
     """
-    compiled = [(re.compile(rule.match), DTYPES[rule.dtype]) for rule in rules]
-    kept = {}
-    for name, tensor in named_tensors(module):
+    tensors = dict(named_tensors(module))
+    casts, kept = targets(tensors, dtype_name(dtype), rules)
+    for name, target in casts.items():
+        tensors[name].data = tensors[name].data.to(getattr(torch, target))
+    return {name: DTYPES[target] for name, target in kept.items()}
+
+
+def sketched(sketches: dict, recipe: Recipe) -> dict:
+    """The recipe's dtypes applied to component sketches (``porter.transforms.sketch``),
+    as ``apply_all`` casts the modules: new sketches."""
+    out = {}
+    for name, sketch in sketches.items():
+        casts, _ = targets(sketch.tensors, recipe.dtypes.components.get(
+            name, recipe.model.dtype), recipe.dtypes.overrides.get(name, []))
+        out[name] = sketch.with_tensors({
+            n: Tensor(t.shape, casts[n]) if n in casts else t
+            for n, t in sketch.tensors.items()})
+    return out
+
+
+def targets(tensors: dict, dtype: str, rules) -> tuple[dict[str, str], dict[str, str]]:
+    """What ``apply`` does to ``tensors`` (name -> tensor or sketched tensor): the
+    name -> dtype name of each one to cast, and of each one a rule matched."""
+    compiled = [(re.compile(rule.match), rule.dtype) for rule in rules]
+    casts, kept = {}, {}
+    for name, tensor in tensors.items():
         if not tensor.is_floating_point():
             continue
         target = next((d for rx, d in compiled if rx.fullmatch(name)), None)
         if target is not None:
             kept[name] = target
         target = target or dtype
-        if tensor.dtype != target:
-            tensor.data = tensor.data.to(target)
-    return kept
+        if dtype_name(tensor.dtype) != target:
+            casts[name] = target
+    return casts, kept
 
 
 def rule_problems(recipe: Recipe) -> list[Problem]:
@@ -91,9 +115,9 @@ def rule_problems(recipe: Recipe) -> list[Problem]:
     return problems
 
 
-def unmatched_problems(recipe: Recipe, component: str, module) -> list[Problem]:
-    """Rules that matched no tensor of ``module`` (typos)."""
-    names = [name for name, _ in named_tensors(module)]
+def unmatched_problems(recipe: Recipe, component: str, sketch) -> list[Problem]:
+    """Rules that matched no tensor of the component (its sketch; typos)."""
+    names = list(sketch.tensors)
     problems = []
     for i, rule in enumerate(recipe.dtypes.overrides.get(component, [])):
         if not any(re.fullmatch(rule.match, n) for n in names):

@@ -29,13 +29,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import torch
-from torch.utils import _pytree as pytree
-
 from porter.runtime import notices
+from porter.shims import lazy
 from porter.shims.compat import import_torchax
 from porter.shims.interop import to_host
 from porter.transforms import Pass
+
+torch = lazy.module("torch", __name__)
+pytree = lazy.module("torch.utils._pytree", __name__)
 
 if TYPE_CHECKING:
     from porter.transforms import Checking

@@ -18,15 +18,10 @@ from porter.errors import LoadError
 from porter.runtime import distributed, finite, notices
 from porter.shims import lazy
 from porter.shims.interop import as_placed, jax_dtype, place, to_device
+from porter.shims.walk import named_tensors, tensor_slots
 from porter.transforms import Checking, Pass, sharding, unknown_components
 from porter.transforms.building import Placement
-from porter.transforms.sharding import (
-    Assignment,
-    assign,
-    named_tensors,
-    partition_spec,
-    tensor_slots,
-)
+from porter.transforms.sharding import Assignment, assign, partition_spec
 
 torch = lazy.module("torch", __name__)
 
@@ -366,8 +361,8 @@ def _fit(c: Checking) -> list[Problem]:
     found = unknown_components(recipe, modules, {
         "sharding.weights": recipe.sharding.weights,
         "sharding.activations": recipe.sharding.activations})
-    for name, module in modules.items():
-        assignments = assign(named_tensors(module), _weight_rules(recipe, name))
+    for name, sketch in modules.items():
+        assignments = assign(sketch.tensors.items(), _weight_rules(recipe, name))
         found += sharding.shape_problems(recipe, name, assignments, axes)
     transformer = modules.get("transformer")
     if transformer is not None:

@@ -9,7 +9,6 @@ sharding rules, the plan and the trace keys stay valid.
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING
 
 from porter.transforms import Checking, Pass
@@ -38,7 +37,8 @@ def calls(recipe: Recipe) -> list[tuple[str, int, str, dict]]:
 
 def problems(recipe: Recipe, modules: dict) -> list:
     """Unknown components, methods outside ``ALLOWED`` or missing from the component's
-    class, and parameters the method does not take (``modules``: meta models)."""
+    class, and parameters the method does not take (``modules``: the components'
+    sketches)."""
     import difflib
 
     found = []
@@ -54,17 +54,19 @@ def problems(recipe: Recipe, modules: dict) -> list:
                                         hint=(f"did you mean {close[0]!r}? " if close else "")
                                         + f"allowed: {', '.join(ALLOWED)}"))
             continue
-        method = getattr(modules[component], name, None)
-        if not callable(method):
-            offered = [m for m in ALLOWED if callable(getattr(modules[component], m, None))]
-            found.append(recipe.problem(path, f"{component} ({type(modules[component]).__name__})"
+        sketch = modules[component]
+        if not sketch.has_method(name):
+            offered = [m for m in ALLOWED if sketch.has_method(m)]
+            found.append(recipe.problem(path, f"{component} ({sketch.class_name})"
                                         f" has no method {name!r}",
                                         hint=f"it has: {', '.join(offered) or 'none of them'}"))
             continue
+        signature = sketch.signature(name)
         try:
-            inspect.signature(method).bind(**params)
+            if signature is not None:
+                signature.bind(**params)
         except TypeError as exc:
-            taken = ", ".join(inspect.signature(method).parameters) or "none"
+            taken = ", ".join(signature.parameters) or "none"
             found.append(recipe.problem(f"{path}.params", f"{name}: {exc}",
                                         hint=f"it takes: {taken}"))
     return found

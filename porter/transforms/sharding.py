@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from porter.errors import Problem
 from porter.recipe.schema import ActivationRule
 from porter.shims import lazy
-from porter.shims.interop import jax_dtype
+from porter.shims.interop import NARROWED
+from porter.transforms.sketch import dtype_name, itemsize
 
 torch = lazy.module("torch", __name__)
 
@@ -73,35 +74,21 @@ def aligned(spec, ndim: int) -> tuple | None:
     return None if ndim < len(rest) else (None,) * (ndim - len(rest)) + rest
 
 
-def tensor_slots(module: torch.nn.Module) -> dict[str, list[tuple[dict, str]]]:
-    """Every parameter and buffer (non-persistent ones too), by the name of its first
-    occurrence: the (store, key) slots that hold it. A tied weight has several."""
-    first: dict[int, str] = {}
-    slots: dict[str, list[tuple[dict, str]]] = {}
-    for prefix, sub in module.named_modules():
-        for store in (sub._parameters, sub._buffers):
-            for key, tensor in store.items():
-                if tensor is not None:
-                    name = first.setdefault(id(tensor), f"{prefix}.{key}" if prefix else key)
-                    slots.setdefault(name, []).append((store, key))
-    return slots
-
-
-def named_tensors(module: torch.nn.Module):
-    """(name, tensor) for every parameter and buffer, each tensor once."""
-    for name, held in tensor_slots(module).items():
-        store, key = held[0]
-        yield name, store[key]
+def device_itemsize(dtype) -> int:
+    """Bytes of one value of ``dtype`` (torch's, or its name) as it will be on a device."""
+    name = dtype_name(dtype)
+    return itemsize(NARROWED.get(name, name))
 
 
 def assign(tensors, rules) -> list[Assignment]:
-    """First matching rule for each (name, tensor); unmatched are replicated."""
+    """First matching rule for each (name, tensor), a torch tensor or a sketched one;
+    unmatched are replicated."""
     compiled = [re.compile(rule.match) for rule in rules]
     out = []
     for name, tensor in tensors:
         index = next((i for i, rx in enumerate(compiled) if rx.fullmatch(name)), None)
         spec = normalize(rules[index].spec) if index is not None else ()
-        itemsize = jax_dtype(tensor.dtype).itemsize  # as it will be on a device
+        itemsize = device_itemsize(tensor.dtype)
         out.append(Assignment(name, tuple(tensor.shape), itemsize, index, spec))
     return _scales_follow(out)
 

@@ -117,10 +117,11 @@ output: {{dir: {tmp_path / 'out'}, fps: 25, wav: true}}
 HEAVY = ("torch", "jax", "diffusers", "transformers", "torchax")
 
 
-def _imported(args, cwd=None) -> tuple[list[str], str]:
+def _imported(args, cwd=None, env=None) -> tuple[list[str], str]:
     """Which of HEAVY a fresh `porter ARGS` process imported, and what it printed; the
-    command itself must have succeeded."""
+    command itself must have succeeded. ``env``: variables set for it."""
     import ast
+    import os
     import subprocess
     import sys
 
@@ -129,7 +130,7 @@ def _imported(args, cwd=None) -> tuple[list[str], str]:
             "except SystemExit as exit:\n    assert exit.code in (0, None), exit.code\n"
             f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
-                         text=True, timeout=120, cwd=cwd)
+                         text=True, timeout=120, cwd=cwd, env={**os.environ, **(env or {})})
     assert out.returncode == 0, out.stderr
     *printed, last = out.stdout.strip().splitlines()
     return ast.literal_eval(last.removeprefix("HEAVY ")), "\n".join(printed)
@@ -161,3 +162,19 @@ def test_plugin_discovery_imports_no_heavy_library(args, tmp_path):
     assert imported == []
     assert "wan" in printed if args == ["plugins"] else \
         (tmp_path / "recipes" / "starter.yaml").is_file()
+
+
+@pytest.mark.parametrize("args", [["validate", "--devices", "8"], ["plan", "--devices", "8"],
+                                  ["validate"]], ids=" ".join)
+def test_checks_of_a_model_checked_before_import_no_model_library(args, tmp_path):
+    """`porter validate` and `porter plan` of a model checked before read its kept
+    sketches (``porter.loading.kept_sketches``): none of torch, diffusers and
+    transformers is imported (JAX is: the runtime's set-up asks it whether a TPU is
+    attached). The first check builds the model on the meta device, as always."""
+    env = {"PORTER_CACHE_DIR": str(tmp_path / "cache")}
+    command = [*args, str(RECIPES / "wan-tiny.yaml")]
+    first, _ = _imported(command, env=env)
+    assert "torch" in first and "diffusers" in first
+    again, printed = _imported(command, env=env)
+    assert again == ["jax"], printed
+    assert ("ok" in printed) if args[0] == "validate" else ("transformer" in printed)

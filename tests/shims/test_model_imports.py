@@ -4,6 +4,7 @@ first imported under torch's meta device still makes real module-level tensors
 process: this one has imported its models already."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -51,9 +52,9 @@ print(json.dumps([round(float(s), 3) for s in scheduler.sigmas[:2]]))
 """
 
 
-def _fresh(code: str, *args) -> dict:
+def _fresh(code: str, *args, env=None) -> dict:
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env={**os.environ, **(env or {})})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -86,11 +87,13 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith(
 """
 
 
-def test_validating_a_wan_recipe_imports_wans_models_alone():
-    """The import set of `porter validate` on a tiny Wan recipe: its transformer and VAE
-    and what they import, no other family's model (each of which the packages used to
-    import, a second or more before any check)."""
-    imported = _fresh(VALIDATED, str(RECIPES / "wan-tiny.yaml"))
+def test_validating_a_wan_recipe_imports_wans_models_alone(tmp_path):
+    """The import set of `porter validate` on a tiny Wan recipe that builds its model
+    (an empty cache: no kept sketch of it): its transformer and VAE and what they
+    import, no other family's model (each of which the packages used to import, a
+    second or more before any check)."""
+    imported = _fresh(VALIDATED, str(RECIPES / "wan-tiny.yaml"),
+                      env={"PORTER_CACHE_DIR": str(tmp_path)})
     # Wan's VAE module imports diffusers' shared VAE blocks (vae, autoencoder_kl and
     # the UNet blocks they are built of, which import the 2-D transformers)
     assert imported == [f"diffusers.models.{name}" for name in (

@@ -97,9 +97,11 @@ def test_models_the_hooks_cannot_serve_are_recipe_errors(recipe_path):
     from porter.registry import loaded as registry
     from porter.stepcache import hooks, settings
     from porter.stepcache.session import fit_problems as cache_fit_problems
+    from porter.transforms import sketch
 
-    def cached_components(recipe, family, modules):
-        problems = cache_fit_problems(recipe, family, modules)
+    def cached_components(recipe, family, modules):  # the fit reads the modules' sketches
+        problems = cache_fit_problems(recipe, family, {name: sketch.of(module)
+                                                       for name, module in modules.items()})
         if problems:
             raise RecipeError(problems)
 

@@ -30,12 +30,12 @@ def test_each_row_is_quantized_alone(name):
         torch.tensor([1e-3, 1.0, 30.0, 0.0, 5.0, 1e3])[:, None]
     values, scale = fmt.quantize(rows)
     part_values, part_scale = fmt.quantize(rows[2:5])
-    assert values.dtype == fmt.weight and scale.dtype == torch.float32
+    assert values.dtype == fmt.weight_dtype and scale.dtype == torch.float32
     assert torch.equal(part_values.float(), values[2:5].float())
     assert torch.equal(part_scale, scale[2:5])
     back = values.float() * scale[:, None]
     assert torch.equal(back[3], torch.zeros(32))
-    step = 1 / 127 if fmt.weight == torch.int8 else 2 ** -4  # int8 / e4m3's 3-bit mantissa
+    step = 1 / 127 if fmt.weight == "int8" else 2 ** -4  # int8 / e4m3's 3-bit mantissa
     assert ((back - rows).abs() <= step * rows.abs().amax(1, keepdim=True)).all()
 
 
@@ -102,7 +102,8 @@ def test_a_format_the_chip_runs_no_faster_is_refused_with_the_weights_only_one()
 
 
 def test_scales_follow_their_weights_rows_whatever_rule_matched_them():
-    from porter.transforms.sharding import assign, named_tensors
+    from porter.shims.walk import named_tensors
+    from porter.transforms.sharding import assign
     from porter.recipe.schema import ShardRule
 
     layer = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 8))
@@ -142,9 +143,10 @@ def test_validate_for_a_target_refuses_what_its_chips_run_no_faster():
 
 
 def meta_modules(*overrides, name="wan-tiny.yaml"):
+    """The recipe, its family and its components' sketches (what the fits read)."""
     loaded = recipe.load(RECIPES / name, list(overrides))
     family = registry_mod.loaded().family(loaded.model.family)
-    return loaded, family, abstract.components(family, loaded)
+    return loaded, family, abstract.sketches(family, loaded)
 
 
 def test_the_family_default_takes_the_blocks_layers_and_keeps_the_rest():

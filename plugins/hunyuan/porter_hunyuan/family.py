@@ -27,6 +27,7 @@ from porter.loading.model_configs import component_config, setting
 from porter.shims import lazy
 from porter.shims.interop import to_host
 from porter.transforms import rotary
+from porter_hunyuan.tiny import VAE as TINY_VAE
 from porter_hunyuan.tiny import VAE_15 as TINY_VAE_15
 
 torch = lazy.module("torch", __name__)
@@ -65,12 +66,10 @@ class HunyuanFamily(StagedFamily):
 
     def _compression(self, recipe) -> tuple[int, int]:
         """(time, space): how much the VAE compresses, from its configuration."""
-        from diffusers import AutoencoderKLHunyuanVideo, AutoencoderKLHunyuanVideo15
-
-        cls = AutoencoderKLHunyuanVideo15 if self.is_15(recipe) else AutoencoderKLHunyuanVideo
+        cls = "AutoencoderKLHunyuanVideo15" if self.is_15(recipe) else "AutoencoderKLHunyuanVideo"
         config = component_config(self, recipe, "vae")
         if config is None:  # a tiny model
-            config = TINY_VAE_15 if self.is_15(recipe) else {}
+            config = TINY_VAE_15 if self.is_15(recipe) else TINY_VAE
         return (setting(config, cls, "temporal_compression_ratio"),
                 setting(config, cls, "spatial_compression_ratio"))
 

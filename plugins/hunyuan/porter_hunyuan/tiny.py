@@ -30,13 +30,7 @@ def build_pipeline(seed: int = 0):
             num_layers=1, num_single_layers=1, num_refiner_layers=1, patch_size=1,
             patch_size_t=1, guidance_embeds=True, text_embed_dim=16, pooled_projection_dim=8,
             rope_axes_dim=(2, 4, 4))
-        vae = AutoencoderKLHunyuanVideo(
-            in_channels=3, out_channels=3, latent_channels=4,
-            down_block_types=("HunyuanVideoDownBlock3D",) * 4,
-            up_block_types=("HunyuanVideoUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8),
-            layers_per_block=1, act_fn="silu", norm_num_groups=4, scaling_factor=0.476986,
-            spatial_compression_ratio=8, temporal_compression_ratio=4,
-            mid_block_add_attention=True)
+        vae = AutoencoderKLHunyuanVideo(**VAE)
         text_encoder = LlamaModel(LlamaConfig(
             bos_token_id=0, eos_token_id=2, hidden_size=16, intermediate_size=37,
             max_position_embeddings=512, num_attention_heads=4, num_hidden_layers=2,
@@ -71,6 +65,13 @@ CHAT_TEMPLATE = (
 
 
 #: the tiny 1.5 VAE (compresses time 2x and space 4x; the real one 4x and 16x)
+#: the tiny HunyuanVideo VAE's configuration (the family reads its compression)
+VAE = dict(in_channels=3, out_channels=3, latent_channels=4,
+           down_block_types=("HunyuanVideoDownBlock3D",) * 4,
+           up_block_types=("HunyuanVideoUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8),
+           layers_per_block=1, act_fn="silu", norm_num_groups=4, scaling_factor=0.476986,
+           spatial_compression_ratio=8, temporal_compression_ratio=4,
+           mid_block_add_attention=True)
 VAE_15 = dict(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(16, 16),
               layers_per_block=1, spatial_compression_ratio=4, temporal_compression_ratio=2,
               downsample_match_channel=False, upsample_match_channel=False)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from porter.recipe.schema import CompileRule
 from porter.shims.compat import import_torchax
+from porter.shims.walk import block_lists
 from porter.transforms import CALL, Calling, Checking, Pass, placement, sharding
 from porter.transforms.building import Jitted
 from porter.transforms.jit import autosplit
@@ -53,25 +54,15 @@ def _block_cache(recipe: Recipe) -> bool:
     return bool(recipe.cache) and recipe.cache.get("method") != "guidance"
 
 
-def block_lists(module) -> list:
-    """The module's block lists as (name, ModuleList), in the order diffusers' hooks
-    find them (its children's order, the names diffusers knows)."""
-    import torch
-    from diffusers.hooks._common import _ALL_TRANSFORMER_BLOCK_IDENTIFIERS
-
-    return [(name, child) for name, child in module.named_children()
-            if name in _ALL_TRANSFORMER_BLOCK_IDENTIFIERS
-            and isinstance(child, torch.nn.ModuleList)]
-
-
-def in_pieces(recipe: Recipe, modules: dict) -> list[str]:
+def in_pieces(recipe: Recipe, modules: dict, lists=block_lists) -> list[str]:
     """The components a step cache works on, each compiled in pieces (each child and
     each block: its decisions fall between programs): the transformers with a block
-    list, when the recipe's cache skips blocks (the guidance cache skips whole calls)."""
+    list, when the recipe's cache skips blocks (the guidance cache skips whole calls).
+    ``lists``: a module's block lists (a sketch's: ``Sketch.blocks``)."""
     if not _block_cache(recipe):
         return []
     return [name for name, module in modules.items()
-            if name.startswith("transformer") and block_lists(module)]
+            if name.startswith("transformer") and lists(module)]
 
 
 def apply(module, rule: CompileRule, traces=None, name: str = "", xla_options=None,
@@ -298,7 +289,8 @@ def method(component, name: str, function):
 
 
 def problems(recipe: Recipe, family: ModelFamily, modules: dict) -> list:
-    """Components, methods and submodules the recipe names must exist (meta models)."""
+    """Components, methods and submodules the recipe names must exist (``modules``:
+    the components' sketches)."""
     import re
 
     found = []
@@ -309,8 +301,7 @@ def problems(recipe: Recipe, family: ModelFamily, modules: dict) -> list:
             continue
         if rule.modules is not None:
             try:
-                matched = any(re.fullmatch(rule.modules, n) for n, _ in
-                              modules[name].named_modules() if n)
+                matched = any(re.fullmatch(rule.modules, n) for n in modules[name].submodules)
             except re.error as exc:
                 found.append(recipe.problem(f"compile.{name}.modules", f"invalid regex: {exc}"))
                 continue
@@ -320,7 +311,7 @@ def problems(recipe: Recipe, family: ModelFamily, modules: dict) -> list:
                                             hint="`porter inspect` lists module names"))
             continue
         for method in rule.methods:
-            if not callable(getattr(modules[name], method, None)):
+            if not modules[name].has_method(method):
                 found.append(recipe.problem(f"compile.{name}.methods",
                                             f"{name} has no method {method!r}"))
     return found
@@ -397,10 +388,13 @@ def _fit(c: Checking) -> list[Problem]:
 
 
 def _detail(c: Checking) -> str | None:
-    found = rules(c.recipe, c.family, None)
-    return ", ".join(f"{name}.{'/'.join(present(c.modules[name], rule.methods))}"
-                     + (f" (submodules {rule.modules})" if rule.modules else "")
-                     for name, rule in found.items() if name in c.modules) or None
+    parts = []
+    for name, rule in rules(c.recipe, c.family, None).items():
+        if name in c.modules:
+            methods = [m for m in rule.methods if c.modules[name].has_method(m)]
+            parts.append(f"{name}.{'/'.join(methods)}"
+                         + (f" (submodules {rule.modules})" if rule.modules else ""))
+    return ", ".join(parts) or None
 
 
 PASS = Pass(

@@ -30,9 +30,9 @@ from porter.shims import fixes as torchax_fixes
 from porter.shims.compat import import_torchax
 from porter.shims.interop import array_dtype
 from porter.shims.tracing import model_frame, untraceable
+from porter.shims.walk import tensor_slots
 from porter.transforms import attention
 from porter.transforms.jit import autosplit
-from porter.transforms.sharding import tensor_slots
 
 STACKED = "*"  # the block index's place in a stacked entry's name: blocks.*.attn1...
 

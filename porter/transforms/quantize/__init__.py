@@ -20,13 +20,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, NamedTuple
 
-import torch
-
 from porter.errors import RecipeError
-from porter.transforms import Checking, Pass, unknown_components
-from porter.transforms.jit import block_lists
-from porter.transforms.quantize.formats import FORMATS, resolve
-from porter.transforms.quantize.linear import SCALE, QuantizedLinear
+from porter.shims import lazy
+from porter.transforms import Checking, Pass, sketch, unknown_components
+from porter.transforms.quantize.formats import FORMATS, SCALE, resolve
+
+torch = lazy.module("torch", __name__)
 
 if TYPE_CHECKING:
     from porter.errors import Problem
@@ -55,27 +54,31 @@ def patterns(recipe: Recipe, family: ModelFamily) -> tuple[list[str], list[str]]
     return list(include), list(exclude)
 
 
-def chosen(recipe: Recipe, family: ModelFamily, module: torch.nn.Module) -> list[str]:
-    """The names of ``module``'s linear layers the recipe quantizes, in module order."""
+def chosen(recipe: Recipe, family: ModelFamily, component: sketch.Sketch) -> list[str]:
+    """The names of the component's linear layers (its sketch's) the recipe quantizes,
+    in module order."""
     include, exclude = patterns(recipe, family)
-    kept = _edge_blocks(module) if recipe.quantize.keep_edge_blocks else ()
-    return [path for path, sub in module.named_modules()
-            if isinstance(sub, torch.nn.Linear)
-            and any(re.fullmatch(rx, path) for rx in include)
+    kept = _edge_blocks(component) if recipe.quantize.keep_edge_blocks else ()
+    return [path for path in component.linears
+            if any(re.fullmatch(rx, path) for rx in include)
             and not any(re.fullmatch(rx, path) for rx in exclude)
             and not any(path.startswith(prefix) for prefix in kept)]
 
 
-def _edge_blocks(module) -> tuple[str, ...]:
+def _edge_blocks(component: sketch.Sketch) -> tuple[str, ...]:
     """The first and last block of each block list, as name prefixes."""
-    return tuple(f"{name}.{i}." for name, blocks in block_lists(module)
-                 for i in {0, len(blocks) - 1})
+    return tuple(f"{name}.{i}." for name, count in component.blocks
+                 for i in {0, count - 1})
 
 
 def quantized(module: torch.nn.Module, names: list[str], fmt) -> dict:
     """Each named linear layer of ``module`` replaced by a ``QuantizedLinear``; returns
     weight name -> Pending for those whose weights are still to be read (placement
     quantizes them as it reads them)."""
+    from porter.transforms.quantize.linear import (
+        QuantizedLinear,  # lazy: a torch module
+    )
+
     pending = {}
     for path in names:
         parent_name, _, child = path.rpartition(".")
@@ -124,15 +127,25 @@ def _no_gain(recipe: Recipe, why: str):
               "name a weights-only format (fp8-weights, int8-weights)"))
 
 
-def on_meta(recipe: Recipe, family: ModelFamily, modules: dict) -> None:
-    """The recipe's layers quantized in meta ``modules`` (``porter plan``'s shapes and
-    bytes). ``auto`` stands as int8 here: every format stores one byte a weight."""
+def sketched(recipe: Recipe, family: ModelFamily, sketches: dict) -> dict:
+    """The component sketches with the recipe's layers quantized as ``quantized`` lays
+    them out (an 8-bit weight and its float32 scales, one per row): ``porter plan``'s
+    and the memory check's bytes. ``auto`` stands as int8 here: every format stores one
+    byte a weight."""
     if recipe_off(recipe):
-        return
+        return sketches
     fmt = FORMATS.get(recipe.quantize.format, FORMATS["int8"])
-    for name in components(recipe, family, modules):
-        if name in modules:
-            quantized(modules[name], chosen(recipe, family, modules[name]), fmt)
+    out = dict(sketches)
+    for name in components(recipe, family, sketches):
+        if name not in sketches:
+            continue
+        tensors = dict(sketches[name].tensors)
+        for path in chosen(recipe, family, sketches[name]):
+            shape = tensors[f"{path}.weight"].shape
+            tensors[f"{path}.weight"] = sketch.Tensor(shape, fmt.weight)
+            tensors[f"{path}.{SCALE}"] = sketch.Tensor(shape[:1], "float32")
+        out[name] = sketches[name].with_tensors(tensors)
+    return out
 
 
 # ------------------------------------------------------------------------- the pass
@@ -143,7 +156,7 @@ def _apply(b: Building) -> None:
     fmt = chip_format(b.recipe, b.runtime)
     done = {}
     for name in components(b.recipe, b.family, b.modules):
-        names = chosen(b.recipe, b.family, b.modules[name])
+        names = chosen(b.recipe, b.family, sketch.of(b.modules[name]))
         b.quantize.pending[name] = quantized(b.modules[name], names, fmt)
         done[name] = len(names)
     b.quantize.format, b.quantize.layers = fmt.name, done
@@ -202,4 +215,4 @@ PASS = Pass(
     "and, for fp8 and int8, their matmuls on 8-bit operands (activations per token)",
     check=_check, fit=_fit, apply=_apply, abstract=_apply, detail=_detail)
 
-__all__ = ["FORMATS", "PASS", "QuantizedLinear", "chosen", "components", "quantized"]
+__all__ = ["FORMATS", "PASS", "chosen", "components", "quantized", "sketched"]

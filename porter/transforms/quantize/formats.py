@@ -13,9 +13,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import torch
-
 from porter.runtime import chips
+from porter.shims import lazy
+
+torch = lazy.module("torch", __name__)
+
+#: the weight's scales sit beside it, named after it: sharding places them by its rows
+SCALE = "weight_scale"
 
 #: the smallest scale: an all-zero row quantizes to zeros, not to NaN
 TINY = 1e-12
@@ -24,7 +28,7 @@ TINY = 1e-12
 @dataclass(frozen=True)
 class Format:
     name: str
-    weight: torch.dtype  # the stored weights' dtype
+    weight: str  # the stored weights' dtype (torch's name for it)
     largest: float  # the largest magnitude it holds: a row's amax maps to it
     activations: bool  # are activations quantized too (a low-precision matmul)?
     kind: str  # "fp8" or "int8": what a chip must run faster for the matmul to gain
@@ -39,19 +43,21 @@ class Format:
         wide = rows.to(torch.float32, copy=True)  # one copy, worked on in place
         scale = (wide.abs().amax(dim=1) / self.largest).clamp(min=TINY)
         scaled = wide.div_(scale[:, None]).clamp_(-self.largest, self.largest)
-        if self.weight == torch.int8:
+        if self.weight == "int8":
             scaled = scaled.round_()
-        return scaled.to(self.weight), scale
+        return scaled.to(self.weight_dtype), scale
 
-    def weight_bytes(self) -> int:
-        return torch.empty((), dtype=self.weight).element_size()
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        return getattr(torch, self.weight)
+
 
 
 FORMATS = {
-    "fp8": Format("fp8", torch.float8_e4m3fn, 448.0, True, "fp8", 8e-2),
-    "int8": Format("int8", torch.int8, 127.0, True, "int8", 5e-2),
-    "fp8-weights": Format("fp8-weights", torch.float8_e4m3fn, 448.0, False, "fp8", 8e-2),
-    "int8-weights": Format("int8-weights", torch.int8, 127.0, False, "int8", 5e-2),
+    "fp8": Format("fp8", "float8_e4m3fn", 448.0, True, "fp8", 8e-2),
+    "int8": Format("int8", "int8", 127.0, True, "int8", 5e-2),
+    "fp8-weights": Format("fp8-weights", "float8_e4m3fn", 448.0, False, "fp8", 8e-2),
+    "int8-weights": Format("int8-weights", "int8", 127.0, False, "int8", 5e-2),
 }
 
 # Which 8-bit matmul a GPU runs faster than bfloat16, by its JAX device kind: the tensor

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from porter.transforms.quantize.formats import FORMATS, TINY, Format
-
-#: the weight's scales sit beside it, named after it: sharding places them by its rows
-SCALE = "weight_scale"
+from porter.transforms.quantize.formats import FORMATS, SCALE, TINY, Format
 
 
 class QuantizedLinear(torch.nn.Module):
@@ -30,7 +27,7 @@ class QuantizedLinear(torch.nn.Module):
         self.format = fmt.name
         weight = linear.weight
         if weight.is_meta:  # read from the checkpoint at placement, quantized as read
-            values = torch.empty(weight.shape, dtype=fmt.weight, device="meta")
+            values = torch.empty(weight.shape, dtype=fmt.weight_dtype, device="meta")
             scale = torch.empty(weight.shape[0], dtype=torch.float32, device="meta")
         else:
             values, scale = fmt.quantize(weight.detach())
