@@ -45,5 +45,8 @@ OFFICIAL["hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-720p_t2v"] = {
         "vocab_size": 384, "d_model": 1472, "d_kv": 64, "d_ff": 3584, "num_layers": 12,
         "num_heads": 6, "feed_forward_proj": "gated-gelu", "is_gated_act": True,
         "tie_word_embeddings": False}),
-    "vae": ("diffusers", "AutoencoderKLHunyuanVideo15", {}),
+    # the published configuration's compression, which the family reads without
+    # importing diffusers (the rest: the class's defaults)
+    "vae": ("diffusers", "AutoencoderKLHunyuanVideo15", {"spatial_compression_ratio": 16,
+                                                          "temporal_compression_ratio": 4}),
 }
