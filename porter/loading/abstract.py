@@ -78,6 +78,17 @@ def sketches(family: ModelFamily, recipe: Recipe,
     return dtypes.sketched(raw, recipe)
 
 
+def import_classes(family: ModelFamily, recipe: Recipe) -> None:
+    """Import the modules a build of the model imports (the pipeline's class, each
+    component's class), where no check built it in this process: a run reads its checks'
+    kept sketches. Before the patches apply: a module first imported under a patch
+    keeps what it bound then (the tiny Wan run compiled 7 of its eager programs
+    differently when its pipeline's modules were first imported while loading)."""
+    family.pipeline_class(recipe)
+    for entry in (sketches(family, recipe) or {}).values():
+        importlib.import_module(entry.class_module)
+
+
 def _shipped(family: ModelFamily, recipe: Recipe) -> Path | None:
     """The layout Porter ships for the recipe's hub id, where its build reads it."""
     if source_kind(recipe.model.source) != "hub" \

@@ -6,17 +6,22 @@ A kept sketch is found by a key of everything its build read: the recipe's model
 section (its family, source, variant, configuration and pipeline; not its dtype,
 which is applied to the sketch afterwards) and which inputs it gives (an image picks
 another pipeline), a local checkpoint's configuration files, and the code that built
-it (the versions of torch, diffusers and transformers; the size and time of every
-source file of Porter and of the family's plugin). A key that cannot be made (a hub
-id Porter has no configuration for) keeps nothing.
+it (the versions of torch, diffusers and transformers, with the commit of one
+installed from a repository; the size and time of every source file of Porter and of
+the family's plugin package, as they were when this process first asked: a server
+whose files change under it keeps to the code it runs). A key that cannot be made (a
+hub id Porter has no configuration for) keeps nothing. The newest ``KEPT`` sketches
+are kept; older ones are removed as new ones are kept.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +41,10 @@ MODEL_KEYS = ("family", "source", "variant", "config", "pipeline")
 LIBRARIES = ("torch", "diffusers", "transformers")
 #: a checkpoint's files that decide its modules' shapes
 CONFIG_FILES = ("model_index.json", INDEX, "config.json")
+#: the most sketch files kept (a tiny model's are about 60 KB, a 14B one's 200 KB)
+KEPT = 200
+#: a partial write older than this was left by a writer that died
+STALE_S = 3600
 
 
 def key(family: ModelFamily, recipe: Recipe, shipped: Path | None = None) -> str | None:
@@ -44,7 +53,7 @@ def key(family: ModelFamily, recipe: Recipe, shipped: Path | None = None) -> str
     model = recipe.model.model_dump(mode="json")
     parts = {"format": sketch.FORMAT, "model": {k: model.get(k) for k in MODEL_KEYS},
              "inputs": sorted(k for k in INPUTS if getattr(recipe.generate, k)),
-             "code": _code(family)}
+             "code": _code(type(family).__module__)}
     kind = source_kind(recipe.model.source)
     if kind == "local":
         parts["files"] = _config_files(Path(recipe.model.source).expanduser())
@@ -61,7 +70,7 @@ def read(found: str) -> dict[str, sketch.Sketch] | None:
     try:
         data = json.loads(_path(found).read_text())
         return {name: sketch.Sketch.from_json(entry) for name, entry in data.items()}
-    except (OSError, ValueError, KeyError, TypeError):
+    except Exception:  # noqa: BLE001 - missing, damaged or of another shape: build again
         return None
 
 
@@ -72,32 +81,50 @@ def keep(found: str, sketches: dict[str, sketch.Sketch]) -> None:
         _path(found).parent.mkdir(parents=True, exist_ok=True)
         atomic.write_bytes(_path(found), json.dumps(
             {name: s.to_json() for name, s in sketches.items()}).encode())
+        _prune(_path(found).parent)
     except OSError:
         pass
+
+
+def _prune(folder: Path) -> None:
+    """The oldest sketches past ``KEPT``, and partial writes a dead writer left."""
+    files = sorted(folder.glob("*.json"), key=lambda path: path.stat().st_mtime)
+    stale = [p for p in folder.glob(f".*{atomic.PARTIAL}")
+             if time.time() - p.stat().st_mtime > STALE_S]
+    for path in files[:-KEPT] + stale:
+        path.unlink(missing_ok=True)
 
 
 def _path(found: str) -> Path:
     return compile_cache.porter_home("sketches") / f"{found}.json"
 
 
-def _code(family: ModelFamily) -> dict:
-    """What identifies the code a build runs."""
+@functools.cache
+def _code(family_module: str) -> dict:
+    """What identifies the code a build runs (once a process: see the docstring)."""
     versions = {}
     for name in LIBRARIES:
         try:
-            versions[name] = metadata.version(name)
+            found = metadata.distribution(name)
+            versions[name] = [found.version, found.read_text("direct_url.json")]
         except metadata.PackageNotFoundError:
             versions[name] = None
-    folders = {Path(__file__).resolve().parents[1]}  # porter
-    owner = sys.modules.get(type(family).__module__)
-    if owner is not None and getattr(owner, "__file__", None):
-        folders.add(Path(owner.__file__).resolve().parent)
-    return {"versions": versions, "sources": [_stamp(folder) for folder in sorted(folders)]}
+    paths = {Path(__file__).resolve().parents[1]}  # porter
+    package = sys.modules.get(family_module.split(".")[0])
+    if package is not None:  # the plugin's top package, or its one module
+        paths.update(Path(p).resolve() for p in getattr(package, "__path__", ()))
+        if not hasattr(package, "__path__") and getattr(package, "__file__", None):
+            paths.add(Path(package.__file__).resolve())
+    return {"versions": versions, "sources": [_stamp(path) for path in sorted(paths)]}
 
 
 def _stamp(folder: Path) -> str:
-    """A digest of the name, size and time of every Python file under ``folder``."""
+    """A digest of the name, size and time of every Python file under ``folder`` (or
+    of the one file ``folder`` is)."""
     digest = hashlib.sha256(str(folder).encode())
+    if folder.is_file():
+        info = folder.stat()
+        digest.update(f"{info.st_size}:{info.st_mtime_ns}".encode())
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):

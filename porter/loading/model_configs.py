@@ -64,13 +64,16 @@ def component_config(family: ModelFamily, recipe: Recipe, component: str) -> dic
     return data if isinstance(data, dict) else None
 
 
-def setting(config: dict, class_name: str, key: str):
-    """``key`` from a configuration, or the default of diffusers' class ``class_name``
-    where the file leaves it out (diffusers writes every argument; hand-written
-    configurations may not). diffusers is imported only then."""
+def setting(config: dict, cls, key: str):
+    """``key`` from a configuration, or the default of the model class ``cls`` where the
+    file leaves it out (diffusers writes every argument; hand-written configurations may
+    not). ``cls`` may be the name of a diffusers class: diffusers is imported only
+    then."""
     if key in config:
         return config[key]
-    import diffusers
+    if isinstance(cls, str):
+        import diffusers
 
-    parameter = inspect.signature(getattr(diffusers, class_name).__init__).parameters.get(key)
+        cls = getattr(diffusers, cls)
+    parameter = inspect.signature(cls.__init__).parameters.get(key)
     return None if parameter is None else parameter.default

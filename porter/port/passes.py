@@ -74,6 +74,7 @@ def build(b: Building, abstract: bool = False) -> Building:
     before any weight moves: where no configuration was at hand before loading (a hub
     id), this is where they are first checked."""
     start = time.perf_counter()
+    loading.abstract.import_classes(b.family, b.recipe)  # before the patches apply
     _run(HOST, b, abstract)
     b.timings["load_s"] = round(time.perf_counter() - start, 4)  # LoRA, dtypes too
     sketches = {name: sketch.of(module) for name, module in b.modules.items()}

@@ -12,9 +12,10 @@ function of one input object and named the same in every pass module
   ``porter validate`` and every command that loads a model run these first;
   ``c.family`` is None when the recipe names an unknown family.
 - ``_fit(c: Checking)``: problems against the model's shapes (``c.modules``: the
-  components built on the meta device; ``c.axes``: the mesh). ``validate`` and ``plan``
-  run these before any weight is read, and a run does again on the model as loaded,
-  before any weight moves (a hub id with no configuration is known only then).
+  components' sketches, ``porter.transforms.sketch``; ``c.axes``: the mesh).
+  ``validate`` and ``plan`` run these before any weight is read, and a run does again
+  on the model as loaded, before any weight moves (a hub id with no configuration is
+  known only then).
 - ``_apply(b: Building)``: what ``porter run`` does, once, on the loaded pipeline
   (``porter.transforms.building.Building``: what the passes before it recorded; a pass that
   records something writes the field named after it, and nothing else).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from porter.shims import lazy
@@ -23,7 +23,7 @@ from porter.shims.walk import block_lists, named_tensors
 torch = lazy.module("torch", __name__)
 
 #: bumped when what a sketch holds changes: older kept sketches are then not read
-FORMAT = 1
+FORMAT = 3
 
 #: bytes of one value, by torch's dtype name
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "complex128": 16,
@@ -81,10 +81,13 @@ class Config(dict):
 
 @dataclass
 class Sketch:
-    """One component (see the module's docstring). ``signatures``: method name -> its
-    parameters as (name, kind, has a default), or None where Python cannot say."""
+    """One component (see the module's docstring). ``tensors``: each tensor once, by the
+    name it first has (``porter.shims.walk.named_tensors``); ``signatures``: each
+    callable attribute -> its parameters as (name, kind, has a default), or None where
+    Python cannot say."""
 
     class_name: str
+    class_module: str  # where the class is defined (what building it imports)
     config: Config
     tensors: dict[str, Tensor]
     linears: tuple[str, ...]
@@ -93,6 +96,8 @@ class Sketch:
     signatures: dict[str, list | None]
     #: the constructor's plain defaults (what ``config_values`` judges values against)
     defaults: dict = field(default_factory=dict)
+    #: a tied tensor's other names -> the name it is in ``tensors`` under
+    aliases: dict[str, str] = field(default_factory=dict)
     #: the torch module, where a check needs more than the sketch holds (a step cache's
     #: hooks, a single-file header's key conversion): the loaded one in a run, built on
     #: the meta device on first use in a check
@@ -119,32 +124,40 @@ class Sketch:
         return self.module()
 
     def with_tensors(self, tensors: dict[str, Tensor]) -> Sketch:
-        return Sketch(self.class_name, self.config, tensors, self.linears, self.submodules,
-                      self.blocks, self.signatures, self.defaults, self.module)
+        return replace(self, tensors=tensors)
 
     def to_json(self) -> dict:
-        return {"class_name": self.class_name, "config": self.config,
+        return {"class_name": self.class_name, "class_module": self.class_module,
+                "config": self.config,
                 "tensors": {n: [list(t.shape), t.dtype] for n, t in self.tensors.items()},
                 "linears": list(self.linears), "submodules": list(self.submodules),
                 "blocks": [list(b) for b in self.blocks], "signatures": self.signatures,
-                "defaults": self.defaults}
+                "defaults": self.defaults, "aliases": self.aliases}
 
     @classmethod
     def from_json(cls, data: dict, module=None) -> Sketch:
-        return cls(data["class_name"], Config(data["config"]),
+        return cls(data["class_name"], data["class_module"], Config(data["config"]),
                    {n: Tensor(tuple(shape), dtype) for n, (shape, dtype)
                     in data["tensors"].items()},
                    tuple(data["linears"]), tuple(data["submodules"]),
                    tuple((name, count) for name, count in data["blocks"]),
-                   data["signatures"], data["defaults"], module)
+                   data["signatures"], data["defaults"], data["aliases"], module)
 
 
 def of(module, loader: Callable[[], object] | None = None) -> Sketch:
     """The sketch of a torch module; ``loader`` gives the module back later (default:
     this one)."""
     named = list(module.named_modules())
+    first, aliases = {}, {}
+    for prefix, sub in named:
+        for store in (sub._parameters, sub._buffers):
+            for key, tensor in store.items():
+                name = f"{prefix}.{key}" if prefix else key
+                if tensor is not None and first.setdefault(id(tensor), name) != name:
+                    aliases[name] = first[id(tensor)]
     return Sketch(
         class_name=type(module).__name__,
+        class_module=type(module).__module__,
         config=_plain_config(getattr(module, "config", None)),
         tensors={name: Tensor(tuple(t.shape), dtype_name(t.dtype))
                  for name, t in named_tensors(module)},
@@ -152,8 +165,9 @@ def of(module, loader: Callable[[], object] | None = None) -> Sketch:
         submodules=tuple(path for path, _ in named if path),
         blocks=tuple((name, len(blocks)) for name, blocks in block_lists(module)),
         signatures=_signatures(module),
-        defaults=signature_defaults(_library(module), type(module)),
-        module=loader or (lambda: module))
+        # as JSON keeps them (an enum's value), so a kept sketch and a fresh one agree
+        defaults=json.loads(json.dumps(signature_defaults(_library(module), type(module)))),
+        aliases=aliases, module=loader or (lambda: module))
 
 
 def signature_defaults(library: str, cls: type) -> dict:
@@ -166,7 +180,7 @@ def signature_defaults(library: str, cls: type) -> dict:
     except (TypeError, ValueError, AttributeError):
         return {}
     return {p.name: p.default for p in parameters
-            if type(p.default) in (bool, int, float, str)}
+            if isinstance(p.default, (bool, int, float, str))}
 
 
 def _library(module) -> str:
@@ -181,17 +195,29 @@ def _plain_config(config) -> Config:
     if config is None:
         return Config()
     values = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-    return Config(json.loads(json.dumps(values, default=str)))
+    for alias, name in (getattr(config, "attribute_map", None) or {}).items():
+        if name in values:  # transformers' other names (UMT5's hidden_size: d_model)
+            values.setdefault(alias, values[name])
+    return Config(json.loads(json.dumps(values, default=str, skipkeys=True)))
 
 
 def _signatures(module) -> dict[str, list | None]:
-    """Every public or private method of the module's class (not dunders), as bound."""
+    """Every callable attribute of the module as a run reaches it (``getattr``: its
+    methods, submodules, functions set on it; ``__call__`` but no other dunder), as
+    bound. Properties are not read (they compute)."""
     found = {}
-    for name in dir(type(module)):
-        if name.startswith("__") or not callable(getattr(type(module), name, None)):
+    for name in dir(module):
+        if name.startswith("__") and name != "__call__" \
+                or isinstance(inspect.getattr_static(module, name, None), property):
             continue
         try:
-            bound = inspect.signature(getattr(module, name))
+            value = getattr(module, name)
+        except Exception:  # noqa: BLE001 - an attribute that cannot be read is no method
+            continue
+        if not callable(value):
+            continue
+        try:
+            bound = inspect.signature(value)
         except (TypeError, ValueError):
             found[name] = None
             continue

@@ -101,14 +101,53 @@ def test_a_local_checkpoints_key_follows_its_configuration_files(saved_tiny, tmp
     assert kept_sketches.key(family, loaded) != key
 
 
-def test_an_unreadable_kept_sketch_is_built_again(cache):
+@pytest.mark.parametrize("damage", ["{not json", "[]", '{"transformer": {}}'])
+def test_an_unreadable_kept_sketch_is_built_again(damage, cache):
     loaded, family = _load("wan-tiny.yaml")
     abstract.sketches(family, loaded)
     [kept] = cache.iterdir()
-    kept.write_text("{not json")
+    kept.write_text(damage)
     again = abstract.sketches(family, loaded)
     assert again["transformer"].class_name == "WanTransformer3DModel"
     assert kept_sketches.read(kept.stem) is not None  # and kept again
+
+
+def test_the_oldest_kept_sketches_go_past_the_bound(cache, monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setattr(kept_sketches, "KEPT", 2)
+    cache.mkdir(parents=True)
+    for index, name in enumerate(("a", "b", "c")):
+        (cache / f"{name}.json").write_text("{}")
+        os.utime(cache / f"{name}.json", (time.time() - 100 + index,) * 2)
+    dead = cache / f".x.json.1-ab{kept_sketches.atomic.PARTIAL}"
+    dead.write_text("")
+    os.utime(dead, (time.time() - 2 * kept_sketches.STALE_S,) * 2)
+    kept_sketches.keep("d", {})
+    assert sorted(p.name for p in cache.iterdir()) == ["c.json", "d.json"]
+
+
+def test_a_tied_linear_weight_is_untied_by_quantize_as_in_a_run(cache):
+    """A language model's output layer shares its embedding's weight: the sketch holds
+    the tensor once, under its first name, and the quantized layout gives the layer 8-bit
+    values of its own, as ``quantize.quantized`` does to the module."""
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.embed.weight
+
+    loaded, family = _load("wan-tiny.yaml", "quantize.format=int8",
+                           "quantize.include=['head']", "quantize.components=[encoder]")
+    module = Tied()
+    found = sketch.of(module)
+    assert "head.weight" not in found.tensors and found.aliases == {"head.weight":
+                                                                    "embed.weight"}
+    [laid_out] = quantize.sketched(loaded, family, {"encoder": found}).values()
+    quantize.quantized(module, ["head"], quantize.FORMATS["int8"])
+    assert laid_out.tensors == sketch.of(module).tensors
 
 
 def test_a_sketch_answers_the_fits_questions():
@@ -131,6 +170,9 @@ def test_a_sketch_answers_the_fits_questions():
             self.config = {"num_layers": 2, "patch_size": (1, 2, 2), "sub": {"width": 4}}
 
     found = sketch.of(Model())
+    # what a run can call: methods, submodules, __call__ (not a property's value)
+    assert found.has_method("blocks") and found.has_method("__call__")
+    assert not found.has_method("training")
     assert found.linears == ("blocks.0.proj", "blocks.1.proj")
     assert found.blocks == (("blocks", 2),)
     assert "blocks.1.proj" in found.submodules and found.has_method("forward")
@@ -141,3 +183,7 @@ def test_a_sketch_answers_the_fits_questions():
     with pytest.raises(TypeError):
         block.signature("enable_tiling").bind(size=4)
     assert sketch.Sketch.from_json(found.to_json()).to_json() == found.to_json()
+    # transformers' other names for a key are read as its configuration object reads them
+    from transformers import UMT5Config
+
+    assert sketch._plain_config(UMT5Config(d_model=32)).hidden_size == 32

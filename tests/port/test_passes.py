@@ -6,6 +6,7 @@ and entered around each call and each denoising step of a run, in its place."""
 import contextlib
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -176,7 +177,10 @@ def test_a_plan_leaves_no_library_tensor_on_the_meta_device(write):
     at module level) keep real tensors, so a later real load in the same process has
     their values. A fresh process: this one has imported them already."""
     path = write("r.yaml", TINY_RECIPE)
+    cache = path.parent / "empty-cache"  # no kept sketch: the plan builds the model
     done = subprocess.run([sys.executable, "-c", SCAN_FOR_META_GLOBALS, str(path)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PORTER_CACHE_DIR": str(cache)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert list((cache / "sketches").glob("*.json"))  # it did build, and kept its sketch

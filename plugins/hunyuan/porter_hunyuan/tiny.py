@@ -64,7 +64,6 @@ CHAT_TEMPLATE = (
     "{% endfor %}")
 
 
-#: the tiny 1.5 VAE (compresses time 2x and space 4x; the real one 4x and 16x)
 #: the tiny HunyuanVideo VAE's configuration (the family reads its compression)
 VAE = dict(in_channels=3, out_channels=3, latent_channels=4,
            down_block_types=("HunyuanVideoDownBlock3D",) * 4,
@@ -72,6 +71,7 @@ VAE = dict(in_channels=3, out_channels=3, latent_channels=4,
            layers_per_block=1, act_fn="silu", norm_num_groups=4, scaling_factor=0.476986,
            spatial_compression_ratio=8, temporal_compression_ratio=4,
            mid_block_add_attention=True)
+#: the tiny 1.5 VAE (compresses time 2x and space 4x; the real one 4x and 16x)
 VAE_15 = dict(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(16, 16),
               layers_per_block=1, spatial_compression_ratio=4, temporal_compression_ratio=2,
               downsample_match_channel=False, upsample_match_channel=False)

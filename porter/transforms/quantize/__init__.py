@@ -18,6 +18,7 @@ projection stay in high precision, as the published ports keep them.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from porter.errors import RecipeError
@@ -139,12 +140,15 @@ def sketched(recipe: Recipe, family: ModelFamily, sketches: dict) -> dict:
     for name in components(recipe, family, sketches):
         if name not in sketches:
             continue
-        tensors = dict(sketches[name].tensors)
+        tensors, aliases = dict(sketches[name].tensors), dict(sketches[name].aliases)
         for path in chosen(recipe, family, sketches[name]):
-            shape = tensors[f"{path}.weight"].shape
-            tensors[f"{path}.weight"] = sketch.Tensor(shape, fmt.weight)
+            weight = f"{path}.weight"
+            # a tied weight (a language model's output layer and its embedding) is
+            # untied: the layer gets 8-bit values of its own, the other keeps its tensor
+            shape = tensors[aliases.pop(weight, weight)].shape
+            tensors[weight] = sketch.Tensor(shape, fmt.weight)
             tensors[f"{path}.{SCALE}"] = sketch.Tensor(shape[:1], "float32")
-        out[name] = sketches[name].with_tensors(tensors)
+        out[name] = replace(sketches[name], tensors=tensors, aliases=aliases)
     return out
 
 
