@@ -141,6 +141,7 @@ def verify(recipe: Recipe, registry: Registry, sharded: bool = False) -> dict:
     beside.refuse_undescribed(family, "verify")
     runtime = runtime_mod.start(recipe)
     checks.check_platform(recipe, registry, runtime)
+    loading.abstract.import_classes(family, recipe)  # before the patches, as a run's build
     with patches.applied(patches.selected(recipe, registry, family)):
         pipe, module, host, calling = _ported(family, recipe, registry, runtime)
         dtype = module.dtype

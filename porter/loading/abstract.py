@@ -84,9 +84,17 @@ def import_classes(family: ModelFamily, recipe: Recipe) -> None:
     kept sketches. Before the patches apply: a module first imported under a patch
     keeps what it bound then (the tiny Wan run compiled 7 of its eager programs
     differently when its pipeline's modules were first imported while loading)."""
-    family.pipeline_class(recipe)
-    for entry in (sketches(family, recipe) or {}).values():
-        importlib.import_module(entry.class_module)
+    try:
+        family.pipeline_class(recipe)
+    except NotImplementedError:
+        pass  # a family that builds tiny models only need not name its class
+    found = kept_sketches.key(family, recipe, _shipped(family, recipe))
+    # none kept: the checks built the model in this process, or none could be kept
+    for entry in ((kept_sketches.read(found) if found else None) or {}).values():
+        try:
+            importlib.import_module(entry.class_module)
+        except ImportError:
+            pass  # a class whose module cannot be imported by name: the load imports it
 
 
 def _shipped(family: ModelFamily, recipe: Recipe) -> Path | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -68,10 +69,13 @@ def key(family: ModelFamily, recipe: Recipe, shipped: Path | None = None) -> str
 def read(found: str) -> dict[str, sketch.Sketch] | None:
     """The sketches kept under key ``found``; None where none are (or unreadable)."""
     try:
-        data = json.loads(_path(found).read_text())
-        return {name: sketch.Sketch.from_json(entry) for name, entry in data.items()}
+        path = _path(found)
+        data = json.loads(path.read_text())
+        kept = {name: sketch.Sketch.from_json(entry) for name, entry in data.items()}
+        os.utime(path)  # used: the last to go when old ones are removed
     except Exception:  # noqa: BLE001 - missing, damaged or of another shape: build again
         return None
+    return kept or None  # a model of no components is no model
 
 
 def keep(found: str, sketches: dict[str, sketch.Sketch]) -> None:
@@ -99,25 +103,36 @@ def _path(found: str) -> Path:
     return compile_cache.porter_home("sketches") / f"{found}.json"
 
 
-@functools.cache
 def _code(family_module: str) -> dict:
-    """What identifies the code a build runs (once a process: see the docstring)."""
-    versions = {}
-    for name in LIBRARIES:
-        try:
-            found = metadata.distribution(name)
-            versions[name] = [found.version, found.read_text("direct_url.json")]
-        except metadata.PackageNotFoundError:
-            versions[name] = None
+    """What identifies the code a build runs (each part once a process: see the
+    docstring)."""
     paths = {Path(__file__).resolve().parents[1]}  # porter
     package = sys.modules.get(family_module.split(".")[0])
     if package is not None:  # the plugin's top package, or its one module
         paths.update(Path(p).resolve() for p in getattr(package, "__path__", ()))
         if not hasattr(package, "__path__") and getattr(package, "__file__", None):
             paths.add(Path(package.__file__).resolve())
-    return {"versions": versions, "sources": [_stamp(path) for path in sorted(paths)]}
+    return {"versions": [_version(name) for name in LIBRARIES],
+            "sources": [_stamp(path) for path in sorted(paths)]}
 
 
+@functools.cache
+def _version(name: str) -> list | None:
+    """A library's version, where it was installed from (a repository's commit), and
+    for an editable install the stamp of its sources (its version stays as they
+    change)."""
+    try:
+        found = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return None
+    origin = found.read_text("direct_url.json") or ""
+    editable = json.loads(origin).get("dir_info", {}).get("editable") if origin else False
+    spec = importlib.util.find_spec(name) if editable else None  # nothing is run
+    local = _stamp(Path(spec.origin).parent) if spec and spec.origin else None
+    return [found.version, origin, local]
+
+
+@functools.cache
 def _stamp(folder: Path) -> str:
     """A digest of the name, size and time of every Python file under ``folder`` (or
     of the one file ``folder`` is)."""

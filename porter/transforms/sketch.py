@@ -11,6 +11,7 @@ checks would not.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -204,11 +205,12 @@ def _plain_config(config) -> Config:
 def _signatures(module) -> dict[str, list | None]:
     """Every callable attribute of the module as a run reaches it (``getattr``: its
     methods, submodules, functions set on it; ``__call__`` but no other dunder), as
-    bound. Properties are not read (they compute)."""
+    bound. Properties, cached ones too, are not read (they compute)."""
     found = {}
     for name in dir(module):
         if name.startswith("__") and name != "__call__" \
-                or isinstance(inspect.getattr_static(module, name, None), property):
+                or isinstance(inspect.getattr_static(module, name, None),
+                              (property, functools.cached_property)):
             continue
         try:
             value = getattr(module, name)

@@ -136,6 +136,7 @@ def _one_step(recipe: Recipe, registry: Registry, steps: int,
     beside.refuse_undescribed(family, "bench")
     started = runtime_mod.start(recipe)
     checks.check_platform(recipe, registry, started)
+    loading.abstract.import_classes(family, recipe)  # before the patches, as a run's build
     compiles = monitor.compile_monitor()
     with _private_compile_cache(started) as runtime, \
             patches.applied(patches.selected(recipe, registry, family)):

@@ -144,8 +144,14 @@ def sketched(recipe: Recipe, family: ModelFamily, sketches: dict) -> dict:
         for path in chosen(recipe, family, sketches[name]):
             weight = f"{path}.weight"
             # a tied weight (a language model's output layer and its embedding) is
-            # untied: the layer gets 8-bit values of its own, the other keeps its tensor
-            shape = tensors[aliases.pop(weight, weight)].shape
+            # untied: the layer gets 8-bit values of its own, the others keep the tensor
+            first = aliases.pop(weight, weight)
+            shape = tensors[first].shape
+            sharing = [alias for alias, name in aliases.items() if name == weight]
+            if first == weight and sharing:  # the first of the others holds it now
+                tensors[sharing[0]] = tensors[weight]
+                aliases.update({alias: sharing[0] for alias in sharing[1:]})
+                del aliases[sharing[0]]
             tensors[weight] = sketch.Tensor(shape, fmt.weight)
             tensors[f"{path}.{SCALE}"] = sketch.Tensor(shape[:1], "float32")
         out[name] = replace(sketches[name], tensors=tensors, aliases=aliases)
