@@ -54,7 +54,7 @@ def sketches(family: ModelFamily, recipe: Recipe,
     tell. Read from disk where this model was built before (``kept_sketches``: no torch
     imported), else built inside ``guard()``, sketched and kept. A check that needs a
     module (``Sketch.torch``) builds them all once."""
-    found = kept_sketches.key(family, recipe, _shipped(family, recipe))
+    found = kept_sketches.key(family, recipe)
     raw = kept_sketches.read(found) if found else None
     built: dict = {}
     if raw is None:
@@ -88,21 +88,13 @@ def import_classes(family: ModelFamily, recipe: Recipe) -> None:
         family.pipeline_class(recipe)
     except NotImplementedError:
         pass  # a family that builds tiny models only need not name its class
-    found = kept_sketches.key(family, recipe, _shipped(family, recipe))
+    found = kept_sketches.key(family, recipe)
     # none kept: the checks built the model in this process, or none could be kept
     for entry in ((kept_sketches.read(found) if found else None) or {}).values():
         try:
             importlib.import_module(entry.class_module)
         except ImportError:
             pass  # a class whose module cannot be imported by name: the load imports it
-
-
-def _shipped(family: ModelFamily, recipe: Recipe) -> Path | None:
-    """The layout Porter ships for the recipe's hub id, where its build reads it."""
-    if source_kind(recipe.model.source) != "hub" \
-            or family.official_configs(recipe.model.source) is not None:
-        return None
-    return published.layout(recipe.model.source)
 
 
 def _built(family: ModelFamily, recipe: Recipe) -> dict[str, torch.nn.Module] | None:

@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from porter.loading import published
 from porter.recipe.inputs import INPUTS
 from porter.recipe.modular import INDEX
 from porter.recipe.sources import source_kind
@@ -48,9 +49,8 @@ KEPT = 200
 STALE_S = 3600
 
 
-def key(family: ModelFamily, recipe: Recipe, shipped: Path | None = None) -> str | None:
-    """The key of the recipe's model (see the module's docstring); ``shipped``: the
-    layout Porter ships for a hub id, where the build reads it."""
+def key(family: ModelFamily, recipe: Recipe) -> str | None:
+    """The key of the recipe's model (see the module's docstring)."""
     model = recipe.model.model_dump(mode="json")
     parts = {"format": sketch.FORMAT, "model": {k: model.get(k) for k in MODEL_KEYS},
              "inputs": sorted(k for k in INPUTS if getattr(recipe.generate, k)),
@@ -58,10 +58,11 @@ def key(family: ModelFamily, recipe: Recipe, shipped: Path | None = None) -> str
     kind = source_kind(recipe.model.source)
     if kind == "local":
         parts["files"] = _config_files(Path(recipe.model.source).expanduser())
-    elif kind != "tiny":
-        if shipped is None and family.official_configs(recipe.model.source) is None:
+    elif kind != "tiny" and family.official_configs(recipe.model.source) is None:
+        shipped = published.layout(recipe.model.source)  # what the build reads then
+        if shipped is None:
             return None
-        parts["files"] = _config_files(shipped) if shipped is not None else None
+        parts["files"] = _config_files(shipped)
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
