@@ -8,6 +8,7 @@ before this existed).
 
     python benchmarks/chunked_stream.py
     python benchmarks/chunked_stream.py --targets v6e-8,v7x-8
+    python benchmarks/chunked_stream.py --targets v6e-8 --model far
 
 Results: benchmarks/results/chunked-stream-cpu.json.
 
@@ -19,6 +20,13 @@ the 540p flow shift; the Wan 2.1 VAE, UMT5-XXL and tokenizer stand-in Porter shi
 recipes/skyreels-v2-df-14b.yaml's settings with the model card's long-video call
 (257 frames in windows of 97 overlapping by 17). Results:
 benchmarks/results/chunked-stream-tpu.json.
+
+``--targets T --model far`` bounds AnyFlow FAR 14B the same way at its released call:
+480x832, 81 frames in chunks of 1, 3 x 6 and 2 latent frames, 4 steps, no guidance (a
+weightless layout: the transformer's default sizes, which are the released 14B's, with
+the same VAE, encoder and tokenizer), recipes/wan-generic-base.yaml's sharding over
+tp=8: a denoising program per chunk length, a cache program per kind, each finished
+chunk's decode. Results: benchmarks/results/far-stream-tpu.json.
 """
 
 import argparse
@@ -76,6 +84,62 @@ def layout(folder: Path) -> Path:
     return folder
 
 
+def far_layout(folder: Path) -> Path:
+    """AnyFlow-FAR-Wan2.1-14B's folder as diffusers saves it, with no weights (the
+    transformer's defaults are the released 14B's sizes)."""
+    import torch
+    from diffusers import AnyFlowFARTransformer3DModel, FlowMapEulerDiscreteScheduler
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with torch.device("meta"):
+        AnyFlowFARTransformer3DModel().save_config(folder / "transformer")
+    FlowMapEulerDiscreteScheduler(num_train_timesteps=1000, shift=5.0).save_config(
+        folder / "scheduler")
+    for part in ("vae", "text_encoder", "tokenizer"):
+        shutil.copytree(WAN_PARTS / part, folder / part, dirs_exist_ok=True)
+    (folder / "model_index.json").write_text(json.dumps({
+        "_class_name": "AnyFlowFARPipeline",
+        "scheduler": ["diffusers", "FlowMapEulerDiscreteScheduler"],
+        "text_encoder": ["transformers", "UMT5EncoderModel"],
+        "tokenizer": ["transformers", "T5TokenizerFast"],
+        "transformer": ["diffusers", "AnyFlowFARTransformer3DModel"],
+        "vae": ["diffusers", "AutoencoderKLWan"]}, indent=1))
+    return folder
+
+
+def far_on_targets(targets: list[str], work: Path) -> None:
+    """AnyFlow FAR 14B's stream bounded on each target by `porter compile`: its
+    transformer's fixed-shape calls (a denoising call per chunk length, a cache call
+    per kind) and the decode of each finished chunk."""
+    folder = far_layout(work / "AnyFlow-FAR-Wan2.1-14B")
+
+    def row(target, report, video):
+        return {
+            "target": target, "model": "AnyFlow FAR 14B (weightless layout)",
+            "size": "832x480", "frames": 81, "steps": video.get("steps"),
+            "chunks": [1, 3, 3, 3, 3, 3, 3, 2],
+            "programs": [{key: row.get(key) for key in (
+                "program", "stage", "calls", "first_chunk", "call_bound_s", "fits",
+                "flops", "bytes_accessed", "peak_bytes_per_chip")}
+                for row in report["programs"]],
+            "not_compiled": report["not_compiled"], "stages_s": video.get("stages_s"),
+            "video_bound_s": video.get("bound_s"), "video_frames": video.get("frames"),
+            "missing": video.get("missing"), "stream": video.get("stream"),
+            "verdict": report["verdict"]["message"], "compile_s": report["compile_s"]}
+
+    stream_runs.compiled_on(
+        targets, ROOT / "benchmarks" / "results" / "far-stream-tpu.json",
+        [str(ROOT / "recipes" / "wan-generic-base.yaml"), f"model.source={folder}",
+         "model.pipeline=AnyFlowFARPipeline", "generate.steps=4",
+         "generate.guidance_scale=1.0",
+         # the base's float32 rules less its rotary one: FAR's rotary module holds no
+         # tensor (it builds its table in forward)
+         "dtypes.overrides.transformer=" + json.dumps([
+             {"match": r"condition_embedder\.time_embedder\..*", "dtype": "float32"},
+             {"match": r"(blocks\.\d+\.)?scale_shift_table", "dtype": "float32"},
+             {"match": r"blocks\.\d+\.norm2\..*", "dtype": "float32"}])], row)
+
+
 def on_targets(targets: list[str], work: Path) -> None:
     """SkyReels-V2 DF 14B's stream bounded on each target by `porter compile`."""
     folder = layout(work / "SkyReels-V2-DF-14B-540P")
@@ -104,10 +168,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", help="bound SkyReels-V2 DF 14B on these TPU "
                         "targets (v6e-8,v7x-8) instead of the tiny models' CPU runs")
+    parser.add_argument("--model", choices=("skyreels", "far"), default="skyreels",
+                        help="with --targets: the model bounded (default: skyreels)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="chunked-"))
     if args.targets:
-        return on_targets(args.targets.split(","), work)
+        bound = far_on_targets if args.model == "far" else on_targets
+        return bound(args.targets.split(","), work)
     rows = []
     for name, (builder, pipeline, call, chunks) in MODELS.items():
         folder = work / pipeline

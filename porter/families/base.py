@@ -175,6 +175,11 @@ class ModelFamily:
                               "negative_prompt": "", "height": 64, "width": 64,
                               "frames": 17, "steps": 4, "guidance_scale": 5.0, "seed": 0}
 
+    def required_patches_for(self, recipe: Recipe) -> tuple[str, ...]:
+        """The registered patches every run of the recipe's model gets
+        (``required_patches``; the generic family adds a pipeline's own)."""
+        return self.required_patches
+
     def rotary_patch_for(self, recipe: Recipe) -> str | None:
         """The rotary patch for this recipe's model (families with several layouts)."""
         return self.rotary_patch

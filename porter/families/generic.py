@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from porter.errors import Interrupted, NonFinite, UsageError
-from porter.families import chunked, wan_vae
+from porter.families import chunked, far, wan_vae
 from porter.families.base import Handover, ModelFamily, as_uint8, first_of
 from porter.recipe import call_args, modular
 from porter.recipe.inputs import INPUTS, KIND_NAMES, latents_names
@@ -37,6 +37,12 @@ UNSUPPORTED: dict[str, str] = {
     # broken in diffusers itself
     "EasyAnimateControlPipeline": "it fails in diffusers 0.42 itself: its call passes "
     "text_encoder_index to its own encode_prompt, which takes none",
+}
+
+
+#: registered patches every run of a pipeline gets, beside the family's
+PIPELINE_PATCHES: dict[str, tuple[str, ...]] = {
+    far.PIPELINE: ("core.far_fixed_size",),  # its transformer's calls at fixed shapes
 }
 
 
@@ -149,8 +155,10 @@ class GenericFamily(ModelFamily):
     compiled = {"transformer": ("forward",), "vae": ("decode", "_encode"),
                 "text_encoder": ("forward",), "text_encoder_2": ("forward",),
                 "image_encoder": ("forward",)}
-    # a Wan VAE's frame by frame decode, for the pipelines that finish chunks (chunked.py)
-    compiled_functions = {"vae": {"decode_chunk": wan_vae.decode_chunk}}
+    # a Wan VAE's frame by frame decode, for the pipelines that finish chunks (chunked.py);
+    # AnyFlow FAR's fixed-size calls (far.py), compiled where a pipeline calls them
+    compiled_functions = {"vae": {"decode_chunk": wan_vae.decode_chunk},
+                          "transformer": {"far_step": far.step, "far_cache": far.cache}}
 
     starter_model = {"source": "path/to/saved/pipeline   # a diffusers directory or hub id",
                      "pipeline": "null              # e.g. LTXPipeline; default: "
@@ -196,19 +204,13 @@ class GenericFamily(ModelFamily):
         """The pipeline class that will run, where known without loading: the recipe's
         ``model.pipeline``, or the one a local checkpoint's model_index.json names.
         UsageError for a class Porter cannot run (``runnable``)."""
-        import json
-
         if recipe.model.pipeline is not None or _modular_index(recipe) is not None:
             return self.pipeline_class(recipe)
-        if source_kind(recipe.model.source) != "local":
-            return None
-        try:
-            index = json.loads((Path(recipe.model.source).expanduser() / "model_index.json")
-                               .read_text())
-            name = index["_class_name"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # the checkpoint checks say what is wrong with the file
-        return runnable(name) if isinstance(name, str) else None
+        name = pipeline_name(recipe)
+        return runnable(name) if name is not None else None
+
+    def required_patches_for(self, recipe: Recipe) -> tuple[str, ...]:
+        return self.required_patches + PIPELINE_PATCHES.get(pipeline_name(recipe), ())
 
     def pipeline_class(self, recipe: Recipe | None = None):
         import diffusers
@@ -287,6 +289,28 @@ def _guided(pipe, scales: dict):
     finally:
         if kept:
             pipe.update_components(**kept)
+
+
+def pipeline_name(recipe: Recipe) -> str | None:
+    """The name of the pipeline class that will run, where known without loading or
+    importing diffusers: the recipe's ``model.pipeline``, a local checkpoint's modular
+    index, or the class its model_index.json names."""
+    import json
+
+    if recipe.model.pipeline is not None:
+        return recipe.model.pipeline
+    if source_kind(recipe.model.source) != "local":
+        return None
+    modular_name = _modular_index(recipe)
+    if modular_name is not None:
+        return modular_name
+    try:
+        index = json.loads((Path(recipe.model.source).expanduser() / "model_index.json")
+                           .read_text())
+        name = index["_class_name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # the checkpoint checks say what is wrong with the file
+    return name if isinstance(name, str) else None
 
 
 def _modular_index(recipe: Recipe) -> str | None:
