@@ -431,14 +431,16 @@ def _meta(value, known: _Known):
 
 
 def _read_zeros(value):
-    """``_zeros`` for what a family's compiled function returns (``functions``), which
-    Porter's own code reads and never writes: each tensor one zero broadcast to its
-    shape, no memory. AnyFlow FAR's cache at 14B and 480p is 11.8 GB, two of them
-    alive across a cache call: past the host's memory as real zeros."""
+    """``_zeros`` for what a family's compiled function returns (``functions``: a
+    streamed decode's frames and its cache, FAR's cache and prediction), which is read
+    (passed on, concatenated, postprocessed, stepped) and never written in place: each
+    tensor one zero broadcast to its shape, no memory. AnyFlow FAR's cache at 14B and
+    480p is 11.8 GB, two of them alive across a cache call: past the host's memory as
+    real zeros."""
     if isinstance(value, torch.Tensor):
         return torch.zeros((), dtype=value.dtype).expand(value.shape)
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_read_zeros(v) for v in value)
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_read_zeros(v) for v in value)
     return _zeros(value)
 
 

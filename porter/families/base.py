@@ -48,6 +48,17 @@ def decoded_frames(pipe, video):
                                                            output_type="np")[0])
 
 
+def compiled_function(component, name: str, function):
+    """``component``'s compiled ``name`` (a family's ``compiled_functions``, as a run
+    compiles them), or, where the component is not compiled, ``function`` on it as it
+    is (eagerly). Asked of the component as an attribute: a wrapper around it
+    (``attention.Skipped``) wraps its methods' calls too."""
+    import functools
+
+    compiled = getattr(component, name, None)
+    return compiled if callable(compiled) else functools.partial(function, component)
+
+
 def takes_frames(family) -> bool:
     """Does ``family.generate`` take ``on_frames`` (a plugin's written before it did
     hands its frames over at its end)?"""
@@ -137,7 +148,7 @@ class ModelFamily:
     compiled: dict[str, tuple[str, ...]] = {"transformer": ("forward",), "vae": ("decode",)}
     #: component -> {name: function(module, ...)}: functions compiled as methods of the
     #: component beside ``compiled``'s (its weights the programs' inputs), called
-    #: through ``porter.transforms.jit.method`` (a streamed decode's chunk)
+    #: through ``compiled_function`` (a streamed decode's chunk, FAR's fixed-shape calls)
     compiled_functions: dict[str, dict] = {}
     #: the transformer components whose steps ``transformer_steps`` counts (a step
     #: cache is refused on one it does not)
@@ -174,11 +185,6 @@ class ModelFamily:
     starter_generate: dict = {"prompt": "a red fox running through fresh snow",
                               "negative_prompt": "", "height": 64, "width": 64,
                               "frames": 17, "steps": 4, "guidance_scale": 5.0, "seed": 0}
-
-    def required_patches_for(self, recipe: Recipe) -> tuple[str, ...]:
-        """The registered patches every run of the recipe's model gets
-        (``required_patches``; the generic family adds a pipeline's own)."""
-        return self.required_patches
 
     def rotary_patch_for(self, recipe: Recipe) -> str | None:
         """The rotary patch for this recipe's model (families with several layouts)."""

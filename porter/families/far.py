@@ -29,16 +29,17 @@ eagerly on a plain PyTorch module."""
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from porter.errors import UsageError
+from porter.families.base import compiled_function
 from porter.shims.compat import import_module
 
 #: the pipeline whose call this module serves
 PIPELINE = "AnyFlowFARPipeline"
-TARGET = "diffusers.pipelines.anyflow.pipeline_anyflow_far:AnyFlowFARPipeline.__call__"
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,32 @@ def layout(config, partition, height: int, width: int) -> Layout:
                   keep=limit - 1, longest=max(max(partition), max(own)),
                   context=max(context_frames(partition, limit), context_frames(own, limit)),
                   grid=(height, width))
+
+
+def is_far(cls) -> bool:
+    """Is pipeline class ``cls`` AnyFlow FAR's, or built on it?"""
+    return any(base.__name__ == PIPELINE for base in cls.__mro__)
+
+
+def problems(recipe, cls) -> list:
+    """What a recipe of pipeline ``cls`` asks that FAR's fixed-shape calls cannot do:
+    its transformer compiled in pieces (a step cache that skips blocks, or
+    ``compile.transformer.modules``), which would run ``step`` and ``cache`` op by op
+    around the pieces, with nothing skipped."""
+    if not is_far(cls):
+        return []
+    found = []
+    if recipe.cache and recipe.cache.get("method") != "guidance":
+        found.append(recipe.problem(
+            "cache", "AnyFlow FAR's transformer runs its own fixed-shape calls "
+            "(porter/families/far.py), which a cache that skips blocks cannot see into",
+            hint="leave the cache section out (the guidance cache is taken)"))
+    rule = recipe.compile.get("transformer")
+    if rule is not None and rule.modules is not None:
+        found.append(recipe.problem(
+            "compile.transformer.modules", "AnyFlow FAR's transformer is compiled as "
+            "its fixed-shape calls, not module by module", hint="leave modules out"))
+    return found
 
 
 # ------------------------------------------------------------ the compiled functions
@@ -142,7 +169,7 @@ def cache(model, hidden_states, text, context, where, layout: Layout,
     zeros = torch.zeros(hidden_states.shape[:2], device=device)
     _, projection, text = _conditions(model, zeros, zeros, text, frames - leaving, layout)
     tables = _tables(model, layout)
-    new_rope = torch.cat([_rows(tables.context_frames, where[1], leaving),
+    new_rope = torch.cat([_rows(tables.compressed, where[1], leaving),
                           _rows(tables.full, where[2], frames - leaving)])
     key_rope = torch.cat([tables.context, new_rope])
     # the model's block-causal mask among the new tokens (a chunk sees itself and the
@@ -164,11 +191,12 @@ def cache(model, hidden_states, text, context, where, layout: Layout,
         tokens = _block(block, tokens, text, projection, attend)
     new = torch.stack([torch.stack([k, v]) for k, v in zip(keys, values)])
     left = leaving * layout.compressed
-    position = torch.arange(rows, device=device)
-    taken = (position >= where[0]) & (position < where[0] + left)
-    source = (position - where[0]).clamp(0, max(left - 1, 0))
-    context = torch.where(taken[:, None], new[..., :left, :].index_select(-2, source),
-                          context) if left else context
+    if left:  # the leaving chunk's rows written after the filled ones
+        position = torch.arange(rows, device=device)
+        taken = (position >= where[0]) & (position < where[0] + left)
+        source = (position - where[0]).clamp(0, left - 1)
+        context = torch.where(taken[:, None], new[..., :left, :].index_select(-2, source),
+                              context)
     window = new[..., left:, :]
     spare = layout.keep * layout.longest * layout.full - window.shape[-2]
     window = torch.cat([window, window.new_zeros(*window.shape[:-2], spare,
@@ -184,7 +212,7 @@ def empty(model, hidden_states, layout: Layout):
 
     config = model.config
     shape = (config.num_layers, 2, hidden_states.shape[0], config.num_attention_heads)
-    made = dict(device=hidden_states.device, dtype=hidden_states.dtype)
+    made = {"device": hidden_states.device, "dtype": hidden_states.dtype}
     return (torch.zeros(*shape, layout.context * layout.compressed,
                         config.attention_head_dim, **made),
             torch.zeros(*shape, layout.keep * layout.longest * layout.full,
@@ -210,7 +238,7 @@ def _conditions(model, timestep, r_timestep, text, full: int, layout: Layout):
 
 class _Tables(NamedTuple):
     full: object  # (frames, tokens a frame, head width / 2), complex
-    context_frames: object  # the same on the compressed grid, the context's frames
+    compressed: object  # the same on the compressed grid, the context's frames
     context: object  # the context's rows, flattened
 
 
@@ -288,8 +316,9 @@ def _attention(attn, x, cached, query_rope, key_rope, mask, pad: int):
 
 class FixedSize:
     """The pipeline's transformer for one call: its cache calls and denoising calls
-    (``kv_cache`` given) answered by ``cache`` and ``step`` at fixed shapes, anything
-    else passed to the transformer as it is. ``partition``: the call's chunks."""
+    answered by ``cache`` and ``step`` at fixed shapes; a call without a cache (the
+    pipeline's ``use_kv_cache=False``) passed to the transformer as it is.
+    ``partition``: the call's chunks."""
 
     def __init__(self, transformer, partition):
         self._target = transformer
@@ -308,20 +337,26 @@ class FixedSize:
         its other settings as they are."""
         return _Configuration(self._target.config)
 
-    def __call__(self, hidden_states, timestep, r_timestep, encoder_hidden_states,
+    def build_attention_mask(self, **_):
+        """No mask: a cache call here makes its own (the model's, built over the whole
+        video so far, would be thrown away)."""
+        return None
+
+    def __call__(self, hidden_states, timestep, r_timestep, encoder_hidden_states, *,
                  chunk_partition, kv_cache=None, kv_cache_flag=None, attention_kwargs=None,
-                 return_dict=True, **rest):
-        if kv_cache is None or kv_cache_flag is None or attention_kwargs \
-                or any(value is not None for key, value in rest.items()
-                       if key != "attention_mask"):
+                 return_dict=True, attention_mask=None, **rest):
+        if kv_cache is None:
             return self._target(hidden_states=hidden_states, timestep=timestep,
                                 r_timestep=r_timestep,
                                 encoder_hidden_states=encoder_hidden_states,
-                                chunk_partition=chunk_partition, kv_cache=kv_cache,
+                                chunk_partition=chunk_partition,
                                 kv_cache_flag=kv_cache_flag,
                                 attention_kwargs=attention_kwargs, return_dict=return_dict,
-                                **rest)
-        self._prepare(hidden_states)
+                                attention_mask=attention_mask, **rest)
+        _refuse(attention_kwargs, rest)
+        if self._layout is None:
+            height, width = hidden_states.shape[-2:]
+            self._layout = layout(self._target.config, self._partition, height, width)
         if kv_cache_flag.get("is_cache_step"):
             sample = self._cache(hidden_states, encoder_hidden_states, chunk_partition)
         else:
@@ -329,30 +364,18 @@ class FixedSize:
                                 chunk_partition)
         if not return_dict:
             return sample, kv_cache
-        output = import_output(self._target)
+        output = import_module(type(self._target).__module__).AnyFlowFARTransformerOutput
         return output(sample=sample, kv_cache=kv_cache)
-
-    def _prepare(self, hidden_states) -> None:
-        """At the first call: the layout (the cache is made by the first program)."""
-        if self._layout is None:
-            height, width = hidden_states.shape[-2:]
-            self._layout = layout(self._target.config, self._partition, height, width)
-
-    def _where(self, values, like):
-        import torch
-
-        return torch.tensor(values, dtype=torch.int32, device=like.device)
 
     def _step(self, hidden_states, timestep, r_timestep, text, partition):
         lay, chunk = self._layout, len(partition) - 1
         compressed = max(0, len(partition) - (lay.keep + 1))  # chunks in the context
         if partition[-1] > lay.longest or sum(partition[:compressed]) > lay.context:
             raise ValueError(f"chunks {partition} exceed the layout {self._partition}")
-        where = self._where([sum(partition[:compressed]) * lay.compressed,
-                             sum(partition[compressed:chunk]) * lay.full,
-                             sum(partition[:compressed]), sum(partition[:chunk])],
-                            hidden_states)
-        return compiled(self._target, "far_step", step)(
+        where = _where([sum(partition[:compressed]) * lay.compressed,
+                        sum(partition[compressed:chunk]) * lay.full,
+                        sum(partition[:compressed]), sum(partition[:chunk])], hidden_states)
+        return compiled_function(self._target, "far_step", step)(
             hidden_states, timestep, r_timestep, text, self._context, self._window, where,
             layout=lay)
 
@@ -362,11 +385,31 @@ class FixedSize:
         first = sum(partition[:leaving]) if leaving >= 0 else 0
         window = partition[leaving + 1:] if leaving >= 0 else partition
         frames = partition[leaving] if leaving >= 0 else 0
-        where = self._where([first * lay.compressed, first, first + frames], hidden_states)
-        self._context, self._window = compiled(self._target, "far_cache", cache)(
+        where = _where([first * lay.compressed, first, first + frames], hidden_states)
+        self._context, self._window = compiled_function(self._target, "far_cache", cache)(
             hidden_states[:, first:], text, self._context, where, layout=lay,
             chunks=tuple(window), leaving=frames)
-        return None
+
+
+def _refuse(attention_kwargs, rest: dict) -> None:
+    """What the fixed-shape calls do not take: a LoRA scale other than 1 (the model's
+    only use of ``attention_kwargs``; Porter fuses a recipe's adapters at their scale),
+    and the training rollout's inputs, which the pipeline never gives."""
+    other = {key: value for key, value in (attention_kwargs or {}).items()
+             if not (key == "scale" and value == 1.0)}
+    given = sorted(key for key, value in rest.items() if value is not None)
+    named = [f"attention_kwargs.{key}" for key in other] + given
+    if named:
+        raise UsageError(f"AnyFlow FAR's fixed-shape calls take no {', '.join(named)}",
+                         hint="fuse a LoRA adapter at its scale (the recipe's lora section)")
+
+
+def _where(values, like):
+    """Where rows begin: a small integer tensor beside ``like`` (an input of a
+    program, not a constant of it)."""
+    import torch
+
+    return torch.tensor(values, dtype=torch.int32, device=like.device)
 
 
 class _Configuration:
@@ -379,37 +422,21 @@ class _Configuration:
         return 0 if name == "num_layers" else getattr(self._config, name)
 
 
-def compiled(transformer, name: str, function):
-    """The transformer's compiled ``name`` (a run's), else ``function`` on it eagerly."""
-    program = getattr(transformer, name, None)
-    return program if callable(program) else functools.partial(function, transformer)
-
-
-def import_output(transformer):
-    """The model's output class (``AnyFlowFARTransformerOutput``)."""
-    return import_module(type(transformer).__module__).AnyFlowFARTransformerOutput
-
-
-def fixed_call(original, **_):
-    """``AnyFlowFARPipeline.__call__`` with its transformer ``FixedSize`` for the call."""
-    import inspect
-
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def __call__(self, *args, **kwargs):
-        transformer = self.__dict__.get("transformer")
-        if transformer is None or isinstance(transformer, FixedSize):
-            return original(self, *args, **kwargs)
-        given = signature.bind(self, *args, **kwargs).arguments
-        partition = given.get("chunk_partition") or transformer.config.chunk_partition
-        # set in the instance's dict: the pipeline's setattr would register it as a
-        # component in its configuration
-        self.__dict__["transformer"] = FixedSize(transformer, partition)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            self.__dict__["transformer"] = transformer
-
-    __call__.__doc__ = f"patched by porter: the transformer at fixed shapes (was {original!r})"
-    return __call__
+@contextlib.contextmanager
+def fixed_size(pipe, call: dict):
+    """``pipe``'s transformer ``FixedSize`` while the block runs, where ``pipe`` is an
+    ``AnyFlowFARPipeline`` (or built on one) with a transformer; ``call``: the keyword
+    arguments of its call (its ``chunk_partition``, else the model's own). Works on a
+    plain diffusers pipeline too."""
+    transformer = pipe.__dict__.get("transformer")
+    if not is_far(type(pipe)) or transformer is None or isinstance(transformer, FixedSize):
+        yield
+        return
+    partition = call.get("chunk_partition") or transformer.config.chunk_partition
+    # set in the instance's dict: the pipeline's setattr would register it as a
+    # component in its configuration
+    pipe.__dict__["transformer"] = FixedSize(transformer, partition)
+    try:
+        yield
+    finally:
+        pipe.__dict__["transformer"] = transformer

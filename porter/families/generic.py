@@ -40,12 +40,6 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 
-#: registered patches every run of a pipeline gets, beside the family's
-PIPELINE_PATCHES: dict[str, tuple[str, ...]] = {
-    far.PIPELINE: ("core.far_fixed_size",),  # its transformer's calls at fixed shapes
-}
-
-
 #: pipelines whose step callback is broken in diffusers itself: Porter runs them without
 #: watching their steps (no stop at the step whose latents go NaN; a server's shutdown
 #: waits for the run's end; no final latents kept, so output.latents writes none)
@@ -178,7 +172,7 @@ class GenericFamily(ModelFamily):
             return problems + [recipe.problem(where, exc.message, hint=exc.hint)]
         problems += self.input_problems(recipe)
         if cls is not None:
-            problems += call_args.problems(recipe, cls)
+            problems += call_args.problems(recipe, cls) + far.problems(recipe, cls)
         return problems
 
     def input_problems(self, recipe: Recipe):
@@ -204,13 +198,19 @@ class GenericFamily(ModelFamily):
         """The pipeline class that will run, where known without loading: the recipe's
         ``model.pipeline``, or the one a local checkpoint's model_index.json names.
         UsageError for a class Porter cannot run (``runnable``)."""
+        import json
+
         if recipe.model.pipeline is not None or _modular_index(recipe) is not None:
             return self.pipeline_class(recipe)
-        name = pipeline_name(recipe)
-        return runnable(name) if name is not None else None
-
-    def required_patches_for(self, recipe: Recipe) -> tuple[str, ...]:
-        return self.required_patches + PIPELINE_PATCHES.get(pipeline_name(recipe), ())
+        if source_kind(recipe.model.source) != "local":
+            return None
+        try:
+            index = json.loads((Path(recipe.model.source).expanduser() / "model_index.json")
+                               .read_text())
+            name = index["_class_name"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # the checkpoint checks say what is wrong with the file
+        return runnable(name) if isinstance(name, str) else None
 
     def pipeline_class(self, recipe: Recipe | None = None):
         import diffusers
@@ -244,9 +244,9 @@ class GenericFamily(ModelFamily):
             return made
         watch = _StepWatch(pipe, recipe.generate.steps)
         handover, watching = chunked.handed_on(pipe, on_frames)
-        with watching:
-            out = pipe(output_type="np", **self.call_kwargs(recipe, type(pipe)),
-                       **watch.kwargs)
+        call = self.call_kwargs(recipe, type(pipe))
+        with watching, far.fixed_size(pipe, call):
+            out = pipe(output_type="np", **call, **watch.kwargs)
         frames = as_uint8(first_video(out))
         handover.finish(frames)
         return Generated(frames, watch.latents, _sound_of(vars(out)))
@@ -289,28 +289,6 @@ def _guided(pipe, scales: dict):
     finally:
         if kept:
             pipe.update_components(**kept)
-
-
-def pipeline_name(recipe: Recipe) -> str | None:
-    """The name of the pipeline class that will run, where known without loading or
-    importing diffusers: the recipe's ``model.pipeline``, a local checkpoint's modular
-    index, or the class its model_index.json names."""
-    import json
-
-    if recipe.model.pipeline is not None:
-        return recipe.model.pipeline
-    if source_kind(recipe.model.source) != "local":
-        return None
-    modular_name = _modular_index(recipe)
-    if modular_name is not None:
-        return modular_name
-    try:
-        index = json.loads((Path(recipe.model.source).expanduser() / "model_index.json")
-                           .read_text())
-        name = index["_class_name"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # the checkpoint checks say what is wrong with the file
-    return name if isinstance(name, str) else None
 
 
 def _modular_index(recipe: Recipe) -> str | None:

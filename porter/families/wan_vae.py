@@ -14,8 +14,7 @@ the whole decode's, exactly.
 
 from __future__ import annotations
 
-import functools
-
+from porter.families.base import compiled_function
 from porter.shims import lazy
 from porter.shims.carried import Cache
 from porter.shims.interop import unwrapped
@@ -75,9 +74,7 @@ class FrameByFrame:
         weight = next(unwrapped(vae).parameters(), None)
         self.device = "meta" if weight is not None and weight.device.type == "meta" \
             else "jax"
-        # as ``porter.transforms.jit.method`` asks, which the families may not import
-        compiled = getattr(vae, "decode_chunk", None)
-        self.step = compiled if callable(compiled) else functools.partial(decode_chunk, vae)
+        self.step = compiled_function(vae, "decode_chunk", decode_chunk)
 
     def __call__(self, z):
         """The pixels of each latent frame of ``z`` (a host tensor, batch, channels,

@@ -3,7 +3,6 @@ attention backends."""
 
 from __future__ import annotations
 
-from porter.families import far
 from porter.families.generic import GenericFamily
 from porter.registry.hookspecs import hookimpl
 from porter.shims import fixes as torchax_fixes
@@ -135,25 +134,12 @@ HOST_INPLACE = Patch(
     fits="torchax>=0.0.11,<0.0.14",
 )
 
-FAR_FIXED_SIZE = Patch(
-    name="core.far_fixed_size",
-    target=far.TARGET,
-    doc="AnyFlow FAR's transformer at fixed shapes for the pipeline's call: each chunk's "
-        "denoising calls attend over a cache of fixed capacity (rows past what is filled "
-        "masked), and each cache call computes only the chunk leaving the full-resolution "
-        "window and the window, not the whole video again; the same programs for any "
-        "video up to the model's own length (porter/families/far.py). Applied to every "
-        "run of AnyFlowFARPipeline.",
-    replacement=far.fixed_call,
-    fits="diffusers>=0.42,<0.43",
-)
-
 
 @hookimpl
 def porter_register_patches(register):
     for patch in (COMPILING, NO_TORCH_ASSERT, SETITEM, DEEPCOPY, VIEW_INDEX, TYPE_AS,
                   VIEW_TOLIST, VIEW_OF_VIEW, HOST_INPLACE,
-                  BLOCK_MASK, FLEX_ATTENTION, FAR_FIXED_SIZE):
+                  BLOCK_MASK, FLEX_ATTENTION):
         register(patch)
 
 

@@ -38,9 +38,8 @@ CORE_PATCHES = ("core.setitem", "core.deepcopy", "core.view_index", "core.type_a
 def selected(recipe: Recipe, registry: Registry, family: ModelFamily) -> list[tuple[Patch,
              dict]]:
     """The recipe's patches, then the core's (``CORE_PATCHES``), the family's required
-    ones for the recipe's model and its rotary patch when tables are precomputed (each
-    once)."""
-    extra = CORE_PATCHES + family.required_patches_for(recipe)
+    ones and its rotary patch when tables are precomputed (each once)."""
+    extra = CORE_PATCHES + family.required_patches
     if recipe.rotary.precompute:
         extra += (family.rotary_patch_for(recipe),)
     chosen = [(registry.patches[name], params) for name, params, _ in references(recipe)]

@@ -14,6 +14,7 @@ from porter.aot import dry_run, programs, targets
 from porter.aot import port as abstract_port
 from porter.transforms import jit
 
+from models.anyflow_far import build_anyflow_far_pipeline
 from models.helios import build_helios_pipeline
 from models.ltx import build_ltx_pipeline
 from models.minimax_h3 import build_minimax_h3_pipeline
@@ -69,8 +70,22 @@ generate: {{prompt: "a cat", height: 16, width: 16, frames: 17, steps: 2,
            guidance_scale: 6.0, max_sequence_length: 16,
            extra: {{base_num_frames: 9, overlap_history: 5}}}}
 """
+# frame-autoregressive in 4 chunks of one latent frame, its transformer at fixed shapes
+# (porter/families/far.py): two denoising programs (the first chunk's, before any
+# cache), three kinds of cache call, each finished chunk decoded as it is cached
+ANYFLOW_FAR = """\
+model: {{family: generic, source: {source}, pipeline: AnyFlowFARPipeline}}
+generate: {{prompt: "a cat", height: 32, width: 32, frames: 13, steps: 2,
+           guidance_scale: 6.0, max_sequence_length: 16,
+           extra: {{chunk_partition: [1, 1, 1, 1]}}}}
+"""
 #: builder, recipe, and each compiled component's calls a step in each stage
 CASES = {
+    # 4 chunks of 2 steps: a denoising call a chunk and step (4 a step), 3 cache calls
+    # in 2 steps' worth
+    "anyflow-far": (build_anyflow_far_pipeline, ANYFLOW_FAR,
+                    {("text_encoder", "encode"): 0, ("transformer", "denoise"): 5.5,
+                     ("vae", "decode"): 0}),
     "helios": (build_helios_pipeline, HELIOS,
                {("text_encoder", "encode"): 0, ("transformer", "denoise"): 2,
                 ("vae", "decode"): 0}),

@@ -1,22 +1,59 @@
 """AnyFlow FAR at fixed shapes (porter/families/far.py): the pipeline's video as the
 model's own calls make it, and programs that do not grow with the video."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 from models.anyflow_far import build_anyflow_far_pipeline
 
 from porter.families import far
-from porter.registry import builtin
 
+TESTS = Path(__file__).resolve().parents[1]
 # (chunks, frames): one latent frame a chunk; chunks of several frames, the first
 # leaving the window before the last; the released checkpoints' own layout
 LAYOUTS = (([1, 1, 1, 1, 1], 17), ([1, 2, 2, 1, 2], 29), ([1, 3, 3, 3, 3, 3, 3, 2], 81))
+SIZES = (32, 48)  # one compressed token a frame (and 4 full), four (and 36 full)
+# diffusers' own calls, in a process of their own: its flex attention is compiled by
+# PyTorch, which fails in a process where a port has run (no "jax" device in PyTorch)
+OWN = """
+import sys
+import torch
+sys.path.insert(0, sys.argv[2])
+from models.anyflow_far import build_anyflow_far_pipeline
+pipe = build_anyflow_far_pipeline()
+made = {}
+for chunks, frames, size, kind in eval(sys.argv[3]):
+    out = pipe("a cat", height=size, width=size, num_frames=frames, num_inference_steps=2,
+               guidance_scale=6.0, max_sequence_length=16, chunk_partition=chunks,
+               generator=torch.Generator().manual_seed(0), output_type=kind).frames
+    made[str((chunks, size))] = torch.as_tensor(out[0] if kind == "np" else out)
+torch.save(made, sys.argv[1])
+"""
+
+
+def _own(tmp_path, calls) -> dict:
+    """diffusers' own outputs of ``calls`` ((chunks, frames, size, output type)), by
+    str((chunks, size))."""
+    out = tmp_path / "own.pt"
+    subprocess.run([sys.executable, "-c", OWN, str(out), str(TESTS), repr(calls)],
+                   check=True, capture_output=True)
+    return torch.load(out)
 
 
 @pytest.fixture(scope="module")
 def pipe():
     return build_anyflow_far_pipeline()
+
+
+@pytest.fixture(scope="module")
+def own(tmp_path_factory):
+    return _own(tmp_path_factory.mktemp("far"), [(chunks, frames, size, "latent")
+                                                 for chunks, frames in LAYOUTS
+                                                 for size in SIZES])
 
 
 def _latents(pipe, chunks, frames, size):
@@ -26,15 +63,39 @@ def _latents(pipe, chunks, frames, size):
 
 
 @pytest.mark.parametrize("chunks, frames", LAYOUTS)
-def test_fixed_size_calls_make_the_models_own_latents(pipe, chunks, frames):
-    """In plain PyTorch, the patched call's latents are the model's own within float32
-    rounding: at 32x32 (one compressed token a frame) and 48x48 (four, and 36 full)."""
-    for size in (32, 48):
-        own = _latents(pipe, chunks, frames, size)
-        with builtin.FAR_FIXED_SIZE.applied():
+def test_fixed_size_calls_make_the_models_own_latents(pipe, own, chunks, frames):
+    """In plain PyTorch, the fixed-shape calls' latents are the model's own within
+    float32 rounding."""
+    for size in SIZES:
+        expected = own[str((chunks, size))]
+        with far.fixed_size(pipe, {"chunk_partition": chunks}):
             fixed = _latents(pipe, chunks, frames, size)
-        assert (fixed - own).abs().max() <= 1e-5 * own.abs().max(), (chunks, size)
+        assert (fixed - expected).abs().max() <= 1e-5 * expected.abs().max(), (chunks, size)
     assert "transformer" in vars(pipe) and not isinstance(pipe.transformer, far.FixedSize)
+
+
+def test_what_the_fixed_shape_calls_do_not_take_is_refused(pipe, tmp_path):
+    """A LoRA scale other than 1 is refused with a message; a scale of 1 runs. A recipe
+    whose step cache skips blocks, or that compiles the transformer module by module,
+    is refused before loading."""
+    from porter import recipe as recipe_mod
+    from porter.errors import UsageError
+    from porter.families.generic import GenericFamily
+
+    with far.fixed_size(pipe, {"chunk_partition": [1, 1, 1]}):
+        _latents(pipe, [1, 1, 1], 9, 32)  # the pipeline passes attention_kwargs=None
+        with pytest.raises(UsageError, match="attention_kwargs.scale"):
+            pipe("a cat", height=32, width=32, num_frames=9, num_inference_steps=1,
+                 chunk_partition=[1, 1, 1], attention_kwargs={"scale": 0.5},
+                 output_type="latent")
+    path = tmp_path / "r.yaml"
+    path.write_text("model: {family: generic, source: nvidia/some-far,\n"
+                    "        pipeline: AnyFlowFARPipeline}\n"
+                    "generate: {prompt: a cat, height: 32, width: 32, frames: 9}\n"
+                    "cache: {method: first_block}\n"
+                    "compile: {transformer: {modules: 'blocks\\.\\d+'}}\n")
+    found = GenericFamily().check(recipe_mod.load(path))
+    assert {problem.path for problem in found} >= {"cache", "compile.transformer.modules"}
 
 
 def test_the_layout_covers_the_longer_of_the_call_and_the_models_own(pipe):
@@ -56,11 +117,8 @@ def test_a_run_compiles_the_same_programs_for_any_length(tmp_path):
     from porter.aot import programs
     from porter.transforms import jit
 
-    pipe = build_anyflow_far_pipeline()
-    expected = pipe("a cat", height=32, width=32, num_frames=29, num_inference_steps=2,
-                    guidance_scale=6.0, max_sequence_length=16, chunk_partition=[1] * 8,
-                    generator=torch.Generator().manual_seed(0), output_type="np").frames[0]
-    pipe.save_pretrained(tmp_path / "far")
+    expected = _own(tmp_path, [([1] * 8, 29, 32, "np")])[str(([1] * 8, 32))].numpy()
+    build_anyflow_far_pipeline().save_pretrained(tmp_path / "far")
     (tmp_path / "r.yaml").write_text(
         f"model: {{family: generic, source: {tmp_path / 'far'}}}\n"
         "generate: {prompt: a cat, height: 32, width: 32, frames: 5, steps: 2,\n"

@@ -9,9 +9,9 @@ the batches after it, whatever the video's length."""
 from __future__ import annotations
 
 from porter.families import decoded_frames
-from porter.shims.interop import to_host
-from porter.transforms import jit
+from porter.families.base import compiled_function
 from porter.shims.carried import one_ahead
+from porter.shims.interop import to_host
 
 
 def decode_chunk(vae, z, cache):
@@ -45,7 +45,7 @@ def chunks(pipe, latents):
     if tiles(vae, *z.shape[-2:]):
         yield decoded_frames(pipe, to_host(vae.decode(z.to("jax")).sample))
         return
-    step = jit.method(vae, "decode_chunk", decode_chunk)
+    step = compiled_function(vae, "decode_chunk", decode_chunk)
 
     def calls():
         cache = None  # the first batch's call starts with none

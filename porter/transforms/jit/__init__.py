@@ -279,15 +279,6 @@ def _whole(compiled, method, split, lists: list[str], label: str | None = None):
                                     traced=traced, eager=eager, key=key)
 
 
-def method(component, name: str, function):
-    """``component``'s compiled ``name`` (``apply``'s ``functions``), or, where the
-    component is not compiled, ``function`` on it as it is (eagerly). Asked of the
-    component as an attribute: a wrapper around it (``attention.Skipped``) wraps its
-    methods' calls too."""
-    compiled = getattr(component, name, None)
-    return compiled if callable(compiled) else functools.partial(function, component)
-
-
 def problems(recipe: Recipe, family: ModelFamily, modules: dict) -> list:
     """Components, methods and submodules the recipe names must exist (``modules``:
     the components' sketches)."""
