@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils import _pytree as pytree
 
-from porter.aot.programs import Program, described, unique
 from porter import loading
+from porter.aot.programs import Program, described, unique
 from porter.errors import UsageError
 from porter.families.base import takes_frames
 from porter.loading import published

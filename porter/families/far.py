@@ -375,9 +375,10 @@ class FixedSize:
         where = _where([sum(partition[:compressed]) * lay.compressed,
                         sum(partition[compressed:chunk]) * lay.full,
                         sum(partition[:compressed]), sum(partition[:chunk])], hidden_states)
+        # the cache by name: a recipe's sharding.inputs may place it (its heads over tp)
         return compiled_function(self._target, "far_step", step)(
-            hidden_states, timestep, r_timestep, text, self._context, self._window, where,
-            layout=lay)
+            hidden_states, timestep, r_timestep, text, context=self._context,
+            window=self._window, where=where, layout=lay)
 
     def _cache(self, hidden_states, text, partition):
         lay, chunk = self._layout, len(partition) - 1
@@ -387,7 +388,7 @@ class FixedSize:
         frames = partition[leaving] if leaving >= 0 else 0
         where = _where([first * lay.compressed, first, first + frames], hidden_states)
         self._context, self._window = compiled_function(self._target, "far_cache", cache)(
-            hidden_states[:, first:], text, self._context, where, layout=lay,
+            hidden_states[:, first:], text, context=self._context, where=where, layout=lay,
             chunks=tuple(window), leaving=frames)
 
 
