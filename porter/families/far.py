@@ -32,11 +32,14 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from porter.errors import UsageError
 from porter.families.base import compiled_function
 from porter.shims.compat import import_module
+
+if TYPE_CHECKING:
+    from porter.recipe import Recipe
 
 #: the pipeline whose call this module serves
 PIPELINE = "AnyFlowFARPipeline"
@@ -85,7 +88,7 @@ def is_far(cls) -> bool:
     return any(base.__name__ == PIPELINE for base in cls.__mro__)
 
 
-def problems(recipe, cls) -> list:
+def problems(recipe: Recipe, cls) -> list:
     """What a recipe of pipeline ``cls`` asks that FAR's fixed-shape calls cannot do:
     its transformer compiled in pieces (a step cache that skips blocks, or
     ``compile.transformer.modules``), which would run ``step`` and ``cache`` op by op

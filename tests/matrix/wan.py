@@ -62,12 +62,15 @@ ENTRIES = {
          "max_sequence_length": 16, "pyramid_num_inference_steps_list": [1, 1, 1]},
         note="no generate.steps: its steps are per pyramid stage, "
              "extra.pyramid_num_inference_steps_list (one count per level)"),
-    # flex attention: Porter's dense one (porter/shims/flex.py)
+    # its transformer's calls at fixed shapes (porter/families/far.py)
     "AnyFlowFARPipeline": Matches(
         "anyflow_far", {**T2V, "extra": {"chunk_partition": [1, 1, 1]}},
         {**T2V_CALL, "chunk_partition": [1, 1, 1]},
-        note="extra.chunk_partition (latent frames per autoregressive chunk); its causal "
-             "attention is flex attention, run dense"),
+        note="extra.chunk_partition (latent frames per autoregressive chunk); its "
+             "transformer's calls at fixed shapes (porter/families/far.py: no new programs "
+             "for a longer video up to the model's own length; docs/python-api.md, "
+             "streaming); a step cache that skips blocks and compile.transformer.modules "
+             "refused"),
     "WanAnimatePipeline": Matches(
         "wan_animate",
         {**V2V, "guidance_scale": 1.0, "image": IMAGE, "pose_video": VIDEO,
