@@ -1,5 +1,6 @@
 """AnyFlow FAR (``AnyFlowFARPipeline``, frame-autoregressive) with its transformer's calls
-at fixed shapes, so a video of any length compiles the same programs.
+at fixed shapes, so a longer video compiles no new programs (up to the model's own
+length, below).
 
 As diffusers wrote it, FAR's transformer takes the chunks made so far as a static
 argument and its cache step runs the whole video so far again: each chunk compiled
