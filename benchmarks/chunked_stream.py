@@ -107,17 +107,12 @@ def far_layout(folder: Path) -> Path:
     return folder
 
 
-def far_on_targets(targets: list[str], work: Path) -> None:
-    """AnyFlow FAR 14B's stream bounded on each target by `porter compile`: its
-    transformer's fixed-shape calls (a denoising call per chunk length, a cache call
-    per kind) and the decode of each finished chunk."""
-    folder = far_layout(work / "AnyFlow-FAR-Wan2.1-14B")
-
+def bound_row(about: dict):
+    """A `porter compile` report as a row of ``about`` (the model, its call): each
+    program's calls and bound, the video's stages and its stream."""
     def row(target, report, video):
         return {
-            "target": target, "model": "AnyFlow FAR 14B (weightless layout)",
-            "size": "832x480", "frames": 81, "steps": video.get("steps"),
-            "chunks": [1, 3, 3, 3, 3, 3, 3, 2],
+            "target": target, **about, "steps": video.get("steps"),
             "programs": [{key: row.get(key) for key in (
                 "program", "stage", "calls", "first_chunk", "call_bound_s", "fits",
                 "flops", "bytes_accessed", "peak_bytes_per_chip")}
@@ -127,6 +122,14 @@ def far_on_targets(targets: list[str], work: Path) -> None:
             "missing": video.get("missing"), "stream": video.get("stream"),
             "verdict": report["verdict"]["message"], "compile_s": report["compile_s"]}
 
+    return row
+
+
+def far_on_targets(targets: list[str], work: Path) -> None:
+    """AnyFlow FAR 14B's stream bounded on each target by `porter compile`: its
+    transformer's fixed-shape calls (a denoising call per chunk length, a cache call
+    per kind) and the decode of each finished chunk."""
+    folder = far_layout(work / "AnyFlow-FAR-Wan2.1-14B")
     stream_runs.compiled_on(
         targets, ROOT / "benchmarks" / "results" / "far-stream-tpu.json",
         [str(ROOT / "recipes" / "wan-generic-base.yaml"), f"model.source={folder}",
@@ -137,31 +140,20 @@ def far_on_targets(targets: list[str], work: Path) -> None:
          "dtypes.overrides.transformer=" + json.dumps([
              {"match": r"condition_embedder\.time_embedder\..*", "dtype": "float32"},
              {"match": r"(blocks\.\d+\.)?scale_shift_table", "dtype": "float32"},
-             {"match": r"blocks\.\d+\.norm2\..*", "dtype": "float32"}])], row)
+             {"match": r"blocks\.\d+\.norm2\..*", "dtype": "float32"}])],
+        bound_row({"model": "AnyFlow FAR 14B (weightless layout)", "size": "832x480",
+                   "frames": 81, "chunks": [1, 3, 3, 3, 3, 3, 3, 2]}))
 
 
 def on_targets(targets: list[str], work: Path) -> None:
     """SkyReels-V2 DF 14B's stream bounded on each target by `porter compile`."""
     folder = layout(work / "SkyReels-V2-DF-14B-540P")
-
-    def row(target, report, video):
-        return {
-            "target": target, "model": "SkyReels-V2 DF 14B (weightless layout)",
-            "size": "960x544", **LONG, "steps": video.get("steps"),
-            "programs": [{key: row.get(key) for key in (
-                "program", "stage", "calls", "first_chunk", "call_bound_s", "fits",
-                "flops", "bytes_accessed", "peak_bytes_per_chip")}
-                for row in report["programs"]],
-            "not_compiled": report["not_compiled"], "stages_s": video.get("stages_s"),
-            "video_bound_s": video.get("bound_s"), "video_frames": video.get("frames"),
-            "missing": video.get("missing"), "stream": video.get("stream"),
-            "verdict": report["verdict"]["message"], "compile_s": report["compile_s"]}
-
     stream_runs.compiled_on(
         targets, ROOT / "benchmarks" / "results" / "chunked-stream-tpu.json",
         [str(ROOT / "recipes" / "skyreels-v2-df-14b.yaml"), f"model.source={folder}",
          f"generate.frames={LONG['frames']}", f"generate.extra={json.dumps(LONG['extra'])}"],
-        row)
+        bound_row({"model": "SkyReels-V2 DF 14B (weightless layout)", "size": "960x544",
+                   **LONG}))
 
 
 def main():
