@@ -24,9 +24,14 @@ the model's own call attends to what is filled.
 
 The model's own numerics are kept, including a denoising call's keys padded with
 zeros to a multiple of 128 queries, which the model attends to (they weigh in its
-softmax; a cache call masks them). ``step`` and ``cache`` are the transformer's
-compiled functions in a run (the generic family's ``compiled_functions``) and run
-eagerly on a plain PyTorch module."""
+softmax; a cache call masks them). Two things the model does for every token or every
+cached row are done once instead, with the same values: a frame's time embedding is
+applied to its tokens as a frame's (``_conditions``), not repeated into a tensor the
+size of the tokens, and a key is rotated by its position once, when it is made, so
+the cache keeps rotated keys (``_attention``). On a TPU a call's bytes bound it, not
+its arithmetic (benchmarks/README.md, "Chunk by chunk"). ``step`` and ``cache`` are
+the transformer's compiled functions in a run (the generic family's
+``compiled_functions``) and run eagerly on a plain PyTorch module."""
 
 from __future__ import annotations
 
@@ -126,11 +131,9 @@ def step(model, hidden_states, timestep, r_timestep, text, context, window, wher
     context, window = empty(model, hidden_states, layout) if context is None \
         else (context, window)
     tokens = _patches(model.patch_embedding, hidden_states)
-    temb, projection, text = _conditions(model, timestep, r_timestep, text, chunk, layout)
-    tables = _tables(model, layout)
-    window_rope = _rows(tables.full, where[2], layout.keep * layout.longest)
-    query_rope = _rows(tables.full, where[3], chunk)
-    key_rope = torch.cat([tables.context, window_rope, query_rope])
+    temb, projection, text, groups = _conditions(model, timestep, r_timestep, text, chunk,
+                                                 layout)
+    rope = _rows(_tables(model, layout).full, where[3], chunk)  # the chunk's own rows
     queries = tokens.shape[1]
     pad = math.ceil(queries / 128) * 128 - queries  # the model's zero keys, attended
     rows = torch.arange(context.shape[-2] + window.shape[-2], device=tokens.device)
@@ -138,15 +141,13 @@ def step(model, hidden_states, timestep, r_timestep, text, context, window, wher
                         rows[context.shape[-2]:] - context.shape[-2] < where[1],
                         torch.ones(queries + pad, dtype=torch.bool, device=tokens.device)])[None]
     for index, block in enumerate(model.blocks):
-        cached = torch.cat([context[index], window[index]], dim=-2)
+        def attend(attn, x, cached=(context[index], window[index])):
+            return _attention(attn, x, cached, rope, filled, pad)[0]
 
-        def attend(attn, x, cached=cached):
-            return _attention(attn, x, cached, query_rope, key_rope, filled, pad)[0]
-
-        tokens = _block(block, tokens, text, projection, attend)
+        tokens = _block(block, tokens, text, projection, groups, attend)
     shift, scale = (model.scale_shift_table + temb.unsqueeze(2)).chunk(2, dim=2)
-    shift, scale = shift.squeeze(2), scale.squeeze(2)
-    tokens = (model.norm_out(tokens.float()) * (1 + scale) + shift).type_as(tokens)
+    tokens = _by_frame(model.norm_out(tokens.float()), groups, _modulated,
+                       scale.squeeze(2), shift.squeeze(2)).type_as(tokens)
     height, width = layout.grid
     return model._unpack_latent_sequence(model.proj_out(tokens), num_frames=chunk,
                                          height=height, width=width,
@@ -171,11 +172,11 @@ def cache(model, hidden_states, text, context, where, layout: Layout,
     parts.append(_patches(model.patch_embedding, hidden_states[:, leaving:]))
     tokens = torch.cat(parts, dim=1)
     zeros = torch.zeros(hidden_states.shape[:2], device=device)
-    _, projection, text = _conditions(model, zeros, zeros, text, frames - leaving, layout)
+    _, projection, text, groups = _conditions(model, zeros, zeros, text, frames - leaving,
+                                              layout)
     tables = _tables(model, layout)
-    new_rope = torch.cat([_rows(tables.compressed, where[1], leaving),
-                          _rows(tables.full, where[2], frames - leaving)])
-    key_rope = torch.cat([tables.context, new_rope])
+    rope = torch.cat([_rows(tables.compressed, where[1], leaving),
+                      _rows(tables.full, where[2], frames - leaving)])
     # the model's block-causal mask among the new tokens (a chunk sees itself and the
     # chunks before), every filled context row before them
     sizes = ([leaving * layout.compressed] if leaving else []) \
@@ -186,13 +187,13 @@ def cache(model, hidden_states, text, context, where, layout: Layout,
     mask = torch.cat([seen, which[:, None] >= which[None, :]], dim=1)
     keys, values = [], []
     for index, block in enumerate(model.blocks):
-        def attend(attn, x, cached=context[index]):
-            out, key, value = _attention(attn, x, cached, new_rope, key_rope, mask, 0)
+        def attend(attn, x, cached=(context[index],)):
+            out, key, value = _attention(attn, x, cached, rope, mask, 0)
             keys.append(key)
             values.append(value)
             return out
 
-        tokens = _block(block, tokens, text, projection, attend)
+        tokens = _block(block, tokens, text, projection, groups, attend)
     new = torch.stack([torch.stack([k, v]) for k, v in zip(keys, values)])
     left = leaving * layout.compressed
     if left:  # the leaving chunk's rows written after the filled ones
@@ -231,19 +232,55 @@ def _patches(embedding, latents):
 
 
 def _conditions(model, timestep, r_timestep, text, full: int, layout: Layout):
-    """The model's time embedding of each token (the frames but the last ``full``
-    compressed), its projection by six, and the text's embedding."""
-    far = {"num_full_frames": full, "full_token_per_frame": layout.full,
-           "compressed_token_per_frame": layout.compressed}
-    temb, projection, text, _ = model.condition_embedder(timestep, r_timestep, text, None,
-                                                         far_cfg=far)
-    return temb, projection.unflatten(2, (6, -1)), text
+    """The model's time embedding and its projection by six for each frame, the
+    text's embedding, and the frames' groups, (frames, tokens a frame) each: the
+    compressed frames, then the last ``full``. The model's own call repeats a frame's
+    embedding for each of its tokens; every token of a frame has the same, so here it
+    stays a frame's and each block applies it frame by frame (``_by_frame``): a
+    block then reads (frames, 6, width) values, not six tensors the size of the
+    tokens (in float32, 0.58 GB a block for a 3-frame chunk of the 14B model)."""
+    import torch
+
+    embedder = model.condition_embedder
+    delta = {"r": r_timestep, "t-r": timestep - r_timestep}[embedder.deltatime_type]
+    frames = timestep.shape[1]
+    groups = tuple((count, tokens) for count, tokens in
+                   ((frames - full, layout.compressed), (full, layout.full)) if count)
+    made, first = [], 0
+    for count, _ in groups:  # the model embeds the two kinds of frame apart: so here
+        made.append(embedder.forward_timestep(timestep[:, first:first + count],
+                                              delta[:, first:first + count], text, 1))
+        first += count
+    temb = torch.cat([m[0] for m in made], dim=1)
+    projection = torch.cat([m[1] for m in made], dim=1)
+    return temb, projection.unflatten(2, (6, -1)), embedder.text_embedder(text), groups
+
+
+def _by_frame(tokens, groups, apply, *values):
+    """``apply(tokens, *values)`` with each (batch, frames, width) value broadcast over
+    its frame's tokens: the tokens (batch, tokens, width) taken a frame at a time."""
+    import torch
+
+    parts, token, frame = [], 0, 0
+    for count, per in groups:
+        for _ in range(count):
+            taken = [value[:, frame, None] for value in values]
+            parts.append(apply(tokens[:, token:token + per], *taken))
+            token, frame = token + per, frame + 1
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+
+def _modulated(x, scale, shift):
+    return x * (1 + scale) + shift
+
+
+def _gated(x, gate):
+    return x * gate
 
 
 class _Tables(NamedTuple):
     full: object  # (frames, tokens a frame, head width / 2), complex
     compressed: object  # the same on the compressed grid, the context's frames
-    context: object  # the context's rows, flattened
 
 
 def _tables(model, layout: Layout) -> _Tables:
@@ -265,7 +302,7 @@ def _tables(model, layout: Layout) -> _Tables:
     finally:
         model.rope._freqs_cache = kept
     small = small.reshape(layout.context, layout.compressed, model.config.attention_head_dim // 2)
-    return _Tables(full.flatten(1, 2), small, small.flatten(0, 1))
+    return _Tables(full.flatten(1, 2), small)
 
 
 def _rows(table, first, frames: int):
@@ -278,24 +315,34 @@ def _rows(table, first, frames: int):
     return table.index_select(0, index).flatten(0, 1)
 
 
-def _block(block, tokens, text, projection, attend):
+def _block(block, tokens, text, projection, groups, attend):
     """One of the model's blocks (``AnyFlowTransformerBlock.forward``) with its
-    self-attention ``attend(attn, normed tokens)``."""
+    self-attention ``attend(attn, normed tokens)`` and its modulation by frame
+    (``projection``: batch, frames, 6, width)."""
     parts = (block.scale_shift_table + projection.float()).chunk(6, dim=2)
     shift, scale, gate, c_shift, c_scale, c_gate = (p.squeeze(2) for p in parts)
-    normed = (block.norm1(tokens.float()) * (1 + scale) + shift).type_as(tokens)
-    tokens = (tokens.float() + attend(block.attn1, normed) * gate).type_as(tokens)
+    normed = _by_frame(block.norm1(tokens.float()), groups, _modulated, scale, shift)
+    attended = attend(block.attn1, normed.type_as(tokens))
+    tokens = (tokens.float() + _by_frame(attended, groups, _gated, gate)).type_as(tokens)
     normed = block.norm2(tokens.float()).type_as(tokens)
     tokens = tokens + block.attn2(hidden_states=normed, encoder_hidden_states=text)
-    normed = (block.norm3(tokens.float()) * (1 + c_scale) + c_shift).type_as(tokens)
-    return (tokens.float() + block.ffn(normed).float() * c_gate).type_as(tokens)
+    normed = _by_frame(block.norm3(tokens.float()), groups, _modulated, c_scale, c_shift)
+    fed = block.ffn(normed.type_as(tokens)).float()
+    return (tokens.float() + _by_frame(fed, groups, _gated, c_gate)).type_as(tokens)
 
 
-def _attention(attn, x, cached, query_rope, key_rope, mask, pad: int):
+def _attention(attn, x, cached, rope, mask, pad: int):
     """The model's causal self-attention (``AnyFlowCausalAttnProcessor``) over the
-    cached keys and values then ``x``'s own, ``mask`` (keys, or queries x keys) saying
-    which it sees. Returns the output and ``x``'s keys and values as the cache keeps
-    them (before the rotary embedding)."""
+    cached keys and values (``cached``: parts of the cache, each (2, batch, heads, rows,
+    head width)) then ``x``'s own, ``mask`` (keys, or queries x keys) saying which it
+    sees. Returns the output and ``x``'s keys and values as the cache keeps them.
+
+    The cache keeps keys with their rotary embedding applied (``rope``: the rows of
+    ``x``'s tokens). The model keeps them without and rotates the whole cache at every
+    call; a row's position never changes once cached, and the rotation is elementwise,
+    so rotating each key once, when it is made, gives the same keys (a 3-frame call of
+    the 14B model then reads its cache once a block, not three times in float32).
+    The keys, values and the model's zero keys (``pad``) are joined in one copy."""
     import torch
     import torch.nn.functional as F
 
@@ -305,12 +352,10 @@ def _attention(attn, x, cached, query_rope, key_rope, mask, pad: int):
     query, key = attn.norm_q(query).to(dtype), attn.norm_k(key).to(dtype)
     query, key, value = (t.unflatten(2, (attn.heads, -1)).transpose(1, 2)
                          for t in (query, key, value))
-    keys = rotate(torch.cat([cached[0], key], dim=2), key_rope[None, None])
-    values = torch.cat([cached[1], value], dim=2)
-    if pad:
-        keys, values = (torch.cat([t, t.new_zeros(*t.shape[:2], pad, t.shape[3])], dim=2)
-                        for t in (keys, values))
-    query = rotate(query, query_rope[None, None])
+    query, key = (rotate(t, rope[None, None]) for t in (query, key))
+    zeros = [key.new_zeros(*key.shape[:2], pad, key.shape[3])] if pad else []
+    keys, values = (torch.cat([*(part[side] for part in cached), mine, *zeros], dim=2)
+                    for side, mine in ((0, key), (1, value)))
     out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
     out = out.transpose(1, 2).flatten(2, 3).type_as(query)
     return attn.to_out[1](attn.to_out[0](out)), key, value

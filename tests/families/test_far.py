@@ -106,6 +106,29 @@ def test_the_layout_covers_the_longer_of_the_call_and_the_models_own(pipe):
     assert far.context_frames([1, 2], 3) == 0
 
 
+def test_the_conditions_kept_by_frame_are_the_models_by_token(pipe):
+    """The time embedding and its projection made once a frame and broadcast over the
+    frame's tokens (the compressed frames' and the full ones' apart) equal the model's
+    own, made for every token."""
+    model, layout = pipe.transformer, far.Layout(full=4, compressed=1, keep=2, longest=3,
+                                                 context=13, grid=(4, 4))
+    torch.manual_seed(0)
+    timestep, r_timestep = torch.rand(1, 5) * 1000, torch.rand(1, 5) * 1000
+    text = torch.randn(1, 16, model.config.text_dim)
+    with torch.no_grad():
+        temb, projection, _, groups = far._conditions(model, timestep, r_timestep, text,
+                                                      3, layout)
+        cfg = {"num_full_frames": 3, "full_token_per_frame": 4,
+               "compressed_token_per_frame": 1}
+        own_temb, own_projection, _, _ = model.condition_embedder(
+            timestep, r_timestep, text, None, far_cfg=cfg)
+    assert groups == ((2, 1), (3, 4)) and projection.shape[1] == 5  # by frame
+    for mine, own in ((temb, own_temb), (projection.flatten(2), own_projection)):
+        tokens = torch.zeros(1, 2 * 1 + 3 * 4, mine.shape[-1])
+        spread = far._by_frame(tokens, groups, lambda x, value: x + value, mine)
+        assert torch.equal(spread, own)
+
+
 @pytest.mark.slow
 def test_a_run_compiles_the_same_programs_for_any_length(tmp_path):
     """Through Porter, 1, 2, 4 and 8 chunks of one latent frame: 8 chunks compile
