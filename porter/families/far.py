@@ -121,10 +121,9 @@ def step(model, hidden_states, timestep, r_timestep, text, context, window, wher
          layout: Layout):
     """A chunk's denoising call: latents (batch, frames, channels, height, width) to
     the model's prediction of the same shape. ``context`` and ``window``: the cache's
-    keys and values (layers, 2, batch, heads, rows, head width; None before the first
-    cache call); ``where``: the filled
-    context rows, the filled window rows, the window's first frame, the chunk's first
-    frame."""
+    keys and values (layers, 2, batch, heads, rows, head width, the keys rotated;
+    None before the first cache call); ``where``: the filled context rows, the filled
+    window rows, the chunk's first frame."""
     import torch
 
     chunk = hidden_states.shape[1]
@@ -133,7 +132,7 @@ def step(model, hidden_states, timestep, r_timestep, text, context, window, wher
     tokens = _patches(model.patch_embedding, hidden_states)
     temb, projection, text, groups = _conditions(model, timestep, r_timestep, text, chunk,
                                                  layout)
-    rope = _rows(_tables(model, layout).full, where[3], chunk)  # the chunk's own rows
+    rope = _rows(_tables(model, layout).full, where[2], chunk)  # the chunk's own rows
     queries = tokens.shape[1]
     pad = math.ceil(queries / 128) * 128 - queries  # the model's zero keys, attended
     rows = torch.arange(context.shape[-2] + window.shape[-2], device=tokens.device)
@@ -245,7 +244,7 @@ def _conditions(model, timestep, r_timestep, text, full: int, layout: Layout):
     delta = {"r": r_timestep, "t-r": timestep - r_timestep}[embedder.deltatime_type]
     frames = timestep.shape[1]
     groups = tuple((count, tokens) for count, tokens in
-                   ((frames - full, layout.compressed), (full, layout.full)) if count)
+                   ((frames - full, layout.compressed), (full, layout.full)) if count > 0)
     made, first = [], 0
     for count, _ in groups:  # the model embeds the two kinds of frame apart: so here
         made.append(embedder.forward_timestep(timestep[:, first:first + count],
@@ -340,9 +339,9 @@ def _attention(attn, x, cached, rope, mask, pad: int):
     The cache keeps keys with their rotary embedding applied (``rope``: the rows of
     ``x``'s tokens). The model keeps them without and rotates the whole cache at every
     call; a row's position never changes once cached, and the rotation is elementwise,
-    so rotating each key once, when it is made, gives the same keys (a 3-frame call of
-    the 14B model then reads its cache once a block, not three times in float32).
-    The keys, values and the model's zero keys (``pad``) are joined in one copy."""
+    so rotating each key once, when it is made, gives the same keys, and a call no
+    longer rotates its whole cache in float32. The cached keys and values, ``x``'s own
+    and the model's zero keys (``pad``) are joined in one copy (three before)."""
     import torch
     import torch.nn.functional as F
 
@@ -353,8 +352,9 @@ def _attention(attn, x, cached, rope, mask, pad: int):
     query, key, value = (t.unflatten(2, (attn.heads, -1)).transpose(1, 2)
                          for t in (query, key, value))
     query, key = (rotate(t, rope[None, None]) for t in (query, key))
-    zeros = [key.new_zeros(*key.shape[:2], pad, key.shape[3])] if pad else []
-    keys, values = (torch.cat([*(part[side] for part in cached), mine, *zeros], dim=2)
+    keys, values = (torch.cat([*(part[side] for part in cached), mine,
+                               *([mine.new_zeros(*mine.shape[:2], pad, mine.shape[3])]
+                                 if pad else [])], dim=2)
                     for side, mine in ((0, key), (1, value)))
     out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
     out = out.transpose(1, 2).flatten(2, 3).type_as(query)
@@ -423,7 +423,7 @@ class FixedSize:
             raise ValueError(f"chunks {partition} exceed the layout {self._partition}")
         where = _where([sum(partition[:compressed]) * lay.compressed,
                         sum(partition[compressed:chunk]) * lay.full,
-                        sum(partition[:compressed]), sum(partition[:chunk])], hidden_states)
+                        sum(partition[:chunk])], hidden_states)
         # the cache by name: a recipe's sharding.inputs may place it (its heads over tp)
         return compiled_function(self._target, "far_step", step)(
             hidden_states, timestep, r_timestep, text, context=self._context,

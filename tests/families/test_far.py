@@ -110,21 +110,22 @@ def test_the_conditions_kept_by_frame_are_the_models_by_token(pipe):
     """The time embedding and its projection made once a frame and broadcast over the
     frame's tokens (the compressed frames' and the full ones' apart) equal the model's
     own, made for every token."""
-    model, layout = pipe.transformer, far.Layout(full=4, compressed=1, keep=2, longest=3,
-                                                 context=13, grid=(4, 4))
+    # (the sizes only say how many tokens a frame has: several of each kind)
+    model, layout = pipe.transformer, far.Layout(full=9, compressed=4, keep=2, longest=3,
+                                                 context=13, grid=(6, 6))
     torch.manual_seed(0)
     timestep, r_timestep = torch.rand(1, 5) * 1000, torch.rand(1, 5) * 1000
     text = torch.randn(1, 16, model.config.text_dim)
     with torch.no_grad():
         temb, projection, _, groups = far._conditions(model, timestep, r_timestep, text,
                                                       3, layout)
-        cfg = {"num_full_frames": 3, "full_token_per_frame": 4,
-               "compressed_token_per_frame": 1}
+        cfg = {"num_full_frames": 3, "full_token_per_frame": 9,
+               "compressed_token_per_frame": 4}
         own_temb, own_projection, _, _ = model.condition_embedder(
             timestep, r_timestep, text, None, far_cfg=cfg)
-    assert groups == ((2, 1), (3, 4)) and projection.shape[1] == 5  # by frame
+    assert groups == ((2, 4), (3, 9)) and projection.shape[1] == 5  # by frame
     for mine, own in ((temb, own_temb), (projection.flatten(2), own_projection)):
-        tokens = torch.zeros(1, 2 * 1 + 3 * 4, mine.shape[-1])
+        tokens = torch.zeros(1, 2 * 4 + 3 * 9, mine.shape[-1])
         spread = far._by_frame(tokens, groups, lambda x, value: x + value, mine)
         assert torch.equal(spread, own)
 
