@@ -91,21 +91,56 @@ def _computations(text: str) -> tuple[dict, str | None]:
 #: a loop bound: a signed or unsigned integer constant (XLA's windowed matmuls, which
 #: gather a weight piece by piece, count their trips in u32)
 _CONSTANT = re.compile(r"%([\w.\-]+)\s*=\s*[su](?:32|64)\[\][^ ]*\s+constant\((\d+)\)")
-_BOUND = re.compile(r"ROOT .*compare\(%[\w.\-]+,\s*%([\w.\-]+)\),\s*direction=LT")
+#: a condition's compare of its counter (first) with its bound (second)
+_BOUND = re.compile(r"ROOT .*compare\(%([\w.\-]+),\s*%([\w.\-]+)\),\s*direction=LT")
+_ELEMENT = re.compile(r"%([\w.\-]+)\s*=\s*\S+\s+get-tuple-element\(%[\w.\-]+\),\s*index=(\d+)")
+_ADD = re.compile(r"%([\w.\-]+)\s*=\s*\S+\s+add\(%([\w.\-]+),\s*%([\w.\-]+)\)")
+_ALIAS = re.compile(r"%([\w.\-]+)\s*=\s*\S+\s+(?:copy|bitcast|convert)\(%([\w.\-]+)\)")
+_TUPLE = re.compile(r"ROOT %[\w.\-]+ = .*?\btuple\(([^)]*)\)")
 
 
 def _trips(line: str, callees: dict, computations: dict) -> int:
     """Trips of a while loop: the compiler's count where it gives one, else the bound of
-    a scan-shaped condition (a counter from 0, below a constant); 1 if neither."""
+    a scan-shaped condition (a counter from 0, below a constant) over the counter's
+    step; 1 if neither."""
     found = _TRIPS.search(line)
     if found:
         return int(found.group(1))
     condition = computations.get(callees.get("condition", "").lstrip("%"), [])
     constants = dict(m for l in condition for m in _CONSTANT.findall(l))
+    elements = dict(m for l in condition for m in _ELEMENT.findall(l))
     for l in condition:
         bound = _BOUND.search(l)
-        if bound and bound.group(1) in constants:
-            return int(constants[bound.group(1)])
+        if bound and bound.group(2) in constants:
+            body = computations.get(callees.get("body", "").lstrip("%"), [])
+            step = _step(body, elements.get(bound.group(1)))
+            return -(-int(constants[bound.group(2)]) // step)
+    return 1
+
+
+def _step(body: list[str], index: str | None) -> int:
+    """What a loop's body adds to its counter (tuple element ``index``) each trip: a
+    constant (the TPU compiler's two-way windowed matmuls step by 2, two dots a trip),
+    else 1."""
+    constants = dict(m for l in body for m in _CONSTANT.findall(l))
+    counters = {name for l in body for name, at in _ELEMENT.findall(l) if at == index}
+    for l in body:  # the counter passed through a copy first (it is, in some loops)
+        alias = _ALIAS.search(l)
+        if alias and alias.group(2) in counters:
+            counters.add(alias.group(1))
+    outputs = next((found.group(1) for l in body if (found := _TUPLE.search(l))), None)
+    if index is None or outputs is None:
+        return 1
+    names = [part.split("*/")[-1].strip().lstrip("%") for part in outputs.split(",")]
+    if int(index) >= len(names):
+        return 1
+    for l in body:
+        added = _ADD.search(l)
+        if added and added.group(1) == names[int(index)]:
+            a, b = added.group(2), added.group(3)
+            step = constants.get(b) if a in counters else constants.get(a) if b in counters \
+                else None
+            return max(int(step), 1) if step is not None else 1
     return 1
 
 

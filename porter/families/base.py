@@ -158,6 +158,13 @@ class ModelFamily:
     #: (sequence parallelism, ``porter.transforms.sharding.sequence_split``); None: the
     #: family does not say (a recipe with ``sp`` then gives its own activation rule)
     token_blocks: str | None = None
+
+    def default_activations(self, recipe: Recipe, name: str, axes: dict) -> list:
+        """Activation rules of transformer ``name`` where the recipe gives none and no
+        token split applies (``porter.transforms.sharding.activation_rules``): none
+        here; a family that knows a better split for its model says it."""
+        return []
+
     #: live previews (``porter.generate.preview``) while Porter's loop denoises: the
     #: family's latents are (batch, channels, frames, height, width) and its ``decode``
     #: takes any such latents; False: none (``output.preview_every`` is refused)

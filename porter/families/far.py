@@ -29,9 +29,11 @@ cached row are done once instead, with the same values: a frame's time embedding
 applied to its tokens as a frame's (``_conditions``), not repeated into a tensor the
 size of the tokens, and a key is rotated by its position once, when it is made, so
 the cache keeps rotated keys (``_attention``). On a TPU a call's bytes bound it, not
-its arithmetic (benchmarks/README.md, "Chunk by chunk"). ``step`` and ``cache`` are
-the transformer's compiled functions in a run (the generic family's
-``compiled_functions``) and run eagerly on a plain PyTorch module."""
+its arithmetic (benchmarks/README.md, "Chunk by chunk"), and under ``tp`` each
+block's residual is split along its width (``width_split``, the generic family's
+default). ``step`` and ``cache`` are the transformer's compiled functions in a run
+(the generic family's ``compiled_functions``) and run eagerly on a plain PyTorch
+module."""
 
 from __future__ import annotations
 
@@ -42,7 +44,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from porter.errors import UsageError
 from porter.families.base import compiled_function
+from porter.recipe.schema import ActivationRule
 from porter.shims.compat import import_module
+from porter.transforms.sharding import batch_axis
 
 if TYPE_CHECKING:
     from porter.recipe import Recipe
@@ -92,6 +96,29 @@ def layout(config, partition, height: int, width: int) -> Layout:
 def is_far(cls) -> bool:
     """Is pipeline class ``cls`` AnyFlow FAR's, or built on it?"""
     return any(base.__name__ == PIPELINE for base in cls.__mro__)
+
+
+#: the modules whose outputs a block adds to its residual (batch, tokens, width):
+#: the self-attention's projection out, the cross-attention, the feed-forward layers
+WIDTH_BLOCKS = r"blocks\.\d+\.(attn1\.to_out\.0|attn2|ffn)"
+
+
+def width_split(recipe: Recipe, cls, axes: dict) -> list:
+    """The transformer's residual split along its width over the axis attention splits
+    its heads over (``attention.head_axis``, of more than one device; the batch on its
+    data axis, as attention's kernel holds it), for pipeline ``cls`` where it is FAR's
+    (None: not known before loading, a hub id without ``model.pipeline``); else none.
+    ``tp`` splits the matmuls and leaves every chip the whole tokens: each normalized,
+    modulated and added the 4,680 tokens of a 3-frame chunk in every block. Split,
+    those run on each chip's share of the width; where the weights are split over the
+    axis as Megatron splits them, the matmuls' inputs are gathered and their outputs
+    reduce-scattered instead of all-reduced (the same sums). On FAR 14B on v6e-8 a
+    3-frame call bounds at 0.076 s instead of 0.113 (benchmarks/README.md, "Chunk by
+    chunk")."""
+    axis = recipe.attention.head_axis
+    if cls is None or not is_far(cls) or axis is None or axes.get(axis, 1) == 1:
+        return []
+    return [ActivationRule(module=WIDTH_BLOCKS, spec=[batch_axis(recipe, axes), None, axis])]
 
 
 def problems(recipe: Recipe, cls) -> list:

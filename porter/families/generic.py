@@ -222,6 +222,12 @@ class GenericFamily(ModelFamily):
             return diffusers.DiffusionPipeline  # the class named in model_index.json
         return runnable(name)
 
+    def default_activations(self, recipe: Recipe, name: str, axes: dict) -> list:
+        """AnyFlow FAR's transformer: its residual split along the width under the head
+        axis (``far.width_split``)."""
+        return far.width_split(recipe, self.concrete_class(recipe), axes) \
+            if name == "transformer" else []
+
     def decodes_in_chunks(self, recipe: Recipe) -> bool:
         cls = self.concrete_class(recipe)  # the recipe's, or the checkpoint's index's
         # a pipeline that finishes its chunks is decoded chunk by chunk where the run

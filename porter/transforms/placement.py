@@ -286,7 +286,8 @@ def _apply(b: Building) -> None:
         _constrain(b, name, component, assignments)
         if name not in b.recipe.sharding.activations and b.placement.activations[name]:
             # a default split: the axes it splits over (a VAE's feature maps' width:
-            # sharding.vae_split; a transformer's batch and tokens: sequence_split)
+            # sharding.vae_split; a transformer's batch and tokens: sequence_split; its
+            # family's own, as FAR's residual's width: default_activations)
             spec = b.placement.activations[name][0].spec
             b.placement.reports[name]["default_split"] = [
                 axis for entry in spec if entry not in (None, sharding.LEADING)

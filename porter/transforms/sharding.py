@@ -294,14 +294,16 @@ def activation_rules(recipe: Recipe, name: str, module, runtime: Runtime,
                      family: ModelFamily | None = None) -> list:
     """The activation rules of component ``name``: the recipe's where it gives any
     (an empty list too: none), else a transformer's tokens over the sequence axis
-    (``sequence_split``), else the default split of a VAE (``vae_split``) that
+    (``sequence_split``) or its family's default (``default_activations``), else the
+    default split of a VAE (``vae_split``) that
     decodes in one piece: a recipe that tiles its VAE (``setup: {vae:
     [enable_tiling]}``) or compiles it in pieces (``compile.vae.modules``) has chosen
     how it splits (HunyuanVideo's tiles, each decoded whole on every chip)."""
     if name in recipe.sharding.activations:
         return recipe.sharding.activations[name]
     if family is not None and name in family.stepped_transformers:
-        return sequence_split(recipe, family, runtime.axes)
+        return sequence_split(recipe, family, runtime.axes) \
+            or family.default_activations(recipe, name, runtime.axes)
     rule = recipe.compile.get(name)
     tiled = "enable_tiling" in [getattr(call, "name", call)
                                 for call in recipe.setup.get(name, [])]

@@ -122,3 +122,41 @@ ENTRY %main (a: bf16[4,8]) -> bf16[4,8] {
 """
     # the 7 trips after the first: the dot's 2 x 4 x 2 x 8, and the condition's compare
     assert hlo.repeated_flops(text) == 7 * (2 * 4 * 2 * 8 + 1)
+
+
+def test_a_loop_whose_counter_steps_by_two_runs_half_its_bound():
+    """The TPU compiler's two-way windowed matmul runs two dots a trip and adds 2 to its
+    counter: below 8, that is 4 trips, not 8 (each dot counted once, not twice)."""
+    text = """HloModule m
+
+%body (p: (bf16[4,8], u32[])) -> (bf16[4,8], u32[]) {
+  %p = (bf16[4,8], u32[]) parameter(0)
+  %x = bf16[4,8]{1,0} get-tuple-element(%p), index=0
+  %w = bf16[8,2]{1,0} constant({...})
+  %d = bf16[4,2]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %e = bf16[4,2]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %i = u32[]{:T(128)} get-tuple-element(%p), index=1
+  %two.sunk = u32[]{:T(128)} constant(2)
+  %next = u32[]{:T(128)} add(%i, %two.sunk)
+  ROOT %out = (bf16[4,8]{1,0}, u32[]{:T(128)}) tuple(%x, /*index=1*/%next)
+}
+
+%cond (p: (bf16[4,8], u32[])) -> pred[] {
+  %c = u32[]{:T(128)} constant(8)
+  %p = (bf16[4,8], u32[]) parameter(0)
+  %i = u32[]{:T(128)} get-tuple-element(%p), index=1
+  ROOT %lt = pred[]{:T(512)} compare(%i, %c), direction=LT
+}
+
+ENTRY %main (a: bf16[4,8]) -> bf16[4,8] {
+  %w = (bf16[4,8], u32[]) while(%t), condition=%cond, body=%body
+}
+"""
+    # the 3 trips after the first: two dots of 2 x 4 x 2 x 8, the counter's add and the
+    # condition's compare
+    assert hlo.repeated_flops(text) == 3 * (2 * (2 * 4 * 2 * 8) + 1 + 1)
+    # the counter copied before the add, as the compiler writes some of them
+    copied = text.replace("%next = u32[]{:T(128)} add(%i, %two.sunk)",
+                          "%j = u32[]{:T(128)S(6)} copy(%i)\n"
+                          "  %next = u32[]{:T(128)} add(%j, %two.sunk)")
+    assert "copy(%i)" in copied and hlo.repeated_flops(copied) == hlo.repeated_flops(text)

@@ -163,3 +163,50 @@ def test_a_run_compiles_the_same_programs_for_any_length(tmp_path):
     assert len(found[8]) == 5
     assert found[1] <= found[2] <= found[4] == found[8], "a longer video compiled more"
     assert np.abs((expected * 255).round() - videos[8]).max() <= 1
+
+
+@pytest.mark.slow
+def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path):
+    """Under a head axis of two devices FAR's transformer splits each block's residual
+    along its width (``far.width_split``, its family's default): the video is the one
+    device's, within a level; a recipe's own rules (none here) replace the default."""
+    import json
+
+    import porter
+    from porter.recipe import load
+    from porter.registry import loaded
+    from porter.transforms import sharding
+
+    pipe = build_anyflow_far_pipeline()
+    pipe.save_pretrained(tmp_path / "far")
+    (tmp_path / "r.yaml").write_text(
+        f"model: {{family: generic, source: {tmp_path / 'far'}, pipeline: AnyFlowFARPipeline}}\n"
+        "generate: {prompt: a cat, height: 16, width: 16, frames: 9, steps: 2,\n"
+        "           guidance_scale: 6.0, max_sequence_length: 16,\n"
+        "           extra: {chunk_partition: [1, 1, 1]}}\n")
+    # the weights split as recipes/wan-generic-base.yaml splits them (Megatron's)
+    weights = [{"match": r"blocks\.\d+\.attn[12]\.to_[qkv]\.(weight|bias)", "spec": ["tp"]},
+               {"match": r"blocks\.\d+\.attn[12]\.to_out\.0\.weight", "spec": [None, "tp"]},
+               {"match": r"blocks\.\d+\.ffn\.net\.0\.proj\.(weight|bias)", "spec": ["tp"]},
+               {"match": r"blocks\.\d+\.ffn\.net\.2\.weight", "spec": [None, "tp"]}]
+    split = ["mesh={tp: 2}", "attention.head_axis=tp",
+             f"sharding.weights.transformer={json.dumps(weights)}"]
+    family = loaded().family("generic")
+    rules = family.default_activations(load(tmp_path / "r.yaml", split), "transformer",
+                                       {"tp": 2})
+    assert [(rule.module, rule.spec) for rule in rules] == [(far.WIDTH_BLOCKS,
+                                                            [None, None, "tp"])]
+    # each block's three updates of its residual are what the rule constrains
+    hooks = sharding.constrain_activations(pipe.transformer, None, rules)
+    assert len(hooks) == 3 * pipe.transformer.config.num_layers
+    assert family.default_activations(load(tmp_path / "r.yaml"), "transformer", {}) == []
+    videos, splits = [], []
+    for overrides in ([], split, [*split, "sharding.activations.transformer=[]"]):
+        with porter.load(tmp_path / "r.yaml", *overrides) as pipe:
+            made = pipe.generate()
+        videos.append(made.frames.astype(int))
+        splits.append(made.record["weights"]["components"]["transformer"]
+                      .get("default_split"))
+    assert splits == [None, ["tp"], None]  # the default applied, and only where it may
+    assert np.abs(videos[1] - videos[0]).max() <= 1
+    assert np.abs(videos[2] - videos[0]).max() <= 1
