@@ -114,11 +114,11 @@ def width_split(recipe: Recipe, cls, axes: dict) -> list:
     reduce-scattered instead of all-reduced (the same sums). On FAR 14B on v6e-8 a
     3-frame call bounds at 0.076 s instead of 0.113 (benchmarks/README.md, "Chunk by
     chunk")."""
-    axis, batch = recipe.attention.head_axis, recipe.attention.data_axis
+    axis = recipe.attention.head_axis
     if cls is None or not is_far(cls) or axis is None or axes.get(axis, 1) == 1:
         return []
-    batch = batch if axes.get(batch, 1) != 1 else None  # as sharding.batch_axis says
-    return [ActivationRule(module=WIDTH_BLOCKS, spec=[batch, None, axis])]
+    return [ActivationRule(module=WIDTH_BLOCKS,
+                           spec=[recipe.attention.batch_axis(axes), None, axis])]
 
 
 def problems(recipe: Recipe, cls) -> list:

@@ -350,6 +350,12 @@ class AttentionSection(Section):
         None, description="block-sparse video self-attention: each query sees a 3-D "
         "window of tiles around its own (and the first frames); null: dense")
 
+    def batch_axis(self, axes: dict) -> str | None:
+        """The axis a split activation keeps its batch on: ``data_axis``, as attention's
+        kernel holds it, where the mesh (``axes``: name -> size) splits over it."""
+        axis = self.data_axis
+        return axis if axis is not None and axes.get(axis, 1) != 1 else None
+
 
 class CompileRule(Section):
     methods: list[str] = Field(default_factory=lambda: ["forward"],

@@ -344,13 +344,6 @@ def head_axis(section, axes: dict) -> str | None:
     return section.head_axis or sequence_axis(axes)
 
 
-def batch_axis(recipe: Recipe, axes: dict) -> str | None:
-    """The axis a split-token activation keeps its batch on: attention's ``data_axis``,
-    as its kernel does, where the mesh splits over it."""
-    axis = recipe.attention.data_axis
-    return axis if axis is not None and axes.get(axis, 1) != 1 else None
-
-
 def sequence_problems(recipe: Recipe, family: ModelFamily | None) -> list[Problem]:
     """A mesh that splits the tokens (``sp``, ``ring``): beside ``sp`` attention splits
     the heads over it (another head axis would gather the tokens on every device), and
@@ -405,17 +398,17 @@ def token_problems(recipe: Recipe, tokens: int | None, axes: dict) -> list[Probl
 def sequence_split(recipe: Recipe, family: ModelFamily, axes: dict) -> list[ActivationRule]:
     """A transformer's tokens split over the mesh's token axes (``token_axes``) through
     every block: the outputs of the family's ``token_blocks`` (batch, tokens, width)
-    with the tokens over them and the batch on attention's data axis (``batch_axis``,
-    as its kernel holds it), so norms, projections and the feed-forward layers run on
-    each device's own tokens; attention exchanges tokens for heads, or passes keys
-    round the ring, around its kernel (``attention.sharded.run``). None without a
-    token axis, or for a family that does not say its token blocks (``validate`` asks
-    such a recipe for its own rule)."""
+    with the tokens over them and the batch on attention's data axis
+    (``AttentionSection.batch_axis``, as its kernel holds it), so norms, projections
+    and the feed-forward layers run on each device's own tokens; attention exchanges
+    tokens for heads, or passes keys round the ring, around its kernel
+    (``attention.sharded.run``). None without a token axis, or for a family that does
+    not say its token blocks (``validate`` asks such a recipe for its own rule)."""
     spec = token_spec(axes)
     if spec is None or family.token_blocks is None:
         return []
     return [ActivationRule(module=family.token_blocks,
-                           spec=[batch_axis(recipe, axes), spec, None])]
+                           spec=[recipe.attention.batch_axis(axes), spec, None])]
 
 
 def vae_split(name: str, module, runtime: Runtime) -> list[ActivationRule]:
