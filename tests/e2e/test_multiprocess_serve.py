@@ -69,7 +69,13 @@ class TwoProcesses:
 
     def wait(self, job_id, step=None, seconds=300):
         # often: a failed job is answered for a few seconds before the server stops
-        return wait_for(self.client, job_id, step=step, seconds=seconds, every=0.1)
+        try:
+            return wait_for(self.client, job_id, step=step, seconds=seconds, every=0.1)
+        except httpx.TransportError as exc:  # process 0 is gone: say what each printed
+            codes = [child.poll() for child in self.children]
+            raise AssertionError(f"process 0 stopped answering ({exc}); exit codes "
+                                 f"{codes}\n--- process 0:\n{self.output(0)[-4000:]}\n"
+                                 f"--- process 1:\n{self.output(1)[-4000:]}") from exc
 
     def ended(self, seconds=120) -> list:
         """Both processes' exit codes (waiting for each)."""
