@@ -13,10 +13,8 @@ from porter.errors import Interrupted
 from porter.shims.compat import import_torchax
 from porter.shims.interop import array_dtype
 from porter.shims.tracing import model_frame
-from porter.transforms import attention
-from porter.transforms import jit
+from porter.transforms import attention, jit, sharding
 from porter.transforms.jit import scan
-from porter.transforms.sharding import partition_spec
 
 
 @dataclass
@@ -160,18 +158,20 @@ def _costs(executable, text: str, kernel_flops: float,
 
 
 def _input_shardings(port, component, program: Program) -> dict:
-    """Path of an input -> its sharding in a run: the recipe's ``sharding.inputs`` for a
-    transformer's keyword inputs (``ShardedInputs``), one device for a component run
-    on one device, else replicated (what ``to_device`` gives host values)."""
+    """Path of an input -> its sharding in a run: a transformer's keyword inputs as
+    ``sharding.input_specs`` places them (``ShardedInputs``), one device for a
+    component run on one device, else replicated (what ``to_device`` gives host
+    values)."""
     from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
     mesh = port.runtime.mesh
     if component.one_device:
         return _Everywhere(SingleDeviceSharding(mesh.devices.flat[0]))
     found = _Everywhere(NamedSharding(mesh, PartitionSpec()))
-    if program.component.startswith("transformer"):
-        for key, spec in port.recipe.sharding.inputs.items():
-            found[("kwargs", key)] = NamedSharding(mesh, partition_spec(spec))
+    specs = sharding.input_specs(port.recipe, program.component, port.runtime.axes,
+                                 port.family, component.module)
+    for key, spec in specs.items():
+        found[("kwargs", key)] = NamedSharding(mesh, sharding.partition_spec(spec))
     return found
 
 

@@ -165,6 +165,14 @@ class ModelFamily:
         here; a family that knows a better split for its model says it."""
         return []
 
+    def default_inputs(self, recipe: Recipe, name: str, axes: dict, config) -> dict:
+        """Keyword inputs of transformer ``name`` (and of its compiled functions) placed
+        on the mesh by spec where the recipe's ``sharding.inputs`` does not place them
+        (``porter.transforms.sharding.input_specs``; ``config``: the transformer's,
+        or None): none here; a family whose transformer takes a large input the
+        compiler would otherwise hold whole on every device says how it splits."""
+        return {}
+
     #: live previews (``porter.generate.preview``) while Porter's loop denoises: the
     #: family's latents are (batch, channels, frames, height, width) and its ``decode``
     #: takes any such latents; False: none (``output.preview_every`` is refused)

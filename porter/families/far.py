@@ -13,7 +13,9 @@ is ``FixedSize``, which answers the same two calls from a cache of fixed capacit
 - a cache call (``cache``) computes only what changed since the last one, as the
   model's block-causal mask allows: the chunk that leaves the full-resolution window
   for the compressed context (its keys then never change again), and the chunks left
-  in the window, attending to the compressed context cached before.
+  in the window, attending to the compressed context cached before. Its attention
+  runs a chunk's queries at a time, each over the keys it sees (a mask of keys
+  alone, which splash runs on a TPU).
 
 Where rows begin (frames and filled rows) goes in as a small integer tensor, not as
 program constants. The cache holds the compressed frames of the longer of the call's
@@ -28,12 +30,12 @@ softmax; a cache call masks them). Two things the model does for every token or 
 cached row are done once instead, with the same values: a frame's time embedding is
 applied to its tokens as a frame's (``_conditions``), not repeated into a tensor the
 size of the tokens, and a key is rotated by its position once, when it is made, so
-the cache keeps rotated keys (``_attention``). On a TPU a call's bytes bound it, not
+the cache keeps rotated keys (``_projected``). On a TPU a call's bytes bound it, not
 its arithmetic (benchmarks/README.md, "Chunk by chunk"), and under ``tp`` each
 block's residual is split along its width (``width_split``, the generic family's
-default). ``step`` and ``cache`` are the transformer's compiled functions in a run
-(the generic family's ``compiled_functions``) and run eagerly on a plain PyTorch
-module."""
+default) and the cache's heads over the same axis (``cache_split``). ``step`` and
+``cache`` are the transformer's compiled functions in a run (the generic family's
+``compiled_functions``) and run eagerly on a plain PyTorch module."""
 
 from __future__ import annotations
 
@@ -114,11 +116,38 @@ def width_split(recipe: Recipe, cls, axes: dict) -> list:
     reduce-scattered instead of all-reduced (the same sums). On FAR 14B on v6e-8 a
     3-frame call bounds at 0.076 s instead of 0.113 (benchmarks/README.md, "Chunk by
     chunk")."""
+    axes_of = _split_axes(recipe, cls, axes)
+    if axes_of is None:
+        return []
+    batch, heads = axes_of
+    return [ActivationRule(module=WIDTH_BLOCKS, spec=[batch, None, heads])]
+
+
+def cache_split(recipe: Recipe, cls, axes: dict, config) -> dict:
+    """The cache's placement in FAR's calls (their keyword inputs ``context`` and
+    ``window``, layers x 2 x batch x heads x rows x head width): its heads over the
+    head axis where they divide it, as attention splits them, and the batch on its
+    data axis; where ``width_split``'s condition holds, whatever the recipe's own
+    activation rules (``config``: the transformer's, None: not known, no split).
+    Left to the compiler, a run kept the compressed context whole on every chip (4.2
+    GB a chip for the 14B model's 13 compressed frames, against 0.5 split over 8), and
+    ``porter compile``, which places an input as the run does, held both whole."""
+    axes_of = _split_axes(recipe, cls, axes)
+    if axes_of is None or config is None \
+            or config.num_attention_heads % axes[axes_of[1]]:
+        return {}
+    batch, heads = axes_of
+    return {name: [None, None, batch, heads, None, None] for name in ("context", "window")}
+
+
+def _split_axes(recipe: Recipe, cls, axes: dict) -> tuple[str | None, str] | None:
+    """(the batch's axis, the heads' axis) FAR's transformer splits over, for pipeline
+    ``cls``: the head axis where it has more than one device; None where nothing
+    splits (not FAR's, or not known before loading)."""
     axis = recipe.attention.head_axis
     if cls is None or not is_far(cls) or axis is None or axes.get(axis, 1) == 1:
-        return []
-    return [ActivationRule(module=WIDTH_BLOCKS,
-                           spec=[recipe.attention.batch_axis(axes), None, axis])]
+        return None
+    return recipe.attention.batch_axis(axes), axis
 
 
 def problems(recipe: Recipe, cls) -> list:
@@ -168,7 +197,7 @@ def step(model, hidden_states, timestep, r_timestep, text, context, window, wher
                         torch.ones(queries + pad, dtype=torch.bool, device=tokens.device)])[None]
     for index, block in enumerate(model.blocks):
         def attend(attn, x, cached=(context[index], window[index])):
-            return _attention(attn, x, cached, rope, filled, pad)[0]
+            return _attention(attn, x, cached, rope, filled, pad)
 
         tokens = _block(block, tokens, text, projection, groups, attend)
     shift, scale = (model.scale_shift_table + temb.unsqueeze(2)).chunk(2, dim=2)
@@ -189,6 +218,7 @@ def cache(model, hidden_states, text, context, where, layout: Layout,
     ``where``: the filled context rows, the leaving chunk's first frame, the window's
     first frame. Returns the new (context, window)."""
     import torch
+    import torch.nn.functional as F
 
     device = hidden_states.device
     frames = hidden_states.shape[1]
@@ -204,24 +234,31 @@ def cache(model, hidden_states, text, context, where, layout: Layout,
     rope = torch.cat([_rows(tables.compressed, where[1], leaving),
                       _rows(tables.full, where[2], frames - leaving)])
     # the model's block-causal mask among the new tokens (a chunk sees itself and the
-    # chunks before), every filled context row before them
+    # chunks before) and every filled context row: taken a chunk at a time, each
+    # chunk's queries see the filled rows and the new tokens up to its own end, a mask
+    # of keys alone (splash's segment ids on a TPU; one mask over every query and key
+    # ran the blockwise fallback, most of a cache call's bytes)
     sizes = ([leaving * layout.compressed] if leaving else []) \
         + [n * layout.full for n in chunks]
-    which = torch.cat([torch.full((n,), i, device=device) for i, n in enumerate(sizes)])
-    rows = context.shape[-2]
-    seen = (torch.arange(rows, device=device) < where[0])[None].expand(len(which), rows)
-    mask = torch.cat([seen, which[:, None] >= which[None, :]], dim=1)
+    ends = [sum(sizes[:i + 1]) for i in range(len(sizes))]
+    seen = torch.arange(context.shape[-2], device=device) < where[0]
     keys, values = [], []
     for index, block in enumerate(model.blocks):
-        def attend(attn, x, cached=(context[index],)):
-            out, key, value = _attention(attn, x, cached, rope, mask, 0)
+        def attend(attn, x, cached=context[index]):
+            query, key, value = _projected(attn, x, rope)
             keys.append(key)
             values.append(value)
-            return out
+            out = [F.scaled_dot_product_attention(
+                query[:, :, start:end], torch.cat([cached[0], key[:, :, :end]], dim=2),
+                torch.cat([cached[1], value[:, :, :end]], dim=2),
+                attn_mask=torch.cat([seen, seen.new_ones(end)])[None])
+                for start, end in zip([0, *ends], ends)]
+            return _output(attn, torch.cat(out, dim=2), query)
 
         tokens = _block(block, tokens, text, projection, groups, attend)
     new = torch.stack([torch.stack([k, v]) for k, v in zip(keys, values)])
     left = leaving * layout.compressed
+    rows = context.shape[-2]
     if left:  # the leaving chunk's rows written after the filled ones
         position = torch.arange(rows, device=device)
         taken = (position >= where[0]) & (position < where[0] + left)
@@ -358,20 +395,31 @@ def _block(block, tokens, text, projection, groups, attend):
 
 
 def _attention(attn, x, cached, rope, mask, pad: int):
-    """The model's causal self-attention (``AnyFlowCausalAttnProcessor``) over the
-    cached keys and values (``cached``: parts of the cache, each (2, batch, heads, rows,
-    head width)) then ``x``'s own, ``mask`` (keys, or queries x keys) saying which it
-    sees. Returns the output and ``x``'s keys and values as the cache keeps them.
-
-    The cache keeps keys with their rotary embedding applied (``rope``: the rows of
-    ``x``'s tokens). The model keeps them without and rotates the whole cache at every
-    call; a row's position never changes once cached, and the rotation is elementwise,
-    so rotating each key once, when it is made, gives the same keys, and a call no
-    longer rotates its whole cache in float32. The cached keys and values, ``x``'s own
-    and the model's zero keys (``pad``) are joined in one copy (three before)."""
+    """The model's causal self-attention (``AnyFlowCausalAttnProcessor``) of a
+    denoising call over the cached keys and values (``cached``: parts of the cache,
+    each (2, batch, heads, rows, head width)), then ``x``'s own, then the model's
+    ``pad`` zero keys, joined in one copy; ``mask`` (keys) says which it sees."""
     import torch
     import torch.nn.functional as F
 
+    query, key, value = _projected(attn, x, rope)
+    keys, values = (torch.cat([*(part[side] for part in cached), mine,
+                               *([mine.new_zeros(*mine.shape[:2], pad, mine.shape[3])]
+                                 if pad else [])], dim=2)
+                    for side, mine in ((0, key), (1, value)))
+    out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+    return _output(attn, out, query)
+
+
+def _projected(attn, x, rope):
+    """``x``'s queries, keys and values (batch, heads, tokens, head width), the queries
+    and keys rotated by their positions (``rope``: the rows of ``x``'s tokens).
+
+    The cache keeps keys so, with their rotary embedding applied. The model keeps them
+    without and rotates the whole cache at every call; a row's position never changes
+    once cached, and the rotation is elementwise, so rotating each key once, when it
+    is made, gives the same keys, and a call no longer rotates its whole cache in
+    float32."""
     rotate = import_module(type(attn).__module__).apply_rotary_emb
     dtype = x.dtype
     query, key, value = attn.to_q(x), attn.to_k(x), attn.to_v(x)
@@ -379,13 +427,13 @@ def _attention(attn, x, cached, rope, mask, pad: int):
     query, key, value = (t.unflatten(2, (attn.heads, -1)).transpose(1, 2)
                          for t in (query, key, value))
     query, key = (rotate(t, rope[None, None]) for t in (query, key))
-    keys, values = (torch.cat([*(part[side] for part in cached), mine,
-                               *([mine.new_zeros(*mine.shape[:2], pad, mine.shape[3])]
-                                 if pad else [])], dim=2)
-                    for side, mine in ((0, key), (1, value)))
-    out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+    return query, key, value
+
+
+def _output(attn, out, query):
+    """The attention's output (batch, heads, tokens, head width) projected back."""
     out = out.transpose(1, 2).flatten(2, 3).type_as(query)
-    return attn.to_out[1](attn.to_out[0](out)), key, value
+    return attn.to_out[1](attn.to_out[0](out))
 
 
 # ---------------------------------------------------------------- the pipeline's side
@@ -451,7 +499,8 @@ class FixedSize:
         where = _where([sum(partition[:compressed]) * lay.compressed,
                         sum(partition[compressed:chunk]) * lay.full,
                         sum(partition[:chunk])], hidden_states)
-        # the cache by name: a recipe's sharding.inputs may place it (its heads over tp)
+        # the cache by name: placed by its keywords (``cache_split``, or the recipe's
+        # sharding.inputs)
         return compiled_function(self._target, "far_step", step)(
             hidden_states, timestep, r_timestep, text, context=self._context,
             window=self._window, where=where, layout=lay)

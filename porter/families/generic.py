@@ -228,6 +228,11 @@ class GenericFamily(ModelFamily):
         return far.width_split(recipe, self.concrete_class(recipe), axes) \
             if name == "transformer" else []
 
+    def default_inputs(self, recipe: Recipe, name: str, axes: dict, config) -> dict:
+        """AnyFlow FAR's cache, its heads over the head axis (``far.cache_split``)."""
+        return far.cache_split(recipe, self.concrete_class(recipe), axes, config) \
+            if name == "transformer" else {}
+
     def decodes_in_chunks(self, recipe: Recipe) -> bool:
         cls = self.concrete_class(recipe)  # the recipe's, or the checkpoint's index's
         # a pipeline that finishes its chunks is decoded chunk by chunk where the run

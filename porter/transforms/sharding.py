@@ -432,18 +432,35 @@ def vae_split(name: str, module, runtime: Runtime) -> list[ActivationRule]:
     return [ActivationRule(module=VAE_BLOCKS, spec=[LEADING, axes])]
 
 
-class ShardedInputs:
-    """Calls a module with named keyword arguments placed on the mesh by spec."""
+def input_specs(recipe: Recipe, name: str, axes: dict, family: ModelFamily,
+                module) -> dict:
+    """Keyword input -> spec for component ``name``'s calls (its compiled functions'
+    too): a transformer's are its family's default (``default_inputs``, given
+    ``module``'s config) under the recipe's ``sharding.inputs``, input by input;
+    other components take none."""
+    if not name.startswith("transformer"):
+        return {}
+    found = family.default_inputs(recipe, name, axes, getattr(module, "config", None))
+    return {**found, **recipe.sharding.inputs}
 
-    def __init__(self, module, specs: dict, runtime: Runtime):
+
+class ShardedInputs:
+    """Calls a module, and its ``methods`` (a family's compiled functions), with named
+    keyword arguments placed on the mesh by spec."""
+
+    def __init__(self, module, specs: dict, runtime: Runtime, methods=()):
         from jax.sharding import NamedSharding
 
         self.module = module
         self.runtime = runtime
+        self.methods = frozenset(methods)
         self.shardings = {k: NamedSharding(runtime.mesh, partition_spec(s))
                           for k, s in specs.items()}
 
     def __call__(self, *args, **kwargs):
+        return self.module(*args, **self._placed(kwargs))
+
+    def _placed(self, kwargs: dict) -> dict:
         import jax
         from torchax.tensor import Tensor
 
@@ -451,7 +468,10 @@ class ShardedInputs:
             value = kwargs.get(key)
             if isinstance(value, Tensor):
                 kwargs[key] = Tensor(jax.device_put(value._elem, sharding), self.runtime.env)
-        return self.module(*args, **kwargs)
+        return kwargs
 
     def __getattr__(self, key):
-        return getattr(self.module, key)
+        value = getattr(self.module, key)
+        if key in self.methods and callable(value):
+            return lambda *args, **kwargs: value(*args, **self._placed(kwargs))
+        return value

@@ -130,6 +130,45 @@ def test_the_conditions_kept_by_frame_are_the_models_by_token(pipe):
         assert torch.equal(spread, own)
 
 
+def test_every_attention_call_masks_keys_alone(pipe, monkeypatch):
+    """Each fixed-shape call's self-attention says which keys its queries see by keys
+    alone, the same for every query, which splash runs on a TPU (a mask over queries
+    and keys falls back to the blockwise kernel); a cache call's block-causal mask is
+    kept by taking its chunks' queries apart. (Text keys take no mask.)"""
+    masks, attend, inside = [], torch.nn.functional.scaled_dot_product_attention, []
+
+    def recorded(query, key, value, attn_mask=None, **kwargs):
+        if inside:  # (not the text encoder's)
+            masks.append((inside[-1].__name__, key.shape[-2], attn_mask))
+        return attend(query, key, value, attn_mask=attn_mask, **kwargs)
+
+    def within(function):
+        def call(*args, **kwargs):
+            inside.append(function)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                inside.pop()
+        return call
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recorded)
+    for name in ("step", "cache"):
+        monkeypatch.setattr(far, name, within(getattr(far, name)))
+    chunks, frames = LAYOUTS[1]
+    with far.fixed_size(pipe, {"chunk_partition": chunks}):
+        _latents(pipe, chunks, frames, SIZES[0])
+    masked = [(call, keys, mask) for call, keys, mask in masks if mask is not None]
+    for _, keys, mask in masked:
+        assert mask.shape == (1, keys), mask.shape
+    # every self-attention is masked, beside one unmasked cross-attention a block: one
+    # a block in a denoising call, one for each chunk it computes in a cache call
+    counts = {(call, mask is None): 0 for call in ("step", "cache") for mask in (0, None)}
+    for call, _, mask in masks:
+        counts[call, mask is None] += 1
+    assert counts["step", False] == counts["step", True] > 0
+    assert counts["cache", False] > counts["cache", True] > 0
+
+
 @pytest.mark.slow
 def test_a_run_compiles_the_same_programs_for_any_length(tmp_path):
     """Through Porter, 1, 2, 4 and 8 chunks of one latent frame: 8 chunks compile
@@ -166,9 +205,10 @@ def test_a_run_compiles_the_same_programs_for_any_length(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path):
+def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path, monkeypatch):
     """Under a head axis of two devices FAR's transformer splits each block's residual
-    along its width (``far.width_split``, its family's default): the video is the one
+    along its width (``far.width_split``, its family's default) and its cache's heads
+    (``far.cache_split``, placed on every call of its programs): the video is the one
     device's, within a level; a recipe's own rules (none here) replace the default."""
     import json
 
@@ -200,6 +240,25 @@ def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path):
     hooks = sharding.constrain_activations(pipe.transformer, None, rules)
     assert len(hooks) == 3 * pipe.transformer.config.num_layers
     assert family.default_activations(load(tmp_path / "r.yaml"), "transformer", {}) == []
+    heads = [None, None, None, "tp", None, None]
+    def specs(overrides, axes=None):
+        return sharding.input_specs(load(tmp_path / "r.yaml", overrides), "transformer",
+                                    axes or {"tp": 2}, family, pipe.transformer)
+
+    assert specs(split) == {"context": heads, "window": heads}
+    assert specs([*split, 'sharding.inputs={"window": [null]}'])["window"] == [None]
+    # the tiny model's 2 heads do not divide 4 devices: attention splits its queries
+    # there, and the cache stays whole
+    assert specs([*split, "mesh={tp: 4}"], {"tp": 4}) == {}
+    placed, place = [], sharding.ShardedInputs._placed  # what the programs are given
+
+    def recorded(self, kwargs):
+        kwargs = place(self, kwargs)
+        placed.extend(str(kwargs[k]._elem.sharding.spec) for k in ("context", "window")
+                      if kwargs.get(k) is not None)
+        return kwargs
+
+    monkeypatch.setattr(sharding.ShardedInputs, "_placed", recorded)
     videos, splits = [], []
     for overrides in ([], split, [*split, "sharding.activations.transformer=[]"]):
         with porter.load(tmp_path / "r.yaml", *overrides) as pipe:
@@ -208,5 +267,6 @@ def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path):
         splits.append(made.record["weights"]["components"]["transformer"]
                       .get("default_split"))
     assert splits == [None, ["tp"], None]  # the default applied, and only where it may
+    assert placed and set(placed) == {str(sharding.partition_spec(heads))}
     assert np.abs(videos[1] - videos[0]).max() <= 1
     assert np.abs(videos[2] - videos[0]).max() <= 1

@@ -310,10 +310,10 @@ def problems(recipe: Recipe, family: ModelFamily, modules: dict) -> list:
 
 # ------------------------------------------------------------------------- the pass
 
-def takes_sharded_inputs(name: str, recipe: Recipe) -> bool:
-    """Are the component's inputs placed by the recipe's ``sharding.inputs`` (the
-    transformers' are)?"""
-    return name.startswith("transformer") and bool(recipe.sharding.inputs)
+def sharded_inputs(b: Building, name: str) -> dict:
+    """The component's keyword inputs placed on the mesh (``sharding.input_specs``: a
+    transformer's, by its family's default and the recipe's ``sharding.inputs``)."""
+    return sharding.input_specs(b.recipe, name, b.runtime.axes, b.family, b.modules[name])
 
 
 def _on_one_device(b: Building, name: str, piecewise: list) -> bool:
@@ -322,7 +322,7 @@ def _on_one_device(b: Building, name: str, piecewise: list) -> bool:
     mesh has more than one device?"""
     return (name in b.placement.unsharded and b.runtime.mesh.devices.size > 1
             and b.compile.rules[name].modules is None and name not in piecewise
-            and not takes_sharded_inputs(name, b.recipe))
+            and not sharded_inputs(b, name))
 
 
 def _apply(b: Building) -> None:
@@ -341,9 +341,9 @@ def _apply(b: Building) -> None:
             component = apply(b.modules[name], rule, b.compile.traces, name,
                               b.runtime.xla_options, b.compile.splits,
                               b.family.compiled_functions.get(name))
-        if takes_sharded_inputs(name, b.recipe):
-            component = sharding.ShardedInputs(component, b.recipe.sharding.inputs,
-                                               b.runtime)
+        if specs := sharded_inputs(b, name):
+            component = sharding.ShardedInputs(component, specs, b.runtime,
+                                               b.family.compiled_functions.get(name, ()))
         elif _on_one_device(b, name, piecewise):
             placement.on_one_device(component, b.runtime)
             b.compile.one_device.add(name)
