@@ -32,9 +32,9 @@ applied to its tokens as a frame's (``_conditions``), not repeated into a tensor
 size of the tokens, and a key is rotated by its position once, when it is made, so
 the cache keeps rotated keys (``_projected``). On a TPU a call's bytes bound it, not
 its arithmetic (benchmarks/README.md, "Chunk by chunk"), and under ``tp`` each
-block's residual is split along its width (``width_split``, the generic family's
-default) and the cache's heads over the same axis (``cache_split``). ``step`` and
-``cache`` are the transformer's compiled functions in a run (the generic family's
+block's residual is split along its width (``porter.families.width``, the generic
+family's default) and the cache's heads over the same axis (``cache_split``). ``step``
+and ``cache`` are the transformer's compiled functions in a run (the generic family's
 ``compiled_functions``) and run eagerly on a plain PyTorch module."""
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from porter.errors import UsageError
+from porter.families import width
 from porter.families.base import compiled_function
-from porter.recipe.schema import ActivationRule
 from porter.shims.compat import import_module
 
 if TYPE_CHECKING:
@@ -99,55 +99,21 @@ def is_far(cls) -> bool:
     return any(base.__name__ == PIPELINE for base in cls.__mro__)
 
 
-#: the modules whose outputs a block adds to its residual (batch, tokens, width):
-#: the self-attention's projection out, the cross-attention, the feed-forward layers
-WIDTH_BLOCKS = r"blocks\.\d+\.(attn1\.to_out\.0|attn2|ffn)"
-
-
-def width_split(recipe: Recipe, cls, axes: dict) -> list:
-    """The transformer's residual split along its width over the axis attention splits
-    its heads over (``attention.head_axis``, of more than one device; the batch on its
-    data axis, as attention's kernel holds it), for pipeline ``cls`` where it is FAR's
-    (None: not known before loading, a hub id without ``model.pipeline``); else none.
-    ``tp`` splits the matmuls and leaves every chip the whole tokens: each normalized,
-    modulated and added the 4,680 tokens of a 3-frame chunk in every block. Split,
-    those run on each chip's share of the width; where the weights are split over the
-    axis as Megatron splits them, the matmuls' inputs are gathered and their outputs
-    reduce-scattered instead of all-reduced (the same sums). On FAR 14B on v6e-8 a
-    3-frame call bounds at 0.076 s instead of 0.113 (benchmarks/README.md, "Chunk by
-    chunk")."""
-    axes_of = _split_axes(recipe, cls, axes)
-    if axes_of is None:
-        return []
-    batch, heads = axes_of
-    return [ActivationRule(module=WIDTH_BLOCKS, spec=[batch, None, heads])]
-
-
 def cache_split(recipe: Recipe, cls, axes: dict, config) -> dict:
     """The cache's placement in FAR's calls (their keyword inputs ``context`` and
     ``window``, layers x 2 x batch x heads x rows x head width): its heads over the
-    head axis where they divide it, as attention splits them, and the batch on its
-    data axis; where ``width_split``'s condition holds, whatever the recipe's own
-    activation rules (``config``: the transformer's, None: not known, no split).
+    axis the residual's width is split over (``width.split_axes``: attention's head
+    axis), where they divide it, and the batch on its data axis; whatever the recipe's
+    own activation rules (``config``: the transformer's, None: not known, no split).
     Left to the compiler, a run kept the compressed context whole on every chip (4.2
     GB a chip for the 14B model's 13 compressed frames, against 0.5 split over 8), and
     ``porter compile``, which places an input as the run does, held both whole."""
-    axes_of = _split_axes(recipe, cls, axes)
-    if axes_of is None or config is None \
-            or config.num_attention_heads % axes[axes_of[1]]:
+    found = width.split_axes(recipe, cls, axes) if cls is not None and is_far(cls) \
+        else None
+    if found is None or config is None or config.num_attention_heads % axes[found[1]]:
         return {}
-    batch, heads = axes_of
+    batch, heads = found
     return {name: [None, None, batch, heads, None, None] for name in ("context", "window")}
-
-
-def _split_axes(recipe: Recipe, cls, axes: dict) -> tuple[str | None, str] | None:
-    """(the batch's axis, the heads' axis) FAR's transformer splits over, for pipeline
-    ``cls``: the head axis where it has more than one device; None where nothing
-    splits (not FAR's, or not known before loading)."""
-    axis = recipe.attention.head_axis
-    if cls is None or not is_far(cls) or axis is None or axes.get(axis, 1) == 1:
-        return None
-    return recipe.attention.batch_axis(axes), axis
 
 
 def problems(recipe: Recipe, cls) -> list:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from porter.errors import Interrupted, NonFinite, UsageError
-from porter.families import chunked, far, wan_vae
+from porter.families import chunked, far, wan_vae, width
 from porter.families.base import Handover, ModelFamily, as_uint8, first_of
 from porter.recipe import call_args, modular
 from porter.recipe.inputs import INPUTS, KIND_NAMES, latents_names
@@ -223,9 +223,9 @@ class GenericFamily(ModelFamily):
         return runnable(name)
 
     def default_activations(self, recipe: Recipe, name: str, axes: dict) -> list:
-        """AnyFlow FAR's transformer: its residual split along the width under the head
-        axis (``far.width_split``)."""
-        return far.width_split(recipe, self.concrete_class(recipe), axes) \
+        """The residual of AnyFlow FAR's and SkyReels-V2 diffusion forcing's
+        transformers split along its width under the head axis (``width``)."""
+        return width.width_split(recipe, self.concrete_class(recipe), axes) \
             if name == "transformer" else []
 
     def default_inputs(self, recipe: Recipe, name: str, axes: dict, config) -> dict:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from models.anyflow_far import build_anyflow_far_pipeline
 
-from porter.families import far
+from porter.families import far, width
 
 TESTS = Path(__file__).resolve().parents[1]
 # (chunks, frames): one latent frame a chunk; chunks of several frames, the first
@@ -207,7 +207,7 @@ def test_a_run_compiles_the_same_programs_for_any_length(tmp_path):
 @pytest.mark.slow
 def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path, monkeypatch):
     """Under a head axis of two devices FAR's transformer splits each block's residual
-    along its width (``far.width_split``, its family's default) and its cache's heads
+    along its width (``width.width_split``, its family's default) and its cache's heads
     (``far.cache_split``, placed on every call of its programs): the video is the one
     device's, within a level; a recipe's own rules (none here) replace the default."""
     import json
@@ -234,7 +234,7 @@ def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path, mo
     family = loaded().family("generic")
     rules = family.default_activations(load(tmp_path / "r.yaml", split), "transformer",
                                        {"tp": 2})
-    assert [(rule.module, rule.spec) for rule in rules] == [(far.WIDTH_BLOCKS,
+    assert [(rule.module, rule.spec) for rule in rules] == [(width.WIDTH_BLOCKS,
                                                             [None, None, "tp"])]
     # each block's three updates of its residual are what the rule constrains
     hooks = sharding.constrain_activations(pipe.transformer, None, rules)

@@ -1,0 +1,76 @@
+"""A Wan-style transformer's residual split along its width under ``tp``
+(porter/families/width.py): which pipelines take it, and a SkyReels-V2 diffusion
+forcing video split as the unsplit one (AnyFlow FAR's: tests/families/test_far.py)."""
+
+import json
+
+import diffusers
+import numpy as np
+import pytest
+from models.helios import build_helios_pipeline
+from models.skyreels_v2_df import build_skyreels_v2_df_pipeline
+
+from porter.families import width
+from porter.recipe import load
+
+RECIPE = """\
+model: {family: generic, source: %s, pipeline: SkyReelsV2DiffusionForcingPipeline}
+generate: {prompt: "a cat", height: 16, width: 16, frames: 17, steps: 2,
+           guidance_scale: 6.0, max_sequence_length: 16,
+           extra: {base_num_frames: 9, overlap_history: 5}}
+"""
+HELIOS = """\
+model: {family: generic, source: %s, pipeline: HeliosPipeline}
+generate: {prompt: "a cat", height: 16, width: 16, frames: 5, steps: 2,
+           guidance_scale: 1.0, max_sequence_length: 16,
+           extra: {num_latent_frames_per_chunk: 2}}
+"""
+#: the weights split as recipes/wan-generic-base.yaml splits them (Megatron's)
+WEIGHTS = [{"match": r"blocks\.\d+\.attn[12]\.to_[qkv]\.(weight|bias)", "spec": ["tp"]},
+           {"match": r"blocks\.\d+\.attn[12]\.to_out\.0\.weight", "spec": [None, "tp"]},
+           {"match": r"blocks\.\d+\.ffn\.net\.0\.proj\.(weight|bias)", "spec": ["tp"]},
+           {"match": r"blocks\.\d+\.ffn\.net\.2\.weight", "spec": [None, "tp"]}]
+SPLIT = ["mesh={tp: 2}", "attention.head_axis=tp",
+         f"sharding.weights.transformer={json.dumps(WEIGHTS)}"]
+
+
+def test_the_pipelines_that_modulate_by_frame_split_their_residual(tmp_path):
+    """FAR's, Helios's and SkyReels-V2 diffusion forcing's pipelines split under a
+    head axis of more than one device (a frame's timestep modulates its tokens, whole
+    on every chip otherwise); plain Wan's do not (a few percent, benchmarks/README.md),
+    nor a pipeline not known before loading."""
+    for name in ("AnyFlowFARPipeline", "HeliosPipeline", "HeliosPyramidPipeline",
+                 "SkyReelsV2DiffusionForcingPipeline",
+                 "SkyReelsV2DiffusionForcingImageToVideoPipeline",
+                 "SkyReelsV2DiffusionForcingVideoToVideoPipeline"):
+        assert width.splits(getattr(diffusers, name)), name
+    for name in ("WanPipeline", "SkyReelsV2Pipeline", "LTXPipeline"):
+        assert not width.splits(getattr(diffusers, name)), name
+    (tmp_path / "r.yaml").write_text(RECIPE % tmp_path)
+    recipe, cls = load(tmp_path / "r.yaml", SPLIT), diffusers.SkyReelsV2DiffusionForcingPipeline
+    assert [(r.module, r.spec) for r in width.width_split(recipe, cls, {"tp": 2})] == \
+        [(width.WIDTH_BLOCKS, [None, None, "tp"])]
+    assert width.width_split(recipe, cls, {"tp": 1}) == []
+    assert width.width_split(recipe, None, {"tp": 2}) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build, recipe", [(build_skyreels_v2_df_pipeline, RECIPE),
+                                           (build_helios_pipeline, HELIOS)],
+                         ids=["skyreels-df", "helios"])
+def test_a_video_split_is_the_unsplit_one(tmp_path, build, recipe):
+    """SkyReels-V2 diffusion forcing and Helios over ``tp=2`` with the default split:
+    the video of the same run unsplit, within a level; the record says the split."""
+    import porter
+
+    build().save_pretrained(tmp_path / "model")
+    (tmp_path / "r.yaml").write_text(recipe % (tmp_path / "model"))
+    videos, splits = [], []
+    for overrides in (SPLIT, [*SPLIT, "sharding.activations.transformer=[]"]):
+        with porter.load(tmp_path / "r.yaml", *overrides) as pipe:
+            made = pipe.generate()
+        videos.append(made.frames.astype(int))
+        splits.append(made.record["weights"]["components"]["transformer"]
+                      .get("default_split"))
+    assert splits == [["tp"], None]
+    assert np.abs(videos[0] - videos[1]).max() <= 1
