@@ -223,7 +223,7 @@ class GenericFamily(ModelFamily):
         return runnable(name)
 
     def default_activations(self, recipe: Recipe, name: str, axes: dict) -> list:
-        """The residual of AnyFlow FAR's and SkyReels-V2 diffusion forcing's
+        """The residual of AnyFlow FAR's, Helios's and SkyReels-V2 diffusion forcing's
         transformers split along its width under the head axis (``width``)."""
         return width.width_split(recipe, self.concrete_class(recipe), axes) \
             if name == "transformer" else []

@@ -12,8 +12,9 @@ reduce-scattered instead of all-reduced (the same sums). The generic family give
 split by default (``default_activations``). On v6e-8: a 3-frame call of FAR 14B bounds
 at 0.076 s instead of 0.113, a call of a SkyReels-V2 DF 14B window at 0.55 s instead
 of 2.20, Helios's largest pyramid stage at 0.126 s instead of 0.497
-(benchmarks/README.md). Plain Wan's transformer modulates by sample and gains 3%: it
-is left as it was."""
+(benchmarks/README.md). Wan 2.1's transformer modulates by sample and gains 3% (a
+4-block copy of the 14B): plain Wan's pipelines are left as they were (Wan 2.2 TI2V-5B
+modulates by token, and is not measured split)."""
 
 from __future__ import annotations
 

@@ -37,8 +37,8 @@ SPLIT = ["mesh={tp: 2}", "attention.head_axis=tp",
 def test_the_pipelines_that_modulate_by_frame_split_their_residual(tmp_path):
     """FAR's, Helios's and SkyReels-V2 diffusion forcing's pipelines split under a
     head axis of more than one device (a frame's timestep modulates its tokens, whole
-    on every chip otherwise); plain Wan's do not (a few percent, benchmarks/README.md),
-    nor a pipeline not known before loading."""
+    on every chip otherwise); plain Wan's do not (Wan 2.1 gains 3%,
+    benchmarks/README.md), nor a pipeline not known before loading."""
     for name in ("AnyFlowFARPipeline", "HeliosPipeline", "HeliosPyramidPipeline",
                  "SkyReelsV2DiffusionForcingPipeline",
                  "SkyReelsV2DiffusionForcingImageToVideoPipeline",
@@ -59,12 +59,20 @@ def test_the_pipelines_that_modulate_by_frame_split_their_residual(tmp_path):
                                            (build_helios_pipeline, HELIOS)],
                          ids=["skyreels-df", "helios"])
 def test_a_video_split_is_the_unsplit_one(tmp_path, build, recipe):
-    """SkyReels-V2 diffusion forcing and Helios over ``tp=2`` with the default split:
+    """SkyReels-V2 diffusion forcing and Helios over ``tp=2`` with the default split
+    (the generic family's, constraining each block's three updates of its residual):
     the video of the same run unsplit, within a level; the record says the split."""
     import porter
+    from porter.registry import loaded
+    from porter.transforms import sharding
 
-    build().save_pretrained(tmp_path / "model")
+    model = build()
+    model.save_pretrained(tmp_path / "model")
     (tmp_path / "r.yaml").write_text(recipe % (tmp_path / "model"))
+    rules = loaded().family("generic").default_activations(
+        load(tmp_path / "r.yaml", SPLIT), "transformer", {"tp": 2})
+    hooks = sharding.constrain_activations(model.transformer, None, rules)
+    assert len(hooks) == 3 * model.transformer.config.num_layers
     videos, splits = [], []
     for overrides in (SPLIT, [*SPLIT, "sharding.activations.transformer=[]"]):
         with porter.load(tmp_path / "r.yaml", *overrides) as pipe:
