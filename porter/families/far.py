@@ -40,6 +40,7 @@ and ``cache`` are the transformer's compiled functions in a run (the generic fam
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
@@ -108,8 +109,9 @@ def cache_split(recipe: Recipe, cls, axes: dict, config) -> dict:
     Left to the compiler, a run kept the compressed context whole on every chip (4.2
     GB a chip for the 14B model's 13 compressed frames, against 0.5 split over 8), and
     ``porter compile``, which places an input as the run does, held both whole."""
-    found = width.split_axes(recipe, cls, axes) if cls is not None and is_far(cls) \
-        else None
+    if cls is None or not is_far(cls):  # (the residual's split is not FAR's alone)
+        return {}
+    found = width.split_axes(recipe, cls, axes)
     if found is None or config is None or config.num_attention_heads % axes[found[1]]:
         return {}
     batch, heads = found
@@ -206,7 +208,7 @@ def cache(model, hidden_states, text, context, where, layout: Layout,
     # ran the blockwise fallback, most of a cache call's bytes)
     sizes = ([leaving * layout.compressed] if leaving else []) \
         + [n * layout.full for n in chunks]
-    ends = [sum(sizes[:i + 1]) for i in range(len(sizes))]
+    ends = list(itertools.accumulate(sizes))
     seen = torch.arange(context.shape[-2], device=device) < where[0]
     keys, values = [], []
     for index, block in enumerate(model.blocks):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from models.anyflow_far import build_anyflow_far_pipeline
+from support import WAN_TP2
 
 from porter.families import far, width
 
@@ -210,8 +211,6 @@ def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path, mo
     along its width (``width.width_split``, its family's default) and its cache's heads
     (``far.cache_split``, placed on every call of its programs): the video is the one
     device's, within a level; a recipe's own rules (none here) replace the default."""
-    import json
-
     import porter
     from porter.recipe import load
     from porter.registry import loaded
@@ -224,13 +223,7 @@ def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path, mo
         "generate: {prompt: a cat, height: 16, width: 16, frames: 9, steps: 2,\n"
         "           guidance_scale: 6.0, max_sequence_length: 16,\n"
         "           extra: {chunk_partition: [1, 1, 1]}}\n")
-    # the weights split as recipes/wan-generic-base.yaml splits them (Megatron's)
-    weights = [{"match": r"blocks\.\d+\.attn[12]\.to_[qkv]\.(weight|bias)", "spec": ["tp"]},
-               {"match": r"blocks\.\d+\.attn[12]\.to_out\.0\.weight", "spec": [None, "tp"]},
-               {"match": r"blocks\.\d+\.ffn\.net\.0\.proj\.(weight|bias)", "spec": ["tp"]},
-               {"match": r"blocks\.\d+\.ffn\.net\.2\.weight", "spec": [None, "tp"]}]
-    split = ["mesh={tp: 2}", "attention.head_axis=tp",
-             f"sharding.weights.transformer={json.dumps(weights)}"]
+    split = WAN_TP2
     family = loaded().family("generic")
     rules = family.default_activations(load(tmp_path / "r.yaml", split), "transformer",
                                        {"tp": 2})

@@ -2,13 +2,12 @@
 (porter/families/width.py): which pipelines take it, and a SkyReels-V2 diffusion
 forcing video split as the unsplit one (AnyFlow FAR's: tests/families/test_far.py)."""
 
-import json
-
 import diffusers
 import numpy as np
 import pytest
 from models.helios import build_helios_pipeline
 from models.skyreels_v2_df import build_skyreels_v2_df_pipeline
+from support import WAN_TP2
 
 from porter.families import width
 from porter.recipe import load
@@ -25,13 +24,7 @@ generate: {prompt: "a cat", height: 16, width: 16, frames: 5, steps: 2,
            guidance_scale: 1.0, max_sequence_length: 16,
            extra: {num_latent_frames_per_chunk: 2}}
 """
-#: the weights split as recipes/wan-generic-base.yaml splits them (Megatron's)
-WEIGHTS = [{"match": r"blocks\.\d+\.attn[12]\.to_[qkv]\.(weight|bias)", "spec": ["tp"]},
-           {"match": r"blocks\.\d+\.attn[12]\.to_out\.0\.weight", "spec": [None, "tp"]},
-           {"match": r"blocks\.\d+\.ffn\.net\.0\.proj\.(weight|bias)", "spec": ["tp"]},
-           {"match": r"blocks\.\d+\.ffn\.net\.2\.weight", "spec": [None, "tp"]}]
-SPLIT = ["mesh={tp: 2}", "attention.head_axis=tp",
-         f"sharding.weights.transformer={json.dumps(WEIGHTS)}"]
+SPLIT = WAN_TP2
 
 
 def test_the_pipelines_that_modulate_by_frame_split_their_residual(tmp_path):

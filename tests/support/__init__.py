@@ -16,6 +16,15 @@ def vae_split_rule(axes: str = "[dp, tp]") -> str:
 
     return f"sharding.activations.vae=[{{module: '{VAE_BLOCKS}', spec: ['...', {axes}]}}]"
 
+
+#: a Wan-style transformer over ``tp=2`` with its heads there and its weights split as
+#: recipes/wan-generic-base.yaml splits them (Megatron's), as recipe overrides
+WAN_TP2 = ["mesh={tp: 2}", "attention.head_axis=tp", "sharding.weights.transformer=["
+           r"{match: 'blocks\.\d+\.attn[12]\.to_[qkv]\.(weight|bias)', spec: [tp]}, "
+           r"{match: 'blocks\.\d+\.attn[12]\.to_out\.0\.weight', spec: [null, tp]}, "
+           r"{match: 'blocks\.\d+\.ffn\.net\.0\.proj\.(weight|bias)', spec: [tp]}, "
+           r"{match: 'blocks\.\d+\.ffn\.net\.2\.weight', spec: [null, tp]}]"]
+
 TINY_RECIPE = """\
 model: {family: wan, source: tiny}
 generate:

@@ -316,13 +316,13 @@ def sharded_inputs(b: Building, name: str) -> dict:
     return sharding.input_specs(b.recipe, name, b.runtime.axes, b.family, b.modules[name])
 
 
-def _on_one_device(b: Building, name: str, piecewise: list) -> bool:
+def _on_one_device(b: Building, name: str, piecewise: list, inputs: dict) -> bool:
     """Does a compiled component run on one device of the mesh: nothing shards it (no
-    weight rule, no activation rule, no input sharding), it is compiled whole, and the
-    mesh has more than one device?"""
+    weight rule, no activation rule, no input sharding: ``inputs``, its
+    ``sharded_inputs``), it is compiled whole, and the mesh has more than one device?"""
     return (name in b.placement.unsharded and b.runtime.mesh.devices.size > 1
             and b.compile.rules[name].modules is None and name not in piecewise
-            and not sharded_inputs(b, name))
+            and not inputs)
 
 
 def _apply(b: Building) -> None:
@@ -341,10 +341,11 @@ def _apply(b: Building) -> None:
             component = apply(b.modules[name], rule, b.compile.traces, name,
                               b.runtime.xla_options, b.compile.splits,
                               b.family.compiled_functions.get(name))
-        if specs := sharded_inputs(b, name):
+        specs = sharded_inputs(b, name)
+        if specs:
             component = sharding.ShardedInputs(component, specs, b.runtime,
                                                b.family.compiled_functions.get(name, ()))
-        elif _on_one_device(b, name, piecewise):
+        elif _on_one_device(b, name, piecewise, specs):
             placement.on_one_device(component, b.runtime)
             b.compile.one_device.add(name)
         setattr(b.pipe, name, component)
@@ -356,7 +357,7 @@ def _abstract(b: Building) -> None:
     for name, rule in b.compile.rules.items():
         if name not in b.modules:
             continue
-        if _on_one_device(b, name, piecewise):
+        if _on_one_device(b, name, piecewise, sharded_inputs(b, name)):
             b.compile.one_device.add(name)
         no_cache(b.modules[name])  # traced as a run traces it
         if rule.scan and rule.modules is None and name not in piecewise:
