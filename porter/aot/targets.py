@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from porter.errors import UsageError
 from porter.runtime.chips import CHIPS, Chip
-from porter.runtime.environment import quiet_libtpu
+from porter.runtime.environment import quiet_libtpu, roomy_libtpu_stacks
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,7 @@ def devices(target: Target) -> list:
                          hint="pip install 'porter[tpu]' (libtpu, the version this JAX "
                               "pins; about 700 MB)")
     quiet_libtpu()
+    roomy_libtpu_stacks()
     from jax.experimental import topologies
 
     found = topologies.get_topology_desc(topology_name=target.topology, platform="tpu",

@@ -31,6 +31,7 @@ def configure(platform: str, cpu_devices: int | None) -> None:
         environment.request_platform(platform)
     if cpu_devices:
         environment.request_cpu_devices(cpu_devices)
+    environment.roomy_libtpu_stacks()
     if not environment.tpu_attached():
         environment.quiet_libtpu()
     environment.return_freed_memory()

@@ -96,6 +96,27 @@ def quiet_libtpu() -> None:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
+#: libtpu lowers a program's operations on fibers, each with a stack of its own, and
+#: their default stack is too small for some programs: for TPU7x (v7x) the lowering of
+#: UMT5-XXL's encoder (the text encoder of Wan and of the pipelines built on it) ended
+#: the process with "SIGSEGV STACK OVERFLOW" in the convolution emitter's cost model
+#: (libtpu 0.0.42.1; two of its 24 layers suffice), where 256 KiB was enough. 8 MiB,
+#: a thread's usual stack: the peak memory of that compile did not change (2.0 GB).
+FIBER_STACK_FLAG = "--fibers_default_thread_stack_size"
+FIBER_STACK_BYTES = 8 << 20
+
+
+def roomy_libtpu_stacks() -> None:
+    """Give libtpu's fibers a stack its lowering does not overflow (it reads
+    LIBTPU_INIT_ARGS when it starts), unless the environment sets one itself."""
+    import importlib.util
+
+    given = os.environ.get("LIBTPU_INIT_ARGS", "")
+    if FIBER_STACK_FLAG in given or importlib.util.find_spec("libtpu") is None:
+        return  # the user's choice, or no libtpu to tell (an unknown flag would end it)
+    os.environ["LIBTPU_INIT_ARGS"] = f"{given} {FIBER_STACK_FLAG}={FIBER_STACK_BYTES}".strip()
+
+
 def tpu_attached() -> bool:
     """Does this machine have TPU chips (as JAX finds them: on its PCI bus)? Where libtpu
     is installed (``porter compile`` needs it) but no TPU is, JAX still starts libtpu,

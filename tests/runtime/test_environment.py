@@ -12,3 +12,24 @@ def test_request_cpu_devices_sets_flag_before_import(monkeypatch):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "3"
+
+
+def test_libtpus_fiber_stack_is_set_unless_the_environment_sets_it(monkeypatch):
+    """libtpu reads LIBTPU_INIT_ARGS when it starts: Porter adds its fibers' stack to
+    what the user gave, and keeps the user's own stack size where one is given."""
+    import importlib.util
+
+    from porter.runtime import environment
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_example=1")
+    environment.roomy_libtpu_stacks()
+    assert os.environ["LIBTPU_INIT_ARGS"] == (
+        f"--xla_tpu_example=1 {environment.FIBER_STACK_FLAG}={8 << 20}")
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", f"{environment.FIBER_STACK_FLAG}=1024")
+    environment.roomy_libtpu_stacks()
+    assert os.environ["LIBTPU_INIT_ARGS"] == f"{environment.FIBER_STACK_FLAG}=1024"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # no libtpu
+    monkeypatch.delenv("LIBTPU_INIT_ARGS")
+    environment.roomy_libtpu_stacks()
+    assert "LIBTPU_INIT_ARGS" not in os.environ
