@@ -292,6 +292,11 @@ def _apply(b: Building) -> None:
             b.placement.reports[name]["default_split"] = [
                 axis for entry in spec if entry not in (None, sharding.LEADING)
                 for axis in ([entry] if isinstance(entry, str) else entry)]
+        # the family's placement of the inputs its calls are given (FAR's cache)
+        inputs = sharding.family_inputs(b.recipe, name, b.runtime.axes, b.family,
+                                        getattr(component, "config", None))
+        if inputs:
+            b.placement.reports[name]["default_inputs"] = inputs
     refuse_unscaled([refusal for weights in b.load.weights.values()
                      for refusal in weights.unscaled.values()])
     refuse_nonfinite(nonfinite, b.recipe)
@@ -380,9 +385,20 @@ def _detail(c: Checking) -> str:
     activations = sum(len(rules) for rules in recipe.sharding.activations.values())
     mesh = " x ".join(f"{axis}={size}" for axis, size in recipe.mesh.items())
     return (f"mesh {mesh}: {weights} weight rule(s), {activations} activation rule(s)"
-            + (", transformer inputs sharded" if recipe.sharding.inputs else "")
+            + _inputs_detail(c)
             + (f"; the transformer's tokens over {' x '.join(tokens)}"
                if (tokens := sharding.token_axes(recipe.mesh)) else ""))
+
+
+def _inputs_detail(c: Checking) -> str:
+    """The transformer's keyword inputs placed on the mesh: the recipe's
+    (``sharding.inputs``) and its family's own (``default_inputs``)."""
+    transformer = (c.modules or {}).get("transformer")
+    family = [] if None in (c.family, transformer, c.axes) else list(sharding.family_inputs(
+        c.recipe, "transformer", c.axes, c.family, transformer.config))
+    said = [f"{whose}: {', '.join(names)}" for whose, names in (
+        ("the recipe's", list(c.recipe.sharding.inputs)), ("its family's", family)) if names]
+    return f", transformer inputs sharded ({'; '.join(said)})" if said else ""
 
 
 PASS = Pass(

@@ -432,16 +432,26 @@ def vae_split(name: str, module, runtime: Runtime) -> list[ActivationRule]:
     return [ActivationRule(module=VAE_BLOCKS, spec=[LEADING, axes])]
 
 
+def family_inputs(recipe: Recipe, name: str, axes: dict, family: ModelFamily,
+                  config) -> dict:
+    """Keyword input -> spec of the family's own placement of component ``name``'s
+    inputs (``default_inputs``, given its ``config``) that the recipe's
+    ``sharding.inputs`` leaves (a transformer's; other components take none)."""
+    if not name.startswith("transformer"):
+        return {}
+    found = family.default_inputs(recipe, name, axes, config)
+    return {k: spec for k, spec in found.items() if k not in recipe.sharding.inputs}
+
+
 def input_specs(recipe: Recipe, name: str, axes: dict, family: ModelFamily,
                 module) -> dict:
     """Keyword input -> spec for component ``name``'s calls (its compiled functions'
-    too): a transformer's are its family's default (``default_inputs``, given
-    ``module``'s config) under the recipe's ``sharding.inputs``, input by input;
-    other components take none."""
+    too): the family's (``family_inputs``, given ``module``'s config) and the
+    recipe's ``sharding.inputs``."""
     if not name.startswith("transformer"):
         return {}
-    found = family.default_inputs(recipe, name, axes, getattr(module, "config", None))
-    return {**found, **recipe.sharding.inputs}
+    config = getattr(module, "config", None)
+    return {**family_inputs(recipe, name, axes, family, config), **recipe.sharding.inputs}
 
 
 class ShardedInputs:

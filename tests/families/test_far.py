@@ -206,7 +206,8 @@ def test_a_run_compiles_the_same_programs_for_any_length(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path, monkeypatch):
+def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path, monkeypatch,
+                                                                   capsys):
     """Under a head axis of two devices FAR's transformer splits each block's residual
     along its width (``width.width_split``, its family's default) and its cache's heads
     (``far.cache_split``, placed on every call of its programs): the video is the one
@@ -252,14 +253,23 @@ def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path, mo
         return kwargs
 
     monkeypatch.setattr(sharding.ShardedInputs, "_placed", recorded)
-    videos, splits = [], []
+    videos, splits, inputs = [], [], []
     for overrides in ([], split, [*split, "sharding.activations.transformer=[]"]):
         with porter.load(tmp_path / "r.yaml", *overrides) as pipe:
             made = pipe.generate()
         videos.append(made.frames.astype(int))
-        splits.append(made.record["weights"]["components"]["transformer"]
-                      .get("default_split"))
+        record = made.record["weights"]["components"]["transformer"]
+        splits.append(record.get("default_split"))
+        inputs.append(record.get("default_inputs"))
     assert splits == [None, ["tp"], None]  # the default applied, and only where it may
+    # the cache's placement is recorded, and `porter plan` says whose it is
+    assert inputs == [None, {"context": heads, "window": heads},
+                      {"context": heads, "window": heads}]
+    from porter import cli
+    assert cli.main(["plan", str(tmp_path / "r.yaml"), "--devices", "2", *split,
+                     'sharding.inputs={"window": [null]}']) == 0
+    assert ("transformer inputs sharded (the recipe's: window; its family's: context)"
+            in capsys.readouterr().out)
     assert placed and set(placed) == {str(sharding.partition_spec(heads))}
     assert np.abs(videos[1] - videos[0]).max() <= 1
     assert np.abs(videos[2] - videos[0]).max() <= 1
