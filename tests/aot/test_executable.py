@@ -218,3 +218,44 @@ def test_a_kill_while_compiling_stops_the_command_not_reported_as_a_refusal(monk
     with pytest.raises(Interrupted):
         executable.compile_program(port, executable.Program("vae", "decode", {}))
 
+
+
+def test_a_compiled_call_places_the_familys_inputs_as_a_run_does(tmp_path):
+    """`porter compile` gives a program's keyword inputs the run's placement: the
+    family's default (FAR's cache, its heads over the head axis) under the recipe's
+    own `sharding.inputs`, everything else replicated; a component on one device
+    takes everything there."""
+    from types import SimpleNamespace
+
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+    from porter.aot import executable
+    from porter.aot.programs import Program
+
+    mesh = Mesh(np.array(jax.devices()[:2]), ("tp",))
+    registry = registry_mod.loaded()
+    (tmp_path / "r.yaml").write_text(
+        "model: {family: generic, source: unused, pipeline: AnyFlowFARPipeline}\n"
+        "generate: {prompt: a cat}\nmesh: {tp: 2}\nattention: {head_axis: tp}\n")
+
+    def shardings(*overrides, one_device=False):
+        made = recipe.load(tmp_path / "r.yaml", list(overrides))
+        port = SimpleNamespace(recipe=made, family=registry.family("generic"),
+                               runtime=SimpleNamespace(mesh=mesh, axes={"tp": 2}))
+        component = SimpleNamespace(
+            one_device=one_device, module=SimpleNamespace(
+                config=SimpleNamespace(num_attention_heads=2)))
+        program = Program("transformer", "far_step")
+        return executable._input_shardings(port, component, program)
+
+    heads = NamedSharding(mesh, PartitionSpec(None, None, None, "tp", None, None))
+    found = shardings()
+    assert found.get(("kwargs", "context")) == heads == found.get(("kwargs", "window"))
+    assert found.get(("kwargs", "hidden_states")) == NamedSharding(mesh, PartitionSpec())
+    found = shardings('sharding.inputs={"window": [null]}')
+    assert found.get(("kwargs", "context")) == heads
+    assert found.get(("kwargs", "window")) == NamedSharding(mesh, PartitionSpec(None))
+    assert isinstance(shardings(one_device=True).get(("kwargs", "context")),
+                      SingleDeviceSharding)
