@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from porter.errors import UsageError
 from porter.runtime.chips import CHIPS, Chip
-from porter.runtime.environment import quiet_libtpu, roomy_libtpu_stacks
+from porter.runtime.environment import libtpu_installed, quiet_libtpu, roomy_libtpu_stacks
 
 
 @dataclass(frozen=True)
@@ -85,11 +85,7 @@ def named(name: str) -> Target:
 
 def libtpu_missing() -> str | None:
     """Why this machine cannot compile for a TPU (None: it can)."""
-    import importlib.util
-
-    if importlib.util.find_spec("libtpu") is None:
-        return "libtpu is not installed"
-    return None
+    return None if libtpu_installed() else "libtpu is not installed"
 
 
 def devices(target: Target) -> list:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 def environment(runtime: Runtime) -> dict:
     """What else decides the compiled programs: XLA's flags and Porter's options."""
     return {"XLA_FLAGS": os.environ.get("XLA_FLAGS"),
+            "LIBTPU_INIT_ARGS": os.environ.get("LIBTPU_INIT_ARGS"),
             "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS"),
             "xla_options": runtime.xla_options}
 

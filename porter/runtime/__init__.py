@@ -26,13 +26,15 @@ if TYPE_CHECKING:
 
 
 def configure(platform: str, cpu_devices: int | None) -> None:
-    """Set what JAX reads when it starts: platform and virtual CPU device count."""
+    """Set what JAX reads when it starts: platform, virtual CPU device count, libtpu's
+    settings."""
     if platform != "auto":
         environment.request_platform(platform)
     if cpu_devices:
         environment.request_cpu_devices(cpu_devices)
-    environment.roomy_libtpu_stacks()
-    if not environment.tpu_attached():
+    if environment.tpu_attached():
+        environment.roomy_libtpu_stacks()  # (elsewhere libtpu only starts to compile)
+    else:
         environment.quiet_libtpu()
     environment.return_freed_memory()
 

@@ -102,28 +102,46 @@ def quiet_libtpu() -> None:
 #: the process with "SIGSEGV STACK OVERFLOW" in the convolution emitter's cost model
 #: (libtpu 0.0.42.1; two of its 24 layers suffice), where 256 KiB was enough. 8 MiB,
 #: a thread's usual stack: the peak memory of that compile did not change (2.0 GB).
-FIBER_STACK_FLAG = "--fibers_default_thread_stack_size"
+FIBER_STACK_FLAG = "fibers_default_thread_stack_size"
 FIBER_STACK_BYTES = 8 << 20
 
 
-def roomy_libtpu_stacks() -> None:
-    """Give libtpu's fibers a stack its lowering does not overflow (it reads
-    LIBTPU_INIT_ARGS when it starts), unless the environment sets one itself."""
+def libtpu_installed() -> bool:
     import importlib.util
 
+    return importlib.util.find_spec("libtpu") is not None
+
+
+def roomy_libtpu_stacks() -> None:
+    """Give libtpu's fibers a stack its lowering does not overflow: it reads
+    LIBTPU_INIT_ARGS once, when it starts. Left as it is where the environment sets a
+    stack itself, where libtpu has started already (the setting would change nothing
+    but JAX's compile cache keys, which hash it), and where there is no libtpu. libtpu
+    ends a process on a flag it does not know: the libtpu `porter[tpu]` pins knows it."""
     given = os.environ.get("LIBTPU_INIT_ARGS", "")
-    if FIBER_STACK_FLAG in given or importlib.util.find_spec("libtpu") is None:
-        return  # the user's choice, or no libtpu to tell (an unknown flag would end it)
-    os.environ["LIBTPU_INIT_ARGS"] = f"{given} {FIBER_STACK_FLAG}={FIBER_STACK_BYTES}".strip()
+    named = {f.lstrip("-").split("=", 1)[0] for f in given.split()}
+    if FIBER_STACK_FLAG in named or not libtpu_installed() or _libtpu_started():
+        return
+    os.environ["LIBTPU_INIT_ARGS"] = f"{given} --{FIBER_STACK_FLAG}={FIBER_STACK_BYTES}".strip()
+
+
+def _libtpu_started() -> bool:
+    """Has this process started libtpu (a TPU backend, or a topology to compile for)?"""
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src.lib import xla_client
+
+        return xla_client.pjrt_plugin_initialized("tpu")
+    except (ImportError, AttributeError, RuntimeError):  # not loaded (or no helper)
+        return False
 
 
 def tpu_attached() -> bool:
     """Does this machine have TPU chips (as JAX finds them: on its PCI bus)? Where libtpu
     is installed (``porter compile`` needs it) but no TPU is, JAX still starts libtpu,
     which logs errors unless told there is nothing to find."""
-    import importlib.util
-
-    if importlib.util.find_spec("libtpu") is None:
+    if not libtpu_installed():
         return True  # nothing to quiet
     try:
         from jax._src import hardware_utils

@@ -63,7 +63,7 @@ class Checking:
     registry: Registry
     family: ModelFamily | None  # None: the recipe names an unknown family (check only)
     modules: dict | None = None  # fit, detail: the components' sketches (``sketch``)
-    axes: dict | None = None  # fit: the mesh's axes and sizes
+    axes: dict | None = None  # fit, detail: the mesh's axes and sizes
 
 
 @dataclass(frozen=True)

@@ -394,11 +394,13 @@ def _inputs_detail(c: Checking) -> str:
     """The transformer's keyword inputs placed on the mesh: the recipe's
     (``sharding.inputs``) and its family's own (``default_inputs``)."""
     transformer = (c.modules or {}).get("transformer")
-    family = [] if None in (c.family, transformer, c.axes) else list(sharding.family_inputs(
-        c.recipe, "transformer", c.axes, c.family, transformer.config))
+    known = c.family is not None and transformer is not None and c.axes is not None
+    defaults = list(sharding.family_inputs(c.recipe, "transformer", c.axes, c.family,
+                                           transformer.config)) if known else []
     said = [f"{whose}: {', '.join(names)}" for whose, names in (
-        ("the recipe's", list(c.recipe.sharding.inputs)), ("its family's", family)) if names]
-    return f", transformer inputs sharded ({'; '.join(said)})" if said else ""
+        ("the recipe's", list(c.recipe.sharding.inputs)), ("its family's", defaults))
+        if names]
+    return f", transformer inputs placed ({'; '.join(said)})" if said else ""
 
 
 PASS = Pass(

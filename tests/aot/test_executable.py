@@ -219,7 +219,6 @@ def test_a_kill_while_compiling_stops_the_command_not_reported_as_a_refusal(monk
         executable.compile_program(port, executable.Program("vae", "decode", {}))
 
 
-
 def test_a_compiled_call_places_the_familys_inputs_as_a_run_does(tmp_path):
     """`porter compile` gives a program's keyword inputs the run's placement: the
     family's default (FAR's cache, its heads over the head axis) under the recipe's

@@ -17,8 +17,9 @@ from support.aot import needs_libtpu
 
 def user_porter(*args, timeout=600):
     """The porter command as a user's shell runs it: a new process, nothing imported,
-    no JAX settings in the environment (the tests' own are removed)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    no JAX or libtpu settings in the environment (the tests' own are removed)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XLA_FLAGS", "JAX_PLATFORMS", "LIBTPU_INIT_ARGS")}
     return subprocess.run([sys.executable, "-m", "porter.cli", *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
 

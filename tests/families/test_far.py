@@ -205,6 +205,32 @@ def test_a_run_compiles_the_same_programs_for_any_length(tmp_path):
     assert np.abs((expected * 255).round() - videos[8]).max() <= 1
 
 
+def test_plan_names_the_inputs_the_recipe_and_the_family_place(tmp_path):
+    """`porter plan`'s placement line names the transformer's inputs placed on the
+    mesh: the recipe's own, then FAR's cache where its heads divide the head axis."""
+    from types import SimpleNamespace
+
+    from porter.recipe import load
+    from porter.registry import loaded
+    from porter.transforms import Checking, placement
+
+    (tmp_path / "r.yaml").write_text(
+        "model: {family: generic, source: unused, pipeline: AnyFlowFARPipeline}\n"
+        "generate: {prompt: a cat}\nattention: {head_axis: tp}\n")
+    registry = loaded()
+    sketch = SimpleNamespace(config=SimpleNamespace(num_attention_heads=2))
+
+    def detail(*overrides, tp=2):
+        recipe = load(tmp_path / "r.yaml", [f"mesh={{tp: {tp}}}", *overrides])
+        return placement._inputs_detail(Checking(
+            recipe, registry, registry.family("generic"), {"transformer": sketch}, {"tp": tp}))
+
+    assert detail() == ", transformer inputs placed (its family's: context, window)"
+    assert detail('sharding.inputs={"window": [null]}') == (
+        ", transformer inputs placed (the recipe's: window; its family's: context)")
+    assert detail(tp=4) == ""  # 2 heads do not divide 4 devices: the cache stays whole
+
+
 @pytest.mark.slow
 def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path, monkeypatch,
                                                                    capsys):
@@ -268,7 +294,7 @@ def test_the_residual_split_over_the_head_axis_makes_the_same_video(tmp_path, mo
     from porter import cli
     assert cli.main(["plan", str(tmp_path / "r.yaml"), "--devices", "2", *split,
                      'sharding.inputs={"window": [null]}']) == 0
-    assert ("transformer inputs sharded (the recipe's: window; its family's: context)"
+    assert ("transformer inputs placed (the recipe's: window; its family's: context)"
             in capsys.readouterr().out)
     assert placed and set(placed) == {str(sharding.partition_spec(heads))}
     assert np.abs(videos[1] - videos[0]).max() <= 1

@@ -11,8 +11,10 @@ from types import SimpleNamespace
 
 def user_porter(*args, timeout=600, env=None):
     """The porter command as a user's shell runs it: a new process, nothing imported,
-    no JAX settings in the environment (the tests' own are removed): one CPU device."""
-    base = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    no JAX or libtpu settings in the environment (the tests' own are removed): one CPU
+    device."""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("XLA_FLAGS", "JAX_PLATFORMS", "LIBTPU_INIT_ARGS")}
     return subprocess.run([sys.executable, "-m", "porter.cli", *map(str, args)],
                           capture_output=True, text=True, env={**base, **(env or {})},
                           timeout=timeout)
