@@ -1,4 +1,7 @@
-"""TPU slices as Cloud TPU names them, and what a machine without libtpu is told."""
+"""TPU slices as Cloud TPU names them, what a machine without libtpu is told, and what
+libtpu is started with."""
+
+import json
 
 import pytest
 
@@ -68,3 +71,40 @@ def test_a_mesh_that_splits_an_axis_of_the_torus_is_refused_naming_it():
                                      "torus (4x4x2): each mesh axis must span whole axes "
                                      "of it")
     assert targets.mesh(target, {"dp": 2, "ring": 4, "sp": 4}).devices.shape == (2, 4, 4)
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_umt5_xxl_compiles_for_v7x_where_its_lowering_overflowed_libtpus_stack(tmp_path):
+    """Wan's text encoder, UMT5-XXL, ended the compile for v7x-8 with a stack overflow
+    in libtpu's lowering (a signal, no message); two of its 24 layers suffice. Porter
+    gives libtpu's fibers a larger stack. As a user runs it, in a fresh process; a
+    weightless Wan folder with the published encoder's width (about a minute)."""
+    import shutil
+
+    from porter.loading import published
+
+    parts = published.FOLDER / "Wan-AI--Wan2.2-Animate-2-14B-Diffusers"
+    for part in ("text_encoder", "tokenizer", "vae", "scheduler"):
+        shutil.copytree(parts / part, tmp_path / part)
+    encoder = json.loads((tmp_path / "text_encoder" / "config.json").read_text())
+    assert encoder["d_model"] == 4096 and encoder["num_layers"] == 24  # UMT5-XXL
+    encoder["num_layers"] = 2
+    (tmp_path / "text_encoder" / "config.json").write_text(json.dumps(encoder))
+    (tmp_path / "transformer").mkdir()
+    (tmp_path / "transformer" / "config.json").write_text(json.dumps({
+        "_class_name": "WanTransformer3DModel", "num_layers": 1,
+        "num_attention_heads": 2, "attention_head_dim": 64, "ffn_dim": 256}))
+    (tmp_path / "model_index.json").write_text(json.dumps({
+        "_class_name": "WanPipeline", "scheduler": ["diffusers", "DPMSolverMultistepScheduler"],
+        "text_encoder": ["transformers", "UMT5EncoderModel"],
+        "tokenizer": ["transformers", "T5TokenizerFast"],
+        "transformer": ["diffusers", "WanTransformer3DModel"],
+        "vae": ["diffusers", "AutoencoderKLWan"]}))
+    out = user_porter("compile", str(RECIPES / "wan14b.yaml"), "--target", "v7x-8",
+                      "--program", "text_encoder.forward", f"model.source={tmp_path}",
+                      "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    [row] = json.loads(out.stdout)["programs"]
+    assert row["program"] == "text_encoder.forward"
+    assert row["status"] == "compiled" and row["fits"]
