@@ -31,7 +31,6 @@ def host_compiles() -> None:
     look for."""
     os.environ["JAX_PLATFORMS"] = "cpu"
     environment.quiet_libtpu()
-    environment.roomy_libtpu_stacks()
 
 
 def build(recipe: Recipe, registry: Registry, target_name: str,

@@ -2,9 +2,6 @@
 programs compiled again by themselves, a decoder per tile."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -13,15 +10,7 @@ from porter.aot import programs, targets
 
 from support import RECIPES
 from support.aot import needs_libtpu
-
-
-def user_porter(*args, timeout=600):
-    """The porter command as a user's shell runs it: a new process, nothing imported,
-    no JAX or libtpu settings in the environment (the tests' own are removed)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("XLA_FLAGS", "JAX_PLATFORMS", "LIBTPU_INIT_ARGS")}
-    return subprocess.run([sys.executable, "-m", "porter.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout)
+from support.processes import user_porter
 
 
 def test_programs_compiled_again_by_themselves_replace_their_stage():
