@@ -92,6 +92,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(build_parser(), argv)
+    args.entry = argv is None  # the porter command itself, not a call from Python
     if not args.debug:
         _quiet_libraries()
     try:

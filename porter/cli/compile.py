@@ -6,7 +6,7 @@ import json
 import sys
 
 from porter.aot.targets import TARGETS
-from porter.cli import common
+from porter.cli import child, common
 from porter.runtime import notices
 
 HELP = "compile every program of a run for a TPU, without a TPU or weights"
@@ -47,8 +47,11 @@ def add(commands) -> None:
 
 
 def handle(args) -> int:
-    from porter import registry as registry_mod, recipe# lazy: only the subcommand asked for is imported
-    from porter.commands import compile  # lazy: only the subcommand asked for is imported
+    if child.wanted(args):  # libtpu compiles in a child: a crash there becomes a message
+        return child.run(child.again(), what="porter compile", debug=args.debug)
+    from porter import recipe  # lazy: only the subcommand asked for is imported
+    from porter import registry as registry_mod
+    from porter.commands import compile
 
     compile.host_compiles()  # JAX on the CPU; libtpu only describes the target
     if args.choose_mesh:
@@ -66,7 +69,8 @@ def handle(args) -> int:
 
 
 def _choose_mesh(args) -> int:
-    from porter import registry as registry_mod, recipe  # lazy: as handle's
+    from porter import recipe
+    from porter import registry as registry_mod  # lazy: as handle's
     from porter.commands import compile  # lazy: as handle's
 
     def load(extra: list[str]):

@@ -1,0 +1,148 @@
+"""A command's work in a child process, so that a crash in native code becomes a
+message: ``porter compile`` runs the TPU's compiler (libtpu) in its own process, and
+when libtpu dies (a segmentation fault, a failed check) the process ends on the spot,
+leaving the user a page of C++ frames and no word of what Porter was doing. Run as a
+child, its status lines pass through as they come; a crash report it prints is kept
+in a file instead; and if the child dies by a signal the parent says which, during
+which of Porter's steps (its last status line), and where the report is.
+
+Only the ``porter`` command itself takes this path (``main`` with no argument list):
+the library and tests calling ``cli.main([...])`` run in their own process as before.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+#: set in the child's environment: the command runs there in-process
+CHILD = "PORTER_CHILD"
+#: where a native crash report starts: a fatal signal (Abseil's handler, as libtpu
+#: prints it, its frames' link first where another thread's handler wins), a failed
+#: check, a fatal log line, Python's own fault handler
+CRASH_START = re.compile(rb"^(\*\*\* (SIG[A-Z]+|Check failure)|https://symbolize\."
+                         rb"|F\d{4} \d\d:\d\d:\d\d|Fatal Python error)")
+#: the signals native code dies of (its own faults and aborts)
+CRASHES = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL,
+                     signal.SIGFPE})
+#: Porter's status lines (``notices.status``): what it was doing
+STATUS = b"porter: "
+
+
+def wanted(args) -> bool:
+    """Does this invocation run its work in a child: the ``porter`` command itself
+    (``args.entry``), not already in the child?"""
+    return getattr(args, "entry", False) and CHILD not in os.environ
+
+
+def again() -> list[str]:
+    """This ``porter`` command line, to run in the child."""
+    return [sys.executable, "-m", "porter.cli", *sys.argv[1:]]
+
+
+def run(command: list[str], *, what: str, debug: bool = False) -> int:
+    """``command`` (``again()``) in a child process, its exit code returned (a child
+    killed by a signal: ``_killed``). stdout passes through untouched; stderr line by
+    line, a crash report held for a file (shown as it comes with ``debug``)."""
+    child = subprocess.Popen(command, stderr=subprocess.PIPE, env={**os.environ, CHILD: "1"})
+    stream = _Stderr(shown=debug)
+    forwarded: list[int] = []
+    previous = _forward_signals(child, forwarded)
+    try:
+        for line in iter(child.stderr.readline, b""):
+            stream.feed(line)
+        code = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if code >= 0 or -code not in CRASHES:
+        stream.flush_held()  # what looked like a report's start, but nothing crashed
+    return code if code >= 0 else _killed(-code, stream, forwarded, what, debug)
+
+
+def _killed(signum: int, stream: _Stderr, forwarded: list[int], what: str,
+            debug: bool) -> int:
+    """The child died by ``signum``: said, as what it was (a stop, a kill, a native
+    crash with its report kept), and the exit code."""
+    name = _signal_name(signum)
+    if signum in forwarded or signum == signal.SIGINT:  # stopped before Porter could say
+        print(f"interrupted by {name}", file=sys.stderr)
+        return 128 + signum
+    doing = f" while {stream.doing}" if stream.doing else ""
+    if signum not in CRASHES:
+        hint = ("\n  hint: SIGKILL is what the out-of-memory killer sends: compile fewer "
+                "programs at once (--program NAME)") if signum == signal.SIGKILL else ""
+        print(f"error: {what} was killed by {name}{doing}{hint}", file=sys.stderr)
+        return 1
+    report = stream.kept()
+    print(f"error: {what} died of {name} in native code (libtpu, the TPU compiler, or "
+          f"a library beneath it){doing}", file=sys.stderr)
+    print("  hint: " + "; ".join(filter(None, [
+        f"the crash report is in {report}" if report else None,
+        "compile the other programs alone with --program NAME",
+        "LIBTPU_INIT_ARGS reaches libtpu as you set it (now: "
+        f"{os.environ.get('LIBTPU_INIT_ARGS', 'unset')})",
+        None if debug else "--debug shows the report as it comes"])), file=sys.stderr)
+    return 1
+
+
+class _Stderr:
+    """The child's stderr, passed on a line at a time until a crash report starts;
+    from there held (``kept`` writes it to a file), unless ``shown``."""
+
+    def __init__(self, shown: bool):
+        self.shown = shown
+        self.held: list[bytes] = []
+        self.doing = ""  # the last status line, without its "porter: "
+
+    def feed(self, line: bytes) -> None:
+        if line.startswith(STATUS) and not self.held:
+            self.doing = line[len(STATUS):].decode(errors="replace").strip()
+        if not self.shown and (self.held or CRASH_START.match(line)):
+            self.held.append(line)
+            return
+        sys.stderr.buffer.write(line)
+        sys.stderr.buffer.flush()
+
+    def flush_held(self) -> None:
+        sys.stderr.buffer.write(b"".join(self.held))
+        sys.stderr.buffer.flush()
+
+    def kept(self) -> str | None:
+        """The held report written to a file of its own (its path), or None."""
+        if not self.held:
+            return None
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        handle, path = tempfile.mkstemp(prefix=f"porter-crash-{stamp}-", suffix=".log")
+        with os.fdopen(handle, "wb") as out:
+            out.write(b"".join(self.held))
+        return path
+
+
+def _forward_signals(child: subprocess.Popen, forwarded: list[int]) -> dict:
+    """SIGTERM (``kill``, a scheduler's stop) passed on to the child (and noted in
+    ``forwarded``), which stops as any Porter command does; Ctrl-C reaches the child
+    from the terminal itself, so the parent only waits for it. The handlers replaced,
+    to be put back."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}  # only the main thread sets handlers
+
+    def forward(signum, frame):
+        forwarded.append(signum)
+        child.send_signal(signum)
+
+    return {signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
+            signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN)}
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
