@@ -9,6 +9,7 @@ before this existed).
     python benchmarks/chunked_stream.py
     python benchmarks/chunked_stream.py --targets v6e-8,v7x-8
     python benchmarks/chunked_stream.py --targets v6e-8 --model far
+    python benchmarks/chunked_stream.py --targets v6e-8 --model far --vae-dtype bfloat16
 
 Results: benchmarks/results/chunked-stream-cpu.json.
 
@@ -27,6 +28,9 @@ weightless layout: the transformer's default sizes, which are the released 14B's
 the same VAE, encoder and tokenizer), recipes/wan-generic-base.yaml's sharding over
 tp=8: a denoising program per chunk length, a cache program per kind, each finished
 chunk's decode. Results: benchmarks/results/far-stream-tpu.json.
+
+``--vae-dtype bfloat16`` bounds either with its VAE in bfloat16 instead of the
+recipe's float32 (a row of its own beside the recipe's, marked ``vae_dtype``).
 """
 
 import argparse
@@ -125,7 +129,7 @@ def bound_row(about: dict):
     return row
 
 
-def far_on_targets(targets: list[str], work: Path) -> None:
+def far_on_targets(targets: list[str], work: Path, vae_dtype: str | None = None) -> None:
     """AnyFlow FAR 14B's stream bounded on each target by `porter compile`: its
     transformer's fixed-shape calls (a denoising call per chunk length, a cache call
     per kind) and the decode of each finished chunk."""
@@ -142,10 +146,10 @@ def far_on_targets(targets: list[str], work: Path) -> None:
              {"match": r"(blocks\.\d+\.)?scale_shift_table", "dtype": "float32"},
              {"match": r"blocks\.\d+\.norm2\..*", "dtype": "float32"}])],
         bound_row({"model": "AnyFlow FAR 14B (weightless layout)", "size": "832x480",
-                   "frames": 81, "chunks": [1, 3, 3, 3, 3, 3, 3, 2]}))
+                   "frames": 81, "chunks": [1, 3, 3, 3, 3, 3, 3, 2]}), vae_dtype)
 
 
-def on_targets(targets: list[str], work: Path) -> None:
+def on_targets(targets: list[str], work: Path, vae_dtype: str | None = None) -> None:
     """SkyReels-V2 DF 14B's stream bounded on each target by `porter compile`."""
     folder = layout(work / "SkyReels-V2-DF-14B-540P")
     stream_runs.compiled_on(
@@ -153,7 +157,7 @@ def on_targets(targets: list[str], work: Path) -> None:
         [str(ROOT / "recipes" / "skyreels-v2-df-14b.yaml"), f"model.source={folder}",
          f"generate.frames={LONG['frames']}", f"generate.extra={json.dumps(LONG['extra'])}"],
         bound_row({"model": "SkyReels-V2 DF 14B (weightless layout)", "size": "960x544",
-                   **LONG}))
+                   **LONG}), vae_dtype)
 
 
 def main():
@@ -162,11 +166,13 @@ def main():
                         "targets (v6e-8,v7x-8) instead of the tiny models' CPU runs")
     parser.add_argument("--model", choices=("skyreels", "far"), default="skyreels",
                         help="with --targets: the model bounded (default: skyreels)")
+    parser.add_argument("--vae-dtype", choices=("float32", "bfloat16"),
+                        help="with --targets: the VAE's dtype (default: the recipe's)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="chunked-"))
     if args.targets:
         bound = far_on_targets if args.model == "far" else on_targets
-        return bound(args.targets.split(","), work)
+        return bound(args.targets.split(","), work, args.vae_dtype)
     rows = []
     for name, (builder, pipeline, call, chunks) in MODELS.items():
         folder = work / pipeline

@@ -49,19 +49,30 @@ def cold_and_warm(path: Path, work: Path, about: dict, *overrides: str) -> list[
     return rows
 
 
-def compiled_on(targets: list[str], out: Path, argv: list[str], row_of) -> None:
+#: the VAE's dtype a bound was compiled with, where the recipe's was overridden
+#: (``--vae-dtype``): a row's variant beside its target
+VAE_DTYPE = "vae_dtype"
+
+
+def compiled_on(targets: list[str], out: Path, argv: list[str], row_of,
+                vae_dtype: str | None = None) -> None:
     """``porter compile ARGV --target T --json`` for each target, each report made a row
     by ``row_of(target, report, video)`` (its video bound, {} where none) or an error
-    row, saved to ``out`` as it comes; the rows of other targets already there kept."""
+    row, saved to ``out`` as it comes; the rows already there for other targets, or for
+    another VAE dtype, kept. ``vae_dtype``: the VAE's dtype instead of the recipe's
+    (``dtypes.components.vae``), recorded in the row."""
+    if vae_dtype is not None:
+        argv = [*argv, f"dtypes.components.vae={vae_dtype}"]
+    variant = {VAE_DTYPE: vae_dtype} if vae_dtype is not None else {}
     rows = [row for row in (json.loads(out.read_text()) if out.exists() else [])
-            if row["target"] not in targets]
+            if row["target"] not in targets or row.get(VAE_DTYPE) != vae_dtype]
     for target in targets:
         done = subprocess.run([sys.executable, "-m", "porter.cli", "compile", *argv,
                                "--target", target, "--json"], capture_output=True, text=True)
         if not done.stdout.strip().startswith("{"):
-            rows.append({"target": target, "error": done.stderr.strip()[-2000:]})
+            rows.append({"target": target, **variant, "error": done.stderr.strip()[-2000:]})
         else:
             report = json.loads(done.stdout)
-            rows.append(row_of(target, report, report["video"] or {}))
+            rows.append({**row_of(target, report, report["video"] or {}), **variant})
             print(json.dumps(rows[-1], indent=1), flush=True)
         save(out, rows)

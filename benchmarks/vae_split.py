@@ -1,10 +1,11 @@
 """A real-width VAE decode over CPU devices: one device, 8 virtual devices with the
 feature maps split over width (the rule ``porter.transforms.sharding.vae_split`` gives
-an accelerator mesh), and 8 devices with the VAE kept whole (``activations: {vae:
-[]}``: it runs on one of them). Each in a fresh process (tests/models/
-decode_latents.py) decoding the same random latents through a port of the recipe:
-the first decode (compiling) and a second, the process's peak memory, and the
-largest difference from the one-device decode.
+an accelerator mesh), 8 devices with the VAE kept whole (``activations: {vae:
+[]}``: it runs on one of them), and one device with the VAE in bfloat16. Each in a
+fresh process (tests/models/decode_latents.py) decoding the same random latents
+through a port of the recipe: the first decode (compiling) and a second, the
+process's peak memory, and the largest (and mean) difference from the one-device
+float32 decode.
 
     python benchmarks/vae_split.py [--family wan] [--height 128] [--width 256]
         [--frames 9] [--checkpoint DIR]
@@ -34,7 +35,10 @@ from support import vae_split_rule  # noqa: E402 - the tests' folder, above
 
 CASES = {"one device": (1, ["mesh.dp=1", "mesh.tp=1"]),
          "8 devices, split over width": (8, [vae_split_rule()]),
-         "8 devices, VAE whole (on one)": (8, ["sharding.activations.vae=[]"])}
+         "8 devices, VAE whole (on one)": (8, ["sharding.activations.vae=[]"]),
+         # the float32 VAE's frames against the bfloat16 one's (the recipes keep float32)
+         "one device, VAE in bfloat16": (1, ["mesh.dp=1", "mesh.tp=1",
+                                             "dtypes.components.vae=bfloat16"])}
 
 
 def python(*args):
@@ -97,7 +101,9 @@ def main():
                "max_diff": float(np.abs(found["video"] - one["video"]).max()
                                  / np.abs(one["video"]).max()),
                "max_frame_levels": int(np.abs(found["frames"].astype(int)
-                                              - one["frames"]).max())}
+                                              - one["frames"]).max()),
+               "mean_frame_levels": float(np.abs(found["frames"].astype(int)
+                                                 - one["frames"]).mean())}
         print(row, flush=True)
         results.append(row)
         save(path, kept + results)

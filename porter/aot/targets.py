@@ -88,13 +88,29 @@ def libtpu_missing() -> str | None:
     return None if libtpu_installed() else "libtpu is not installed"
 
 
+def libtpu_requirement() -> str:
+    """libtpu as Porter's ``tpu`` extra pins it (its installed metadata, pyproject.toml):
+    what to install, since Porter itself comes from a checkout, not the package index."""
+    from importlib import metadata
+
+    try:
+        wanted = metadata.requires("porter") or []
+    except metadata.PackageNotFoundError:
+        wanted = []
+    for requirement in wanted:
+        name, _, marker = requirement.partition(";")
+        if "tpu" in marker and name.strip().startswith("libtpu"):
+            return name.strip()
+    return "libtpu"
+
+
 def devices(target: Target) -> list:
     """The target's devices, compile-only (no TPU needed): ``libtpu`` describes them."""
     why = libtpu_missing()
     if why:
         raise UsageError(f"cannot compile for {target.name}: {why}",
-                         hint="pip install 'porter[tpu]' (libtpu, the version this JAX "
-                              "pins; about 700 MB)")
+                         hint=f"pip install '{libtpu_requirement()}' (the version this "
+                              "JAX pins; about 700 MB)")
     quiet_libtpu()
     roomy_libtpu_stacks()
     from jax.experimental import topologies

@@ -5,6 +5,7 @@ and its handler (``handle``), which calls the library (``porter.commands``)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import os
@@ -72,22 +73,53 @@ def build_parser() -> argparse.ArgumentParser:
         prog="porter", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run diffusers video models on JAX through torchax, from YAML recipes.",
         epilog=EXAMPLES)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks and warnings")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and warnings "
+                        "(also taken after the command: porter run R --debug)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in SUBCOMMANDS.values():
         module.add(commands)
+    parser.commands = commands.choices  # each subcommand's parser, for its own errors
     return parser
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
-    """The arguments; overrides (KEY=VALUE) may come before or after flags."""
-    args, extra = parser.parse_known_args(argv)
+    """The arguments; overrides (KEY=VALUE) may come before or after flags, and
+    ``--debug`` anywhere (every hint says to add it: users add it at the end)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    _unknown_command(parser, [word for word in argv if word != "--debug"])
+    args, extra = parser.parse_known_args([word for word in argv if word != "--debug"])
+    args.debug = args.debug or debug
     stray = [word for word in extra if "=" not in word or word.startswith("-")]
     if stray or (extra and not hasattr(args, "overrides")):
-        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+        command = parser.commands[args.command]  # its own usage, not porter's
+        command.error(f"unrecognized arguments: {' '.join(stray or extra)}"
+                      + _suggested(stray, command))
     if extra:
         args.overrides = list(args.overrides) + extra
     return args
+
+
+def _unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A misspelled command refused with the nearest one (argparse lists them all)."""
+    word = next((w for w in argv if not w.startswith("-")), None)
+    if word is None or word in parser.commands:
+        return
+    near = difflib.get_close_matches(word, list(parser.commands), n=1)
+    if near:
+        parser.error(f"unknown command {word!r}; did you mean {near[0]!r}? "
+                     "(porter --help lists them)")
+
+
+def _suggested(stray: list[str], command: argparse.ArgumentParser) -> str:
+    """"; did you mean ..." for a misspelled flag among ``stray``, or nothing."""
+    flags = [flag for action in command._actions for flag in action.option_strings]
+    for word in stray:
+        if word.startswith("--"):
+            near = difflib.get_close_matches(word.split("=")[0], flags, n=1)
+            if near:
+                return f"; did you mean {near[0]}?"
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,9 @@ def add(commands) -> None:
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="where to write the ratios (default: "
                              "<output.dir>/mag_ratios.json)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="hide the progress bar and the status lines (warnings and "
+                             "errors still show)")
 
 
 def handle(args) -> int:

@@ -13,7 +13,7 @@ from porter.runtime import distributed
 
 def recipe_args(parser: argparse.ArgumentParser, json: bool = False) -> None:
     parser.add_argument("recipe", help="path to a recipe YAML file")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+    parser.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="override recipe keys, type-checked (e.g. generate.steps=4)")
     parser.add_argument("--cpu-devices", type=int, metavar="N",
                         help="run on N virtual CPU devices (same as runtime.cpu_devices=N)")

@@ -23,11 +23,11 @@ def add(commands) -> None:
         "component stay resident) against the chip's HBM, FLOPs, bytes accessed, "
         "collectives and compile time, and a lower bound on a denoising step's time. Exit "
         "code 2 when a program does not fit (or cannot be compiled), naming it and what "
-        "to change. Needs libtpu: pip install 'porter[tpu]'.",
+        "to change. Needs libtpu: pip install -e '.[tpu]' in Porter's checkout.",
         epilog="targets: " + ", ".join(TARGETS) + "  (v4/v5p: the number counts "
         "TensorCores, two per chip; v5e/v6e: chips)")
     parser.add_argument("recipe", help="path to a recipe YAML file")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+    parser.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="override recipe keys, type-checked (e.g. mesh.tp=8)")
     parser.add_argument("--target", required=True, metavar="TPU",
                         help="the slice to compile for, as Cloud TPU names it (v6e-8, "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from porter.errors import UsageError
+
 HELP = "write a starter recipe"
 
 
@@ -11,7 +13,8 @@ def add(commands) -> None:
         description="Write a commented starter recipe with every section, from a family's "
         "defaults or extending an existing recipe.")
     parser.add_argument("name", help="recipe name (written to recipes/NAME.yaml) or a path")
-    parser.add_argument("--family", required=True, help="model family (`porter plugins`)")
+    parser.add_argument("--family", help="model family (`porter plugins`); with --from, "
+                        "the existing recipe's unless given")
     parser.add_argument("--from", dest="base", metavar="EXISTING",
                         help="an existing recipe to extend")
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
@@ -22,7 +25,11 @@ def handle(args) -> int:
     from porter import registry as registry_mod
     from porter.commands import new  # lazy: only the subcommand asked for is imported
 
-    path = new.write(args.name, registry_mod.loaded().family(args.family), args.base,
+    family = args.family or (new.base_family(args.base) if args.base else None)
+    if family is None:
+        raise UsageError("porter new needs --family (or --from an existing recipe)",
+                         hint="`porter plugins` lists the families, e.g. --family wan")
+    path = new.write(args.name, registry_mod.loaded().family(family), args.base,
                      force=args.force)
     print(f"wrote {path}; next: porter validate {path}")
     return 0

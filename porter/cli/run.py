@@ -20,7 +20,9 @@ def add(commands) -> None:
         "(encode, denoise, decode) also leaves its output there, so a run can be split "
         "(--stage) or continued (--resume).")
     common.recipe_args(parser)
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="hide the progress bar and the status lines (warnings and "
+                             "errors still show)")
     parser.add_argument("--stage", choices=("encode", "denoise", "decode"),
                         help="run one stage; its input comes from the run directory")
     parser.add_argument("--resume", metavar="DIR",

@@ -36,5 +36,6 @@ def handle(args) -> int:
         return 2
     where = f" on {target.name} ({devices} chips)" if target else \
         f" on {devices} devices" if devices else ""
-    print(f"{args.recipe}: ok ({loaded.model.family}, mesh {dict(loaded.mesh)}{where})")
+    mesh = " x ".join(f"{axis}={size}" for axis, size in loaded.mesh.items())
+    print(f"{args.recipe}: ok ({loaded.model.family}, mesh {mesh}{where})")
     return 0

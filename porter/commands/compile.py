@@ -18,7 +18,7 @@ from porter.errors import Interrupted, PorterError, RecipeError, UsageError, fir
 from porter.port import checks
 from porter.runtime import environment
 from porter.transforms import patches
-from porter.transforms.sharding import human_bytes
+from porter.transforms.sharding import human_bytes, human_flops, human_seconds
 
 if TYPE_CHECKING:
     from porter.recipe import Recipe
@@ -399,7 +399,7 @@ def render(report: dict) -> str:
                      f"({'fits' if row['fits'] else 'DOES NOT FIT'})")
         moved = ", ".join(f"{k} x{c['count']} ({human_bytes(c['bytes'])})"
                           for k, c in row["collectives"].items()) or "none"
-        lines.append(f"  {row['flops'] / 1e12:.3g} TFLOP (matmuls: "
+        lines.append(f"  {human_flops(row['flops'])} (matmuls: "
                      f"{_by_kind(row.get('matmul_flops') or {})}) and "
                      f"{human_bytes(int(row['bytes_accessed']))} accessed per device and call; "
                      f"collectives: {moved}")
@@ -411,9 +411,10 @@ def render(report: dict) -> str:
     bound = report["roofline"]
     if bound:
         lines.append(f"\none denoising step ({bound['component']}), a lower bound: "
-                     f"{bound['bound_s']:.3g} s ({bound['limited_by']}; compute "
-                     f"{bound['compute_s']:.3g} s, HBM {bound['memory_s']:.3g} s, "
-                     f"interconnect {bound['interconnect_s']:.3g} s); matmuls "
+                     f"{human_seconds(bound['bound_s'])} ({bound['limited_by']}; compute "
+                     f"{human_seconds(bound['compute_s'])}, HBM "
+                     f"{human_seconds(bound['memory_s'])}, interconnect "
+                     f"{human_seconds(bound['interconnect_s'])}); matmuls "
                      f"{_by_kind(bound.get('matmul_flops_per_chip') or {})}, each kind at "
                      f"the chip's peak for it")
         for anchor in report["anchors"]:
@@ -423,21 +424,25 @@ def render(report: dict) -> str:
                          f"{anchor['mfu']:.0%}; {anchor['url']}")
     whole = report.get("video")
     if whole:
-        parts = ", ".join(f"{stage} {seconds:.3g} s" for stage, seconds
+        parts = ", ".join(f"{stage} {human_seconds(seconds)}" for stage, seconds
                           in whole["stages_s"].items())
         missing = (f"; not counted: {', '.join(whole['missing'])} (not compiled here)"
                    if whole["missing"] else "")
         steps = f"{whole['steps']} steps" if whole["steps"] else "the pipeline's steps"
-        lines.append(f"a whole video, a lower bound: {whole['bound_s']:.3g} s ({parts}; "
+        lines.append(f"a whole video, a lower bound: {human_seconds(whole['bound_s'])} "
+                     f"({parts}; "
                      f"{steps}){missing}")
         stream = whole.get("stream")
         if stream:
             pace = (f"{stream['chunks']} chunks, the first denoised and decoded in "
-                    f"{stream['first_chunk_s']:.3g} s, each later one in {stream['chunk_s']:.3g}"
-                    " s" if "chunks" in stream else "the decode's bound")
-            lines.append(f"  streamed: the first frames after {stream['first_frames_s']:.3g}"
-                         f" s, then {stream['frames_per_second']:.4g} frames a second "
-                         f"({pace})")
+                    f"{human_seconds(stream['first_chunk_s'])}, each later one in "
+                    f"{human_seconds(stream['chunk_s'])}" if "chunks" in stream
+                    else "the decode's bound")
+            rate = stream["frames_per_second"]
+            rate = f"{rate:,.0f}" if rate >= 1000 else f"{rate:.4g}"
+            lines.append(f"  streamed: the first frames after "
+                         f"{human_seconds(stream['first_frames_s'])}, then {rate} frames "
+                         f"a second ({pace})")
         for anchor in report["anchors"]:
             if anchor.get("video_s") and whole["steps"]:
                 at = roofline.video_at(whole, bound, anchor["steps"])
@@ -450,7 +455,7 @@ def render(report: dict) -> str:
 
 def _by_kind(matmuls: dict) -> str:
     """Matmul FLOPs by operand kind, largest first: "bf16 1.2 TFLOP, int8 30.1 TFLOP"."""
-    return ", ".join(f"{kind} {flops / 1e12:.3g} TFLOP" for kind, flops in
+    return ", ".join(f"{kind} {human_flops(flops)}" for kind, flops in
                      sorted(matmuls.items(), key=lambda item: -item[1])) or "none"
 
 

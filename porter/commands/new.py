@@ -25,8 +25,8 @@ mesh: {{dp: auto}}                # named axes; e.g. {{dp: 2, tp: 4}}
 
 generate:
 {generate}
-patches: []                     # names from `porter patches`
-rotary: {{precompute: false}}     # true where the family has a rotary cache
+patches: [{patches}]   # names from `porter patches`
+rotary: {{precompute: {rotary}}}   # {rotary_note}
 
 dtypes:
   components: {{}}                # e.g. {{vae: float32}}
@@ -73,7 +73,21 @@ def text(path: Path, family: ModelFamily, base: str | None) -> str:
                        for key, value in family.starter_generate.items())
     lines = [f"model:\n  family: {family.name}\n"]
     lines += [f"  {key}: {value}\n" for key, value in model.items()]
-    return head + "".join(lines) + "\n" + SECTIONS.format(generate=generate)
+    patches = ", ".join(family.starter_patches)
+    rotary = "true" if family.rotary_patch else "false"
+    note = "the rotary tables computed once per shape" if family.rotary_patch else \
+        "true where the family has a rotary cache (this one has none)"
+    return head + "".join(lines) + "\n" + SECTIONS.format(
+        generate=generate, patches=patches, rotary=rotary, rotary_note=note)
+
+
+def base_family(base: str) -> str:
+    """The family the recipe ``base`` names (what it extends included)."""
+    from porter import recipe
+
+    if not Path(base).is_file():
+        raise UsageError(f"--from {base}: no such recipe file")
+    return recipe.load(base).model.family
 
 
 def write(name: str, family: ModelFamily, base: str | None = None,

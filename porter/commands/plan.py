@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from porter.errors import RecipeError
 from porter.port import checks, estimates
-from porter.transforms.sharding import human_bytes
+from porter.transforms.sharding import human_bytes, human_flops
 
 if TYPE_CHECKING:
     from porter.recipe import Recipe
@@ -57,11 +57,12 @@ def render(plan: dict) -> str:
     est = plan.get("estimates")
     if est:
         lines.append(f"one denoising step: {est['tokens']} video tokens, "
-                     f"{est['flops_per_step'] / 1e12:.1f} TFLOP "
-                     f"({est['flops_per_step_per_device'] / 1e12:.1f} per device)")
+                     f"{human_flops(est['flops_per_step'])} "
+                     f"({human_flops(est['flops_per_step_per_device'])} per device)")
         for name, act in est["activations"].items():
             lines.append(f"  {name} activation per block and device: "
-                         f"{human_bytes(act['bytes_per_device'])} {act['shape']}")
+                         f"{human_bytes(act['bytes_per_device'])} (of "
+                         f"{' x '.join(map(str, act['shape']))} in all)")
         for name, att in est["attention"].items():
             lines.append(f"  {name}-attention scores per layer and device (float32): "
                          f"reference {human_bytes(att['reference_bytes_per_device'])}, "

@@ -200,6 +200,8 @@ class ModelFamily:
     starter_generate: dict = {"prompt": "a red fox running through fresh snow",
                               "negative_prompt": "", "height": 64, "width": 64,
                               "frames": 17, "steps": 4, "guidance_scale": 5.0, "seed": 0}
+    #: the patches `porter new` lists: those every recipe of the family takes
+    starter_patches: tuple[str, ...] = ()
 
     def rotary_patch_for(self, recipe: Recipe) -> str | None:
         """The rotary patch for this recipe's model (families with several layouts)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from porter.errors import UsageError
+from porter.errors import RecipeError, UsageError
 from porter.loading import abstract
 from porter.port import passes
 from porter.runtime import configure, resolve_mesh
@@ -67,7 +67,11 @@ def build(recipe: Recipe, registry: Registry, devices: int | None = None,
     if modules is None:
         raise UsageError(f"cannot plan {recipe.model.source!r} without its configuration",
                          hint="point model.source at a local diffusers directory")
-    axes = resolve_mesh(recipe.mesh, device_count(recipe, devices), given=devices is not None)
+    try:
+        axes = resolve_mesh(recipe.mesh, device_count(recipe, devices),
+                            given=devices is not None)
+    except UsageError as exc:  # said at the recipe's mesh, as validate says it
+        raise RecipeError([recipe.problem("mesh", exc.message, hint=exc.hint)]) from None
     problems = passes.fit_problems(Checking(recipe, registry, family, modules, axes))
     details = passes.details(Checking(recipe, registry, family, modules, axes))
     modules = quantize.sketched(recipe, family, modules)  # as placed: 8-bit where asked

@@ -19,6 +19,7 @@ hostile one must fail with a RecipeError, quickly and in little memory:
 
 from __future__ import annotations
 
+import difflib
 import os
 import stat
 from pathlib import Path
@@ -208,10 +209,26 @@ def read_text(path: Path, what: str = "recipe", limit: int = MAX_BYTES) -> str:
         _check_kind(stat.S_IFREG, len(data), file, what, limit)
         return data.decode("utf-8")
     except FileNotFoundError:
-        raise _refuse_file(file, f"{named} not found",
-                           "check the path; recipes live in recipes/") from None
+        raise _refuse_file(file, f"{named} not found", _missing_hint(Path(path))) from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path, or not UTF-8
         raise _refuse_file(file, f"cannot read {what}: {exc}") from None
+
+
+#: the recipes Porter ships (its checkout's recipes/)
+SHIPPED = Path(__file__).resolve().parents[2] / "recipes"
+
+
+def _missing_hint(path: Path) -> str:
+    """Where a recipe that is not there may be: a near name beside where it was looked
+    for, or among Porter's own recipes (a path relative to Porter's checkout, given
+    from elsewhere)."""
+    for place in (path.parent, SHIPPED):
+        names = [p.name for p in place.glob("*.y*ml")] if place.is_dir() else []
+        near = difflib.get_close_matches(path.name, names, n=1, cutoff=0.75)
+        if near:
+            return f"did you mean {place / near[0]}?"
+    return "check the path" + (f"; Porter's own recipes are in {SHIPPED}"
+                               if SHIPPED.is_dir() else "")
 
 
 def _syntax_error(exc: yaml.YAMLError, file: str, text: str) -> RecipeError:

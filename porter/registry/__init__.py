@@ -6,6 +6,8 @@ package's entry points. The registry records which plugin registered each name.
 
 from __future__ import annotations
 
+import difflib
+
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -67,9 +69,11 @@ class Registry:
     def family(self, name: str):
         if name not in self.families:
             known = ", ".join(sorted(self.families)) or "none"
+            near = difflib.get_close_matches(name, list(self.families), n=1)
             raise UsageError(f"unknown model family {name!r} (registered: {known})",
-                             hint="install the plugin that provides it; `porter plugins` "
-                                  "lists what is loaded")
+                             hint=f"did you mean {near[0]!r}?" if near else
+                             "install the plugin that provides it; `porter plugins` "
+                             "lists what is loaded")
         return self.families[name]
 
     def registered_by(self, plugin: str) -> list[str]:

@@ -134,8 +134,10 @@ def check(directory: Path, stage: str, recipe: Recipe) -> dict:
                          "stage finished", hint=f"run `porter run RECIPE --stage {stage}` "
                          "again")
     if not complete(directory, stage):
+        missing = [s for s in STAGES[:STAGES.index(stage) + 1] if not complete(directory, s)]
+        runs = ", then ".join(f"`porter run RECIPE --stage {s}`" for s in missing)
         raise UsageError(f"no complete {stage} stage in {directory}",
-                         hint=f"run `porter run RECIPE --stage {stage}` first")
+                         hint=f"run {runs} first (or `porter run RECIPE` for every stage)")
     meta = _record(record)
     differences = _differences(meta["settings"], settings(recipe))
     if differences:

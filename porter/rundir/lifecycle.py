@@ -15,13 +15,22 @@ from porter.runtime import distributed
 
 
 def resume_problem(directory: Path, resume: bool) -> None:
-    """UsageError for ``--resume`` of a directory that is not there to continue."""
-    if resume and not directory.is_dir():
+    """UsageError for ``--resume`` of a directory that is not there to continue: none,
+    or one no Porter run has written to (no lock file, which a run makes first: a
+    resume would start over there and replace what it holds)."""
+    if not resume:
+        return
+    hint = "--resume takes the output directory of an earlier run; to start a new run, " \
+           "leave --resume out"
+    if not directory.is_dir():
         raise UsageError(f"nothing to resume: {directory} does not exist"
                          if not directory.exists() else
-                         f"nothing to resume: {directory} is not a directory",
-                         hint="--resume takes the output directory of an earlier run; "
-                              "to start a new run, leave --resume out")
+                         f"nothing to resume: {directory} is not a directory", hint=hint)
+    if not (directory / outputs.LOCK).exists():
+        raise UsageError(f"nothing to resume: no Porter run has written to {directory} "
+                         f"(it has no {outputs.LOCK})",
+                         hint=hint + f" (output.dir={directory} writes a new run there, "
+                                     "replacing the files a run writes)")
 
 
 @contextlib.contextmanager

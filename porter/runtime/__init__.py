@@ -57,12 +57,24 @@ def resolve_mesh(axes: dict, device_count: int, given: bool = False,
                 f"; to check or plan for a machine with {fixed} devices from here, add "
                 f"--devices {fixed}; to run on {fixed} virtual CPU devices, --cpu-devices "
                 f"{fixed}")
+        smaller = " ".join(f"mesh.{a}={n}" for a, n in _shrunk(axes, device_count).items())
         raise UsageError(f"mesh {shape} needs {fixed} devices but {have}",
-                         hint="shrink the mesh (e.g. mesh.dp=1)" + more)
+                         hint=f"shrink the mesh (e.g. {smaller})" + more)
     resolved = {}
     for axis, size in axes.items():
         resolved[axis] = device_count // fixed if size == "auto" else size
     return resolved
+
+
+def _shrunk(axes: dict, device_count: int) -> dict[str, int]:
+    """The axes to change so the mesh fits ``device_count`` devices: the largest axis
+    cut to its next smaller divisor, again until it fits (a mesh the devices hold;
+    whether the model's shapes divide it, ``validate`` checks)."""
+    sizes = {a: s for a, s in axes.items() if s != "auto"}
+    while math.prod(sizes.values()) > device_count:
+        axis = max(sizes, key=sizes.get)
+        sizes[axis] = max(d for d in range(1, sizes[axis]) if sizes[axis] % d == 0)
+    return {a: n for a, n in sizes.items() if n != axes[a]}
 
 
 @dataclass

@@ -117,7 +117,7 @@ def roomy_libtpu_stacks() -> None:
     LIBTPU_INIT_ARGS once, when it starts. Left as it is where the environment sets a
     stack itself, where libtpu has started already (the setting would change nothing
     but JAX's compile cache keys, which hash it), and where there is no libtpu. libtpu
-    ends a process on a flag it does not know: the libtpu `porter[tpu]` pins knows it."""
+    ends a process on a flag it does not know: the libtpu Porter's `tpu` extra pins knows it."""
     given = os.environ.get("LIBTPU_INIT_ARGS", "")
     named = {f.lstrip("-").split("=", 1)[0] for f in given.split()}
     if FIBER_STACK_FLAG in named or not libtpu_installed() or _libtpu_started():

@@ -152,6 +152,23 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def human_flops(n: float) -> str:
+    """FLOPs in the unit that reads best: "1.23 TFLOP", "45.6 GFLOP", "12 FLOP"."""
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6),
+                        ("kFLOP", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} FLOP"
+
+
+def human_seconds(s: float) -> str:
+    """Seconds as "1.23 s", "12.3 ms" or "6.45 µs"."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-6:.3g} µs"
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 

@@ -2,6 +2,7 @@
 libtpu is started with."""
 
 import json
+import tomllib
 
 import pytest
 
@@ -50,7 +51,9 @@ def test_without_libtpu_compile_says_what_to_install(monkeypatch):
     monkeypatch.setattr(targets, "libtpu_missing", lambda: "libtpu is not installed")
     with pytest.raises(UsageError) as info:
         targets.devices(targets.named("v6e-8"))
-    assert "pip install 'porter[tpu]'" in info.value.hint
+    pinned = tomllib.loads((RECIPES.parent / "pyproject.toml").read_text())[
+        "project"]["optional-dependencies"]["tpu"][0]
+    assert f"pip install '{pinned}'" in info.value.hint  # what the tpu extra pins
 
 
 @needs_libtpu

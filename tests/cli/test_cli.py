@@ -105,3 +105,39 @@ def test_stray_argument_is_a_usage_error(capsys, write):
     with pytest.raises(SystemExit) as info:
         cli.main(["validate", str(write("r.yaml", TINY_RECIPE)), "--bogus"])
     assert info.value.code == 2 and "--bogus" in capsys.readouterr().err
+
+
+def test_debug_is_taken_after_the_command_too(write):
+    """Every hint says "rerun with --debug"; users add it at the end."""
+    with pytest.raises(Exception):
+        cli.main(["run", str(write("r.yaml", "model: [")), "--debug"])
+
+
+def test_a_misspelled_command_or_flag_is_named_with_the_nearest(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["rnu", str(TINY_RECIPE)])
+    assert info.value.code == 2
+    assert "unknown command 'rnu'; did you mean 'run'?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["run", str(TINY_RECIPE), "--step", "3"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: porter run")  # the command's own usage, not porter's
+    assert "unrecognized arguments: --step 3; did you mean --stage?" in err
+    with pytest.raises(SystemExit):
+        cli.main(["run"])
+    assert "the following arguments are required: recipe\n" in capsys.readouterr().err
+
+
+def test_a_mesh_too_large_is_said_at_its_line_with_a_mesh_that_fits(capsys):
+    for command in ("plan", "validate"):
+        code, _, err = porter(capsys, command, str(RECIPES / "wan-tiny-tp.yaml"),
+                              "--devices", "3")
+        assert code == 2 and "wan-tiny-tp.yaml:8: mesh: mesh dp=2 x tp=4 needs 8" in err
+        assert "shrink the mesh (e.g. mesh.dp=1 mesh.tp=2) or give --devices 8" in err
+
+
+def test_a_missing_recipe_points_at_the_nearest_name(capsys, tmp_path):
+    code, _, err = porter(capsys, "validate", str(RECIPES / "wan-tiy.yaml"))
+    assert code == 2 and f"did you mean {RECIPES / 'wan-tiny.yaml'}?" in err
+    code, _, err = porter(capsys, "validate", str(tmp_path / "nothing-like-it.yaml"))
+    assert code == 2 and f"Porter's own recipes are in {RECIPES}" in err

@@ -37,3 +37,27 @@ def test_new_for_every_family_parses(tmp_path, monkeypatch, family):
     assert cli.main(["new", f"n-{family}", "--family", family]) == 0
     loaded = recipe.load(tmp_path / "recipes" / f"n-{family}.yaml")
     assert loaded.model.family == family
+
+
+def test_a_starter_takes_what_every_recipe_of_its_family_does(tmp_path, monkeypatch):
+    """Wan's starter lists the patches every Wan recipe takes and precomputes its rotary
+    tables, as recipes/wan-tiny.yaml; a family without a rotary cache says so."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["new", "w", "--family", "wan"]) == 0
+    wan = recipe.load(tmp_path / "recipes" / "w.yaml")
+    shipped = recipe.load(RECIPES / "wan-tiny.yaml")
+    assert wan.patches == shipped.patches and wan.rotary.precompute
+    assert cli.main(["new", "g", "--family", "generic"]) == 0
+    assert not recipe.load(tmp_path / "recipes" / "g.yaml").rotary.precompute
+
+
+def test_from_an_existing_recipe_its_family_is_taken_and_a_misspelled_one_is_named(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["new", "mine", "--from", str(RECIPES / "wan-tiny.yaml")]) == 0
+    assert "Starter recipe for the wan family" in (tmp_path / "recipes" / "mine.yaml").read_text()
+    capsys.readouterr()
+    assert cli.main(["new", "other", "--family", "wann"]) == 2
+    assert "did you mean 'wan'?" in capsys.readouterr().err
+    assert cli.main(["new", "other"]) == 2
+    assert "needs --family (or --from an existing recipe)" in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""porter run --resume: a missing directory or another output.dir is refused; a resumed run
-records each mesh it ran on."""
+"""porter run --resume: a missing directory, a folder no run wrote, or another output.dir
+is refused; a resumed run records each mesh it ran on."""
 
 import pytest
 
@@ -18,6 +18,22 @@ def test_resume_of_a_missing_directory_is_an_error(tmp_path):
                           str(tmp_path / "missing"))
     assert done.returncode == 2 and "nothing to resume" in done.stderr, done.stderr
     assert not (tmp_path / "missing").exists()
+
+
+def test_resume_of_a_folder_no_run_wrote_is_refused_and_its_files_kept(tmp_path, capsys):
+    """A folder of the user's own (a video, a record) is not resumed: a resume would
+    start over there and replace them."""
+    from porter import cli
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "video.mp4").write_bytes(b"the user's own video")
+    (mine / "run.json").write_text('{"mine": 1}')
+    code = cli.main(["run", str(RECIPES / "wan-tiny.yaml"), "--resume", str(mine)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"no Porter run has written to {mine}" in err, err
+    assert (mine / "video.mp4").read_bytes() == b"the user's own video"
+    assert sorted(p.name for p in mine.iterdir()) == ["run.json", "video.mp4"]
 
 
 def test_resume_with_another_output_dir_is_an_error(tmp_path, capsys):

@@ -61,6 +61,14 @@ def test_missing_previous_stage(write, tmp_path):
     assert "--stage encode" in info.value.hint
 
 
+def test_decode_into_an_empty_folder_names_every_stage_it_needs_first(write, tmp_path):
+    with pytest.raises(UsageError, match="no complete denoise stage") as info:
+        run(load(write, tmp_path / "empty"), registry_mod.loaded(), progress=False,
+            stage="decode")
+    assert "`porter run RECIPE --stage encode`, then `porter run RECIPE --stage denoise` " \
+        "first" in info.value.hint
+
+
 def test_half_written_stage_is_not_complete(uninterrupted, tmp_path):
     """Only the JSON, written last by an atomic rename, marks a stage complete."""
     directory = tmp_path / "half"

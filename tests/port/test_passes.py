@@ -115,7 +115,7 @@ def test_a_run_applies_the_probe_after_placement_and_before_compile(probe, write
 
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                    reason="compiling for a TPU needs libtpu: pip install 'porter[tpu]'")
+                    reason="compiling for a TPU needs libtpu: pip install -e '.[tpu]'")
 def test_compile_applies_the_probes_abstract_part(probe, write):
     from porter.aot import port as abstract_port
     from porter.aot import targets

@@ -8,7 +8,7 @@ from support import RECIPES
 
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason="compiling for a TPU needs libtpu: "
-                                         "pip install 'porter[tpu]'")
+                                         "pip install -e '.[tpu]'")
 
 
 IMAGE = str(RECIPES / "assets" / "first_frame.png")

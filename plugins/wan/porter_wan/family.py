@@ -47,6 +47,8 @@ class WanFamily(StagedFamily):
                 "vae": ("decode", "_encode")}
     compiled_functions = {"vae": {"decode_chunk": decoding.decode_chunk}}  # a stream
     starter_generate = {**StagedFamily.starter_generate, "max_sequence_length": 32}
+    # the VAE's latent frames after the first as one loop: every Wan recipe's
+    starter_patches = ("core.report_compiling", "wan.vae_decode_scan", "wan.vae_encode_scan")
 
     # its checks, shapes and costs, by its layout (rules.py, shapes.py)
     transformer_inputs = shapes.transformer_inputs
