@@ -126,10 +126,11 @@ class Port:
         first = not cls.opened  # a later port's start-up would be the process's age
         cls.opened += 1
         runtime = runtime_mod.start(recipe)
+        processes = distributed.process_count()
         say(f"JAX on {runtime.mesh.devices.size} {runtime.device_kind} device(s), "
-            f"mesh {runtime.axes}" + (f", {distributed.process_count()} processes; "
-                                      "process 0 writes the outputs"
-                                      if distributed.process_count() > 1 else ""))
+            f"mesh {runtime_mod.mesh_text(runtime.axes)}"
+            + (f", {processes} processes; process 0 writes the outputs"
+               if processes > 1 else ""))
         problems = checks.shape_problems(recipe, registry)  # before any weight is read
         problems += checks.runtime_problems(recipe, registry, runtime)
         if problems:

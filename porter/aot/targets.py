@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from porter.errors import UsageError
+from porter.runtime import mesh_text
 from porter.runtime.chips import CHIPS, Chip
 from porter.runtime.environment import libtpu_installed, quiet_libtpu, roomy_libtpu_stacks
 
@@ -137,7 +138,7 @@ def mesh(target: Target, axes: dict[str, int]):
     try:
         chosen = mesh_utils.create_device_mesh(tuple(axes.values()), found)
     except NotImplementedError:  # an axis would split one of the torus's axes
-        shown = " x ".join(f"{name}={size}" for name, size in axes.items())
+        shown = mesh_text(axes)
         physical = target.topology.split(":")[1]
         raise UsageError(f"mesh {shown} does not fit {target.name}'s torus ({physical}): "
                          "each mesh axis must span whole axes of it",

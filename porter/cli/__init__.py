@@ -53,6 +53,7 @@ examples:
   porter validate recipes/wan14b.yaml --devices 8   ... for an 8-chip machine, from here
   porter plan recipes/wan-tiny-tp.yaml --devices 8  bytes per device, from shapes alone
   porter compile recipes/wan14b.yaml --target v6e-8   will it fit? the TPU compiler says
+  porter compile recipes/wan14b.yaml --target v7x-16 --choose-mesh --program transformer.forward
   porter verify recipes/wan-tiny.yaml               port vs PyTorch, block by block
   porter calibrate recipes/wan-tiny.yaml            MagCache's ratios for a cache: section
   porter inspect recipes/wan1.3b.yaml               tensor patterns to write rules for
@@ -78,8 +79,26 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in SUBCOMMANDS.values():
         module.add(commands)
+    for name, command in commands.choices.items():  # `porter X --help` shows X's examples
+        shown = [line for line in EXAMPLES.splitlines() if line.startswith(f"  porter {name} ")]
+        if shown:
+            command.formatter_class = _KeepsExamples
+            command.epilog = (command.epilog + "\n\n" if command.epilog else "") + \
+                "examples:\n" + "\n".join(shown)
     parser.commands = commands.choices  # each subcommand's parser, for its own errors
     return parser
+
+
+class _KeepsExamples(argparse.HelpFormatter):
+    """argparse's own layout, but for an epilog's "examples:" block, kept as written
+    (one example a line, its note beside it)."""
+
+    def _fill_text(self, text, width, indent):
+        head, marker, examples = text.partition("examples:\n")
+        filled = super()._fill_text(head, width, indent) if head.strip() else ""
+        if not marker:
+            return filled
+        return (filled + "\n\n" if filled else "") + indent + marker + examples
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None):

@@ -16,7 +16,8 @@ def recipe_args(parser: argparse.ArgumentParser, json: bool = False) -> None:
     parser.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="override recipe keys, type-checked (e.g. generate.steps=4)")
     parser.add_argument("--cpu-devices", type=int, metavar="N",
-                        help="run on N virtual CPU devices (same as runtime.cpu_devices=N)")
+                        help="N virtual CPU devices instead of the machine's own (same "
+                             "as runtime.cpu_devices=N)")
     if json:
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
 

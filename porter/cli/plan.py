@@ -14,7 +14,8 @@ def add(commands) -> None:
         "plan", help=HELP,
         description="For each component: which sharding rule matched how many tensors and "
         "bytes, bytes per device (sharded and replicated), and the total per device. "
-        "Needs no weights and no devices.")
+        "Needs no weights, and no devices of the mesh's size: --devices N plans for N "
+        "(the default is the devices JAX sees here, one on a plain CPU machine).")
     common.recipe_args(parser, json=True)
     common.devices_arg(parser, "plan for N devices (none need exist here; default: the "
                        "devices JAX sees)")

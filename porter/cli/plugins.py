@@ -6,7 +6,10 @@ HELP = "list loaded plugins and what they registered"
 
 
 def add(commands) -> None:
-    commands.add_parser("plugins", help=HELP)
+    commands.add_parser("plugins", help=HELP,
+                        description="The plugins Porter loaded (its own families' and any "
+                        "installed under the 'porter' entry point group) and, for each, the "
+                        "families, patches, attention backends and formats it registered.")
 
 
 def handle(args) -> int:

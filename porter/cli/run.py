@@ -62,7 +62,8 @@ def handle(args) -> int:
         return 0
     outputs = result.data["outputs"]
     sound = outputs.get("audio") or {}
-    made = [name for name in (outputs["video"], outputs["lossless_frames"],
+    stream = (timings.get("stream") or {}).get("file")  # the frames as they came
+    made = [name for name in (outputs["video"], stream, outputs["lossless_frames"],
                               sound.get("wav"), outputs["latents"]) if name]
     heard = (f", sound {sound['seconds']} s at {sound['sample_rate']} Hz"
              if sound.get("in_video") else "")

@@ -6,6 +6,7 @@ import sys
 
 from porter.cli import common
 from porter.errors import RecipeError
+from porter.runtime import mesh_text
 
 HELP = "check a recipe without loading weights"
 
@@ -14,7 +15,9 @@ def add(commands) -> None:
     parser = commands.add_parser(
         "validate", help=HELP,
         description="Schema, plugin, source, mesh and sharding checks; prints every "
-        "problem. The mesh and the sharding rules are checked against the devices JAX "
+        "problem found (the recipe's form first: a value of the wrong type holds back the "
+        "checks that read it until it is fixed). The mesh and the sharding rules are "
+        "checked against the devices JAX "
         "sees, or with --devices N against N devices that need not exist here (check a "
         "TPU recipe on a laptop).")
     common.recipe_args(parser)
@@ -36,6 +39,5 @@ def handle(args) -> int:
         return 2
     where = f" on {target.name} ({devices} chips)" if target else \
         f" on {devices} devices" if devices else ""
-    mesh = " x ".join(f"{axis}={size}" for axis, size in loaded.mesh.items())
-    print(f"{args.recipe}: ok ({loaded.model.family}, mesh {mesh}{where})")
+    print(f"{args.recipe}: ok ({loaded.model.family}, mesh {mesh_text(loaded.mesh)}{where})")
     return 0

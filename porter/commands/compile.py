@@ -4,6 +4,7 @@ chip's HBM, cost, collectives, compile time, and a lower bound on a step's time.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import os
@@ -16,7 +17,7 @@ from porter.aot import port as abstract_port
 from porter.aot.programs import Input, outermost, submodule_calls, unique
 from porter.errors import Interrupted, PorterError, RecipeError, UsageError, first_line
 from porter.port import checks
-from porter.runtime import environment
+from porter.runtime import environment, mesh_text
 from porter.transforms import patches
 from porter.transforms.sharding import human_bytes, human_flops, human_seconds
 
@@ -373,10 +374,10 @@ def _hint(row: dict, report: dict) -> str:
 
 def render(report: dict) -> str:
     t = report["target"]
-    mesh = " x ".join(f"{a}={s}" for a, s in report["mesh"].items())
+    mesh = mesh_text(report["mesh"])
     lines = [f"compiled {report['recipe']} for {t['name']}: {t['chips']} x {t['chip']} "
              f"({human_bytes(t['usable_hbm_bytes'])} usable HBM each), mesh {mesh}, "
-             f"attention {report['attention_backend']}"]
+             f"attention {report['attention_backend'] or 'as torchax lowers it'}"]
     weights = report["weights_per_chip"]
     shown = ", ".join(f"{n} {human_bytes(b)}" for n, b in weights["components"].items())
     lines.append(f"weights per device: {human_bytes(weights['total'])} ({shown}); every "
@@ -460,7 +461,25 @@ def _by_kind(matmuls: dict) -> str:
 
 
 def _short(inputs: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in inputs.items())
+    return ", ".join(f"{k}={_brief(v)}" for k, v in inputs.items())
+
+
+def _brief(value) -> str:
+    """An input as the report lists it; a list (a VAE's cache of feature maps) counted:
+    its arrays, the largest named, and its other entries by kind."""
+    if not isinstance(value, list):
+        return str(value)
+    arrays = [v for v in value if isinstance(v, str) and v.endswith("]") and "[" in v]
+    others = collections.Counter(str(v).strip("'") for v in value if v not in arrays)
+    parts = [f"{len(arrays)} arrays (largest {max(arrays, key=_elements)})"] if arrays else []
+    parts += [f"{kind} x{count}" for kind, count in others.items()]
+    return f"[{len(value)}: {', '.join(parts)}]"
+
+
+def _elements(array: str) -> int:
+    """The elements of an input listed as "dtype[d0, d1, ...]"."""
+    dims = array[array.index("[") + 1:-1]
+    return math.prod(int(d) for d in dims.split(",") if d.strip().isdigit())
 
 
 # ---------------------------------------------------------------------- choosing a mesh

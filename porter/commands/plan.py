@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from porter.errors import RecipeError
 from porter.port import checks, estimates
+from porter.runtime import mesh_text
 from porter.transforms.sharding import human_bytes, human_flops
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def to_json(plan: dict) -> dict:
 
 
 def render(plan: dict) -> str:
-    mesh = " x ".join(f"{a}={s}" for a, s in plan["mesh"].items())
+    mesh = mesh_text(plan["mesh"])
     lines = [f"plan for {plan['recipe']}: mesh {mesh} ({plan['devices']} devices)",
              "\npasses, in the order a run applies them (once; then around each call):"]
     width = max(len(row["pass"]) for row in plan["passes"])

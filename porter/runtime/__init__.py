@@ -39,13 +39,18 @@ def configure(platform: str, cpu_devices: int | None) -> None:
     environment.return_freed_memory()
 
 
+def mesh_text(axes: dict) -> str:
+    """A mesh as messages write it: "dp=2 x tp=4"."""
+    return " x ".join(f"{axis}={size}" for axis, size in axes.items())
+
+
 def resolve_mesh(axes: dict, device_count: int, given: bool = False,
                  target: str | None = None) -> dict[str, int]:
     """Fill an 'auto' axis and check the mesh fits ``device_count`` devices (that
     exist, that ``given`` by --devices, or the chips of the TPU slice ``target``)."""
     fixed = math.prod(size for size in axes.values() if size != "auto")
     if fixed > device_count:
-        shape = " x ".join(f"{a}={s}" for a, s in axes.items())
+        shape = mesh_text(axes)
         if target:
             have, more = f"{target} has {device_count} chips", (
                 " or choose a larger target (v4 and v5p count two TensorCores a chip: a "

@@ -40,10 +40,15 @@ def quiet(message: str) -> None:
     """A ``status`` that says nothing (no progress shown)."""
 
 
+#: the bar without tqdm's own rate: the caller's postfix says it once ("0.80 s/step")
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
+
+
 def progress_bar(total: int, initial: int, desc: str, unit: str, shown: bool):
-    """A progress bar on stderr (tqdm; hidden unless ``shown``), as a context manager
-    that closes it: a denoising loop's steps, a batch's videos."""
+    """A progress bar on stderr (tqdm), as a context manager that closes it: a denoising
+    loop's steps, a batch's videos. Hidden unless ``shown``, and where stderr is not a
+    terminal (a log file would fill with its redrawn lines; the status lines stay)."""
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, desc=desc, unit=unit, file=sys.stderr,
-                disable=not shown, dynamic_ncols=True)
+                disable=None if shown else True, dynamic_ncols=True, bar_format=BAR_FORMAT)

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from porter.errors import LoadError
-from porter.runtime import distributed, finite, notices
+from porter.runtime import distributed, finite, mesh_text, notices
 from porter.shims import lazy
 from porter.shims.interop import as_placed, jax_dtype, place, to_device
 from porter.shims.walk import named_tensors, tensor_slots
@@ -383,7 +383,7 @@ def _detail(c: Checking) -> str:
     recipe = c.recipe
     weights = sum(len(rules) for rules in recipe.sharding.weights.values())
     activations = sum(len(rules) for rules in recipe.sharding.activations.values())
-    mesh = " x ".join(f"{axis}={size}" for axis, size in recipe.mesh.items())
+    mesh = mesh_text(c.axes or recipe.mesh)
     return (f"mesh {mesh}: {weights} weight rule(s), {activations} activation rule(s)"
             + _inputs_detail(c)
             + (f"; the transformer's tokens over {' x '.join(tokens)}"

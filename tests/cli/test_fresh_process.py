@@ -18,7 +18,7 @@ def test_cpu_devices_flag_in_a_fresh_process():
                           str(RECIPES / "wan-tiny-tp.yaml"), "--cpu-devices", "8"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "mesh {'dp': 2, 'tp': 4}" in out.stdout
+    assert "mesh dp=2 x tp=4" in out.stdout
 
 
 @pytest.mark.parametrize("args", [

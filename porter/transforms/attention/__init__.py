@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from porter.runtime import trace_context
+from porter.runtime import mesh_text, trace_context
 from porter.shims import lazy, op_table
 from porter.shims.compat import import_torchax
 from porter.transforms import CALL, STEP, Calling, Checking, Pass, sharding
@@ -273,7 +273,7 @@ def _unpartitioned(recipe: Recipe, registry: Registry, platform: str) -> list[Pr
         for backend in backends.possible(name, platform, registry.attention):
             if not backend.mosaic:
                 continue
-            axes = " x ".join(f"{axis}={size}" for axis, size in recipe.mesh.items())
+            axes = mesh_text(recipe.mesh)
             found.append(recipe.problem(
                 f"attention.{key}", f"{name!r} runs {backend.name}, a Mosaic kernel, on a "
                 f"{platform.upper()} mesh {axes} without attention.head_axis or "
