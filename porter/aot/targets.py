@@ -98,10 +98,13 @@ def libtpu_requirement() -> str:
         wanted = metadata.requires("porter") or []
     except metadata.PackageNotFoundError:
         wanted = []
-    for requirement in wanted:
-        name, _, marker = requirement.partition(";")
-        if "tpu" in marker and name.strip().startswith("libtpu"):
-            return name.strip()
+    from packaging.requirements import Requirement
+
+    for text in wanted:
+        requirement = Requirement(text)
+        if requirement.name == "libtpu" and requirement.marker is not None \
+                and requirement.marker.evaluate({"extra": "tpu"}):
+            return f"libtpu{requirement.specifier}"
     return "libtpu"
 
 
@@ -110,8 +113,8 @@ def devices(target: Target) -> list:
     why = libtpu_missing()
     if why:
         raise UsageError(f"cannot compile for {target.name}: {why}",
-                         hint=f"pip install '{libtpu_requirement()}' (the version this "
-                              "JAX pins; about 700 MB)")
+                         hint=f"pip install '{libtpu_requirement()}' (Porter's tpu "
+                              "extra: the version this JAX pins; about 700 MB)")
     quiet_libtpu()
     roomy_libtpu_stacks()
     from jax.experimental import topologies

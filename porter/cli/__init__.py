@@ -105,10 +105,10 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
     """The arguments; overrides (KEY=VALUE) may come before or after flags, and
     ``--debug`` anywhere (every hint says to add it: users add it at the end)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
-    _unknown_command(parser, [word for word in argv if word != "--debug"])
-    args, extra = parser.parse_known_args([word for word in argv if word != "--debug"])
-    args.debug = args.debug or debug
+    rest = [word for word in argv if word != "--debug"]
+    _unknown_command(parser, rest)
+    args, extra = parser.parse_known_args(rest)
+    args.debug = len(rest) < len(argv)
     stray = [word for word in extra if "=" not in word or word.startswith("-")]
     if stray or (extra and not hasattr(args, "overrides")):
         command = parser.commands[args.command]  # its own usage, not porter's

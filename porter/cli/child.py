@@ -31,8 +31,10 @@ CRASH_START = re.compile(rb"^(\*\*\* (SIG[A-Z]+|Check failure)|https://symbolize
 #: the signals native code dies of (its own faults and aborts)
 CRASHES = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL,
                      signal.SIGFPE})
-#: Porter's status lines (``notices.status``): what it was doing
+#: Porter's status lines (``notices.status``): what it was doing; its warnings
+#: (``notices.warn``) begin the same, a process's label between
 STATUS = b"porter: "
+WARNING = re.compile(r"^(\[process \d+/\d+\] )?warning:")
 
 
 def wanted(args) -> bool:
@@ -42,25 +44,34 @@ def wanted(args) -> bool:
 
 
 def again() -> list[str]:
-    """This ``porter`` command line, to run in the child."""
-    return [sys.executable, "-m", "porter.cli", *sys.argv[1:]]
+    """This ``porter`` command line, to run in the child (``-P``: the current folder
+    is not put first on its path, as the ``porter`` script does not put it)."""
+    return [sys.executable, "-P", "-m", "porter.cli", *sys.argv[1:]]
 
 
 def run(command: list[str], *, what: str, debug: bool = False) -> int:
     """``command`` (``again()``) in a child process, its exit code returned (a child
     killed by a signal: ``_killed``). stdout passes through untouched; stderr line by
-    line, a crash report held for a file (shown as it comes with ``debug``)."""
-    child = subprocess.Popen(command, stderr=subprocess.PIPE, env={**os.environ, CHILD: "1"})
+    line, a crash report held for a file (shown as it comes with ``debug``). The child
+    never outlives this process: stopped if this one leaves early, sent SIGTERM by the
+    system if this one is killed."""
     stream = _Stderr(shown=debug)
     forwarded: list[int] = []
-    previous = _forward_signals(child, forwarded)
+    started: list[subprocess.Popen] = []
+    previous = _forward_signals(started, forwarded)  # before the child: no gap
     try:
+        child = subprocess.Popen(command, stderr=subprocess.PIPE, preexec_fn=_dies_with_parent,
+                                 env={**os.environ, CHILD: "1"})
+        started.append(child)
         for line in iter(child.stderr.readline, b""):
             stream.feed(line)
         code = child.wait()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if started and started[0].poll() is None:  # leaving early: the child too
+            started[0].terminate()
+            started[0].wait()
     if code >= 0 or -code not in CRASHES:
         stream.flush_held()  # what looked like a report's start, but nothing crashed
     return code if code >= 0 else _killed(-code, stream, forwarded, what, debug)
@@ -103,7 +114,9 @@ class _Stderr:
 
     def feed(self, line: bytes) -> None:
         if line.startswith(STATUS) and not self.held:
-            self.doing = line[len(STATUS):].decode(errors="replace").strip()
+            said = line[len(STATUS):].decode(errors="replace").strip()
+            if not WARNING.match(said):  # a warning is not what it was doing
+                self.doing = said
         if not self.shown and (self.held or CRASH_START.match(line)):
             self.held.append(line)
             return
@@ -125,20 +138,51 @@ class _Stderr:
         return path
 
 
-def _forward_signals(child: subprocess.Popen, forwarded: list[int]) -> dict:
-    """SIGTERM (``kill``, a scheduler's stop) passed on to the child (and noted in
-    ``forwarded``), which stops as any Porter command does; Ctrl-C reaches the child
-    from the terminal itself, so the parent only waits for it. The handlers replaced,
-    to be put back."""
+def _forward_signals(started: list, forwarded: list[int]) -> dict:
+    """SIGTERM (``kill``, a scheduler's stop) passed on to the child (the first of
+    ``started``, once there; noted in ``forwarded``), which stops as any Porter command
+    does; so is SIGINT, unless the terminal sent it (Ctrl-C reaches the child from the
+    terminal itself, and a second would cut its cleanup short). The handlers replaced,
+    to be put back. (Handlers, not SIG_IGN: an ignored signal stays ignored in a child.)"""
     if threading.current_thread() is not threading.main_thread():
         return {}  # only the main thread sets handlers
 
     def forward(signum, frame):
+        if signum == signal.SIGINT and _from_terminal():
+            return
         forwarded.append(signum)
-        child.send_signal(signum)
+        if started:
+            started[0].send_signal(signum)
 
     return {signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
-            signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN)}
+            signal.SIGINT: signal.signal(signal.SIGINT, forward)}
+
+
+def _from_terminal() -> bool:
+    """Is this process in its terminal's foreground group (where Ctrl-C goes to every
+    process of the group)? False without a terminal."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _dies_with_parent() -> None:
+    """In the child, before it runs: SIGTERM from the system when its parent dies
+    (Linux's ``prctl(PR_SET_PDEATHSIG)``), so a killed ``porter`` leaves no compile
+    behind it; elsewhere nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _signal_name(signum: int) -> str:

@@ -11,13 +11,17 @@ from porter.errors import UsageError
 from porter.runtime import distributed
 
 
-def recipe_args(parser: argparse.ArgumentParser, json: bool = False) -> None:
+def recipe_args(parser: argparse.ArgumentParser, json: bool = False,
+                example: str = "generate.steps=4", cpu_devices: bool = True) -> None:
+    """The recipe and its overrides (``example``: one, for the help), and
+    ``--cpu-devices`` where the command starts JAX's devices (``cpu_devices``)."""
     parser.add_argument("recipe", help="path to a recipe YAML file")
     parser.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="override recipe keys, type-checked (e.g. generate.steps=4)")
-    parser.add_argument("--cpu-devices", type=int, metavar="N",
-                        help="N virtual CPU devices instead of the machine's own (same "
-                             "as runtime.cpu_devices=N)")
+                        help=f"override recipe keys, type-checked (e.g. {example})")
+    if cpu_devices:
+        parser.add_argument("--cpu-devices", type=int, metavar="N",
+                            help="N virtual CPU devices instead of the machine's own (same "
+                                 "as runtime.cpu_devices=N)")
     if json:
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
 

@@ -26,9 +26,7 @@ def add(commands) -> None:
         "to change. Needs libtpu: pip install -e '.[tpu]' in Porter's checkout.",
         epilog="targets: " + ", ".join(TARGETS) + "  (v4/v5p: the number counts "
         "TensorCores, two per chip; v5e/v6e: chips)")
-    parser.add_argument("recipe", help="path to a recipe YAML file")
-    parser.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="override recipe keys, type-checked (e.g. mesh.tp=8)")
+    common.recipe_args(parser, example="mesh.tp=8", cpu_devices=False)
     parser.add_argument("--target", required=True, metavar="TPU",
                         help="the slice to compile for, as Cloud TPU names it (v6e-8, "
                              "v5e-8 or v5litepod-8, v5p-8, v4-8, v6e-16, v7x-8, ...)")

@@ -34,7 +34,7 @@ from porter.port import checks
 from porter.recipe import jsonio, yamlio
 from porter.rundir import artifacts, outputs, progress, record
 from porter.rundir.lifecycle import resume_problem
-from porter.runtime import atomic, distributed, notices
+from porter.runtime import atomic, distributed, mesh_text, notices
 
 if TYPE_CHECKING:
     from porter.families.base import ModelFamily
@@ -250,7 +250,7 @@ def _split(recipe: Recipe, say):
         return recipe, None, SUMMARY
     distributed.work_alone()
     say(f"split between {count} replica sets: this process runs items {index + 1}, "
-        f"{index + 1 + count}, ... on its own devices, mesh {mesh}")
+        f"{index + 1 + count}, ... on its own devices, mesh {mesh_text(mesh)}")
     recipe = recipe_mod.with_values(recipe, "mesh", mesh, "--prompts (split between "
                                     "processes)")
     return recipe, lambda item: (item.index - 1) % count == index, f"batch-{index}.json"

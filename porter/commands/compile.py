@@ -465,12 +465,16 @@ def _short(inputs: dict) -> str:
 
 
 def _brief(value) -> str:
-    """An input as the report lists it; a list (a VAE's cache of feature maps) counted:
-    its arrays, the largest named, and its other entries by kind."""
-    if not isinstance(value, list):
+    """An input as the report lists it; a long list (a VAE's cache of feature maps)
+    counted: its arrays ("dtype[shape]"), the largest named, the rest by kind."""
+    if not isinstance(value, list) or len(value) <= 4:
         return str(value)
-    arrays = [v for v in value if isinstance(v, str) and v.endswith("]") and "[" in v]
-    others = collections.Counter(str(v).strip("'") for v in value if v not in arrays)
+    arrays, others = [], collections.Counter()
+    for entry in value:
+        if isinstance(entry, str) and entry.endswith("]") and "[" in entry:
+            arrays.append(entry)
+        else:
+            others[entry.strip("'") if isinstance(entry, str) else type(entry).__name__] += 1
     parts = [f"{len(arrays)} arrays (largest {max(arrays, key=_elements)})"] if arrays else []
     parts += [f"{kind} x{count}" for kind, count in others.items()]
     return f"[{len(value)}: {', '.join(parts)}]"
@@ -572,14 +576,15 @@ def render_choice(choice: dict) -> str:
             lines.append(f"  {row['shown']:<24} no step bound, peak "
                          f"{human_bytes(row['peak_bytes_per_chip'])} a chip{verdict}{whole}")
             continue
-        lines.append(f"  {row['shown']:<24} step {row['step_bound_s']:.3g} s "
-                     f"({row['limited_by']}), interconnect {row['interconnect_s']:.3g} s, "
+        lines.append(f"  {row['shown']:<24} step {human_seconds(row['step_bound_s'])} "
+                     f"({row['limited_by']}), interconnect "
+                     f"{human_seconds(row['interconnect_s'])}, "
                      f"peak {human_bytes(row['peak_bytes_per_chip'])} a chip{verdict}{whole}")
     chosen = choice["chosen"]
     if chosen is None:
         lines.append("no mesh fits")
     else:
         given = " ".join(f"'{o}'" for o in chosen["overrides"])
-        lines.append(f"chosen: {meshes.shown(chosen['mesh'])}, {chosen['step_bound_s']:.3g} s "
-                     f"a step (run it with {given})")
+        lines.append(f"chosen: {meshes.shown(chosen['mesh'])}, "
+                     f"{human_seconds(chosen['step_bound_s'])} a step (run it with {given})")
     return "\n".join(lines)

@@ -82,11 +82,10 @@ def text(path: Path, family: ModelFamily, base: str | None) -> str:
 
 
 def base_family(base: str) -> str:
-    """The family the recipe ``base`` names (what it extends included)."""
+    """The family the recipe ``base`` names (what it extends included; a missing file
+    refused as any recipe's is, with the nearest name)."""
     from porter import recipe
 
-    if not Path(base).is_file():
-        raise UsageError(f"--from {base}: no such recipe file")
     return recipe.load(base).model.family
 
 

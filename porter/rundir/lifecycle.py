@@ -13,11 +13,17 @@ from porter.errors import UsageError
 from porter.rundir import outputs
 from porter.runtime import distributed
 
+#: what only Porter writes into a run's folder: the lock a run takes first, a stage's
+#: record, denoising's checkpoint, a batch's summary (a batch split between processes
+#: locks only its items' folders)
+TRACES = (outputs.LOCK, "encode.json", "denoise.json", "progress-*.json", "batch*.json",
+          f"*/{outputs.LOCK}")
+
 
 def resume_problem(directory: Path, resume: bool) -> None:
     """UsageError for ``--resume`` of a directory that is not there to continue: none,
-    or one no Porter run has written to (no lock file, which a run makes first: a
-    resume would start over there and replace what it holds)."""
+    or one no Porter run has written to (nothing of ``TRACES``: a resume would start
+    over there and replace what it holds)."""
     if not resume:
         return
     hint = "--resume takes the output directory of an earlier run; to start a new run, " \
@@ -26,9 +32,8 @@ def resume_problem(directory: Path, resume: bool) -> None:
         raise UsageError(f"nothing to resume: {directory} does not exist"
                          if not directory.exists() else
                          f"nothing to resume: {directory} is not a directory", hint=hint)
-    if not (directory / outputs.LOCK).exists():
-        raise UsageError(f"nothing to resume: no Porter run has written to {directory} "
-                         f"(it has no {outputs.LOCK})",
+    if not any(next(directory.glob(trace), None) for trace in TRACES):
+        raise UsageError(f"nothing to resume: no Porter run has written to {directory}",
                          hint=hint + f" (output.dir={directory} writes a new run there, "
                                      "replacing the files a run writes)")
 

@@ -154,19 +154,23 @@ def human_bytes(n: int) -> str:
 
 def human_flops(n: float) -> str:
     """FLOPs in the unit that reads best: "1.23 TFLOP", "45.6 GFLOP", "12 FLOP"."""
-    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6),
-                        ("kFLOP", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} FLOP"
+    return _scaled(n, (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6),
+                       ("kFLOP", 1e3), ("FLOP", 1.0)))
 
 
 def human_seconds(s: float) -> str:
     """Seconds as "1.23 s", "12.3 ms" or "6.45 µs"."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-6:.3g} µs"
+    return _scaled(s, (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)))
+
+
+def _scaled(value: float, units: tuple) -> str:
+    """``value`` to 3 significant digits in the largest of ``units`` (name, scale; the
+    largest first) it reaches once rounded (999.96 ms is "1 s", not "1e+03 ms")."""
+    for unit, scale in units:
+        shown = float(f"{value / scale:.3g}")
+        if shown >= 1:
+            break
+    return f"{shown:g} {unit}"  # below the smallest unit: in it
 
 
 def _divisors(n: int) -> list[int]:

@@ -2,7 +2,7 @@
 libtpu is started with."""
 
 import json
-import tomllib
+from importlib import metadata
 
 import pytest
 
@@ -51,9 +51,10 @@ def test_without_libtpu_compile_says_what_to_install(monkeypatch):
     monkeypatch.setattr(targets, "libtpu_missing", lambda: "libtpu is not installed")
     with pytest.raises(UsageError) as info:
         targets.devices(targets.named("v6e-8"))
-    pinned = tomllib.loads((RECIPES.parent / "pyproject.toml").read_text())[
-        "project"]["optional-dependencies"]["tpu"][0]
-    assert f"pip install '{pinned}'" in info.value.hint  # what the tpu extra pins
+    installed = [r for r in metadata.requires("porter") if r.startswith("libtpu")]
+    assert [r.split(";")[0] for r in installed] == [targets.libtpu_requirement()]
+    assert f"pip install '{targets.libtpu_requirement()}'" in info.value.hint
+    assert targets.libtpu_requirement().startswith("libtpu==")  # the tpu extra's pin
 
 
 @needs_libtpu

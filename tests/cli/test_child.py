@@ -3,10 +3,12 @@ child prints passes through, and a child that native code kills (libtpu's segmen
 fault, a failed check) ends in a message saying what Porter was doing, with the crash
 report in a file, instead of a page of C++ frames."""
 
+import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -68,6 +70,61 @@ def test_a_child_that_ends_by_itself_answers_its_own_code_and_output(code, expec
     assert returned == expected and "died of" not in err
     if "F1201" in code:
         assert err == "F1201 00:00:00 a log line\nthen more\n"
+
+
+def test_a_child_the_out_of_memory_killer_ends_is_said_to_be_killed(capfd):
+    code = ("import os, signal, sys\n"
+            "sys.stderr.write('porter: warning: a cache it stopped using\\n')\n"
+            "sys.stderr.write('porter: [1/2] vae.decode: tracing\\n')\n"
+            "sys.stderr.write('porter: warning: another\\n'); sys.stderr.flush()\n"
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    returned, _, err = run_child(code, capfd)
+    assert returned == 1
+    assert "error: porter compile was killed by SIGKILL while [1/2] vae.decode: " \
+        "tracing" in err  # its last status line, not a warning after it
+    assert "out-of-memory killer" in err and "native code" not in err
+
+
+def parent_of_a_sleeping_child(tmp_path: Path) -> subprocess.Popen:
+    """A process running ``child.run`` on a child that writes its pid and sleeps."""
+    pid = tmp_path / "child.pid"
+    script = textwrap.dedent(f"""\
+        import sys
+        sys.path.insert(0, {str(Path(child.__file__).parents[2])!r})
+        from porter.cli import child
+        code = ("import os, time; open({str(pid)!r}, 'w').write(str(os.getpid())); "
+                "print('started', flush=True); time.sleep(60)")
+        sys.exit(child.run([sys.executable, "-c", code], what="porter compile"))
+        """)
+    # a session of its own: no terminal, as under a scheduler (a terminal's Ctrl-C the
+    # child would get by itself)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert parent.stdout.readline() == "started\n"
+    parent.child_pid = int(pid.read_text())
+    return parent
+
+
+def test_a_killed_porter_leaves_no_child_behind(tmp_path):
+    """A timeout's SIGKILL reaches the porter process only: the system stops its child."""
+    parent = parent_of_a_sleeping_child(tmp_path)
+    parent.kill()
+    parent.communicate(timeout=30)
+    for _ in range(100):
+        try:
+            os.kill(parent.child_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail("the child outlived its killed parent")
+
+
+def test_an_interrupt_sent_to_porter_alone_reaches_the_child(tmp_path):
+    """SIGINT from a scheduler, not a terminal's Ctrl-C (which the child gets itself)."""
+    parent = parent_of_a_sleeping_child(tmp_path)
+    parent.send_signal(signal.SIGINT)
+    _, err = parent.communicate(timeout=30)
+    assert parent.returncode == 130, err
 
 
 def test_a_terminate_sent_to_porter_reaches_the_child():

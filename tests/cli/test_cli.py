@@ -4,6 +4,7 @@ flags and overrides in any order."""
 import pytest
 
 from porter import cli
+from porter.errors import RecipeError
 
 from support import RECIPES, TINY_RECIPE
 
@@ -109,7 +110,7 @@ def test_stray_argument_is_a_usage_error(capsys, write):
 
 def test_debug_is_taken_after_the_command_too(write):
     """Every hint says "rerun with --debug"; users add it at the end."""
-    with pytest.raises(Exception):
+    with pytest.raises(RecipeError):
         cli.main(["run", str(write("r.yaml", "model: [")), "--debug"])
 
 

@@ -56,3 +56,15 @@ def test_a_resumed_run_records_each_mesh_it_ran_on(tmp_path):
     meshes = [(s["stage"], s["mesh"]) for s in result.data["history"]]
     assert meshes == [("encode", {"dp": 1}), ("denoise", {"dp": 2}), ("decode", {"dp": 2})]
     assert result.data["history"][1]["steps"] == [0, 2]
+
+
+def test_a_folder_with_porters_records_but_no_lock_resumes(tmp_path):
+    """A run's folder copied without its dot files, or a batch split between processes
+    (which locks its items' folders, not its own), is still Porter's to resume."""
+    from porter.rundir import lifecycle
+
+    for name in ("encode.json", "batch-0.json", "item-1/.porter.lock"):
+        folder = tmp_path / name.replace("/", "_")
+        (folder / name).parent.mkdir(parents=True)
+        (folder / name).write_text("{}")
+        lifecycle.resume_problem(folder, resume=True)  # no UsageError
