@@ -35,9 +35,13 @@ def run(recipe: Recipe, registry: Registry, progress: bool = True, stage: str | 
                          "--stage and --resume need a family with stages",
                          hint="run it without --stage/--resume")
     resume_problem(directory, resume)
+    runner = runners.of(family)
+    if not directory.exists():  # a stage that needs earlier ones: refused before the
+        # folder is made for it (the same check runs again under the folder's lock)
+        runner.continuation(directory, runner.stages_to_run(directory, stage, resume),
+                            recipe, resume)
     distributed.initialize()  # before anything asks JAX which process this is
     with owned(directory):
-        runner = runners.of(family)
         wanted = runner.stages_to_run(directory, stage, resume)
         resumed = runner.continuation(directory, wanted, recipe, resume)  # before removal
         if distributed.writes():

@@ -67,6 +67,7 @@ def test_decode_into_an_empty_folder_names_every_stage_it_needs_first(write, tmp
             stage="decode")
     assert "`porter run RECIPE --stage encode`, then `porter run RECIPE --stage denoise` " \
         "first" in info.value.hint
+    assert not (tmp_path / "empty").exists()  # refused before a folder was made for it
 
 
 def test_half_written_stage_is_not_complete(uninterrupted, tmp_path):
