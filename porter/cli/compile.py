@@ -48,8 +48,8 @@ def handle(args) -> int:
     if child.wanted(args):  # libtpu compiles in a child: a crash there becomes a message
         return child.run(child.again(), what="porter compile", debug=args.debug)
     from porter import recipe  # lazy: only the subcommand asked for is imported
-    from porter import registry as registry_mod
-    from porter.commands import compile
+    from porter import registry as registry_mod  # lazy: as above
+    from porter.commands import compile  # lazy: as above
 
     compile.host_compiles()  # JAX on the CPU; libtpu only describes the target
     if args.choose_mesh:
@@ -67,7 +67,7 @@ def handle(args) -> int:
 
 
 def _choose_mesh(args) -> int:
-    from porter import recipe
+    from porter import recipe  # lazy: as handle's
     from porter import registry as registry_mod  # lazy: as handle's
     from porter.commands import compile  # lazy: as handle's
 

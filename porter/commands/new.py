@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from porter import recipe
 from porter.errors import UsageError
 
 if TYPE_CHECKING:
@@ -84,8 +85,6 @@ def text(path: Path, family: ModelFamily, base: str | None) -> str:
 def base_family(base: str) -> str:
     """The family the recipe ``base`` names (what it extends included; a missing file
     refused as any recipe's is, with the nearest name)."""
-    from porter import recipe
-
     return recipe.load(base).model.family
 
 
