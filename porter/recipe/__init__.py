@@ -196,7 +196,14 @@ def parse_override(text: str) -> tuple[KeyPath, Any]:
     except Refused as exc:  # well-formed, but what no recipe may hold (a tag, a bomb)
         raise RecipeError([Problem(key, f"override {exc.problem}", file=OVERRIDE_FILE,
                                    hint=exc.hint)]) from None
-    except yaml.YAMLError:
+    except yaml.YAMLError as exc:
+        if raw.strip()[:1] in ("[", "{"):  # meant as a list or mapping: say why it is not
+            reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise RecipeError([Problem(
+                key, f"override value is not YAML: {reason}", file=OVERRIDE_FILE,
+                hint="quote regexes with single quotes inside the value (in YAML's "
+                     "double quotes a backslash starts an escape: write \\\\. for \\.)")]) \
+                from None
         value = raw  # an unquoted string with YAML punctuation in it
     return tuple(key.strip().split(".")), value
 
@@ -231,6 +238,22 @@ def _model_at(model: type[BaseModel], loc: KeyPath) -> type[BaseModel] | None:
             return None
         model = nested[0]
     return model
+
+
+def _sections_with(model: type[BaseModel], key: str, prefix: str = "",
+                   depth: int = 2) -> list[str]:
+    """The dotted keys named ``key`` in the sections below ``model`` (two levels): a
+    key written at the wrong level (``height=`` for ``generate.height=``) is found
+    where it belongs."""
+    found = []
+    for name in model.model_fields if depth else ():
+        section = _model_at(model, (name,))
+        if section is None:
+            continue
+        if key in section.model_fields:
+            found.append(f"{prefix}{name}.{key}")
+        found += _sections_with(section, key, f"{prefix}{name}.", depth - 1)
+    return found[:3]
 
 
 def _data_path(data: Any, loc: tuple, missing: bool) -> KeyPath:
@@ -286,8 +309,10 @@ def _problems_from(exc: ValidationError, data: dict, locations: dict,
             owner = _model_at(RecipeSpec, path[:-1])
             valid = sorted(owner.model_fields) if owner else []
             close = difflib.get_close_matches(str(path[-1]), valid, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else (
-                f"valid keys here: {', '.join(valid)}" if valid else None)
+            moved = _sections_with(RecipeSpec, str(path[-1]))
+            hint = (f"did you mean {' or '.join(repr(m) for m in moved)}?" if moved
+                    else f"did you mean {close[0]!r}?" if close
+                    else f"valid keys here: {', '.join(valid)}" if valid else None)
             problem = Problem(dotted, f"unknown key {path[-1]!r}", file, line, hint)
         elif kind == "missing":
             owner = _model_at(RecipeSpec, path[:-1])

@@ -115,6 +115,23 @@ def test_overrides_are_type_checked(write):
     assert found["generate.stepz"].hint == "did you mean 'steps'?"
 
 
+def test_a_key_at_the_wrong_level_is_found_where_it_belongs(write):
+    path = write("r.yaml", TINY_RECIPE)
+    found = {p.path: p for p in problems_of(path, ["height=64", "steps=2"])}
+    assert found["height"].hint == "did you mean 'generate.height'?"
+    assert found["steps"].hint == "did you mean 'generate.steps'?"
+
+
+def test_an_override_meant_as_a_list_that_is_not_yaml_says_why(write):
+    path = write("r.yaml", TINY_RECIPE)
+    [problem] = problems_of(path, ['sharding.activations.vae=[{module: "a\\.b", spec: []}]'])
+    assert problem.path == "sharding.activations.vae" and problem.file == "command line"
+    assert "not YAML" in problem.message and "escape" in problem.message
+    assert "single quotes" in problem.hint
+    # a plain string with YAML punctuation in it stays a string
+    assert recipe.load(path, ["generate.prompt=a [b"]).generate.prompt == "a [b"
+
+
 def test_malformed_override(write):
     path = write("r.yaml", TINY_RECIPE)
     [problem] = problems_of(path, ["generate.steps"])
