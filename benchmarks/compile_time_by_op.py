@@ -4,9 +4,9 @@ around it).
 
     python benchmarks/compile_time_by_op.py recipes/wan14b.yaml transformer.forward [KEY=VALUE ...]
 
-Runs ``porter compile R --target v6e-8 --program P`` in a fresh process with libtpu's
-backend log on (``TPU_VMODULE=deepsea_compiler_backend=3``), keeps the program's
-optimized HLO, and charges each compiler thread's time between one operation's
+Runs ``porter compile R --target v6e-8 --program P --hlo DIR`` in a fresh process with
+libtpu's backend log on (``TPU_VMODULE=deepsea_compiler_backend=3``), reads the
+program's optimized HLO from DIR, and charges each compiler thread's time between one operation's
 "[NAME] LLO optimizing N instructions" line and that thread's next line to NAME. The
 log is libtpu's, not a stable interface: a libtpu that words it differently leaves
 the table empty (said, not guessed). The logging slows the compile down a little, and
@@ -28,18 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# the child: porter's CLI with the compiled program's optimized HLO written to a file
-_CHILD = """
-import sys
-from porter.aot import executable
-keep = executable.hlo.collectives
-def collectives(text, devices):
-    open(sys.argv[1], "w").write(text)
-    return keep(text, devices)
-executable.hlo.collectives = collectives
-from porter import cli
-sys.exit(cli.main(sys.argv[2:]))
-"""
+# porter's CLI in this process (no child of its own: libtpu's log is this process's)
+_CHILD = "import sys; from porter import cli; sys.exit(cli.main(sys.argv[1:]))"
 
 _STAMP = re.compile(r"^[IWE]\d{4} (\d+):(\d+):([\d.]+)\s+(\d+) ")
 _START = re.compile(r"\] \[([^\]]+)\] LLO optimizing")
@@ -79,17 +69,19 @@ def thread_seconds(log: str) -> collections.Counter:
 
 def main(recipe: str, program: str, *overrides: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        hlo_path = Path(tmp) / "optimized.hlo"
         out = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(hlo_path), "compile", recipe, "--target",
-             "v6e-8", "--program", program, *overrides],
+            [sys.executable, "-c", _CHILD, "compile", recipe, "--target", "v6e-8",
+             "--program", program, "--hlo", tmp, *overrides],
             capture_output=True, text=True, cwd=ROOT,
             env={**os.environ, "JAX_PLATFORMS": "cpu", "TPU_STDERR_LOG_LEVEL": "0",
                  "TPU_MIN_LOG_LEVEL": "0", "TPU_VMODULE": "deepsea_compiler_backend=3"})
-        if out.returncode not in (0, 2) or not hlo_path.exists():
+        kept = sorted(Path(tmp).glob("*.hlo"))  # one a program the name gave
+        if out.returncode not in (0, 2) or not kept:
             raise SystemExit(f"porter compile failed (exit {out.returncode}):\n"
                              + out.stderr[-2000:])
-        where = computations(hlo_path.read_text())
+        where = {}
+        for path in kept:
+            where.update(computations(path.read_text()))
     spent = thread_seconds(out.stderr)
     if not spent:
         raise SystemExit("no per-operation lines in libtpu's log: this libtpu words its "

@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from porter.aot import hlo
 from porter.aot.programs import Input, Program
 from porter.errors import Interrupted
+from porter.runtime import atomic
 from porter.shims.compat import import_torchax
 from porter.shims.interop import array_dtype
 from porter.shims.tracing import model_frame
@@ -45,7 +47,7 @@ class Compiled:
                 - m.get("alias", 0) + m.get("generated_code", 0))
 
 
-def compile_program(port, program: Program) -> Compiled:
+def compile_program(port, program: Program, keep: Path | None = None) -> Compiled:
     """Lower ``program`` on ``port``'s component with abstract weights and inputs, in
     the shardings a run uses, and compile it for the target."""
     component = port.components[program.component]
@@ -70,6 +72,8 @@ def compile_program(port, program: Program) -> Compiled:
         return result
     result.compile_s = time.perf_counter() - start
     text = executable.as_text()
+    if keep is not None:  # the optimized HLO, with the compiler's per-instruction estimates
+        atomic.write_bytes(keep, text.encode())
     result.memory = _memory(executable)
     result.flops, result.bytes_accessed = _costs(executable, text, sum(kernel_flops),
                                                  result.weights_bytes)

@@ -1,6 +1,7 @@
 """What a compiled program's HLO says about its communication: each collective's kind,
 how many times it runs (a loop body's ops count once per trip) and the bytes it
-moves per chip.
+moves per chip; and, for a TPU's, the compiler's own estimate of each instruction's
+cycles.
 
 Read from the optimized HLO text (``Compiled.as_text()``), where the compiler has
 already chosen and combined the collectives; the async forms (``all-gather-start``
@@ -186,6 +187,61 @@ def collectives(text: str, devices: int) -> dict[str, Collective]:
             entry_.count += times[name]
             entry_.bytes += size * times[name]
             entry_.traffic_bytes += sent * times[name]
+    return found
+
+
+_CYCLES = re.compile(r'"estimated_cycles"\s*:\s*"?(\d+)')
+_SOURCE = re.compile(r'op_name="([^"]*)"')
+#: what a fusion is charged as: the first of these its computation holds
+_HEROES = (("convolution", "convolution"), ("dot", "matmul"), ("reduce-window", "pooling"),
+           ("reduce", "reduction"), ("concatenate", "concatenation"), ("pad", "padding"),
+           ("dynamic-update-slice", "slice"), ("dynamic-slice", "slice"), ("slice", "slice"),
+           ("transpose", "layout copy"), ("gather", "gather"))
+#: an instruction's own opcode -> what it is charged as
+_BARE = {"copy": "layout copy", "transpose": "layout copy", "custom-call": "kernel",
+         "dynamic-slice": "slice", "dynamic-update-slice": "slice", "dot": "matmul",
+         "pad": "padding", "concatenate": "concatenation", "reduce": "reduction"}
+
+
+@dataclass
+class Estimate:
+    """One instruction the TPU compiler estimated: its cycles a call (times the trips of
+    the loops it is in), what it is charged as, and the PyTorch operation it came from
+    (the source op's name the program's metadata keeps)."""
+
+    name: str
+    kind: str
+    cycles: int
+    source: str
+
+
+def estimated_cycles(text: str) -> list[Estimate]:
+    """The TPU compiler's own estimate of each scheduled instruction's cycles (its
+    backend config's ``estimated_cycles``), from an optimized HLO module; empty for a
+    module without them (another backend's, or an unoptimized one). Their sum is a
+    serial estimate of the program's time on one core: what runs asynchronously
+    (copies and collectives started and awaited) carries no cycles of its own."""
+    computations, entry = _computations(text)
+    if entry is None:
+        return []
+    times = _multipliers(computations, entry)
+    found = []
+    for name, lines in computations.items():
+        for line in lines:
+            cycles, match = _CYCLES.search(line), _INSTRUCTION.match(line)
+            if cycles is None or match is None or not times.get(name):
+                continue
+            opcode = match.group(2)
+            kind = _BARE.get(opcode, opcode)
+            if opcode == "fusion":
+                called = re.search(r"calls=%?([\w.\-]+)", line)
+                body = "\n".join(computations.get(called.group(1), [])) if called else ""
+                kind = next((label for op, label in _HEROES
+                             if re.search(rf"\s{re.escape(op)}\(", body)), "elementwise")
+            source = _SOURCE.search(line)
+            found.append(Estimate(line.split("=")[0].strip().removeprefix("ROOT ")
+                                  .lstrip("%"), kind, int(cycles.group(1)) * times[name],
+                                  source.group(1) if source else ""))
     return found
 
 

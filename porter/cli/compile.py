@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from porter.aot.targets import TARGETS
 from porter.cli import child, common
+from porter.errors import UsageError
 from porter.runtime import notices
 
 HELP = "compile every program of a run for a TPU, without a TPU or weights"
@@ -42,9 +44,21 @@ def add(commands) -> None:
                              "--program transformer.forward to compile only what a step "
                              "runs")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--hlo", metavar="DIR",
+                        help="also write each compiled program's optimized HLO to DIR "
+                             "(made if missing), one NN-component.method.hlo file a "
+                             "program: what the TPU compiler made of it, with its own "
+                             "estimate of each instruction's cycles "
+                             "(benchmarks/hlo_cycles.py sums them by kind of operation)")
 
 
 def handle(args) -> int:
+    if args.hlo and args.choose_mesh:
+        raise UsageError("--hlo keeps the programs of one compile, not of every mesh "
+                         "--choose-mesh tries",
+                         hint="choose the mesh first, then compile with its overrides and "
+                              "--hlo")
+    hlo_dir = _hlo_dir(args.hlo)  # before the child: a bad folder is said at once
     if child.wanted(args):  # libtpu compiles in a child: a crash there becomes a message
         return child.run(child.again(), what="porter compile", debug=args.debug)
     from porter import recipe  # lazy: only the subcommand asked for is imported
@@ -56,7 +70,7 @@ def handle(args) -> int:
         return _choose_mesh(args)
     loaded = common.resolved(recipe.load(args.recipe, list(args.overrides)))
     built = compile.build(loaded, registry_mod.loaded(), args.target, only=args.program,
-                          say=notices.status)
+                          say=notices.status, hlo_dir=hlo_dir)
     print(json.dumps(built, indent=2) if args.json else compile.render(built))
     verdict = built["verdict"]
     if verdict["fits"]:
@@ -64,6 +78,21 @@ def handle(args) -> int:
     print(f"error: {verdict['message']}" + (f"\n  hint: {verdict['hint']}"
                                              if verdict["hint"] else ""), file=sys.stderr)
     return 2
+
+
+def _hlo_dir(given: str | None) -> Path | None:
+    """``--hlo``'s folder, checked and made before anything compiles (minutes would be
+    lost to a folder that cannot be written)."""
+    if given is None:
+        return None
+    from porter.runtime import atomic  # lazy: only a compile that keeps HLO needs it
+
+    folder = Path(given)
+    problem = atomic.writable_problem(folder)
+    if problem:
+        raise UsageError(f"--hlo {given}: {problem}", hint="give a folder you can write")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _choose_mesh(args) -> int:

@@ -9,6 +9,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from porter import families
@@ -36,10 +37,12 @@ def host_compiles() -> None:
 
 def build(recipe: Recipe, registry: Registry, target_name: str,
           only: list[str] | None = None,
-          say=lambda message: None) -> dict:
+          say=lambda message: None, hlo_dir: Path | None = None) -> dict:
     """Compile every program of ``recipe``'s run (``only``: those named, e.g.
     ``transformer.forward``) for ``target_name``; the report (see ``render``). Raises
-    what ``porter validate`` would for a recipe that cannot run."""
+    what ``porter validate`` would for a recipe that cannot run. ``hlo_dir``: where each
+    compiled program's optimized HLO is written (``NN-component.method.hlo``, in the
+    order compiled)."""
     target = targets.named(target_name)
     _check(recipe, registry, target)
     say(f"building the port for {target.name} ({target.chips} x {target.facts.name}, "
@@ -77,7 +80,9 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
             continue
         say(f"[{index}/{len(programs)}] {program.name}: tracing, then the {target.name} "
             "compiler")
-        results.append(done.setdefault(same, executable.compile_program(port, program)))
+        keep = hlo_dir / f"{index:02d}-{program.name}.hlo" if hlo_dir else None
+        results.append(done.setdefault(same, executable.compile_program(port, program,
+                                                                        keep)))
     compiled = {r.program.component for r in results}
     left_out = {**_left_out(port, compiled, declared is None, bool(only), not_found),
                 **unknown_calls}

@@ -160,3 +160,45 @@ ENTRY %main (a: bf16[4,8]) -> bf16[4,8] {
                           "%j = u32[]{:T(128)S(6)} copy(%i)\n"
                           "  %next = u32[]{:T(128)} add(%j, %two.sunk)")
     assert "copy(%i)" in copied and hlo.repeated_flops(copied) == hlo.repeated_flops(text)
+
+
+def test_the_compilers_cycle_estimates_are_charged_by_kind_for_every_trip():
+    """Each instruction's ``estimated_cycles`` (a TPU compile's backend config), a loop
+    body's once per trip; a fusion charged as the operation it is built around, an
+    instruction without an estimate (a copy started and awaited) not at all."""
+    text = """HloModule m, is_scheduled=true
+
+%fused_conv (p0: bf16[8,16]) -> f32[8,16] {
+  %p0 = bf16[8,16]{1,0} parameter(0)
+  %pad.1 = bf16[10,16]{1,0} pad(%p0, %z), padding=1_1x0_0
+  ROOT %convolution.1 = f32[8,16]{1,0} convolution(%pad.1, %w), window={size=3}
+}
+
+%fused_add (p0: f32[8,16]) -> f32[8,16] {
+  ROOT %add.1 = f32[8,16]{1,0} add(%p0, %p0)
+}
+
+%body (p: (s32[], f32[8,16])) -> (s32[], f32[8,16]) {
+  %fusion.2 = f32[8,16]{1,0} fusion(%x), kind=kLoop, calls=%fused_add, backend_config={"estimated_cycles":"100"}
+}
+
+%cond (p: (s32[], f32[8,16])) -> pred[] {
+  %c = s32[] constant(5)
+  %i = s32[] get-tuple-element(%p), index=0
+  ROOT %lt = pred[] compare(%i, %c), direction=LT
+}
+
+ENTRY %main (a: bf16[8,16]) -> f32[8,16] {
+  %fusion.1 = f32[8,16]{1,0} fusion(%a), kind=kOutput, calls=%fused_conv, metadata={op_name="jit(call_torch)/aten::convolution/conv_general_dilated"}, backend_config={"estimated_cycles":"700"}
+  %copy.1 = f32[8,16]{0,1} copy(%fusion.1), backend_config={"estimated_cycles":"40"}
+  %copy-start.1 = (f32[8,16]{0,1}, f32[8,16]{0,1}, u32[]) copy-start(%copy.1)
+  %w = (s32[], f32[8,16]) while(%t), condition=%cond, body=%body
+}
+"""
+    found = {e.name: e for e in hlo.estimated_cycles(text)}
+    assert set(found) == {"fusion.1", "copy.1", "fusion.2"}
+    assert (found["fusion.1"].kind, found["fusion.1"].cycles) == ("convolution", 700)
+    assert found["fusion.1"].source.endswith("aten::convolution/conv_general_dilated")
+    assert (found["copy.1"].kind, found["copy.1"].cycles) == ("layout copy", 40)
+    assert (found["fusion.2"].kind, found["fusion.2"].cycles) == ("elementwise", 500)
+    assert hlo.estimated_cycles("HloModule m\n") == []

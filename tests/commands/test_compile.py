@@ -6,7 +6,7 @@ import json
 import pytest
 
 from porter import registry as registry_mod, recipe
-from porter.aot import programs, targets
+from porter.aot import hlo, programs, targets
 
 from support import RECIPES
 from support.aot import needs_libtpu
@@ -137,8 +137,15 @@ def test_tiny_wan_compiled_for_v5e_holds_the_plans_weights(tmp_path):
     compiler; each chip holds the weights `porter plan` puts on it, and the weights a
     compiled program takes per chip are its component's share of them."""
     tiny = str(RECIPES / "wan-tiny-tp.yaml")
-    out = user_porter("compile", tiny, "--target", "v5e-8", "--json")
+    out = user_porter("compile", tiny, "--target", "v5e-8", "--json", "--hlo",
+                      tmp_path / "hlo")
     assert out.returncode == 0, out.stderr
+    # each program's optimized HLO kept, with the compiler's estimate of its cycles
+    kept = sorted(p.name for p in (tmp_path / "hlo").iterdir())
+    assert kept[:2] == ["01-text_encoder.forward.hlo", "02-transformer.forward.hlo"]
+    assert kept[2:] and all(name.endswith("-vae.decode_chunk.hlo") for name in kept[2:])
+    decode = hlo.estimated_cycles((tmp_path / "hlo" / kept[-1]).read_text())
+    assert any(e.kind == "convolution" and e.cycles > 0 for e in decode)
     assert "internal error" not in out.stderr and "E0000" not in out.stderr
     report = json.loads(out.stdout)
     plan = json.loads(user_porter("plan", tiny, "--devices", "8", "--json").stdout)
@@ -363,3 +370,13 @@ def test_an_autoregressive_pipeline_is_bounded_chunk_by_chunk(tmp_path):
     made = whole["stages_s"]["denoise"] + whole["stages_s"]["decode"]
     assert stream["first_chunk_s"] == pytest.approx(made / 4)  # here the chunks are equal
     assert stream["frames_per_second"] == pytest.approx(17 / made)
+
+
+def test_a_folder_for_the_hlo_that_cannot_be_written_is_refused_before_compiling(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    tiny = str(RECIPES / "wan-tiny-tp.yaml")
+    out = user_porter("compile", tiny, "--target", "v5e-8", "--hlo", tmp_path / "a-file" / "x")
+    assert out.returncode == 2 and "a-file is a file, not a directory" in out.stderr
+    out = user_porter("compile", tiny, "--target", "v5e-8", "--choose-mesh", "--hlo", tmp_path)
+    assert out.returncode == 2 and "--hlo keeps the programs of one compile" in out.stderr
+    assert "building the port" not in out.stderr
