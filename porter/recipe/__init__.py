@@ -11,8 +11,9 @@ import difflib
 import hashlib
 import json
 import reprlib
+import types
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, PrivateAttr, ValidationError
@@ -197,15 +198,29 @@ def parse_override(text: str) -> tuple[KeyPath, Any]:
         raise RecipeError([Problem(key, f"override {exc.problem}", file=OVERRIDE_FILE,
                                    hint=exc.hint)]) from None
     except yaml.YAMLError as exc:
-        if raw.strip()[:1] in ("[", "{"):  # meant as a list or mapping: say why it is not
-            reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise RecipeError([Problem(
-                key, f"override value is not YAML: {reason}", file=OVERRIDE_FILE,
-                hint="quote regexes with single quotes inside the value (in YAML's "
-                     "double quotes a backslash starts an escape: write \\\\. for \\.)")]) \
-                from None
-        value = raw  # an unquoted string with YAML punctuation in it
+        if _bracketed(raw):  # meant as a whole list or mapping: say why it is not one
+            raise RecipeError([_not_yaml(key, exc)]) from None
+        value = raw  # a string with YAML punctuation in it ("[cinematic] a cat")
     return tuple(key.strip().split(".")), value
+
+
+def _bracketed(raw: str) -> bool:
+    """Whether a value is written as a whole list or mapping: ``[...]`` or ``{...}``."""
+    text = raw.strip()
+    return len(text) > 1 and text[0] + text[-1] in ("[]", "{}")
+
+
+def _not_yaml(key: str, exc: yaml.YAMLError) -> Problem:
+    """Why a bracketed override value is not YAML, with the quoting that mends it."""
+    reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if "escape" in reason:
+        hint = ("quote regexes with single quotes inside the value (in YAML's double "
+                "quotes a backslash starts an escape: write \\\\. for \\.)")
+    else:
+        hint = ("write it in YAML's flow style ([a, b], {key: value}), or for a string "
+                f"""quote the whole value: {key.strip()}='"..."'""")
+    return Problem(key, f"override value is not YAML: {reason}", file=OVERRIDE_FILE,
+                   hint=hint)
 
 
 def _apply_override(data: dict, locations: dict, path: KeyPath, value: Any) -> None:
@@ -241,19 +256,29 @@ def _model_at(model: type[BaseModel], loc: KeyPath) -> type[BaseModel] | None:
 
 
 def _sections_with(model: type[BaseModel], key: str, prefix: str = "",
-                   depth: int = 2) -> list[str]:
-    """The dotted keys named ``key`` in the sections below ``model`` (two levels): a
-    key written at the wrong level (``height=`` for ``generate.height=``) is found
-    where it belongs."""
-    found = []
-    for name in model.model_fields if depth else ():
-        section = _model_at(model, (name,))
+                   depth: int = 3) -> list[str]:
+    """The dotted keys named ``key`` in ``model`` and its sections (``depth`` levels in
+    all), ``model``'s own first: a key written at the wrong level (``height=`` for
+    ``generate.height=``, ``generate.model=`` for ``model=``) is found where it
+    belongs."""
+    found = [f"{prefix}{key}"] if key in model.model_fields and depth else []
+    for name in model.model_fields if depth > 1 else ():
+        section = _section_of(model.model_fields[name].annotation)
         if section is None:
             continue
-        if key in section.model_fields:
-            found.append(f"{prefix}{name}.{key}")
         found += _sections_with(section, key, f"{prefix}{name}.", depth - 1)
     return found[:3]
+
+
+def _section_of(annotation: Any) -> type[BaseModel] | None:
+    """The schema class of a field that is one section (``Generate``, or an optional
+    one); None for a value, or for a list or mapping of sections (``lora``, ``compile``),
+    whose keys sit one level further down (``lora[0].scale``)."""
+    if get_origin(annotation) not in (None, Union, types.UnionType):
+        return None
+    members = get_args(annotation) or (annotation,)
+    nested = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+    return nested[0] if nested else None
 
 
 def _data_path(data: Any, loc: tuple, missing: bool) -> KeyPath:

@@ -120,6 +120,11 @@ def test_a_key_at_the_wrong_level_is_found_where_it_belongs(write):
     found = {p.path: p for p in problems_of(path, ["height=64", "steps=2"])}
     assert found["height"].hint == "did you mean 'generate.height'?"
     assert found["steps"].hint == "did you mean 'generate.steps'?"
+    # a top-level key written inside a section, and no key inside a list or mapping
+    # of sections (lora[0].scale, compile.<component>.modules) offered as a section's
+    found = {p.path: p for p in problems_of(path, ["generate.model=x", "modules=x"])}
+    assert found["generate.model"].hint == "did you mean 'model'?"
+    assert found["modules"].hint == "did you mean 'verify.modules'?"
 
 
 def test_an_override_meant_as_a_list_that_is_not_yaml_says_why(write):
@@ -128,8 +133,11 @@ def test_an_override_meant_as_a_list_that_is_not_yaml_says_why(write):
     assert problem.path == "sharding.activations.vae" and problem.file == "command line"
     assert "not YAML" in problem.message and "escape" in problem.message
     assert "single quotes" in problem.hint
-    # a plain string with YAML punctuation in it stays a string
-    assert recipe.load(path, ["generate.prompt=a [b"]).generate.prompt == "a [b"
+    [problem] = problems_of(path, ["sharding.activations.vae={module: [a}"])
+    assert "flow style" in problem.hint and "'\"...\"'" in problem.hint
+    # a string with YAML punctuation in it, not bracketed as a whole, stays a string
+    for prompt in ("a [b", "[cinematic] a cat", "{style} a cat, [blurry]"):
+        assert recipe.load(path, [f"generate.prompt={prompt}"]).generate.prompt == prompt
 
 
 def test_malformed_override(write):
