@@ -79,9 +79,12 @@ def main(recipe: str, program: str, *overrides: str) -> None:
         if out.returncode not in (0, 2) or not kept:
             raise SystemExit(f"porter compile failed (exit {out.returncode}):\n"
                              + out.stderr[-2000:])
-        where = {}
-        for path in kept:
-            where.update(computations(path.read_text()))
+        if len(kept) > 1:  # their computations share names (fused_computation.N)
+            raise SystemExit(f"{program} is {len(kept)} programs here "
+                             f"({', '.join(p.name for p in kept)}): libtpu's log cannot "
+                             "say which one a computation's time belongs to; give "
+                             "overrides that make it one (e.g. generate.frames=1)")
+        where = computations(kept[0].read_text())
     spent = thread_seconds(out.stderr)
     if not spent:
         raise SystemExit("no per-operation lines in libtpu's log: this libtpu words its "

@@ -76,17 +76,22 @@ def main(argv: list[str] | None = None) -> int:
                                                  "(porter compile --hlo DIR)")
     parser.add_argument("--top", type=int, default=10, help="rows in each table")
     parser.add_argument("--json", action="store_true",
-                        help="print the summaries as JSON (file name -> summary)")
+                        help="print the summaries as JSON (file path -> summary)")
     args = parser.parse_args(argv)
+    missing = [p for p in args.paths if not Path(p).exists()]
+    if missing:
+        parser.error(f"no such file or folder: {', '.join(missing)}")
     files = [f for p in map(Path, args.paths)
              for f in (sorted(p.glob("*.hlo")) if p.is_dir() else [p])]
     if not files:
         parser.error(f"no .hlo files in {', '.join(args.paths)}")
-    found = {path.name: summary(path.read_text(), args.top) for path in files}
+    # keyed by path: two compiles' folders (hlo-a/01-x.hlo, hlo-b/01-x.hlo) both show
+    found = {str(path): summary(path.read_text(), args.top) for path in files}
     if args.json:
         print(json.dumps(found, indent=1))
-    for name, one in found.items() if not args.json else ():
-        print(render(name, one, args.top))
+    else:
+        for name, one in found.items():
+            print(render(name, one, args.top))
     return 0
 
 

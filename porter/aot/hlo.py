@@ -192,15 +192,28 @@ def collectives(text: str, devices: int) -> dict[str, Collective]:
 
 _CYCLES = re.compile(r'"estimated_cycles"\s*:\s*"?(\d+)')
 _SOURCE = re.compile(r'op_name="([^"]*)"')
-#: what a fusion is charged as: the first of these its computation holds
+#: what a fusion is charged as: the first of these its computation holds (a fusion of
+#: none of them is elementwise work)
 _HEROES = (("convolution", "convolution"), ("dot", "matmul"), ("reduce-window", "pooling"),
            ("reduce", "reduction"), ("concatenate", "concatenation"), ("pad", "padding"),
            ("dynamic-update-slice", "slice"), ("dynamic-slice", "slice"), ("slice", "slice"),
-           ("transpose", "layout copy"), ("gather", "gather"))
-#: an instruction's own opcode -> what it is charged as
-_BARE = {"copy": "layout copy", "transpose": "layout copy", "custom-call": "kernel",
-         "dynamic-slice": "slice", "dynamic-update-slice": "slice", "dot": "matmul",
-         "pad": "padding", "concatenate": "concatenation", "reduce": "reduction"}
+           ("transpose", "layout copy"), ("gather", "gather"), ("copy", "layout copy"))
+#: an unfused instruction's opcode -> what it is charged as (the rest: elementwise)
+_BARE = {**dict(_HEROES), "custom-call": "kernel", "all-reduce": "all-reduce",
+         "all-gather": "all-gather", "reduce-scatter": "reduce-scatter",
+         "all-to-all": "all-to-all", "collective-permute": "collective-permute",
+         "while": "loop", "conditional": "loop", "call": "call"}
+
+
+def _charged_as(opcode: str, line: str, computations: dict) -> str:
+    """What an instruction is charged as: a fusion by the heaviest operation inside it
+    (its hero), anything else by its opcode, the same names either way."""
+    if opcode != "fusion":
+        return _BARE.get(opcode, "elementwise")
+    called = dict(_CALLEES.findall(line)).get("calls", "").lstrip("%")
+    body = "\n".join(computations.get(called, []))
+    return next((label for op, label in _HEROES if re.search(rf"\s{re.escape(op)}\(", body)),
+                "elementwise")
 
 
 @dataclass
@@ -231,16 +244,10 @@ def estimated_cycles(text: str) -> list[Estimate]:
             cycles, match = _CYCLES.search(line), _INSTRUCTION.match(line)
             if cycles is None or match is None or not times.get(name):
                 continue
-            opcode = match.group(2)
-            kind = _BARE.get(opcode, opcode)
-            if opcode == "fusion":
-                called = re.search(r"calls=%?([\w.\-]+)", line)
-                body = "\n".join(computations.get(called.group(1), [])) if called else ""
-                kind = next((label for op, label in _HEROES
-                             if re.search(rf"\s{re.escape(op)}\(", body)), "elementwise")
             source = _SOURCE.search(line)
             found.append(Estimate(line.split("=")[0].strip().removeprefix("ROOT ")
-                                  .lstrip("%"), kind, int(cycles.group(1)) * times[name],
+                                  .lstrip("%"), _charged_as(match.group(2), line, computations),
+                                  int(cycles.group(1)) * times[name],
                                   source.group(1) if source else ""))
     return found
 

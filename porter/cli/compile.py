@@ -46,10 +46,13 @@ def add(commands) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--hlo", metavar="DIR",
                         help="also write each compiled program's optimized HLO to DIR "
-                             "(made if missing), one NN-component.method.hlo file a "
-                             "program: what the TPU compiler made of it, with its own "
-                             "estimate of each instruction's cycles "
-                             "(benchmarks/hlo_cycles.py sums them by kind of operation)")
+                             "(made if missing; the NN-*.hlo files of an earlier compile "
+                             "there are replaced), one NN-component.method.hlo file a "
+                             "program (NN its place in the run; a program of the same "
+                             "shape as an earlier one has none): what the TPU compiler "
+                             "made of it, with its own estimate of each instruction's "
+                             "cycles (a checkout's benchmarks/hlo_cycles.py sums them by "
+                             "kind of operation)")
 
 
 def handle(args) -> int:
@@ -81,17 +84,16 @@ def handle(args) -> int:
 
 
 def _hlo_dir(given: str | None) -> Path | None:
-    """``--hlo``'s folder, checked and made before anything compiles (minutes would be
-    lost to a folder that cannot be written)."""
+    """``--hlo``'s folder, checked before anything compiles (minutes would be lost to a
+    folder that cannot be written); made when the programs to compile are known."""
     if given is None:
         return None
     from porter.runtime import atomic  # lazy: only a compile that keeps HLO needs it
 
-    folder = Path(given)
+    folder = Path(given).expanduser()
     problem = atomic.writable_problem(folder)
     if problem:
         raise UsageError(f"--hlo {given}: {problem}", hint="give a folder you can write")
-    folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 

@@ -70,6 +70,9 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
         # before finding submodule calls: that dry run is for the programs asked for
         programs = [p for p, named in zip(programs, names) if named & set(only)]
     programs, unknown_calls = _as_run_compiles(port, programs, say)
+    if hlo_dir is not None:
+        _clear_kept(hlo_dir)
+        say(f"keeping each program's optimized HLO in {hlo_dir}")
     results, done = [], {}
     for index, program in enumerate(programs, 1):
         same = _identity(port, program)
@@ -87,6 +90,15 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
     left_out = {**_left_out(port, compiled, declared is None, bool(only), not_found),
                 **unknown_calls}
     return _report(recipe, port, target, results, left_out, eager)
+
+
+def _clear_kept(hlo_dir: Path) -> None:
+    """Make ``--hlo``'s folder (only now: a refused recipe leaves none behind) and
+    remove the ``NN-*.hlo`` files an earlier compile kept there, which would otherwise
+    be summed with this one's."""
+    hlo_dir.mkdir(parents=True, exist_ok=True)
+    for old in hlo_dir.glob("[0-9][0-9]-*.hlo"):
+        old.unlink()
 
 
 def _paths(port, program) -> list[str]:

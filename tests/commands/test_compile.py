@@ -137,11 +137,17 @@ def test_tiny_wan_compiled_for_v5e_holds_the_plans_weights(tmp_path):
     compiler; each chip holds the weights `porter plan` puts on it, and the weights a
     compiled program takes per chip are its component's share of them."""
     tiny = str(RECIPES / "wan-tiny-tp.yaml")
+    (tmp_path / "hlo").mkdir()
+    (tmp_path / "hlo" / "07-vae.decode_chunk.hlo").write_text("an earlier compile's")
+    (tmp_path / "hlo" / "notes.txt").write_text("the user's")
     out = user_porter("compile", tiny, "--target", "v5e-8", "--json", "--hlo",
                       tmp_path / "hlo")
     assert out.returncode == 0, out.stderr
-    # each program's optimized HLO kept, with the compiler's estimate of its cycles
-    kept = sorted(p.name for p in (tmp_path / "hlo").iterdir())
+    # each program's optimized HLO kept, with the compiler's estimate of its cycles;
+    # an earlier compile's files replaced, nothing else touched
+    kept = sorted(p.name for p in (tmp_path / "hlo").iterdir() if p.suffix == ".hlo")
+    assert (tmp_path / "hlo" / "notes.txt").exists()
+    assert "an earlier compile's" not in [(tmp_path / "hlo" / k).read_text() for k in kept]
     assert kept[:2] == ["01-text_encoder.forward.hlo", "02-transformer.forward.hlo"]
     assert kept[2:] and all(name.endswith("-vae.decode_chunk.hlo") for name in kept[2:])
     decode = hlo.estimated_cycles((tmp_path / "hlo" / kept[-1]).read_text())
@@ -380,3 +386,8 @@ def test_a_folder_for_the_hlo_that_cannot_be_written_is_refused_before_compiling
     out = user_porter("compile", tiny, "--target", "v5e-8", "--choose-mesh", "--hlo", tmp_path)
     assert out.returncode == 2 and "--hlo keeps the programs of one compile" in out.stderr
     assert "building the port" not in out.stderr
+    # a compile refused before its programs are known leaves no folder behind
+    out = user_porter("compile", tiny, "--target", "v5e-8", "generate.stepz=2",
+                      "--hlo", tmp_path / "new")
+    assert out.returncode == 2 and "stepz" in out.stderr
+    assert not (tmp_path / "new").exists()
