@@ -130,15 +130,40 @@ def _unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:
                      "(porter --help lists them)")
 
 
+#: flags users bring from other tools for a recipe key whose name differs
+_FLAG_KEYS = {"out": ["output.dir"], "output": ["output.dir"], "o": ["output.dir"],
+              "output_dir": ["output.dir"], "outdir": ["output.dir"],
+              "num_frames": ["generate.frames"], "num_inference_steps": ["generate.steps"]}
+
+
 def _suggested(stray: list[str], command: argparse.ArgumentParser) -> str:
-    """"; did you mean ..." for a misspelled flag among ``stray``, or nothing."""
+    """"; did you mean ..." for a recipe key written as a flag (``--steps 4`` for
+    ``generate.steps=4``) or a misspelled flag among ``stray``; else nothing."""
     flags = [flag for action in command._actions for flag in action.option_strings]
-    for word in stray:
-        if word.startswith("--"):
-            near = difflib.get_close_matches(word.split("=")[0], flags, n=1)
-            if near:
-                return f"; did you mean {near[0]}?"
+    takes_keys = any(action.dest == "overrides" for action in command._actions)
+    for index, word in enumerate(stray):
+        if not word.startswith("-"):
+            continue
+        name, given, value = word.lstrip("-").partition("=")
+        keys = _recipe_keys(name.replace("-", "_")) if takes_keys else []
+        if keys:
+            if not given and index + 1 < len(stray) and not stray[index + 1].startswith("-"):
+                value = stray[index + 1]
+            return ("; recipe keys are set as KEY=VALUE: did you mean "
+                    + " or ".join(f"{key}={value or '...'}" for key in keys) + "?")
+        near = difflib.get_close_matches(word.split("=")[0], flags, n=1)
+        if near and word.startswith("--"):
+            return f"; did you mean {near[0]}?"
     return ""
+
+
+def _recipe_keys(name: str) -> list[str]:
+    """The recipe keys a flag's name means (none, one, or a few alike)."""
+    if name in _FLAG_KEYS:
+        return _FLAG_KEYS[name]
+    from porter import recipe  # lazy: only a refused flag needs the recipe's schema
+
+    return recipe.keys_named(name)
 
 
 def main(argv: list[str] | None = None) -> int:

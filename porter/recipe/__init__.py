@@ -270,6 +270,12 @@ def _sections_with(model: type[BaseModel], key: str, prefix: str = "",
     return found[:3]
 
 
+def keys_named(key: str) -> list[str]:
+    """The recipe keys whose last part is ``key`` (``steps`` -> ``generate.steps``), at
+    most three: what a flag the user wrote as ``--steps`` was meant to set."""
+    return _sections_with(RecipeSpec, key)
+
+
 def _section_of(annotation: Any) -> type[BaseModel] | None:
     """The schema class of a field that is one section (``Generate``, or an optional
     one); None for a value, or for a list or mapping of sections (``lora``, ``compile``),

@@ -129,6 +129,22 @@ def test_a_misspelled_command_or_flag_is_named_with_the_nearest(capsys):
     assert "the following arguments are required: recipe\n" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, meant", [
+    (["--steps", "3"], "generate.steps=3"),
+    (["--height=480"], "generate.height=480"),
+    (["--out", "videos/"], "output.dir=videos/"),
+    (["--num-frames", "9"], "generate.frames=9"),
+    (["--frames", "9"], "generate.frames=9 or output.frames=9"),
+])
+def test_a_recipe_key_written_as_a_flag_is_named_as_an_override(capsys, flag, meant):
+    """Users bring flags from other tools; Porter's settings are the recipe's keys."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(["run", str(TINY_RECIPE), *flag])
+    assert info.value.code == 2
+    assert f"recipe keys are set as KEY=VALUE: did you mean {meant}?" in \
+        capsys.readouterr().err
+
+
 def test_a_mesh_too_large_is_said_at_its_line_with_a_mesh_that_fits(capsys):
     for command in ("plan", "validate"):
         code, _, err = porter(capsys, command, str(RECIPES / "wan-tiny-tp.yaml"),
