@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,13 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 _Loader.add_constructor(None, _Loader.construct_undefined)
+# YAML 1.1 (PyYAML's) reads a float only with a dot: 1e-6 would be the string '1e-6',
+# refused where a number is expected, though Porter prints tolerances that way and
+# YAML 1.2, JSON and Python all read it as a number
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                              re.compile(r"^[-+]?(?:[0-9][0-9_]*\.?[0-9_]*|\.[0-9][0-9_]*)"
+                                         r"[eE][-+]?[0-9]+$"),
+                              list("-+0123456789."))
 
 
 def _locate(node: yaml.Node, file: str, path: KeyPath, out: dict[KeyPath, Location],

@@ -202,3 +202,14 @@ def test_endless_files_refused_in_a_guarded_process(tmp_path, target):
     assert out.returncode == 0, out.stderr
     reason = "is a directory" if target == str(tmp_path) else "is not a regular file"
     assert out.stdout.count(reason) == 2, out.stdout
+
+
+def test_a_number_with_an_exponent_and_no_dot_is_a_number(write):
+    """YAML 1.1 reads 1e-6 as a string; Porter prints tolerances that way, users copy it."""
+    path = write("r.yaml", TINY_RECIPE + "verify: {tolerance: 1e-6}\n")
+    assert recipe.load(path).verify.tolerance == 1e-6
+    assert recipe.load(path, ["verify.tolerance=5E-2"]).verify.tolerance == 0.05
+    for text, value in (("-2e+3", -2000.0), (".5e1", 5.0), ("1_0e1", 100.0)):
+        assert yamlio.parse_value(text) == value
+    for text in (".e5", "-e5", "e5", "1e", "1e-6x"):  # no digits before it: a string
+        assert yamlio.parse_value(text) == text
