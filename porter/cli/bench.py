@@ -21,7 +21,7 @@ def add(commands) -> None:
         "With --video: a whole video instead (load, then cold and warm, by stage) beside "
         "diffusers' pipeline making the same video on the same machine.")
     common.recipe_args(parser, json=True)
-    parser.add_argument("--steps", type=int, default=5, metavar="N",
+    parser.add_argument("--steps", type=common.positive, default=5, metavar="N",
                         help="timed steps after the first (default 5)")
     parser.add_argument("--video", action="store_true",
                         help="time a whole video of the recipe (text encoding, steps, "

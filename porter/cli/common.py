@@ -77,6 +77,13 @@ def positive(text: str) -> int:
     return value
 
 
+def tcp_port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is 0 to 65535, got {value}")
+    return value
+
+
 def load_recipe(args):
     """The recipe with its overrides (and --cpu-devices), JAX's platform and device count
     set as it asks: JAX reads them once, when first imported."""

@@ -27,7 +27,8 @@ def add(commands) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only; "
                              "anything else needs a token)")
-    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    parser.add_argument("--port", type=common.tcp_port, default=8000,
+                        help="TCP port (default 8000; 0: any free one, said when serving)")
     parser.add_argument("--token", help="bearer token every request must carry (default: "
                         "the PORTER_TOKEN environment variable)")
     parser.add_argument("--queue", type=common.positive, default=16, metavar="N",

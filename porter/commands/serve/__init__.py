@@ -35,8 +35,11 @@ step with it (``hosts``), and a process that is gone ends the server with a mess
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import ipaddress
 import os
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,14 +144,14 @@ def serve(recipe: Recipe, registry: Registry, listen: Listen = Listen(), say=pri
                                      warmups, say)}
     followers = hosts.Followers() if distributed.process_count() > 1 else None
     try:
-        with outputs.owned(directory, "porter serve"):
+        with outputs.owned(directory, "porter serve"), _bound(listen) as sock:
             if followers is not None:
                 (directory / "jobs").mkdir(parents=True, exist_ok=True)
                 followers.share_folder((directory / "jobs").resolve())
             port_ = api.Port.open(recipe, registry, family, say)
             queue = jobs_mod.Jobs(port_, directory, listen.queue, say, inputs, warmups,
                                   followers)
-            _listen(build_app(queue, token), queue, listen, say)
+            _listen(build_app(queue, token), queue, sock, say)
             return queue.state()
     except Exception as exc:
         if followers is not None and followers.sequence == 0:  # before serving
@@ -156,25 +159,52 @@ def serve(recipe: Recipe, registry: Registry, listen: Listen = Listen(), say=pri
         raise
 
 
-def _listen(app, queue, listen: Listen, say) -> None:
-    """Answer HTTP on ``listen``'s address until SIGTERM/Ctrl-C, or until the queue
-    cannot go on (``Jobs.on_broken``)."""
+@contextlib.contextmanager
+def _bound(listen: Listen):
+    """The server's socket, bound before the model loads (minutes at real size): an
+    address in use, or one this machine does not have, is said at once."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(listen.host, listen.port,
+                                                      type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {listen.host}: {exc.strerror or exc}",
+                         hint="--host takes an address or name of this machine "
+                              "(127.0.0.1, 0.0.0.0)") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {listen.host}:{listen.port}: "
+                         f"{exc.strerror or exc}",
+                         hint="another server has that port: give another --port (0: "
+                              "any free one)" if exc.errno == errno.EADDRINUSE else
+                         "--host takes an address of this machine") from None
+    with sock:
+        yield sock
+
+
+def _listen(app, queue, sock: socket.socket, say) -> None:
+    """Answer HTTP on ``sock`` (bound) until SIGTERM/Ctrl-C, or until the queue cannot
+    go on (``Jobs.on_broken``)."""
     import uvicorn
 
     # a stream's response lasts as long as its job: on SIGTERM, uvicorn waits this
     # long for open responses, then closes them and lets the running job checkpoint
     # (the lifespan's shutdown), instead of waiting for the job
     server = uvicorn.Server(uvicorn.Config(
-        app, host=listen.host, port=listen.port, log_level="warning",
-        timeout_graceful_shutdown=STREAMS_CLOSE_S))
+        app, log_level="warning", timeout_graceful_shutdown=STREAMS_CLOSE_S))
     # clients polling the running job, or the health, see why before the server goes
     queue.on_broken = lambda: threading.Timer(
         BROKEN_ANSWERS_S, setattr, (server, "should_exit", True)).start()
     if queue.broken:  # lost while the server was being built
         queue.on_broken()
-    say(f"serving {queue.port.recipe.path} on http://{listen.host}:{listen.port} (a page "
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    say(f"serving {queue.port.recipe.path} on http://{shown}:{port} (a page "
         f"at /, the API described at /docs); jobs in {queue.directory}")
     try:
-        server.run()  # (an address it cannot listen on: uvicorn says so, and exits 3)
+        server.run(sockets=[sock])
     except (Interrupted, KeyboardInterrupt):
         pass  # uvicorn passes the signal on once it has shut down: that was the plan

@@ -3,6 +3,7 @@
 import base64
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -137,6 +138,27 @@ def test_listening_beyond_loopback_needs_a_token(recipe, tmp_path):
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 2 and "without a token" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_address_in_use_is_refused_before_the_model_loads(recipe, tmp_path):
+    """Binding comes first: at real size the load takes minutes, and uvicorn's own
+    refusal came after it, with its exit code (3) and no hint."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    with taken:
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "porter.cli", "serve", str(recipe),
+                               "--port", str(port), f"output.dir={tmp_path}"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+    assert "give another --port" in done.stderr and "Traceback" not in done.stderr
+    assert "loading" not in done.stderr and "serving" not in done.stderr
+    done = subprocess.run([sys.executable, "-m", "porter.cli", "serve", str(recipe),
+                           "--port", "99999"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "a TCP port is 0 to 65535, got 99999" in done.stderr
 
 
 def test_a_client_reaches_no_file_and_no_hostile_body_harms_the_server(tmp_path):
