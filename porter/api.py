@@ -20,7 +20,7 @@ import torch
 from porter import recipe as recipe_mod
 from porter import registry as registry_mod
 from porter import runtime as runtime_mod
-from porter.errors import RecipeError
+from porter.errors import RecipeError, UsageError
 from porter.generate import preview, runners, stages
 from porter.generate.call import Call, Outcome
 from porter.loading import release
@@ -150,14 +150,28 @@ class Port:
 
     @property
     def pipeline(self):
-        return self.pipe
+        return self._open_pipe()
 
     @property
     def transformer(self):
-        return self.pipe.transformer
+        return self._open_pipe().transformer
 
     def component(self, name: str):
-        return getattr(self.pipe, name)
+        """The ported module ``name`` (``transformer``, ``vae``, ``text_encoder``, ...)."""
+        found = getattr(self._open_pipe(), name, None)
+        if not isinstance(found, torch.nn.Module):
+            names = sorted(key for key, value in self.pipe.components.items()
+                           if isinstance(value, torch.nn.Module))
+            raise UsageError(f"no component {name!r} in this port",
+                             hint=f"its components: {', '.join(names)}")
+        return found
+
+    def _open_pipe(self):
+        """The pipeline, or why there is none: a closed port has let it go."""
+        if self.pipe is None:
+            raise UsageError("this port is closed (port.close(), or its with block "
+                             "ended)", hint="load it again: porter.load(recipe)")
+        return self.pipe
 
     def calling(self, call: Call | None = None) -> Calling:
         """What the passes' call-time parts work with for ``call`` (None: components
@@ -243,6 +257,7 @@ class Port:
         """Run ``call``: the stages it wants of its recipe (this port's, or one from
         ``settings``). With a ``directory``, each stage's output and the denoising
         checkpoints are saved there and ``call.resumed`` says what to continue from."""
+        self._open_pipe()
         self.calls += 1
         if self.calls == 1:  # loading is paid once: the first call's record carries it
             call.timings.update(self.load_timings)

@@ -130,6 +130,24 @@ def test_transformer_as_a_torch_teacher(port):
     assert (got - want).abs().max() < 1e-4
 
 
+def test_a_component_it_lacks_and_a_closed_port_are_said(port, tmp_path):
+    from porter.errors import UsageError
+    from porter.generate.call import Call
+
+    with pytest.raises(UsageError) as refused:
+        port.as_torch("nope")
+    assert refused.value.message == "no component 'nope' in this port"
+    assert "transformer" in refused.value.hint and "vae" in refused.value.hint
+    # a folder given as text, as the docs write it
+    assert Call(port.recipe, directory=str(tmp_path)).directory == tmp_path
+    closed = porter.load(port.recipe)
+    closed.close()
+    with pytest.raises(UsageError, match="this port is closed"):
+        closed.generate()
+    with pytest.raises(UsageError, match="this port is closed"):
+        closed.transformer
+
+
 def test_written_files_follow_the_umask(tmp_path):
     """Every file a run writes (stages, record, video, lossless frames, latents) gets
     the user's umask, as the files of any other program do."""

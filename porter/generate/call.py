@@ -51,6 +51,8 @@ class Call:
     audio: object = None  # the sound the pipeline made (porter.rundir.audio.Audio), if any
 
     def __post_init__(self):
+        if self.directory is not None:  # a str from Python (the docs write a path)
+            self.directory = Path(self.directory).expanduser()
         previous = self.resumed.previous if self.resumed else None
         if previous and not self.history:  # the stages before this run's first
             self.history = list(previous["meta"].get("history") or [])

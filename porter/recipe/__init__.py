@@ -62,6 +62,13 @@ class Recipe(RecipeSpec):
             return path
         return Path(file).parent / path
 
+    def relative_paths(self, dotted: str) -> str:
+        """Where a relative path at ``dotted`` is read from (``file_path``), for a hint."""
+        file, _ = _lookup(self._locations, _split(dotted), self._path)
+        if file in (None, OVERRIDE_FILE) or not Path(file).is_file():
+            return f"a relative path is read from the current folder ({Path.cwd()})"
+        return f"a relative path is read from the recipe's folder ({Path(file).parent})"
+
     def sets(self, dotted: str) -> bool:
         """Does the recipe (a file it extends, or an override) set this key itself,
         rather than leave it to its default?"""

@@ -89,10 +89,11 @@ def problems(recipe: Recipe, pipeline: str, annotation, key: str) -> list:
             what = KIND_NAMES[paths[name]]
             if not isinstance(value, str):
                 found.append(recipe.problem(where, f"{here}.{name}: expected a path",
-                                            hint=f"give {what}, relative to the recipe"))
+                                            hint=f"give {what}"))
             elif not recipe.file_path(where, value).exists():
                 found.append(recipe.problem(where, f"{here}.{name}: no such file: {value}",
-                                            hint=f"give {what}, relative to the recipe"))
+                                            hint=f"give {what}; "
+                                                 + recipe.relative_paths(where)))
     return found
 
 

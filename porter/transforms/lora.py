@@ -132,7 +132,7 @@ def locate(recipe: Recipe, index: int, fetch: bool = True) -> Path | None:
                      "weight_name to the file's name in that repository")]) from None
     raise RecipeError([recipe.problem(
         f"lora.{index}.file", f"{spec.file!r} is not a file, a folder or a hub id (org/name)",
-        hint="paths are relative to the recipe's folder")])
+        hint=recipe.relative_paths(f"lora.{index}.file"))])
 
 
 def read(recipe: Recipe, index: int, pipeline_class, modules: dict,

@@ -52,7 +52,7 @@ def image_problems(recipe, layout) -> list[Problem]:
         value = getattr(gen, key)
         if value is not None and not recipe.file_path(f"generate.{key}", value).is_file():
             found.append(recipe.problem(f"generate.{key}", f"{value!r} is not a file",
-                                        hint="paths are relative to the recipe's folder"))
+                                        hint=recipe.relative_paths(f"generate.{key}")))
     return found
 
 

@@ -354,11 +354,14 @@ def _in_seconds(problem, seconds, fps: int) -> str:
     """A frame count the model cannot make, said in the seconds the request gave: the
     problem's suggested counts ("try 9 or 13") as durations at the recipe's fps."""
     frames = _frames(seconds, fps)
-    hint = re.sub(r"(?<=try )(\d+) or (\d+)", lambda found: (
-        f"{_seconds(int(found[1]), fps)} or {_seconds(int(found[2]), fps)} seconds"),
-        problem.hint or "")
+
+    def durations(found) -> str:  # one frame lasts no time: no duration asks for it
+        counts = [int(found[1]), int(found[2])]
+        return " or ".join(_seconds(n, fps) for n in counts if n > 1) + " seconds"
+
+    hint = re.sub(r"(?<=try )(\d+) or (\d+)", durations, problem.hint or "")
     return (f"seconds {seconds!r} is {frames} frames at {fps} fps: {problem.message}"
-            + (f" ({hint})" if hint else ""))
+            + (f"; {hint}" if hint else ""))
 
 
 async def _fields(request, read_json) -> dict:

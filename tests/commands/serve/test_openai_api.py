@@ -159,4 +159,11 @@ def test_seconds_the_model_cannot_make_are_answered_in_seconds(tiny):
                              None)
     said = _in_seconds(refused.value.problems[0], "1.3", 8)
     assert said.startswith("seconds '1.3' is 11 frames at 8 fps")
-    assert "try 1 or 1.5 seconds" in said
+    assert "; try 1 or 1.5 seconds" in said
+    # below the first count that lasts: one frame is 0 s, which no request may ask
+    with pytest.raises(RecipeError) as refused:
+        checks.with_settings(tiny, registry_mod.loaded(),
+                             settings_of({"prompt": "x", "seconds": "0.3"}, tiny), "request",
+                             None)
+    said = _in_seconds(refused.value.problems[0], "0.3", 8)
+    assert "try 0.5 seconds" in said and "try 0 or" not in said
