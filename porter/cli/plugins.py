@@ -9,7 +9,7 @@ def add(commands) -> None:
     commands.add_parser("plugins", help=HELP,
                         description="The plugins Porter loaded (its own families' and any "
                         "installed under the 'porter' entry point group) and, for each, the "
-                        "families, patches, attention backends and formats it registered.")
+                        "families, patches and attention backends it registered.")
 
 
 def handle(args) -> int:

@@ -51,10 +51,10 @@ def build_app(jobs, token: str | None = None):
                   description=f"Videos from `{recipe.path.name}` ({recipe.model.family}); "
                   "jobs run one at a time in submission order.")
 
-    def answer(request, status: int, message: str, headers=None):
+    def answer(request, status: int, message: str, headers=None, param=None):
         """Every error answers {"error": ...}, as submit's do; under /v1/, OpenAI's."""
         if request.url.path.startswith("/v1/"):
-            found = openai_api.error(status, message)
+            found = openai_api.error(status, message, param)
             found.headers.update(headers or {})
             return found
         return JSONResponse({"error": message}, status, headers=headers)
@@ -65,8 +65,11 @@ def build_app(jobs, token: str | None = None):
 
     @app.exception_handler(RequestValidationError)
     async def malformed(request, exc):  # a query parameter of the wrong type
-        where = ".".join(str(part) for part in exc.errors()[0]["loc"])
-        return answer(request, 400, f"{where}: {exc.errors()[0]['msg']}")
+        first = exc.errors()[0]
+        name = str(first["loc"][-1])
+        expected = first["msg"].removeprefix("Input should be ").split(",")[0]
+        return answer(request, 400, f"{name}: expected {expected}, got "
+                      f"{first.get('input')!r}", param=name)
 
     @app.exception_handler(Exception)
     async def failed(request, exc):  # a Porter bug: still JSON, and the server goes on
@@ -87,11 +90,27 @@ def _description_routes(app) -> None:
 
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi():
-        return app.openapi()
+        return _as_answered(app.openapi())
 
     @app.get("/docs", include_in_schema=False)
     async def docs():
         return get_swagger_ui_html(openapi_url="/openapi.json", title="Porter API")
+
+
+def _as_answered(description: dict) -> dict:
+    """FastAPI's description with the answer a malformed parameter gets: 400 in
+    Porter's error shape (``malformed``), not the 422 FastAPI declares for it."""
+    for methods in description.get("paths", {}).values():
+        for operation in methods.values():
+            responses = operation.get("responses", {})
+            if responses.pop("422", None) is not None:
+                responses.setdefault("400", {"description": "a parameter of the wrong "
+                                         "type: {\"error\": ...} (OpenAI's shape under "
+                                         "/v1/)"})
+    schemas = description.get("components", {}).get("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    return description
 
 
 def _missing(job_id):
@@ -171,8 +190,10 @@ def _result_routes(app, jobs) -> None:
         except KeyError:
             raise _missing(job_id) from None
         if found is None:
-            raise HTTPException(404, f"job {job_id} has no {what} yet (status "
-                                f"{jobs.get(job_id).status})")
+            status = jobs.get(job_id).status
+            raise HTTPException(404, f"job {job_id} has no {what}"
+                                + (" yet" if status not in jobs_mod.FINISHED else "")
+                                + f" (status {status})")
         return found
 
     @app.get("/jobs/{job_id}/video", summary="the video of a done job (mp4)",

@@ -212,7 +212,8 @@ class Jobs:
                     f": {self.broken}" if self.broken else ""),
                     hint="submit it again after the server restarts")
             if self._waiting() >= self.max_queue:
-                raise QueueFull(f"the queue is full ({self.max_queue} jobs waiting)",
+                raise QueueFull(f"the queue is full ({self.max_queue} "
+                                f"job{'s' if self.max_queue > 1 else ''} waiting)",
                                 self._retry_after(),
                                 hint="try again when a job has finished")
             # past every folder too: one whose job.json could not be read keeps its id

@@ -257,8 +257,8 @@ def routes(app, jobs, read_json) -> None:
              response_class=FileResponse)
     async def content(video_id: str, variant: str = "video"):
         if variant not in ("video", "thumbnail"):
-            return error(400, f"variant {variant!r}: Porter makes the video and its "
-                         "thumbnail (no sprite sheet)", "variant")
+            return error(400, f"variant {variant!r}: Porter makes variant=video and "
+                         "variant=thumbnail", "variant")
         try:
             path = jobs.video(video_id)
             state = STATES[jobs.get(video_id).status]

@@ -134,6 +134,11 @@ def test_openai_routes_refuse_in_openais_words(tiny):
         answer = http.get("/v1/videos", params={"limit": limit})
         assert answer.status_code == 400 and answer.json()["error"]["param"] == "limit"
     assert http.get("/v1/videos", params={"limit": 500}).status_code == 200  # a page of 100
+    answer = http.get("/v1/videos", params={"limit": "abc"})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "limit"
+    assert answer.json()["error"]["message"] == "limit: expected a valid integer, got 'abc'"
+    described = http.get("/openapi.json").json()["paths"]["/v1/videos"]["get"]["responses"]
+    assert "422" not in described and "400" in described  # as it answers
     answer = http.post("/v1/videos", data={"prompt": "x"},
                        files={"input_reference": ("a.png", b"not an image", "image/png")})
     error = answer.json()["error"]
