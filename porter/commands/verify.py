@@ -21,6 +21,7 @@ import torch
 from porter import loading
 from porter import recipe as recipe_mod
 from porter import runtime as runtime_mod
+from porter.errors import RecipeError
 from porter.port import active, beside, checks
 from porter.shims.interop import to_device, to_host
 from porter.stepcache import without_cache
@@ -49,6 +50,22 @@ def tolerance(recipe: Recipe, registry: Registry) -> float:
     kernels = [registry.attention.get(name) for name in (section.backend, section.cross_backend)]
     return max([DEFAULT_TOLERANCE[recipe.model.dtype], *(f.tolerance for f in formats),
                 *(kernel.tolerance for kernel in kernels if kernel)])
+
+
+def _check_matches(recipe: Recipe, module) -> None:
+    """``verify.modules`` names at least one module: a pattern that matches none would
+    compare the output alone, and say nothing of why."""
+    pattern = recipe.verify.modules
+    names = [name for name, _ in module.named_modules() if name]
+    if not pattern or any(re.fullmatch(pattern, name) for name in names):
+        return
+    top = [name for name in names if "." not in name]
+    first = next((name for name in names  # a list's first (blocks.0)
+                  if name.count(".") == 1 and name.split(".")[1].isdigit()), None)
+    raise RecipeError([recipe.problem(
+        "verify.modules", f"no module of the transformer is named {pattern!r} (a "
+        "regex over whole names)", hint="its modules are named like "
+        + ", ".join(top[:8] + ([first] if first else [])))])
 
 
 def _record(module, pattern: str, store: dict, convert) -> list:
@@ -144,6 +161,7 @@ def verify(recipe: Recipe, registry: Registry, sharded: bool = False) -> dict:
     loading.abstract.import_classes(family, recipe)  # before the patches, as a run's build
     with patches.applied(patches.selected(recipe, registry, family)):
         pipe, module, host, calling = _ported(family, recipe, registry, runtime)
+        _check_matches(recipe, host)
         dtype = module.dtype
         inputs = beside.random_inputs(family, recipe, module.config)
         ported_inputs = beside.cast(inputs, dtype)

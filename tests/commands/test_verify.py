@@ -6,6 +6,7 @@ import pytest
 
 from porter import cli, registry as registry_mod, recipe
 from porter.commands.verify import verify
+from porter.errors import RecipeError
 
 from support import RECIPES, TINY_RECIPE
 
@@ -16,6 +17,15 @@ def test_tiny_port_matches_pytorch_block_by_block():
     assert [row["module"] for row in result["modules"]] == ["blocks.0", "blocks.1"]
     assert all(row["max_rel"] <= 1e-5 for row in result["modules"])
     assert result["output"]["max_rel"] <= 1e-5
+
+
+def test_a_pattern_that_names_no_module_is_said_with_the_names_there_are():
+    with pytest.raises(RecipeError) as refused:
+        verify(recipe.load(RECIPES / "wan-tiny.yaml", ["verify.modules=block"]),
+               registry_mod.loaded())
+    [problem] = refused.value.problems
+    assert problem.path == "verify.modules" and "'block'" in problem.message
+    assert "blocks, " in problem.hint and problem.hint.endswith("blocks.0")
 
 
 def test_planted_dtype_fault_is_localised(write, capsys):
