@@ -27,6 +27,10 @@ class PorterError(Exception):
             text += f"\n  hint: {self.hint}"
         return text
 
+    def one_line(self) -> str:
+        """The error in one line, for an API's answer (``render`` is the terminal's)."""
+        return self.message + (f" (hint: {self.hint})" if self.hint else "")
+
 
 def first_line(exc: BaseException) -> str:
     """An exception's first message line (its type's name when it has no message)."""
@@ -117,6 +121,11 @@ class Problem:
             text += f"\n    hint: {self.hint}"
         return text
 
+    def one_line(self) -> str:
+        """The problem in one line, for an API's answer: its key, what, and the hint."""
+        return (f"{self.path}: " if self.path else "") + self.message + (
+            f" (hint: {self.hint})" if self.hint else "")
+
 
 class RecipeError(UsageError):
     """Every problem found in a recipe, reported at once."""
@@ -131,6 +140,9 @@ class RecipeError(UsageError):
         lines = [f"error: {self.message}"]
         lines += ["  " + p.render() for p in self.problems]
         return "\n".join(lines)
+
+    def one_line(self) -> str:
+        return "; ".join(p.one_line() for p in self.problems)
 
     def __str__(self) -> str:
         return self.render()

@@ -139,7 +139,7 @@ def _job_routes(app, jobs) -> None:
         except (UsageError, OSError) as exc:
             status = jobs_mod.refused_status(exc)
             if isinstance(exc, RecipeError):
-                return JSONResponse({"error": exc.render(), "problems": [
+                return JSONResponse({"error": exc.one_line(), "problems": [
                     {"path": p.path, "message": p.message, "hint": p.hint}
                     for p in exc.problems]}, status)
             problem = failure(exc)  # the server's disk, in the words a run uses

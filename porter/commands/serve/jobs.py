@@ -408,7 +408,7 @@ class Jobs:
                 self._settled(sequence, ("stopped", None))
                 return False
             except Exception as exc:  # the server serves on: that shape compiles later
-                error = failure(exc).render()
+                error = failure(exc).one_line()
                 if self._settled(sequence, ("failed", error)):
                     return False
                 with self._lock:
@@ -444,7 +444,7 @@ class Jobs:
             call = Call(recipe, directory=self.directory / job.id, on_step=on_step,
                         say=self.say, preview_every=recipe.serve.preview_every)
         except Exception as exc:  # refused before it started: no other process ran it
-            return False, ("failed", failure(exc).render())
+            return False, ("failed", failure(exc).one_line())
         if self._gone():  # a process is gone: nothing more runs
             return True, ("queued", None)
         sequence = self._hand_on("job", id=job.id, settings=self._settings(job),
@@ -472,7 +472,7 @@ class Jobs:
             self.say(f"job {job.id} stopped" + (f"; kept: {exc.saved}" if exc.saved else ""))
             return True, ("queued", None)
         except Exception as exc:  # one job failed: the server goes on
-            return False, ("failed", failure(exc).render())
+            return False, ("failed", failure(exc).one_line())
 
     def _gone(self) -> bool:
         """Is a process of the port gone (told to ``lost``, or about to be)?"""

@@ -214,13 +214,13 @@ def routes(app, jobs, read_json) -> None:
             settings = settings_of(fields, recipe)
             job = await asyncio.to_thread(jobs.submit, settings)
         except Refused as exc:
-            return error(exc.status, _said(exc), exc.param)
+            return error(exc.status, exc.one_line(), exc.param)
         except RecipeError as exc:
             key = exc.problems[0].path.removeprefix("generate.")
             if key == "frames" and fields.get("seconds") not in (None, ""):
                 return error(400, _in_seconds(exc.problems[0], fields["seconds"],
                                               recipe.output.fps), "seconds")
-            return error(400, exc.render(), REPLACED.get(key, key))
+            return error(400, exc.one_line(), REPLACED.get(key, key))
         except (UsageError, OSError) as exc:
             found = error(jobs_mod.refused_status(exc), *_in_openais_words(exc))
             found.headers.update(jobs_mod.refused_headers(exc))
@@ -250,7 +250,7 @@ def routes(app, jobs, read_json) -> None:
         except KeyError:
             return error(404, f"no video {video_id!r}", "video_id")
         except jobs_mod.Conflict as exc:
-            return error(409, _said(exc), "video_id")
+            return error(409, exc.one_line(), "video_id")
         return {"id": video_id, "object": "video.deleted", "deleted": True}
 
     @app.get("/v1/videos/{video_id}/content", summary="OpenAI: a completed video (mp4)",
@@ -319,10 +319,6 @@ def listed(jobs, limit: int, after: str | None, order: str):
             "last_id": page[-1].id if page else None, "has_more": len(found) > len(page)}
 
 
-def _said(exc: UsageError) -> str:
-    return exc.message + (f" ({exc.hint})" if exc.hint else "")
-
-
 #: the OpenAI routes Porter answers only to say it does not do them: (method, path,
 #: what it does not do to videos)
 UNSUPPORTED = (("POST", "/v1/videos/{video_id}/remix", "remix"),
@@ -343,7 +339,7 @@ def _unsupported(verb: str):
 def _in_openais_words(exc: Exception) -> tuple[str, str | None]:
     """A job's refusal as OpenAI's error message and param: a generate setting that an
     OpenAI field stands for (the image: ``input_reference``) is named as the field."""
-    message = failure(exc).render()
+    message = failure(exc).one_line()
     for key, field in REPLACED.items():
         if getattr(exc, "message", "").startswith(f"{key}: "):
             return message.replace(f"{key}: ", f"{field}: ", 1), field

@@ -46,6 +46,9 @@ def test_jobs_over_http_and_a_restart_mid_job(recipe, tmp_path):
         assert twice.status_code == 400 and "names 'seed' twice" in twice.json()["error"]
         bad = client.post("/jobs", json={"prompt": "x", "framez": 9})
         assert bad.status_code == 400 and "did you mean 'frames'" in bad.json()["error"]
+        # one line for a client to show, not the terminal's rendering
+        assert bad.json()["error"].startswith("generate.framez: unknown key")
+        assert "\n" not in bad.json()["error"] and "(hint: did you mean" in bad.json()["error"]
         bad = client.post("/jobs", json={"prompt": "x", "frames": 10})
         assert bad.status_code == 400 and bad.json()["problems"][0]["path"] == "generate.frames"
         assert client.get("/jobs").json() == {"jobs": []}
