@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from porter.errors import Interrupted, UsageError
 from porter.families.base import takes_frames
-from porter.generate import stages, streaming
+from porter.generate import prompts, stages, streaming
 from porter.generate.call import Call, Outcome, Resumed
 from porter.rundir import artifacts, audio, outputs, record, results
 from porter.rundir import progress as saved_progress
@@ -71,6 +71,7 @@ class StagedLoop:
         conditioning = latents = frames = None
         if "encode" in call.wanted:
             _stop_if_asked(call)
+            prompts.warn_if_cut(port, call)
             call.say("encoding the prompt")
             conditioning = stages.encode(port, call)
             self._saved(port, call, "encode", conditioning)
@@ -145,6 +146,7 @@ class PipelineLoop:
         return Resumed()
 
     def generate(self, port, call: Call):
+        prompts.warn_if_cut(port, call)
         call.say("running the pipeline")
         start = time.perf_counter()
         # the frames go on as the pipeline hands them over (chunk by chunk where it

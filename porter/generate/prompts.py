@@ -1,0 +1,43 @@
+"""A prompt longer than the text encoder reads is said, not cut silently: diffusers'
+video pipelines tokenize with ``truncation=True`` at ``max_sequence_length`` and most
+say nothing of what they left out."""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING
+
+from porter.runtime import notices
+
+if TYPE_CHECKING:
+    from porter.generate.call import Call
+
+
+def text_length(port, recipe) -> int | None:
+    """The tokens a prompt is cut to: a staged family's, the recipe's, or the
+    pipeline call's own default (None where the pipeline takes no such setting)."""
+    if hasattr(port.family, "text_length"):
+        return port.family.text_length(recipe)
+    if recipe.sets("generate.max_sequence_length"):
+        return recipe.generate.max_sequence_length
+    taken = inspect.signature(type(port.pipe).__call__).parameters.get("max_sequence_length")
+    return taken.default if taken is not None and isinstance(taken.default, int) else None
+
+
+def warn_if_cut(port, call: Call) -> None:
+    """A warning (in the run's record) for each prompt of ``call`` with more tokens
+    than the pipeline's first tokenizer passes on to its encoder."""
+    tokenizer = getattr(port.pipe, "tokenizer", None)
+    length = text_length(port, call.recipe)
+    if tokenizer is None or length is None:
+        return
+    for key in ("prompt", "negative_prompt"):
+        text = getattr(call.recipe.generate, key, None)
+        if not isinstance(text, str) or not text:
+            continue
+        count = len(tokenizer(text)["input_ids"])
+        if count > length:
+            notices.warn(f"generate.{key} is {count} tokens; the text encoder reads its "
+                         f"first {length}: the rest is left out",
+                         hint="shorten it, or raise generate.max_sequence_length where "
+                              "the model takes more")
