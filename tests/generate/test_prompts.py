@@ -23,8 +23,10 @@ def _port(family=None):
 
 
 def test_a_prompt_cut_to_the_encoders_length_is_warned_of(write):
-    # the pipeline's own length unless the recipe sets one
-    path = write("r.yaml", TINY_RECIPE.replace("  max_sequence_length: 16\n", ""))
+    # the pipeline's own length unless the recipe sets one; a model of real size (the
+    # tiny ones read a few bytes of their prompts by design: no warning there)
+    path = write("r.yaml", TINY_RECIPE.replace("  max_sequence_length: 16\n", "")
+                 .replace("source: tiny", "source: org/model"))
     long = recipe_mod.load(path, ["generate.prompt=" + "word " * 8])
     before = len(notices.given())
     prompts.warn_if_cut(_port(), Call(long))  # 9 tokens with the end, 8 read
@@ -42,4 +44,6 @@ def test_a_prompt_cut_to_the_encoders_length_is_warned_of(write):
     bare = _port()
     bare.pipe.tokenizer = None
     prompts.warn_if_cut(bare, Call(long))
+    toy = recipe_mod.load(path, ["generate.prompt=" + "word " * 8, "model.source=tiny"])
+    prompts.warn_if_cut(_port(), Call(toy))
     assert len(notices.given()) == before + 1
