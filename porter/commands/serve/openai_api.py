@@ -339,11 +339,11 @@ def _unsupported(verb: str):
 def _in_openais_words(exc: Exception) -> tuple[str, str | None]:
     """A job's refusal as OpenAI's error message and param: a generate setting that an
     OpenAI field stands for (the image: ``input_reference``) is named as the field."""
-    message = failure(exc).one_line()
     for key, field in REPLACED.items():
         if getattr(exc, "message", "").startswith(f"{key}: "):
-            return message.replace(f"{key}: ", f"{field}: ", 1), field
-    return message, None
+            # without its hint: that speaks of /jobs' data URLs, where this is an upload
+            return exc.message.replace(f"{key}: ", f"{field}: ", 1), field
+    return failure(exc).one_line(), None
 
 
 def _in_seconds(problem, seconds, fps: int) -> str:
