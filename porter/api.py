@@ -177,7 +177,7 @@ class Port:
         """What the passes' call-time parts work with for ``call`` (None: components
         called directly, with the port's recipe)."""
         return Calling(call.recipe if call is not None else self.recipe, self.registry,
-                       self.family, self.runtime, self.ported, self.pipe, call)
+                       self.family, self.runtime, self.ported, self._open_pipe(), call)
 
     @contextlib.contextmanager
     def active(self):
@@ -273,7 +273,8 @@ class Port:
                 call.timings["text_encoding"] = {
                     key: value - before[key] for key, value in kept.counts().items()}
         return Outcome(latents, frames, call.timings, call.history,
-                       self._load_warnings + notices.given()[warned:], call.stage_files,
+                       list(dict.fromkeys(self._load_warnings + call.warnings
+                                          + notices.given()[warned:])), call.stage_files,
                        call.schedule, call.audio)
 
     def _run(self, call: Call):

@@ -197,19 +197,17 @@ _SOURCE = re.compile(r'op_name="([^"]*)"')
 _HEROES = (("convolution", "convolution"), ("dot", "matmul"), ("reduce-window", "pooling"),
            ("reduce", "reduction"), ("concatenate", "concatenation"), ("pad", "padding"),
            ("dynamic-update-slice", "slice"), ("dynamic-slice", "slice"), ("slice", "slice"),
-           ("transpose", "layout copy"), ("gather", "gather"), ("copy", "layout copy"))
-#: an unfused instruction's opcode -> what it is charged as (the rest: elementwise)
-_BARE = {**dict(_HEROES), "custom-call": "kernel", "all-reduce": "all-reduce",
-         "all-gather": "all-gather", "reduce-scatter": "reduce-scatter",
-         "all-to-all": "all-to-all", "collective-permute": "collective-permute",
-         "while": "loop", "conditional": "loop", "call": "call"}
+           ("transpose", "layout copy"), ("gather", "gather"))
+#: an unfused instruction's opcode -> what it is charged as (any other: its opcode,
+#: a broadcast's, say)
+_BARE = {**dict(_HEROES), "copy": "layout copy", "custom-call": "kernel"}
 
 
 def _charged_as(opcode: str, line: str, computations: dict) -> str:
     """What an instruction is charged as: a fusion by the heaviest operation inside it
     (its hero), anything else by its opcode, the same names either way."""
     if opcode != "fusion":
-        return _BARE.get(opcode, "elementwise")
+        return _BARE.get(opcode, opcode)
     called = dict(_CALLEES.findall(line)).get("calls", "").lstrip("%")
     body = "\n".join(computations.get(called, []))
     return next((label for op, label in _HEROES if re.search(rf"\s{re.escape(op)}\(", body)),

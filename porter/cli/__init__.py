@@ -9,6 +9,7 @@ import difflib
 import importlib
 import logging
 import os
+import shlex
 import sys
 import warnings
 
@@ -132,6 +133,7 @@ def _unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 #: flags users bring from other tools for a recipe key whose name differs
 _FLAG_KEYS = {"out": ["output.dir"], "output": ["output.dir"], "o": ["output.dir"],
+              "model": ["model.source"],
               "output_dir": ["output.dir"], "outdir": ["output.dir"],
               "num_frames": ["generate.frames"], "num_inference_steps": ["generate.steps"]}
 
@@ -150,7 +152,8 @@ def _suggested(stray: list[str], command: argparse.ArgumentParser) -> str:
             if not given and index + 1 < len(stray) and not stray[index + 1].startswith("-"):
                 value = stray[index + 1]
             return ("; recipe keys are set as KEY=VALUE: did you mean "
-                    + " or ".join(f"{key}={value or '...'}" for key in keys) + "?")
+                    + " or ".join(shlex.quote(f"{key}={value}") if value else f"{key}=..."
+                                  for key in keys) + "?")
         near = difflib.get_close_matches(word.split("=")[0], flags, n=1)
         if near and word.startswith("--"):
             return f"; did you mean {near[0]}?"

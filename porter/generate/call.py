@@ -45,6 +45,9 @@ class Call:
     # filled as the call runs
     timings: dict = field(default_factory=dict)
     history: list = field(default_factory=list)  # where each stage ran
+    #: warnings about this call's own settings: recorded with each call that has them
+    #: (``notices.warn`` prints a message once a process)
+    warnings: list = field(default_factory=list)
     stage_files: dict = field(default_factory=dict)  # stage file -> SHA-256, in directory
     guidance_cache: object = None  # this run's (porter.stepcache.guidance), if any
     schedule: dict | None = None  # the scheduler and timesteps it ran (scheduler.describe)

@@ -4,9 +4,9 @@ say nothing of what they left out."""
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING
 
+from porter.recipe import call_args
 from porter.runtime import notices
 
 if TYPE_CHECKING:
@@ -20,8 +20,9 @@ def text_length(port, recipe) -> int | None:
         return port.family.text_length(recipe)
     if recipe.sets("generate.max_sequence_length"):
         return recipe.generate.max_sequence_length
-    taken = inspect.signature(type(port.pipe).__call__).parameters.get("max_sequence_length")
-    return taken.default if taken is not None and isinstance(taken.default, int) else None
+    taken = (call_args.parameters(type(port.pipe)) or {}).get("max_sequence_length")
+    default = getattr(taken, "default", None)
+    return default if isinstance(default, int) else None
 
 
 def warn_if_cut(port, call: Call) -> None:
@@ -39,7 +40,8 @@ def warn_if_cut(port, call: Call) -> None:
             continue
         count = len(tokenizer(text)["input_ids"])
         if count > length:
-            notices.warn(f"generate.{key} is {count} tokens; the text encoder reads its "
-                         f"first {length}: the rest is left out",
-                         hint="shorten it, or raise generate.max_sequence_length where "
-                              "the model takes more")
+            said = (f"generate.{key} is {count} tokens; the text encoder reads its first "
+                    f"{length}: the rest is left out")
+            call.warnings.append(said)  # each call's record, where notices says it once
+            notices.warn(said, hint="shorten it, or raise generate.max_sequence_length "
+                                    "where the model takes more")

@@ -278,9 +278,22 @@ def _sections_with(model: type[BaseModel], key: str, prefix: str = "",
 
 
 def keys_named(key: str) -> list[str]:
-    """The recipe keys whose last part is ``key`` (``steps`` -> ``generate.steps``), at
-    most three: what a flag the user wrote as ``--steps`` was meant to set."""
-    return _sections_with(RecipeSpec, key)
+    """The recipe keys that hold a value and whose last part is ``key`` (``steps`` ->
+    ``generate.steps``; not a section such as ``model``), at most three: what a flag
+    the user wrote as ``--steps`` was meant to set."""
+    return [dotted for dotted in _sections_with(RecipeSpec, key) if _holds_a_value(dotted)]
+
+
+def _holds_a_value(dotted: str) -> bool:
+    """Whether the key at ``dotted`` takes a value (not a section, nor a list or
+    mapping of them)."""
+    *owner, name = dotted.split(".")
+    annotation = _model_at(RecipeSpec, tuple(owner)).model_fields[name].annotation
+    inner = [annotation, *get_args(annotation)]
+    inner += [member for arg in get_args(annotation) for member in get_args(arg)]
+    if any(get_origin(m) is dict or m is dict for m in inner):  # a mapping (mesh)
+        return False
+    return not any(isinstance(m, type) and issubclass(m, BaseModel) for m in inner)
 
 
 def _section_of(annotation: Any) -> type[BaseModel] | None:

@@ -135,6 +135,8 @@ def test_a_misspelled_command_or_flag_is_named_with_the_nearest(capsys):
     (["--out", "videos/"], "output.dir=videos/"),
     (["--num-frames", "9"], "generate.frames=9"),
     (["--frames", "9"], "generate.frames=9 or output.frames=9"),
+    (["--model", "org/x"], "model.source=org/x"),
+    (["--negative-prompt", "blurry, bad"], "'generate.negative_prompt=blurry, bad'"),
 ])
 def test_a_recipe_key_written_as_a_flag_is_named_as_an_override(capsys, flag, meant):
     """Users bring flags from other tools; Porter's settings are the recipe's keys."""
@@ -143,6 +145,13 @@ def test_a_recipe_key_written_as_a_flag_is_named_as_an_override(capsys, flag, me
     assert info.value.code == 2
     assert f"recipe keys are set as KEY=VALUE: did you mean {meant}?" in \
         capsys.readouterr().err
+
+
+def test_a_section_written_as_a_flag_is_not_offered_as_a_key(capsys):
+    for flag in ("--lora", "--mesh"):  # a list of adapters, a mapping of axes
+        with pytest.raises(SystemExit):
+            cli.main(["run", str(TINY_RECIPE), flag, "x"])
+        assert "did you mean" not in capsys.readouterr().err
 
 
 def test_a_mesh_too_large_is_said_at_its_line_with_a_mesh_that_fits(capsys):

@@ -3,9 +3,10 @@
 import json
 
 import pytest
+import torch
 
 from porter import cli, registry as registry_mod, recipe
-from porter.commands.verify import verify
+from porter.commands.verify import _check_matches, verify
 from porter.errors import RecipeError
 
 from support import RECIPES, TINY_RECIPE
@@ -26,6 +27,11 @@ def test_a_pattern_that_names_no_module_is_said_with_the_names_there_are():
     [problem] = refused.value.problems
     assert problem.path == "verify.modules" and "'block'" in problem.message
     assert "blocks, " in problem.hint and problem.hint.endswith("blocks.0")
+    # the default pattern (Wan's) is no refusal where a family names its blocks
+    # otherwise: the output is still compared
+    other = torch.nn.Module()
+    other.transformer_blocks = torch.nn.ModuleList([torch.nn.Linear(1, 1)])
+    _check_matches(recipe.load(RECIPES / "cogvideox-tiny.yaml"), other)
 
 
 def test_planted_dtype_fault_is_localised(write, capsys):

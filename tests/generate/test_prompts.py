@@ -28,22 +28,23 @@ def test_a_prompt_cut_to_the_encoders_length_is_warned_of(write):
     path = write("r.yaml", TINY_RECIPE.replace("  max_sequence_length: 16\n", "")
                  .replace("source: tiny", "source: org/model"))
     long = recipe_mod.load(path, ["generate.prompt=" + "word " * 8])
-    before = len(notices.given())
-    prompts.warn_if_cut(_port(), Call(long))  # 9 tokens with the end, 8 read
-    assert notices.given()[before:] == [
-        "generate.prompt is 9 tokens; the text encoder reads its first 8: the rest is "
-        "left out"]
-    # what fits, a recipe's own length, a staged family's, and no tokenizer: nothing
+    first, again = Call(long), Call(long)
+    prompts.warn_if_cut(_port(), first)  # 9 tokens with the end, 8 read
+    said = ("generate.prompt is 9 tokens; the text encoder reads its first 8: the rest "
+            "is left out")
+    assert first.warnings == [said] and said in notices.given()
+    prompts.warn_if_cut(_port(), again)  # printed once a process, recorded every call
+    assert again.warnings == [said]
+    # what fits, a recipe's own length, a staged family's, no tokenizer, and a tiny
+    # model: nothing
     fits = recipe_mod.load(path, ["generate.prompt=" + "word " * 7])
-    prompts.warn_if_cut(_port(), Call(fits))
     raised = recipe_mod.load(path, ["generate.prompt=" + "word " * 8,
                                     "generate.max_sequence_length=9"])
-    prompts.warn_if_cut(_port(), Call(raised))
-    staged = SimpleNamespace(text_length=lambda recipe: 64)
-    prompts.warn_if_cut(_port(staged), Call(long))
-    bare = _port()
-    bare.pipe.tokenizer = None
-    prompts.warn_if_cut(bare, Call(long))
     toy = recipe_mod.load(path, ["generate.prompt=" + "word " * 8, "model.source=tiny"])
-    prompts.warn_if_cut(_port(), Call(toy))
-    assert len(notices.given()) == before + 1
+    staged, bare = _port(SimpleNamespace(text_length=lambda recipe: 64)), _port()
+    bare.pipe.tokenizer = None
+    for port, recipe in ((_port(), fits), (_port(), raised), (staged, long),
+                         (bare, long), (_port(), toy)):
+        call = Call(recipe)
+        prompts.warn_if_cut(port, call)
+        assert call.warnings == []

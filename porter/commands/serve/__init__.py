@@ -144,14 +144,14 @@ def serve(recipe: Recipe, registry: Registry, listen: Listen = Listen(), say=pri
                                      warmups, say)}
     followers = hosts.Followers() if distributed.process_count() > 1 else None
     try:
-        with outputs.owned(directory, "porter serve"), _bound(listen) as sock:
+        with outputs.owned(directory, "porter serve"), _bound(listen) as sockets:
             if followers is not None:
                 (directory / "jobs").mkdir(parents=True, exist_ok=True)
                 followers.share_folder((directory / "jobs").resolve())
             port_ = api.Port.open(recipe, registry, family, say)
             queue = jobs_mod.Jobs(port_, directory, listen.queue, say, inputs, warmups,
                                   followers)
-            _listen(build_app(queue, token), queue, sock, say)
+            _listen(build_app(queue, token), queue, sockets, say)
             return queue.state()
     except Exception as exc:
         if followers is not None and followers.sequence == 0:  # before serving
@@ -161,33 +161,49 @@ def serve(recipe: Recipe, registry: Registry, listen: Listen = Listen(), say=pri
 
 @contextlib.contextmanager
 def _bound(listen: Listen):
-    """The server's socket, bound before the model loads (minutes at real size): an
-    address in use, or one this machine does not have, is said at once."""
+    """The server's sockets, listening before the model loads (minutes at real size):
+    an address in use, or one this machine does not have, is said at once. One socket
+    an address the host names (``localhost``: 127.0.0.1 and ::1), as uvicorn binds."""
     try:
-        family, _, _, _, address = socket.getaddrinfo(listen.host, listen.port,
-                                                      type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        found = socket.getaddrinfo(listen.host, listen.port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
     except OSError as exc:
         raise UsageError(f"cannot listen on {listen.host}: {exc.strerror or exc}",
                          hint="--host takes an address or name of this machine "
                               "(127.0.0.1, 0.0.0.0)") from None
+    with contextlib.ExitStack() as held:
+        sockets, port = [], listen.port
+        for family, _, _, _, address in dict.fromkeys((f, *rest) for f, *rest in found):
+            sock = held.enter_context(socket.socket(family, socket.SOCK_STREAM))
+            sockets.append(_listening(sock, (address[0], port, *address[2:]), listen))
+            port = port or sock.getsockname()[1]  # --port 0: every address the same one
+        yield sockets
+
+
+def _listening(sock: socket.socket, address: tuple, listen: Listen) -> socket.socket:
+    """``sock`` bound to ``address`` and listening (connections made while the model
+    loads wait in its backlog), or a UsageError that says why not."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+    if sock.family == socket.AF_INET6:  # "::" is IPv6's alone, as asyncio makes it
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
         sock.bind(address)
+        sock.listen(2048)  # uvicorn's backlog
     except OSError as exc:
-        sock.close()
+        hints = {errno.EADDRINUSE: "another server has that port: give another --port "
+                                   "(0: any free one)",
+                 errno.EACCES: "ports below 1024 need privileges: give --port 1024 or "
+                               "above"}
         raise UsageError(f"cannot listen on {listen.host}:{listen.port}: "
                          f"{exc.strerror or exc}",
-                         hint="another server has that port: give another --port (0: "
-                              "any free one)" if exc.errno == errno.EADDRINUSE else
-                         "--host takes an address of this machine") from None
-    with sock:
-        yield sock
+                         hint=hints.get(exc.errno, "--host takes an address of this "
+                                                   "machine")) from None
+    return sock
 
 
-def _listen(app, queue, sock: socket.socket, say) -> None:
-    """Answer HTTP on ``sock`` (bound) until SIGTERM/Ctrl-C, or until the queue cannot
-    go on (``Jobs.on_broken``)."""
+def _listen(app, queue, sockets: list, say) -> None:
+    """Answer HTTP on ``sockets`` (listening) until SIGTERM/Ctrl-C, or until the queue
+    cannot go on (``Jobs.on_broken``)."""
     import uvicorn
 
     # a stream's response lasts as long as its job: on SIGTERM, uvicorn waits this
@@ -200,11 +216,11 @@ def _listen(app, queue, sock: socket.socket, say) -> None:
         BROKEN_ANSWERS_S, setattr, (server, "should_exit", True)).start()
     if queue.broken:  # lost while the server was being built
         queue.on_broken()
-    host, port = sock.getsockname()[:2]
+    host, port = sockets[0].getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     say(f"serving {queue.port.recipe.path} on http://{shown}:{port} (a page "
         f"at /, the API described at /docs); jobs in {queue.directory}")
     try:
-        server.run(sockets=[sock])
+        server.run(sockets=sockets)
     except (Interrupted, KeyboardInterrupt):
         pass  # uvicorn passes the signal on once it has shut down: that was the plan

@@ -264,7 +264,7 @@ def follow(open_port: Callable, warmups: list, say=print) -> int:
         _leave(process, heart)
         raise
     except Exception as exc:
-        _leave(process, heart, failure(exc).render())
+        _leave(process, heart, failure(exc).one_line())
         raise
     _leave(process, heart)
     return code
@@ -349,6 +349,6 @@ def _run(port, run: dict, warmups: list, say) -> str:
             raise
         return STOPPED  # process 0 stopped the run (a cancel): every process did
     except Exception as exc:
-        error = failure(exc).render()
+        error = failure(exc).one_line()
         say(f"run failed: {error}")
         return error
