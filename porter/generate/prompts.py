@@ -11,9 +11,10 @@ from porter.runtime import notices
 
 if TYPE_CHECKING:
     from porter.generate.call import Call
+    from porter.recipe import Recipe
 
 
-def text_length(port, recipe) -> int | None:
+def text_length(port, recipe: Recipe) -> int | None:
     """The tokens a prompt is cut to: a staged family's, the recipe's, or the
     pipeline call's own default (None where the pipeline takes no such setting)."""
     if hasattr(port.family, "text_length"):
