@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     for module in SUBCOMMANDS.values():
         module.add(commands)
     for name, command in commands.choices.items():  # `porter X --help` shows X's examples
+        # no abbreviated flags: `--prompt "a cat"` would be taken as --prompts FILE, where
+        # it is a recipe key written as a flag (generate.prompt=..., said by _suggested)
+        command.allow_abbrev = False
         shown = [line for line in EXAMPLES.splitlines() if line.startswith(f"  porter {name} ")]
         if shown:
             command.formatter_class = _KeepsExamples

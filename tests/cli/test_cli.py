@@ -136,6 +136,7 @@ def test_a_misspelled_command_or_flag_is_named_with_the_nearest(capsys):
     (["--num-frames", "9"], "generate.frames=9"),
     (["--frames", "9"], "generate.frames=9 or output.frames=9"),
     (["--model", "org/x"], "model.source=org/x"),
+    (["--prompt", "a cat"], "'generate.prompt=a cat'"),  # not taken as --prompts FILE
     (["--negative-prompt", "blurry, bad"], "'generate.negative_prompt=blurry, bad'"),
 ])
 def test_a_recipe_key_written_as_a_flag_is_named_as_an_override(capsys, flag, meant):
