@@ -97,7 +97,7 @@ def _clear_kept(hlo_dir: Path) -> None:
     remove the ``NN-*.hlo`` files an earlier compile kept there, which would otherwise
     be summed with this one's."""
     hlo_dir.mkdir(parents=True, exist_ok=True)
-    for old in hlo_dir.glob("[0-9][0-9]*-*.hlo"):
+    for old in hlo_dir.glob("[0-9]*-*.hlo"):
         if old.name.split("-", 1)[0].isdigit():  # 01-..., and 100-... past 99 programs
             old.unlink()
 

@@ -57,17 +57,17 @@ class Recipe(RecipeSpec):
         except RuntimeError:  # '~name/...' for a user this machine does not have
             raise UsageError(f"{dotted}: cannot expand {_describe(value)}: no such user",
                              hint="write the path out in full") from None
-        file, _ = _lookup(self._locations, _split(dotted), self._path)
-        if path.is_absolute() or file in (None, OVERRIDE_FILE):
-            return path
-        return Path(file).parent / path
+        return path if path.is_absolute() else self._base_folder(dotted) / path
 
     def relative_paths(self, dotted: str) -> str:
         """Where a relative path at ``dotted`` is read from (``file_path``), for a hint."""
+        return f"a relative path is read from {self._base_folder(dotted).resolve()}"
+
+    def _base_folder(self, dotted: str) -> Path:
+        """The folder of the recipe file that set ``dotted``; the current one (``.``)
+        for a value from the command line, a request or Python."""
         file, _ = _lookup(self._locations, _split(dotted), self._path)
-        if file in (None, OVERRIDE_FILE) or not Path(file).is_file():
-            return f"a relative path is read from the current folder ({Path.cwd()})"
-        return f"a relative path is read from the recipe's folder ({Path(file).parent})"
+        return Path() if file in (None, OVERRIDE_FILE) else Path(file).parent
 
     def sets(self, dotted: str) -> bool:
         """Does the recipe (a file it extends, or an override) set this key itself,
