@@ -21,7 +21,10 @@ Forms (the chips' count is the target's):
   rows, batched (what the compiler makes of a batch of one otherwise);
 - ``kept-in-blocks``: those row blocks without their halo rows, which the convolution
   takes from the neighbouring blocks itself (the cost a decoder that kept its
-  activations in row blocks would pay at each convolution).
+  activations in row blocks would pay at each convolution);
+- ``blocks-split-width``: the whole image as ``--blocks`` row blocks (the chips') in a batch, each
+  taking its halo rows from its neighbours, the width split over the chips by XLA (the
+  form Porter's row-block decode keeps, ``porter.families.row_blocks``).
 
 Results (``--save``, one record a run appended): benchmarks/results/conv-forms-v6e.json.
 """
@@ -44,7 +47,7 @@ from porter.aot import hlo, targets  # noqa: E402 - the checkout's own Porter
 from porter.commands.compile import host_compiles  # noqa: E402 - as above
 
 FORMS = ("split-width", "split-height", "channels-last", "one-chip", "row-blocks",
-         "kept-in-blocks")
+         "kept-in-blocks", "blocks-split-width")
 FIRST = ("NCDHW", "OIDHW", "NCDHW")
 LAST = ("NDHWC", "DHWIO", "NDHWC")
 
@@ -55,12 +58,14 @@ def conv(x, w, numbers, padding):
     return lax.conv_general_dilated(x, w, (1, 1, 1), padding, dimension_numbers=numbers)
 
 
-def form(name: str, target, channels: int, frames: int, height: int, width: int):
+def form(name: str, target, channels: int, frames: int, height: int, width: int,
+         blocks: int | None = None):
     """(the function, its input's and weight's shapes, the input's split, the mesh)."""
     from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P
 
     chips, t = target.chips, frames + 2  # the two cached frames in front
+    blocks = blocks or chips
     mesh = targets.mesh(target, {"x": chips})
     same = ((0, 0), (1, 1), (1, 1))  # the frames already padded, height and width not
     first, last = (channels, channels, 3, 3, 3), (3, 3, 3, channels, channels)
@@ -73,6 +78,10 @@ def form(name: str, target, channels: int, frames: int, height: int, width: int)
     if name == "channels-last":
         return (lambda x, w: conv(x, w, LAST, same), (1, t, height, width, channels),
                 last, P(None, None, None, "x", None), mesh)
+    if name == "blocks-split-width":
+        return (lambda x, w: _with_halo_rows(x, w, 1), (blocks, channels, t, height // blocks,
+                                                          width), first,
+                P(None, None, None, None, "x"), mesh)
     one = Mesh(targets.devices(target)[:1], ("x",))
     share = width // chips + 2
     if name == "one-chip":
@@ -87,27 +96,30 @@ def form(name: str, target, channels: int, frames: int, height: int, width: int)
     raise ValueError(f"no form {name!r}; forms: {', '.join(FORMS)}")
 
 
-def _with_halo_rows(x, w):
+def _with_halo_rows(x, w, width_halo: int = 0):
     """Row blocks (batch, channels, frames, rows, width) convolved as one image: each
     block's first and last rows come from the blocks above and below (zeros at the
-    image's edges)."""
+    image's edges); ``width_halo`` columns of zeros each side (none where the blocks
+    carry theirs)."""
     import jax.numpy as jnp
 
     edge = jnp.zeros_like(x[:1, :, :, :1])
     above = jnp.concatenate([edge, x[:-1, :, :, -1:]])
     below = jnp.concatenate([x[1:, :, :, :1], edge])
-    return conv(jnp.concatenate([above, x, below], axis=3), w, FIRST, "VALID")
+    padded = jnp.concatenate([above, x, below], axis=3)
+    return conv(padded, w, FIRST, ((0, 0), (0, 0), (width_halo, width_halo)))
 
 
 def measure(name: str, target, channels: int, frames: int, height: int, width: int,
-            dtype: str) -> dict:
+            dtype: str, blocks: int | None = None) -> dict:
     """One form compiled for ``target``: the compiler's cycles by kind, XLA's FLOPs and
     bytes a chip, and the compile's seconds."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    fn, shape, weights, split, mesh = form(name, target, channels, frames, height, width)
+    fn, shape, weights, split, mesh = form(name, target, channels, frames, height, width,
+                                           blocks)
     x = jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, split))
     w = jax.ShapeDtypeStruct(weights, dtype, sharding=NamedSharding(mesh, P()))
     start = time.perf_counter()
@@ -144,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=4, help="output frames")
     parser.add_argument("--height", type=int, default=480)
     parser.add_argument("--width", type=int, default=832)
+    parser.add_argument("--blocks", type=int, help="row blocks of blocks-split-width "
+                        "(default: the target's chips)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -156,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--height and --width must divide by {target.name}'s "
                      f"{target.chips} chips")
     rows = [measure(name, target, args.channels, args.frames, args.height, args.width,
-                    args.dtype) for name in args.forms]
+                    args.dtype, args.blocks) for name in args.forms]
     print(json.dumps(rows, indent=1) if args.json else render(rows))
     if args.save:
         records = json.loads(args.save.read_text()) if args.save.exists() else []

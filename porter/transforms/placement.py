@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from porter.errors import LoadError
+from porter.families import row_blocks
 from porter.runtime import distributed, finite, mesh_text, notices
 from porter.shims import lazy
 from porter.shims.interop import as_placed, jax_dtype, place, to_device
@@ -325,12 +326,16 @@ def _weight_rules(recipe: Recipe, name: str) -> list:
 
 def _constrain(b: Building, name: str, module, assignments) -> None:
     """The activation shardings on ``module`` (the recipe's, or the default: a
-    transformer's tokens over ``sp``, a VAE's split);
+    transformer's tokens over ``sp``, a VAE's split, on a TPU in row blocks);
     a component no rule shards is remembered (compiled whole, it runs on one device)."""
     b.placement.assignments[name] = assignments
     activations = sharding.activation_rules(b.recipe, name, module, b.runtime, b.family)
     b.placement.activations[name] = activations
     sharding.constrain_activations(module, b.runtime, activations)
+    if sharding.in_row_blocks(name, module, b.runtime, activations) \
+            and row_blocks.keep_in_blocks(module) and name in b.placement.reports:
+        # the run record says so (porter compile's abstract pass keeps no reports)
+        b.placement.reports[name]["row_blocks"] = row_blocks.BLOCKS
     if unsharded(assignments, activations):
         b.placement.unsharded.add(name)
 

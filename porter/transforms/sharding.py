@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from porter.errors import Problem
+from porter.families import wan_vae
 from porter.recipe.schema import ActivationRule
 from porter.shims import lazy
 from porter.shims.interop import NARROWED
@@ -451,6 +452,26 @@ def vae_split(name: str, module, runtime: Runtime) -> list[ActivationRule]:
                for sub, _ in module.named_modules()):
         return []
     return [ActivationRule(module=VAE_BLOCKS, spec=[LEADING, axes])]
+
+
+def in_row_blocks(name: str, module, runtime: Runtime, activations: list) -> bool:
+    """Does Wan's VAE (``vae``, ``vae_2``) run its decoder in row blocks
+    (``porter.families.row_blocks``)? On a TPU, whose compiler convolves them at half
+    the cost, where the ``activations`` rules applied to it keep each chip's rows whole:
+    its maps split over width (the default split, ``vae_split``), or not at all. A rule
+    that splits the rows (or the batch, the frames, the channels) is left to run as it
+    says; elsewhere than on a TPU nothing has measured the blocks (a GPU's convolutions
+    are cuDNN's, not tiled so)."""
+    if runtime.platform != "tpu" or not re.fullmatch(r"vae(_\d+)?", name) \
+            or not wan_vae.is_wan_vae(module):
+        return False
+
+    def split(entry) -> bool:
+        named = entry if isinstance(entry, (list, tuple)) else [entry]
+        return any(axis is not None and runtime.axes.get(axis, 1) != 1 for axis in named)
+
+    return not any(split(entry) for rule in activations
+                   for entry in (aligned(rule.spec, 5) or ())[:4])
 
 
 def family_inputs(recipe: Recipe, name: str, axes: dict, family: ModelFamily,

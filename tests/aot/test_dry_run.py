@@ -12,6 +12,8 @@ from porter.errors import UsageError
 from porter import registry as registry_mod, recipe
 from porter.aot import dry_run, programs, targets
 from porter.aot import port as abstract_port
+from porter.families import row_blocks, wan_vae
+from porter.shims.interop import unwrapped
 from porter.transforms import jit
 
 from models.anyflow_far import build_anyflow_far_pipeline
@@ -149,6 +151,10 @@ def test_the_calls_found_are_what_a_run_calls(case, tmp_path, write):
     # its text encoder's language model itself, so its encode stage is not all counted
     assert eager == ({"encode"} if case == "minimax-h3" else set())
     port = porter.load(path)
+    # as a run on the target decodes: Wan's VAE on a TPU in row blocks, which its causal
+    # cache (a decode program's argument) keeps too
+    if wan_vae.is_wan_vae(port.pipe.vae):
+        assert row_blocks.keep_in_blocks(unwrapped(port.pipe.vae))
     with programs.recorded(port.pipe, jit.rules(port.recipe, port.family, "cpu")) as calls:
         port.generate(on_frames=lambda frames: None)  # as a run with its stream
     ran = programs.unique(calls)

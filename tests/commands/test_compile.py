@@ -326,8 +326,12 @@ def test_a_tpu_decode_is_split_over_the_mesh_by_default():
     feature maps' width split over the 8 chips (``sharding.vae_split``), the halos passed
     between neighbours (collective-permute); each chip computes a fraction of the
     decode the recipe's empty rule list keeps on one chip (measured over the streamed
-    decode's three programs, each times its calls: 143 against 847 MFLOP, 5.9 times
-    fewer at this width, 32 latent columns, 4 a chip)."""
+    decode's three programs, each times its calls: 124 against 849 MFLOP, 6.8 times
+    fewer at this width, 32 latent columns, 4 a chip). Both run the decoder in row
+    blocks (a TPU's; ``porter.families.row_blocks``), the causal cache too. Their bounds
+    differ 3.5 times (0.83 against 2.93 ms; over 4 before the blocks, which cut the one
+    chip's copies more than the split's): each chip still reads all the VAE's weights
+    and gathers the middle block's frames, which weigh at this size."""
     def decode(*extra):
         out = user_porter("compile", str(RECIPES / "wan-tiny-tp.yaml"), "--target", "v5e-8",
                           "--program", "vae.decode_chunk", "--json", "generate.width=256",
@@ -345,8 +349,11 @@ def test_a_tpu_decode_is_split_over_the_mesh_by_default():
     split, whole = decode(), decode("sharding.activations.vae=[]")
     assert all("collective-permute" in row["collectives"] for row in split)
     assert not any(row["collectives"] for row in whole)
+    # the cache of the last latent frames: 8 row blocks of the whole image's 8 rows
+    for rows in (split, whole):
+        assert rows[2]["inputs"]["arg1"][0] == "float32[8, 16, 2, 1, 32]"
     assert total(split, "flops") <= total(whole, "flops") / 4
-    assert total(split, "call_bound_s") <= total(whole, "call_bound_s") / 4
+    assert total(split, "call_bound_s") <= total(whole, "call_bound_s") / 3
 
 
 @needs_libtpu

@@ -1,7 +1,7 @@
 """A VAE's feature maps split over width across the mesh (``sharding.vae_split``): the
 default on an accelerator mesh, replaced by any rule list of the recipe's, and equal to
-the one-device decode. Real-width decodes split over 8 devices: tests/e2e/
-test_real_size.py."""
+the one-device decode (on a TPU's mesh, in row blocks too). Real-width decodes split
+over 8 devices: tests/e2e/test_real_size.py."""
 
 from types import SimpleNamespace
 
@@ -90,7 +90,7 @@ def through_the_vae(mesh: str, *extra: str, platform: str | None = None):
     pipe = tiny_pipeline()
     registry = registry_mod.loaded()
     generator = torch.Generator().manual_seed(5)
-    latents = torch.randn(1, 16, 3, 8, 16, generator=generator)
+    latents = torch.randn(1, 16, 3, 6, 16, generator=generator)  # rows: not 8 blocks' own
     video = torch.rand(1, 3, 5, 64, 128, generator=generator) * 2 - 1  # a frame, a chunk
     family = registry.family(loaded.model.family)
     with patches.applied(patches.selected(loaded, registry, family)):
@@ -99,7 +99,9 @@ def through_the_vae(mesh: str, *extra: str, platform: str | None = None):
             decoded = pipe.vae.decode(to_device(latents, rt), return_dict=False)[0]
             # the compiled method, as image-to-video calls it (porter_wan.i2v._latents)
             encoded = pipe.vae._encode(to_device(video, rt))[:, :pipe.vae.config.z_dim]
-    return to_host(decoded), to_host(encoded), decoded
+    in_blocks = getattr(pipe.vae.decoder, "_row_blocks", None) is not None
+    assert calling.ported.weights["vae"].get("row_blocks") == (8 if in_blocks else None)
+    return to_host(decoded), to_host(encoded), decoded, in_blocks
 
 
 @pytest.mark.slow
@@ -107,8 +109,10 @@ def test_a_vae_split_over_8_devices_equals_one_device():
     """The default split (no rule in the recipe, a mesh taken for a TPU's), as the port
     places it; a recipe's own rule is the same rule (test_the_recipe_rules_replace_the_
     default), placed by the same pass as Wan 1.3B's real-size rules (tests/e2e)."""
-    one, one_encoded, _ = through_the_vae("{dp: 1}")
-    split, split_encoded, raw = through_the_vae("{dp: 2, tp: 4}", platform="tpu")
+    one, one_encoded, _, plain = through_the_vae("{dp: 1}")
+    split, split_encoded, raw, in_blocks = through_the_vae("{dp: 2, tp: 4}", platform="tpu")
+    # on a TPU the decoder runs on row blocks (porter.families.row_blocks)
+    assert in_blocks and not plain
     # the last block's output split over width: the frames come back that way
     assert raw.jax().sharding.spec[-1] == ("dp", "tp")
     assert (split - one).abs().max() / one.abs().max() <= 1e-5

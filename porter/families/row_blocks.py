@@ -1,0 +1,199 @@
+"""Wan's VAE decoder run on its feature maps cut into row blocks, batched: the form a
+TPU's compiler convolves without padding and folding them (benchmarks/README.md,
+"Where a latent frame's decode goes").
+
+Given a convolution over a batch of one, the TPU compiler pads the width and folds it
+into a batch to fill its tiles, and copies the result back: over half of each
+convolution's cycles. Given the same rows as 8 blocks in the batch (it tiles a
+convolution's batch by 8) it does neither: one causal convolution of the decoder's
+last stage at 480x832, split over width across a v6e-8, costs 1.73 M cycles instead of
+3.39 M (``python benchmarks/conv_forms.py``). The whole decode of a later latent frame
+of Wan 2.1 1.3B there: 29.4 M cycles instead of 52.8 M, 20.4 GB a chip moved instead
+of 31.1 (``porter compile ... --hlo``).
+
+So the decoder takes its input as ``BLOCKS`` blocks of rows, block-major in the batch
+(``to_blocks``), and keeps them so to its output (``from_blocks``). Every operation of
+Wan's decoder is per pixel, per frame or a nearest upsampling (which maps each block's
+rows onto the same block) but two, patched here:
+
+- each convolution with a spatial kernel (``WanCausalConv3d``, the upsamplers'
+  ``Conv2d``) takes the rows above and below each block from its neighbours, zeros at
+  the image's edges (``with_halo``), where it would have padded with zeros;
+- the middle block's attention, over a whole frame's pixels, runs on the frame put
+  back together (``whole_frames``).
+
+Rows that do not divide into the blocks are padded at the bottom; those convolutions
+zero them before reading them (nothing else reads across rows, so what they hold in
+between never reaches the image's rows), and they are cut off at the end. The causal
+cache holds what the convolutions read, in blocks too: a video decodes in blocks from
+its first latent frame to its last. The pixels are the decode's within float rounding
+(tests/families/test_row_blocks.py).
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+
+from porter.shims import lazy
+
+torch = lazy.module("torch", __name__)
+
+#: the blocks a frame's rows are cut into: a TPU tiles a convolution's batch by 8
+#: (its vector registers' sublanes). 4, 6 or 12 blocks cost more than one (the
+#: compiler folds the width again); 16 or 24 about as 8.
+BLOCKS = 8
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the decoder's input rows are cut: ``blocks`` blocks of ``block_rows`` rows,
+    of which the first ``rows`` are the image's (the rest padding, at the bottom)."""
+
+    blocks: int
+    rows: int
+    block_rows: int
+
+    @classmethod
+    def of(cls, rows: int, blocks: int = BLOCKS) -> Layout:
+        return cls(blocks, rows, -(-rows // blocks))
+
+    def image_rows(self, block_rows: int) -> int:
+        """The image's rows where the maps have ``block_rows`` rows a block (the input's
+        times an upsampling's factor): the rest are padding."""
+        return self.rows * (block_rows // self.block_rows)
+
+
+def to_blocks(x, layout: Layout):
+    """(batch, channels, frames, rows, width) -> (blocks x batch, channels, frames,
+    block rows, width), block-major, the rows padded with zeros to fill the blocks."""
+    batch, channels, frames, rows, width = x.shape
+    padded = layout.block_rows * layout.blocks * (rows // layout.rows)
+    if padded > rows:
+        x = torch.nn.functional.pad(x, (0, 0, 0, padded - rows))
+    block = padded // layout.blocks
+    x = x.reshape(batch, channels, frames, layout.blocks, block, width)
+    return x.permute(3, 0, 1, 2, 4, 5).reshape(layout.blocks * batch, channels, frames,
+                                                block, width)
+
+
+def from_blocks(x, layout: Layout):
+    """``to_blocks`` undone: (batch, channels, frames, rows, width), the padding rows cut
+    off."""
+    count, channels, frames, block, width = x.shape
+    batch = count // layout.blocks
+    x = x.reshape(layout.blocks, batch, channels, frames, block, width)
+    x = x.permute(1, 2, 3, 0, 4, 5).reshape(batch, channels, frames,
+                                            layout.blocks * block, width)
+    rows = layout.rows * (block // layout.block_rows)
+    return x[:, :, :, :rows]
+
+
+def with_halo(x, layout: Layout, halo: int):
+    """Maps in blocks (blocks x n, ..., block rows, width) with ``halo`` rows of the
+    blocks above and below on each (zeros above the first and below the last), the
+    padding rows zeroed first: what zero padding of the whole image's rows gives each
+    block's convolution. Block ``i``'s neighbours are ``n`` entries away in the batch:
+    shifted so, not reshaped (a reshape to (blocks, n, ...) costs the TPU compiler a
+    copy of the maps, about a convolution's cycles)."""
+    n = x.shape[0] // layout.blocks
+    x = _padding_zeroed(x, layout, n)
+    edge = torch.zeros_like(x[:n, ..., :halo, :])
+    above = torch.cat([edge, x[:-n, ..., -halo:, :]])
+    below = torch.cat([x[n:, ..., :halo, :], edge])
+    return torch.cat([above, x, below], dim=-2)
+
+
+def _padding_zeroed(x, layout: Layout, n: int):
+    """Maps in blocks with their padding rows (from the image's last on) set to zero:
+    one select over them all, which the compiler fuses into what made them (a select
+    of the last blocks alone, then joined on, costs a pass of its own)."""
+    rows = x.shape[-2]
+    image_rows = layout.image_rows(rows)
+    if image_rows == layout.blocks * rows:
+        return x
+    block = torch.arange(x.shape[0], device=x.device) // n
+    row = block.reshape(-1, 1) * rows + torch.arange(rows, device=x.device)
+    kept = (row < image_rows).reshape(x.shape[0], *[1] * (x.ndim - 3), rows, 1)
+    return torch.where(kept, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+class Blocked:
+    """The decoder's call in progress: its ``Layout`` while it runs (None between
+    calls), read by the convolutions and the attention it patches."""
+
+    def __init__(self):
+        self.layout: Layout | None = None
+
+
+def causal_conv(conv, blocked: Blocked):
+    """``WanCausalConv3d.forward`` on maps in blocks: its row padding taken from the
+    neighbouring blocks (``with_halo``), its width and time padding as it pads them."""
+    def forward(self, x, cache_x=None):
+        padding = list(self._padding)  # (width, width, rows, rows, frames before, after)
+        if cache_x is not None and padding[4] > 0:
+            x = torch.cat([cache_x.to(x.device), x], dim=2)
+            padding[4] -= cache_x.shape[2]
+        if padding[2]:
+            x = with_halo(x, blocked.layout, padding[2])
+            padding[2] = padding[3] = 0
+        x = torch.nn.functional.pad(x, padding)
+        return torch.nn.Conv3d.forward(self, x)
+    return types.MethodType(forward, conv)
+
+
+def image_conv(conv, blocked: Blocked):
+    """An upsampler's ``Conv2d`` (frames in the batch: blocks x batch x frames,
+    channels, rows, width) on maps in blocks, its row padding from the neighbours."""
+    def forward(self, x):
+        x = with_halo(x, blocked.layout, self.padding[0])
+        return torch.nn.functional.conv2d(x, self.weight, self.bias, self.stride,
+                                          (0, self.padding[1]), self.dilation, self.groups)
+    return types.MethodType(forward, conv)
+
+
+def whole_frames(module, blocked: Blocked):
+    """A module over whole frames (the middle block's attention) given maps in blocks:
+    the frames put back together for it, its output cut into blocks again."""
+    inner = module.forward
+
+    def forward(x):
+        layout = blocked.layout
+        return to_blocks(inner(from_blocks(x, layout)), layout)
+    return forward
+
+
+def decoder_call(decoder, blocked: Blocked):
+    """``WanDecoder3d.forward`` given whole maps and giving them back: the latent frames
+    cut into blocks, the decoder run on them, its pixels put back together."""
+    inner = decoder.forward
+
+    def forward(x, *args, **kwargs):
+        blocked.layout = layout = Layout.of(x.shape[-2])
+        try:
+            return from_blocks(inner(to_blocks(x, layout), *args, **kwargs), layout)
+        finally:
+            blocked.layout = None
+    return forward
+
+
+def keep_in_blocks(vae) -> bool:
+    """Patch ``vae`` (Wan's, or built on it) so that its decoder runs on row blocks;
+    False where its decoder is not one this module knows (nothing patched)."""
+    from diffusers.models.autoencoders.autoencoder_kl_wan import (
+        WanAttentionBlock, WanCausalConv3d, WanDecoder3d, WanResample)
+
+    decoder = getattr(vae, "decoder", None)
+    if not isinstance(decoder, WanDecoder3d) or getattr(decoder, "_row_blocks", None):
+        return False
+    blocked = Blocked()
+    for module in decoder.modules():
+        if isinstance(module, WanCausalConv3d):
+            module.forward = causal_conv(module, blocked)
+        elif isinstance(module, WanAttentionBlock):
+            module.forward = whole_frames(module, blocked)
+        elif isinstance(module, WanResample) and module.mode.startswith("upsample"):
+            module.resample[1].forward = image_conv(module.resample[1], blocked)
+    decoder.forward = decoder_call(decoder, blocked)
+    decoder._row_blocks = blocked
+    return True

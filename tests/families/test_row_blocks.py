@@ -1,0 +1,98 @@
+"""Wan's VAE decoder on row blocks (``porter.families.row_blocks``): the same pixels as
+diffusers' own decode, for Wan 2.1's VAE and Wan 2.2's (patchified, residual), with
+rows that divide into the blocks and rows that do not; chosen on a TPU only. Through a
+port on 8 devices split over width: tests/transforms/test_vae_split.py."""
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+from diffusers import AutoencoderKLWan
+
+from porter.families import row_blocks
+from porter.recipe.schema import ActivationRule
+from porter.transforms import sharding
+
+#: the tiny configurations of diffusers' tests of AutoencoderKLWan, Wan 2.1's and one
+#: shaped as Wan 2.2 TI2V-5B's (residual blocks, 2x2 patches, 16x compression)
+WAN21 = dict(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+             temperal_downsample=[False, True, True])
+WAN22 = dict(base_dim=8, decoder_base_dim=16, z_dim=8, dim_mult=[1, 2, 2, 2],
+             num_res_blocks=1, temperal_downsample=[False, True, True], is_residual=True,
+             patch_size=2, in_channels=12, out_channels=12, scale_factor_spatial=16)
+
+
+def pair(config: dict):
+    torch.manual_seed(0)
+    vae = AutoencoderKLWan(**config).eval()
+    ported = copy.deepcopy(vae)
+    assert row_blocks.keep_in_blocks(ported)
+    assert not row_blocks.keep_in_blocks(ported)  # once: a second call patches nothing
+    return vae, ported
+
+
+@pytest.mark.parametrize("config", [WAN21, WAN22], ids=["wan2.1", "wan2.2"])
+@pytest.mark.parametrize("latents", [
+    (1, 3, 16, 12),  # 16 rows: 2 a block
+    (1, 3, 6, 5),  # 6 rows: the last two blocks padding
+    (2, 2, 9, 7),  # two videos, 9 rows: 2 a block, 7 of the last 8 padding
+    (1, 1, 3, 4),  # the first frame alone
+])
+def test_the_decode_in_row_blocks_is_diffusers_decode(config, latents):
+    vae, ported = pair(config)
+    batch, frames, rows, width = latents
+    z = torch.randn(batch, vae.config.z_dim, frames, rows, width,
+                    generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = vae.decode(z).sample
+        got = ported.decode(z).sample
+    assert got.shape == expected.shape
+    assert (got - expected).abs().max() <= 1e-5 * expected.abs().max()
+    assert ported.decoder._row_blocks.layout is None  # nothing held between calls
+
+
+def test_blocks_go_and_come_back():
+    layout = row_blocks.Layout.of(6)
+    assert (layout.blocks, layout.block_rows) == (8, 1)
+    x = torch.arange(2 * 3 * 1 * 12 * 2.0).reshape(2, 3, 1, 12, 2)  # twice the rows
+    blocks = row_blocks.to_blocks(x, layout)
+    assert blocks.shape == (16, 3, 1, 2, 2)  # 16 rows, padded from 12
+    assert torch.equal(blocks[2], x[0, :, :, 2:4])  # block 1 of the first video
+    assert torch.equal(row_blocks.from_blocks(blocks, layout), x)
+    blocks[12:] = 99.0  # the padding blocks (6 and 7) as a decoder leaves them: garbage
+    # each block's halo rows are its neighbours' edge rows, zeros past the image's
+    halo = row_blocks.with_halo(blocks, layout, 1)
+    assert halo.shape == (16, 3, 1, 4, 2)
+    whole = row_blocks.from_blocks(blocks, layout)[0]  # the first video, (3, 1, 12, 2)
+    first, second = halo[0], halo[2]  # blocks 0 and 1 of the first video
+    assert torch.equal(first[:, :, 0], torch.zeros(3, 1, 2))
+    assert torch.equal(first[:, :, 1:3], whole[:, :, 0:2])
+    assert torch.equal(first[:, :, 3], whole[:, :, 2])
+    assert torch.equal(second[:, :, 0], whole[:, :, 1])
+    sixth = halo[2 * 5]  # rows 10-11, the image's last: below them the padding, zeroed
+    assert torch.equal(sixth[:, :, 3], torch.zeros(3, 1, 2))
+    assert torch.equal(halo[2 * 6][:, :, 1:], torch.zeros(3, 1, 3, 2))  # padding alone
+
+
+def test_row_blocks_are_chosen_on_a_tpu_where_the_rows_stay_whole():
+    torch.manual_seed(0)
+    vae = AutoencoderKLWan(**WAN21)
+    tpu = SimpleNamespace(axes={"dp": 2, "tp": 4}, platform="tpu")
+    split = sharding.vae_split("vae", vae, tpu)  # the width over dp and tp
+    assert sharding.in_row_blocks("vae", vae, tpu, split)
+    assert sharding.in_row_blocks("vae", vae, tpu, [])  # not split: one chip's own rows
+    assert sharding.in_row_blocks("vae_2", vae, tpu, split)  # a second video VAE
+    assert not sharding.in_row_blocks("audio_vae", vae, tpu, [])
+
+    def rule(*spec):
+        return [ActivationRule(module=sharding.VAE_BLOCKS, spec=list(spec))]
+    # the shipped Wan recipes' rule: the rows over dp, the width over tp
+    assert not sharding.in_row_blocks("vae", vae, tpu, rule(None, None, None, "dp", "tp"))
+    one_row_axis = SimpleNamespace(axes={"dp": 1, "tp": 8}, platform="tpu")
+    assert sharding.in_row_blocks("vae", vae, one_row_axis,
+                                  rule(None, None, None, "dp", "tp"))  # dp of 1: whole
+    assert not sharding.in_row_blocks("vae", vae, tpu, rule("dp", "...", "tp"))  # batch
+    gpu = SimpleNamespace(axes=tpu.axes, platform="gpu")
+    assert not sharding.in_row_blocks("vae", vae, gpu, sharding.vae_split("vae", vae, gpu))
+    assert not sharding.in_row_blocks("vae", torch.nn.Linear(2, 2), tpu, [])
