@@ -22,9 +22,9 @@ Forms (the chips' count is the target's):
 - ``kept-in-blocks``: those row blocks without their halo rows, which the convolution
   takes from the neighbouring blocks itself (the cost a decoder that kept its
   activations in row blocks would pay at each convolution);
-- ``blocks-split-width``: the whole image as ``--blocks`` row blocks (the chips') in a batch, each
-  taking its halo rows from its neighbours, the width split over the chips by XLA (the
-  form Porter's row-block decode keeps, ``porter.families.row_blocks``).
+- ``blocks-split-width``: the whole image as ``--blocks`` row blocks (Porter's 8 by
+  default), each taking its halo rows from its neighbours, the width split over the
+  chips by XLA (the form of Porter's decode on a TPU, ``porter.families.row_blocks``).
 
 Results (``--save``, one record a run appended): benchmarks/results/conv-forms-v6e.json.
 """
@@ -44,6 +44,7 @@ from results_io import save
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from porter.aot import hlo, targets  # noqa: E402 - the checkout's own Porter
+from porter.families import row_blocks  # noqa: E402 - as above
 from porter.commands.compile import host_compiles  # noqa: E402 - as above
 
 FORMS = ("split-width", "split-height", "channels-last", "one-chip", "row-blocks",
@@ -65,7 +66,7 @@ def form(name: str, target, channels: int, frames: int, height: int, width: int,
     from jax.sharding import PartitionSpec as P
 
     chips, t = target.chips, frames + 2  # the two cached frames in front
-    blocks = blocks or chips
+    blocks = blocks or row_blocks.BLOCKS
     mesh = targets.mesh(target, {"x": chips})
     same = ((0, 0), (1, 1), (1, 1))  # the frames already padded, height and width not
     first, last = (channels, channels, 3, 3, 3), (3, 3, 3, channels, channels)
@@ -156,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=4, help="output frames")
     parser.add_argument("--height", type=int, default=480)
     parser.add_argument("--width", type=int, default=832)
-    parser.add_argument("--blocks", type=int, help="row blocks of blocks-split-width "
-                        "(default: the target's chips)")
+    parser.add_argument("--blocks", type=int, default=row_blocks.BLOCKS,
+                        help="row blocks of blocks-split-width (default: %(default)s, "
+                             "Porter's)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -169,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.width % target.chips or args.height % target.chips:
         parser.error(f"--height and --width must divide by {target.name}'s "
                      f"{target.chips} chips")
+    if args.height % args.blocks:
+        parser.error(f"--height ({args.height}) must divide into --blocks ({args.blocks})")
     rows = [measure(name, target, args.channels, args.frames, args.height, args.width,
                     args.dtype, args.blocks) for name in args.forms]
     print(json.dumps(rows, indent=1) if args.json else render(rows))

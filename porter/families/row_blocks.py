@@ -39,9 +39,10 @@ from porter.shims import lazy
 
 torch = lazy.module("torch", __name__)
 
-#: the blocks a frame's rows are cut into: a TPU tiles a convolution's batch by 8
-#: (its vector registers' sublanes). 4, 6 or 12 blocks cost more than one (the
-#: compiler folds the width again); 16 or 24 about as 8.
+#: the blocks a frame's rows are cut into: a TPU tiles a convolution's batch by 8. One
+#: convolution at 480x832 split over a v6e-8's width (3.39 M cycles whole): 2, 4 and 6
+#: blocks 4.54, 5.59 and 4.97 M (the compiler folds the width again), 8 blocks 1.73,
+#: 12 blocks 2.64 (``conv_forms.py --forms blocks-split-width --blocks N``)
 BLOCKS = 8
 
 
@@ -126,10 +127,16 @@ class Blocked:
         self.layout: Layout | None = None
 
 
+# Each patched module runs its class's own forward when no decoder call is in progress
+# (a module called by itself: a piece compiled on its own, a test): whole maps then.
+# Bound to the module (MethodType), so that a copy of the module is bound to the copy.
+
 def causal_conv(conv, blocked: Blocked):
     """``WanCausalConv3d.forward`` on maps in blocks: its row padding taken from the
     neighbouring blocks (``with_halo``), its width and time padding as it pads them."""
     def forward(self, x, cache_x=None):
+        if blocked.layout is None:
+            return type(self).forward(self, x, cache_x)
         padding = list(self._padding)  # (width, width, rows, rows, frames before, after)
         if cache_x is not None and padding[4] > 0:
             x = torch.cat([cache_x.to(x.device), x], dim=2)
@@ -146,6 +153,8 @@ def image_conv(conv, blocked: Blocked):
     """An upsampler's ``Conv2d`` (frames in the batch: blocks x batch x frames,
     channels, rows, width) on maps in blocks, its row padding from the neighbours."""
     def forward(self, x):
+        if blocked.layout is None:
+            return type(self).forward(self, x)
         x = with_halo(x, blocked.layout, self.padding[0])
         return torch.nn.functional.conv2d(x, self.weight, self.bias, self.stride,
                                           (0, self.padding[1]), self.dilation, self.groups)
@@ -155,37 +164,39 @@ def image_conv(conv, blocked: Blocked):
 def whole_frames(module, blocked: Blocked):
     """A module over whole frames (the middle block's attention) given maps in blocks:
     the frames put back together for it, its output cut into blocks again."""
-    inner = module.forward
-
-    def forward(x):
+    def forward(self, x):
         layout = blocked.layout
-        return to_blocks(inner(from_blocks(x, layout)), layout)
-    return forward
+        if layout is None:
+            return type(self).forward(self, x)
+        return to_blocks(type(self).forward(self, from_blocks(x, layout)), layout)
+    return types.MethodType(forward, module)
 
 
 def decoder_call(decoder, blocked: Blocked):
     """``WanDecoder3d.forward`` given whole maps and giving them back: the latent frames
     cut into blocks, the decoder run on them, its pixels put back together."""
-    inner = decoder.forward
-
-    def forward(x, *args, **kwargs):
+    def forward(self, x, *args, **kwargs):
         blocked.layout = layout = Layout.of(x.shape[-2])
         try:
-            return from_blocks(inner(to_blocks(x, layout), *args, **kwargs), layout)
+            return from_blocks(type(self).forward(self, to_blocks(x, layout), *args,
+                                                  **kwargs), layout)
         finally:
             blocked.layout = None
-    return forward
+    return types.MethodType(forward, decoder)
 
 
 def keep_in_blocks(vae) -> bool:
-    """Patch ``vae`` (Wan's, or built on it) so that its decoder runs on row blocks;
-    False where its decoder is not one this module knows (nothing patched)."""
+    """Patch ``vae`` (Wan's, or built on it) so that its decoder runs on row blocks
+    (once: True again for a VAE already patched); False where its decoder is not one
+    this module knows (nothing patched)."""
     from diffusers.models.autoencoders.autoencoder_kl_wan import (
         WanAttentionBlock, WanCausalConv3d, WanDecoder3d, WanResample)
 
     decoder = getattr(vae, "decoder", None)
-    if not isinstance(decoder, WanDecoder3d) or getattr(decoder, "_row_blocks", None):
+    if not isinstance(decoder, WanDecoder3d):
         return False
+    if getattr(decoder, "_row_blocks", None) is not None:
+        return True
     blocked = Blocked()
     for module in decoder.modules():
         if isinstance(module, WanCausalConv3d):

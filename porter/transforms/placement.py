@@ -332,12 +332,17 @@ def _constrain(b: Building, name: str, module, assignments) -> None:
     activations = sharding.activation_rules(b.recipe, name, module, b.runtime, b.family)
     b.placement.activations[name] = activations
     sharding.constrain_activations(module, b.runtime, activations)
-    if sharding.in_row_blocks(name, module, b.runtime, activations) \
-            and row_blocks.keep_in_blocks(module) and name in b.placement.reports:
-        # the run record says so (porter compile's abstract pass keeps no reports)
-        b.placement.reports[name]["row_blocks"] = row_blocks.BLOCKS
+    if sharding.in_row_blocks(b.recipe, name, module, b.runtime, activations):
+        _keep_in_blocks(b, name, module)
     if unsharded(assignments, activations):
         b.placement.unsharded.add(name)
+
+
+def _keep_in_blocks(b: Building, name: str, module) -> None:
+    """Wan's decoder on row blocks (``porter.families.row_blocks``), said in the run
+    record (``porter compile``'s abstract pass keeps no reports)."""
+    if row_blocks.keep_in_blocks(module) and name in b.placement.reports:
+        b.placement.reports[name]["row_blocks"] = row_blocks.BLOCKS
 
 
 def refuse_nonfinite(found: dict, recipe: Recipe) -> None:

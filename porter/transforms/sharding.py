@@ -307,6 +307,8 @@ def constrain_activations(module: torch.nn.Module, runtime: Runtime, rules) -> l
     return handles
 
 
+#: the components that are a video's VAE (``vae``, ``vae_2``; not an ``audio_vae``)
+VIDEO_VAE = r"vae(_\d+)?"
 #: the blocks of a diffusers VAE's encoder and decoder (Wan's, CogVideoX's, Hunyuan's,
 #: LTX's, the image VAE's): each one's output is a feature map, (..., height, width)
 VAE_BLOCKS = r"(en|de)coder\.(conv_in|mid_block|(down|up)_blocks\.\d+)"
@@ -326,12 +328,18 @@ def activation_rules(recipe: Recipe, name: str, module, runtime: Runtime,
     if family is not None and name in family.stepped_transformers:
         return sequence_split(recipe, family, runtime.axes) \
             or family.default_activations(recipe, name, runtime.axes)
+    if decoded_in_pieces(recipe, name):
+        return []
+    return vae_split(name, module, runtime)
+
+
+def decoded_in_pieces(recipe: Recipe, name: str) -> bool:
+    """Does the recipe tile component ``name`` (``setup: {vae: [enable_tiling]}``) or
+    compile it in pieces (``compile.vae.modules``)?"""
     rule = recipe.compile.get(name)
     tiled = "enable_tiling" in [getattr(call, "name", call)
                                 for call in recipe.setup.get(name, [])]
-    if tiled or (rule is not None and rule.modules is not None):
-        return []
-    return vae_split(name, module, runtime)
+    return tiled or (rule is not None and rule.modules is not None)
 
 
 #: the mesh axes that split a transformer's tokens (sequence parallelism): over ``sp``
@@ -446,7 +454,7 @@ def vae_split(name: str, module, runtime: Runtime) -> list[ActivationRule]:
     (``vae``, ``vae_2``: an ``audio_vae``'s maps are mel bins, not width) or whose
     decoder has no such blocks (a transformer decoder)."""
     axes = [axis for axis, size in runtime.axes.items() if size > 1]
-    if not re.fullmatch(r"vae(_\d+)?", name) or not axes or runtime.platform == "cpu":
+    if not re.fullmatch(VIDEO_VAE, name) or not axes or runtime.platform == "cpu":
         return []
     if not any(re.fullmatch(VAE_BLOCKS, sub) and sub.startswith("decoder.")
                for sub, _ in module.named_modules()):
@@ -454,16 +462,20 @@ def vae_split(name: str, module, runtime: Runtime) -> list[ActivationRule]:
     return [ActivationRule(module=VAE_BLOCKS, spec=[LEADING, axes])]
 
 
-def in_row_blocks(name: str, module, runtime: Runtime, activations: list) -> bool:
+def in_row_blocks(recipe: Recipe, name: str, module, runtime: Runtime,
+                  activations: list) -> bool:
     """Does Wan's VAE (``vae``, ``vae_2``) run its decoder in row blocks
     (``porter.families.row_blocks``)? On a TPU, whose compiler convolves them at half
     the cost, where the ``activations`` rules applied to it keep each chip's rows whole:
     its maps split over width (the default split, ``vae_split``), or not at all. A rule
-    that splits the rows (or the batch, the frames, the channels) is left to run as it
-    says; elsewhere than on a TPU nothing has measured the blocks (a GPU's convolutions
-    are cuDNN's, not tiled so)."""
-    if runtime.platform != "tpu" or not re.fullmatch(r"vae(_\d+)?", name) \
-            or not wan_vae.is_wan_vae(module):
+    that splits the rows (or the batch, the frames, the channels; an encoder's rules
+    count too, which only ever keeps the plain form) is left to run as it says, and so
+    is a VAE the recipe tiles or compiles in pieces (``decoded_in_pieces``: a piece
+    compiled by itself runs its class's own forward, not the blocks'). Elsewhere than on
+    a TPU nothing has measured the blocks (a GPU's convolutions are cuDNN's, not tiled
+    so)."""
+    if runtime.platform != "tpu" or not re.fullmatch(VIDEO_VAE, name) \
+            or decoded_in_pieces(recipe, name) or not wan_vae.is_wan_vae(module):
         return False
 
     def split(entry) -> bool:

@@ -10,9 +10,12 @@ import pytest
 import torch
 from diffusers import AutoencoderKLWan
 
+from porter import recipe
 from porter.families import row_blocks
 from porter.recipe.schema import ActivationRule
 from porter.transforms import sharding
+
+from support import RECIPES
 
 #: the tiny configurations of diffusers' tests of AutoencoderKLWan, Wan 2.1's and one
 #: shaped as Wan 2.2 TI2V-5B's (residual blocks, 2x2 patches, 16x compression)
@@ -28,7 +31,9 @@ def pair(config: dict):
     vae = AutoencoderKLWan(**config).eval()
     ported = copy.deepcopy(vae)
     assert row_blocks.keep_in_blocks(ported)
-    assert not row_blocks.keep_in_blocks(ported)  # once: a second call patches nothing
+    blocked = ported.decoder._row_blocks
+    assert row_blocks.keep_in_blocks(ported)  # once: a second call patches nothing
+    assert ported.decoder._row_blocks is blocked
     return vae, ported
 
 
@@ -75,24 +80,49 @@ def test_blocks_go_and_come_back():
     assert torch.equal(halo[2 * 6][:, :, 1:], torch.zeros(3, 1, 3, 2))  # padding alone
 
 
+def test_a_patched_module_called_by_itself_is_its_class_own():
+    """Outside a decoder call (a piece compiled on its own): the whole maps' forward."""
+    vae, ported = pair(WAN21)
+    x = torch.randn(1, vae.decoder.conv_in.in_channels, 2, 5, 6)
+    with torch.no_grad():
+        assert torch.equal(ported.decoder.conv_in(x), vae.decoder.conv_in(x))
+        mid = torch.randn(1, vae.decoder.mid_block.attentions[0].dim, 1, 5, 6)
+        assert torch.equal(ported.decoder.mid_block.attentions[0](mid),
+                           vae.decoder.mid_block.attentions[0](mid))
+    assert not row_blocks.keep_in_blocks(torch.nn.Linear(2, 2))  # not Wan's decoder
+
+
 def test_row_blocks_are_chosen_on_a_tpu_where_the_rows_stay_whole():
     torch.manual_seed(0)
     vae = AutoencoderKLWan(**WAN21)
+    tiny = recipe.load(RECIPES / "wan-tiny.yaml")
     tpu = SimpleNamespace(axes={"dp": 2, "tp": 4}, platform="tpu")
     split = sharding.vae_split("vae", vae, tpu)  # the width over dp and tp
-    assert sharding.in_row_blocks("vae", vae, tpu, split)
-    assert sharding.in_row_blocks("vae", vae, tpu, [])  # not split: one chip's own rows
-    assert sharding.in_row_blocks("vae_2", vae, tpu, split)  # a second video VAE
-    assert not sharding.in_row_blocks("audio_vae", vae, tpu, [])
+    assert sharding.in_row_blocks(tiny, "vae", vae, tpu, split)
+    assert sharding.in_row_blocks(tiny, "vae", vae, tpu, [])  # not split: whole rows
+    assert sharding.in_row_blocks(tiny, "vae_2", vae, tpu, split)  # a second video VAE
+    assert not sharding.in_row_blocks(tiny, "audio_vae", vae, tpu, [])
 
     def rule(*spec):
         return [ActivationRule(module=sharding.VAE_BLOCKS, spec=list(spec))]
     # the shipped Wan recipes' rule: the rows over dp, the width over tp
-    assert not sharding.in_row_blocks("vae", vae, tpu, rule(None, None, None, "dp", "tp"))
+    assert not sharding.in_row_blocks(tiny, "vae", vae, tpu,
+                                      rule(None, None, None, "dp", "tp"))
+    assert not sharding.in_row_blocks(tiny, "vae", vae, tpu, rule("...", "dp", "tp"))
     one_row_axis = SimpleNamespace(axes={"dp": 1, "tp": 8}, platform="tpu")
-    assert sharding.in_row_blocks("vae", vae, one_row_axis,
+    assert sharding.in_row_blocks(tiny, "vae", vae, one_row_axis,
                                   rule(None, None, None, "dp", "tp"))  # dp of 1: whole
-    assert not sharding.in_row_blocks("vae", vae, tpu, rule("dp", "...", "tp"))  # batch
+    assert not sharding.in_row_blocks(tiny, "vae", vae, tpu,
+                                      rule("dp", None, None, None, "tp"))  # the batch
+    # a spec naming more axes than the maps have constrains nothing
+    assert sharding.in_row_blocks(tiny, "vae", vae, tpu,
+                                  rule("...", "tp", None, None, None, None, None))
+    # a VAE the recipe tiles or compiles in pieces keeps its class's own forwards
+    for chosen in ("setup={vae: [enable_tiling]}",
+                   "compile={vae: {methods: [decode], modules: decoder}}"):
+        assert not sharding.in_row_blocks(recipe.load(RECIPES / "wan-tiny.yaml", [chosen]),
+                                          "vae", vae, tpu, [])
     gpu = SimpleNamespace(axes=tpu.axes, platform="gpu")
-    assert not sharding.in_row_blocks("vae", vae, gpu, sharding.vae_split("vae", vae, gpu))
-    assert not sharding.in_row_blocks("vae", torch.nn.Linear(2, 2), tpu, [])
+    assert not sharding.in_row_blocks(tiny, "vae", vae, gpu,
+                                      sharding.vae_split("vae", vae, gpu))
+    assert not sharding.in_row_blocks(tiny, "vae", torch.nn.Linear(2, 2), tpu, [])
