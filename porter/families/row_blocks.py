@@ -106,7 +106,7 @@ def with_halo(x, layout: Layout, halo: int):
 
 
 def _padding_zeroed(x, layout: Layout, n: int):
-    """Maps in blocks with their padding rows (from the image's last on) set to zero:
+    """Maps in blocks with their padding rows (those past the image's last) set to zero:
     one select over them all, which the compiler fuses into what made them (a select
     of the last blocks alone, then joined on, costs a pass of its own)."""
     rows = x.shape[-2]
