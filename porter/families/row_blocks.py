@@ -69,10 +69,9 @@ def to_blocks(x, layout: Layout):
     """(batch, channels, frames, rows, width) -> (blocks x batch, channels, frames,
     block rows, width), block-major, the rows padded with zeros to fill the blocks."""
     batch, channels, frames, rows, width = x.shape
-    padded = layout.block_rows * layout.blocks * (rows // layout.rows)
-    if padded > rows:
-        x = torch.nn.functional.pad(x, (0, 0, 0, padded - rows))
-    block = padded // layout.blocks
+    block = layout.block_rows * (rows // layout.rows)  # an upsampling's factor on
+    if block * layout.blocks > rows:
+        x = torch.nn.functional.pad(x, (0, 0, 0, block * layout.blocks - rows))
     x = x.reshape(batch, channels, frames, layout.blocks, block, width)
     return x.permute(3, 0, 1, 2, 4, 5).reshape(layout.blocks * batch, channels, frames,
                                                 block, width)
@@ -86,8 +85,7 @@ def from_blocks(x, layout: Layout):
     x = x.reshape(layout.blocks, batch, channels, frames, block, width)
     x = x.permute(1, 2, 3, 0, 4, 5).reshape(batch, channels, frames,
                                             layout.blocks * block, width)
-    rows = layout.rows * (block // layout.block_rows)
-    return x[:, :, :, :rows]
+    return x[:, :, :, :layout.image_rows(block)]
 
 
 def with_halo(x, layout: Layout, halo: int):
