@@ -8,13 +8,12 @@ convolution's cycles. Given the same rows as 8 blocks in the batch (it tiles a
 convolution's batch by 8) it does neither: one causal convolution of the decoder's
 last stage at 480x832, split over width across a v6e-8, costs 1.73 M cycles instead of
 3.39 M (``python benchmarks/conv_forms.py``). The whole decode of a later latent frame
-of Wan 2.1 1.3B there: 29.4 M cycles instead of 52.8 M, 20.4 GB a chip moved instead
-of 31.1 (``porter compile ... --hlo``).
+of Wan 2.1 1.3B there: 24.2 M cycles instead of 52.8 M (``porter compile ... --hlo``).
 
 So the decoder takes its input as ``BLOCKS`` blocks of rows, block-major in the batch
 (``to_blocks``), and keeps them so to its output (``from_blocks``). Every operation of
 Wan's decoder is per pixel, per frame or a nearest upsampling (which maps each block's
-rows onto the same block) but two, patched here:
+rows onto the same block; ``doubled`` writes it in one pass) but two, patched here:
 
 - each convolution with a spatial kernel (``WanCausalConv3d``, the upsamplers'
   ``Conv2d``) takes the rows above and below each block from its neighbours, zeros at
@@ -22,9 +21,14 @@ rows onto the same block) but two, patched here:
 - the middle block's attention, over a whole frame's pixels, runs on the frame put
   back together (``whole_frames``).
 
-Rows that do not divide into the blocks are padded at the bottom; those convolutions
-zero them before reading them (nothing else reads across rows, so what they hold in
-between never reaches the image's rows), and they are cut off at the end. The causal
+Rows that do not divide into the blocks are padded at the bottom and cut off at the
+end; a convolution reads them as zeros (only a convolution reads across rows, so what
+they hold otherwise never reaches the image's rows). Every causal convolution with a
+spatial kernel reads a norm's output (after its SiLU) or the latents, so the norms
+zero the padding rows as they write them (``zeroed_padding``), in the pass that
+computes them; the upsamplers' convolutions, which read the residual stream upsampled,
+zero it themselves. A select of its own before each convolution, over the maps joined
+with the cached frames, cost 4.5 M of a later 480p frame's 29.4 M cycles. The causal
 cache holds what the convolutions read, in blocks too: a video decodes in blocks from
 its first latent frame to its last. The pixels are the decode's within float rounding
 (tests/families/test_row_blocks.py).
@@ -89,24 +93,24 @@ def from_blocks(x, layout: Layout):
 
 
 def with_halo(x, layout: Layout, halo: int):
-    """Maps in blocks (blocks x n, ..., block rows, width) with ``halo`` rows of the
-    blocks above and below on each (zeros above the first and below the last), the
-    padding rows zeroed first: what zero padding of the whole image's rows gives each
-    block's convolution. Block ``i``'s neighbours are ``n`` entries away in the batch:
-    shifted so, not reshaped (a reshape to (blocks, n, ...) costs the TPU compiler a
-    copy of the maps, about a convolution's cycles)."""
+    """Maps in blocks (blocks x n, ..., block rows, width), their padding rows zero, with
+    ``halo`` rows of the blocks above and below on each (zeros above the first and
+    below the last): what zero padding of the whole image's rows gives each block's
+    convolution. Block ``i``'s neighbours are ``n`` entries away in the batch: shifted
+    so, not reshaped (a reshape to (blocks, n, ...) costs the TPU compiler a copy of
+    the maps, about a convolution's cycles)."""
     n = x.shape[0] // layout.blocks
-    x = _padding_zeroed(x, layout, n)
     edge = torch.zeros_like(x[:n, ..., :halo, :])
     above = torch.cat([edge, x[:-n, ..., -halo:, :]])
     below = torch.cat([x[n:, ..., :halo, :], edge])
     return torch.cat([above, x, below], dim=-2)
 
 
-def _padding_zeroed(x, layout: Layout, n: int):
+def padding_zeroed(x, layout: Layout):
     """Maps in blocks with their padding rows (those past the image's last) set to zero:
     one select over them all, which the compiler fuses into what made them (a select
     of the last blocks alone, then joined on, costs a pass of its own)."""
+    n = x.shape[0] // layout.blocks
     rows = x.shape[-2]
     image_rows = layout.image_rows(rows)
     if image_rows == layout.blocks * rows:
@@ -153,20 +157,51 @@ def image_conv(conv, blocked: Blocked):
     def forward(self, x):
         if blocked.layout is None:
             return type(self).forward(self, x)
-        x = with_halo(x, blocked.layout, self.padding[0])
+        x = with_halo(padding_zeroed(x, blocked.layout), blocked.layout, self.padding[0])
         return torch.nn.functional.conv2d(x, self.weight, self.bias, self.stride,
                                           (0, self.padding[1]), self.dilation, self.groups)
     return types.MethodType(forward, conv)
 
 
+def zeroed_padding(norm, blocked: Blocked):
+    """A ``WanRMS_norm`` on maps in blocks, its padding rows written as zeros: the
+    select fuses into the norm's own pass, and the SiLU after it keeps them zero for
+    the convolution that reads them."""
+    def forward(self, x):
+        out = type(self).forward(self, x)
+        return out if blocked.layout is None else padding_zeroed(out, blocked.layout)
+    return types.MethodType(forward, norm)
+
+
+def doubled(upsample, blocked: Blocked):
+    """A ``WanUpsample`` (nearest, twice the rows and columns) on maps in blocks, each
+    pixel broadcast to its 2 x 2 square in one pass. Torch's nearest upsampling lowers
+    to a broadcast of the rows and then one of the columns, the second a pass of its
+    own over the whole upsampled map: the largest instruction of a later 480p frame
+    (1.23 M cycles). Exact in any dtype, so without the float32 round trip."""
+    def forward(self, x):
+        if blocked.layout is None:
+            return type(self).forward(self, x)
+        count, channels, rows, width = x.shape
+        return x[:, :, :, None, :, None].expand(count, channels, rows, 2, width, 2) \
+            .reshape(count, channels, 2 * rows, 2 * width)
+    return types.MethodType(forward, upsample)
+
+
 def whole_frames(module, blocked: Blocked):
     """A module over whole frames (the middle block's attention) given maps in blocks:
-    the frames put back together for it, its output cut into blocks again."""
+    the frames put back together for it (nothing in it in blocks meanwhile), its output
+    cut into blocks again."""
     def forward(self, x):
         layout = blocked.layout
         if layout is None:
             return type(self).forward(self, x)
-        return to_blocks(type(self).forward(self, from_blocks(x, layout)), layout)
+        blocked.layout = None
+        try:
+            whole = type(self).forward(self, from_blocks(x, layout))
+        finally:
+            blocked.layout = layout
+        return to_blocks(whole, layout)
     return types.MethodType(forward, module)
 
 
@@ -188,7 +223,7 @@ def keep_in_blocks(vae) -> bool:
     (once: True again for a VAE already patched); False where its decoder is not one
     this module knows (nothing patched)."""
     from diffusers.models.autoencoders.autoencoder_kl_wan import (
-        WanAttentionBlock, WanCausalConv3d, WanDecoder3d, WanResample)
+        WanAttentionBlock, WanCausalConv3d, WanDecoder3d, WanResample, WanRMS_norm)
 
     decoder = getattr(vae, "decoder", None)
     if not isinstance(decoder, WanDecoder3d):
@@ -201,8 +236,14 @@ def keep_in_blocks(vae) -> bool:
             module.forward = causal_conv(module, blocked)
         elif isinstance(module, WanAttentionBlock):
             module.forward = whole_frames(module, blocked)
+        elif isinstance(module, WanRMS_norm):
+            module.forward = zeroed_padding(module, blocked)
         elif isinstance(module, WanResample) and module.mode.startswith("upsample"):
             module.resample[1].forward = image_conv(module.resample[1], blocked)
+            upsample = module.resample[0]
+            if upsample.mode in ("nearest", "nearest-exact") \
+                    and tuple(upsample.scale_factor) == (2.0, 2.0):
+                upsample.forward = doubled(upsample, blocked)
     decoder.forward = decoder_call(decoder, blocked)
     decoder._row_blocks = blocked
     return True

@@ -67,7 +67,7 @@ def test_blocks_go_and_come_back():
     assert torch.equal(row_blocks.from_blocks(blocks, layout), x)
     blocks[12:] = 99.0  # the padding blocks (6 and 7) as a decoder leaves them: garbage
     # each block's halo rows are its neighbours' edge rows, zeros past the image's
-    halo = row_blocks.with_halo(blocks, layout, 1)
+    halo = row_blocks.with_halo(row_blocks.padding_zeroed(blocks, layout), layout, 1)
     assert halo.shape == (16, 3, 1, 4, 2)
     whole = row_blocks.from_blocks(blocks, layout)[0]  # the first video, (3, 1, 12, 2)
     first, second = halo[0], halo[2]  # blocks 0 and 1 of the first video
@@ -105,7 +105,8 @@ def test_row_blocks_are_chosen_on_a_tpu_where_the_rows_stay_whole():
 
     def rule(*spec):
         return [ActivationRule(module=sharding.VAE_BLOCKS, spec=list(spec))]
-    # the shipped Wan recipes' rule: the rows over dp, the width over tp
+    # a rule with the rows over dp and the width over tp (the Wan recipes' before they
+    # took the default)
     assert not sharding.in_row_blocks(tiny, "vae", vae, tpu,
                                       rule(None, None, None, "dp", "tp"))
     assert not sharding.in_row_blocks(tiny, "vae", vae, tpu, rule("...", "dp", "tp"))
@@ -126,3 +127,19 @@ def test_row_blocks_are_chosen_on_a_tpu_where_the_rows_stay_whole():
     assert not sharding.in_row_blocks(tiny, "vae", vae, gpu,
                                       sharding.vae_split("vae", vae, gpu))
     assert not sharding.in_row_blocks(tiny, "vae", torch.nn.Linear(2, 2), tpu, [])
+
+
+@pytest.mark.parametrize("name", ["wan14b.yaml", "wan1.3b.yaml", "wan14b-sp.yaml",
+                                  "wan14b-16.yaml", "wan22-a14b.yaml", "wan-i2v-14b.yaml",
+                                  "wan1.3b-causvid.yaml", "wan-generic-base.yaml"])
+def test_the_shipped_wan_recipes_decode_in_row_blocks_on_a_tpu(name):
+    """Their meshes as they ship them ({dp: 2, tp: 4}, {dp: 2, sp: 4}, ring x sp, tp: 8):
+    each chip keeps its rows whole, the width split over every axis of the mesh."""
+    torch.manual_seed(0)
+    vae = AutoencoderKLWan(**WAN21)
+    loaded = recipe.load(RECIPES / name)
+    tpu = SimpleNamespace(axes=dict(loaded.mesh), platform="tpu")
+    rules = sharding.activation_rules(loaded, "vae", vae, tpu)
+    assert rules, "the VAE split over the chips"
+    assert sharding.in_row_blocks(loaded, "vae", vae, tpu, rules)
+
