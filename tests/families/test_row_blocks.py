@@ -142,4 +142,3 @@ def test_the_shipped_wan_recipes_decode_in_row_blocks_on_a_tpu(name):
     rules = sharding.activation_rules(loaded, "vae", vae, tpu)
     assert rules, "the VAE split over the chips"
     assert sharding.in_row_blocks(loaded, "vae", vae, tpu, rules)
-
