@@ -22,7 +22,9 @@ from porter.errors import Problem, RecipeError, UsageError
 from porter.recipe.schema import RecipeSpec
 from porter.recipe.yamlio import KeyPath, Location, Refused, load_mapping, parse_value
 
-OVERRIDE_FILE = "command line"
+#: where a problem an override made is said to be: the command line's KEY=VALUE
+#: arguments, ``porter.load``'s overrides and a served job's settings alike
+OVERRIDE_FILE = "overrides"
 # A base of a base of ...: real recipes use one or two levels.
 MAX_EXTENDS = 16
 
@@ -99,7 +101,7 @@ def _lookup(locations: dict[KeyPath, Location], path: KeyPath, default: Path | N
 
 def _inside(locations: dict[KeyPath, Location], path: KeyPath) -> Location | None:
     """Where the keys inside section ``path`` were set: the overrides that set them,
-    named (``command line (quantize.include)``), else the first one's place."""
+    named (``overrides (quantize.include)``), else the first one's place."""
     inside = [key for key in locations if len(key) > len(path) and key[:len(path)] == path]
     if not path or not inside:
         return None

@@ -62,7 +62,7 @@ def test_mesh_needing_more_devices(capsys, write):
 def test_unknown_override_key(capsys, write):
     path = write("r.yaml", TINY_RECIPE)
     code, _, err = porter(capsys, "run", str(path), "generate.stpes=4")
-    assert code == 2 and "command line: generate.stpes: unknown key" in err
+    assert code == 2 and "overrides: generate.stpes: unknown key" in err
     assert "did you mean 'steps'" in err
 
 

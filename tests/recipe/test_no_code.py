@@ -51,7 +51,7 @@ def test_python_tags_never_run(write, tmp_path):
         base = write(f"base{index}.yaml", places["value"])
         assert "is not allowed" in refusal(write(f"c{index}.yaml", f"extends: {base.name}\n"))
         override = refusal(write("o.yaml", TINY_RECIPE), f"generate.prompt={payload}")
-        assert "command line: generate.prompt: override YAML tag" in override
+        assert "overrides: generate.prompt: override YAML tag" in override
     assert not marker.exists()
 
 

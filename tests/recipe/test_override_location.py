@@ -1,7 +1,12 @@
-"""A problem in a section that only command-line overrides made is reported at those
-overrides, not at line 1 of a recipe file that has no such section."""
+"""A problem in a section that only overrides made (the command line's, the library's)
+is reported at those overrides, not at line 1 of a recipe file that has no such
+section."""
 
+import pytest
+
+import porter
 from porter import recipe
+from porter.errors import RecipeError
 
 from support import RECIPES
 from support.processes import porter_calls
@@ -11,10 +16,10 @@ WAN = RECIPES / "wan-tiny.yaml"
 
 def test_a_section_made_on_the_command_line_is_located_there():
     loaded = recipe.load(WAN, ["quantize.include=[x]"])
-    assert loaded.problem("quantize", "m").where() == "command line (quantize.include)"
+    assert loaded.problem("quantize", "m").where() == "overrides (quantize.include)"
     # a key of that section nobody set: still the override that made the section
-    assert loaded.problem("quantize.format", "m").where() == "command line (quantize.include)"
-    assert loaded.problem("quantize.include", "m").where() == "command line"
+    assert loaded.problem("quantize.format", "m").where() == "overrides (quantize.include)"
+    assert loaded.problem("quantize.include", "m").where() == "overrides"
     # what the file holds keeps its own line; the root is still the file's line 1
     line = next(number for number, text in enumerate(WAN.read_text().splitlines(), 1)
                 if text.strip().startswith("steps:"))
@@ -24,7 +29,7 @@ def test_a_section_made_on_the_command_line_is_located_there():
         ("format", "int8"), ("components", "[transformer]"), ("include", "[x]"),
         ("exclude", "[y]")]])
     assert many.problem("quantize", "m").where() == (
-        "command line (quantize.format, quantize.components, quantize.include and 1 more)")
+        "overrides (quantize.format, quantize.components, quantize.include and 1 more)")
 
 
 def test_porter_validate_names_the_overrides():
@@ -34,9 +39,17 @@ def test_porter_validate_names_the_overrides():
         ["validate", WAN, "quantize.include=[x]"],
         ["validate", WAN, "quantize.components=[vae]", "quantize.format=int8"])
     assert nameless.returncode == 2 and vae.returncode == 2
-    assert "  command line (quantize.include): quantize: layers are named but no format " \
+    assert "  overrides (quantize.include): quantize: layers are named but no format " \
         "is given" in nameless.stderr
-    assert "  command line (quantize.components, quantize.format): quantize: vae: no " \
+    assert "  overrides (quantize.components, quantize.format): quantize: vae: no " \
         "linear layer matches" in vae.stderr
     for done in (nameless, vae):
         assert "wan-tiny.yaml:1" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_library_s_overrides_are_named_as_overrides():
+    """``porter.load``'s overrides are no command line: a problem they make is said to
+    be in the overrides, as one made on the command line is."""
+    with pytest.raises(RecipeError) as raised:
+        porter.load(WAN, "generate.stpes=4")
+    assert "overrides: generate.stpes: unknown key" in str(raised.value)

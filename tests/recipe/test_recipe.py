@@ -111,7 +111,7 @@ def test_overrides_are_type_checked(write):
     found = {p.path: p for p in problems_of(path, ["generate.steps=x", "generate.stepz=3",
                                                    "mesh.tp=two", "model.dtype=float8"])}
     assert set(found) == {"generate.steps", "generate.stepz", "mesh.tp", "model.dtype"}
-    assert all(p.file == "command line" for p in found.values())
+    assert all(p.file == "overrides" for p in found.values())
     assert found["generate.stepz"].hint == "did you mean 'steps'?"
 
 
@@ -130,7 +130,7 @@ def test_a_key_at_the_wrong_level_is_found_where_it_belongs(write):
 def test_an_override_meant_as_a_list_that_is_not_yaml_says_why(write):
     path = write("r.yaml", TINY_RECIPE)
     [problem] = problems_of(path, ['sharding.activations.vae=[{module: "a\\.b", spec: []}]'])
-    assert problem.path == "sharding.activations.vae" and problem.file == "command line"
+    assert problem.path == "sharding.activations.vae" and problem.file == "overrides"
     assert "not YAML" in problem.message and "escape" in problem.message
     assert "single quotes" in problem.hint
     [problem] = problems_of(path, ["sharding.activations.vae={module: [a}"])

@@ -39,7 +39,7 @@ def test_alias_bomb_in_an_override_refused(write):
     start = time.monotonic()
     text = refusal(write("r.yaml", TINY_RECIPE), f"generate.extra={{v: {bomb}}}", seconds=5)
     assert time.monotonic() - start < 5
-    assert "command line: generate.extra: override the document expands" in text
+    assert "overrides: generate.extra: override the document expands" in text
 
 
 def test_recursive_alias_refused(write):
