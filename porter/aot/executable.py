@@ -13,6 +13,7 @@ from porter.aot.programs import Input, Program
 from porter.errors import Interrupted
 from porter.runtime import atomic
 from porter.shims.compat import import_torchax
+from porter.shims.carried import Cache
 from porter.shims.interop import array_dtype
 from porter.shims.tracing import model_frame
 from porter.transforms import attention, jit, sharding
@@ -36,6 +37,9 @@ class Compiled:
     scanned: dict = field(default_factory=dict)  # block list -> blocks, run as one scan
     refused: str | None = None  # the compiler's reason, when it would not compile it
     failed: str | None = None  # why it could not be traced (model code), when it was not
+    #: the shardings of the ``Cache`` it returns (its tensors, in order): how a run
+    #: hands the cache to the chunk loop's next call
+    carried_out: list | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -47,14 +51,17 @@ class Compiled:
                 - m.get("alias", 0) + m.get("generated_code", 0))
 
 
-def compile_program(port, program: Program, keep: Path | None = None) -> Compiled:
+def compile_program(port, program: Program, keep: Path | None = None,
+                    carried: list | None = None) -> Compiled:
     """Lower ``program`` on ``port``'s component with abstract weights and inputs, in
-    the shardings a run uses, and compile it for the target."""
+    the shardings a run uses, and compile it for the target. ``carried``: the
+    shardings of the cache the chunk loop's previous program returned
+    (``Compiled.carried_out``), which a run passes to this one as it got it."""
     component = port.components[program.component]
     result = Compiled(program, weights_bytes=component.weights_bytes_per_chip)
     start = time.perf_counter()
     try:
-        lowered, kernel_flops = _lower(port, component, program)
+        lowered, kernel_flops = _lower(port, component, program, carried)
     except Interrupted:  # kill (SIGTERM) while tracing: the user's stop, not the model's
         raise
     except Exception as exc:  # noqa: BLE001 - model code that cannot be traced
@@ -85,10 +92,11 @@ def compile_program(port, program: Program, keep: Path | None = None) -> Compile
     result.collectives = hlo.collectives(text, port.runtime.mesh.devices.size)
     result.scanned = {name: len(component.module._modules[name])
                       for name in component.scanned}
+    result.carried_out = _returned_cache(executable.output_shardings)
     return result
 
 
-def _lower(port, component, program: Program):
+def _lower(port, component, program: Program, carried: list | None = None):
     """(the lowered program, attention FLOPs per chip counted while tracing it: an
     ``attention.Tally``)."""
     import jax
@@ -96,7 +104,15 @@ def _lower(port, component, program: Program):
     interop = import_torchax().interop
     template, leaves = _split((program.args, program.kwargs))
     shardings = _input_shardings(port, component, program)
-    abstract_leaves = [_abstract(leaf, shardings.get(path)) for path, leaf in leaves]
+    placed = [shardings.get(path) for path, _ in leaves]
+    in_cache = _cache_slots(template)
+    if carried is not None and len(carried) == len(in_cache):
+        # as the previous call left it: given replicated, each chip would slice its
+        # share out of a whole cache it never holds in a run (a tenth of a 480p
+        # Wan frame's decode on v6e-8)
+        for index, where in zip(in_cache, carried):
+            placed[index] = where
+    abstract_leaves = [_abstract(leaf, where) for (_, leaf), where in zip(leaves, placed)]
     jittable = component.jittable
     functional = scan.scanned_call(jittable.functional_call, component.module,
                                    component.scanned) \
@@ -213,6 +229,36 @@ def _split(value, path=()):
 @dataclass(frozen=True)
 class _Slot:
     index: int
+
+
+def _cache_slots(template) -> list[int]:
+    """The indices of the leaves a ``Cache`` argument holds, in order."""
+    found: list[int] = []
+
+    def walk(v, inside):
+        if isinstance(v, _Slot) and inside:
+            found.append(v.index)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x, inside)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x, inside or isinstance(v, Cache))
+    walk(template, False)
+    return found
+
+
+def _returned_cache(shardings) -> list | None:
+    """The shardings of the tensors of the ``Cache`` in a program's outputs, in order
+    (None where it returns none)."""
+    if isinstance(shardings, Cache):
+        return [s for s in shardings if not Cache.is_marker(s)]
+    if isinstance(shardings, (list, tuple)):
+        for value in shardings:
+            found = _returned_cache(value)
+            if found is not None:
+                return found
+    return None
 
 
 def _join(template, values):

@@ -74,6 +74,7 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
         _clear_kept(hlo_dir)
         say(f"keeping each program's optimized HLO in {hlo_dir}")
     results, done = [], {}
+    carried: dict = {}  # (component, method) -> the cache its last program returned
     for index, program in enumerate(programs, 1):
         same = _identity(port, program)
         if same in done:  # two experts of one shape: one program for the compiler
@@ -84,8 +85,11 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
         say(f"[{index}/{len(programs)}] {program.name}: tracing, then the {target.name} "
             "compiler")
         keep = hlo_dir / f"{index:02d}-{program.name}.hlo" if hlo_dir else None
-        results.append(done.setdefault(same, executable.compile_program(port, program,
-                                                                        keep)))
+        chain = (program.component, program.method)
+        result = executable.compile_program(port, program, keep, carried.get(chain))
+        if result.carried_out is not None:  # a chunk loop's: the next chunk's input
+            carried[chain] = result.carried_out
+        results.append(done.setdefault(same, result))
     compiled = {r.program.component for r in results}
     left_out = {**_left_out(port, compiled, declared is None, bool(only), not_found),
                 **unknown_calls}

@@ -328,7 +328,8 @@ def test_a_tpu_decode_is_split_over_the_mesh_by_default():
     decode the recipe's empty rule list keeps on one chip (measured over the streamed
     decode's three programs, each times its calls: 124 against 849 MFLOP, 6.8 times
     fewer at this width, 32 latent columns, 4 a chip). Both run the decoder in row
-    blocks (a TPU's; ``porter.families.row_blocks``), the causal cache too. Their bounds
+    blocks (a TPU's; ``porter.families.row_blocks``), the causal cache too, each call's
+    cache placed on the chips as the call before it returned it. Their bounds
     differ 3.5 times (0.83 against 2.93 ms; over 4 before the blocks, which cut the one
     chip's copies more than the split's): each chip still reads all the VAE's weights
     and gathers the middle block's frames, which weigh at this size."""
@@ -352,6 +353,13 @@ def test_a_tpu_decode_is_split_over_the_mesh_by_default():
     # the cache of the last latent frames: 8 row blocks of the whole image's 8 rows
     for rows in (split, whole):
         assert rows[2]["inputs"]["arg1"][0] == "float32[8, 16, 2, 1, 32]"
+        # each call takes the cache as the call before it left it on the chips: a
+        # chip's inputs are at most that call's outputs (the cache and its pixels),
+        # the weights and the latent frame. (Given whole, the split's cache would be
+        # a chip's eight times over.)
+        for before, after in zip(rows, rows[1:]):
+            assert after["memory"]["argument"] <= (before["memory"]["output"]
+                                                   + rows[0]["memory"]["argument"])
     assert total(split, "flops") <= total(whole, "flops") / 4
     assert total(split, "call_bound_s") <= total(whole, "call_bound_s") / 3
 
