@@ -3,6 +3,7 @@ attention backends."""
 
 from __future__ import annotations
 
+from porter.families import rotary_halves
 from porter.families.generic import GenericFamily
 from porter.registry.hookspecs import hookimpl
 from porter.shims import fixes as torchax_fixes
@@ -134,12 +135,33 @@ HOST_INPLACE = Patch(
     fits="torchax>=0.0.11,<0.0.14",
 )
 
+WAN_ROTARY_HALVES = Patch(
+    name="core.wan_rotary_halves",
+    target="diffusers.models.transformers.transformer_wan:WanAttnProcessor.__call__",
+    doc="Wan's self-attention with its queries and keys rotated in halves order (each "
+        "head's channels as every pair's first part, then every second) instead of "
+        "interleaved: the same scores (queries and keys share the order), none of the "
+        "broadcasts a TPU spends on writing pairs back interleaved "
+        "(porter/families/rotary_halves.py). Every Wan run applies it.",
+    replacement=rotary_halves.wan_processor,
+    fits="diffusers>=0.35,<0.43",
+)
+
+HELIOS_ROTARY_HALVES = Patch(
+    name="core.helios_rotary_halves",
+    target="diffusers.models.transformers.transformer_helios:apply_rotary_emb_transposed",
+    doc="Helios's rotation of its self-attention's queries and keys in halves order, as "
+        "core.wan_rotary_halves does Wan's: the same scores, fewer TPU cycles.",
+    replacement=rotary_halves.helios_rotation,
+    fits="diffusers>=0.37,<0.43",
+)
+
 
 @hookimpl
 def porter_register_patches(register):
     for patch in (COMPILING, NO_TORCH_ASSERT, SETITEM, DEEPCOPY, VIEW_INDEX, TYPE_AS,
                   VIEW_TOLIST, VIEW_OF_VIEW, HOST_INPLACE,
-                  BLOCK_MASK, FLEX_ATTENTION):
+                  BLOCK_MASK, FLEX_ATTENTION, WAN_ROTARY_HALVES, HELIOS_ROTARY_HALVES):
         register(patch)
 
 

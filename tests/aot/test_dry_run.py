@@ -226,6 +226,33 @@ def test_diffusion_forcing_is_bounded_as_its_stream_decodes_it(tmp_path):
     assert not video["chunked"]
 
 
+@needs_libtpu
+@pytest.mark.slow
+def test_an_autoregressive_pipeline_is_bounded_chunk_by_chunk(tmp_path):
+    """Helios makes its video in chunks, each denoised then decoded: one transformer
+    program and one decode program serve every chunk, and the stream's bound counts
+    one chunk's work before the first frames."""
+    build_helios_pipeline().save_pretrained(tmp_path / "helios")
+    (tmp_path / "r.yaml").write_text(
+        f"model: {{family: generic, source: {tmp_path / 'helios'}, pipeline: HeliosPipeline}}\n"
+        "generate: {prompt: a cat, height: 16, width: 16, frames: 20, steps: 2,\n"
+        "           guidance_scale: 1.0, max_sequence_length: 16,\n"
+        "           extra: {num_latent_frames_per_chunk: 2}}\n")
+    done = user_porter("compile", str(tmp_path / "r.yaml"), "--target", "v6e-1", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    # the prompt encoded once; 4 chunks of 2 steps; the first chunk's 2 calls come
+    # before the first decode
+    assert [(r["program"], r["calls"], r["first_chunk"]) for r in report["programs"]] == [
+        ("text_encoder.forward", 1, 1), ("transformer.forward", 8, 2), ("vae.decode", 4, 0)]
+    stream, whole = report["video"]["stream"], report["video"]
+    assert stream["chunks"] == 4 and whole["chunked"]
+    assert whole["frames"] == 17  # 4 chunks of 5 frames, trimmed to 4n+1
+    made = whole["stages_s"]["denoise"] + whole["stages_s"]["decode"]
+    assert stream["first_chunk_s"] == pytest.approx(made / 4)  # here the chunks are equal
+    assert stream["frames_per_second"] == pytest.approx(17 / made)
+
+
 @pytest.mark.slow
 def test_video_to_videos_input_is_not_counted_as_frames_made(tmp_path):
     """Diffusion forcing's video-to-video hands its input's 7 frames on before any
