@@ -1,21 +1,24 @@
-"""Queries and keys rotated with each pair's two parts kept apart: Wan's and Helios's
-self-attention, the same scores, a fraction of the TPU's work.
+"""Queries and keys rotated with each pair's two parts kept apart: Wan's, SkyReels-V2's
+and Helios's self-attention, the same scores, a fraction of the TPU's work.
 
-Wan's attention (``WanAttnProcessor``) and Helios's (``apply_rotary_emb_transposed``)
-rotate the queries and keys by position as pairs of neighbouring channels, and write
-each rotated pair back interleaved (``out[..., 0::2] = ...; out[..., 1::2] = ...``).
-Porter's strided assignment (``porter.shims.setitem``) broadcasts each half into place
-and selects, and the TPU compiler's own estimate puts those broadcasts at over a third
-of a Wan 14B block's cycles at 480p on v6e-8. The rotated queries and keys meet only in attention's scores,
-sums over the channels of a head: any order of a head's channels gives the same scores
-if queries and keys share it. So here each head's channels come out as all the pairs'
-first parts, then all their second parts: two products and a concatenation, which
-fuse with the arithmetic around them. The values are not rotated and keep their order,
-so attention's output is the model's. Scores differ from the interleaved ones only by
-the order of a float sum.
+Wan's attention (``WanAttnProcessor``, which SkyReels-V2 copies) and Helios's
+(``apply_rotary_emb_transposed``) rotate the queries and keys by position as pairs of
+neighbouring channels, and write each rotated pair back interleaved
+(``out[..., 0::2] = ...; out[..., 1::2] = ...``). Porter's strided assignment
+(``porter.shims.setitem``) broadcasts each half into place and selects, and the TPU
+compiler's own estimate puts those broadcasts at over a third of a Wan 14B block's
+cycles at 480p on v6e-8. The rotated queries and keys meet only in attention's
+scores, sums over the channels of a head: any order of a head's channels gives the
+same scores if queries and keys share it. So here each head's channels come out as
+all the pairs' first parts, then all their second parts: two products and a
+concatenation, which fuse with the arithmetic around them. The values are not rotated
+and keep their order, so attention's output is the model's. Scores differ from the
+interleaved ones only by the order of a float sum.
 """
 
 from __future__ import annotations
+
+from importlib import import_module
 
 from porter.shims import lazy
 
@@ -36,25 +39,25 @@ def rotated(x, cos, sin):
 
 
 def wan_processor(original, **_):
-    """``WanAttnProcessor.__call__`` with its self-attention's queries and keys rotated
-    in halves order (``rotated``): diffusers' own code otherwise (cross-attention, which
-    has no rotation, and image-to-video's image keys, which the queries also meet)."""
+    """``WanAttnProcessor.__call__`` (or a copy of it: SkyReels-V2's processor) with its
+    self-attention's queries and keys rotated in halves order (``rotated``), through the
+    helpers of the processor's own module; diffusers' own code otherwise
+    (cross-attention, which has no rotation, and image-to-video's image keys, which the
+    queries also meet)."""
     def __call__(self, attn, hidden_states, encoder_hidden_states=None,
                  attention_mask=None, rotary_emb=None):
-        if rotary_emb is None or attn.add_k_proj is not None:
+        if rotary_emb is None or encoder_hidden_states is not None \
+                or attn.add_k_proj is not None:
             return original(self, attn, hidden_states, encoder_hidden_states,
                             attention_mask, rotary_emb)
-        from diffusers.models.transformers import transformer_wan as wan
-
-        query, key, value = wan._get_qkv_projections(attn, hidden_states,
-                                                      encoder_hidden_states)
+        model = import_module(type(self).__module__)
+        query, key, value = model._get_qkv_projections(attn, hidden_states, None)
         query, key = attn.norm_q(query), attn.norm_k(key)
         query, key, value = (t.unflatten(2, (attn.heads, -1)) for t in (query, key, value))
         query, key = (rotated(t, *rotary_emb) for t in (query, key))
-        out = wan.dispatch_attention_fn(
+        out = model.dispatch_attention_fn(
             query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,
-            backend=self._attention_backend,
-            parallel_config=self._parallel_config if encoder_hidden_states is None else None)
+            backend=self._attention_backend, parallel_config=self._parallel_config)
         out = out.flatten(2, 3).type_as(query)
         return attn.to_out[1](attn.to_out[0](out))
 

@@ -147,6 +147,16 @@ WAN_ROTARY_HALVES = Patch(
     fits="diffusers>=0.35,<0.43",
 )
 
+SKYREELS_V2_ROTARY_HALVES = Patch(
+    name="core.skyreels_v2_rotary_halves",
+    target="diffusers.models.transformers.transformer_skyreels_v2:SkyReelsV2AttnProcessor"
+           ".__call__",
+    doc="SkyReels-V2's self-attention (Wan's processor, copied) with its queries and keys "
+        "rotated in halves order, as core.wan_rotary_halves does Wan's.",
+    replacement=rotary_halves.wan_processor,
+    fits="diffusers>=0.35,<0.43",
+)
+
 HELIOS_ROTARY_HALVES = Patch(
     name="core.helios_rotary_halves",
     target="diffusers.models.transformers.transformer_helios:apply_rotary_emb_transposed",
@@ -161,7 +171,8 @@ HELIOS_ROTARY_HALVES = Patch(
 def porter_register_patches(register):
     for patch in (COMPILING, NO_TORCH_ASSERT, SETITEM, DEEPCOPY, VIEW_INDEX, TYPE_AS,
                   VIEW_TOLIST, VIEW_OF_VIEW, HOST_INPLACE,
-                  BLOCK_MASK, FLEX_ATTENTION, WAN_ROTARY_HALVES, HELIOS_ROTARY_HALVES):
+                  BLOCK_MASK, FLEX_ATTENTION, WAN_ROTARY_HALVES, SKYREELS_V2_ROTARY_HALVES,
+                  HELIOS_ROTARY_HALVES):
         register(patch)
 
 

@@ -52,29 +52,37 @@ def test_wans_transformer_in_halves_order_gives_diffusers_output(variant):
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
-def test_helios_in_halves_order_makes_diffusers_video():
+@pytest.mark.parametrize("model, patch, guidance", [
+    ("helios", builtin.HELIOS_ROTARY_HALVES, 1.0),
+    ("skyreels_v2_df", builtin.SKYREELS_V2_ROTARY_HALVES, 6.0)])
+def test_generic_pipelines_in_halves_order_make_diffusers_video(model, patch, guidance):
+    """Helios (its own rotation) and SkyReels-V2's diffusion forcing (Wan's processor,
+    copied into its own module): each the video plain diffusers makes."""
+    import importlib
+
     import numpy as np
 
-    from models.helios import build_helios_pipeline
-
-    pipe = build_helios_pipeline()
+    pipe = getattr(importlib.import_module(f"models.{model}"), f"build_{model}_pipeline")()
 
     def video():
         return pipe("a cat", height=16, width=16, num_frames=9, num_inference_steps=2,
-                    guidance_scale=1.0, max_sequence_length=16, output_type="np",
+                    guidance_scale=guidance, max_sequence_length=16, output_type="np",
                     generator=torch.Generator().manual_seed(0)).frames[0]
 
     theirs = video()
-    with builtin.HELIOS_ROTARY_HALVES.applied():
+    with patch.applied():
         ours = video()
+    assert not np.array_equal(ours, theirs)  # the patch ran: the scores' sums reordered
     assert np.abs(ours - theirs).max() < 1e-5
 
 
 def test_every_wan_run_and_the_generic_wan_recipes_rotate_in_halves():
     registry = registry_mod.loaded()
+    generic = {"core.wan_rotary_halves", "core.skyreels_v2_rotary_halves",
+               "core.helios_rotary_halves"}
     for name, wanted in (("wan-tiny.yaml", {"core.wan_rotary_halves"}),
-                         ("wan-generic-base.yaml", {"core.wan_rotary_halves",
-                                                    "core.helios_rotary_halves"})):
+                         ("wan-generic-base.yaml", generic),
+                         ("skyreels-v2-df-14b.yaml", generic)):
         loaded = recipe.load(RECIPES / name)
         family = registry.families[loaded.model.family]
         chosen = {patch.name for patch, _ in patches.selected(loaded, registry, family)}
