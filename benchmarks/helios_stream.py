@@ -72,7 +72,9 @@ def recipe(folder: Path, frames: int) -> Path:
         f"model: {{source: {folder}, pipeline: HeliosPyramidPipeline}}\n"
         f"generate: {{prompt: a fox running through snow,\n"
         f"  height: 384, width: 640, frames: {frames}, steps: null,\n"
-        f"  guidance_scale: {CALL['guidance_scale']}, extra: {extra}}}\n")
+        f"  guidance_scale: {CALL['guidance_scale']}, extra: {extra}}}\n"
+        # Helios's rotation in halves order (porter/families/rotary_halves.py)
+        "patches: [core.report_compiling, core.helios_rotary_halves]\n")
     return path
 
 

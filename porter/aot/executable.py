@@ -37,7 +37,7 @@ class Compiled:
     scanned: dict = field(default_factory=dict)  # block list -> blocks, run as one scan
     refused: str | None = None  # the compiler's reason, when it would not compile it
     failed: str | None = None  # why it could not be traced (model code), when it was not
-    #: the shardings of the ``Cache`` it returns (its tensors, in order): how a run
+    #: (shape, sharding) of each tensor of the ``Cache`` it returns, in order: how a run
     #: hands the cache to the chunk loop's next call
     carried_out: list | None = None
 
@@ -54,9 +54,10 @@ class Compiled:
 def compile_program(port, program: Program, keep: Path | None = None,
                     carried: list | None = None) -> Compiled:
     """Lower ``program`` on ``port``'s component with abstract weights and inputs, in
-    the shardings a run uses, and compile it for the target. ``carried``: the
-    shardings of the cache the chunk loop's previous program returned
-    (``Compiled.carried_out``), which a run passes to this one as it got it."""
+    the shardings a run uses, and compile it for the target. ``carried``: the shapes
+    and shardings of the cache the chunk loop's previous program returned
+    (``Compiled.carried_out``), which a run passes to this one as it got it (where they
+    are this program's cache's shapes; else the cache is given replicated)."""
     component = port.components[program.component]
     result = Compiled(program, weights_bytes=component.weights_bytes_per_chip)
     start = time.perf_counter()
@@ -92,7 +93,7 @@ def compile_program(port, program: Program, keep: Path | None = None,
     result.collectives = hlo.collectives(text, port.runtime.mesh.devices.size)
     result.scanned = {name: len(component.module._modules[name])
                       for name in component.scanned}
-    result.carried_out = _returned_cache(executable.output_shardings)
+    result.carried_out = _returned_cache(executable.output_shardings, lowered.out_info)
     return result
 
 
@@ -106,11 +107,12 @@ def _lower(port, component, program: Program, carried: list | None = None):
     shardings = _input_shardings(port, component, program)
     placed = [shardings.get(path) for path, _ in leaves]
     in_cache = _cache_slots(template)
-    if carried is not None and len(carried) == len(in_cache):
+    if carried is not None and [shape for shape, _ in carried] == [
+            tuple(leaves[index][1].shape) for index in in_cache]:
         # as the previous call left it: given replicated, each chip would slice its
         # share out of a whole cache it never holds in a run (a tenth of a 480p
         # Wan frame's decode on v6e-8)
-        for index, where in zip(in_cache, carried):
+        for index, (_, where) in zip(in_cache, carried):
             placed[index] = where
     abstract_leaves = [_abstract(leaf, where) for (_, leaf), where in zip(leaves, placed)]
     jittable = component.jittable
@@ -248,14 +250,16 @@ def _cache_slots(template) -> list[int]:
     return found
 
 
-def _returned_cache(shardings) -> list | None:
-    """The shardings of the tensors of the ``Cache`` in a program's outputs, in order
-    (None where it returns none)."""
+def _returned_cache(shardings, shapes) -> list | None:
+    """(shape, sharding) of each tensor of the ``Cache`` in a program's outputs, in order
+    (None where it returns none): from its output shardings and its output shapes, two
+    trees of one structure."""
     if isinstance(shardings, Cache):
-        return [s for s in shardings if not Cache.is_marker(s)]
+        return [(tuple(shape.shape), sharding) for sharding, shape in zip(shardings, shapes)
+                if not Cache.is_marker(sharding)]
     if isinstance(shardings, (list, tuple)):
-        for value in shardings:
-            found = _returned_cache(value)
+        for value, shape in zip(shardings, shapes):
+            found = _returned_cache(value, shape)
             if found is not None:
                 return found
     return None

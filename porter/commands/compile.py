@@ -87,8 +87,9 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
         keep = hlo_dir / f"{index:02d}-{program.name}.hlo" if hlo_dir else None
         chain = (program.component, program.method)
         result = executable.compile_program(port, program, keep, carried.get(chain))
-        if result.carried_out is not None:  # a chunk loop's: the next chunk's input
-            carried[chain] = result.carried_out
+        # a chunk loop's cache, as the next chunk takes it (none from a program that
+        # failed: the next is given it replicated)
+        carried[chain] = result.carried_out
         results.append(done.setdefault(same, result))
     compiled = {r.program.component for r in results}
     left_out = {**_left_out(port, compiled, declared is None, bool(only), not_found),

@@ -43,14 +43,23 @@ def wan_processor(original, **_):
     self-attention's queries and keys rotated in halves order (``rotated``), through the
     helpers of the processor's own module; diffusers' own code otherwise
     (cross-attention, which has no rotation, and image-to-video's image keys, which the
-    queries also meet)."""
+    queries also meet). A diffusers without those helpers (before 0.36: no
+    ``parallel_config``) keeps its processor as it is."""
+    import inspect
+
+    model = import_module(original.__module__)
+    dispatch = getattr(model, "dispatch_attention_fn", None)
+    if not hasattr(model, "_get_qkv_projections") or dispatch is None \
+            or "parallel_config" not in inspect.signature(dispatch).parameters:
+        return original
+
     def __call__(self, attn, hidden_states, encoder_hidden_states=None,
                  attention_mask=None, rotary_emb=None):
         if rotary_emb is None or encoder_hidden_states is not None \
                 or attn.add_k_proj is not None:
             return original(self, attn, hidden_states, encoder_hidden_states,
                             attention_mask, rotary_emb)
-        model = import_module(type(self).__module__)
+        # the module's helpers as the call finds them (as diffusers' code does)
         query, key, value = model._get_qkv_projections(attn, hidden_states, None)
         query, key = attn.norm_q(query), attn.norm_k(key)
         query, key, value = (t.unflatten(2, (attn.heads, -1)) for t in (query, key, value))

@@ -154,7 +154,7 @@ SKYREELS_V2_ROTARY_HALVES = Patch(
     doc="SkyReels-V2's self-attention (Wan's processor, copied) with its queries and keys "
         "rotated in halves order, as core.wan_rotary_halves does Wan's.",
     replacement=rotary_halves.wan_processor,
-    fits="diffusers>=0.35,<0.43",
+    fits="diffusers>=0.36,<0.43",
 )
 
 HELIOS_ROTARY_HALVES = Patch(
