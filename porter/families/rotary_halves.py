@@ -6,7 +6,7 @@ Wan's attention (``WanAttnProcessor``, which SkyReels-V2 copies) and Helios's
 neighbouring channels, and write each rotated pair back interleaved
 (``out[..., 0::2] = ...; out[..., 1::2] = ...``). Porter's strided assignment
 (``porter.shims.setitem``) broadcasts each half into place and selects, and the TPU
-compiler's own estimate puts those broadcasts at over a third of a Wan 14B block's
+compiler's own estimate puts those broadcasts at a quarter of a Wan 14B block's
 cycles at 480p on v6e-8. The rotated queries and keys meet only in attention's
 scores, sums over the channels of a head: any order of a head's channels gives the
 same scores if queries and keys share it. So here each head's channels come out as
