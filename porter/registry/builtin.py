@@ -142,7 +142,7 @@ WAN_ROTARY_HALVES = Patch(
         "head's channels as every pair's first part, then every second) instead of "
         "interleaved: the same scores (queries and keys share the order), none of the "
         "broadcasts a TPU spends on writing pairs back interleaved "
-        "(porter/families/rotary_halves.py). Opt-in: list it in a recipe.",
+        "(porter/families/rotary_halves.py). Every Wan run applies it.",
     replacement=rotary_halves.wan_processor,
     fits="diffusers>=0.35,<0.43",
 )

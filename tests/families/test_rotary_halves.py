@@ -84,18 +84,15 @@ def test_a_processor_without_diffusers_helpers_is_kept_as_it_is():
     assert rotary_halves.wan_processor(json.dumps) is json.dumps
 
 
-def test_a_recipe_asks_for_the_rotation_in_halves():
-    """Opt-in (a tiny Wan with 8-bit matmuls on one device made another video with it:
-    not understood yet, so no family applies it by itself)."""
+def test_every_wan_run_and_the_shipped_generic_recipes_rotate_in_halves():
     registry = registry_mod.loaded()
-    loaded = recipe.load(RECIPES / "wan-tiny.yaml",
-                         ["patches=[core.report_compiling, core.wan_rotary_halves]"])
-    family = registry.families[loaded.model.family]
-    chosen = {patch.name for patch, _ in patches.selected(loaded, registry, family)}
-    assert "core.wan_rotary_halves" in chosen
-    plain = recipe.load(RECIPES / "wan-tiny.yaml")
-    assert "core.wan_rotary_halves" not in {
-        patch.name for patch, _ in patches.selected(plain, registry, family)}
+    for name, wanted in (("wan-tiny.yaml", {"core.wan_rotary_halves"}),
+                         ("wan-generic-base.yaml", {"core.wan_rotary_halves"}),
+                         ("skyreels-v2-df-14b.yaml", {"core.skyreels_v2_rotary_halves"})):
+        loaded = recipe.load(RECIPES / name)
+        family = registry.families[loaded.model.family]
+        chosen = {patch.name for patch, _ in patches.selected(loaded, registry, family)}
+        assert wanted <= chosen, name
 
 
 @needs_libtpu

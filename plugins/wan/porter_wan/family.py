@@ -33,6 +33,7 @@ class WanFamily(StagedFamily):
     variants = tuple(tiny.VARIANTS)
     # Wan writes rotated q and k into strided slices: keep that out of a scatter
     rotary_patch = "wan.rope_cache"
+    required_patches = ("core.wan_rotary_halves",)  # queries and keys in halves order
     embedding_keys = ("prompt", "negative", "image_embeds")
     scan_blocks = True  # each block's output is the next one's input
     stepped_transformers = ("transformer", "transformer_2")  # two experts
