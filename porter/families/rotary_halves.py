@@ -1,9 +1,9 @@
 """Queries and keys rotated with each pair's two parts kept apart: Wan's, SkyReels-V2's
 and Helios's self-attention, the same scores, a fraction of the TPU's work.
 
-Wan's attention (``WanAttnProcessor``, which SkyReels-V2 copies) and Helios's
-(``apply_rotary_emb_transposed``) rotate the queries and keys by position as pairs of
-neighbouring channels, and write each rotated pair back interleaved
+Wan's attention (``WanAttnProcessor``, which SkyReels-V2, ChronoEdit and Wan-Animate
+copy) and Helios's (``apply_rotary_emb_transposed``) rotate the queries and keys by
+position as pairs of neighbouring channels, and write each rotated pair back interleaved
 (``out[..., 0::2] = ...; out[..., 1::2] = ...``). Porter's strided assignment
 (``porter.shims.setitem``) broadcasts each half into place and selects, and the TPU
 compiler's own estimate puts those broadcasts at a quarter of a Wan 14B block's

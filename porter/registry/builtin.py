@@ -157,6 +157,24 @@ SKYREELS_V2_ROTARY_HALVES = Patch(
     fits="diffusers>=0.36,<0.43",
 )
 
+CHRONOEDIT_ROTARY_HALVES = Patch(
+    name="core.chronoedit_rotary_halves",
+    target="diffusers.models.transformers.transformer_chronoedit:WanAttnProcessor.__call__",
+    doc="ChronoEdit's self-attention (Wan's processor, copied) with its queries and keys "
+        "rotated in halves order, as core.wan_rotary_halves does Wan's.",
+    replacement=rotary_halves.wan_processor,
+    fits="diffusers>=0.36,<0.43",
+)
+
+WAN_ANIMATE_ROTARY_HALVES = Patch(
+    name="core.wan_animate_rotary_halves",
+    target="diffusers.models.transformers.transformer_wan_animate:WanAttnProcessor.__call__",
+    doc="Wan-Animate's self-attention (Wan's processor, copied) with its queries and keys "
+        "rotated in halves order, as core.wan_rotary_halves does Wan's.",
+    replacement=rotary_halves.wan_processor,
+    fits="diffusers>=0.36,<0.43",
+)
+
 HELIOS_ROTARY_HALVES = Patch(
     name="core.helios_rotary_halves",
     target="diffusers.models.transformers.transformer_helios:apply_rotary_emb_transposed",
@@ -172,7 +190,7 @@ def porter_register_patches(register):
     for patch in (COMPILING, NO_TORCH_ASSERT, SETITEM, DEEPCOPY, VIEW_INDEX, TYPE_AS,
                   VIEW_TOLIST, VIEW_OF_VIEW, HOST_INPLACE,
                   BLOCK_MASK, FLEX_ATTENTION, WAN_ROTARY_HALVES, SKYREELS_V2_ROTARY_HALVES,
-                  HELIOS_ROTARY_HALVES):
+                  CHRONOEDIT_ROTARY_HALVES, WAN_ANIMATE_ROTARY_HALVES, HELIOS_ROTARY_HALVES):
         register(patch)
 
 

@@ -52,6 +52,28 @@ def test_wans_transformer_in_halves_order_gives_diffusers_output(variant):
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("module, patch", [
+    ("transformer_wan", builtin.WAN_ROTARY_HALVES),
+    ("transformer_chronoedit", builtin.CHRONOEDIT_ROTARY_HALVES),
+    ("transformer_wan_animate", builtin.WAN_ANIMATE_ROTARY_HALVES)])
+def test_each_copy_of_wans_processor_in_halves_order_gives_its_attention(module, patch):
+    """Wan's self-attention and the copies ChronoEdit and Wan-Animate keep in their own
+    modules: each patch reaches its own module's processor, the same output."""
+    import importlib
+
+    model = importlib.import_module(f"diffusers.models.transformers.{module}")
+    torch.manual_seed(0)
+    attn = model.WanAttention(dim=24, heads=2, dim_head=12, processor=model.WanAttnProcessor())
+    x = torch.randn(1, 7, 24)
+    rotary = tables(7, 12)
+    with torch.no_grad():
+        theirs = attn(x, rotary_emb=rotary)
+        with patch.applied():
+            ours = attn(x, rotary_emb=rotary)
+    assert not torch.equal(ours, theirs)  # the patch ran: the scores' sums reordered
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("model, patch, guidance", [
     ("helios", builtin.HELIOS_ROTARY_HALVES, 1.0),
     ("skyreels_v2_df", builtin.SKYREELS_V2_ROTARY_HALVES, 6.0)])
