@@ -9,12 +9,14 @@ the size of the tokens too, whole on every chip. Split along the width over the 
 axis, each chip works on its share of it; where the weights are split over that axis
 as Megatron splits them, the matmuls' inputs are gathered and their outputs
 reduce-scattered instead of all-reduced (the same sums). The generic family gives the
-split by default (``default_activations``). On v6e-8: a 3-frame call of FAR 14B bounds
-at 0.076 s instead of 0.113, a call of a SkyReels-V2 DF 14B window at 0.55 s instead
-of 2.20, Helios's largest pyramid stage at 0.126 s instead of 0.497
-(benchmarks/README.md). Wan 2.1's transformer modulates by sample and gains 3% (a
-4-block copy of the 14B): plain Wan's pipelines are left as they were (Wan 2.2 TI2V-5B
-modulates by token, and is not measured split)."""
+split by default to the pipelines that modulate by token (``default_activations``). On
+v6e-8: a 3-frame call of FAR 14B bounds at 0.076 s instead of 0.113, a call of a
+SkyReels-V2 DF 14B window at 0.55 s instead of 2.20, Helios's largest pyramid stage at
+0.126 s instead of 0.497 (benchmarks/README.md). Wan's own transformer modulates by
+sample: its bound moves 3% (set by its FLOPs), but its norms' reductions over the whole
+width were a quarter of a block's cycles by the TPU compiler's estimate, so the Wan
+family splits its transformers' residual too (``residual_split``): two 14B blocks at
+720p, 218 M cycles to 179 M, for 3.1 GB more a chip between chips."""
 
 from __future__ import annotations
 
@@ -43,22 +45,33 @@ def splits(cls) -> bool:
     return any(base.__name__ in PIPELINES for base in cls.__mro__)
 
 
-def split_axes(recipe: Recipe, cls, axes: dict) -> tuple[str | None, str] | None:
-    """(the batch's axis, the width's) the residual of pipeline ``cls``'s transformer is
-    split over: attention's head axis where it has more than one device, the batch on
-    attention's data axis (as attention's kernel holds it); None where nothing splits
-    (another pipeline, or not known before loading: a hub id without
-    ``model.pipeline``)."""
+def residual_axes(recipe: Recipe, axes: dict) -> tuple[str | None, str] | None:
+    """(the batch's axis, the width's) a Wan-style residual is split over: attention's
+    head axis where it has more than one device, the batch on attention's data axis (as
+    attention's kernel holds it); None where the head axis splits nothing."""
     axis = recipe.attention.head_axis
-    if cls is None or not splits(cls) or axis is None or axes.get(axis, 1) == 1:
+    if axis is None or axes.get(axis, 1) == 1:
         return None
     return recipe.attention.batch_axis(axes), axis
 
 
-def width_split(recipe: Recipe, cls, axes: dict) -> list:
-    """The activation rule that splits the residual (``split_axes``), or none."""
-    found = split_axes(recipe, cls, axes)
+def split_axes(recipe: Recipe, cls, axes: dict) -> tuple[str | None, str] | None:
+    """``residual_axes`` for pipeline ``cls``'s transformer: None where it is not split
+    (another pipeline, or not known before loading: a hub id without
+    ``model.pipeline``)."""
+    return residual_axes(recipe, axes) if cls is not None and splits(cls) else None
+
+
+def residual_split(recipe: Recipe, axes: dict) -> list:
+    """The activation rule that splits a Wan-style residual (``residual_axes``), or
+    none: what the Wan family gives each of its transformers."""
+    found = residual_axes(recipe, axes)
     if found is None:
         return []
     batch, width = found
     return [ActivationRule(module=WIDTH_BLOCKS, spec=[batch, None, width])]
+
+
+def width_split(recipe: Recipe, cls, axes: dict) -> list:
+    """``residual_split`` for pipeline ``cls``'s transformer (``splits``), or none."""
+    return residual_split(recipe, axes) if cls is not None and splits(cls) else []

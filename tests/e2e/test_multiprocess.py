@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
@@ -51,7 +52,7 @@ def both_done(children: list) -> None:
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory):
     out = tmp_path_factory.mktemp("two-processes")
-    children = start_two(f"output.dir={out}")
+    children = start_two(f"output.dir={out}", "output.frames=npy")
     results = []
     for child in children:
         try:
@@ -68,8 +69,8 @@ def two_processes(tmp_path_factory):
 
 def test_two_processes_equal_one_process_with_eight_devices(two_processes, tmp_path):
     out, _ = two_processes
-    single = run(recipe.load(RECIPE, [f"output.dir={tmp_path}"]), registry_mod.loaded(),
-                 progress=False)
+    single = run(recipe.load(RECIPE, [f"output.dir={tmp_path}", "output.frames=npy"]),
+                 registry_mod.loaded(), progress=False)
     assert single.data["mesh"] == {"dp": 2, "tp": 4}
     latents = load_file(str(out / "denoise.safetensors"))["latents"]
     # Same program and partitioning; gloo's all-reduce sums the tensor-parallel
@@ -80,21 +81,24 @@ def test_two_processes_equal_one_process_with_eight_devices(two_processes, tmp_p
     print(f"2x4 vs 1x8: latents max abs error {error:.2e}")
     assert error <= 1e-5 * single.latents.abs().max().item(), error
     import av
+    import numpy as np
     with av.open(str(out / "video.mp4")) as a, av.open(str(single.video)) as b:
-        frames = [f.to_ndarray(format="rgb24") for f in a.decode(video=0)]
-        expected = [f.to_ndarray(format="rgb24") for f in b.decode(video=0)]
-    assert len(frames) == len(expected)
-    # decoded and encoded from nearly equal latents: at most one step of 8-bit rounding
-    worst = max(int(abs(x.astype(int) - y.astype(int)).max()) for x, y in zip(frames, expected))
+        assert len(list(a.decode(video=0))) == len(list(b.decode(video=0)))
+    # decoded from nearly equal latents: at most one step of 8-bit rounding. The frames
+    # as written losslessly: H.264 turns a pixel one level off into blocks coded
+    # otherwise (the mp4s' frames were 9 levels apart where these are 1)
+    frames = np.load(out / "frames.npy").astype(int)
+    expected = np.load(Path(single.video).parent / "frames.npy").astype(int)
+    worst = int(np.abs(frames - expected).max())
     print(f"2x4 vs 1x8: frames max difference {worst} of 255")
-    assert worst <= 1, worst
+    assert frames.shape == expected.shape and worst <= 1, worst
 
 
 def test_only_process_zero_writes_and_each_process_says_who_it_is(two_processes):
     out, ((_, stdout0, stderr0), (_, stdout1, stderr1)) = two_processes
     assert sorted(p.name for p in out.iterdir()) == [
         ".porter.lock", "denoise.json", "denoise.safetensors", "encode.json", "encode.safetensors",
-        "run.json", "stream.mp4", "video.mp4"]
+        "frames.npy", "run.json", "stream.mp4", "video.mp4"]
     assert "[process 0/2]" in stderr0 and "[process 1/2]" in stderr1
     assert "8 cpu device(s)" in stderr0.lower() and "2 processes" in stderr0
     assert "wrote" in stdout0 and "process 0 wrote the outputs" in stdout1

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from models.helios import build_helios_pipeline
 from models.skyreels_v2_df import build_skyreels_v2_df_pipeline
-from support import WAN_TP2
+from support import RECIPES, WAN_TP2
 
 from porter.families import width
 from porter.recipe import load
@@ -30,8 +30,8 @@ SPLIT = WAN_TP2
 def test_the_pipelines_that_modulate_by_frame_split_their_residual(tmp_path):
     """FAR's, Helios's and SkyReels-V2 diffusion forcing's pipelines split under a
     head axis of more than one device (a frame's timestep modulates its tokens, whole
-    on every chip otherwise); plain Wan's do not (Wan 2.1 gains 3%,
-    benchmarks/README.md), nor a pipeline not known before loading."""
+    on every chip otherwise); in the generic family plain Wan's do not (the Wan family
+    splits its own: below), nor a pipeline not known before loading."""
     for name in ("AnyFlowFARPipeline", "HeliosPipeline", "HeliosPyramidPipeline",
                  "SkyReelsV2DiffusionForcingPipeline",
                  "SkyReelsV2DiffusionForcingImageToVideoPipeline",
@@ -45,6 +45,41 @@ def test_the_pipelines_that_modulate_by_frame_split_their_residual(tmp_path):
         [(width.WIDTH_BLOCKS, [None, None, "tp"])]
     assert width.width_split(recipe, cls, {"tp": 1}) == []
     assert width.width_split(recipe, None, {"tp": 2}) == []
+
+
+def test_the_wan_family_splits_each_transformers_residual_under_the_head_axis():
+    """Both of Wan 2.2's experts, the batch where attention holds it; no split where the
+    head axis has one device, and none over ``sp`` (the tokens split there)."""
+    from porter.registry import loaded
+    from porter.transforms import sharding
+
+    wan = loaded().family("wan")
+    recipe = load(RECIPES / "wan-tiny-tp.yaml")
+    for name in ("transformer", "transformer_2"):
+        assert [(r.module, r.spec) for r in wan.default_activations(
+            recipe, name, {"dp": 2, "tp": 4})] == [(width.WIDTH_BLOCKS, ["dp", None, "tp"])]
+    assert wan.default_activations(recipe, "transformer", {"dp": 8, "tp": 1}) == []
+    rt = type("Runtime", (), {"axes": {"dp": 2, "sp": 4}, "platform": "tpu"})
+    [rule] = sharding.activation_rules(load(RECIPES / "wan-tiny-sp.yaml"), "transformer",
+                                       None, rt, wan)
+    assert rule.spec == ["dp", "sp", None]
+
+
+@pytest.mark.slow
+def test_a_wan_video_split_along_the_width_is_the_unsplit_one():
+    """The tiny Wan over dp=2 x tp=4 (recipes/wan-tiny-tp.yaml) with its family's width
+    split, and with none: the same video within a level; the record says the split."""
+    import porter
+
+    videos, splits = [], []
+    for overrides in ([], ["sharding.activations.transformer=[]"]):
+        with porter.load(RECIPES / "wan-tiny-tp.yaml", *overrides) as pipe:
+            made = pipe.generate()
+        videos.append(made.frames.astype(int))
+        splits.append(made.record["weights"]["components"]["transformer"]
+                      .get("default_split"))
+    assert splits == [["dp", "tp"], None]
+    assert np.abs(videos[0] - videos[1]).max() <= 1
 
 
 @pytest.mark.slow
