@@ -9,14 +9,16 @@ the size of the tokens too, whole on every chip. Split along the width over the 
 axis, each chip works on its share of it; where the weights are split over that axis
 as Megatron splits them, the matmuls' inputs are gathered and their outputs
 reduce-scattered instead of all-reduced (the same sums). The generic family gives the
-split by default to the pipelines that modulate by token (``default_activations``). On
+split by default to the pipelines whose transformer has Wan's blocks (``PIPELINES``,
+``default_activations``). On
 v6e-8: a 3-frame call of FAR 14B bounds at 0.076 s instead of 0.113, a call of a
 SkyReels-V2 DF 14B window at 0.55 s instead of 2.20, Helios's largest pyramid stage at
 0.126 s instead of 0.497 (benchmarks/README.md). Wan's own transformer modulates by
 sample: its bound moves 3% (set by its FLOPs), but its norms' reductions over the whole
 width were a quarter of a block's cycles by the TPU compiler's estimate, so the Wan
-family splits its transformers' residual too (``residual_split``): two 14B blocks at
-720p, 218 M cycles to 179 M, for 3.1 GB more a chip between chips."""
+family splits its transformers' residual too (``residual_split``), and the generic
+family Wan's pipelines and those built on Wan's transformer: two 14B blocks at 720p,
+218 M cycles to 179 M, for 3.1 GB more a chip between chips."""
 
 from __future__ import annotations
 
@@ -31,12 +33,16 @@ if TYPE_CHECKING:
 #: the self-attention's projection out, the cross-attention, the feed-forward layers
 #: (the names of diffusers' Wan blocks, and of the blocks built on them)
 WIDTH_BLOCKS = r"blocks\.\d+\.(attn1\.to_out\.0|attn2|ffn)"
-#: the pipelines (and those built on them) whose transformer has Wan's blocks and
-#: modulates by frame
+#: the pipelines (and those built on them) whose transformer has Wan's blocks: those
+#: that modulate by frame, and Wan's own run by the generic family (its recipes on
+#: ``recipes/wan-generic-base.yaml``), split as the Wan family splits them
 PIPELINES = ("AnyFlowFARPipeline", "HeliosPipeline", "HeliosPyramidPipeline",
              "SkyReelsV2DiffusionForcingPipeline",
              "SkyReelsV2DiffusionForcingImageToVideoPipeline",
-             "SkyReelsV2DiffusionForcingVideoToVideoPipeline")
+             "SkyReelsV2DiffusionForcingVideoToVideoPipeline",
+             "WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline",
+             "WanVACEPipeline", "LucyEditPipeline", "ChronoEditPipeline",
+             "WanAnimatePipeline", "SkyReelsV2Pipeline", "SkyReelsV2ImageToVideoPipeline")
 
 
 def splits(cls) -> bool:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from models.helios import build_helios_pipeline
 from models.skyreels_v2_df import build_skyreels_v2_df_pipeline
+from models.wan_t2v import build_wan_t2v_pipeline
 from support import RECIPES, WAN_TP2
 
 from porter.families import width
@@ -24,20 +25,27 @@ generate: {prompt: "a cat", height: 16, width: 16, frames: 5, steps: 2,
            guidance_scale: 1.0, max_sequence_length: 16,
            extra: {num_latent_frames_per_chunk: 2}}
 """
+WAN = """\
+model: {family: generic, source: %s, pipeline: WanPipeline}
+generate: {prompt: "a cat", height: 16, width: 16, frames: 9, steps: 2,
+           guidance_scale: 6.0, max_sequence_length: 16}
+"""
 SPLIT = WAN_TP2
 
 
-def test_the_pipelines_that_modulate_by_frame_split_their_residual(tmp_path):
-    """FAR's, Helios's and SkyReels-V2 diffusion forcing's pipelines split under a
-    head axis of more than one device (a frame's timestep modulates its tokens, whole
-    on every chip otherwise); in the generic family plain Wan's do not (the Wan family
-    splits its own: below), nor a pipeline not known before loading."""
+def test_the_pipelines_with_wans_blocks_split_their_residual(tmp_path):
+    """FAR's, Helios's and SkyReels-V2 diffusion forcing's pipelines (a frame's timestep
+    modulates its tokens, whole on every chip otherwise) and Wan's own and those built
+    on its transformer split under a head axis of more than one device; another
+    pipeline does not, nor one not known before loading."""
     for name in ("AnyFlowFARPipeline", "HeliosPipeline", "HeliosPyramidPipeline",
                  "SkyReelsV2DiffusionForcingPipeline",
                  "SkyReelsV2DiffusionForcingImageToVideoPipeline",
-                 "SkyReelsV2DiffusionForcingVideoToVideoPipeline"):
+                 "SkyReelsV2DiffusionForcingVideoToVideoPipeline", "WanPipeline",
+                 "WanImageToVideoPipeline", "WanVACEPipeline", "LucyEditPipeline",
+                 "SkyReelsV2Pipeline"):
         assert width.splits(getattr(diffusers, name)), name
-    for name in ("WanPipeline", "SkyReelsV2Pipeline", "LTXPipeline"):
+    for name in ("LTXPipeline", "CogVideoXPipeline", "WanAnimate2ModularPipeline"):
         assert not width.splits(getattr(diffusers, name)), name
     (tmp_path / "r.yaml").write_text(RECIPE % tmp_path)
     recipe, cls = load(tmp_path / "r.yaml", SPLIT), diffusers.SkyReelsV2DiffusionForcingPipeline
@@ -84,10 +92,11 @@ def test_a_wan_video_split_along_the_width_is_the_unsplit_one():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("build, recipe", [(build_skyreels_v2_df_pipeline, RECIPE),
-                                           (build_helios_pipeline, HELIOS)],
-                         ids=["skyreels-df", "helios"])
+                                           (build_helios_pipeline, HELIOS),
+                                           (build_wan_t2v_pipeline, WAN)],
+                         ids=["skyreels-df", "helios", "wan"])
 def test_a_video_split_is_the_unsplit_one(tmp_path, build, recipe):
-    """SkyReels-V2 diffusion forcing and Helios over ``tp=2`` with the default split
+    """SkyReels-V2 diffusion forcing, Helios and Wan over ``tp=2`` with the default split
     (the generic family's, constraining each block's three updates of its residual):
     the video of the same run unsplit, within a level; the record says the split."""
     import porter
