@@ -7,18 +7,19 @@ modulates by token (a timestep a frame, or the history's apart from the chunk's:
 SkyReels-V2's diffusion forcing, AnyFlow FAR, Helios), those float32 modulations are
 the size of the tokens too, whole on every chip. Split along the width over the head
 axis, each chip works on its share of it; where the weights are split over that axis
-as Megatron splits them, the matmuls' inputs are gathered and their outputs
-reduce-scattered instead of all-reduced (the same sums). The generic family gives the
-split by default to the pipelines whose transformer has Wan's blocks (``PIPELINES``,
-``default_activations``). On
-v6e-8: a 3-frame call of FAR 14B bounds at 0.076 s instead of 0.113, a call of a
-SkyReels-V2 DF 14B window at 0.55 s instead of 2.20, Helios's largest pyramid stage at
-0.126 s instead of 0.497 (benchmarks/README.md). Wan's own transformer modulates by
-sample: its bound moves 3% (set by its FLOPs), but its norms' reductions over the whole
-width were a quarter of a block's cycles by the TPU compiler's estimate, so the Wan
-family splits its transformers' residual too (``residual_split``), and the generic
-family Wan's pipelines and those built on Wan's transformer: two 14B blocks at 720p,
-218 M cycles to 179 M, for 3.1 GB more a chip between chips."""
+as Megatron splits them, the matmuls' inputs are gathered and their sums arrive split
+(the same sums; XLA chooses the collectives). The generic family gives the split by
+default to the pipelines whose transformer has Wan's blocks (``PIPELINES``,
+``default_activations``). On v6e-8: a 3-frame call of FAR 14B bounds at 0.076 s
+instead of 0.113, a call of a SkyReels-V2 DF 14B window at 0.55 s instead of 2.20,
+Helios's largest pyramid stage at 0.126 s instead of 0.497 (benchmarks/README.md).
+Wan's own transformer modulates by sample: its bound moves 3% (set by its FLOPs), but
+its norms' reductions over the whole width were a quarter of a block's cycles by the
+TPU compiler's estimate, so the Wan family splits its transformers' residual too where
+their heads divide the axis (``residual_split``), and the generic family Wan's
+pipelines and those built on Wan's transformer: two 14B blocks at 720p, 218 M cycles
+to 179 M, for 3.1 GB more a chip between chips (none more where the weights are split
+over both axes, as Wan 2.2 A14B's are)."""
 
 from __future__ import annotations
 

@@ -121,7 +121,8 @@ def costs(recipe: Recipe, raw: dict, axes: dict[str, int]) -> dict:
     for name, (batch, tokens, width) in raw.get("activations", {}).items():
         local_batch = batch // data if batch % data == 0 else batch
         # the tokens over sp split both; else the hidden states are whole on each
-        # device and the FFN middle is split by the head axis
+        # device (split along the width between a Wan block's updates, but gathered
+        # whole into each matmul) and the FFN middle is split by the head axis
         cut = tokens_cut if name == "hidden" or sequence else split.get(head_axis, 1)
         out["activations"][name] = {"shape": [batch, tokens, width],
                                     "bytes_per_device": local_batch * tokens * width

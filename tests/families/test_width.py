@@ -57,31 +57,48 @@ def test_the_pipelines_with_wans_blocks_split_their_residual(tmp_path):
 
 def test_the_wan_family_splits_each_transformers_residual_under_the_head_axis():
     """Both of Wan 2.2's experts, the batch where attention holds it; no split where the
-    head axis has one device, and none over ``sp`` (the tokens split there)."""
+    head axis has one device or the heads do not divide it (attention splits the tokens
+    there), and none over ``sp`` (the tokens split there)."""
     from porter.registry import loaded
     from porter.transforms import sharding
 
     wan = loaded().family("wan")
-    recipe = load(RECIPES / "wan-tiny-tp.yaml")
+    recipe = load(RECIPES / "wan-tiny-tp.yaml", ["model.config.num_attention_heads=8"])
     for name in ("transformer", "transformer_2"):
         assert [(r.module, r.spec) for r in wan.default_activations(
             recipe, name, {"dp": 2, "tp": 4})] == [(width.WIDTH_BLOCKS, ["dp", None, "tp"])]
     assert wan.default_activations(recipe, "transformer", {"dp": 8, "tp": 1}) == []
+    two_heads = load(RECIPES / "wan-tiny-tp.yaml")  # the tiny model's 2 heads over tp=4
+    assert wan.default_activations(two_heads, "transformer", {"dp": 2, "tp": 4}) == []
+    # heads over sp: the width split would take sp too, the tokens' split comes first
     rt = type("Runtime", (), {"axes": {"dp": 2, "sp": 4}, "platform": "tpu"})
-    [rule] = sharding.activation_rules(load(RECIPES / "wan-tiny-sp.yaml"), "transformer",
-                                       None, rt, wan)
+    over_sp = load(RECIPES / "wan-tiny-sp.yaml", ["attention.head_axis=sp",
+                                                 "model.config.num_attention_heads=8"])
+    assert wan.default_activations(over_sp, "transformer", rt.axes)[0].spec == \
+        ["dp", None, "sp"]
+    [rule] = sharding.activation_rules(over_sp, "transformer", None, rt, wan)
     assert rule.spec == ["dp", "sp", None]
 
 
 @pytest.mark.slow
 def test_a_wan_video_split_along_the_width_is_the_unsplit_one():
-    """The tiny Wan over dp=2 x tp=4 (recipes/wan-tiny-tp.yaml) with its family's width
-    split, and with none: the same video within a level; the record says the split."""
+    """The tiny Wan over dp=2 x tp=4 (recipes/wan-tiny-tp.yaml; 8 heads, 2 a device)
+    with its family's width split, and with none: the same video within a level; the
+    split holds each block's three updates of its residual; the record says it."""
     import porter
+    from porter.registry import loaded
+    from porter.transforms import sharding
+    from porter_wan import tiny
 
+    model = tiny.build(None).transformer
+    eight_heads = "model.config.num_attention_heads=8"
+    rules = loaded().family("wan").default_activations(
+        load(RECIPES / "wan-tiny-tp.yaml", [eight_heads]), "transformer", {"dp": 2, "tp": 4})
+    hooks = sharding.constrain_activations(model, None, rules)
+    assert len(hooks) == 3 * model.config.num_layers
     videos, splits = [], []
     for overrides in ([], ["sharding.activations.transformer=[]"]):
-        with porter.load(RECIPES / "wan-tiny-tp.yaml", *overrides) as pipe:
+        with porter.load(RECIPES / "wan-tiny-tp.yaml", eight_heads, *overrides) as pipe:
             made = pipe.generate()
         videos.append(made.frames.astype(int))
         splits.append(made.record["weights"]["components"]["transformer"]
