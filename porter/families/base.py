@@ -159,10 +159,12 @@ class ModelFamily:
     #: family does not say (a recipe with ``sp`` then gives its own activation rule)
     token_blocks: str | None = None
 
-    def default_activations(self, recipe: Recipe, name: str, axes: dict) -> list:
-        """Activation rules of transformer ``name`` where the recipe gives none and no
-        token split applies (``porter.transforms.sharding.activation_rules``): none
-        here; a family that knows a better split for its model says it."""
+    def default_activations(self, recipe: Recipe, name: str, axes: dict,
+                            config=None) -> list:
+        """Activation rules of transformer ``name`` (``config``: its configuration, or
+        None) where the recipe gives none and no token split applies
+        (``porter.transforms.sharding.activation_rules``): none here; a family that
+        knows a better split for its model says it."""
         return []
 
     def default_inputs(self, recipe: Recipe, name: str, axes: dict, config) -> dict:

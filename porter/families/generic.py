@@ -222,11 +222,13 @@ class GenericFamily(ModelFamily):
             return diffusers.DiffusionPipeline  # the class named in model_index.json
         return runnable(name)
 
-    def default_activations(self, recipe: Recipe, name: str, axes: dict) -> list:
-        """The residual of AnyFlow FAR's, Helios's and SkyReels-V2 diffusion forcing's
-        transformers split along its width under the head axis (``width``)."""
-        return width.width_split(recipe, self.concrete_class(recipe), axes) \
-            if name == "transformer" else []
+    def default_activations(self, recipe: Recipe, name: str, axes: dict,
+                            config=None) -> list:
+        """The residual of the transformers with Wan's blocks (AnyFlow FAR's, Helios's,
+        SkyReels-V2's, Wan's own pipelines') split along its width under the head axis
+        where their heads divide it (``width``)."""
+        return width.width_split(recipe, self.concrete_class(recipe), axes,
+                                 width.heads_of(config)) if name == "transformer" else []
 
     def default_inputs(self, recipe: Recipe, name: str, axes: dict, config) -> dict:
         """AnyFlow FAR's cache, its heads over the head axis (``far.cache_split``)."""

@@ -15,9 +15,9 @@ instead of 0.113, a call of a SkyReels-V2 DF 14B window at 0.55 s instead of 2.2
 Helios's largest pyramid stage at 0.126 s instead of 0.497 (benchmarks/README.md).
 Wan's own transformer modulates by sample: its bound moves 3% (set by its FLOPs), but
 its norms' reductions over the whole width were a quarter of a block's cycles by the
-TPU compiler's estimate, so the Wan family splits its transformers' residual too where
-their heads divide the axis (``residual_split``), and the generic family Wan's
-pipelines and those built on Wan's transformer: two 14B blocks at 720p, 218 M cycles
+TPU compiler's estimate, so the Wan family splits its transformers' residual too, and
+the generic family Wan's pipelines and those built on Wan's transformer, both where the
+heads divide the axis (``residual_split``): two 14B blocks at 720p, 218 M cycles
 to 179 M, for 3.1 GB more a chip between chips (none more where the weights are split
 over both axes, as Wan 2.2 A14B's are)."""
 
@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 WIDTH_BLOCKS = r"blocks\.\d+\.(attn1\.to_out\.0|attn2|ffn)"
 #: the pipelines (and those built on them) whose transformer has Wan's blocks: those
 #: that modulate by frame, and Wan's own run by the generic family (its recipes on
-#: ``recipes/wan-generic-base.yaml``), split as the Wan family splits them
+#: ``recipes/wan-generic-base.yaml``), split as the Wan family splits them (where the
+#: heads divide the axis). Diffusers' modular Wan pipelines are not classes of these:
+#: not split
 PIPELINES = ("AnyFlowFARPipeline", "HeliosPipeline", "HeliosPyramidPipeline",
              "SkyReelsV2DiffusionForcingPipeline",
              "SkyReelsV2DiffusionForcingImageToVideoPipeline",
@@ -69,16 +71,30 @@ def split_axes(recipe: Recipe, cls, axes: dict) -> tuple[str | None, str] | None
     return residual_axes(recipe, axes) if cls is not None and splits(cls) else None
 
 
-def residual_split(recipe: Recipe, axes: dict) -> list:
+def heads_of(config) -> int | None:
+    """A transformer configuration's attention heads (``num_attention_heads``), or None
+    (no configuration, or none said)."""
+    heads = config.get("num_attention_heads") if config is not None else None
+    return heads if isinstance(heads, int) else None
+
+
+def residual_split(recipe: Recipe, axes: dict, heads: int | None = None) -> list:
     """The activation rule that splits a Wan-style residual (``residual_axes``), or
-    none: what the Wan family gives each of its transformers."""
+    none: what the Wan family gives each of its transformers. None either where the
+    transformer's ``heads`` (when known) do not divide the axis: attention then splits
+    the tokens over it, and the width would be gathered around every attention (Wan
+    1.3B's 12 heads over v6e-8's tp=8: twice the bytes between chips, none of the
+    bound; benchmarks/README.md)."""
     found = residual_axes(recipe, axes)
     if found is None:
         return []
     batch, width = found
+    size = axes.get(width)
+    if heads is not None and isinstance(size, int) and heads % size:
+        return []
     return [ActivationRule(module=WIDTH_BLOCKS, spec=[batch, None, width])]
 
 
-def width_split(recipe: Recipe, cls, axes: dict) -> list:
+def width_split(recipe: Recipe, cls, axes: dict, heads: int | None = None) -> list:
     """``residual_split`` for pipeline ``cls``'s transformer (``splits``), or none."""
-    return residual_split(recipe, axes) if cls is not None and splits(cls) else []
+    return residual_split(recipe, axes, heads) if cls is not None and splits(cls) else []

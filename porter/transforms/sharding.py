@@ -327,7 +327,8 @@ def activation_rules(recipe: Recipe, name: str, module, runtime: Runtime,
         return recipe.sharding.activations[name]
     if family is not None and name in family.stepped_transformers:
         return sequence_split(recipe, family, runtime.axes) \
-            or family.default_activations(recipe, name, runtime.axes)
+            or family.default_activations(recipe, name, runtime.axes,
+                                          getattr(module, "config", None))
     if decoded_in_pieces(recipe, name):
         return []
     return vae_split(name, module, runtime)

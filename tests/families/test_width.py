@@ -12,6 +12,7 @@ from support import RECIPES, WAN_TP2
 
 from porter.families import width
 from porter.recipe import load
+from porter.registry import loaded
 
 RECIPE = """\
 model: {family: generic, source: %s, pipeline: SkyReelsV2DiffusionForcingPipeline}
@@ -42,8 +43,9 @@ def test_the_pipelines_with_wans_blocks_split_their_residual(tmp_path):
                  "SkyReelsV2DiffusionForcingPipeline",
                  "SkyReelsV2DiffusionForcingImageToVideoPipeline",
                  "SkyReelsV2DiffusionForcingVideoToVideoPipeline", "WanPipeline",
-                 "WanImageToVideoPipeline", "WanVACEPipeline", "LucyEditPipeline",
-                 "SkyReelsV2Pipeline"):
+                 "WanImageToVideoPipeline", "WanVideoToVideoPipeline", "WanVACEPipeline",
+                 "LucyEditPipeline", "ChronoEditPipeline", "WanAnimatePipeline",
+                 "SkyReelsV2Pipeline", "SkyReelsV2ImageToVideoPipeline"):
         assert width.splits(getattr(diffusers, name)), name
     for name in ("LTXPipeline", "CogVideoXPipeline", "WanAnimate2ModularPipeline"):
         assert not width.splits(getattr(diffusers, name)), name
@@ -53,13 +55,18 @@ def test_the_pipelines_with_wans_blocks_split_their_residual(tmp_path):
         [(width.WIDTH_BLOCKS, [None, None, "tp"])]
     assert width.width_split(recipe, cls, {"tp": 1}) == []
     assert width.width_split(recipe, None, {"tp": 2}) == []
+    # heads that do not divide the axis (attention splits the tokens there): no split
+    generic = loaded().family("generic")
+    assert generic.default_activations(recipe, "transformer", {"tp": 4},
+                                       {"num_attention_heads": 2}) == []
+    assert len(generic.default_activations(recipe, "transformer", {"tp": 2},
+                                           {"num_attention_heads": 2})) == 1
 
 
 def test_the_wan_family_splits_each_transformers_residual_under_the_head_axis():
     """Both of Wan 2.2's experts, the batch where attention holds it; no split where the
     head axis has one device or the heads do not divide it (attention splits the tokens
     there), and none over ``sp`` (the tokens split there)."""
-    from porter.registry import loaded
     from porter.transforms import sharding
 
     wan = loaded().family("wan")
@@ -86,7 +93,6 @@ def test_a_wan_video_split_along_the_width_is_the_unsplit_one():
     with its family's width split, and with none: the same video within a level; the
     split holds each block's three updates of its residual; the record says it."""
     import porter
-    from porter.registry import loaded
     from porter.transforms import sharding
     from porter_wan import tiny
 
@@ -117,7 +123,6 @@ def test_a_video_split_is_the_unsplit_one(tmp_path, build, recipe):
     (the generic family's, constraining each block's three updates of its residual):
     the video of the same run unsplit, within a level; the record says the split."""
     import porter
-    from porter.registry import loaded
     from porter.transforms import sharding
 
     model = build()

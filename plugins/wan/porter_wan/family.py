@@ -61,23 +61,19 @@ class WanFamily(StagedFamily):
     def check(self, recipe):
         return super().check(recipe) + rules.problems(self, recipe)
 
-    def default_activations(self, recipe, name, axes):
+    def default_activations(self, recipe, name, axes, config=None):
         """Each transformer's residual split along its width over attention's head axis
         (``porter.families.width``): each chip normalizes, modulates and adds its share
         of the width instead of all of it (the matmuls' inputs gathered, their sums
         arriving split). Two Wan 14B blocks at 720p on v6e-8 (dp=2 x tp=4): 218 M
         of the TPU compiler's cycles to 179 M, peak 5.25 to 3.18 GiB a chip, 7.0 to 10.1 GB
-        a chip between chips (benchmarks/README.md). Only where the heads divide the
-        axis: where they do not, attention splits the tokens over it instead, and the
-        residual's width is gathered around every attention (Wan 1.3B's 12 heads over
-        v6e-8's tp=8: twice the bytes between chips, none of the bound)."""
-        found = width.residual_axes(recipe, axes)
-        layout = self.layout(recipe) if found is not None else None
-        size = axes.get(found[1]) if found is not None else None
-        if layout is None or layout.heads is None or not isinstance(size, int) \
-                or layout.heads % size:
-            return []
-        return width.residual_split(recipe, axes)
+        a chip between chips (benchmarks/README.md). Only where the heads (the
+        module's configuration's, else the recipe's layout's) divide the axis."""
+        heads = width.heads_of(config)
+        if heads is None:
+            layout = self.layout(recipe)
+            heads = layout.heads if layout is not None else None
+        return width.residual_split(recipe, axes, heads)
 
     # ------------------------------------------------------------------ its models
 
