@@ -23,6 +23,7 @@ over both axes, as Wan 2.2 A14B's are)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from porter.recipe.schema import ActivationRule
@@ -72,9 +73,11 @@ def split_axes(recipe: Recipe, cls, axes: dict) -> tuple[str | None, str] | None
 
 
 def heads_of(config) -> int | None:
-    """A transformer configuration's attention heads (``num_attention_heads``), or None
-    (no configuration, or none said)."""
-    heads = config.get("num_attention_heads") if config is not None else None
+    """A transformer configuration's attention heads (``num_attention_heads``: a
+    diffusers configuration's key or a transformers one's attribute), or None (no
+    configuration, or none said)."""
+    heads = config.get("num_attention_heads") if isinstance(config, Mapping) \
+        else getattr(config, "num_attention_heads", None)
     return heads if isinstance(heads, int) else None
 
 

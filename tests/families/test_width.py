@@ -69,19 +69,26 @@ def test_the_wan_family_splits_each_transformers_residual_under_the_head_axis():
     there), and none over ``sp`` (the tokens split there)."""
     from porter.transforms import sharding
 
+    from porter_wan import tiny
+
     wan = loaded().family("wan")
-    recipe = load(RECIPES / "wan-tiny-tp.yaml", ["model.config.num_attention_heads=8"])
+    recipe = load(RECIPES / "wan-tiny-tp.yaml")
+    eight = {"num_attention_heads": 8}
     for name in ("transformer", "transformer_2"):
         assert [(r.module, r.spec) for r in wan.default_activations(
-            recipe, name, {"dp": 2, "tp": 4})] == [(width.WIDTH_BLOCKS, ["dp", None, "tp"])]
-    assert wan.default_activations(recipe, "transformer", {"dp": 8, "tp": 1}) == []
-    two_heads = load(RECIPES / "wan-tiny-tp.yaml")  # the tiny model's 2 heads over tp=4
-    assert wan.default_activations(two_heads, "transformer", {"dp": 2, "tp": 4}) == []
+            recipe, name, {"dp": 2, "tp": 4}, eight)] == \
+            [(width.WIDTH_BLOCKS, ["dp", None, "tp"])]
+    assert wan.default_activations(recipe, "transformer", {"dp": 8, "tp": 1}, eight) == []
+    # the tiny model's own 2 heads over tp=4, read from the module's configuration
+    model = tiny.build(None).transformer
+    assert wan.default_activations(recipe, "transformer", {"dp": 2, "tp": 4},
+                                   model.config) == []
+    rt = type("Runtime", (), {"axes": {"dp": 2, "tp": 4}, "platform": "tpu"})
+    assert sharding.activation_rules(recipe, "transformer", model, rt, wan) == []
     # heads over sp: the width split would take sp too, the tokens' split comes first
     rt = type("Runtime", (), {"axes": {"dp": 2, "sp": 4}, "platform": "tpu"})
-    over_sp = load(RECIPES / "wan-tiny-sp.yaml", ["attention.head_axis=sp",
-                                                 "model.config.num_attention_heads=8"])
-    assert wan.default_activations(over_sp, "transformer", rt.axes)[0].spec == \
+    over_sp = load(RECIPES / "wan-tiny-sp.yaml", ["attention.head_axis=sp"])
+    assert wan.default_activations(over_sp, "transformer", rt.axes, eight)[0].spec == \
         ["dp", None, "sp"]
     [rule] = sharding.activation_rules(over_sp, "transformer", None, rt, wan)
     assert rule.spec == ["dp", "sp", None]
@@ -99,7 +106,8 @@ def test_a_wan_video_split_along_the_width_is_the_unsplit_one():
     model = tiny.build(None).transformer
     eight_heads = "model.config.num_attention_heads=8"
     rules = loaded().family("wan").default_activations(
-        load(RECIPES / "wan-tiny-tp.yaml", [eight_heads]), "transformer", {"dp": 2, "tp": 4})
+        load(RECIPES / "wan-tiny-tp.yaml"), "transformer", {"dp": 2, "tp": 4},
+        {"num_attention_heads": 8})
     hooks = sharding.constrain_activations(model, None, rules)
     assert len(hooks) == 3 * model.config.num_layers
     videos, splits = [], []

@@ -67,13 +67,9 @@ class WanFamily(StagedFamily):
         of the width instead of all of it (the matmuls' inputs gathered, their sums
         arriving split). Two Wan 14B blocks at 720p on v6e-8 (dp=2 x tp=4): 218 M
         of the TPU compiler's cycles to 179 M, peak 5.25 to 3.18 GiB a chip, 7.0 to 10.1 GB
-        a chip between chips (benchmarks/README.md). Only where the heads (the
-        module's configuration's, else the recipe's layout's) divide the axis."""
-        heads = width.heads_of(config)
-        if heads is None:
-            layout = self.layout(recipe)
-            heads = layout.heads if layout is not None else None
-        return width.residual_split(recipe, axes, heads)
+        a chip between chips (benchmarks/README.md). Only where the heads of its
+        configuration divide the axis."""
+        return width.residual_split(recipe, axes, width.heads_of(config))
 
     # ------------------------------------------------------------------ its models
 

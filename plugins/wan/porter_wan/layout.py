@@ -31,7 +31,6 @@ class Layout:
     spatial: int = 8  # VAE compression of height and width
     temporal: int = 4  # VAE compression of time
     patch: int = 2  # transformer patch, height and width
-    heads: int | None = None  # the transformer's attention heads
 
     @property
     def concatenates_condition(self) -> bool:
@@ -74,8 +73,7 @@ class Layout:
             pos_embed_seq_len=transformer.get("pos_embed_seq_len"),
             spatial=vae.get("scale_factor_spatial") or 8,
             temporal=vae.get("scale_factor_temporal") or 4,
-            patch=list(transformer.get("patch_size", (1, 2, 2)))[1],
-            heads=transformer.get("num_attention_heads"))
+            patch=list(transformer.get("patch_size", (1, 2, 2)))[1])
 
     @classmethod
     def of_pipe(cls, pipe) -> "Layout":
