@@ -201,29 +201,33 @@ def test_small_integers_keep_their_values_through_the_meta_run():
 def test_diffusion_forcing_is_bounded_as_its_stream_decodes_it(tmp_path):
     """SkyReels-V2's diffusion forcing decodes each window's finished latent frames
     where the run streams: compiled so, one program a latent frame until the VAE's
-    cache settles, the same programs for a longer video; without the stream, whole."""
+    cache settles, the same programs for a longer video; without the stream, whole.
+    One compile gives the bound; the longer and the whole video's programs are what
+    the compile would find, the dry run's."""
     build_skyreels_v2_df_pipeline().save_pretrained(tmp_path / "df")
     (tmp_path / "r.yaml").write_text(SKYREELS_DF.format(source=tmp_path / "df"))
-
-    def compiled(*overrides):
-        done = user_porter("compile", str(tmp_path / "r.yaml"), "--target", "v6e-1",
-                           "--json", *overrides)
-        assert done.returncode == 0, done.stderr[-2000:]
-        report = json.loads(done.stdout)
-        return [(r["program"], r["calls"]) for r in report["programs"]], report["video"]
-
-    short, video = compiled("generate.frames=17")
+    done = user_porter("compile", str(tmp_path / "r.yaml"), "--target", "v6e-1", "--json",
+                       "generate.frames=17")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    short = [(r["program"], r["calls"]) for r in report["programs"]]
     assert short == [("text_encoder.forward", 2), ("transformer.forward", 12),
                      ("vae.decode_chunk", 1), ("vae.decode_chunk", 1),
                      ("vae.decode_chunk", 3)]
+    video = report["video"]
     assert video["chunked"] and video["stream"]["chunks"] == 5  # a latent frame each
-    long, video = compiled("generate.frames=25")
+
+    def found(*overrides):
+        loaded = recipe.load(tmp_path / "r.yaml", overrides)
+        port = abstract_port.build(loaded, registry_mod.loaded(), targets.named("v6e-1"))
+        return [(p.name, p.calls) for p in dry_run.programs(port)]
+
+    assert found("generate.frames=17") == short  # the dry run finds what was compiled
+    long = found("generate.frames=25")
     assert [name for name, _ in long] == [name for name, _ in short]
-    assert long[-1] == ("vae.decode_chunk", 5) and video["stream"]["chunks"] == 7
-    whole, video = compiled("generate.frames=17", "output.stream=false")
-    assert whole == [("text_encoder.forward", 2), ("transformer.forward", 12),
-                     ("vae.decode", 1)]
-    assert not video["chunked"]
+    assert long[-1] == ("vae.decode_chunk", 5)  # 7 latent frames, a decode each
+    assert found("generate.frames=17", "output.stream=false") == [
+        ("text_encoder.forward", 2), ("transformer.forward", 12), ("vae.decode", 1)]
 
 
 @needs_libtpu
