@@ -32,29 +32,47 @@ from porter.shims import lazy
 torch = lazy.module("torch", __name__)
 
 
-def segment_rows(table, temb, chunk_tokens):
+def rows_of(temb):
+    """(batch, 2, 6, width): the history's row (the first token's) and the chunk's (the
+    last token's) of a per-token embedding built as the model builds it."""
+    return torch.cat([temb[:, :1], temb[:, -1:]], dim=1)
+
+
+def segment_rows(table, rows, tokens, chunk_tokens):
     """The six modulations a block applies, each (batch, tokens, width) in float32, as a
     select between the history's row and the chunk's: ``table`` the block's (1, 6, width)
-    ``scale_shift_table``, ``temb`` (batch, tokens, 6, width) with one row for the
-    history's tokens and one for the last ``chunk_tokens``."""
-    tokens = temb.shape[1]
-    history = (table.unsqueeze(0) + temb[:, :1].float()).chunk(6, dim=2)
-    chunk = (table.unsqueeze(0) + temb[:, -1:].float()).chunk(6, dim=2)
-    in_chunk = (torch.arange(tokens, device=temb.device) >= tokens - chunk_tokens)
+    ``scale_shift_table``, ``rows`` from ``rows_of``, the chunk the last
+    ``chunk_tokens`` of ``tokens``."""
+    history = (table.unsqueeze(0) + rows[:, :1].float()).chunk(6, dim=2)
+    chunk = (table.unsqueeze(0) + rows[:, 1:].float()).chunk(6, dim=2)
+    in_chunk = (torch.arange(tokens, device=rows.device) >= tokens - chunk_tokens)
     in_chunk = in_chunk.view(1, tokens, 1)
     return [torch.where(in_chunk, c.squeeze(2), h.squeeze(2)) for h, c in zip(history, chunk)]
 
 
+def scan_inputs(arguments: dict) -> None:
+    """Before Porter's scan of the blocks (``porter.transforms.jit.scan``): the two rows
+    taken once, outside the loop, and given to every block instead of the per-token
+    embedding, which the loop would otherwise take whole (and the compiler write out)."""
+    temb = arguments.get("temb")
+    if temb is not None and temb.ndim == 4 \
+            and arguments.get("original_context_length") is not None:
+        arguments["temb_rows"], arguments["temb"] = rows_of(temb), None
+
+
 def block_forward(original, **_):
     """``HeliosTransformerBlock.forward`` with the per-token modulation taken from its
-    two rows (``segment_rows``); the rest is the model's forward, unchanged."""
+    two rows (``segment_rows``), given as ``temb_rows`` (by ``scan_inputs``) or read from
+    ``temb``; the rest is the model's forward, unchanged."""
     def forward(self, hidden_states, encoder_hidden_states, temb, rotary_emb,
-                original_context_length=None):
-        if temb.ndim != 4 or original_context_length is None:
-            return original(self, hidden_states, encoder_hidden_states, temb, rotary_emb,
-                            original_context_length)
+                original_context_length=None, temb_rows=None):
+        if temb_rows is None:
+            if temb.ndim != 4 or original_context_length is None:
+                return original(self, hidden_states, encoder_hidden_states, temb, rotary_emb,
+                                original_context_length)
+            temb_rows = rows_of(temb)
         shift_msa, scale_msa, gate_msa, c_shift_msa, c_scale_msa, c_gate_msa = segment_rows(
-            self.scale_shift_table, temb, original_context_length)
+            self.scale_shift_table, temb_rows, hidden_states.shape[1], original_context_length)
 
         # 1. Self-attention
         norm_hidden_states = (self.norm1(hidden_states.float()) * (1 + scale_msa)
@@ -82,4 +100,5 @@ def block_forward(original, **_):
         return (hidden_states.float() + ff_output.float() * c_gate_msa).type_as(hidden_states)
 
     forward.__doc__ = f"patched by porter: modulation from two rows (was {original!r})"
+    forward.scan_inputs = scan_inputs
     return forward

@@ -10,7 +10,7 @@ from porter.aot import hlo, programs, targets
 
 from support import RECIPES
 from support.aot import needs_libtpu
-from support.processes import user_porter
+from support.processes import porter_calls, user_porter
 
 
 def test_programs_compiled_again_by_themselves_replace_their_stage():
@@ -331,21 +331,21 @@ def test_a_tpu_decode_is_split_over_the_mesh_by_default():
     the causal cache too, each call's cache on the chips as the call before returned it.
     Their bounds differ 3.5 times (0.83 against 2.93 ms): each chip still reads all the
     VAE's weights and gathers the middle block's frames, which weigh at this size."""
-    def decode(*extra):
-        out = user_porter("compile", str(RECIPES / "wan-tiny-tp.yaml"), "--target", "v5e-8",
-                          "--program", "vae.decode_chunk", "--json", "generate.width=256",
-                          *extra)
+    command = ["compile", RECIPES / "wan-tiny-tp.yaml", "--target", "v5e-8",
+               "--program", "vae.decode_chunk", "--json", "generate.width=256"]
+    reports = []
+    for out in porter_calls(command, [*command, "sharding.activations.vae=[]"]):
         assert out.returncode == 0, out.stderr
         rows = json.loads(out.stdout)["programs"]
         # the first latent frame, the second, then the three after them: one program
         assert [row["calls"] for row in rows] == [1, 1, 3]
         assert all(row["status"] == "compiled" and row["fits"] for row in rows)
-        return rows
+        reports.append(rows)
 
     def total(rows, key):
         return sum(row[key] * row["calls"] for row in rows)
 
-    split, whole = decode(), decode("sharding.activations.vae=[]")
+    split, whole = reports
     assert all("collective-permute" in row["collectives"] for row in split)
     assert not any(row["collectives"] for row in whole)
     # the cache of the last latent frames: 8 row blocks of the whole image's 8 rows

@@ -108,13 +108,13 @@ def _stacked_sharding(sharding):
 
 def stored_dtype(dtype):
     """The dtype a stack of ``dtype`` tensors is held in. Half-precision and 8-bit
-    floats (quantized weights) are held as unsigned integers of their width, bit for bit, and each block's slice is
-    read back as floats inside the scan: XLA's CPU backend upcasts every
-    half-precision operation to float32, the scan's slicing of the stack included,
-    and then converts the whole stack once, ahead of the loop (a float32 copy of the
-    weights: 2x their bytes; measured on Wan 1.3B, 10.3 GiB peak instead of 4.9). As
-    integers the slicing is data movement. On TPU both compile to the same memory and
-    bytes accessed (a 30-block bfloat16 stack on v6e-8, measured)."""
+    floats (quantized weights) are held as unsigned integers of their width, bit for
+    bit, and each block's slice is read back as floats inside the scan: XLA's CPU
+    backend upcasts every half-precision operation to float32, the scan's slicing of the
+    stack included, and then converts the whole stack once, ahead of the loop (a float32
+    copy of the weights: 2x their bytes; measured on Wan 1.3B, 10.3 GiB peak instead of
+    4.9). As integers the slicing is data movement. On TPU both compile to the same
+    memory and bytes accessed (a 30-block bfloat16 stack on v6e-8, measured)."""
     import jax.numpy as jnp
 
     dtype = jnp.dtype(dtype)
@@ -204,8 +204,14 @@ class ScanList(torch.nn.Module):
         return _Step(self, index)
 
     def run_all(self, args: tuple, kwargs: dict):
-        """Every block, as one scan, from the first block's call."""
+        """Every block, as one scan, from the first block's call. A block forward with a
+        ``scan_inputs`` function (a patch's: porter/families/helios_modulation.py) has it
+        rewrite the bound arguments first: what every block reads of an input, taken once
+        outside the loop, which would otherwise take the input whole."""
         bound = self._bound(args, kwargs)
+        prepare = getattr(type(self._template).forward, "scan_inputs", None)
+        if prepare is not None:
+            prepare(bound.arguments)
         carried = self._carried(bound)
         outputs = self._scan(bound, carried)
         self._last = (carried, outputs)
