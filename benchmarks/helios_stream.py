@@ -73,10 +73,8 @@ def recipe(folder: Path, frames: int) -> Path:
         f"generate: {{prompt: a fox running through snow,\n"
         f"  height: 384, width: 640, frames: {frames}, steps: null,\n"
         f"  guidance_scale: {CALL['guidance_scale']}, extra: {extra}}}\n"
-        # Helios's rotation in halves order (porter/families/rotary_halves.py) and its
-        # blocks modulated from two rows (porter/families/helios_modulation.py)
-        "patches: [core.report_compiling, core.helios_rotary_halves,\n"
-        "          core.helios_two_row_modulation]\n")
+        # Helios's rotation in halves order (porter/families/rotary_halves.py)
+        "patches: [core.report_compiling, core.helios_rotary_halves]\n")
     return path
 
 

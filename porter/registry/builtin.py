@@ -3,7 +3,7 @@ attention backends."""
 
 from __future__ import annotations
 
-from porter.families import helios_modulation, rotary_halves
+from porter.families import rotary_halves
 from porter.families.generic import GenericFamily
 from porter.registry.hookspecs import hookimpl
 from porter.shims import fixes as torchax_fixes
@@ -184,24 +184,13 @@ HELIOS_ROTARY_HALVES = Patch(
     fits="diffusers>=0.37,<0.43",
 )
 
-HELIOS_TWO_ROW_MODULATION = Patch(
-    name="core.helios_two_row_modulation",
-    target="diffusers.models.transformers.transformer_helios:HeliosTransformerBlock.forward",
-    doc="Helios's blocks modulated by the two rows (history, chunk) of their per-token "
-        "timestep embedding, selected per token where applied: the same values, no "
-        "token-sized float32 modulation written per block.",
-    replacement=helios_modulation.block_forward,
-    fits="diffusers>=0.37,<0.43",
-)
-
 
 @hookimpl
 def porter_register_patches(register):
     for patch in (COMPILING, NO_TORCH_ASSERT, SETITEM, DEEPCOPY, VIEW_INDEX, TYPE_AS,
                   VIEW_TOLIST, VIEW_OF_VIEW, HOST_INPLACE,
                   BLOCK_MASK, FLEX_ATTENTION, WAN_ROTARY_HALVES, SKYREELS_V2_ROTARY_HALVES,
-                  CHRONOEDIT_ROTARY_HALVES, WAN_ANIMATE_ROTARY_HALVES, HELIOS_ROTARY_HALVES,
-                  HELIOS_TWO_ROW_MODULATION):
+                  CHRONOEDIT_ROTARY_HALVES, WAN_ANIMATE_ROTARY_HALVES, HELIOS_ROTARY_HALVES):
         register(patch)
 
 

@@ -204,14 +204,8 @@ class ScanList(torch.nn.Module):
         return _Step(self, index)
 
     def run_all(self, args: tuple, kwargs: dict):
-        """Every block, as one scan, from the first block's call. A block forward with a
-        ``scan_inputs`` function (a patch's: porter/families/helios_modulation.py) has it
-        rewrite the bound arguments first: what every block reads of an input, taken once
-        outside the loop, which would otherwise take the input whole."""
+        """Every block, as one scan, from the first block's call."""
         bound = self._bound(args, kwargs)
-        prepare = getattr(type(self._template).forward, "scan_inputs", None)
-        if prepare is not None:
-            prepare(bound.arguments)
         carried = self._carried(bound)
         outputs = self._scan(bound, carried)
         self._last = (carried, outputs)
