@@ -11,6 +11,7 @@ import logging
 import os
 import shlex
 import sys
+import traceback
 import warnings
 
 from porter.cli import (
@@ -77,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES)
     parser.add_argument("--debug", action="store_true", help="show tracebacks and warnings "
                         "(also taken after the command: porter run R --debug)")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="Porter's version (for a bug report), then exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in SUBCOMMANDS.values():
         module.add(commands)
@@ -105,10 +108,29 @@ class _KeepsExamples(argparse.HelpFormatter):
         return (filled + "\n\n" if filled else "") + indent + marker + examples
 
 
+class _Version(argparse.Action):
+    """--version: the installed distribution's version (pyproject.toml's), looked up
+    only when asked (argparse's own action wants it as every command starts)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib import metadata
+
+        try:
+            version = metadata.version("porter")
+        except metadata.PackageNotFoundError:  # a source tree on the path, not installed
+            version = "(not installed)"
+        print(f"porter {version}")
+        parser.exit()
+
+
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
     """The arguments; overrides (KEY=VALUE) may come before or after flags, and
-    ``--debug`` anywhere (every hint says to add it: users add it at the end)."""
+    ``--debug`` anywhere (every hint says to add it: users add it at the end). With no
+    arguments at all, the help (what a first try wants), exit 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        parser.print_help(sys.stderr)
+        raise SystemExit(2)
     rest = [word for word in argv if word != "--debug"]
     _unknown_command(parser, rest)
     args, extra = parser.parse_known_args(rest)
@@ -185,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted by {exc}{kept}", file=sys.stderr)
         return exc.exit_code
     except PorterError as exc:
-        if args.debug:
-            raise
+        if args.debug:  # the traceback asked for, and still the user's error's exit code
+            traceback.print_exc()
         print(exc.render(), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

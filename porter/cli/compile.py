@@ -34,7 +34,9 @@ def add(commands) -> None:
                              "v5e-8 or v5litepod-8, v5p-8, v4-8, v6e-16, v7x-8, ...)")
     parser.add_argument("--program", action="append", metavar="NAME",
                         help="compile only this program (e.g. transformer.forward, "
-                             "vae.decode; repeat for more); every weight still counts")
+                             "vae.decode; Wan's streamed decode: vae.decode_chunk; a "
+                             "wrong name is answered with the recipe's list; repeat for "
+                             "more); every weight still counts")
     parser.add_argument("--choose-mesh", action="store_true",
                         help="compile the recipe with every mesh of the target's chips "
                              "(the guidance batch over dp; the rest over tp, sp, ring or "

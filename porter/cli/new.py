@@ -14,7 +14,7 @@ def add(commands) -> None:
         "defaults or extending an existing recipe.")
     parser.add_argument("name", help="recipe name (written to recipes/NAME.yaml) or a path")
     parser.add_argument("--family", help="model family (`porter plugins`); with --from, "
-                        "the existing recipe's unless given")
+                        "the existing recipe's (a different one is refused)")
     parser.add_argument("--from", dest="base", metavar="EXISTING",
                         help="an existing recipe to extend")
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
@@ -25,7 +25,13 @@ def handle(args) -> int:
     from porter import registry as registry_mod
     from porter.commands import new  # lazy: only the subcommand asked for is imported
 
-    family = args.family or (new.base_family(args.base) if args.base else None)
+    based = new.base_family(args.base) if args.base else None
+    if args.family and based and args.family != based:  # the base's family is what runs
+        raise UsageError(f"--family {args.family} differs from {based}, the family of "
+                         f"{args.base}: a recipe extending it runs as {based}",
+                         hint="drop --family to extend it, or drop --from to start a "
+                         f"{args.family} recipe of its own")
+    family = args.family or based
     if family is None:
         raise UsageError("porter new needs --family (or --from an existing recipe)",
                          hint="`porter plugins` lists the families, e.g. --family wan")

@@ -33,11 +33,13 @@ def handle(args) -> int:
 
     loaded = common.load_recipe(args)
     devices, target = common.devices_for(args)
-    problems = validate(loaded, registry_mod.loaded(), devices, target)
+    skipped: list[str] = []
+    problems = validate(loaded, registry_mod.loaded(), devices, target, skipped)
     if problems:
         print(RecipeError(problems).render(), file=sys.stderr)
         return 2
     where = f" on {target.name} ({devices} chips)" if target else \
         f" on {devices} devices" if devices else ""
-    print(f"{args.recipe}: ok ({loaded.model.family}, mesh {mesh_text(loaded.mesh)}{where})")
+    print(f"{args.recipe}: ok ({loaded.model.family}, mesh {mesh_text(loaded.mesh)}{where})"
+          + "".join(f"; {what}" for what in skipped))
     return 0

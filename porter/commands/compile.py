@@ -64,8 +64,9 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
                  for p in programs]
         unknown = sorted(set(only).difference(*names))
         if unknown:
+            known = ", ".join(dict.fromkeys(p.name for p in programs))  # each name once
             raise UsageError(f"no program {', '.join(unknown)} in this recipe's run",
-                             hint="programs: " + (", ".join(p.name for p in programs) or (
+                             hint="programs: " + (known or (
                                  f"none ({not_found})" if not_found else "none")))
         # before finding submodule calls: that dry run is for the programs asked for
         programs = [p for p, named in zip(programs, names) if named & set(only)]

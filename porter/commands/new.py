@@ -27,6 +27,9 @@ mesh: {{dp: auto}}                # named axes; e.g. {{dp: 2, tp: 4}}
 generate:
 {generate}
 patches: [{patches}]   # names from `porter patches`
+setup: {{}}                       # e.g. {{vae: [enable_tiling]}} (diffusers' own set-up methods)
+scheduler: {{}}                 # e.g. {{name: UniPCMultistepScheduler, config: {{flow_shift: 5}}}}
+lora: []                        # e.g. [{{file: loras/style.safetensors, scale: 0.8}}]
 rotary: {{precompute: {rotary}}}   # {rotary_note}
 
 dtypes:
@@ -41,8 +44,10 @@ sharding:
 
 attention: {{backend: null}}      # null keeps torchax's lowering; or auto, blockwise, splash, ...
 compile: {{}}                     # e.g. transformer: {{methods: [forward], static_argnames: [return_dict]}}
+cache: {{}}                       # step caching, e.g. {{method: first_block, threshold: 0.05}}
 verify: {{}}                      # e.g. {{tolerance: 1.0e-5}}
 output: {{fps: 16}}
+serve: {{preview_every: 2}}       # porter serve: a job's live preview every N steps
 """
 
 EXTENDING = """\
@@ -53,7 +58,8 @@ extends: {base}
 # mesh: {{dp: 2, tp: 4}}
 # generate: {{prompt: "...", height: 480, width: 832, frames: 81, steps: 50}}
 # patches: [...]                # replaces the base's list
-# dtypes: / quantize: / sharding: / rotary: / attention: / compile: / verify: / output:
+# setup: / scheduler: / lora: / dtypes: / quantize: / sharding: / rotary: / attention: /
+# compile: / cache: / verify: / output: / serve:
 """
 
 

@@ -18,10 +18,11 @@ if TYPE_CHECKING:
 
 
 def validate(recipe: Recipe, registry: Registry, devices: int | None = None,
-             target=None) -> list[Problem]:
+             target=None, skipped: list | None = None) -> list[Problem]:
     """Every problem; mesh and sharding for ``devices`` devices when given (as if: none
     need exist; of a TPU slice ``target``, a ``porter.aot.targets.Target``, with its
-    platform), else for the devices JAX sees."""
+    platform), else for the devices JAX sees. ``skipped`` is told which checks could
+    not be made (a model with no configuration here)."""
     problems = checks.input_problems(recipe, registry)
     if problems:
         return problems  # shape checks need a sound recipe and build the same model
@@ -34,7 +35,7 @@ def validate(recipe: Recipe, registry: Registry, devices: int | None = None,
                                     target and target.name)
     if target is not None:  # a full 8-bit format the chip runs no faster
         problems += quantize.chip_problems(recipe, target.platform, target.facts.name)
-    return problems or (checks.shape_problems(recipe, registry, devices)
+    return problems or (checks.shape_problems(recipe, registry, devices, skipped)
                         + write_problems(recipe))
 
 

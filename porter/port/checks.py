@@ -218,14 +218,19 @@ def mesh_problems(recipe: Recipe, registry: Registry, devices: int | None = None
 
 
 def shape_problems(recipe: Recipe, registry: Registry,
-                   devices: int | None = None) -> list[Problem]:
+                   devices: int | None = None, skipped: list | None = None) -> list[Problem]:
     """Every pass's ``fit`` against the model's shapes (meta device, no weights), for
     the devices JAX sees or ``devices`` devices; with the devices JAX sees, also the
-    memory one layer's attention needs against what a device has."""
+    memory one layer's attention needs against what a device has. ``skipped`` is told
+    what could not be checked, and why."""
     family = registry.family(recipe.model.family)
     modules = abstract.sketches(family, recipe)
-    if modules is None:
-        return []  # no configuration to check against (a hub id, offline)
+    if modules is None:  # no configuration to check against (a hub id, offline)
+        if skipped is not None:
+            skipped.append(f"shapes and sharding rules not checked: no configuration of "
+                           f"{recipe.model.source} here (download it, or point "
+                           "model.source at a saved pipeline)")
+        return []
     try:
         axes = resolve_mesh(recipe.mesh, estimates.device_count(recipe, devices),
                             given=devices is not None)

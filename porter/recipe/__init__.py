@@ -196,11 +196,18 @@ def _schedule_counts_steps(data: dict, locations: dict, layer) -> None:
 
 
 def parse_override(text: str) -> tuple[KeyPath, Any]:
-    """``generate.steps=4`` -> (("generate", "steps"), 4); the value is YAML."""
+    """``generate.steps=4`` -> (("generate", "steps"), 4); the value is YAML, except
+    for a key that holds text (``_takes_text``)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
         raise RecipeError([Problem(key, f"override {text!r} is not KEY.PATH=VALUE",
                                    file=OVERRIDE_FILE, hint="e.g. generate.steps=4")])
+    path = tuple(key.strip().split("."))
+    if _takes_text(path) and not raw.strip().startswith(("'", '"')) \
+            and raw.strip() not in NULLS:
+        # a prompt as typed: read as YAML, "a fox: running" would be a mapping, "no" a
+        # boolean, and "a fox #1" would lose its tail to a comment without a word
+        return path, raw.strip()
     try:
         value = parse_value(raw) if raw.strip() else ""
     except Refused as exc:  # well-formed, but what no recipe may hold (a tag, a bomb)
@@ -210,7 +217,26 @@ def parse_override(text: str) -> tuple[KeyPath, Any]:
         if _bracketed(raw):  # meant as a whole list or mapping: say why it is not one
             raise RecipeError([_not_yaml(key, exc)]) from None
         value = raw  # a string with YAML punctuation in it ("[cinematic] a cat")
-    return tuple(key.strip().split(".")), value
+    return path, value
+
+
+#: the two spellings of ``X | Y`` an annotation may have
+UNIONS = (Union, types.UnionType)
+#: what an override writes to unset an optional key ("generate.prompt=null")
+NULLS = frozenset({"null", "Null", "NULL", "~"})
+
+
+def _takes_text(path: KeyPath) -> bool:
+    """Whether the recipe key at ``path`` holds text and nothing else (``str``, or
+    ``str | None``): a prompt, a folder. Its override value is the text as typed
+    (quoted, it is read as YAML: escapes, surrounding spaces)."""
+    owner = _model_at(RecipeSpec, path[:-1])
+    field = owner.model_fields.get(path[-1]) if owner is not None else None
+    if field is None:
+        return False
+    annotation = field.annotation
+    kinds = set(get_args(annotation)) if get_origin(annotation) in UNIONS else {annotation}
+    return str in kinds and kinds <= {str, type(None)}
 
 
 def _bracketed(raw: str) -> bool:

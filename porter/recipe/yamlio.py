@@ -248,10 +248,26 @@ def _syntax_error(exc: yaml.YAMLError, file: str, text: str) -> RecipeError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     line = mark.line + 1 if mark else None
     reason = getattr(exc, "problem", None) or str(exc)
+    opened = _opened(exc)
+    if opened is not None and line is not None and opened.line + 1 != line:
+        # a quote or bracket left open is found where the text ends or stops fitting:
+        # the line to mend is where it opened
+        reason = f"{reason} on line {line}, {exc.context.removeprefix('while ')} that " \
+            "opens here"
+        line = opened.line + 1
     if isinstance(exc, Refused):
         return RecipeError([Problem("", reason, file=file, line=line, hint=exc.hint)])
     return RecipeError([Problem("", f"YAML syntax error: {reason}", file=file, line=line,
                                 hint=SYNTAX_HINT)])
+
+
+def _opened(exc: yaml.YAMLError):
+    """Where the quote or bracket ``exc`` found unclosed was opened, else None (a
+    block mapping's context is where the mapping starts, not what to mend)."""
+    context = getattr(exc, "context", None) or ""
+    if "quoted scalar" in context or "flow" in context:
+        return getattr(exc, "context_mark", None)
+    return None
 
 
 def _parse(text: str, file: str) -> tuple[Any, dict[KeyPath, Location]]:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from porter.errors import UsageError, environment_problem, is_environment_error
+from porter.errors import UsageError, environment_problem
 from porter.runtime import atomic
 
 if TYPE_CHECKING:
@@ -45,11 +45,12 @@ def prepare(directory: Path) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
         atomic.probe(directory)
-    except OSError as exc:
-        if is_environment_error(exc):
-            raise environment_problem(exc, "cannot write the output directory",
-                                      directory) from None
-        raise
+    except OSError as exc:  # whatever the system says (/proc/x: no such file), it is
+        # the path's problem, not Porter's
+        problem = environment_problem(exc, "cannot write the output directory", directory)
+        if problem.hint is None:
+            problem.hint = "give output.dir a folder that can be created and written"
+        raise problem from None
 
 
 class Busy(UsageError):

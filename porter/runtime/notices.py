@@ -9,6 +9,7 @@ away) goes through here instead, so it is seen and recorded.
 from __future__ import annotations
 
 import sys
+import time
 
 from porter.runtime import distributed
 
@@ -46,9 +47,43 @@ BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]
 
 def progress_bar(total: int, initial: int, desc: str, unit: str, shown: bool):
     """A progress bar on stderr (tqdm), as a context manager that closes it: a denoising
-    loop's steps, a batch's videos. Hidden unless ``shown``, and where stderr is not a
-    terminal (a log file would fill with its redrawn lines; the status lines stay)."""
+    loop's steps, a batch's videos. Hidden unless ``shown``; where stderr is not a
+    terminal (a log file, which would fill with its redrawn lines), a status line every
+    ``LOG_EVERY_S`` seconds instead, so a long run's log is never silent for minutes."""
+    if shown and not sys.stderr.isatty():
+        return _Logged(total, initial, desc, unit)
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, desc=desc, unit=unit, file=sys.stderr,
                 disable=None if shown else True, dynamic_ncols=True, bar_format=BAR_FORMAT)
+
+
+#: seconds between two progress lines in a log (a bar redraws; a log only appends)
+LOG_EVERY_S = 10.0
+
+
+class _Logged:
+    """A progress bar's calls (update, set_postfix_str) as status lines: one once
+    ``LOG_EVERY_S`` have passed since the last (or since the start), none faster."""
+
+    def __init__(self, total: int, initial: int, desc: str, unit: str):
+        self.total, self.n, self.desc, self.unit = total, initial, desc, unit
+        self.postfix = ""
+        self.last = time.monotonic()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def set_postfix_str(self, text: str) -> None:
+        self.postfix = text
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self.last >= LOG_EVERY_S:
+            self.last = now
+            status(f"{self.desc}: {self.n}/{self.total} {self.unit}s"
+                   + (f" ({self.postfix})" if self.postfix else ""))

@@ -212,7 +212,7 @@ def shape_problems(recipe: Recipe, component: str, assignments: list[Assignment]
             problems.append(recipe.problem(
                 f"sharding.weights.{component}.{i}.match",
                 f"{component}: rule {rule.match!r} matches no tensor (a typo?)",
-                hint="`porter plan` lists tensor names; earlier rules win"))
+                hint="`porter inspect` lists tensor names; earlier rules win"))
     limit = recipe.sharding.report_replicated_mb * 2**20
     large = [a for a in assignments if a.split(axes) == 1 and a.nbytes > limit]
     if rules and large and math.prod(axes.values()) > 1:

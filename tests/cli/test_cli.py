@@ -4,7 +4,6 @@ flags and overrides in any order."""
 import pytest
 
 from porter import cli
-from porter.errors import RecipeError
 
 from support import RECIPES, TINY_RECIPE
 
@@ -85,9 +84,13 @@ def test_internal_failure_is_exit_1_without_traceback(capsys, monkeypatch, write
     assert code == 1 and "internal error: ZeroDivisionError" in err and "--debug" in err
 
 
-def test_debug_shows_traceback(write):
-    with pytest.raises(Exception):
-        cli.main(["--debug", "run", str(write("r.yaml", "model: [")), ])
+def test_debug_shows_traceback_and_keeps_the_exit_code(capsys, write):
+    """--debug adds the traceback; a recipe's problem is still the user's (exit 2,
+    with its message), not a Porter bug (exit 1)."""
+    code = cli.main(["--debug", "run", str(write("r.yaml", "model: ["))])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback (most recent call last)" in err
+    assert "RecipeError" in err and "YAML syntax error" in err.split("RecipeError")[-1]
 
 
 def test_plugins_lists_registrations(capsys):
@@ -108,10 +111,10 @@ def test_stray_argument_is_a_usage_error(capsys, write):
     assert info.value.code == 2 and "--bogus" in capsys.readouterr().err
 
 
-def test_debug_is_taken_after_the_command_too(write):
+def test_debug_is_taken_after_the_command_too(capsys, write):
     """Every hint says "rerun with --debug"; users add it at the end."""
-    with pytest.raises(RecipeError):
-        cli.main(["run", str(write("r.yaml", "model: [")), "--debug"])
+    code = cli.main(["run", str(write("r.yaml", "model: [")), "--debug"])
+    assert code == 2 and "Traceback (most recent call last)" in capsys.readouterr().err
 
 
 def test_a_misspelled_command_or_flag_is_named_with_the_nearest(capsys):
@@ -168,3 +171,27 @@ def test_a_missing_recipe_points_at_the_nearest_name(capsys, tmp_path):
     assert code == 2 and f"did you mean {RECIPES / 'wan-tiny.yaml'}?" in err
     code, _, err = porter(capsys, "validate", str(tmp_path / "nothing-like-it.yaml"))
     assert code == 2 and f"Porter's own recipes are in {RECIPES}" in err
+
+
+def test_the_version_and_no_arguments_at_all(capsys):
+    """--version for a bug report (on stdout, exit 0); `porter` alone shows the help
+    (exit 2, as any call without its command), not argparse's one-line complaint."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0 and out.startswith("porter ") and len(out.split()) == 2
+    with pytest.raises(SystemExit) as info:
+        cli.main([])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "examples:" in err and "exit codes:" in err
+
+
+def test_validate_says_what_it_could_not_check(capsys, write):
+    """A hub id with no configuration here (offline): ok, but not silently for the
+    shapes and sharding rules it had nothing to check against."""
+    path = write("r.yaml", "model: {family: generic, source: someone/not-here-model}\n"
+                 "generate: {prompt: a cat, height: 32, width: 32, frames: 9, steps: 2}\n"
+                 "sharding: {weights: {transformer: [{match: 'nothing', spec: [dp]}]}}\n")
+    code, out, _ = porter(capsys, "validate", str(path))
+    assert code == 0 and "shapes and sharding rules not checked: no configuration of " \
+        "someone/not-here-model here" in out

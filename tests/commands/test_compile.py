@@ -133,15 +133,17 @@ def test_a_step_shared_by_two_experts_counts_both_halves():
 
 @needs_libtpu
 def test_tiny_wan_compiled_for_v5e_holds_the_plans_weights(tmp_path):
-    """In a fresh process, as a user runs it: every program compiled by the TPU
-    compiler; each chip holds the weights `porter plan` puts on it, and the weights a
-    compiled program takes per chip are its component's share of them."""
+    """In a fresh process, as a user runs it (then `porter plan` in the same one):
+    every program compiled by the TPU compiler; each chip holds the weights `porter
+    plan` puts on it, and the weights a compiled program takes per chip are its
+    component's share of them."""
     tiny = str(RECIPES / "wan-tiny-tp.yaml")
     (tmp_path / "hlo").mkdir()
     (tmp_path / "hlo" / "99-vae.decode_chunk.hlo").write_text("an earlier compile's")
     (tmp_path / "hlo" / "notes.txt").write_text("the user's")
-    out = user_porter("compile", tiny, "--target", "v5e-8", "--json", "--hlo",
-                      tmp_path / "hlo")
+    out, planned_out = porter_calls(
+        ["compile", tiny, "--target", "v5e-8", "--json", "--hlo", tmp_path / "hlo"],
+        ["plan", tiny, "--devices", "8", "--json"])
     assert out.returncode == 0, out.stderr
     # each program's optimized HLO kept, with the compiler's estimate of its cycles;
     # an earlier compile's files replaced, nothing else touched
@@ -154,7 +156,7 @@ def test_tiny_wan_compiled_for_v5e_holds_the_plans_weights(tmp_path):
     assert any(e.kind == "convolution" and e.cycles > 0 for e in decode)
     assert "internal error" not in out.stderr and "E0000" not in out.stderr
     report = json.loads(out.stdout)
-    plan = json.loads(user_porter("plan", tiny, "--devices", "8", "--json").stdout)
+    plan = json.loads(planned_out.stdout)
     assert report["weights_per_chip"]["total"] == plan["weights_bytes_per_device"]
     planned = {c["component"]: c["bytes_per_device"] for c in plan["components"]}
     assert report["weights_per_chip"]["components"] == planned
@@ -178,12 +180,13 @@ def test_tiny_wan_compiled_for_v5e_holds_the_plans_weights(tmp_path):
     assert whole["stages_s"]["encode"] == pytest.approx(encoder["call_bound_s"]
                                                         * encoder["calls"])
     assert whole["bound_s"] == pytest.approx(sum(whole["stages_s"].values()))
-    assert "a whole video, a lower bound" in user_porter("compile", tiny, "--target",
-                                                         "v5e-8").stdout
-    # beside a published whole video (as MaxDiffusion's sit beside Wan 14B's compile):
-    # the bound taken to the published step count
+    # what `porter compile` prints without --json: the same report, rendered
     from porter.aot import roofline
     from porter.commands.compile import render
+
+    assert "a whole video, a lower bound" in render(report)
+    # beside a published whole video (as MaxDiffusion's sit beside Wan 14B's compile):
+    # the bound taken to the published step count
 
     anchor = roofline.Anchor("x", "v5e-8", 64, 64, 17, 0.5, "25 s for 50 steps", "url",
                              steps=50)

@@ -14,9 +14,10 @@ def test_new_recipe_validates(tmp_path, monkeypatch, capsys):
     path = tmp_path / "recipes" / "mine.yaml"
     text = path.read_text()
     assert text.startswith("# porter run recipes/mine.yaml")
-    for section in ("model:", "runtime:", "mesh:", "generate:", "patches:", "rotary:",
-                    "dtypes:", "sharding:", "attention:", "compile:", "verify:", "output:"):
-        assert section in text, section
+    from porter.recipe.schema import RecipeSpec
+
+    for section in RecipeSpec.model_fields:  # every section, as the help says
+        assert f"\n{section}:" in text, section
     assert validate(recipe.load(path), registry_mod.loaded()) == []
     assert cli.main(["new", "mine", "--family", "wan"]) == 2  # no silent overwrite
     assert "exists" in capsys.readouterr().err
@@ -61,3 +62,14 @@ def test_from_an_existing_recipe_its_family_is_taken_and_a_misspelled_one_is_nam
     assert "did you mean 'wan'?" in capsys.readouterr().err
     assert cli.main(["new", "other"]) == 2
     assert "needs --family (or --from an existing recipe)" in capsys.readouterr().err
+
+
+def test_a_family_other_than_the_base_recipes_is_refused(tmp_path, monkeypatch, capsys):
+    """A recipe extending a Wan recipe runs as Wan: --family cogvideox with it would
+    write a header that says otherwise."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["new", "x", "--from", str(RECIPES / "wan-tiny.yaml"),
+                     "--family", "cogvideox"]) == 2
+    err = capsys.readouterr().err
+    assert "--family cogvideox differs from wan" in err and "drop --family" in err
+    assert not (tmp_path / "recipes" / "x.yaml").exists()

@@ -90,7 +90,19 @@ def test_yaml_syntax_error_points_at_line(write):
     path = write("broken.yaml", "model:\n  family: wan\n  source: [tiny\ngenerate: {}\n")
     [problem] = problems_of(path)
     assert "YAML syntax error" in problem.message
-    assert problem.line in (3, 4)
+    assert problem.line == 3  # where the bracket opened, not where YAML gave up
+    assert "on line 4" in problem.message and "flow sequence that opens here" in \
+        problem.message
+
+
+def test_an_unclosed_quote_is_found_where_it_opens(write):
+    path = write("quote.yaml", 'model: {family: wan, source: tiny}\ngenerate:\n  prompt: "a '
+                 'cat\n  steps: 2\n  height: 64\n')
+    [problem] = problems_of(path)
+    assert problem.line == 3 and "quoted scalar that opens here" in problem.message
+    # a badly indented key: where it is, not where its mapping started
+    [problem] = problems_of(write("indent.yaml", "model:\n  family: wan\n   source: tiny\n"))
+    assert problem.line == 3 and "opens here" not in problem.message
 
 
 def test_missing_file_is_a_recipe_error(tmp_path):
@@ -138,6 +150,24 @@ def test_an_override_meant_as_a_list_that_is_not_yaml_says_why(write):
     # a string with YAML punctuation in it, not bracketed as a whole, stays a string
     for prompt in ("a [b", "[cinematic] a cat", "{style} a cat, [blurry]"):
         assert recipe.load(path, [f"generate.prompt={prompt}"]).generate.prompt == prompt
+
+
+def test_a_text_key_takes_its_override_as_typed(write):
+    """A prompt is text whatever YAML would make of it: a '#' is not a comment that
+    cuts it short, 'a: b' not a mapping, 1984 not a number, no not a boolean. Quoted,
+    it is read as YAML (its escapes); null unsets it."""
+    path = write("r.yaml", TINY_RECIPE)
+    for prompt in ("a red fox #1 in the snow, 4k", "a fox: running", "1984", "no",
+                   "[cinematic] a cat {style}"):
+        loaded = recipe.load(path, [f"generate.prompt={prompt}",
+                                    f"generate.negative_prompt={prompt}"])
+        assert loaded.generate.prompt == loaded.generate.negative_prompt == prompt
+    assert recipe.load(path, ['generate.prompt="a\\tb "']).generate.prompt == "a\tb "
+    assert recipe.load(path, ["generate.prompt=null"]).generate.prompt is None
+    # a key that is not text alone still reads YAML
+    assert recipe.load(path, ["generate.steps=3"]).generate.steps == 3
+    [problem] = problems_of(path, ["attention.skip=oops"])
+    assert problem.path.startswith("attention.skip")
 
 
 def test_malformed_override(write):

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,17 @@ def test_a_read_only_output_dir_fails_before_loading(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "Read-only file system" in done.stderr and "read-only" in done.stderr
     assert "loading" not in done.stderr  # found before any weight
+
+
+def test_an_output_dir_the_system_will_not_create_is_the_users_problem():
+    """/proc refuses a new folder with "no such file": the path's problem (exit 2, the
+    system's words, a hint), not an internal error."""
+    from porter.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        outputs.prepare(Path("/proc/porter-cannot-make-this"))
+    assert "cannot write the output directory: No such file or directory" in \
+        refused.value.render() and "give output.dir a folder" in refused.value.render()
 
 
 def test_an_output_dir_that_is_a_file_fails_before_loading(tmp_path):
