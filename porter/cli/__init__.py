@@ -57,6 +57,8 @@ examples:
   porter compile recipes/wan14b.yaml --target v6e-8   will it fit? the TPU compiler says
   porter compile recipes/wan14b.yaml --target v7x-16 --choose-mesh --program transformer.forward
   porter verify recipes/wan-tiny.yaml               port vs PyTorch, block by block
+  porter bench recipes/wan-tiny.yaml                one step beside PyTorch eager
+  porter bench recipes/wan-tiny.yaml --video        a whole video beside diffusers' pipeline
   porter calibrate recipes/wan-tiny.yaml            MagCache's ratios for a cache: section
   porter inspect recipes/wan1.3b.yaml               tensor patterns to write rules for
   porter new mymodel --family wan                   a commented starter recipe

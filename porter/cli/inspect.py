@@ -14,7 +14,7 @@ def add(commands) -> None:
         "inspect", help=HELP,
         description="Each component's tensors grouped into name patterns (block numbers as "
         "*) with shapes, dtypes and counts, and which sharding and dtype rule matches each.")
-    common.recipe_args(parser, json=True)
+    common.recipe_args(parser, json=True, example="model.dtype=bfloat16")
 
 
 def handle(args) -> int:

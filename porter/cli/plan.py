@@ -16,7 +16,7 @@ def add(commands) -> None:
         "bytes, bytes per device (sharded and replicated), and the total per device. "
         "Needs no weights, and no devices of the mesh's size: --devices N plans for N "
         "(the default is the devices JAX sees here, one on a plain CPU machine).")
-    common.recipe_args(parser, json=True)
+    common.recipe_args(parser, json=True, example="mesh.tp=8")
     common.devices_arg(parser, "plan for N devices (none need exist here; default: the "
                        "devices JAX sees)")
     common.target_arg(parser)

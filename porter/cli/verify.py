@@ -17,7 +17,7 @@ def add(commands) -> None:
         "the max absolute and relative error of every module matching verify.modules, the "
         "first one over verify.tolerance, and the final output's error. Exit code 3 when "
         "over tolerance.")
-    common.recipe_args(parser, json=True)
+    common.recipe_args(parser, json=True, example="verify.tolerance=1e-4")
     parser.add_argument("--sharded", action="store_true",
                         help="compare the sharded port with the same port on one device")
 

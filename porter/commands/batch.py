@@ -154,6 +154,10 @@ def _json_item(item: Item, content: str) -> None:
     item.settings = data
 
 
+#: the bad items a batch of nothing but bad items names, each on its line
+SHOWN = 10
+
+
 def check_items(items: list[Item], recipe: Recipe, registry: Registry, path: Path) -> None:
     """Each item's recipe, checked without weights; a bad item gets its problem."""
     for item in items:
@@ -163,7 +167,9 @@ def check_items(items: list[Item], recipe: Recipe, registry: Registry, path: Pat
             item.recipe = checks.with_settings(recipe, registry, item.settings,
                                                str(path), item.line)
         except RecipeError as exc:
-            item.problem = "; ".join(f"{p.path}: {p.message}" for p in exc.problems)
+            item.problem = "; ".join(f"{p.path}: {p.message}"
+                                     + (f" ({p.hint})" if p.hint else "")
+                                     for p in exc.problems)
 
 
 def run_batch(recipe: Recipe, registry: Registry, prompts: Path, progress: bool = True,
@@ -185,9 +191,10 @@ def run_batch(recipe: Recipe, registry: Registry, prompts: Path, progress: bool 
     check_items(items, recipe, registry, prompts)
     bad = [item for item in items if item.problem]
     if len(bad) == len(items):
-        raise UsageError(f"--prompts {prompts}: no item can run: line {bad[0].line}: "
-                         f"{bad[0].problem}" + (f" (and {len(bad) - 1} more)"
-                                                if len(bad) > 1 else ""))
+        shown = bad[:SHOWN]  # each line's problem, as a recipe's are all said at once
+        raise UsageError(f"--prompts {prompts}: no item can run:" + "".join(
+            f"\n  line {item.line}: {item.problem}" for item in shown)
+            + (f"\n  (and {len(bad) - len(shown)} more)" if len(bad) > len(shown) else ""))
     if share is not None:
         items = [item for item in items if share(item)]
         bad = [item for item in bad if share(item)]

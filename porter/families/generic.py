@@ -184,8 +184,8 @@ class GenericFamily(ModelFamily):
             if value is not None and not recipe.file_path(f"generate.{key}", value).exists():
                 what = {**KIND_NAMES, "latents": "a run's latents.safetensors"}[kind]
                 found.append(recipe.problem(f"generate.{key}", f"no such file: {value}",
-                                            hint=f"give {what} (a relative path is read "
-                                            "from the recipe's folder)"))
+                                            hint=f"give {what} ("
+                                            + recipe.relative_paths(f"generate.{key}") + ")"))
             elif value is not None and kind == "latents":
                 try:  # its header only: the tensor is read when the run starts
                     latents_names(recipe.file_path("generate.latents", value))

@@ -239,8 +239,13 @@ def _load_error(cls, source: str, exc: Exception) -> LoadError:
     hint = ("the files must be in the local Hugging Face cache when HF_HUB_OFFLINE=1"
             if offline else "no network? download once elsewhere and point "
             "model.source at the local directory")
-    return LoadError(f"cannot load {source!r} as {cls.__name__}: {first_line(exc)}",
-                     hint=hint)
+    # diffusers' words point at a stack trace a user is not shown: what it says is all
+    reason = first_line(exc).replace(STACK_POINTER, "").strip()
+    return LoadError(f"cannot load {source!r} as {cls.__name__}: {reason}", hint=hint)
+
+
+#: the sentence diffusers ends a failed hub lookup with
+STACK_POINTER = "Please check out the root cause in the stacktrace above."
 
 
 def _eval(pipe) -> None:

@@ -237,6 +237,33 @@ def _missing(model, expected: dict, found: dict[str, Entry], folder: Path) -> li
 
 # --- the whole directory ------------------------------------------------------------
 
+def configuration_problems(root: Path) -> list[str]:
+    """What keeps a save_pretrained directory's model from being built at all, each
+    file named: an unreadable model_index.json, a component's missing or unreadable
+    config.json (the weights are ``directory_problems``' to check)."""
+    index = root / "model_index.json"
+    try:
+        classes = abstract.module_classes(root)
+    except ValueError as exc:  # JSONDecodeError: where in the file
+        return [f"{index} is not valid JSON: {exc}"]
+    except OSError as exc:
+        return [f"{index} cannot be read: {exc.strerror or exc}"]
+    except (AttributeError, IndexError, TypeError):  # JSON, but not an index's form
+        return [f"{index} is not a diffusers pipeline index (a JSON object of "
+                "component: [library, class])"]
+    out = []
+    for name in classes:
+        config = root / name / "config.json"
+        if not config.is_file():
+            out.append(f"{name}: {config} is missing (model_index.json names {name})")
+            continue
+        try:
+            json.loads(config.read_text())
+        except (OSError, ValueError) as exc:
+            out.append(f"{name}: {config} cannot be read as JSON: {exc}")
+    return out
+
+
 def directory_problems(root: Path, elsewhere: tuple[str, ...] = ()) -> list[str]:
     """Every problem in the weight files of a save_pretrained directory; the components
     ``elsewhere`` (whose weights come from another file) need only their configuration."""

@@ -144,8 +144,14 @@ def model_problems(recipe: Recipe, registry: Registry) -> list[Problem]:
         key, what = "model.config", "this configuration"
     elif kind == "local":
         key, what = "model.source", "the configuration files in this checkpoint"
+        folder = Path(recipe.model.source).expanduser()
+        missing = checkpoints.configuration_problems(folder)
+        if missing:  # each file named, before a constructor's or loader's own words
+            return [recipe.problem(key, problem, hint="is it a complete diffusers "
+                                   "directory, as save_pretrained writes it? re-download "
+                                   "it, or re-save the pipeline") for problem in missing]
         try:
-            values = config_values.problems(Path(recipe.model.source).expanduser())
+            values = config_values.problems(folder)
         except Exception:  # noqa: BLE001 - an unreadable index: the build below says why
             values = []
         if values:

@@ -217,6 +217,13 @@ def parse_override(text: str) -> tuple[KeyPath, Any]:
         if _bracketed(raw):  # meant as a whole list or mapping: say why it is not one
             raise RecipeError([_not_yaml(key, exc)]) from None
         value = raw  # a string with YAML punctuation in it ("[cinematic] a cat")
+    glued = [k for k, v in value.items() if isinstance(k, str) and ":" in k and v is None] \
+        if isinstance(value, dict) else []
+    if glued:  # {dp:2} is YAML for a key "dp:2" with no value
+        raise RecipeError([Problem(key, f"override value {raw.strip()!r} reads {glued[0]!r} "
+                                   "as one key with no value", file=OVERRIDE_FILE,
+                                   hint="YAML needs a space after each colon: "
+                                   + glued[0].replace(":", ": ", 1))])
     return path, value
 
 

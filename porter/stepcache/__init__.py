@@ -88,8 +88,8 @@ def _ratio_problems(recipe: Recipe, chosen) -> list:
     path = recipe.file_path("cache.mag_ratios", ratios)
     if not path.is_file():
         return [recipe.problem("cache.mag_ratios", f"{ratios!r} is not a file",
-                               hint="`porter calibrate` writes one; paths are relative "
-                                    "to the recipe's folder")]
+                               hint="`porter calibrate` writes one; "
+                                    + recipe.relative_paths("cache.mag_ratios"))]
     try:
         calibration.read(path)
     except ValueError as exc:

@@ -195,3 +195,12 @@ def test_validate_says_what_it_could_not_check(capsys, write):
     code, out, _ = porter(capsys, "validate", str(path))
     assert code == 0 and "shapes and sharding rules not checked: no configuration of " \
         "someone/not-here-model here" in out
+
+
+def test_arguments_in_the_wrong_order_are_named_as_that(capsys, write):
+    path = str(write("r.yaml", TINY_RECIPE))
+    code, _, err = porter(capsys, "validate", "generate.steps=2", path)
+    assert code == 2 and "an override where the recipe file belongs" in err
+    assert "porter validate RECIPE.yaml generate.steps=2" in err
+    code, _, err = porter(capsys, "validate", path, path)
+    assert code == 2 and "takes one recipe" in err and "extends" in err

@@ -160,9 +160,14 @@ def test_a_file_with_no_runnable_item_stops_before_loading(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(TINY_RECIPE)
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text('{"prompt": "x", "image": "missing.png"}\n')
+    prompts.write_text('{"prompt": "x", "image": "missing.png"}\n'
+                       '{"prompt": "y", "stepz": 2}\n')
     done = porter_cli("run", recipe, "--prompts", prompts, f"output.dir={tmp_path / 'o'}")
     assert done.returncode == 2 and "no item can run" in done.stderr
+    # every line's problem, with its hint, not the first alone
+    assert "line 1: generate.image" in done.stderr
+    assert "line 2: generate.stepz: unknown key 'stepz' (did you mean 'steps'?)" in \
+        done.stderr
     assert "loading" not in done.stderr and "Traceback" not in done.stderr
 
 

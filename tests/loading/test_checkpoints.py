@@ -364,3 +364,15 @@ def test_a_pipeline_modules_transformers_model_is_built_as_transformers_builds_i
     assert (library, cls.__name__) == ("transformers", "StableDiffusionSafetyChecker")
     built = abstract.from_config_dir(library, cls, tmp_path / "safety_checker")
     assert next(built.parameters()).is_meta
+
+
+def test_a_failed_load_does_not_point_at_a_stack_trace_nobody_sees():
+    """diffusers ends a failed hub lookup with "check out the root cause in the
+    stacktrace above": a user is shown no stack trace, so the sentence goes."""
+    from porter import loading
+
+    cls = type("SomePipeline", (), {})
+    error = loading._load_error(cls, "org/none", OSError(
+        "Cannot load model org/none: not cached. " + loading.STACK_POINTER))
+    assert error.message == "cannot load 'org/none' as SomePipeline: Cannot load model " \
+        "org/none: not cached."

@@ -171,9 +171,14 @@ def test_model_config_of_a_checkpoint_is_refused(write):
 
 
 @pytest.mark.parametrize("files,expected", [
-    ({"model_index.json": "{"}, "JSONDecodeError"),
-    ({"model_index.json": '["not", "a", "mapping"]'}, "cannot be built"),
-    ({"model_index.json": '{"transformer": ["diffusers"]}'}, "IndexError"),
+    ({"model_index.json": "{"}, "model_index.json is not valid JSON: Expecting"),
+    ({"model_index.json": '["not", "a", "mapping"]'}, "is not a diffusers pipeline index"),
+    ({"model_index.json": '{"transformer": ["diffusers"]}'},
+     "is not a diffusers pipeline index"),
+    ({"model_index.json": '{"transformer": ["diffusers", "WanTransformer3DModel"]}'},
+     "transformer/config.json is missing (model_index.json names transformer)"),
+    ({"model_index.json": '{"transformer": ["diffusers", "WanTransformer3DModel"]}',
+      "transformer/config.json": '{"num_layers": 2'}, "cannot be read as JSON"),
     ({"model_index.json": '{"transformer": ["diffusers", "WanTransformer3DModel"]}',
       "transformer/config.json": '{"num_layers": "abc"}'},
      "num_layers: 'abc' is a string where an integer belongs"),

@@ -50,8 +50,11 @@ def test_python_tags_never_run(write, tmp_path):
             assert "is not allowed in a recipe" in rendered, rendered
         base = write(f"base{index}.yaml", places["value"])
         assert "is not allowed" in refusal(write(f"c{index}.yaml", f"extends: {base.name}\n"))
-        override = refusal(write("o.yaml", TINY_RECIPE), f"generate.prompt={payload}")
-        assert "overrides: generate.prompt: override YAML tag" in override
+        override = refusal(write("o.yaml", TINY_RECIPE), f"generate.extra={payload}")
+        assert "overrides: generate.extra: override YAML tag" in override
+        # a key that holds text takes it as typed: the tag is a prompt's words, not read
+        texted = recipe.load(write("t.yaml", TINY_RECIPE), [f"generate.prompt={payload}"])
+        assert texted.generate.prompt == payload
     assert not marker.exists()
 
 

@@ -170,6 +170,13 @@ def test_a_text_key_takes_its_override_as_typed(write):
     assert problem.path.startswith("attention.skip")
 
 
+def test_a_colon_without_its_space_in_an_override_is_named(write):
+    """{dp:2} is YAML for one key "dp:2" with no value: said as that, with the fix."""
+    [problem] = problems_of(write("r.yaml", TINY_RECIPE), ["mesh={dp:2}"])
+    assert problem.path == "mesh" and "reads 'dp:2' as one key with no value" in \
+        problem.message and problem.hint.endswith("dp: 2")
+
+
 def test_malformed_override(write):
     path = write("r.yaml", TINY_RECIPE)
     [problem] = problems_of(path, ["generate.steps"])

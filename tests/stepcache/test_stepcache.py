@@ -3,6 +3,7 @@ them, ratio files checked."""
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,6 +38,23 @@ def test_bad_cache_sections_are_recipe_errors(recipe_path, cache, message):
     problems = recipe_problems(loaded, registry())
     assert any(message in p.message for p in problems), [str(p) for p in problems]
     assert all(p.path.startswith("cache") for p in problems)
+
+
+def test_a_missing_ratio_file_says_where_a_relative_path_is_read_from(recipe_path,
+                                                                        tmp_path):
+    """From the command line, the current directory (as it is read); from the recipe
+    file, the recipe's folder."""
+    from porter import recipe as recipe_mod
+    from porter.registry import loaded as registry
+    from porter.port.checks import recipe_problems
+
+    overridden = recipe_mod.load(recipe_path, ["cache={method: magcache, mag_ratios: r.json}"])
+    [problem] = recipe_problems(overridden, registry())
+    assert problem.hint.endswith(f"a relative path is read from {Path.cwd()}")
+    written = tmp_path / "cached.yaml"
+    written.write_text(f"extends: {recipe_path}\ncache: {{method: magcache, mag_ratios: r.json}}\n")
+    [problem] = recipe_problems(recipe_mod.load(written), registry())
+    assert problem.hint.endswith(f"a relative path is read from {tmp_path.resolve()}")
 
 
 def test_unknown_parameter_lists_the_accepted_ones(recipe_path):
