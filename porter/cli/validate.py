@@ -6,7 +6,7 @@ import sys
 
 from porter.cli import common
 from porter.errors import RecipeError
-from porter.runtime import mesh_text
+from porter.runtime import mesh_text, resolve_mesh
 
 HELP = "check a recipe without loading weights"
 
@@ -40,6 +40,9 @@ def handle(args) -> int:
         return 2
     where = f" on {target.name} ({devices} chips)" if target else \
         f" on {devices} devices" if devices else ""
-    print(f"{args.recipe}: ok ({loaded.model.family}, mesh {mesh_text(loaded.mesh)}{where})"
+    # for a machine named (--devices, --target), the mesh as it will be (an auto axis
+    # filled); else as written (the devices here are JAX's to count: not imported)
+    mesh = resolve_mesh(loaded.mesh, devices) if devices else loaded.mesh
+    print(f"{args.recipe}: ok ({loaded.model.family}, mesh {mesh_text(mesh)}{where})"
           + "".join(f"; {what}" for what in skipped))
     return 0

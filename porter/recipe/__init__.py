@@ -92,7 +92,13 @@ def _lookup(locations: dict[KeyPath, Location], path: KeyPath, default: Path | N
     place, would point at a file without the section)."""
     for end in range(len(path), 0, -1):
         if path[:end] in locations:
-            return locations[path[:end]]
+            file, line = locations[path[:end]]
+            named = _overrides_inside(locations, path) if path and file != OVERRIDE_FILE \
+                else None
+            # a section of the file with keys the command line changed (mesh: in the
+            # file, mesh.dp=3 given): both are what the problem is about
+            return (f"{named} over {file}:{line}" if line else f"{named} over {file}",
+                    None) if named else (file, line)
     for end in range(len(path), 0, -1):
         if inside := _inside(locations, path[:end]):
             return inside
@@ -105,12 +111,20 @@ def _inside(locations: dict[KeyPath, Location], path: KeyPath) -> Location | Non
     inside = [key for key in locations if len(key) > len(path) and key[:len(path)] == path]
     if not path or not inside:
         return None
-    overrides = [".".join(map(str, key)) for key in inside
-                 if locations[key][0] == OVERRIDE_FILE]
+    named = _overrides_inside(locations, path)
+    return (named, None) if named else locations[inside[0]]
+
+
+def _overrides_inside(locations: dict[KeyPath, Location], path: KeyPath) -> str | None:
+    """``overrides (quantize.include, ...)``: the overrides that set keys inside section
+    ``path``, named; None if none did."""
+    overrides = [".".join(map(str, key)) for key in locations
+                 if len(key) > len(path) and key[:len(path)] == path
+                 and locations[key][0] == OVERRIDE_FILE]
     if not overrides:
-        return locations[inside[0]]
+        return None
     more = f" and {len(overrides) - 3} more" if len(overrides) > 3 else ""
-    return (f"{OVERRIDE_FILE} ({', '.join(overrides[:3])}{more})", None)
+    return f"{OVERRIDE_FILE} ({', '.join(overrides[:3])}{more})"
 
 
 # ---------------------------------------------------------------- extends

@@ -32,6 +32,16 @@ def test_a_section_made_on_the_command_line_is_located_there():
         "overrides (quantize.format, quantize.components, quantize.include and 1 more)")
 
 
+def test_a_section_of_the_file_changed_on_the_command_line_names_both():
+    """mesh: in the file, mesh.dp=3 given: a problem of the mesh is about the two."""
+    line = next(number for number, text in enumerate(WAN.read_text().splitlines(), 1)
+                if text.startswith("mesh:"))
+    loaded = recipe.load(WAN, ["mesh.dp=3"])
+    assert loaded.problem("mesh", "m").where() == f"overrides (mesh.dp) over {WAN}:{line}"
+    assert loaded.problem("mesh.dp", "m").where() == "overrides"
+    assert recipe.load(WAN).problem("mesh", "m").where() == f"{WAN}:{line}"
+
+
 def test_porter_validate_names_the_overrides():
     """As a user runs it (fresh process): both problems were reported at
     `recipes/wan-tiny.yaml:1`, a file with no quantize section."""
