@@ -24,6 +24,10 @@ def test_targets_as_tpu_users_name_them():
     with pytest.raises(UsageError, match="unknown target 'v6e-9'") as refused:
         targets.named("v6e-9")
     assert "did you mean 'v6e-8'" in refused.value.hint
+    # another name of a listed slice, suggested with the name the list gives it
+    with pytest.raises(UsageError) as refused:
+        targets.named("tpu")
+    assert "did you mean 'tpu7x-8' (v7x-8)?" in refused.value.hint
     assert targets.named("tpu7x-8") is targets.named("v7x-8")
 
 
