@@ -51,6 +51,17 @@ def load(recipe: str | Path | Recipe, *overrides: str, cpu_devices: int | None =
     Raises what the CLI reports: ``RecipeError`` (every problem, with file:line),
     ``UsageError``, ``LoadError`` (all ``porter.errors.PorterError``).
     """
+    if not isinstance(recipe, (str, Path, Recipe)):
+        raise UsageError(f"porter.load takes a recipe file's path or a loaded Recipe, "
+                         f"not {type(recipe).__name__}",
+                         hint='porter.load("recipes/wan-tiny.yaml")')
+    strange = next((o for o in overrides if not isinstance(o, str)), None)
+    if strange is not None:  # a list of them, as argparse would hold them
+        raise UsageError(f"porter.load's overrides are strings KEY=VALUE, each its own "
+                         f"argument, not {type(strange).__name__}",
+                         hint='porter.load(recipe, "generate.steps=2", "mesh.dp=1")'
+                         + (", or porter.load(recipe, *overrides)"
+                            if isinstance(strange, (list, tuple)) else ""))
     if isinstance(recipe, (str, Path)):
         overrides = list(overrides)
         if cpu_devices is not None:
@@ -234,7 +245,7 @@ class Port:
         torch tensors by name (e.g. ``prompt``, ``negative``)."""
         if prompt is not None:
             settings["prompt"] = prompt
-        recipe = self.settings(**settings)
+        recipe = self.settings(source="Port.encode", **settings)
         with self.active():
             found = stages.encode(self, Call(recipe))
         return {name: to_host(value) for name, value in found.items()}

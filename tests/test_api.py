@@ -191,3 +191,31 @@ def test_importing_porter_and_its_registry_imports_neither_torch_nor_jax():
                           timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_load_says_what_it_takes_before_loading_anything(write):
+    """A list of overrides (as argparse holds them) or something that is no recipe:
+    a usage error naming the form, not an AttributeError from deep inside."""
+    from porter.errors import UsageError
+
+    path = write("r.yaml", TINY_RECIPE)
+    with pytest.raises(UsageError, match="overrides are strings KEY=VALUE") as refused:
+        porter.load(path, ["generate.steps=2"])
+    assert "porter.load(recipe, *overrides)" in refused.value.hint
+    with pytest.raises(UsageError, match="a recipe file's path or a loaded Recipe, not int"):
+        porter.load(42)
+
+
+def test_settings_from_numpy_are_the_numbers_they_are(write):
+    """A seed from np.arange is an integer (its .item()); a float height stays refused,
+    as in a recipe (no silent 64.0 -> 64)."""
+    from porter import recipe, registry
+    from porter.port import checks
+
+    loaded = recipe.load(write("r.yaml", TINY_RECIPE))
+    changed = checks.with_settings(loaded, registry.loaded(), {"seed": np.int64(3),
+                                                               "guidance_scale": np.float32(2)})
+    assert changed.generate.seed == 3 and type(changed.generate.seed) is int
+    assert changed.generate.guidance_scale == 2.0
+    with pytest.raises(RecipeError, match="generate.height"):
+        checks.with_settings(loaded, registry.loaded(), {"height": 64.0})

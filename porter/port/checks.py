@@ -378,7 +378,7 @@ def with_settings(recipe: Recipe, registry: Registry, values: dict, source: str 
     checks them, without weights (``RecipeError``, every problem); ``source`` and
     ``line`` name where the values came from in messages. Relative image paths start
     from that file's folder when there is a line, else from the current directory."""
-    values = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+    values = {k: _plain(v) for k, v in values.items()}
     if line is None:
         values.update({k: str(Path(values[k]).expanduser().absolute())
                        for k in INPUTS if isinstance(values.get(k), str)})
@@ -391,6 +391,17 @@ def with_settings(recipe: Recipe, registry: Registry, values: dict, source: str 
     if problems:
         raise RecipeError(problems)
     return changed
+
+
+def _plain(value):
+    """A setting as the schema reads it: a path as its text, a NumPy scalar (a seed from
+    ``np.arange``) as the Python number it is; nothing else converted (64.0 for a
+    height stays a float the schema refuses)."""
+    import numpy as np
+
+    if isinstance(value, Path):
+        return str(value)
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _pipeline_problems(recipe: Recipe, changed, registry: Registry) -> list:

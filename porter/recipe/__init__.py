@@ -396,6 +396,23 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _unknown_key_hint(key: str, section: KeyPath, valid: list[str]) -> str | None:
+    """What an unknown ``key`` inside ``section`` was meant as: a dotted path written
+    as one key ({"generate.steps": 2} in a job's settings), a key of another section,
+    a top-level section written inside one, a misspelling, else the keys there are."""
+    inside = ".".join(map(str, section))
+    last = key.rsplit(".", 1)[-1]
+    if "." in key and last in valid:
+        return f"inside {inside} write {last!r} alone, not the dotted path"
+    moved = [m for m in _sections_with(RecipeSpec, key) if m != inside]
+    if moved == [key] and section:  # 'output' inside generate: a section of its own
+        return f"{key!r} is a section of the recipe, not a key of {inside}"
+    close = difflib.get_close_matches(key, valid, n=1)
+    return (f"did you mean {' or '.join(repr(m) for m in moved)}?" if moved
+            else f"did you mean {close[0]!r}?" if close
+            else f"valid keys here: {', '.join(valid)}" if valid else None)
+
+
 def _problems_from(exc: ValidationError, data: dict, locations: dict,
                    default: Path | None) -> list[Problem]:
     merged: dict[KeyPath, Problem] = {}
@@ -408,11 +425,7 @@ def _problems_from(exc: ValidationError, data: dict, locations: dict,
         if kind == "extra_forbidden":
             owner = _model_at(RecipeSpec, path[:-1])
             valid = sorted(owner.model_fields) if owner else []
-            close = difflib.get_close_matches(str(path[-1]), valid, n=1)
-            moved = _sections_with(RecipeSpec, str(path[-1]))
-            hint = (f"did you mean {' or '.join(repr(m) for m in moved)}?" if moved
-                    else f"did you mean {close[0]!r}?" if close
-                    else f"valid keys here: {', '.join(valid)}" if valid else None)
+            hint = _unknown_key_hint(str(path[-1]), path[:-1], valid)
             problem = Problem(dotted, f"unknown key {path[-1]!r}", file, line, hint)
         elif kind == "missing":
             owner = _model_at(RecipeSpec, path[:-1])

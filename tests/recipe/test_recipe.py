@@ -135,8 +135,19 @@ def test_a_key_at_the_wrong_level_is_found_where_it_belongs(write):
     # a top-level key written inside a section, and no key inside a list or mapping
     # of sections (lora[0].scale, compile.<component>.modules) offered as a section's
     found = {p.path: p for p in problems_of(path, ["generate.model=x", "modules=x"])}
-    assert found["generate.model"].hint == "did you mean 'model'?"
+    assert found["generate.model"].hint == \
+        "'model' is a section of the recipe, not a key of generate"
     assert found["modules"].hint == "did you mean 'verify.modules'?"
+
+
+def test_a_dotted_key_inside_its_section_is_named(write):
+    """A job's or a call's settings are generate's: {"generate.steps": 2} there is the
+    dotted path written as one key (it was offered 'timesteps', the nearest spelling)."""
+    loaded = recipe.load(write("r.yaml", TINY_RECIPE))
+    with pytest.raises(RecipeError) as refused:
+        recipe.with_values(loaded, "generate", {"generate.steps": 2}, "request")
+    [problem] = refused.value.problems
+    assert problem.hint == "inside generate write 'steps' alone, not the dotted path"
 
 
 def test_an_override_meant_as_a_list_that_is_not_yaml_says_why(write):

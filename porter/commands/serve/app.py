@@ -37,10 +37,13 @@ def build_app(jobs, token: str | None = None):
         # one rebuilt from the Host header
         if token is None or request.scope["path"] in page.OPEN:
             return
-        given = request.headers.get("authorization", "")
-        if not secrets.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            raise HTTPException(401, "missing or wrong bearer token",
-                                headers={"WWW-Authenticate": "Bearer"})
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        # the scheme's case is no one's choice (RFC 9110): "bearer x" is "Bearer x"
+        if scheme.lower() != "bearer" or \
+                not secrets.compare_digest(given.strip().encode(), token.encode()):
+            raise HTTPException(401, "missing or wrong bearer token: send the header "
+                                "'Authorization: Bearer <token>' (the token porter serve "
+                                "was given)", headers={"WWW-Authenticate": "Bearer"})
 
     recipe = jobs.port.recipe
     # the description names the recipe's file, not where it lies on the server;

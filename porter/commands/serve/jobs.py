@@ -266,6 +266,7 @@ class Jobs:
                                "job can be cancelled")
             self._queue.remove(job_id)
             job.status, job.finished = "cancelled", time.time()
+            job.error = "cancelled before it started"  # as a running one says its step
             self._save(job)
             return job
 

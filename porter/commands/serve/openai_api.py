@@ -15,6 +15,7 @@ answers in OpenAI's error shape: ``{"error": {"message", "type", "param", "code"
 # (``Request``) at run time, from names local to ``routes``
 import asyncio
 import base64
+import math
 import re
 
 from porter.commands.serve import jobs as jobs_mod
@@ -144,11 +145,18 @@ def _frames(seconds, fps: int) -> int:
     try:
         value = float(seconds)
     except (TypeError, ValueError):
-        value = -1.0
-    if not 0 < value <= 600:
+        value = math.nan
+    if not value > 0:  # NaN too
         raise Refused(400, f"seconds {seconds!r} is not a duration in seconds", "seconds",
                       hint="e.g. 4")
+    if value > MAX_SECONDS:
+        raise Refused(400, f"seconds {seconds!r} is longer than a video this server makes "
+                      f"({MAX_SECONDS} s at most)", "seconds", hint="e.g. 4")
     return round(value * fps) + 1
+
+
+#: the longest video a request may ask for (the job's own checks bound its frames too)
+MAX_SECONDS = 600
 
 
 def _image(reference) -> str:

@@ -42,6 +42,15 @@ def test_what_openai_fields_cannot_say_here_is_refused_naming_the_field(tiny, fi
     assert refused.value.status == 400 and refused.value.param == param
 
 
+def test_a_duration_too_long_is_said_as_too_long_not_as_no_duration(tiny):
+    with pytest.raises(Refused) as refused:
+        settings_of({"prompt": "x", "seconds": "99999"}, tiny)
+    assert "longer than a video this server makes (600 s at most)" in refused.value.message
+    with pytest.raises(Refused) as refused:
+        settings_of({"prompt": "x", "seconds": "nan"}, tiny)
+    assert "is not a duration in seconds" in refused.value.message
+
+
 def test_a_job_as_openais_video_object(tiny):
     job = Job("000007", 7, {"prompt": "a fox", "frames": 17, "width": 96, "height": 64},
               status="running", submitted=100.5, step=3, steps=4)

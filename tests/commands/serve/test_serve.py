@@ -30,7 +30,14 @@ def test_jobs_over_http_and_a_restart_mid_job(recipe, tmp_path):
     server = Server(recipe, out)
     client = server.client
     try:
-        assert httpx.get(server.url + "/health").status_code == 401  # no token
+        refused = httpx.get(server.url + "/health")  # no token: the header to send
+        assert refused.status_code == 401 and "Authorization: Bearer <token>" in \
+            refused.json()["error"]
+        # the scheme's case is free (RFC 9110); the token's is not
+        assert httpx.get(server.url + "/health", headers={
+            "Authorization": f"bearer {TOKEN}"}).status_code == 200
+        assert httpx.get(server.url + "/health", headers={
+            "Authorization": f"Bearer {TOKEN.upper()}x"}).status_code == 401
         schema = client.get("/openapi.json").json()
         body = schema["paths"]["/jobs"]["post"]["requestBody"]["content"]
         taken = set(body["application/json"]["schema"]["properties"])
@@ -92,7 +99,9 @@ def test_jobs_over_http_and_a_restart_mid_job(recipe, tmp_path):
             answer=client.get(waiting["stream"])))
         watcher.start()
         time.sleep(0.5)
-        assert client.delete(f"/jobs/{waiting['id']}").json()["status"] == "cancelled"
+        cancelled = client.delete(f"/jobs/{waiting['id']}").json()
+        assert cancelled["status"] == "cancelled"
+        assert cancelled["error"] == "cancelled before it started"
         watcher.join(30)
         assert ended["answer"].status_code == 200 and ended["answer"].content == b""
         assert client.get(waiting["stream"]).status_code == 404  # ended without one
