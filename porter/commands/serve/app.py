@@ -62,6 +62,15 @@ def build_app(jobs, token: str | None = None):
             return found
         return JSONResponse({"error": message}, status, headers=headers)
 
+    @app.middleware("http")
+    async def logged(request, call_next):
+        """The server's log holds what changed something (a submission, a cancel, a
+        delete) and every refusal; a client's polling (a GET answered) it leaves out."""
+        response = await call_next(request)
+        if request.method != "GET" or response.status_code >= 400:
+            jobs.say(f"{request.method} {request.url.path} -> {response.status_code}")
+        return response
+
     @app.exception_handler(StarletteHTTPException)
     async def refused(request, exc):
         return answer(request, exc.status_code, exc.detail, exc.headers)

@@ -59,6 +59,10 @@ def test_jobs_over_http_and_a_restart_mid_job(recipe, tmp_path):
         bad = client.post("/jobs", json={"prompt": "x", "frames": 10})
         assert bad.status_code == 400 and bad.json()["problems"][0]["path"] == "generate.frames"
         assert client.get("/jobs").json() == {"jobs": []}
+        # the log holds each refusal (a client's polling it leaves out)
+        logged = server.output()
+        assert "POST /jobs -> 400" in logged and "GET /health -> 401" in logged
+        assert "GET /jobs -> 200" not in logged
 
         # concurrent submissions: all taken, in one order, run one at a time
         answers = [None] * 2
