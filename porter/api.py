@@ -11,6 +11,7 @@ A call whose shapes match an earlier one compiles nothing. ``porter run``, its
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,6 +52,8 @@ def load(recipe: str | Path | Recipe, *overrides: str, cpu_devices: int | None =
     Raises what the CLI reports: ``RecipeError`` (every problem, with file:line),
     ``UsageError``, ``LoadError`` (all ``porter.errors.PorterError``).
     """
+    if isinstance(recipe, os.PathLike):  # a DirEntry, pytest's tmpdir: a path
+        recipe = Path(os.fspath(recipe))
     if not isinstance(recipe, (str, Path, Recipe)):
         raise UsageError(f"porter.load takes a recipe file's path or a loaded Recipe, "
                          f"not {type(recipe).__name__}",

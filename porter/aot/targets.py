@@ -78,13 +78,12 @@ def named(name: str) -> Target:
     key = ALIASES.get(name.lower(), name.lower())
     if key in TARGETS:
         return TARGETS[key]
+    hint = f"targets: {', '.join(TARGETS)}"
     close = difflib.get_close_matches(key, list(TARGETS) + list(ALIASES), n=1)
-    # an alias suggested as the slice the list names (tpu7x-8 as v7x-8)
-    meant = f"{close[0]!r}" + (f" ({ALIASES[close[0]]})" if close and close[0] in ALIASES
-                               else "") if close else ""
-    raise UsageError(f"unknown target {name!r}",
-                     hint=(f"did you mean {meant}? " if close else "")
-                     + f"targets: {', '.join(TARGETS)}")
+    if close:  # another name of a slice said with the one the list gives it
+        also = f" ({ALIASES[close[0]]})" if close[0] in ALIASES else ""
+        hint = f"did you mean {close[0]!r}{also}? " + hint
+    raise UsageError(f"unknown target {name!r}", hint=hint)
 
 
 def libtpu_missing() -> str | None:

@@ -111,17 +111,13 @@ class _KeepsExamples(argparse.HelpFormatter):
 
 
 class _Version(argparse.Action):
-    """--version: the installed distribution's version (pyproject.toml's), looked up
-    only when asked (argparse's own action wants it as every command starts)."""
+    """--version: the version of the code that runs (``porter.__version__``, which the
+    server's API description gives too), then exit."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from importlib import metadata
+        import porter
 
-        try:
-            version = metadata.version("porter")
-        except metadata.PackageNotFoundError:  # a source tree on the path, not installed
-            version = "(not installed)"
-        print(f"porter {version}")
+        print(f"porter {porter.__version__}")
         parser.exit()
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from porter import recipe, runtime
@@ -89,7 +90,7 @@ def load_recipe(args):
     """The recipe with its overrides (and --cpu-devices), JAX's platform and device count
     set as it asks: JAX reads them once, when first imported."""
     overrides = list(args.overrides)
-    _order_problems(args.command, args.recipe, overrides)
+    order_problems(args.command, args.recipe, overrides)
     if getattr(args, "cpu_devices", None) is not None:
         overrides.append(f"runtime.cpu_devices={args.cpu_devices}")
     loaded = recipe.load(args.recipe, overrides)
@@ -97,13 +98,13 @@ def load_recipe(args):
     return resolved(loaded)
 
 
-def _order_problems(command: str, recipe_arg: str, overrides: list[str]) -> None:
+def order_problems(command: str, recipe_arg: str, overrides: list[str]) -> None:
     """An override where the recipe belongs, or a second recipe where overrides go:
     said as that, not as a missing file or a malformed override."""
-    if "=" in recipe_arg and not Path(recipe_arg).exists():
+    if "=" in recipe_arg and not recipe.exists(Path(recipe_arg)):
         raise UsageError(f"{recipe_arg}: an override where the recipe file belongs",
                          hint=f"the recipe comes first: porter {command} RECIPE.yaml "
-                         f"{recipe_arg}")
+                         f"{shlex.quote(recipe_arg)}")
     second = next((o for o in overrides if "=" not in o
                    and o.endswith((".yaml", ".yml"))), None)
     if second is not None:

@@ -63,6 +63,7 @@ def handle(args) -> int:
                          "--choose-mesh tries",
                          hint="choose the mesh first, then compile with its overrides and "
                               "--hlo")
+    common.order_problems(args.command, args.recipe, list(args.overrides))
     hlo_dir = _hlo_dir(args.hlo)  # before the child: a bad folder is said at once
     if child.wanted(args):  # libtpu compiles in a child: a crash there becomes a message
         return child.run(child.again(), what="porter compile", debug=args.debug)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from porter.errors import UsageError
+from porter.errors import RecipeError, UsageError
 
 HELP = "write a starter recipe"
 
@@ -25,7 +25,7 @@ def handle(args) -> int:
     from porter import registry as registry_mod
     from porter.commands import new  # lazy: only the subcommand asked for is imported
 
-    based = new.base_family(args.base) if args.base else None
+    based = _family_of(new, args.base, given=args.family) if args.base else None
     if args.family and based and args.family != based:  # the base's family is what runs
         raise UsageError(f"--family {args.family} differs from {based}, the family of "
                          f"{args.base}: a recipe extending it runs as {based}",
@@ -39,3 +39,15 @@ def handle(args) -> int:
                      force=args.force)
     print(f"wrote {path}; next: porter validate {path}")
     return 0
+
+
+def _family_of(new, base: str, given: str | None) -> str | None:
+    """The family the recipe ``base`` runs as. A base that does not validate alone (a
+    partial one, without generate: say) is refused as any recipe is, unless --family
+    ``given`` says the family: then None (the recipe extending it completes it)."""
+    try:
+        return new.base_family(base)
+    except RecipeError:
+        if given:
+            return None
+        raise

@@ -242,6 +242,8 @@ def configuration_problems(root: Path) -> list[str]:
     file named: an unreadable model_index.json, a component's missing or unreadable
     config.json (the weights are ``directory_problems``' to check)."""
     index = root / "model_index.json"
+    if not index.exists():  # a modular checkpoint's
+        index = root / "modular_model_index.json"
     try:
         classes = abstract.module_classes(root)
     except ValueError as exc:  # JSONDecodeError: where in the file
@@ -251,6 +253,8 @@ def configuration_problems(root: Path) -> list[str]:
     except (AttributeError, IndexError, TypeError):  # JSON, but not an index's form
         return [f"{index} is not a diffusers pipeline index (a JSON object of "
                 "component: [library, class])"]
+    except Exception:  # noqa: BLE001 - a library's own failure naming a class: the
+        return []      # model's build says it in its words
     out = []
     for name in classes:
         config = root / name / "config.json"

@@ -13,7 +13,7 @@ import json
 import reprlib
 import types
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, PrivateAttr, ValidationError
@@ -93,12 +93,12 @@ def _lookup(locations: dict[KeyPath, Location], path: KeyPath, default: Path | N
     for end in range(len(path), 0, -1):
         if path[:end] in locations:
             file, line = locations[path[:end]]
-            named = _overrides_inside(locations, path) if path and file != OVERRIDE_FILE \
-                else None
+            named = _overrides_inside(locations, path) if file != OVERRIDE_FILE else None
+            if named is None:
+                return file, line
             # a section of the file with keys the command line changed (mesh: in the
             # file, mesh.dp=3 given): both are what the problem is about
-            return (f"{named} over {file}:{line}" if line else f"{named} over {file}",
-                    None) if named else (file, line)
+            return f"{named} over {file}" + (f":{line}" if line else ""), None
     for end in range(len(path), 0, -1):
         if inside := _inside(locations, path[:end]):
             return inside
@@ -140,7 +140,7 @@ def _deep_merge(base: dict, child: dict) -> dict:
     return merged
 
 
-def _exists(path: Path) -> bool:
+def exists(path: Path) -> bool:
     """Path.exists that answers False, not an exception, for a path the system refuses
     (too long, no permission, a NUL in it): reading it then says why."""
     try:
@@ -158,7 +158,7 @@ def _resolve(path: Path) -> Path:
 
 
 def _load_with_extends(path: Path, chain: tuple[Path, ...]) -> tuple[dict, dict]:
-    path = _resolve(path) if _exists(path) else path
+    path = _resolve(path) if exists(path) else path
     data, locations = load_mapping(path)
     base_ref = data.pop("extends", None)
     if base_ref is None:
@@ -177,7 +177,7 @@ def _load_with_extends(path: Path, chain: tuple[Path, ...]) -> tuple[dict, dict]
     if len(chain) + 1 >= MAX_EXTENDS:
         raise RecipeError([Problem("extends", f"more than {MAX_EXTENDS} recipes extend "
                                    "one another", *where, hint="flatten the chain")])
-    if not _exists(base_path):
+    if not exists(base_path):
         raise RecipeError([Problem("extends", f"base recipe {_describe(base_ref)} not found "
                                    f"(looked in {path.parent})", *where,
                                    hint="extends is relative to the recipe's own folder")])
@@ -256,7 +256,9 @@ def _takes_text(path: KeyPath) -> bool:
     if field is None:
         return False
     annotation = field.annotation
-    kinds = set(get_args(annotation)) if get_origin(annotation) in UNIONS else {annotation}
+    kinds = get_args(annotation) if get_origin(annotation) in UNIONS else (annotation,)
+    # a path is text with checks (Annotated[str, ...]): its member of the union unwrapped
+    kinds = {get_args(k)[0] if get_origin(k) is Annotated else k for k in kinds}
     return str in kinds and kinds <= {str, type(None)}
 
 
@@ -529,6 +531,6 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recip
     if problems:
         raise RecipeError(problems)
     _schedule_counts_steps(data, locations, overridden)
-    return validate_data(data, locations, _resolve(path) if _exists(path) else path)
+    return validate_data(data, locations, _resolve(path) if exists(path) else path)
 
 

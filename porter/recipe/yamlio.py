@@ -250,24 +250,28 @@ def _syntax_error(exc: yaml.YAMLError, file: str, text: str) -> RecipeError:
     reason = getattr(exc, "problem", None) or str(exc)
     opened = _opened(exc)
     if opened is not None and line is not None and opened.line + 1 != line:
-        # a quote or bracket left open is found where the text ends or stops fitting:
-        # the line to mend is where it opened
-        reason = f"{reason} on line {line}, {exc.context.removeprefix('while ')} that " \
-            "opens here"
-        line = opened.line + 1
+        what = _OPENERS[next(k for k in _OPENERS if k in exc.context)]
+        if "end of stream" in reason:  # found only where the text ends: mend the opening
+            reason, line = f"the {what} opened here is never closed", opened.line + 1
+        else:  # a missing comma, a stray colon: where YAML stopped, and what it was in
+            reason = f"{reason} (inside the {what} opened on line {opened.line + 1})"
     if isinstance(exc, Refused):
         return RecipeError([Problem("", reason, file=file, line=line, hint=exc.hint)])
     return RecipeError([Problem("", f"YAML syntax error: {reason}", file=file, line=line,
                                 hint=SYNTAX_HINT)])
 
 
+#: what YAML's context names, as a user wrote it
+_OPENERS = {"quoted scalar": "quoted string", "flow sequence": "[ list",
+            "flow mapping": "{ mapping"}
+
+
 def _opened(exc: yaml.YAMLError):
-    """Where the quote or bracket ``exc`` found unclosed was opened, else None (a
-    block mapping's context is where the mapping starts, not what to mend)."""
+    """Where the quote or bracket ``exc`` was inside of was opened, else None (a block
+    mapping's context is where the mapping starts, not what to mend)."""
     context = getattr(exc, "context", None) or ""
-    if "quoted scalar" in context or "flow" in context:
-        return getattr(exc, "context_mark", None)
-    return None
+    return getattr(exc, "context_mark", None) if any(k in context for k in _OPENERS) \
+        else None
 
 
 def _parse(text: str, file: str) -> tuple[Any, dict[KeyPath, Location]]:

@@ -64,17 +64,20 @@ LOG_EVERY_S = 10.0
 
 class _Logged:
     """A progress bar's calls (update, set_postfix_str) as status lines: one once
-    ``LOG_EVERY_S`` have passed since the last (or since the start), none faster."""
+    ``LOG_EVERY_S`` have passed since the last (or since the start), none faster, and
+    at the end the count reached when lines were said and steps came after the last."""
 
     def __init__(self, total: int, initial: int, desc: str, unit: str):
         self.total, self.n, self.desc, self.unit = total, initial, desc, unit
         self.postfix = ""
-        self.last = time.monotonic()
+        self.last, self.said = time.monotonic(), None  # no line yet: a short loop says none
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
+        if self.said is not None and self.n != self.said:  # the steps since the last line
+            self._say(time.monotonic())
         return False
 
     def set_postfix_str(self, text: str) -> None:
@@ -84,6 +87,9 @@ class _Logged:
         self.n += n
         now = time.monotonic()
         if now - self.last >= LOG_EVERY_S:
-            self.last = now
-            status(f"{self.desc}: {self.n}/{self.total} {self.unit}s"
-                   + (f" ({self.postfix})" if self.postfix else ""))
+            self._say(now)
+
+    def _say(self, now: float) -> None:
+        self.last, self.said = now, self.n
+        status(f"{self.desc}: {self.n}/{self.total} {self.unit}s"
+               + (f" ({self.postfix})" if self.postfix else ""))

@@ -71,7 +71,7 @@ def test_run_and_plan_refuse_what_validate_refuses_with_its_message(saved_tiny, 
         shutil.copytree(saved_tiny, source)
         (source / "transformer" / "config.json").write_text("{not json")
         args.append(f"model.source={source}")
-        expected = "config.json' is not a valid JSON file"
+        expected = "transformer/config.json cannot be read as JSON: Expecting"
     else:
         args.append("model.config={num_layers: -3}")
         expected = "model.config.num_layers: -3 is a negative count or size"

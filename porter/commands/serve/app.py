@@ -62,14 +62,7 @@ def build_app(jobs, token: str | None = None):
             return found
         return JSONResponse({"error": message}, status, headers=headers)
 
-    @app.middleware("http")
-    async def logged(request, call_next):
-        """The server's log holds what changed something (a submission, a cancel, a
-        delete) and every refusal; a client's polling (a GET answered) it leaves out."""
-        response = await call_next(request)
-        if request.method != "GET" or response.status_code >= 400:
-            jobs.say(f"{request.method} {request.url.path} -> {response.status_code}")
-        return response
+    app.add_middleware(_Logged, say=jobs.say)
 
     @app.exception_handler(StarletteHTTPException)
     async def refused(request, exc):
@@ -94,6 +87,35 @@ def build_app(jobs, token: str | None = None):
     openai_api.routes(app, jobs, _json_body)
     page.routes(app, jobs.port)
     return app
+
+
+class _Logged:
+    """The server's log holds what changed something (a submission, a cancel, a delete)
+    and every refusal or failure; a client's polling (a GET answered) it leaves out.
+    Plain ASGI: the status is read as it is sent, a stream passes through untouched,
+    and a request that raised is logged as the 500 it became."""
+
+    def __init__(self, app, say):
+        self.app, self.say = app, say
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = []
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            code = status[0] if status else 500
+            if scope["method"] != "GET" or code >= 400:
+                try:  # a log that cannot be written must not fail a request it served
+                    self.say(f"{scope['method']} {scope['path']} -> {code}")
+                except OSError:
+                    pass
 
 
 def _description_routes(app) -> None:

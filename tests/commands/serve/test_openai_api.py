@@ -102,7 +102,10 @@ class QueueOfOne:
         from types import SimpleNamespace
 
         self.port = SimpleNamespace(recipe=recipe, pipeline=None)
-        self.full = full
+        self.full, self.said = full, []
+
+    def say(self, message):  # the server's log
+        self.said.append(message)
 
     def submit(self, settings):
         from porter.commands.serve import jobs, uploads
@@ -124,7 +127,10 @@ def client(recipe, full=False):
     from fastapi.testclient import TestClient
 
     from porter.commands.serve.app import build_app
-    return TestClient(build_app(QueueOfOne(recipe, full)))
+    jobs = QueueOfOne(recipe, full)
+    http = TestClient(build_app(jobs))
+    http.said = jobs.said  # the server's log
+    return http
 
 
 def test_openai_routes_refuse_in_openais_words(tiny):
@@ -158,6 +164,9 @@ def test_openai_routes_refuse_in_openais_words(tiny):
     assert full.status_code == 429 and full.headers["retry-after"] == "42"
     own = client(tiny, full=True).post("/jobs", json={"prompt": "x"})
     assert own.status_code == 429 and own.headers["retry-after"] == "42"
+    # the server's log: each refusal, not the GETs answered
+    assert "POST /v1/videos/000001/remix -> 400" in http.said
+    assert "GET /v1/videos -> 400" in http.said and "GET /v1/videos -> 200" not in http.said
 
 
 def test_seconds_the_model_cannot_make_are_answered_in_seconds(tiny):
