@@ -14,6 +14,7 @@ import sys
 import traceback
 import warnings
 
+from porter import __version__
 from porter.cli import (
     bench,
     calibrate,
@@ -115,9 +116,7 @@ class _Version(argparse.Action):
     server's API description gives too), then exit."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        import porter
-
-        print(f"porter {porter.__version__}")
+        print(f"porter {__version__}")
         parser.exit()
 
 
