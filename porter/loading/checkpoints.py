@@ -247,19 +247,19 @@ def configuration_problems(root: Path) -> list[str]:
     try:
         classes = abstract.module_classes(root)
     except ValueError as exc:  # JSONDecodeError: where in the file
-        return [f"{index} is not valid JSON: {exc}"]
+        return [f"{index.name}: {index} is not valid JSON: {exc}"]
     except OSError as exc:
-        return [f"{index} cannot be read: {exc.strerror or exc}"]
+        return [f"{index.name}: {index} cannot be read: {exc.strerror or exc}"]
     except (AttributeError, IndexError, TypeError):  # JSON, but not an index's form
-        return [f"{index} is not a diffusers pipeline index (a JSON object of "
-                "component: [library, class])"]
+        return [f"{index.name}: {index} is not a diffusers pipeline index (a JSON object "
+                "of component: [library, class])"]
     except Exception:  # noqa: BLE001 - a library's own failure naming a class: the
         return []      # model's build says it in its words
     out = []
     for name in classes:
         config = root / name / "config.json"
         if not config.is_file():
-            out.append(f"{name}: {config} is missing (model_index.json names {name})")
+            out.append(f"{name}: {config} is missing ({index.name} names {name})")
             continue
         try:
             json.loads(config.read_text())
@@ -269,27 +269,21 @@ def configuration_problems(root: Path) -> list[str]:
 
 
 def directory_problems(root: Path, elsewhere: tuple[str, ...] = ()) -> list[str]:
-    """Every problem in the weight files of a save_pretrained directory; the components
+    """Every problem in the weight files of a save_pretrained directory, once its
+    configuration reads (``configuration_problems``, else those); the components
     ``elsewhere`` (whose weights come from another file) need only their configuration."""
-
-    try:
-        classes = abstract.module_classes(root)
-    except (OSError, ValueError) as exc:
-        return [f"model_index.json: {root / 'model_index.json'} cannot be read: {exc}"]
+    found = configuration_problems(root)
+    if found:
+        return found
     out = []
-    for name, (library, cls) in classes.items():
-        if name in elsewhere:
-            config = root / name / "config.json"
-            out += [] if config.is_file() else [f"{name}: {config} is missing"]
-            continue
-        out += [f"{name}: {p}" for p in component_problems(root / name, library, cls)]
+    for name, (library, cls) in abstract.module_classes(root).items():
+        if name not in elsewhere:
+            out += [f"{name}: {p}" for p in component_problems(root / name, library, cls)]
     return out
 
 
 def component_problems(folder: Path, library: str, cls: type) -> list[str]:
-
-    if not (folder / "config.json").is_file():
-        return [f"{folder / 'config.json'} is missing"]
+    """A component's weight files against the model its (readable) config builds."""
     files, problems = weight_files(folder, library)
     if files is None:
         return []

@@ -126,7 +126,8 @@ def test_missing_config(bad):
 
 def test_unreadable_model_index(bad):
     (bad / "model_index.json").write_text("{")
-    assert f"{bad / 'model_index.json'} cannot be read" in problems_of(bad)
+    assert f"model_index.json: {bad / 'model_index.json'} is not valid JSON" in \
+        problems_of(bad)
 
 
 def test_index_naming_a_missing_shard(tmp_path):
