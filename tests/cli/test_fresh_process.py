@@ -96,12 +96,14 @@ generate: {{prompt: a cat, height: 32, width: 32, frames: 9, steps: 2,
            max_sequence_length: 16, extra: {{frame_rate: 25.0}}}}
 output: {{dir: {tmp_path / 'out'}, fps: 25, wav: true}}
 """)
-    out = user_porter("validate", recipe, "--devices", "8")
-    assert out.returncode == 0, out.stderr
-    out = user_porter("compile", recipe, "--target", "v6e-8", "--program",
-                      "vae.decode")
-    assert out.returncode == 0, out.stderr
-    assert "vae.decode [decode, 1 call(s)]" in out.stdout
+    # the checks share a process (they differ only in their arguments); the run has
+    # one of its own
+    checked, compiled = porter_calls(["validate", recipe, "--devices", "8"],
+                                     ["compile", recipe, "--target", "v6e-8", "--program",
+                                      "vae.decode"])
+    assert checked.returncode == 0, checked.stderr
+    assert compiled.returncode == 0, compiled.stderr
+    assert "vae.decode [decode, 1 call(s)]" in compiled.stdout
     out = user_porter("run", recipe)
     assert out.returncode == 0, out.stderr
     assert "sound" in out.stdout and "audio.wav" in out.stdout

@@ -290,10 +290,9 @@ def test_a_decoder_compiled_by_itself_is_compiled_per_tile_as_the_run_calls_it()
     """`compile.vae.modules: decoder` with tiling: diffusers' tile loop runs eagerly and
     each tile's decoder call is a compiled program. `porter compile` finds those calls
     by running the loop on shapes alone: the same tile shapes and counts as a run's
-    decoder calls (4 latent tile shapes, 16 calls), and the run's frames are those of
-    the run that compiles the whole tiled decode as one program."""
-    import numpy as np
-
+    decoder calls (4 latent tile shapes, 16 calls), each fitting a v5e chip. (That a
+    submodule compiled by itself computes what its whole component does is
+    tests/transforms/jit/test_jit.py::test_blocks_compiled_one_by_one.)"""
     import porter
     from porter.commands import compile as report
 
@@ -305,7 +304,7 @@ def test_a_decoder_compiled_by_itself_is_compiled_per_tile_as_the_run_calls_it()
         lambda _m, args: calls.append(programs.Program("vae", "decoder",
                                                        programs.described(args))))
     try:
-        tiled = port.generate()
+        port.generate()
     finally:
         handle.remove()
     ran = programs.unique(calls)
@@ -318,9 +317,6 @@ def test_a_decoder_compiled_by_itself_is_compiled_per_tile_as_the_run_calls_it()
         (f"float32{list(p.args[0].shape)}", p.calls) for p in ran)
     assert all(row["program"] == "vae.decoder" and row["fits"] for row in rows)
     assert compiled["verdict"]["fits"] is True
-
-    whole = porter.load(RECIPES / "hunyuan-tiny.yaml", *TILED).generate()
-    assert np.array_equal(tiled.frames, whole.frames)
 
 
 @needs_libtpu

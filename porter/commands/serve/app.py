@@ -50,7 +50,7 @@ def build_app(jobs, token: str | None = None):
     # the API description and its pages are routes of ours, behind the token
     app = FastAPI(title="Porter", version=porter.__version__, lifespan=lifespan,
                   dependencies=[Depends(authorized)], openapi_url=None, docs_url=None,
-                  redoc_url=None,
+                  redoc_url=None, redirect_slashes=False,
                   description=f"Videos from `{recipe.path.name}` ({recipe.model.family}); "
                   "jobs run one at a time in submission order.")
 
@@ -66,6 +66,11 @@ def build_app(jobs, token: str | None = None):
 
     @app.exception_handler(StarletteHTTPException)
     async def refused(request, exc):
+        path = request.url.path
+        if exc.status_code == 404 and exc.detail == "Not Found" and len(path) > 1 \
+                and path.endswith("/"):  # Starlette's redirect is an empty 307 to curl
+            return answer(request, 404, f"no route {path}: write it without the trailing "
+                          f"slash ({path.rstrip('/')})")
         return answer(request, exc.status_code, exc.detail, exc.headers)
 
     @app.exception_handler(RequestValidationError)

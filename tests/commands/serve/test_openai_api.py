@@ -164,6 +164,14 @@ def test_openai_routes_refuse_in_openais_words(tiny):
     assert full.status_code == 429 and full.headers["retry-after"] == "42"
     own = client(tiny, full=True).post("/jobs", json={"prompt": "x"})
     assert own.status_code == 429 and own.headers["retry-after"] == "42"
+    # a route written with a trailing slash is named, not redirected (curl shows a 307
+    # as nothing at all, and a redirected POST may lose its body)
+    for answer in (http.post("/jobs/", json={"prompt": "x"}), http.get("/v1/videos/")):
+        assert answer.status_code == 404, answer.request.url
+    assert "write it without the trailing slash (/jobs)" in \
+        http.post("/jobs/", json={"prompt": "x"}).json()["error"]
+    assert http.get("/v1/videos/").json()["error"]["message"] == \
+        "no route /v1/videos/: write it without the trailing slash (/v1/videos)"
     # the server's log: each refusal, not the GETs answered
     assert "POST /v1/videos/000001/remix -> 400" in http.said
     assert "GET /v1/videos -> 400" in http.said and "GET /v1/videos -> 200" not in http.said
