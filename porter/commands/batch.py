@@ -16,7 +16,6 @@ bounds (``yamlio.read_text``).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import re
 import sys
@@ -32,7 +31,7 @@ from porter.generate import runners
 from porter.generate.call import Call
 from porter.port import checks
 from porter.recipe import jsonio, yamlio
-from porter.rundir import artifacts, outputs, progress, record
+from porter.rundir import artifacts, outputs, progress, record, results
 from porter.rundir.lifecycle import resume_problem
 from porter.runtime import atomic, distributed, mesh_text, notices
 
@@ -306,8 +305,8 @@ def _owned_batch(batch: Batch, family: ModelFamily, registry: Registry) -> dict:
 
 def _skip_finished(batch: Batch, port) -> None:
     for item in batch.items:
-        if not item.problem and _finished(batch.directory / item.name, item.recipe,
-                                          port.inputs):
+        if not item.problem and results.finished(batch.directory / item.name,
+                                                 item.recipe, port.inputs) is not None:
             item.status = "skipped"
     done = sum(item.status == "skipped" for item in batch.items)
     batch.say(f"resuming in {batch.directory}: {done} of {len(batch.items)} items "
@@ -375,20 +374,6 @@ def _still_ours(items: list[Item], directory: Path) -> None:
             item.status = "replaced"
             item.error = (f"{directory / item.name / outputs.RECORD} changed after the "
                           "batch made it: the folder holds another run's files now")
-
-
-def _finished(directory: Path, recipe: Recipe, made_from: dict) -> bool:
-    """Does ``directory`` hold a complete run of this item (same model, generation
-    settings, dtypes and LoRA, as a stage file is judged), made from the files
-    ``made_from`` names (the port's ``inputs``: a replaced adapter or checkpoint
-    file makes it again)?"""
-    try:
-        data = json.loads((directory / outputs.RECORD).read_text())
-        made = artifacts.settings_of(data["recipe"])
-        inputs = artifacts.inputs_of(data["checkpoint"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
-    return made == artifacts.settings(recipe) and inputs == made_from
 
 
 class _Summary:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from porter import api
@@ -10,7 +11,7 @@ from porter.generate import runners
 from porter.generate.runners import RunResult, finish
 from porter.generate.call import Call
 from porter.port import checks
-from porter.rundir import outputs, results
+from porter.rundir import artifacts, outputs, results
 from porter.rundir.lifecycle import owned, resume_problem
 from porter.runtime import distributed, notices
 
@@ -42,6 +43,11 @@ def run(recipe: Recipe, registry: Registry, progress: bool = True, stage: str | 
                             recipe, resume)
     distributed.initialize()  # before anything asks JAX which process this is
     with owned(directory):
+        if resume and stage is None:
+            done = _finished(directory, recipe)
+            if done is not None:
+                say(f"{directory} holds this recipe's finished run: nothing left to do")
+                return done
         wanted = runner.stages_to_run(directory, stage, resume)
         resumed = runner.continuation(directory, wanted, recipe, resume)  # before removal
         if distributed.writes():
@@ -53,3 +59,18 @@ def run(recipe: Recipe, registry: Registry, progress: bool = True, stage: str | 
         outcome = port.run(Call(recipe, wanted, directory, resumed,
                                 progress=progress and distributed.writes(), say=say))
         return finish(port, recipe, outcome, directory)
+
+
+def _finished(directory: Path, recipe: Recipe) -> RunResult | None:
+    """The finished run ``directory`` holds of this recipe, made from the files on disk
+    now (no weight loaded: ``artifacts.inputs_now``), as process 0 judges it for every
+    process; else None."""
+    data = results.finished(directory, recipe, artifacts.inputs_now(recipe)) \
+        if distributed.writes() else None
+    if not distributed.anywhere(data is not None):
+        return None
+    if data is None:  # another process's: process 0 holds the files
+        return RunResult(directory, None, None, None, None, {}, finished=True)
+    video = data["outputs"]["video"]
+    return RunResult(directory, directory / video if video else None,
+                     directory / outputs.RECORD, None, None, data, finished=True)

@@ -205,6 +205,7 @@ class RunResult:
     latents: object  # CPU torch tensor: the final latents (None after encode only)
     frames: object  # uint8 array (count, height, width, 3), or None
     data: dict  # the run record
+    finished: bool = False  # already finished before this run: nothing was run (--resume)
 
 
 def finish(port, recipe: Recipe, outcome: Outcome, directory: Path) -> RunResult:

@@ -1,9 +1,11 @@
-"""What a finished run writes into its run directory (``write_results``), and what a
-run removes first because its own outputs replace it (``invalidate``)."""
+"""What a finished run writes into its run directory (``write_results``), what a
+run removes first because its own outputs replace it (``invalidate``), and whether a
+directory already holds a recipe's finished run (``finished``)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +15,36 @@ from porter.runtime import atomic, notices
 
 if TYPE_CHECKING:
     from porter.recipe import Recipe
+
+
+#: output settings that change no file a finished run keeps
+UNWRITTEN = ("dir", "checkpoint_every", "preview_every")
+
+
+def finished(directory: Path, recipe: Recipe, made_from: dict) -> dict | None:
+    """The record of the complete run ``directory`` holds, when it is this recipe's
+    (the same model, generation settings, dtypes, LoRA, step cache and scheduler, as a
+    stage file is judged, and the same output settings) made from the files
+    ``made_from`` names (``artifacts.inputs_of``: a replaced adapter or checkpoint file
+    makes it again), with every result it lists still there (a stage's own file may
+    have been removed to save space); else None."""
+    try:
+        data = json.loads((directory / outputs.RECORD).read_text())
+        made = artifacts.settings_of(data["recipe"])
+        inputs = artifacts.inputs_of(data["checkpoint"])
+        written = {key: value for key, value in data["recipe"]["output"].items()
+                   if key not in UNWRITTEN}
+        files = list(data["outputs"]["files"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    wanted = {key: value for key, value in recipe.resolved()["output"].items()
+              if key not in UNWRITTEN}
+    stage_files = {f"{stage}.safetensors" for stage in artifacts.STAGES}
+    if made != artifacts.settings(recipe) or inputs != made_from or written != wanted \
+            or not all((directory / name).is_file() for name in files
+                       if name not in stage_files):
+        return None
+    return data
 
 
 def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) -> None:

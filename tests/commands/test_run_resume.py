@@ -1,5 +1,5 @@
 """porter run --resume: a missing directory, a folder no run wrote, or another output.dir
-is refused; a resumed run records each mesh it ran on."""
+is refused; a resumed run records each mesh it ran on; a finished run is left as it is."""
 
 import pytest
 
@@ -56,6 +56,44 @@ def test_a_resumed_run_records_each_mesh_it_ran_on(tmp_path):
     meshes = [(s["stage"], s["mesh"]) for s in result.data["history"]]
     assert meshes == [("encode", {"dp": 1}), ("denoise", {"dp": 2}), ("decode", {"dp": 2})]
     assert result.data["history"][1]["steps"] == [0, 2]
+    _finished_is_left_as_it_is(tmp_path, out, result)
+
+
+def _finished_is_left_as_it_is(tmp_path, out, result):
+    """Resumed once more, the finished run is said to be finished: no weight is loaded,
+    nothing decoded again, no file touched. What makes a run unfinished: other settings
+    (generation or output), a result file gone; not a stage file removed to save space."""
+    from porter import api, cli
+    from porter.rundir import artifacts, results
+
+    def loads(*args, **kwargs):
+        raise AssertionError("a finished run loaded its model")
+
+    def files():  # the run's own (the folder's lock is taken and let go)
+        return {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name[0] != "."}
+
+    touched = files()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(api.Port, "open", loads)
+        again = run(tiny_recipe(tmp_path, out, "tiny", "mesh.dp=2"), registry_mod.loaded(),
+                    progress=False, resume=True)
+        assert again.finished and again.data == result.data
+        assert again.video == out / "video.mp4" and again.record == out / "run.json"
+        assert cli.main(["run", str(tmp_path / "r.yaml"), "--resume", str(out),
+                         "--no-progress"]) == 0
+    assert files() == touched
+    recipe = tiny_recipe(tmp_path, out, "tiny")
+    made_from = artifacts.inputs_now(recipe)
+    assert results.finished(out, recipe, made_from) is not None
+    for other in ("generate.seed=1", "output.fps=8", "output.latents=true"):
+        assert results.finished(out, tiny_recipe(tmp_path, out, "tiny", other),
+                                made_from) is None, other
+    assert results.finished(out, tiny_recipe(tmp_path, out, "tiny", "output.dir=elsewhere",
+                                             "output.checkpoint_every=3"), made_from)
+    (out / "encode.safetensors").unlink()
+    assert results.finished(out, recipe, made_from) is not None
+    (out / "video.mp4").unlink()
+    assert results.finished(out, recipe, made_from) is None
 
 
 def test_a_folder_with_porters_records_but_no_lock_resumes(tmp_path):
