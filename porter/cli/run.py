@@ -52,10 +52,11 @@ def handle(args) -> int:
         return _batch(args, loaded)
     result = run(loaded, registry_mod.loaded(), progress=not args.no_progress,
                  stage=args.stage, resume=bool(args.resume))
-    if result.finished and distributed.writes():
+    if result.finished:
         kept = [path.name for path in (result.video, result.record) if path is not None]
-        print(f"{result.directory} holds this recipe's finished run ({', '.join(kept)}): "
-              "nothing was run; without --resume it is made again")
+        held = f" ({', '.join(kept)})" if kept else ""
+        print(f"{distributed.label()}nothing run: {result.directory} holds this recipe's "
+              f"finished run{held}; run without --resume to make it again")
         return 0
     if not distributed.writes():
         print(f"{distributed.label()}done; process 0 wrote the outputs to {result.directory}")

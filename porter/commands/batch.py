@@ -305,8 +305,8 @@ def _owned_batch(batch: Batch, family: ModelFamily, registry: Registry) -> dict:
 
 def _skip_finished(batch: Batch, port) -> None:
     for item in batch.items:
-        if not item.problem and results.finished(batch.directory / item.name,
-                                                 item.recipe, port.inputs) is not None:
+        if not item.problem and results.finished(batch.directory / item.name, item.recipe,
+                                                 lambda: port.inputs) is not None:
             item.status = "skipped"
     done = sum(item.status == "skipped" for item in batch.items)
     batch.say(f"resuming in {batch.directory}: {done} of {len(batch.items)} items "

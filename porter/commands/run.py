@@ -45,8 +45,7 @@ def run(recipe: Recipe, registry: Registry, progress: bool = True, stage: str | 
     with owned(directory):
         if resume and stage is None:
             done = _finished(directory, recipe)
-            if done is not None:
-                say(f"{directory} holds this recipe's finished run: nothing left to do")
+            if done is not None:  # said by the caller, with the files it holds
                 return done
         wanted = runner.stages_to_run(directory, stage, resume)
         resumed = runner.continuation(directory, wanted, recipe, resume)  # before removal
@@ -64,13 +63,19 @@ def run(recipe: Recipe, registry: Registry, progress: bool = True, stage: str | 
 def _finished(directory: Path, recipe: Recipe) -> RunResult | None:
     """The finished run ``directory`` holds of this recipe, made from the files on disk
     now (no weight loaded: ``artifacts.inputs_now``), as process 0 judges it for every
-    process; else None."""
-    data = results.finished(directory, recipe, artifacts.inputs_now(recipe)) \
-        if distributed.writes() else None
+    process; else None. Every process takes part in the judgement, whatever process 0
+    meets reading the files: a problem there is the run's own to say, on every process,
+    as it continues (a process that raised here would leave the others waiting)."""
+    data = None
+    if distributed.writes():
+        try:
+            data = results.finished(directory, recipe, lambda: artifacts.inputs_now(recipe))
+        except Exception:  # noqa: BLE001 - said by the run that follows, on every process
+            data = None
     if not distributed.anywhere(data is not None):
         return None
     if data is None:  # another process's: process 0 holds the files
         return RunResult(directory, None, None, None, None, {}, finished=True)
-    video = data["outputs"]["video"]
+    video = data["outputs"].get("video")
     return RunResult(directory, directory / video if video else None,
                      directory / outputs.RECORD, None, None, data, finished=True)

@@ -205,7 +205,9 @@ class RunResult:
     latents: object  # CPU torch tensor: the final latents (None after encode only)
     frames: object  # uint8 array (count, height, width, 3), or None
     data: dict  # the run record
-    finished: bool = False  # already finished before this run: nothing was run (--resume)
+    # finished before this call (--resume): nothing was run; latents and frames None,
+    # video and record the files the directory holds (None on a process but 0)
+    finished: bool = False
 
 
 def finish(port, recipe: Recipe, outcome: Outcome, directory: Path) -> RunResult:

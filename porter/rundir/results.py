@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from porter.rundir import artifacts, audio, outputs, progress, video
 from porter.rundir.audio import Audio
@@ -17,34 +17,49 @@ if TYPE_CHECKING:
     from porter.recipe import Recipe
 
 
-#: output settings that change no file a finished run keeps
-UNWRITTEN = ("dir", "checkpoint_every", "preview_every")
+#: output settings that change no result a finished run keeps (``stream.mp4`` is the
+#: video's frames as they came: neither wanting it nor its removal unfinishes a run)
+UNWRITTEN = ("dir", "checkpoint_every", "preview_every", "stream")
+#: recipe sections beyond the stage files' settings that change the video made
+MAKING = ("setup", "patches")
 
 
-def finished(directory: Path, recipe: Recipe, made_from: dict) -> dict | None:
+def finished(directory: Path, recipe: Recipe, made_from: Callable[[], dict]) -> dict | None:
     """The record of the complete run ``directory`` holds, when it is this recipe's
     (the same model, generation settings, dtypes, LoRA, step cache and scheduler, as a
-    stage file is judged, and the same output settings) made from the files
-    ``made_from`` names (``artifacts.inputs_of``: a replaced adapter or checkpoint file
-    makes it again), with every result it lists still there (a stage's own file may
-    have been removed to save space); else None."""
+    stage file is judged, the same setup calls and patches, the same output settings)
+    made from the files ``made_from()`` names (``artifacts.inputs_of``; asked last, as
+    it may hash adapters: a replaced adapter or checkpoint file makes the run again),
+    with every result it lists still there (a stage's own file, or the stream, may have
+    been removed to save space); else None."""
+    kept = {f"{stage}.safetensors" for stage in artifacts.STAGES} | {outputs.STREAM}
     try:
         data = json.loads((directory / outputs.RECORD).read_text())
-        made = artifacts.settings_of(data["recipe"])
-        inputs = artifacts.inputs_of(data["checkpoint"])
-        written = {key: value for key, value in data["recipe"]["output"].items()
-                   if key not in UNWRITTEN}
-        files = list(data["outputs"]["files"])
+        made = data["recipe"]
+        same = artifacts.settings_of(made) == artifacts.settings(recipe) \
+            and _making(made) == _making(recipe.resolved())
+        results = [name for name in data["outputs"]["files"] if name not in kept]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    wanted = {key: value for key, value in recipe.resolved()["output"].items()
-              if key not in UNWRITTEN}
-    stage_files = {f"{stage}.safetensors" for stage in artifacts.STAGES}
-    if made != artifacts.settings(recipe) or inputs != made_from or written != wanted \
-            or not all((directory / name).is_file() for name in files
-                       if name not in stage_files):
+    if not same or not all((directory / name).is_file() for name in results) \
+            or _identity(artifacts.inputs_of(data.get("checkpoint"))) != _identity(
+                made_from()):
         return None
     return data
+
+
+def _making(resolved: dict) -> dict:
+    """What of a resolved recipe, beyond ``artifacts.settings``, changes the results."""
+    output = {key: value for key, value in resolved["output"].items()
+              if key not in UNWRITTEN}
+    return {"output": output, **{key: resolved.get(key) for key in MAKING}}
+
+
+def _identity(inputs: dict) -> dict:
+    """The files' identity: the checkpoint's, and each adapter by its SHA-256 (not the
+    path it was read from, which a moved recipe or another cache changes)."""
+    return {"checkpoint_files": inputs["checkpoint_files"],
+            "lora": [adapter["sha256"] for adapter in inputs["lora"]]}
 
 
 def invalidate(directory: Path, stages: tuple[str, ...], keep_progress: bool) -> None:

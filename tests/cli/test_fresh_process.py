@@ -80,8 +80,9 @@ output: {{dir: {tmp_path / 'out'}}}
 @pytest.mark.slow
 def test_a_modular_pipeline_with_sound_in_fresh_processes(tmp_path):
     """LTX2ModularPipeline over a classic LTX-2 checkpoint, as a user runs it: validate,
-    compile for a TPU (its programs found by running its call on abstract components)
-    and run, whose mp4 carries the sound beside the frames and whose record says so."""
+    then compile for a TPU (its programs found by running its call on abstract
+    components) in one new process, and the run in another, whose mp4 carries the sound
+    beside the frames and whose record says so."""
     import json
 
     import av
@@ -96,8 +97,9 @@ generate: {{prompt: a cat, height: 32, width: 32, frames: 9, steps: 2,
            max_sequence_length: 16, extra: {{frame_rate: 25.0}}}}
 output: {{dir: {tmp_path / 'out'}, fps: 25, wav: true}}
 """)
-    # the checks share a process (they differ only in their arguments); the run has
-    # one of its own
+    # the checks share a process, porter's main called for each in turn (so the compile
+    # runs there, not in the child the porter command starts for libtpu: that child is
+    # tests/cli/test_child.py's); the run has a process of its own
     checked, compiled = porter_calls(["validate", recipe, "--devices", "8"],
                                      ["compile", recipe, "--target", "v6e-8", "--program",
                                       "vae.decode"])

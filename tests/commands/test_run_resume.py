@@ -47,7 +47,7 @@ def test_resume_with_another_output_dir_is_an_error(tmp_path, capsys):
     assert code == 2 and "nothing to resume" in capsys.readouterr().err
 
 
-def test_a_resumed_run_records_each_mesh_it_ran_on(tmp_path):
+def test_a_resumed_run_records_each_mesh_it_ran_on(tmp_path, capsys):
     out = tmp_path / "out"
     run(tiny_recipe(tmp_path, out, "tiny", "mesh.dp=1"), registry_mod.loaded(),
         progress=False, stage="encode")
@@ -56,13 +56,14 @@ def test_a_resumed_run_records_each_mesh_it_ran_on(tmp_path):
     meshes = [(s["stage"], s["mesh"]) for s in result.data["history"]]
     assert meshes == [("encode", {"dp": 1}), ("denoise", {"dp": 2}), ("decode", {"dp": 2})]
     assert result.data["history"][1]["steps"] == [0, 2]
-    _finished_is_left_as_it_is(tmp_path, out, result)
+    _finished_is_left_as_it_is(tmp_path, out, result, capsys)
 
 
-def _finished_is_left_as_it_is(tmp_path, out, result):
+def _finished_is_left_as_it_is(tmp_path, out, result, capsys):
     """Resumed once more, the finished run is said to be finished: no weight is loaded,
     nothing decoded again, no file touched. What makes a run unfinished: other settings
-    (generation or output), a result file gone; not a stage file removed to save space."""
+    (generation, setup or output), other checkpoint files, a result gone; not a stage
+    file or the stream removed to save space."""
     from porter import api, cli
     from porter.rundir import artifacts, results
 
@@ -79,18 +80,30 @@ def _finished_is_left_as_it_is(tmp_path, out, result):
                     progress=False, resume=True)
         assert again.finished and again.data == result.data
         assert again.video == out / "video.mp4" and again.record == out / "run.json"
+        capsys.readouterr()
         assert cli.main(["run", str(tmp_path / "r.yaml"), "--resume", str(out),
                          "--no-progress"]) == 0
+        assert capsys.readouterr().out == (
+            f"nothing run: {out} holds this recipe's finished run (video.mp4, run.json); "
+            "run without --resume to make it again\n")
     assert files() == touched
     recipe = tiny_recipe(tmp_path, out, "tiny")
-    made_from = artifacts.inputs_now(recipe)
+
+    def made_from():
+        return artifacts.inputs_now(recipe)
+
     assert results.finished(out, recipe, made_from) is not None
-    for other in ("generate.seed=1", "output.fps=8", "output.latents=true"):
+    for other in ("generate.seed=1", "output.fps=8", "output.latents=true",
+                  "setup={vae: [enable_tiling]}"):
         assert results.finished(out, tiny_recipe(tmp_path, out, "tiny", other),
                                 made_from) is None, other
+    assert results.finished(out, recipe, lambda: {**made_from(), "checkpoint_files": {
+        "transformer": "another"}}) is None
     assert results.finished(out, tiny_recipe(tmp_path, out, "tiny", "output.dir=elsewhere",
-                                             "output.checkpoint_every=3"), made_from)
+                                             "output.checkpoint_every=3",
+                                             "output.stream=false"), made_from)
     (out / "encode.safetensors").unlink()
+    (out / "stream.mp4").unlink()
     assert results.finished(out, recipe, made_from) is not None
     (out / "video.mp4").unlink()
     assert results.finished(out, recipe, made_from) is None

@@ -9,12 +9,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 
+#: the JAX and libtpu settings of the tests' own processes, which a user's shell has not
+TESTS_ONLY = ("XLA_FLAGS", "JAX_PLATFORMS", "LIBTPU_INIT_ARGS")
+
+
 def user_porter(*args, timeout=600, env=None):
     """The porter command as a user's shell runs it: a new process, nothing imported,
     no JAX or libtpu settings in the environment (the tests' own are removed): one CPU
     device."""
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("XLA_FLAGS", "JAX_PLATFORMS", "LIBTPU_INIT_ARGS")}
+    base = {k: v for k, v in os.environ.items() if k not in TESTS_ONLY}
     return subprocess.run([sys.executable, "-m", "porter.cli", *map(str, args)],
                           capture_output=True, text=True, env={**base, **(env or {})},
                           timeout=timeout)
@@ -43,8 +46,7 @@ def porter_calls(*argvs, env=None, timeout=600, user=True) -> list:
     imported before the first: checks that differ only in their arguments share what
     the process imports. ``user``: as a user's shell runs it (one CPU device), else in
     the tests' environment. Each result has returncode, stdout and stderr."""
-    base = {k: v for k, v in os.environ.items()
-            if not user or k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    base = {k: v for k, v in os.environ.items() if not user or k not in TESTS_ONLY}
     done = subprocess.run([sys.executable, "-c", _IN_ONE_PROCESS,
                            json.dumps([[str(a) for a in argv] for argv in argvs])],
                           capture_output=True, text=True, env={**base, **(env or {})},

@@ -67,8 +67,9 @@ def build_app(jobs, token: str | None = None):
     @app.exception_handler(StarletteHTTPException)
     async def refused(request, exc):
         path = request.url.path
-        if exc.status_code == 404 and exc.detail == "Not Found" and len(path) > 1 \
-                and path.endswith("/"):  # Starlette's redirect is an empty 307 to curl
+        if exc.status_code == 404 and exc.detail == "Not Found" \
+                and _a_route(app, request, path.rstrip("/")):
+            # where Starlette would redirect: an empty 307 that curl shows as nothing
             return answer(request, 404, f"no route {path}: write it without the trailing "
                           f"slash ({path.rstrip('/')})")
         return answer(request, exc.status_code, exc.detail, exc.headers)
@@ -92,6 +93,16 @@ def build_app(jobs, token: str | None = None):
     openai_api.routes(app, jobs, _json_body)
     page.routes(app, jobs.port)
     return app
+
+
+def _a_route(app, request, path: str) -> bool:
+    """Does one of ``app``'s routes answer ``request``'s method at ``path``?"""
+    from starlette.routing import Match
+
+    if not path or path == request.url.path:
+        return False
+    scope = {**request.scope, "path": path}
+    return any(route.matches(scope)[0] is Match.FULL for route in app.router.routes)
 
 
 class _Logged:

@@ -165,9 +165,14 @@ def test_openai_routes_refuse_in_openais_words(tiny):
     own = client(tiny, full=True).post("/jobs", json={"prompt": "x"})
     assert own.status_code == 429 and own.headers["retry-after"] == "42"
     # a route written with a trailing slash is named, not redirected (curl shows a 307
-    # as nothing at all, and a redirected POST may lose its body)
+    # as nothing at all); a path that is no route either way is a plain 404
     for answer in (http.post("/jobs/", json={"prompt": "x"}), http.get("/v1/videos/")):
         assert answer.status_code == 404, answer.request.url
+    for path in ("/nothing/", "/v1/nothing/"):
+        answer = http.get(path)
+        assert answer.status_code == 404 and "trailing" not in answer.text, path
+    assert http.delete("/jobs/").status_code in (404, 405)  # no DELETE /jobs either
+    assert "trailing" not in http.delete("/jobs/").text
     assert "write it without the trailing slash (/jobs)" in \
         http.post("/jobs/", json={"prompt": "x"}).json()["error"]
     assert http.get("/v1/videos/").json()["error"]["message"] == \
