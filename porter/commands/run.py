@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from porter import api
-from porter.errors import UsageError
+from porter.errors import Interrupted, UsageError
 from porter.generate import runners
 from porter.generate.runners import RunResult, finish
 from porter.generate.call import Call
@@ -70,6 +70,8 @@ def _finished(directory: Path, recipe: Recipe) -> RunResult | None:
     if distributed.writes():
         try:
             data = results.finished(directory, recipe, lambda: artifacts.inputs_now(recipe))
+        except Interrupted:
+            raise  # a signal stops the run here as anywhere
         except Exception:  # noqa: BLE001 - said by the run that follows, on every process
             data = None
     if not distributed.anywhere(data is not None):
