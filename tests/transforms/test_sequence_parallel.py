@@ -160,36 +160,51 @@ def test_tokens_over_8_devices_equal_one_device():
         assert record["weights"]["components"]["transformer"]["default_split"] == axes
 
 
+def latents(path, *overrides):
+    """The final latents of ``path``'s run, not decoded: where only the transformer's
+    split differs, the VAE's decode adds time and nothing to compare."""
+    from porter.generate.call import Call
+
+    port = porter.load(path, *overrides)
+    with port:
+        return port.run(Call(port.settings(), ("encode", "denoise"))).latents.numpy()
+
+
+def relative(got, expected) -> float:
+    return float(np.abs(got - expected).max() / np.abs(expected).max())
+
+
 @pytest.mark.slow
 def test_heads_exchanged_for_tokens_equal_one_device():
     """8 heads over sp=8: each device attends with one head over every token (the
-    all-to-all exchange, Ulysses), equal to one device."""
+    all-to-all exchange, Ulysses), equal to one device: the final latents, in float32,
+    to 1e-5 of their largest (measured 8e-7; the frames of the whole split are
+    test_tokens_over_8_devices_equal_one_device's)."""
     heads = ["model.config.num_attention_heads=8", "attention.backend=blockwise"]
-    one, _ = frames(TINY, "mesh={dp: 1}", *heads)
+    one = latents(TINY, "mesh={dp: 1}", *heads)
     dense = one
-    split, _ = frames(TINY, "mesh={sp: 8}", *heads)
-    assert np.abs(split.astype(int) - one.astype(int)).max() <= 1
-    # the same heads round a ring axis, and in 2-D: heads over sp, the ring over ring
-    for mesh in ("mesh={ring: 8}", "mesh={ring: 2, sp: 4}"):
-        ring, _ = frames(TINY, mesh, *heads)
-        assert np.abs(ring.astype(int) - one.astype(int)).max() <= 1, mesh
+    # Ulysses; the same heads round a ring axis; and in 2-D: heads over sp, the ring
+    # over ring (measured 8e-7, 9e-7, 8e-7)
+    for mesh in ("mesh={sp: 8}", "mesh={ring: 8}", "mesh={ring: 2, sp: 4}"):
+        assert relative(latents(TINY, mesh, *heads), one) <= 1e-5, mesh
     # 8-bit weights and matmuls, and a step cache (TaylorSeer: a fixed schedule of
     # computed and predicted steps), beside the 2-D split; the window beside it (each
     # device windows its heads over every token, the ring's devices a query tile in two).
     # 8-bit over two steps: at four, this random model's video hangs on single int8
     # roundings that any reordered float sum may flip (one device's own 'reference' and
-    # 'blockwise' attention make videos 48 levels apart at four steps, 1 at two)
+    # 'blockwise' attention make videos 48 levels apart at four steps, 1 at two).
+    # Bounds ten times the differences measured (1.2e-4, 3.8e-5, 9e-7)
     window = "attention.window={tile: [1, 2, 2], reach: [1, 1, 0], global_frames: 1, " \
              "dense_steps: 1}"
-    for mesh, extra in (("mesh={ring: 2, sp: 4}", ["quantize.format=int8", "generate.steps=2"]),
-                        ("mesh={ring: 2, sp: 4}",
-                         ["cache={method: taylorseer, cache_interval: 2, "
-                          "disable_cache_before_step: 1}", "generate.steps=6"]),
-                        ("mesh={ring: 2, sp: 4}", [window])):
-        one, _ = frames(TINY, "mesh={dp: 1}", *heads, *extra)
-        split, _ = frames(TINY, mesh, *heads, *extra)
-        assert np.abs(split.astype(int) - one.astype(int)).max() <= 1, extra
-    assert np.abs(split.astype(int) - dense.astype(int)).max() > 1  # the window ran
+    for extra, bound in (
+            (["quantize.format=int8", "generate.steps=2"], 1e-3),
+            (["cache={method: taylorseer, cache_interval: 2, disable_cache_before_step: 1}",
+              "generate.steps=6"], 5e-4),
+            ([window], 1e-5)):
+        one = latents(TINY, "mesh={dp: 1}", *heads, *extra)
+        split = latents(TINY, "mesh={ring: 2, sp: 4}", *heads, *extra)
+        assert relative(split, one) <= bound, extra
+    assert relative(split, dense) > 1e-3  # the window ran (measured 1.2e-2)
 
 
 GENERIC = """\
