@@ -47,7 +47,7 @@ def test_resume_with_another_output_dir_is_an_error(tmp_path, capsys):
     assert code == 2 and "nothing to resume" in capsys.readouterr().err
 
 
-def test_a_resumed_run_records_each_mesh_it_ran_on(tmp_path, capsys):
+def test_a_resumed_run_records_each_mesh_it_ran_on(tmp_path):
     out = tmp_path / "out"
     run(tiny_recipe(tmp_path, out, "tiny", "mesh.dp=1"), registry_mod.loaded(),
         progress=False, stage="encode")
@@ -56,15 +56,15 @@ def test_a_resumed_run_records_each_mesh_it_ran_on(tmp_path, capsys):
     meshes = [(s["stage"], s["mesh"]) for s in result.data["history"]]
     assert meshes == [("encode", {"dp": 1}), ("denoise", {"dp": 2}), ("decode", {"dp": 2})]
     assert result.data["history"][1]["steps"] == [0, 2]
-    _finished_is_left_as_it_is(tmp_path, out, result, capsys)
+    _finished_is_left_as_it_is(tmp_path, out, result)
 
 
-def _finished_is_left_as_it_is(tmp_path, out, result, capsys):
+def _finished_is_left_as_it_is(tmp_path, out, result):
     """Resumed once more, the finished run is said to be finished: no weight is loaded,
     nothing decoded again, no file touched. What makes a run unfinished: other settings
     (generation, setup or output), other checkpoint files, a result gone; not a stage
     file or the stream removed to save space."""
-    from porter import api, cli
+    from porter import api
     from porter.rundir import artifacts, results
 
     def loads(*args, **kwargs):
@@ -80,12 +80,12 @@ def _finished_is_left_as_it_is(tmp_path, out, result, capsys):
                     progress=False, resume=True)
         assert again.finished and again.data == result.data
         assert again.video == out / "video.mp4" and again.record == out / "run.json"
-        capsys.readouterr()
-        assert cli.main(["run", str(tmp_path / "r.yaml"), "--resume", str(out),
-                         "--no-progress"]) == 0
-        assert capsys.readouterr().out == (
-            f"nothing run: {out} holds this recipe's finished run (video.mp4, run.json); "
-            "run without --resume to make it again\n")
+    # as a user runs it, in a new process
+    done = porter_process("run", tmp_path / "r.yaml", "--resume", out, "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        f"nothing run: {out} holds this recipe's finished run (video.mp4, run.json); "
+        "run without --resume to make it again\n")
     assert files() == touched
     recipe = tiny_recipe(tmp_path, out, "tiny")
 
