@@ -35,9 +35,9 @@ def finished(directory: Path, recipe: Recipe, made_from: Callable[[], dict]) -> 
     kept = {f"{stage}.safetensors" for stage in artifacts.STAGES} | {outputs.STREAM}
     try:
         data = json.loads((directory / outputs.RECORD).read_text())
-        made = data["recipe"]
-        same = artifacts.settings_of(made) == artifacts.settings(recipe) \
-            and _making(made) == _making(recipe.resolved())
+        made, wanted = data["recipe"], recipe.resolved()
+        same = artifacts.settings_of(made) == artifacts.settings_of(wanted) \
+            and _making(made) == _making(wanted)
         results = [name for name in data["outputs"]["files"] if name not in kept]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
