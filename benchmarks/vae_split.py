@@ -90,7 +90,8 @@ def main():
     for case, (devices, overrides) in CASES.items():
         out = work / f"{len(results)}.npz"
         python(str(TESTS / "models" / "decode_latents.py"), "--warm",
-               str(ROOT / "recipes" / recipe), str(latents), str(out), str(devices), *common, *overrides)
+               str(ROOT / "recipes" / recipe), str(latents), str(out), str(devices),
+               *common, *overrides)
         found = np.load(out)
         one = found if one is None else one
         levels = np.abs(found["frames"].astype(int) - one["frames"])

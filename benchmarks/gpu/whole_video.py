@@ -28,15 +28,14 @@ weights when it loads them, so a step costs the same with it.
 Results go to DIR/whole-video.json as each side ends (a side cut off by the deadline
 is recorded as such; the others keep their figures). --rehearse runs the same on a CPU
 at a small size (one transformer block, one text layer, a narrow VAE, 96x64, 5 frames)
-to check the script before a GPU is lent. `VIDEO=1 bash benchmarks/gpu/run.sh` installs Porter on a
-bare GPU machine and runs this (VIDEO_ARGS: its arguments).
+to check the script before a GPU is lent. `VIDEO=1 bash benchmarks/gpu/run.sh` installs
+Porter on a bare GPU machine and runs this (VIDEO_ARGS: its arguments).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
