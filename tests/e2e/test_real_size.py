@@ -33,6 +33,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from support import RECIPES, TESTS, vae_split_rule
+from support.runs import relative
 
 # Runs on 8 devices (and each family's first test, which writes the checkpoint and
 # runs the float32 reference) peak near 11 GiB: heavy, one at a time, nothing beside
@@ -97,10 +98,6 @@ def check_memory_and_placement(record: dict, planned: dict, bound: float):
         assert component["bytes"] == planned[name]["bytes"], name
         assert component["bytes_per_device"] == component["min_bytes_per_device"] \
             == component["planned_bytes_per_device"] == planned[name]["bytes_per_device"], name
-
-
-def relative(got, expected) -> float:
-    return ((got - expected).abs().max() / expected.abs().max()).item()
 
 
 @pytest.fixture(scope="module")

@@ -265,25 +265,19 @@ def test_a_windowed_run_is_the_dense_run_with_the_windows_mask(tmp_path, monkeyp
     """Through the tiny Wan on 8 devices: the windowed kernel's latents equal those of a
     run whose windowed calls are dense attention with the window's token mask; a run
     without the window differs (the window is in use)."""
-    import porter
-    from porter.generate.call import Call
+    from support.runs import final_latents
 
     path = tmp_path / "windowed.yaml"
     path.write_text(WINDOWED)
 
-    def latents(*overrides):
-        with porter.load(path, *overrides) as port:
-            recipe = port.recipe
-            return port.run(Call(recipe, wanted=("encode", "denoise"))).latents
-
-    windowed = latents()
+    windowed = final_latents(path)
 
     def masked_dense(q, k, v, tiling, *, scale, **_):
         return kernels.reference(q, k, v, jnp.asarray(tiling.keep()), scale=scale)
     monkeypatch.setattr(window, "attend_windowed", masked_dense)
-    masked = latents("attention.block_q=256")  # another recipe: no trace of the first
+    masked = final_latents(path, "attention.block_q=256")  # another recipe: no trace of the first
     monkeypatch.undo()
-    dense = latents("attention.window=null")
+    dense = final_latents(path, "attention.window=null")
     assert float((windowed - masked).abs().max()) <= 1e-5
     assert float((windowed - dense).abs().max()) > 1e-3
 

@@ -15,6 +15,7 @@ from porter.transforms import sharding
 
 from support import RECIPES
 from support.processes import user_porter
+from support.runs import final_latents, relative
 
 TINY = RECIPES / "wan-tiny.yaml"
 SP = RECIPES / "wan-tiny-sp.yaml"
@@ -160,20 +161,6 @@ def test_tokens_over_8_devices_equal_one_device():
         assert record["weights"]["components"]["transformer"]["default_split"] == axes
 
 
-def latents(path, *overrides):
-    """The final latents of ``path``'s run, not decoded: where only the transformer's
-    split differs, the VAE's decode adds time and nothing to compare."""
-    from porter.generate.call import Call
-
-    port = porter.load(path, *overrides)
-    with port:
-        return port.run(Call(port.settings(), ("encode", "denoise"))).latents.numpy()
-
-
-def relative(got, expected) -> float:
-    return float(np.abs(got - expected).max() / np.abs(expected).max())
-
-
 @pytest.mark.slow
 def test_heads_exchanged_for_tokens_equal_one_device():
     """8 heads over sp=8: each device attends with one head over every token (the
@@ -181,12 +168,12 @@ def test_heads_exchanged_for_tokens_equal_one_device():
     to 1e-5 of their largest (measured 8e-7; the frames of the whole split are
     test_tokens_over_8_devices_equal_one_device's)."""
     heads = ["model.config.num_attention_heads=8", "attention.backend=blockwise"]
-    one = latents(TINY, "mesh={dp: 1}", *heads)
+    one = final_latents(TINY, "mesh={dp: 1}", *heads)
     dense = one
     # Ulysses; the same heads round a ring axis; and in 2-D: heads over sp, the ring
     # over ring (measured 8e-7, 9e-7, 8e-7)
     for mesh in ("mesh={sp: 8}", "mesh={ring: 8}", "mesh={ring: 2, sp: 4}"):
-        assert relative(latents(TINY, mesh, *heads), one) <= 1e-5, mesh
+        assert relative(final_latents(TINY, mesh, *heads), one) <= 1e-5, mesh
     # 8-bit weights and matmuls, and a step cache (TaylorSeer: a fixed schedule of
     # computed and predicted steps), beside the 2-D split; the window beside it (each
     # device windows its heads over every token, the ring's devices a query tile in two).
@@ -201,8 +188,8 @@ def test_heads_exchanged_for_tokens_equal_one_device():
             (["cache={method: taylorseer, cache_interval: 2, disable_cache_before_step: 1}",
               "generate.steps=6"], 5e-4),
             ([window], 1e-5)):
-        one = latents(TINY, "mesh={dp: 1}", *heads, *extra)
-        split = latents(TINY, "mesh={ring: 2, sp: 4}", *heads, *extra)
+        one = final_latents(TINY, "mesh={dp: 1}", *heads, *extra)
+        split = final_latents(TINY, "mesh={ring: 2, sp: 4}", *heads, *extra)
         assert relative(split, one) <= bound, extra
     assert relative(split, dense) > 1e-3  # the window ran (measured 1.2e-2)
 
