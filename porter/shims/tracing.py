@@ -46,7 +46,8 @@ ENGINES = ("torchax", "jax", "jaxlib")
 #: JAX raise beneath it is the model's (or torchax's) doing; what it raises itself is
 #: Porter's
 CONDUITS = ("porter/transforms/jit/autosplit.py", "porter/transforms/jit/__init__.py",
-            "porter/transforms/jit/scan.py", "porter/transforms/sharding.py")
+            "porter/transforms/jit/scan.py", "porter/transforms/jit/lifting.py",
+            "porter/transforms/sharding.py")
 
 
 def _kind(filename: str) -> str:

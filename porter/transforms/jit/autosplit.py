@@ -6,6 +6,12 @@ passed to ``jax.jit`` as static, so Python in the model may branch on them. One
 program per distinct set of values, as ``static_argnames`` gives; the recipe's
 ``static_argnames`` are static always.
 
+Objects a call writes and sizes made on the host (``porter.transforms.jit.lifting``):
+an argument that is an object holding tensors alone (a key/value cache) goes in as
+its tensors and comes back out written; a call that cannot be traced otherwise is
+traced again with its small host integer tensors (a grid's sizes) as constants, and
+compiled whole if that traces (remembered, as a split is).
+
 Automatic split: when a component (or any module below it) cannot be traced —
 Python that needs a tensor's value, ``torch.nonzero``, ``.item()`` — its first
 call falls back to running that module eagerly, with each child module that
@@ -28,6 +34,7 @@ from porter.runtime import atomic, distributed, notices, trace_context
 from porter.shims import fixes as torchax_fixes
 from porter.shims.compat import import_torchax
 from porter.shims.tracing import model_frame, untraceable
+import porter.transforms.jit.lifting as lifting  # not the package: it imports this
 
 
 def holds_tensor(value) -> bool:
@@ -65,9 +72,11 @@ def as_keywords(function, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 def static_names(kwargs: dict) -> tuple[str, ...]:
-    """The keyword arguments that hold no tensor and can be hashed: static."""
+    """The keyword arguments that hold no tensor and can be hashed: static (an object
+    the call writes is an input: ``lifting``)."""
     return tuple(sorted(k for k, v in kwargs.items()
-                        if not holds_tensor(v) and _hashable(v)))
+                        if not holds_tensor(v) and _hashable(v)
+                        and not lifting.is_state(v)))
 
 
 @dataclass
@@ -82,6 +91,8 @@ class Split:
     jit_kwargs: dict = field(default_factory=dict)
     eager: dict[str, str] = field(default_factory=dict)
     compiled: set[str] = field(default_factory=set)
+    #: calls compiled whole with their sizes as constants (``lifting.Sizes``)
+    sized: set[str] = field(default_factory=set)
 
     @classmethod
     def remembered(cls, component: str, traces, jit_kwargs: dict) -> "Split":
@@ -90,7 +101,9 @@ class Split:
         split = cls(component, store, traces, jit_kwargs)
         if store is not None:
             try:
-                split.eager = dict(json.loads(store.read_text())["eager"])
+                kept = json.loads(store.read_text())
+                split.eager = dict(kept["eager"])
+                split.sized = set(kept.get("sized", ()))
             except (OSError, ValueError, KeyError, TypeError):
                 pass  # nothing kept yet, or unreadable: search again
         return split
@@ -106,13 +119,20 @@ class Split:
                           "patch for the untraceable function compiles it whole again")
         self._keep()
 
+    def traced_with_sizes(self, key: str) -> None:
+        self.sized.add(key)
+        self._keep()
+
     def label(self, path: str) -> str:
         return f"{self.component}.{path}" if path else self.component
 
     def report(self) -> dict | None:
-        if not self.eager:
+        """What ran eagerly and why, what was compiled, and what compiled whole only
+        with its sizes as constants; None for a component compiled whole as it is."""
+        if not self.eager and not self.sized:
             return None
-        return {"eager": dict(self.eager), "compiled": sorted(self.compiled)}
+        found = {"eager": dict(self.eager), "compiled": sorted(self.compiled)}
+        return {**found, "sized": sorted(self.sized)} if self.sized else found
 
     def _keep(self) -> None:
 
@@ -120,33 +140,43 @@ class Split:
             return
         try:
             self.store.parent.mkdir(parents=True, exist_ok=True)
-            atomic.write_bytes(self.store, json.dumps({"eager": self.eager}).encode())
+            atomic.write_bytes(self.store, json.dumps(
+                {"eager": self.eager, "sized": sorted(self.sized)}).encode())
         except OSError:
             pass  # only a shortcut for the next run: the trace cache warns about its dir
 
 
 def programs(function, name: str, split: Split):
-    """``program(static)``: ``function`` (taking and returning torch tensors) jitted
-    with the argument names ``static`` static besides the recipe's, one program per
-    set of names, trace-cached as ``name`` where the split has a trace cache."""
+    """``program(static, sized)``: ``function`` (taking and returning torch tensors)
+    jitted with the argument names ``static`` static besides the recipe's, one program
+    per set of names, trace-cached as ``name`` where the split has a trace cache; the
+    objects it writes lifted (``lifting``), and with ``sized``, its ``Sizes`` read as
+    constants."""
     import jax
 
     traces, jit_kwargs = split.traces, split.jit_kwargs
     interop = import_torchax().interop
     made: dict = {}
 
-    def program(static: tuple[str, ...]):
+    def jitted(static: tuple[str, ...], sized: bool):
         # state that changes what is traced (a windowed video's grid, its dense steps)
         # makes another program of the same shapes
-        key = (static, trace_context.key())
+        key = (static, sized, trace_context.key())
         if key not in made:
             options = {**jit_kwargs, "static_argnames": tuple(
                 sorted(set(jit_kwargs.get("static_argnames", ())) | set(static)))}
-            named = name + trace_context.label(key[1])
+            named = name + trace_context.label(key[2])
             jit = functools.partial(traces.jit, named) if traces is not None else jax.jit
-            made[key] = interop.wrap_jax_jit(function, jax_jit_func=jit,
-                                             kwargs_for_jax=options)
+            made[key] = interop.wrap_jax_jit(lifting.lifted(function, sized),
+                                             jax_jit_func=jit, kwargs_for_jax=options)
         return made[key]
+
+    def program(static: tuple[str, ...], sized: bool = False):
+        def run(*args, **kwargs):
+            kwargs, held = lifting.lift(kwargs)
+            names = (*static, *(lifting.KINDS + name for name in sorted(held)))
+            return lifting.written_back(jitted(names, sized)(*args, **kwargs), held)
+        return run
     return program
 
 
@@ -178,9 +208,9 @@ def compile_in_place(module, path: str, split: Split) -> None:
 
     program = programs(functional, f"{split.component}.{path}.forward", split)
 
-    def traced(static, *args, **kwargs):
+    def traced(static, sized, *args, **kwargs):
         state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
-        return program(static)(state, *args, **kwargs)
+        return program(static, sized)(state, *args, **kwargs)
 
     module.forward = splitting_call(
         module, path, split, signature_of=forward, traced=traced,
@@ -189,29 +219,47 @@ def compile_in_place(module, path: str, split: Split) -> None:
 
 def splitting_call(module, path: str, split: Split, *, signature_of, traced, eager,
                    key: str | None = None):
-    """The call that replaces a compiled method: ``traced(static_names, *args,
+    """The call that replaces a compiled method: ``traced(static_names, sized, *args,
     **kwargs)`` (arguments named by ``signature_of``'s signature where it allows) until
     a call proves it untraceable, then, and from then on, ``eager(*args, **kwargs)``
-    with ``module``'s children compiled one by one. A split remembered from an earlier
-    run is made at once. ``key`` (default: ``path``) is what the split remembers the
-    failure by: one per compiled method of a component, so that a VAE's untraceable
-    ``_encode`` leaves its ``decode`` whole."""
+    with ``module``'s children compiled one by one. Before giving up, a call that takes
+    sizes made on the host is traced again with them as constants (``lifting``); what
+    traces so is remembered. A split remembered from an earlier run is made at once.
+    ``key`` (default: ``path``) is what the split remembers the failure by: one per
+    compiled method of a component, so that a VAE's untraceable ``_encode`` leaves its
+    ``decode`` whole."""
     key = path if key is None else key
 
-    def call(*args, **kwargs):
+    def run(args, kwargs, sized: bool):
         # a tensor the pipeline made on the host (no device given) crosses in here
         args, kwargs = torchax_fixes.on_device((args, kwargs))
-        if key in split.eager:
-            return eager(*args, **kwargs)
-        named_args, named_kwargs = as_keywords(signature_of, args, kwargs)
-        try:
-            result = traced(static_names(named_kwargs), *named_args, **named_kwargs)
-        except untraceable() as exc:
-            split.failed(key, exc)
-            split_children(module, path, split)
-            return eager(*args, **kwargs)
-        split.compiled.add(key)
+        return traced(static_names(kwargs), sized, *args, **kwargs)
+
+    def attempt(args, kwargs):
+        if key not in split.sized:
+            try:
+                return run(args, kwargs, False)
+            except untraceable():
+                if not any(map(lifting.is_sizes, kwargs.values())):
+                    raise
+        result = run(args, lifting.as_sizes(kwargs), True)
+        if key not in split.sized:
+            split.traced_with_sizes(key)
         return result
+
+    def call(*args, **kwargs):
+        if key not in split.eager:
+            named_args, named_kwargs = as_keywords(signature_of, args, kwargs)
+            try:
+                result = attempt(named_args, named_kwargs)
+            except (*untraceable(), lifting.StateChanged) as exc:
+                split.failed(key, exc)
+                split_children(module, path, split)
+            else:
+                split.compiled.add(key)
+                return result
+        args, kwargs = torchax_fixes.on_device((args, kwargs))
+        return eager(*args, **kwargs)
 
     if key in split.eager:
         split_children(module, path, split)

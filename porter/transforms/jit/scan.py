@@ -334,8 +334,8 @@ def _meta_like(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def refusing(traced, component: str, signature_of):
-    """A compiled method over scanned blocks: ``traced(static_names, *args, **kwargs)``
-    (as ``autosplit.splitting_call`` calls it), where what cannot be traced, or scanned,
+    """A compiled method over scanned blocks: ``traced(static_names, sized, *args,
+    **kwargs)`` (as ``autosplit.splitting_call`` calls it), where what cannot be traced, or scanned,
     is the recipe's to settle (the weights are stacked: no block runs on its own)."""
 
     def call(*args, **kwargs):
@@ -343,7 +343,7 @@ def refusing(traced, component: str, signature_of):
         args, kwargs = torchax_fixes.on_device((args, kwargs))
         named_args, named_kwargs = autosplit.as_keywords(signature_of, args, kwargs)
         try:
-            return traced(autosplit.static_names(named_kwargs), *named_args,
+            return traced(autosplit.static_names(named_kwargs), False, *named_args,
                           **named_kwargs)
         except (Unscannable, *untraceable()) as exc:
             where = model_frame(exc)

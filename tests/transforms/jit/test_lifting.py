@@ -1,0 +1,174 @@
+"""A call that takes an object it writes (a key/value cache) and sizes made on the host
+(a grid read with ``.item()``) is compiled whole: the object goes in as its tensors
+and comes back written, the sizes as constants (porter.transforms.jit.lifting)."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from porter import recipe, runtime
+from porter.recipe.schema import CompileRule
+from porter.transforms import jit, placement
+from porter.transforms.jit import autosplit, lifting
+from porter.transforms.jit.traces import TraceCache
+
+from support import RECIPES
+
+
+class LayerCache:
+    def __init__(self):
+        self.key = None
+
+
+class Cache:
+    """Wan-Animate-2's shape: one slot a layer, None until the reference pass."""
+
+    def __init__(self, layers: int):
+        self.layers = [LayerCache() for _ in range(layers)]
+
+
+class Referenced(torch.nn.Module):
+    """A reference pass that stores each layer's keys, a step that reads them; both read
+    the reference grid's sizes (``.item()``) and make a grid of their own from shapes
+    (``.tolist()``), as Wan-Animate-2's transformer does."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(2))
+
+    def forward(self, x, cache, mode: str, grid=None, area=None):
+        offset = grid[0][1].item()  # a number, not a value inside the program
+        own = torch.stack([torch.tensor(x.shape)]).tolist()[0]
+        scale = area[0] * area[1] / 16 if area is not None else 1.0
+        for layer, slot in zip(self.layers, cache.layers):
+            key = layer(x)
+            if mode == "extract":
+                slot.key = key
+            else:
+                x = x + slot.key[:, : own[1]] * scale
+        return x * offset
+
+
+def _rt():
+    return runtime.start(recipe.load(RECIPES / "wan-tiny.yaml", ["mesh.dp=8"]))
+
+
+X, GRID = torch.ones(2, 4), torch.tensor([[1, 3, 5]])
+
+
+def _segment(call, cache, x=X):
+    call(x, cache, "extract", grid=GRID)
+    return call(x, cache, "cached", grid=GRID, area=[4, 8])
+
+
+def _compiled(rt, traces=None):
+    """(the compiled model, its split, its output and cache run as PyTorch runs it)."""
+    torch.manual_seed(0)
+    model = Referenced().eval()
+    cache = Cache(2)
+    with torch.no_grad():
+        expected = _segment(model, cache)
+    placement.apply(model, rt, [])
+    splits = {}
+    compiled = jit.apply(model, CompileRule(methods=["forward"]), traces, "model",
+                         splits=splits)
+    return compiled, splits["model"], expected, cache
+
+
+def test_a_call_that_writes_its_cache_and_reads_its_grid_compiles_whole(tmp_path):
+    from porter.shims.interop import to_device, to_host
+
+    rt = _rt()
+    compiled, split, expected, expected_cache = _compiled(
+        rt, TraceCache(tmp_path, "fingerprint"))
+    traced = []
+    original = Referenced.forward
+    Referenced.forward = lambda *a, **k: (traced.append(1), original(*a, **k))[1]
+    try:
+        with rt.env:
+            caches = [Cache(2), Cache(2)]
+            got = [_segment(compiled, cache, to_device(X, rt)) for cache in caches]
+    finally:
+        Referenced.forward = original
+    for out, cache in zip(got, caches):
+        torch.testing.assert_close(to_host(out), expected)
+        for slot, want in zip(cache.layers, expected_cache.layers):  # written back
+            torch.testing.assert_close(to_host(slot.key), want.key)
+    assert split.eager == {} and split.report()["sized"] == [""]
+    # the reference pass fails on .item() (traced twice: the trace cache tries to export
+    # it first), then each pass traces once with its sizes as constants; the second
+    # segment's new cache (same structure) and grid (same values) reuse both programs
+    assert len(traced) == 4
+    assert '"sized": [""]' in traces_text(tmp_path)
+
+
+def traces_text(directory):
+    return next(directory.glob("*.split.json")).read_text()
+
+
+def test_what_traced_with_its_sizes_is_remembered(tmp_path, monkeypatch):
+    """A second run goes straight to the sizes: nothing fails to trace again."""
+    from porter.shims.interop import to_device
+
+    rt = _rt()
+    compiled, *_ = _compiled(rt, TraceCache(tmp_path, "fingerprint"))
+    with rt.env:
+        _segment(compiled, Cache(2), to_device(X, rt))
+    compiled, split, *_ = _compiled(rt, TraceCache(tmp_path, "fingerprint"))
+    assert split.sized == {""}
+    failures = []
+    monkeypatch.setattr(autosplit.Split, "failed",
+                        lambda self, path, exc: failures.append(path))
+    with rt.env:
+        _segment(compiled, Cache(2), to_device(X, rt))
+    assert failures == [] and split.eager == {}
+
+
+@dataclass
+class Settings:
+    scale: torch.Tensor | None = None
+
+
+class Config:
+    def __init__(self):
+        self.layers = 2
+
+
+@pytest.mark.parametrize("value, expected", [
+    (Cache(2), True), (LayerCache(), True),
+    (Config(), False),  # numbers: static, as before
+    (Settings(), False),  # compared by value: static
+    (torch.nn.Linear(2, 2), False), (torch.ones(2), False), ([None], False),
+    (Cache(0), False),  # no slot
+])
+def test_only_objects_holding_tensors_alone_are_state(value, expected):
+    assert lifting.is_state(value) is expected
+
+
+def test_a_call_that_changes_its_state_s_structure_is_split():
+    """Only slots come back out of a program: a call that adds to its object runs
+    eagerly, its children compiled, and the object is written as the model wrote it."""
+    from porter.shims.interop import to_device
+
+    class Grows(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 4)
+
+        def forward(self, x, cache):
+            cache.layers.append(LayerCache())
+            cache.layers[-1].key = self.layer(x)
+            return x
+
+    rt = _rt()
+    model = Grows().eval()
+    placement.apply(model, rt, [])
+    splits = {}
+    compiled = jit.apply(model, CompileRule(methods=["forward"]), None, "grows",
+                         splits=splits)
+    cache = Cache(1)
+    with rt.env:
+        compiled(to_device(torch.ones(2, 4), rt), cache)
+    assert "StateChanged" in splits["grows"].eager[""]
+    assert len(cache.layers) == 2 and cache.layers[1].key is not None
