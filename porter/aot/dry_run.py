@@ -41,6 +41,7 @@ from porter.loading import published
 from porter.recipe.sources import source_kind
 from porter.shims.attributes import replaced
 from porter.transforms import jit, patches
+from porter.transforms.jit import lifting
 
 if TYPE_CHECKING:
     from porter.aot.port import AbstractPort
@@ -51,8 +52,9 @@ if TYPE_CHECKING:
 #: (a VAE's encode runs in the dry run though only its decode is compiled)
 ENTRIES = ("forward", "encode", "decode")
 
-#: integer inputs this small keep their values on the meta run (sizes, not data)
-SMALL = 16
+#: integer inputs this small keep their values on the meta run (sizes, not data), as
+#: a compiled call that needs them takes them (``porter.transforms.jit.lifting``)
+SMALL = lifting.SMALL
 
 #: the stage a component's calls belong to (others: encode)
 DECODE = {("vae", "decode"), ("vae", "decode_chunk"), ("audio_vae", "decode"),

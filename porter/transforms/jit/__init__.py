@@ -262,9 +262,8 @@ def _whole(compiled, method, split, lists: list[str], label: str | None = None):
 
     # the buffers as a plain dict: the trace cache serialises the program's arguments'
     # tree, which a registered node would not pass
-    def traced(static, sized, *args, **kwargs):
-        return program(static, sized)(compiled.params, dict(compiled.buffers), *args,
-                                      **kwargs)
+    def traced(static, *args, **kwargs):
+        return program(static)(compiled.params, dict(compiled.buffers), *args, **kwargs)
 
     def eager(*args, **kwargs):
         return compiled.functional_call(method, compiled.params, dict(compiled.buffers),

@@ -147,36 +147,39 @@ class Split:
 
 
 def programs(function, name: str, split: Split):
-    """``program(static, sized)``: ``function`` (taking and returning torch tensors)
-    jitted with the argument names ``static`` static besides the recipe's, one program
-    per set of names, trace-cached as ``name`` where the split has a trace cache; the
-    objects it writes lifted (``lifting``), and with ``sized``, its ``Sizes`` read as
-    constants."""
+    """``program(static)``: ``function`` (taking and returning torch tensors) jitted
+    with the argument names ``static`` static besides the recipe's, one program per
+    set of names, trace-cached as ``name`` where the split has a trace cache; the
+    objects it writes and its ``Sizes`` lifted (``lifting``)."""
     import jax
 
     traces, jit_kwargs = split.traces, split.jit_kwargs
     interop = import_torchax().interop
     made: dict = {}
+    runs: dict = {}
 
-    def jitted(static: tuple[str, ...], sized: bool):
+    def jitted(static: tuple[str, ...]):
         # state that changes what is traced (a windowed video's grid, its dense steps)
         # makes another program of the same shapes
-        key = (static, sized, trace_context.key())
+        key = (static, trace_context.key())
         if key not in made:
             options = {**jit_kwargs, "static_argnames": tuple(
                 sorted(set(jit_kwargs.get("static_argnames", ())) | set(static)))}
-            named = name + trace_context.label(key[2])
+            named = name + trace_context.label(key[1])
             jit = functools.partial(traces.jit, named) if traces is not None else jax.jit
-            made[key] = interop.wrap_jax_jit(lifting.lifted(function, sized),
-                                             jax_jit_func=jit, kwargs_for_jax=options)
+            made[key] = interop.wrap_jax_jit(lifting.lifted(function), jax_jit_func=jit,
+                                             kwargs_for_jax=options)
         return made[key]
 
-    def program(static: tuple[str, ...], sized: bool = False):
-        def run(*args, **kwargs):
-            kwargs, held = lifting.lift(kwargs)
-            names = (*static, *(lifting.KINDS + name for name in sorted(held)))
-            return lifting.written_back(jitted(names, sized)(*args, **kwargs), held)
-        return run
+    def program(static: tuple[str, ...]):
+        key = (static, trace_context.key())  # the same call, as jitted's, while it holds
+        if key not in runs:
+            def run(*args, **kwargs):
+                kwargs, held = lifting.lift(kwargs)
+                names = (*static, *(lifting.KINDS + name for name in sorted(held)))
+                return lifting.written_back(jitted(names)(*args, **kwargs), held)
+            runs[key] = run
+        return runs[key]
     return program
 
 
@@ -208,9 +211,9 @@ def compile_in_place(module, path: str, split: Split) -> None:
 
     program = programs(functional, f"{split.component}.{path}.forward", split)
 
-    def traced(static, sized, *args, **kwargs):
+    def traced(static, *args, **kwargs):
         state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
-        return program(static, sized)(state, *args, **kwargs)
+        return program(static)(state, *args, **kwargs)
 
     module.forward = splitting_call(
         module, path, split, signature_of=forward, traced=traced,
@@ -219,7 +222,7 @@ def compile_in_place(module, path: str, split: Split) -> None:
 
 def splitting_call(module, path: str, split: Split, *, signature_of, traced, eager,
                    key: str | None = None):
-    """The call that replaces a compiled method: ``traced(static_names, sized, *args,
+    """The call that replaces a compiled method: ``traced(static_names, *args,
     **kwargs)`` (arguments named by ``signature_of``'s signature where it allows) until
     a call proves it untraceable, then, and from then on, ``eager(*args, **kwargs)``
     with ``module``'s children compiled one by one. Before giving up, a call that takes
@@ -230,19 +233,19 @@ def splitting_call(module, path: str, split: Split, *, signature_of, traced, eag
     ``decode`` whole."""
     key = path if key is None else key
 
-    def run(args, kwargs, sized: bool):
+    def run(args, kwargs):
         # a tensor the pipeline made on the host (no device given) crosses in here
         args, kwargs = torchax_fixes.on_device((args, kwargs))
-        return traced(static_names(kwargs), sized, *args, **kwargs)
+        return traced(static_names(kwargs), *args, **kwargs)
 
     def attempt(args, kwargs):
         if key not in split.sized:
             try:
-                return run(args, kwargs, False)
+                return run(args, kwargs)
             except untraceable():
                 if not any(map(lifting.is_sizes, kwargs.values())):
                     raise
-        result = run(args, lifting.as_sizes(kwargs), True)
+        result = run(args, lifting.as_sizes(kwargs))
         if key not in split.sized:
             split.traced_with_sizes(key)
         return result

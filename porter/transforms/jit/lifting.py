@@ -8,23 +8,28 @@ traceable (``porter.transforms.jit.autosplit`` applies both):
   a new object would make a new program (a segment each) and a traced call's writes
   would leave tracers in it. It goes in as its tensors instead (``values``: a tree of
   dicts and lists, its classes a static argument), the call runs on a copy made of
-  them (``build``), and what the call left in the copy comes out beside the result and
-  is written back into the caller's object (``write``).
+  them (``build``), and the slots the call wrote in the copy come out beside the
+  result (only those: a slot it only read is not copied out again) and are written
+  into the caller's object (``written_back``).
 - Sizes (``Sizes``): an integer tensor of at most 16 numbers that the pipeline made
   on the host (a grid's sizes, as the dry run keeps them), or a list of integers
   (Wan-Animate-2's ``origin_area=[height, width]``, which would go in as traced
   numbers, a list being no static argument), goes in as its values, static, and
-  what the call computes from such values alone is computed while it is traced
-  (``folded``: JAX's eager constant folding), so ``grid[0][2].item()`` and
-  ``grid.tolist()`` read numbers. Only for a call that cannot be traced otherwise:
-  a pipeline's integer timestep is such a tensor too, and a program per step would
-  cost more than it saves.
+  reaches the model as it was given: a list, or a tensor on the host, which PyTorch
+  computes with at once while the call is traced (as it does a grid the model makes
+  from shapes without a device), so ``grid[0][2].item()`` and ``grid.tolist()`` read
+  numbers; a host tensor the model moves to the device is a constant the trace holds
+  (``host_moves_kept``). Only for a method whose call could not be traced otherwise,
+  and from then on for its every call: a pipeline's integer timestep made on the host
+  is such a tensor too, and a program per step would cost more than it saves.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
+from porter.shims import fixes as torchax_fixes
 from porter.shims.compat import import_torchax
 
 #: integer tensors this small are sizes, not data (the dry run's bound too)
@@ -37,21 +42,24 @@ KINDS = "_porter_kinds_"
 
 def is_state(value) -> bool:
     """An object (compared by identity, not a module or tensor) whose attributes hold
-    tensors and None alone, through lists, tuples and objects of its kind, with at
-    least one such slot."""
+    tensors and None alone, through lists, tuples and objects of its kind (no cycle),
+    with at least one such slot."""
     import torch
 
     if not _object(value):
         return False
-    slots = []
+    slots, seen = [], set()
 
     def walk(v) -> bool:
         if v is None or isinstance(v, torch.Tensor):
             slots.append(v)
             return True
-        if isinstance(v, (list, tuple)) and not hasattr(v, "_fields"):
+        if type(v) in (list, tuple):
             return all(walk(x) for x in v)
-        return _object(v) and all(walk(x) for x in vars(v).values())
+        if not _object(v) or id(v) in seen:
+            return False
+        seen.add(id(v))
+        return all(walk(x) for x in vars(v).values())
 
     return walk(value) and bool(slots)
 
@@ -79,17 +87,21 @@ def kinds(value) -> Kinds:
 
 
 def _kinds(value):
-    if isinstance(value, (list, tuple)):
+    import torch
+
+    if type(value) in (list, tuple):
         return (type(value).__name__, tuple(_kinds(v) for v in value))
     if _object(value):
-        return (type(value), tuple((name, _kinds(v)) for name, v in vars(value).items()))
-    return None  # a slot: a tensor or None
+        return (type(value), tuple((name, _kinds(v)) for name, v in sorted(vars(value).items())))
+    if value is None or isinstance(value, torch.Tensor):
+        return None  # a slot
+    return ("value", type(value).__name__)  # written where a tensor goes: not a slot
 
 
 def values(value):
     """A state argument as a tree JAX and PyTorch both walk: an object as a dict of its
     attributes, a list or tuple as a list, a slot as itself."""
-    if isinstance(value, (list, tuple)):
+    if type(value) in (list, tuple):
         return [values(v) for v in value]
     if _object(value):
         return {name: values(v) for name, v in vars(value).items()}
@@ -112,79 +124,90 @@ def _build(kind, tree):
     return made
 
 
-def write(target, tree) -> None:
-    """``tree`` (what a call left in its copy of ``target``) into ``target``, in place:
-    the caller's object, and every list of it, is the one it holds."""
-    for name, value in tree.items():
-        setattr(target, name, _written(getattr(target, name), value))
+def _slots(value, path=()):
+    """(path, slot) for each slot of a state argument, in order; a path is a tuple of
+    attribute names and list indices."""
+    if type(value) in (list, tuple):
+        for index, v in enumerate(value):
+            yield from _slots(v, (*path, index))
+    elif _object(value):
+        for name, v in vars(value).items():
+            yield from _slots(v, (*path, name))
+    else:
+        yield path, value
 
 
-def _written(current, value):
-    if isinstance(value, dict):
-        write(current, value)
-        return current
-    if isinstance(value, list):
-        parts = [_written(c, v) for c, v in zip(current, value)]
-        if isinstance(current, list):
-            current[:] = parts
-            return current
-        return tuple(parts)
-    return value
+def _written(before: dict, copy) -> dict:
+    """The slots of ``copy`` the call wrote (another object than it was given), by
+    their path as one string (``layer_caches.3.key``: a dict key both pytrees take)."""
+    return {".".join(map(str, path)): slot for path, slot in _slots(copy)
+            if slot is not before[path]}
+
+
+def _set(target, path: str, slot) -> None:
+    *parents, last = path.split(".")
+    for part in parents:
+        target = target[int(part)] if part.isdigit() else getattr(target, part)
+    if last.isdigit():
+        target[int(last)] = slot
+    else:
+        setattr(target, last, slot)
 
 
 class StateChanged(Exception):
-    """A call changed a state argument's structure (added an attribute, grew a list):
-    only its slots can come back out of a program."""
+    """A call changed a state argument's structure (added an attribute, grew a list,
+    wrote a number where a tensor was): only its slots can come back out of a
+    program."""
 
 
 def lift(kwargs: dict) -> tuple[dict, dict]:
     """(``kwargs`` with each state argument as its ``values`` and its ``kinds`` beside it
-    as a static argument, the state arguments by name)."""
+    as a static argument, the state arguments by name). Host tensors in a state
+    argument go to the device, as the call's other tensors do."""
     held = {name: v for name, v in kwargs.items() if is_state(v)}
     if not held:
         return kwargs, held
     lifted = {**kwargs}
     for name, value in held.items():
-        lifted[name] = values(value)
+        lifted[name] = torchax_fixes.on_device(values(value))
         lifted[KINDS + name] = kinds(value)
     return lifted, held
 
 
-def lifted(function, sized: bool = False):
-    """``function`` taking lifted state arguments (``lift``) and giving back, beside its
-    result, what it left in each (a dict by name; only when it took any); ``sized``: it
-    takes ``Sizes`` and computes from constants while it is traced (``folded``)."""
+def lifted(function):
+    """``function`` taking lifted state arguments (``lift``) and ``Sizes``, and giving
+    back, beside its result, the slots it wrote in each state argument (a dict by name;
+    only when it took any)."""
 
     def call(*args, **kwargs):
-        if not sized:
-            return _called(*args, **kwargs)
-        with folded():
-            return _called(*args, **kwargs)
-
-    def _called(*args, **kwargs):
         made = {name[len(KINDS):]: kwargs.pop(name) for name in list(kwargs)
                 if name.startswith(KINDS)}
         copies = {name: build(kind, kwargs[name]) for name, kind in made.items()}
+        given = {name: dict(_slots(copy)) for name, copy in copies.items()}
         kwargs.update(copies)
+        sized = any(isinstance(v, Sizes) for v in kwargs.values())
         kwargs = {k: v.given() if isinstance(v, Sizes) else v for k, v in kwargs.items()}
-        result = function(*args, **kwargs)
+        with host_moves_kept() if sized else contextlib.nullcontext():
+            result = function(*args, **kwargs)
         if not copies:
             return result
         for name, copy in copies.items():
             if kinds(copy) != made[name]:
                 raise StateChanged(f"{name}: its structure changed in the call")
-        return result, {name: values(copy) for name, copy in copies.items()}
+        return result, {name: _written(given[name], copy) for name, copy in copies.items()}
 
     return call
 
 
 def written_back(result, held: dict):
-    """A lifted call's result, with what it left in each state argument written back."""
+    """A lifted call's result, with the slots it wrote written into each state
+    argument."""
     if not held:
         return result
-    result, left = result
+    result, written = result
     for name, target in held.items():
-        write(target, left[name])
+        for path, slot in written[name].items():
+            _set(target, path, slot)
     return result
 
 
@@ -193,23 +216,22 @@ def written_back(result, held: dict):
 @dataclass(frozen=True)
 class Sizes:
     """Sizes as a static argument: their values, and what they were given as (an
-    integer tensor's shape and dtype; a list's, None)."""
+    integer tensor's dimensions and dtype; a list's, None). No field is named ``shape``
+    or ``dtype``: JAX's export takes an argument with those for an array."""
 
     values: tuple
-    shape: tuple | None = None
-    dtype: str | None = None
+    dims: tuple | None = None
+    number: str | None = None
 
     def given(self):
-        """The sizes as the call was given them, inside the program: a list, or a
-        tensor that is a constant tracing reads (under ``folded``)."""
-        if self.shape is None:
+        """The sizes as the call was given them, inside the program: a list, or a tensor
+        on the host (not a value of the program: ``.item()`` reads it)."""
+        if self.dims is None:
             return list(self.values)
-        import jax.numpy as jnp
         import numpy as np
+        import torch
 
-        interop = import_torchax().interop
-        return interop.torch_view(jnp.asarray(
-            np.asarray(self.values, dtype=self.dtype).reshape(self.shape)))
+        return torch.from_numpy(np.asarray(self.values, dtype=self.number).reshape(self.dims))
 
 
 def is_sizes(value) -> bool:
@@ -218,7 +240,7 @@ def is_sizes(value) -> bool:
     import torch
 
     if type(value) is list:
-        return all(type(v) is int for v in value)
+        return bool(value) and all(type(v) is int for v in value)
     return (type(value) is torch.Tensor and value.device.type == "cpu"
             and not value.is_floating_point() and not value.is_complex()
             and value.numel() <= SMALL)
@@ -235,8 +257,25 @@ def as_sizes(kwargs: dict) -> dict:
     return {k: _sizes(v) if is_sizes(v) else v for k, v in kwargs.items()}
 
 
-def folded():
-    """What is computed from constants alone computed while tracing, not staged."""
+@contextlib.contextmanager
+def host_moves_kept():
+    """While a call with sizes is traced: a host tensor the model moves to the device
+    (``table.to(device)``) is a constant the trace holds, as the host tensor was, not a
+    value computed in the program. A model that keeps what it moved for its next call
+    (Wan-Animate-2's rotary tables, by the sizes they were made for) then keeps that
+    constant, where a value of one program would be a tracer left over in the next
+    one's trace. Nothing larger than what the model already made on the host."""
     import jax
 
-    return jax.ensure_compile_time_eval()
+    env = import_torchax().default_env()
+    moved = env.t2j_copy
+
+    def t2j_copy(args):
+        with jax.ensure_compile_time_eval():
+            return moved(args)
+
+    env.t2j_copy = t2j_copy
+    try:
+        yield
+    finally:
+        del env.t2j_copy

@@ -32,7 +32,7 @@ from porter.shims.interop import array_dtype
 from porter.shims.tracing import model_frame, untraceable
 from porter.shims.walk import tensor_slots
 from porter.transforms import attention
-from porter.transforms.jit import autosplit
+from porter.transforms.jit import autosplit, lifting
 
 STACKED = "*"  # the block index's place in a stacked entry's name: blocks.*.attn1...
 
@@ -334,8 +334,8 @@ def _meta_like(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def refusing(traced, component: str, signature_of):
-    """A compiled method over scanned blocks: ``traced(static_names, sized, *args,
-    **kwargs)`` (as ``autosplit.splitting_call`` calls it), where what cannot be traced, or scanned,
+    """A compiled method over scanned blocks: ``traced(static_names, *args, **kwargs)``
+    (as ``autosplit.splitting_call`` calls it), where what cannot be traced, or scanned,
     is the recipe's to settle (the weights are stacked: no block runs on its own)."""
 
     def call(*args, **kwargs):
@@ -343,9 +343,9 @@ def refusing(traced, component: str, signature_of):
         args, kwargs = torchax_fixes.on_device((args, kwargs))
         named_args, named_kwargs = autosplit.as_keywords(signature_of, args, kwargs)
         try:
-            return traced(autosplit.static_names(named_kwargs), False, *named_args,
+            return traced(autosplit.static_names(named_kwargs), *named_args,
                           **named_kwargs)
-        except (Unscannable, *untraceable()) as exc:
+        except (Unscannable, *untraceable(), lifting.StateChanged) as exc:
             where = model_frame(exc)
             raise UsageError(f"{component} cannot be compiled with its blocks as one scan:"
                              f" {exc}" + (f" (at {where})" if where else ""),

@@ -2,6 +2,7 @@
 (a grid read with ``.item()``) is compiled whole: the object goes in as its tensors
 and comes back written, the sizes as constants (porter.transforms.jit.lifting)."""
 
+import contextlib
 from dataclasses import dataclass
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 from porter import recipe, runtime
 from porter.recipe.schema import CompileRule
 from porter.transforms import jit, placement
-from porter.transforms.jit import autosplit, lifting
+from porter.transforms.jit import lifting
 from porter.transforms.jit.traces import TraceCache
 
 from support import RECIPES
@@ -30,16 +31,21 @@ class Cache:
 
 class Referenced(torch.nn.Module):
     """A reference pass that stores each layer's keys, a step that reads them; both read
-    the reference grid's sizes (``.item()``) and make a grid of their own from shapes
-    (``.tolist()``), as Wan-Animate-2's transformer does."""
+    the reference grid's sizes (``.item()``), make a grid of their own from shapes
+    (``.tolist()``) and keep a table made on the host, moved to the device, for the
+    next call, as Wan-Animate-2's transformer does."""
 
     def __init__(self):
         super().__init__()
         self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(2))
+        self.tables = {}
 
     def forward(self, x, cache, mode: str, grid=None, area=None):
         offset = grid[0][1].item()  # a number, not a value inside the program
         own = torch.stack([torch.tensor(x.shape)]).tolist()[0]
+        if offset not in self.tables:  # kept across calls, and programs
+            self.tables[offset] = torch.full((4,), 0.5).to(x.device)
+        x = x + self.tables[offset]
         scale = area[0] * area[1] / 16 if area is not None else 1.0
         for layer, slot in zip(self.layers, cache.layers):
             key = layer(x)
@@ -69,6 +75,7 @@ def _compiled(rt, traces=None):
     cache = Cache(2)
     with torch.no_grad():
         expected = _segment(model, cache)
+    model.tables.clear()  # made on the host's device: the compiled call makes its own
     placement.apply(model, rt, [])
     splits = {}
     compiled = jit.apply(model, CompileRule(methods=["forward"]), traces, "model",
@@ -82,20 +89,18 @@ def test_a_call_that_writes_its_cache_and_reads_its_grid_compiles_whole(tmp_path
     rt = _rt()
     compiled, split, expected, expected_cache = _compiled(
         rt, TraceCache(tmp_path, "fingerprint"))
-    traced = []
-    original = Referenced.forward
-    Referenced.forward = lambda *a, **k: (traced.append(1), original(*a, **k))[1]
-    try:
-        with rt.env:
-            caches = [Cache(2), Cache(2)]
-            got = [_segment(compiled, cache, to_device(X, rt)) for cache in caches]
-    finally:
-        Referenced.forward = original
+    with _counted() as traced, rt.env:
+        caches = [Cache(2), Cache(2)]
+        got = [_segment(compiled, cache, to_device(X, rt)) for cache in caches]
     for out, cache in zip(got, caches):
         torch.testing.assert_close(to_host(out), expected)
         for slot, want in zip(cache.layers, expected_cache.layers):  # written back
             torch.testing.assert_close(to_host(slot.key), want.key)
     assert split.eager == {} and split.report()["sized"] == [""]
+    with rt.env:  # a step reads the cache: its slots are not copied out and back
+        keys = [slot.key for slot in caches[0].layers]
+        compiled(to_device(X, rt), caches[0], "cached", grid=GRID, area=[4, 8])
+    assert all(slot.key is key for slot, key in zip(caches[0].layers, keys))
     # the reference pass fails on .item() (traced twice: the trace cache tries to export
     # it first), then each pass traces once with its sizes as constants; the second
     # segment's new cache (same structure) and grid (same values) reuse both programs
@@ -107,8 +112,9 @@ def traces_text(directory):
     return next(directory.glob("*.split.json")).read_text()
 
 
-def test_what_traced_with_its_sizes_is_remembered(tmp_path, monkeypatch):
-    """A second run goes straight to the sizes: nothing fails to trace again."""
+def test_what_traced_with_its_sizes_is_remembered(tmp_path):
+    """A second run goes straight to the sizes: its programs come from the trace cache,
+    nothing is traced (a plain trace, as a forgotten split would try, fails again)."""
     from porter.shims.interop import to_device
 
     rt = _rt()
@@ -117,12 +123,40 @@ def test_what_traced_with_its_sizes_is_remembered(tmp_path, monkeypatch):
         _segment(compiled, Cache(2), to_device(X, rt))
     compiled, split, *_ = _compiled(rt, TraceCache(tmp_path, "fingerprint"))
     assert split.sized == {""}
-    failures = []
-    monkeypatch.setattr(autosplit.Split, "failed",
-                        lambda self, path, exc: failures.append(path))
-    with rt.env:
+    with _counted() as traced, rt.env:
         _segment(compiled, Cache(2), to_device(X, rt))
-    assert failures == [] and split.eager == {}
+    assert traced == [] and split.eager == {}
+
+
+@contextlib.contextmanager
+def _counted():
+    """Each trace of Referenced's forward, in a list."""
+    traced, original = [], Referenced.forward
+    Referenced.forward = lambda *a, **k: (traced.append(1), original(*a, **k))[1]
+    try:
+        yield traced
+    finally:
+        Referenced.forward = original
+
+
+@pytest.mark.parametrize("value, expected", [
+    (torch.tensor([[1, 3, 5]]), True), ([4, 8], True),
+    ([], False), ([4, 8.0], False), (torch.arange(17), False), (torch.ones(3), False),
+])
+def test_sizes_are_few_integers_made_on_the_host(value, expected):
+    assert lifting.is_sizes(value) is expected
+
+
+def test_sizes_reach_the_model_as_they_were_given():
+    """A list as a list; a tensor as a host tensor of its dtype and shape, which PyTorch
+    computes with while the call is traced."""
+    grid = torch.tensor([[1, 3, 5]])
+    given = lifting.as_sizes({"grid": grid, "area": [4, 8], "x": torch.ones(2)})
+    assert given["area"] == lifting.Sizes((4, 8)) and given["x"].shape == (2,)
+    hash(given["grid"])  # a static argument
+    again = given["grid"].given()
+    assert type(again) is torch.Tensor and again.dtype == torch.int64
+    assert torch.equal(again, grid) and given["area"].given() == [4, 8]
 
 
 @dataclass
