@@ -30,6 +30,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from porter.errors import Interrupted
 from porter.runtime import atomic, distributed, notices, trace_context
 from porter.shims import fixes as torchax_fixes
 from porter.shims.compat import import_torchax
@@ -172,7 +173,9 @@ def programs(function, name: str, split: Split):
         return made[key]
 
     def program(static: tuple[str, ...]):
-        key = (static, trace_context.key())  # the same call, as jitted's, while it holds
+        # one call for the same names in one trace context, as one program (the calls
+        # differ in nothing else: each picks its program when it runs)
+        key = (static, trace_context.key())
         if key not in runs:
             def run(*args, **kwargs):
                 kwargs, held = lifting.lift(kwargs)
@@ -239,15 +242,21 @@ def splitting_call(module, path: str, split: Split, *, signature_of, traced, eag
         return traced(static_names(kwargs), *args, **kwargs)
 
     def attempt(args, kwargs):
-        if key not in split.sized:
-            try:
-                return run(args, kwargs)
-            except untraceable():
-                if not any(map(lifting.is_sizes, kwargs.values())):
-                    raise
-        result = run(args, lifting.as_sizes(kwargs))
-        if key not in split.sized:
-            split.traced_with_sizes(key)
+        if key in split.sized:
+            return run(args, lifting.as_sizes(kwargs))
+        try:
+            return run(args, kwargs)
+        except untraceable() as exc:
+            if not any(map(lifting.is_sizes, kwargs.values())):
+                raise
+            first = exc
+        try:
+            result = run(args, lifting.as_sizes(kwargs))
+        except Interrupted:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of the retry: it splits
+            raise first from exc
+        split.traced_with_sizes(key)
         return result
 
     def call(*args, **kwargs):

@@ -19,9 +19,11 @@ traceable (``porter.transforms.jit.autosplit`` applies both):
   computes with at once while the call is traced (as it does a grid the model makes
   from shapes without a device), so ``grid[0][2].item()`` and ``grid.tolist()`` read
   numbers; a host tensor the model moves to the device is a constant the trace holds
-  (``host_moves_kept``). Only for a method whose call could not be traced otherwise,
-  and from then on for its every call: a pipeline's integer timestep made on the host
-  is such a tensor too, and a program per step would cost more than it saves.
+  (``host_moves_kept``). If the call still cannot be traced (or fails otherwise, say
+  on a host tensor meeting a device one), it splits as before. Only for a method whose
+  call could not be traced otherwise, and from then on for its every call: a
+  pipeline's integer timestep made on the host is such a tensor too, and a program
+  per step would cost more than it saves.
 """
 
 from __future__ import annotations
@@ -137,21 +139,40 @@ def _slots(value, path=()):
         yield path, value
 
 
+def _given(copy) -> dict:
+    """Each slot of ``copy`` as it is before the call: the tensor, and the array it
+    holds (torchax writes in place by giving the same tensor another array)."""
+    return {path: (slot, getattr(slot, "_elem", None)) for path, slot in _slots(copy)}
+
+
 def _written(before: dict, copy) -> dict:
-    """The slots of ``copy`` the call wrote (another object than it was given), by
-    their path as one string (``layer_caches.3.key``: a dict key both pytrees take)."""
+    """The slots of ``copy`` the call wrote (another tensor, or another array in the
+    same one), by their path as one string (``layer_caches.3.key``: a dict key both
+    pytrees take)."""
     return {".".join(map(str, path)): slot for path, slot in _slots(copy)
-            if slot is not before[path]}
+            if not _same((slot, getattr(slot, "_elem", None)), before[path])}
 
 
-def _set(target, path: str, slot) -> None:
-    *parents, last = path.split(".")
-    for part in parents:
-        target = target[int(part)] if part.isdigit() else getattr(target, part)
-    if last.isdigit():
-        target[int(last)] = slot
+def _same(a: tuple, b: tuple) -> bool:
+    return all(x is y for x, y in zip(a, b))
+
+
+def _with(target, parts: list[str], slot):
+    """``target`` with the slot at ``parts`` set: an object or list in place, a tuple
+    made again (its holder takes the new one)."""
+    if not parts:
+        return slot
+    head, *rest = parts
+    index = int(head) if head.isdigit() else None
+    child = getattr(target, head) if index is None else target[index]
+    made = _with(child, rest, slot)
+    if type(target) is tuple:
+        return (*target[:index], made, *target[index + 1:])
+    if index is None:
+        setattr(target, head, made)
     else:
-        setattr(target, last, slot)
+        target[index] = made
+    return target
 
 
 class StateChanged(Exception):
@@ -183,7 +204,7 @@ def lifted(function):
         made = {name[len(KINDS):]: kwargs.pop(name) for name in list(kwargs)
                 if name.startswith(KINDS)}
         copies = {name: build(kind, kwargs[name]) for name, kind in made.items()}
-        given = {name: dict(_slots(copy)) for name, copy in copies.items()}
+        given = {name: _given(copy) for name, copy in copies.items()}
         kwargs.update(copies)
         sized = any(isinstance(v, Sizes) for v in kwargs.values())
         kwargs = {k: v.given() if isinstance(v, Sizes) else v for k, v in kwargs.items()}
@@ -207,7 +228,7 @@ def written_back(result, held: dict):
     result, written = result
     for name, target in held.items():
         for path, slot in written[name].items():
-            _set(target, path, slot)
+            _with(target, path.split("."), slot)
     return result
 
 
@@ -236,11 +257,11 @@ class Sizes:
 
 def is_sizes(value) -> bool:
     """An integer tensor on the host small enough to be sizes, not data; or a list of
-    integers."""
+    as few integers."""
     import torch
 
     if type(value) is list:
-        return bool(value) and all(type(v) is int for v in value)
+        return 0 < len(value) <= SMALL and all(type(v) is int for v in value)
     return (type(value) is torch.Tensor and value.device.type == "cpu"
             and not value.is_floating_point() and not value.is_complex()
             and value.numel() <= SMALL)
@@ -260,22 +281,31 @@ def as_sizes(kwargs: dict) -> dict:
 @contextlib.contextmanager
 def host_moves_kept():
     """While a call with sizes is traced: a host tensor the model moves to the device
-    (``table.to(device)``) is a constant the trace holds, as the host tensor was, not a
-    value computed in the program. A model that keeps what it moved for its next call
-    (Wan-Animate-2's rotary tables, by the sizes they were made for) then keeps that
-    constant, where a value of one program would be a tracer left over in the next
-    one's trace. Nothing larger than what the model already made on the host."""
+    (``table.to(device)``, with a dtype or without) is a constant the trace holds, as
+    the host tensor was, not a value computed in the program. A model that keeps what
+    it moved for its next call (Wan-Animate-2's rotary tables, by the sizes they were
+    made for) then keeps that constant, where a value of one program would be a tracer
+    left over in the next one's trace. Nothing larger than what the model already made
+    on the host. Nests (a sized call traced inside another); not for two threads
+    tracing at once."""
     import jax
+    import torch
 
     env = import_torchax().default_env()
-    moved = env.t2j_copy
+    before = vars(env).get("_to_copy")
+    copy = env._to_copy
 
-    def t2j_copy(args):
+    def _to_copy(tensor, dtype, device):
+        if type(tensor) is not torch.Tensor:  # torchax's own (or a view): as ever
+            return copy(tensor, dtype, device)
         with jax.ensure_compile_time_eval():
-            return moved(args)
+            return copy(tensor, dtype, device)
 
-    env.t2j_copy = t2j_copy
+    env._to_copy = _to_copy
     try:
         yield
     finally:
-        del env.t2j_copy
+        if before is None:
+            del env._to_copy
+        else:
+            env._to_copy = before

@@ -206,3 +206,90 @@ def test_a_call_that_changes_its_state_s_structure_is_split():
         compiled(to_device(torch.ones(2, 4), rt), cache)
     assert "StateChanged" in splits["grows"].eager[""]
     assert len(cache.layers) == 2 and cache.layers[1].key is not None
+
+
+class Pair:
+    def __init__(self, key=None):
+        self.kv = (key, None)
+
+
+class Writes(torch.nn.Module):
+    """A cache written in place (a preallocated slot), and a tuple of slots replaced."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 4)
+
+    def forward(self, x, buffer, pair):
+        buffer.layers[0].key.copy_(self.layer(x))  # the same tensor, another array
+        pair.kv = (pair.kv[0], self.layer(x) * 2)  # a new tuple
+        return x
+
+
+def test_slots_written_in_place_or_in_a_new_tuple_come_back():
+    from porter.shims.interop import to_device, to_host
+
+    rt = _rt()
+    torch.manual_seed(0)
+    model = Writes().eval()
+    expected = model.layer(X)
+    placement.apply(model, rt, [])
+    splits = {}
+    compiled = jit.apply(model, CompileRule(methods=["forward"]), None, "writes",
+                         splits=splits)
+    buffer, pair = Cache(1), Pair()
+    with rt.env:
+        buffer.layers[0].key = to_device(torch.zeros(2, 4), rt)
+        pair.kv = (to_device(torch.ones(1), rt), None)
+        first = pair.kv[0]
+        compiled(to_device(X, rt), buffer, pair)
+    assert splits["writes"].report() is None  # compiled whole
+    torch.testing.assert_close(to_host(buffer.layers[0].key), expected)
+    assert type(pair.kv) is tuple and pair.kv[0] is first  # read, kept
+    torch.testing.assert_close(to_host(pair.kv[1]), expected * 2)
+
+
+class Mixed(torch.nn.Module):
+    """Needs its grid's value, then multiplies a device tensor by the host grid: traced
+    with the grid as sizes, a host tensor meets a device one; it splits and runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 3)
+
+    def forward(self, x, grid):
+        if grid[0][0].item() > 0:
+            x = x * 2
+        return self.layer(x) * grid
+
+
+def test_a_call_that_fails_with_its_sizes_splits_as_before():
+    from porter.shims.interop import to_device, to_host
+
+    rt = _rt()
+    torch.manual_seed(0)
+    model = Mixed().eval()
+    grid = torch.tensor([[1, 2, 3]])
+    expected = model(torch.ones(2, 3), grid)
+    placement.apply(model, rt, [])
+    splits = {}
+    compiled = jit.apply(model, CompileRule(methods=["forward"]), None, "mixed",
+                         splits=splits)
+    with rt.env:
+        got = compiled(to_device(torch.ones(2, 3), rt), grid)
+    torch.testing.assert_close(to_host(got), expected)
+    assert "ConcretizationTypeError" in splits["mixed"].eager[""]
+    assert splits["mixed"].sized == set()
+
+
+def test_host_moves_nest():
+    """A sized call traced inside another leaves the outer one's moves kept."""
+    from porter.shims.compat import import_torchax
+
+    env = import_torchax().default_env()
+    with lifting.host_moves_kept():
+        outer = env._to_copy
+        with lifting.host_moves_kept():
+            assert env._to_copy is not outer
+        assert env._to_copy is outer
+    assert "_to_copy" not in vars(env)
