@@ -52,8 +52,8 @@ if TYPE_CHECKING:
 #: (a VAE's encode runs in the dry run though only its decode is compiled)
 ENTRIES = ("forward", "encode", "decode")
 
-#: integer inputs this small keep their values on the meta run (sizes, not data), as
-#: a compiled call that needs them takes them (``porter.transforms.jit.lifting``)
+#: integer inputs this small keep their values on the meta run (sizes, not data:
+#: ``lifting.is_sizes``, as a compiled call that needs them takes them)
 SMALL = lifting.SMALL
 
 #: the stage a component's calls belong to (others: encode)
@@ -405,16 +405,10 @@ class _Buffers:
         self._set(host=False)
 
 
-def _small(value) -> bool:
-    """An integer tensor on the host small enough to be sizes, not data."""
-    return isinstance(value, torch.Tensor) and not value.is_floating_point() \
-        and value.numel() <= SMALL and value.device.type != "meta"
-
-
 def _small_values(value) -> tuple:
     """The values of the small integer tensors in ``value``, in order."""
     return tuple(tuple(leaf.flatten().tolist()) for leaf in pytree.tree_leaves(value)
-                 if _small(leaf))
+                 if lifting.is_sizes(leaf))
 
 
 def _meta(value, known: _Known):
@@ -422,7 +416,7 @@ def _meta(value, known: _Known):
     a few integers (a grid's sizes, which a model reads with ``.item()``) ``known``."""
     if isinstance(value, torch.Tensor):
         made = torch.empty(value.shape, dtype=value.dtype, device="meta")
-        if _small(value):
+        if lifting.is_sizes(value):
             known.remember(made, value.clone())  # the pipeline's own tensor left alone
         return made
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):

@@ -73,11 +73,10 @@ def as_keywords(function, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 def static_names(kwargs: dict) -> tuple[str, ...]:
-    """The keyword arguments that hold no tensor and can be hashed: static (an object
-    the call writes is an input: ``lifting``)."""
+    """The keyword arguments that hold no tensor and can be hashed: static (but an
+    object the call writes, which ``programs`` lifts into an input)."""
     return tuple(sorted(k for k, v in kwargs.items()
-                        if not holds_tensor(v) and _hashable(v)
-                        and not lifting.is_state(v)))
+                        if not holds_tensor(v) and _hashable(v)))
 
 
 @dataclass
@@ -179,7 +178,8 @@ def programs(function, name: str, split: Split):
         if key not in runs:
             def run(*args, **kwargs):
                 kwargs, held = lifting.lift(kwargs)
-                names = (*static, *(lifting.KINDS + name for name in sorted(held)))
+                names = (*(n for n in static if n not in held),
+                         *(lifting.KINDS + name for name in sorted(held)))
                 return lifting.written_back(jitted(names)(*args, **kwargs), held)
             runs[key] = run
         return runs[key]
