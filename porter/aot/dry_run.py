@@ -228,6 +228,7 @@ def _answered(modules: dict, compiled: dict, functions: dict):
                 continue
             buffers = _Buffers(module)
             stack.callback(buffers.restore)
+            stack.callback(_cached_on(module))
             own = functions.get(name, {})
             for method, function in own.items():
                 stack.enter_context(replaced(module, method,
@@ -248,7 +249,10 @@ def _answered(modules: dict, compiled: dict, functions: dict):
                     calls.append(call)
                     # the values of small integers too: a grid's sizes can shape the output
                     key = _hashable((call.signature(), _small_values((args, kwargs))))
+                    # objects the call writes (a cache) get its writes, answered or not
+                    held = [v for v in (*args, *kwargs.values()) if lifting.is_state(v)]
                     if key is None or key not in answers:
+                        before = [lifting.snapshot(state) for state in held]
                         known = _Known(guess=not _traced)
                         inside.append(call)
                         try:
@@ -258,10 +262,14 @@ def _answered(modules: dict, compiled: dict, functions: dict):
                                     made = _original(*args_, **kwargs_)
                         finally:
                             inside.pop()
+                        writes = [lifting.written(b, state) for b, state in zip(before, held)]
                         if key is None:
                             return _answer(made)
-                        answers[key] = made
-                    return _answer(answers[key])
+                        answers[key] = made, writes
+                    made, writes = answers[key]
+                    for state, slots in zip(held, writes):  # the next segment's new cache
+                        lifting.write(state, slots)
+                    return _answer(made)
 
                 stack.enter_context(replaced(owner, method, answer))
         yield calls
@@ -403,6 +411,23 @@ class _Buffers:
 
     def restore(self) -> None:
         self._set(host=False)
+
+
+def _cached_on(module: torch.nn.Module):
+    """What puts back what ``module``'s code caches on its modules (a dict or list
+    attribute: Wan-Animate-2's rotary tables and block masks, by the sizes they were
+    made for): the meta run fills them with meta tensors, which the compile, tracing
+    the same module, would take for the tables themselves."""
+    kept = [(sub, name, value, type(value)(value)) for sub in module.modules()
+            for name, value in vars(sub).items()
+            if type(value) in (dict, list) and not name.startswith("_")]
+
+    def restore() -> None:
+        for sub, name, value, contents in kept:  # the same object: others may hold it
+            value.clear()
+            value.extend(contents) if type(value) is list else value.update(contents)
+            vars(sub)[name] = value
+    return restore
 
 
 def _small_values(value) -> tuple:

@@ -3,13 +3,14 @@ compiler: its memory, cost and collectives per chip, or the compiler's refusal."
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from porter.aot import hlo
-from porter.aot.programs import Input, Program
+from porter.aot.programs import Input, Program, State
 from porter.errors import Interrupted
 from porter.runtime import atomic
 from porter.shims.compat import import_torchax
@@ -17,7 +18,8 @@ from porter.shims.carried import Cache
 from porter.shims.interop import array_dtype
 from porter.shims.tracing import model_frame
 from porter.transforms import attention, jit, sharding
-from porter.transforms.jit import scan
+from porter.transforms.jit import lifting, scan
+from porter.transforms.jit.autosplit import as_keywords
 
 
 @dataclass
@@ -40,6 +42,8 @@ class Compiled:
     #: (shape, sharding) of each tensor of the ``Cache`` it returns, in order: how a run
     #: hands the cache to the chunk loop's next call
     carried_out: list | None = None
+    #: the arguments it took as constants (sizes it could not be traced without)
+    sized: tuple = ()
 
     @property
     def peak_bytes(self) -> int:
@@ -62,7 +66,7 @@ def compile_program(port, program: Program, keep: Path | None = None,
     result = Compiled(program, weights_bytes=component.weights_bytes_per_chip)
     start = time.perf_counter()
     try:
-        lowered, kernel_flops = _lower(port, component, program, carried)
+        lowered, kernel_flops, result.sized = _traced(port, component, program, carried)
     except Interrupted:  # kill (SIGTERM) while tracing: the user's stop, not the model's
         raise
     except Exception as exc:  # noqa: BLE001 - model code that cannot be traced
@@ -97,13 +101,55 @@ def compile_program(port, program: Program, keep: Path | None = None,
     return result
 
 
-def _lower(port, component, program: Program, carried: list | None = None):
+def _traced(port, component, program: Program, carried: list | None):
+    """``_lower``'s, and the names of the sizes it took as constants: as a run traces a
+    call, first as given, then, where that fails and the call takes sizes made on the
+    host, with them as constants (``lifting``). If that fails too, the first failure."""
+    try:
+        return (*_lower(port, component, program, carried), ())
+    except Interrupted:
+        raise
+    except Exception as first:  # noqa: BLE001 - compile_program reports it
+        sized = tuple(sorted(name for name, value in _arguments(component, program)[1].items()
+                             if isinstance(value, Input) and value.sizes is not None))
+        if not sized:
+            raise
+        try:
+            return (*_lower(port, component, program, carried, sized), sized)
+        except Interrupted:
+            raise
+        except Exception:  # noqa: BLE001 - the retry's own failure says less
+            raise first from None
+
+
+def _arguments(component, program: Program, sized: tuple = ()) -> tuple[tuple, dict]:
+    """The program's arguments as a run's compiled call takes them (``lifting``): an
+    object it writes (``State``) as its slots, with its classes static beside them
+    (``lifting.KINDS``); the ``sized`` ones as constants (``lifting.Sizes``).
+    Positional ones named first where either is among them, as a run names them."""
+    args, kwargs = program.args, dict(program.kwargs)
+    if any(isinstance(v, State) or getattr(v, "sizes", None) is not None for v in args):
+        method = getattr(type(component.module), program.method, None)
+        if method is not None:
+            args, kwargs = as_keywords(method, args, kwargs)
+    lifted: dict = {}
+    for name, value in kwargs.items():
+        if isinstance(value, State):
+            lifted[name], lifted[lifting.KINDS + name] = value.tree, value.kinds
+        else:
+            lifted[name] = value.sizes if name in sized else value
+    return args, lifted
+
+
+def _lower(port, component, program: Program, carried: list | None = None,
+           sized: tuple = ()):
     """(the lowered program, attention FLOPs per chip counted while tracing it: an
-    ``attention.Tally``)."""
+    ``attention.Tally``), with the ``sized`` arguments constants. A program that takes
+    an object it writes returns the slots it wrote beside its result, as a run's."""
     import jax
 
     interop = import_torchax().interop
-    template, leaves, in_cache = _split((program.args, program.kwargs))
+    template, leaves, in_cache = _split(_arguments(component, program, sized))
     shardings = _input_shardings(port, component, program)
     placed = [shardings.get(path) for path, _ in leaves]
     if carried is not None and [shape for shape, _ in carried] == [
@@ -125,7 +171,8 @@ def _lower(port, component, program: Program, carried: list | None = None):
     def call(params, buffers, values):
         args, kwargs = _join(template, values)
         with attention.disabled() if component.attention_skipped else _nothing():
-            return functional(method, params, buffers, *args, **kwargs)
+            return lifting.lifted(functools.partial(functional, method, params, buffers))(
+                *args, **kwargs)
 
     jit.output_classes_as_pytrees()
     options = {"compiler_options": dict(port.runtime.xla_options)} \
@@ -296,6 +343,7 @@ def _traced_failure(exc: Exception) -> str:
     """Why model code could not be traced with abstract values, with its file:line."""
 
     where = model_frame(exc)
-    reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+    said = str(exc).strip()
+    reason = f"{type(exc).__name__}: {said.splitlines()[0][:200] if said else ''}"
     return reason + (f" at {where}" if where else "")
 

@@ -19,17 +19,46 @@ from dataclasses import dataclass, field
 import torch
 
 from porter.shims.interop import jax_dtype
+from porter.transforms.jit import lifting
 
 
 @dataclass(frozen=True)
 class Input:
-    """A tensor argument: its shape and its dtype on the device."""
+    """A tensor argument: its shape and its dtype on the device. A few integers made on
+    the host (a grid's sizes) keep their values too (``sizes``, ``lifting.Sizes``),
+    which a call that cannot be traced without them takes as constants, as a run does;
+    they are not part of the program's signature (a pipeline's integer timestep is
+    such a tensor, and one program serves every step)."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype
+    sizes: object = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         return f"Input({list(self.shape)}, {str(self.dtype).removeprefix('torch.')})"
+
+
+@dataclass(frozen=True, eq=False)
+class State:
+    """An object the call writes (``lifting.is_state``: Wan-Animate-2's key/value
+    cache), as it is when called: its classes (``lifting.Kinds``) and its slots, a tree
+    of dicts and lists of ``Input``s and Nones (``lifting.values``). The program takes
+    the slots and gives back those it writes, as a run's does."""
+
+    kinds: object
+    tree: object
+
+    def _key(self) -> tuple:
+        return self.kinds, _frozen(self.tree)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, State) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"State({self.kinds.tree[0].__name__}, {self.tree!r})"
 
 
 @dataclass
@@ -74,7 +103,10 @@ def described(value):
     """A call's argument as a declaration describes it: tensors as ``Input``s."""
 
     if isinstance(value, torch.Tensor):
-        return Input(tuple(value.shape), jax_dtype(value.dtype))
+        return Input(tuple(value.shape), jax_dtype(value.dtype),
+                     lifting.sizes_of(value) if lifting.is_sizes(value) else None)
+    if lifting.is_state(value):
+        return State(lifting.kinds(value), described(lifting.values(value)))
     if isinstance(value, (list, tuple)):
         return type(value)(described(v) for v in value)
     if isinstance(value, dict):
@@ -88,6 +120,8 @@ def unique(programs: list[Program]) -> list[Program]:
     for program in programs:
         key = program.signature()
         if key in merged:
+            merged[key].args, merged[key].kwargs = _agreed(
+                (merged[key].args, merged[key].kwargs), (program.args, program.kwargs))
             known = None not in (merged[key].calls, program.calls)
             merged[key].calls = merged[key].calls + program.calls if known else None
             if None not in (merged[key].first_chunk, program.first_chunk):
@@ -95,6 +129,20 @@ def unique(programs: list[Program]) -> list[Program]:
         else:
             merged[key] = dataclasses.replace(program, kwargs=dict(program.kwargs))
     return list(merged.values())
+
+
+def _agreed(kept, other):
+    """``kept`` (a call's arguments) with the sizes (``Input.sizes``) that ``other``, a
+    call of the same program, gives otherwise dropped: values that change from call to
+    call (a step's timestep) are data, which a program takes as an input; sizes stay."""
+    if isinstance(kept, Input):
+        same = kept.sizes == getattr(other, "sizes", None)
+        return kept if same else dataclasses.replace(kept, sizes=None)
+    if isinstance(kept, dict):
+        return {k: _agreed(v, other[k]) for k, v in kept.items()}
+    if isinstance(kept, (list, tuple)) and not hasattr(kept, "_fields"):
+        return type(kept)(_agreed(v, o) for v, o in zip(kept, other))
+    return kept
 
 
 def submodule_calls(module, pattern: str, program: Program) -> list[Program]:

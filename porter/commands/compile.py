@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from porter import families
 from porter.aot import dry_run, executable, meshes, roofline, targets
 from porter.aot import port as abstract_port
-from porter.aot.programs import Input, outermost, submodule_calls, unique
+from porter.aot.programs import Input, State, outermost, submodule_calls, unique
 from porter.errors import Interrupted, PorterError, RecipeError, UsageError, first_line
 from porter.port import checks
 from porter.runtime import environment, mesh_text
@@ -252,7 +252,7 @@ def _program_row(result, resident_total: int, chip) -> dict:
            "frames": program.frames, "note": program.note,
            "inputs": _inputs(program), "trace_s": round(result.trace_s, 2),
            "compile_s": round(result.compile_s, 2), "scanned_blocks": result.scanned,
-           "weights_bytes_per_chip": result.weights_bytes}
+           "weights_bytes_per_chip": result.weights_bytes, "sized": list(result.sized)}
     if result.failed:
         return {**row, "status": "not traced", "reason": result.failed}
     if result.refused and "RESOURCE_EXHAUSTED" not in result.refused:
@@ -287,6 +287,8 @@ def _inputs(program) -> dict:
     def text(value):
         if isinstance(value, Input):
             return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+        if isinstance(value, State):  # an object the call writes: its class, its slots
+            return {"object": value.kinds.tree[0].__name__, "slots": text(value.tree)}
         if isinstance(value, (list, tuple)):
             return [text(v) for v in value]
         if isinstance(value, dict):
@@ -429,8 +431,10 @@ def render(report: dict) -> str:
                      f"{human_bytes(int(row['bytes_accessed']))} accessed per device and call; "
                      f"collectives: {moved}")
         scanned = ", ".join(f"{n} x{c}" for n, c in row["scanned_blocks"].items())
+        sized = ", ".join(row["sized"])
         lines.append(f"  traced in {row['trace_s']:.1f} s, compiled in {row['compile_s']:.1f} s"
-                     + (f" (blocks as one scan: {scanned})" if scanned else ""))
+                     + (f" (blocks as one scan: {scanned})" if scanned else "")
+                     + (f" (sizes taken as constants: {sized})" if sized else ""))
     for name, why in report["not_compiled"].items():
         lines.append(f"\n{name}: not compiled here: {why}")
     bound = report["roofline"]

@@ -114,8 +114,9 @@ CASES = {
 
 
 def _named(signature):
-    """A signature with each object that is no value (Wan-Animate-2's key/value cache)
-    as its class's name: the same in two runs."""
+    """A signature with each object that is no value as its class's name: the same in
+    two runs (an object the call writes, Wan-Animate-2's key/value cache, is described
+    by its slots: ``programs.State``)."""
     if isinstance(signature, (tuple, list)):
         return type(signature)(_named(v) for v in signature)
     if type(signature).__module__.startswith("diffusers"):
@@ -289,3 +290,41 @@ def test_video_to_videos_input_is_not_counted_as_frames_made(tmp_path):
         recipe.load(path, ["output.stream=false"]), registry_mod.loaded(),
         targets.named("v6e-1"))) if p.stage == "decode"]
     assert whole.frames == 7 + 17
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_wan_animate2s_transformer_compiles_with_its_cache_and_grid(tmp_path, write):
+    """Wan-Animate-2's transformer writes a key/value cache (an object) in each segment's
+    reference pass and reads its reference grid with ``.item()``: compiled as a run
+    compiles it (``lifting``), the cache's slots in and the written ones out, the grid's
+    sizes constants where the call cannot be traced without them. Three programs serve
+    both segments: the reference pass, and the guided pair's two calls."""
+    from porter.aot.programs import State
+    from porter.commands import compile as report
+
+    build_wan_animate2_pipeline().save_pretrained(str(tmp_path / "ckpt"))
+    path = write("r.yaml", WAN_ANIMATE2.format(source=tmp_path / "ckpt",
+                                               inputs=_inputs(tmp_path / "inputs")))
+    compiled = report.build(recipe.load(path), registry_mod.loaded(), "v6e-1",
+                            only=["transformer.forward"])
+    rows = compiled["programs"]
+    assert [(r["program"], r["status"], r["calls"]) for r in rows] == [
+        ("transformer.forward", "compiled", 2), ("transformer.forward", "compiled", 4),
+        ("transformer.forward", "compiled", 4)], [r.get("reason") for r in rows]
+    assert all(r["fits"] for r in rows)
+    # each call takes the segment's cache: empty in the reference pass, which fills it
+    caches = [[v for v in r["inputs"].values() if isinstance(v, dict) and "object" in v]
+              for r in rows]
+    assert all(len(found) == 1 for found in caches)
+    assert caches[0] != caches[1] == caches[2]
+    # the grids' sizes, which stay the same in every call; not the steps' timesteps,
+    # which change from step to step (data: one program serves every step)
+    assert [r["sized"] for r in rows] == [["offset_grid_sizes"], ["reference_grid_sizes"],
+                                          ["reference_grid_sizes"]]
+    # the slots the reference pass writes come out of its program, beside the video's
+    assert rows[0]["memory"]["output"] > rows[1]["memory"]["output"]
+    loaded = recipe.load(path)
+    found = dry_run.programs(abstract_port.build(loaded, registry_mod.loaded(),
+                                                 targets.named("v6e-1")))
+    assert sum(isinstance(v, State) for p in found for v in p.kwargs.values()) == 3

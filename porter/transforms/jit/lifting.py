@@ -139,18 +139,25 @@ def _slots(value, path=()):
         yield path, value
 
 
-def _given(copy) -> dict:
-    """Each slot of ``copy`` as it is before the call: the tensor, and the array it
-    holds (torchax writes in place by giving the same tensor another array)."""
-    return {path: (slot, getattr(slot, "_elem", None)) for path, slot in _slots(copy)}
+def snapshot(state) -> dict:
+    """Each slot of a state argument as it is before a call: the tensor, and the array
+    it holds (torchax writes in place by giving the same tensor another array)."""
+    return {path: (slot, getattr(slot, "_elem", None)) for path, slot in _slots(state)}
 
 
-def _written(before: dict, copy) -> dict:
-    """The slots of ``copy`` the call wrote (another tensor, or another array in the
-    same one), by their path as one string (``layer_caches.3.key``: a dict key both
-    pytrees take)."""
-    return {".".join(map(str, path)): slot for path, slot in _slots(copy)
-            if not _same((slot, getattr(slot, "_elem", None)), before[path])}
+def written(before: dict, state) -> dict:
+    """The slots of ``state`` a call wrote since its ``snapshot`` (another tensor, or
+    another array in the same one), by their path as one string
+    (``layer_caches.3.key``: a dict key both pytrees take)."""
+    return {".".join(map(str, path)): slot for path, slot in _slots(state)
+            if path not in before
+            or not _same((slot, getattr(slot, "_elem", None)), before[path])}
+
+
+def write(target, slots: dict) -> None:
+    """The ``written`` slots set in the state argument ``target``, by path."""
+    for path, slot in slots.items():
+        _with(target, path.split("."), slot)
 
 
 def _same(a: tuple, b: tuple) -> bool:
@@ -204,7 +211,7 @@ def lifted(function):
         made = {name[len(KINDS):]: kwargs.pop(name) for name in list(kwargs)
                 if name.startswith(KINDS)}
         copies = {name: build(kind, kwargs[name]) for name, kind in made.items()}
-        given = {name: _given(copy) for name, copy in copies.items()}
+        given = {name: snapshot(copy) for name, copy in copies.items()}
         kwargs.update(copies)
         sized = any(isinstance(v, Sizes) for v in kwargs.values())
         kwargs = {k: v.given() if isinstance(v, Sizes) else v for k, v in kwargs.items()}
@@ -215,7 +222,7 @@ def lifted(function):
         for name, copy in copies.items():
             if kinds(copy) != made[name]:
                 raise StateChanged(f"{name}: its structure changed in the call")
-        return result, {name: _written(given[name], copy) for name, copy in copies.items()}
+        return result, {name: written(given[name], copy) for name, copy in copies.items()}
 
     return call
 
@@ -225,10 +232,9 @@ def written_back(result, held: dict):
     argument."""
     if not held:
         return result
-    result, written = result
+    result, slots = result
     for name, target in held.items():
-        for path, slot in written[name].items():
-            _with(target, path.split("."), slot)
+        write(target, slots[name])
     return result
 
 
@@ -267,7 +273,8 @@ def is_sizes(value) -> bool:
             and value.numel() <= SMALL)
 
 
-def _sizes(value) -> Sizes:
+def sizes_of(value) -> Sizes:
+    """``value`` (``is_sizes``) as a static argument."""
     if type(value) is list:
         return Sizes(tuple(value))
     return Sizes(tuple(value.flatten().tolist()), tuple(value.shape), str(value.numpy().dtype))
@@ -275,7 +282,7 @@ def _sizes(value) -> Sizes:
 
 def as_sizes(kwargs: dict) -> dict:
     """``kwargs`` with each of its sizes (top level) static (``Sizes``)."""
-    return {k: _sizes(v) if is_sizes(v) else v for k, v in kwargs.items()}
+    return {k: sizes_of(v) if is_sizes(v) else v for k, v in kwargs.items()}
 
 
 @contextlib.contextmanager
