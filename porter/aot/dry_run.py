@@ -253,6 +253,7 @@ def _answered(modules: dict, compiled: dict, functions: dict):
                     held = [v for v in (*args, *kwargs.values()) if lifting.is_state(v)]
                     if key is None or key not in answers:
                         before = [lifting.snapshot(state) for state in held]
+                        kinds = [lifting.kinds(state) for state in held]
                         known = _Known(guess=not _traced)
                         inside.append(call)
                         try:
@@ -263,7 +264,9 @@ def _answered(modules: dict, compiled: dict, functions: dict):
                         finally:
                             inside.pop()
                         writes = [lifting.written(b, state) for b, state in zip(before, held)]
-                        if key is None:
+                        # a call that changed an object's structure (a run splits it):
+                        # its writes fit no object of the old one, so not kept
+                        if key is None or kinds != [lifting.kinds(s) for s in held]:
                             return _answer(made)
                         answers[key] = made, writes
                     made, writes = answers[key]
@@ -417,8 +420,11 @@ def _cached_on(module: torch.nn.Module):
     """What puts back what ``module``'s code caches on its modules (a dict or list
     attribute: Wan-Animate-2's rotary tables and block masks, by the sizes they were
     made for): the meta run fills them with meta tensors, which the compile, tracing
-    the same module, would take for the tables themselves."""
-    kept = [(sub, name, value, type(value)(value)) for sub in module.modules()
+    the same module, would take for the tables themselves. Such attributes (and
+    tensors) the meta run added are taken away again."""
+    subs = list(module.modules())
+    names = [set(vars(sub)) for sub in subs]
+    kept = [(sub, name, value, type(value)(value)) for sub in subs
             for name, value in vars(sub).items()
             if type(value) in (dict, list) and not name.startswith("_")]
 
@@ -427,6 +433,11 @@ def _cached_on(module: torch.nn.Module):
             value.clear()
             value.extend(contents) if type(value) is list else value.update(contents)
             vars(sub)[name] = value
+        for sub, had in zip(subs, names):  # caches made by the meta run itself
+            for name in set(vars(sub)) - had:
+                made = vars(sub)[name]
+                if type(made) in (dict, list) or isinstance(made, torch.Tensor):
+                    del vars(sub)[name]
     return restore
 
 

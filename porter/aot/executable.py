@@ -16,7 +16,7 @@ from porter.runtime import atomic
 from porter.shims.compat import import_torchax
 from porter.shims.carried import Cache
 from porter.shims.interop import array_dtype
-from porter.shims.tracing import model_frame
+from porter.shims.tracing import model_frame, untraceable
 from porter.transforms import attention, jit, sharding
 from porter.transforms.jit import lifting, scan
 from porter.transforms.jit.autosplit import as_keywords
@@ -107,12 +107,13 @@ def _traced(port, component, program: Program, carried: list | None):
     host, with them as constants (``lifting``). If that fails too, the first failure."""
     try:
         return (*_lower(port, component, program, carried), ())
-    except Interrupted:
-        raise
     except Exception as first:  # noqa: BLE001 - compile_program reports it
-        sized = tuple(sorted(name for name, value in _arguments(component, program)[1].items()
-                             if isinstance(value, Input) and value.sizes is not None))
-        if not sized:
+        sized = tuple(sorted(
+            name for name, value in _arguments(port, component, program)[1].items()
+            if isinstance(value, Input) and value.sizes is not None))
+        # as a run: only where Python needed a value (Porter names the model's line
+        # around JAX's error), and not for a scanned component, which a run refuses
+        if not sized or component.scanned or not _needs_values(first):
             raise
         try:
             return (*_lower(port, component, program, carried, sized), sized)
@@ -122,15 +123,28 @@ def _traced(port, component, program: Program, carried: list | None):
             raise first from None
 
 
-def _arguments(component, program: Program, sized: tuple = ()) -> tuple[tuple, dict]:
+def _needs_values(exc: BaseException | None) -> bool:
+    """Is ``exc``, or what it was raised from, JAX's error for Python that needs a
+    concrete value?"""
+    while exc is not None:
+        if isinstance(exc, untraceable()):
+            return True
+        exc = exc.__cause__
+    return False
+
+
+def _arguments(port, component, program: Program,
+               sized: tuple = ()) -> tuple[tuple, dict]:
     """The program's arguments as a run's compiled call takes them (``lifting``): an
     object it writes (``State``) as its slots, with its classes static beside them
     (``lifting.KINDS``); the ``sized`` ones as constants (``lifting.Sizes``).
     Positional ones named first where either is among them, as a run names them."""
     args, kwargs = program.args, dict(program.kwargs)
     if any(isinstance(v, State) or getattr(v, "sizes", None) is not None for v in args):
-        method = getattr(type(component.module), program.method, None)
-        if method is not None:
+        # what _lower runs: a family's function (module, ...), else the module's method
+        method = port.family.compiled_functions.get(program.component, {}).get(
+            program.method) or getattr(type(component.module), program.method, None)
+        if callable(method):
             args, kwargs = as_keywords(method, args, kwargs)
     lifted: dict = {}
     for name, value in kwargs.items():
@@ -149,7 +163,7 @@ def _lower(port, component, program: Program, carried: list | None = None,
     import jax
 
     interop = import_torchax().interop
-    template, leaves, in_cache = _split(_arguments(component, program, sized))
+    template, leaves, in_cache = _split(_arguments(port, component, program, sized))
     shardings = _input_shardings(port, component, program)
     placed = [shardings.get(path) for path, _ in leaves]
     if carried is not None and [shape for shape, _ in carried] == [
