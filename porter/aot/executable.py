@@ -16,7 +16,7 @@ from porter.runtime import atomic
 from porter.shims.compat import import_torchax
 from porter.shims.carried import Cache
 from porter.shims.interop import array_dtype
-from porter.shims.tracing import model_frame, untraceable
+from porter.shims.tracing import model_frame, needs_values
 from porter.transforms import attention, jit, sharding
 from porter.transforms.jit import lifting, scan
 from porter.transforms.jit.autosplit import as_keywords
@@ -113,7 +113,7 @@ def _traced(port, component, program: Program, carried: list | None):
             if isinstance(value, Input) and value.sizes is not None))
         # as a run: only where Python needed a value (Porter names the model's line
         # around JAX's error), and not for a scanned component, which a run refuses
-        if not sized or component.scanned or not _needs_values(first):
+        if not sized or component.scanned or not needs_values(first):
             raise
         try:
             return (*_lower(port, component, program, carried, sized), sized)
@@ -121,16 +121,6 @@ def _traced(port, component, program: Program, carried: list | None):
             raise
         except Exception:  # noqa: BLE001 - the retry's own failure says less
             raise first from None
-
-
-def _needs_values(exc: BaseException | None) -> bool:
-    """Is ``exc``, or what it was raised from, JAX's error for Python that needs a
-    concrete value?"""
-    while exc is not None:
-        if isinstance(exc, untraceable()):
-            return True
-        exc = exc.__cause__
-    return False
 
 
 def _arguments(port, component, program: Program,

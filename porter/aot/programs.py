@@ -57,8 +57,13 @@ class State:
     def __hash__(self) -> int:
         return hash(self._key())
 
+    @property
+    def name(self) -> str:
+        """The object's class's name."""
+        return self.kinds.tree[0].__name__
+
     def __repr__(self) -> str:
-        return f"State({self.kinds.tree[0].__name__}, {self.tree!r})"
+        return f"State({self.name}, {self.tree!r})"
 
 
 @dataclass

@@ -288,7 +288,7 @@ def _inputs(program) -> dict:
         if isinstance(value, Input):
             return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
         if isinstance(value, State):  # an object the call writes: its class, its slots
-            return {"object": value.kinds.tree[0].__name__, "slots": text(value.tree)}
+            return {"object": value.name, "slots": text(value.tree)}
         if isinstance(value, (list, tuple)):
             return [text(v) for v in value]
         if isinstance(value, dict):

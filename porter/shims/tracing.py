@@ -28,6 +28,18 @@ def untraceable() -> tuple[type, ...]:
         if hasattr(jax.errors, name))
 
 
+def needs_values(exc: BaseException | None) -> bool:
+    """Is ``exc``, or what it was raised from (``explained`` names the model's line
+    around it), JAX's error for Python that needs a concrete value?"""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, untraceable()):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return False
+
+
 def model_frame(exc: BaseException) -> str | None:
     """file:line (function) of the innermost frame in a model library."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
