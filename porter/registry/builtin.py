@@ -87,9 +87,11 @@ BLOCK_MASK = Patch(
 FLEX_ATTENTION = Patch(
     name="core.flex_attention",
     target="torch.nn.attention.flex_attention:flex_attention",
-    doc="Flex attention (a higher-order operator torchax cannot lower) as dense "
-        "attention: its score_mod and the block mask's mask_mod applied to every score, "
-        "softmax in float32. Applied on every run, in every module that imported it.",
+    doc="Flex attention (a higher-order operator torchax cannot lower) as attention "
+        "with its score_mod and the block mask's mask_mod applied to every score, softmax "
+        "in float32: every score at once, or, beyond 256 MiB of scores, block by block "
+        "with an online softmax, skipping the blocks the mask leaves empty. Applied on "
+        "every run, in every module that imported it.",
     replacement=flex.dense_attention,
     fits="torch>=2.5,<2.14",
     imported_by_name=True,

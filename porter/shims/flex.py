@@ -23,16 +23,28 @@ The block tables decide, as in PyTorch's compiled kernel; PyTorch's eager path (
 diffusers on a CPU) applies the ``mask_mod`` alone, so a mask of hand-built tables
 whose ``mask_mod`` keeps everything (NABLA's) attends everywhere there.
 
-XLA sees one dense program: memory grows with query x key length, where the kernel
-skips empty blocks. What a mask leaves out is still computed, then discarded.
+Where every score at once would take more than ``DENSE_SCORES_BYTES`` (Wan-Animate-2's
+42,108 generation tokens against twice as many keys: 108 GiB a chip at 5 heads), the
+scores are walked in blocks of ``BLOCK`` queries and keys with an online softmax, the
+masks evaluated block by block: memory grows with the block, not the sequence, and a
+block the mask leaves wholly empty is skipped (a conditional in the loop; where the
+mask differs by batch or head it is computed, then discarded).
 """
 
 from __future__ import annotations
 
 from porter.shims import lazy
+from porter.shims.compat import import_torchax
 from porter.shims.fixes import on_device
 
 torch = lazy.module("torch", __name__)
+jax = lazy.module("jax", __name__)
+jnp = lazy.module("jax.numpy", __name__)
+
+# Every score at once up to this (float32, batch x heads x queries x keys); block by
+# block beyond it. Small calls stay one fused program (fewer, faster compiles).
+DENSE_SCORES_BYTES = 1 << 28
+BLOCK = 1024
 
 
 def dense_block_mask(original, **_):
@@ -69,35 +81,45 @@ def _blocks(counts, indices, columns: int):
     return listed.scatter(-1, target, True)
 
 
-def kept(mask, index):
-    """The scores a ``BlockMask`` keeps, at every (batch, head, query, key) of the
-    broadcast ``index``: the keys of its full blocks, and those of its partial blocks its
-    ``mask_mod`` keeps (NABLA's masks are full blocks alone, built from device tensors;
-    ``create_block_mask``'s, patched, are partial blocks everywhere)."""
-
-    q_block, kv_block = mask.BLOCK_SIZE
-    length, keys = index[2].shape[2], index[3].shape[3]
+def listing(mask, keys: int, meta: bool = False):
+    """The key blocks a ``BlockMask`` lists for each query block, as (batch, head, query
+    block, key block + a spare) booleans: its partial blocks' and its full blocks' (None
+    when it has none). ``meta``: shapes only (porter compile's dry run)."""
     tables = (mask.kv_num_blocks, mask.kv_indices, mask.full_kv_num_blocks,
               mask.full_kv_indices)
-    if index[2].device.type == "meta":  # shapes only (porter compile's dry run)
+    if meta:
         tables = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), tables)
     else:
         tables = on_device(tables)
-    columns = -(-keys // kv_block)
-    rows = torch.arange(length, device=index[2].device) // q_block
-    cells = torch.arange(keys, device=index[3].device) // kv_block
+    columns = -(-keys // mask.BLOCK_SIZE[1])
+    full = None if tables[2] is None else _blocks(*tables[2:], columns)
+    return _blocks(*tables[:2], columns), full
+
+
+def kept(mask, listed, index):
+    """The scores a ``BlockMask`` keeps, at every (batch, head, query, key) of the
+    broadcast ``index`` (any stretch of queries and keys): the keys of its full blocks,
+    and those of its partial blocks its ``mask_mod`` keeps (NABLA's masks are full
+    blocks alone, built from device tensors; ``create_block_mask``'s, patched, are
+    partial blocks everywhere). ``listed``: the mask's ``listing``."""
+
+    q_block, kv_block = mask.BLOCK_SIZE
+    partial, full = listed
+    rows = torch.clamp(index[2].reshape(-1) // q_block, max=partial.shape[2] - 1)
+    cells = torch.clamp(index[3].reshape(-1) // kv_block, max=partial.shape[3] - 1)
 
     def tokens(blocks):  # block -> token level: (batch, head, query, key)
         return blocks[:, :, rows][..., cells]
 
-    keep = tokens(_blocks(*tables[:2], columns)) & mask.mask_mod(*index)
-    if tables[2] is not None:  # full blocks: every key kept
-        keep = keep | tokens(_blocks(*tables[2:], columns))
+    keep = tokens(partial) & mask.mask_mod(*index)
+    if full is not None:  # full blocks: every key kept
+        keep = keep | tokens(full)
     return keep
 
 
 def dense_attention(original, **_):
-    """``flex_attention`` as dense attention with the mask's and score's functions."""
+    """``flex_attention`` as attention with the mask's and score's functions: every score
+    at once, or block by block where that would be too big (``DENSE_SCORES_BYTES``)."""
 
     def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
                        enable_gqa=False, return_lse=False, kernel_options=None, *,
@@ -106,28 +128,118 @@ def dense_attention(original, **_):
         if enable_gqa and key.shape[1] != heads:
             key = key.repeat_interleave(heads // key.shape[1], dim=1)
             value = value.repeat_interleave(heads // value.shape[1], dim=1)
-        keys = key.shape[-2]
         scale = width ** -0.5 if scale is None else scale
-        exact = torch.float64 if query.dtype == torch.float64 else torch.float32
-        scores = torch.matmul(query.to(exact), key.to(exact).transpose(-2, -1)) * scale
-        index = [torch.arange(n, device=query.device).view(*[n if i == axis else 1
-                                                            for i in range(4)])
-                 for axis, n in enumerate((batch, heads, length, keys))]
-        if score_mod is not None:
-            scores = score_mod(scores, *index)
-        if block_mask is not None:
-            scores = torch.where(kept(block_mask, index), scores,
-                                 torch.tensor(float("-inf"), dtype=exact, device=query.device))
-        lse = torch.logsumexp(scores, dim=-1)
-        weights = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
-        out = torch.matmul(weights, value.to(exact)).to(query.dtype)
+        attend = _blockwise if _too_big(query, key) else _dense
+        out, lse, peak = attend(query, key, value, score_mod, block_mask, scale)
         if return_aux is not None:
             from torch.nn.attention.flex_attention import AuxOutput
 
             return out, AuxOutput(lse=lse if return_aux.lse else None,
-                                  max_scores=scores.amax(dim=-1) if return_aux.max_scores
-                                  else None)
+                                  max_scores=peak if return_aux.max_scores else None)
         return (out, lse) if return_lse else out
 
     flex_attention.__doc__ = f"patched by porter: dense flex attention (was {original!r})"
     return flex_attention
+
+
+def _too_big(query, key) -> bool:
+    """Whether every score at once is over ``DENSE_SCORES_BYTES`` for a call that can be
+    walked in blocks (torchax's tensors: a meta run only needs the shapes)."""
+    batch, heads, length, _ = query.shape
+    scores = batch * heads * length * key.shape[-2] * 4
+    return scores > DENSE_SCORES_BYTES and isinstance(query, import_torchax().tensor.Tensor)
+
+
+def _dense(query, key, value, score_mod, block_mask, scale):
+    """(output, log-sum-exp, largest score) from every score at once, in float32."""
+    batch, heads, length, _ = query.shape
+    keys = key.shape[-2]
+    exact = torch.float64 if query.dtype == torch.float64 else torch.float32
+    scores = torch.matmul(query.to(exact), key.to(exact).transpose(-2, -1)) * scale
+    index = [torch.arange(n, device=query.device).view(*[n if i == axis else 1
+                                                        for i in range(4)])
+             for axis, n in enumerate((batch, heads, length, keys))]
+    if score_mod is not None:
+        scores = score_mod(scores, *index)
+    if block_mask is not None:
+        listed = listing(block_mask, keys, meta=index[2].device.type == "meta")
+        scores = torch.where(kept(block_mask, listed, index), scores,
+                             torch.tensor(float("-inf"), dtype=exact, device=query.device))
+    lse = torch.logsumexp(scores, dim=-1)
+    weights = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
+    out = torch.matmul(weights, value.to(exact)).to(query.dtype)
+    return out, lse, scores.amax(dim=-1)
+
+
+def _blockwise(query, key, value, score_mod, block_mask, scale):
+    """(output, log-sum-exp, largest score) walking ``BLOCK`` queries at a time, each
+    over ``BLOCK`` keys at a time with an online softmax (``kernels.online_update``);
+    the score's and mask's functions see each block's own indices, and a block the
+    mask leaves empty is skipped. Scores in float32 from the inputs' dtype, as
+    PyTorch's kernel takes them."""
+    from porter.transforms.attention import kernels
+
+    interop = import_torchax().interop
+    batch, heads, length, width = query.shape
+    keys = key.shape[-2]
+    listed = None if block_mask is None else listing(block_mask, keys)
+    q, k, v = interop.jax_view((query, key, value))
+    size_q, size_k = min(BLOCK, length), min(BLOCK, keys)
+    q_blocks = _split(kernels.pad(q, 2, size_q), size_q)
+    k_blocks, v_blocks = (_split(kernels.pad(x, 2, size_k), size_k) for x in (k, v))
+    b = jnp.arange(batch).reshape(batch, 1, 1, 1)
+    h = jnp.arange(heads).reshape(1, heads, 1, 1)
+
+    def kept_here(*index):  # torch's view: the recipe's functions are torch code
+        return kept(block_mask, listed, index)
+
+    def modified(scores, *index):
+        return scores if score_mod is None else score_mod(scores, *index)
+
+    def one_query_block(inputs):
+        q_block, q_start = inputs
+        rows = (q_start + jnp.arange(size_q)).reshape(1, 1, size_q, 1)
+
+        def step(carry, inputs):
+            k_block, v_block, k_start = inputs
+            columns = (k_start + jnp.arange(size_k)).reshape(1, 1, 1, size_k)
+            keep = columns < keys  # not the padding
+            if block_mask is not None:
+                keep = keep & interop.call_torch(kept_here, b, h, rows, columns)
+
+            def attend(carry):
+                scores = interop.call_torch(
+                    modified, kernels.scaled_scores(q_block, k_block, scale), b, h, rows,
+                    columns)
+                return kernels.online_update(carry, jnp.where(keep, scores, kernels.NEG_INF),
+                                             v_block)
+
+            if block_mask is None or keep.shape[:2] != (1, 1):
+                return attend(carry), None
+            # A block the mask leaves empty is skipped, not computed and discarded.
+            # Only for a mask alike over batch and heads: heads split over chips would
+            # make the test a collective at every block.
+            return jax.lax.cond(jnp.any(keep), attend, lambda carry: carry, carry), None
+
+        starts = jnp.arange(k_blocks.shape[0]) * size_k
+        (peak, total, acc), _ = jax.lax.scan(step, kernels.online_start(q_block),
+                                             (k_blocks, v_blocks, starts))
+        return kernels.online_result(total, acc), peak, total
+
+    out, peak, total = jax.lax.map(
+        one_query_block, (q_blocks, jnp.arange(q_blocks.shape[0]) * size_q))
+    out, peak, total = (_joined(x, length) for x in (out, peak, total))
+    lse = peak + jnp.log(total)  # -inf where no key is kept
+    return interop.torch_view((out.astype(q.dtype), lse, peak))
+
+
+def _split(x, size: int):
+    """(B, H, n * size, ...) as (n, B, H, size, ...): blocks on a leading axis."""
+    blocks = x.reshape(*x.shape[:2], x.shape[2] // size, size, *x.shape[3:])
+    return jnp.moveaxis(blocks, 2, 0)
+
+
+def _joined(blocks, length: int):
+    """``_split``'s inverse, the padding dropped."""
+    x = jnp.moveaxis(blocks, 0, 2)
+    return x.reshape(*x.shape[:2], -1, *x.shape[4:])[:, :, :length]

@@ -122,7 +122,7 @@ ENTRIES.update({
         {"prompt": None, "latents": LATENTS},
         note="generate.latents: another run's final latents (its latents.safetensors); no "
              "prompt and no steps (the decoder's own); its neighbourhood attention is flex "
-             "attention, run dense"),
+             "attention, block by block where large (core.flex_attention)"),
     "LTX2DFRTemporalRefinePipeline": Refused("refines a DFR pass's latents"),
     "LTX2LatentUpsamplePipeline": Matches(
         "ltx2_latent_upsample", {"prompt": None, "latents": LATENTS},

@@ -63,7 +63,7 @@ ENTRIES = {
         {**LTX2_CALL, "height": 12, "width": 12, "num_frames": 3},
         note="video and audio; its diffusion decoder, not the VAE, makes the frames (here "
              "48x48 from 12x12, 9 from 3); its neighbourhood attention is flex attention, "
-             "run dense"),
+             "block by block where large (core.flex_attention)"),
     "HeliosModularPipeline": Matches(
         "helios", {**WAN, "guidance_scale": 1.0}, {**WAN_CALL, "guidance_scale": 1.0},
         note="frames are rounded up to whole chunks of 9 latent frames (33 frames)"),

@@ -10,11 +10,22 @@ import torch
 from torch.nn.attention import flex_attention as flex
 
 from porter.registry import builtin
+from porter.shims import flex as shim
 from porter.shims.compat import import_torchax
 
 from matrix import check
 
 torchax = import_torchax()
+
+
+@pytest.fixture(params=["dense", "blockwise"])
+def route(request, monkeypatch):
+    """Both of the patch's ways: every score at once, and block by block (blocks of 48
+    tokens: several, the last one padded)."""
+    if request.param == "blockwise":
+        monkeypatch.setattr(shim, "DENSE_SCORES_BYTES", 0)
+        monkeypatch.setattr(shim, "BLOCK", 48)
+    return request.param
 
 
 def window(b, h, q_idx, kv_idx):
@@ -37,7 +48,7 @@ def bias(score, b, h, q_idx, kv_idx):
 
 @pytest.mark.parametrize("mask_mod, score_mod", [(window, None), (causal, bias),
                                                  (None, bias), (frames, None)])
-def test_dense_flex_attention_is_pytorchs(mask_mod, score_mod):
+def test_flex_attention_is_pytorchs(mask_mod, score_mod, route):
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, 128, 16, generator=gen) for _ in range(3))
     with check.without_accelerator():  # PyTorch's own, on the CPU
@@ -56,7 +67,7 @@ def test_dense_flex_attention_is_pytorchs(mask_mod, score_mod):
     assert np.allclose(lse, expected_lse.numpy(), atol=2e-5)
 
 
-def test_a_query_with_no_key_gets_zeros():
+def test_a_query_with_no_key_gets_zeros(route):
     q = k = v = torch.ones(1, 1, 128, 16)
     env = torchax.default_env()
     with env, builtin.BLOCK_MASK.applied(), builtin.FLEX_ATTENTION.applied():
@@ -87,7 +98,7 @@ def test_a_module_that_imported_the_function_by_name_gets_the_patch(monkeypatch)
     assert model.create_block_mask is original and flex.create_block_mask is original
 
 
-def test_a_mask_of_listed_blocks_is_honoured():
+def test_a_mask_of_listed_blocks_is_honoured(route):
     """Kandinsky 6's NABLA mask: block tables computed on the device, full blocks (no
     mask_mod) beside partial ones. The tables decide, as in PyTorch's compiled kernel
     (its eager CPU path applies the mask_mod alone, ignoring the tables). Head 0: query
@@ -127,7 +138,7 @@ def test_a_mask_of_listed_blocks_is_honoured():
     assert np.allclose(out, expected.numpy(), atol=2e-5)
 
 
-def test_grouped_heads_a_scale_and_auxiliary_outputs_are_pytorchs():
+def test_grouped_heads_a_scale_and_auxiliary_outputs_are_pytorchs(route):
     """Two query heads per key head (enable_gqa), a given scale, 256 tokens in blocks of
     128 (PyTorch's own mask skips a block there), and return_aux's log-sum-exp."""
     gen = torch.Generator().manual_seed(2)
@@ -147,3 +158,67 @@ def test_grouped_heads_a_scale_and_auxiliary_outputs_are_pytorchs():
     assert out_aux.max_scores is None
     assert np.allclose(out, expected.numpy(), atol=2e-5)
     assert np.allclose(lse, expected_aux.lse.numpy(), atol=2e-5)
+
+
+def test_a_long_call_is_walked_in_blocks_in_a_blocks_memory(monkeypatch):
+    """Over ``DENSE_SCORES_BYTES`` the scores are never all held: 8,192 tokens and two
+    heads (512 MiB of float32 scores) compiled both ways for this CPU, with a frame mask
+    as Wan-Animate-2's and a score function. Nothing is run: XLA's own count of the
+    program's temporaries."""
+    import jax
+    import jax.numpy as jnp
+
+    interop = torchax.interop
+    tokens = 8192
+
+    def attend(q, k, v):
+        mask = flex.create_block_mask(frames, None, None, tokens, tokens, device="jax")
+        return flex.flex_attention(q, k, v, score_mod=bias, block_mask=mask)
+
+    def temporaries():
+        shape = jax.ShapeDtypeStruct((1, 2, tokens, 64), jnp.bfloat16)
+        with torchax.default_env(), builtin.BLOCK_MASK.applied(), \
+                builtin.FLEX_ATTENTION.applied():
+            compiled = jax.jit(interop.jax_view(attend)).lower(shape, shape, shape).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    assert 2 * tokens * tokens * 4 > shim.DENSE_SCORES_BYTES
+    blockwise = temporaries()
+    monkeypatch.setattr(shim, "DENSE_SCORES_BYTES", 1 << 40)
+    dense = temporaries()
+    assert dense > 2 * tokens * tokens * 4  # every score, at least once
+    assert blockwise < 64 << 20, (blockwise, dense)
+
+
+def test_blocks_a_mask_leaves_empty_are_skipped_where_the_mask_is_alike_over_heads(
+        monkeypatch):
+    """A mask made by ``create_block_mask`` (the same for every batch and head) puts each
+    block behind a conditional on whether it keeps any score; tables that differ by head
+    (NABLA's, heads split over chips) compute every block."""
+    import jax
+    import jax.numpy as jnp
+
+    monkeypatch.setattr(shim, "DENSE_SCORES_BYTES", 0)
+    monkeypatch.setattr(shim, "BLOCK", 64)
+    shape = jax.ShapeDtypeStruct((1, 2, 128, 16), jnp.float32)
+
+    def primitives(make_mask):
+        def attend(q, k, v):
+            return flex.flex_attention(q, k, v, block_mask=make_mask())
+
+        with torchax.default_env(), builtin.BLOCK_MASK.applied(), \
+                builtin.FLEX_ATTENTION.applied():
+            text = str(jax.make_jaxpr(torchax.interop.jax_view(attend))(shape, shape, shape))
+        return text
+
+    def alike():
+        return flex.create_block_mask(causal, None, None, 128, 128, device="jax")
+
+    def by_head():
+        counts = torch.tensor([[[1, 1], [1, 2]]], dtype=torch.int32)
+        indices = torch.tensor([[[[0, 1], [1, 0]], [[0, 1], [0, 1]]]], dtype=torch.int32)
+        return flex.BlockMask.from_kv_blocks(*torchax.default_env().to_xla((counts, indices)),
+                                             BLOCK_SIZE=64, seq_lengths=(128, 128))
+
+    assert " cond[" in primitives(alike)
+    assert " cond[" not in primitives(by_head)

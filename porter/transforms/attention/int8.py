@@ -71,7 +71,7 @@ def _attend(q, k, v, scale, block_q, block_kv, platform, residuals=False):
     k = k - mean[:, :, None]  # smoothed: the softmax does not see it
 
     def flat(x, block):
-        return kernels._pad(x, 2, block).reshape(batch * heads, -1, dim)
+        return kernels.pad(x, 2, block).reshape(batch * heads, -1, dim)
 
     q8, q_scale = quantized(flat(q.astype(jnp.float32) * scale, block_q), block_q)
     k8, k_scale = quantized(flat(k, block_kv), block_kv)

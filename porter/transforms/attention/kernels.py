@@ -20,13 +20,14 @@ jnp = lazy.module("jax.numpy", __name__)
 NEG_INF = -math.inf
 
 
-def _scores(q, k, scale):
+def scaled_scores(q, k, scale):
+    """q k^T * scale in float32, for (batch, heads, sequence, head_dim) arrays."""
     return jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
 
 
 def reference(q, k, v, keep=None, *, scale: float, **_):
     """softmax(q k^T * scale) v, materialising every score (memory ~ q_len x k_len)."""
-    scores = _scores(q, k, scale)
+    scores = scaled_scores(q, k, scale)
     if keep is not None:
         scores = jnp.where(keep, scores, NEG_INF)
     peak = jnp.max(scores, axis=-1, keepdims=True)
@@ -38,7 +39,7 @@ def reference(q, k, v, keep=None, *, scale: float, **_):
                       preferred_element_type=jnp.float32).astype(q.dtype)
 
 
-def _pad(x, axis: int, multiple: int, value=0):
+def pad(x, axis: int, multiple: int, value=0):
     size = x.shape[axis]
     extra = -size % multiple
     if not extra:
@@ -76,11 +77,11 @@ def blockwise(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv:
     k_len = k.shape[2]
     block_q, block_kv = min(block_q, q_len), min(block_kv, k_len)
     keep = _block_keep(keep, batch, heads, q_len, k_len)
-    qp = _pad(q, 2, block_q)
-    kp, vp = _pad(k, 2, block_kv), _pad(v, 2, block_kv)
-    keep = _pad(keep, 3, block_kv, value=False)
+    qp = pad(q, 2, block_q)
+    kp, vp = pad(k, 2, block_kv), pad(v, 2, block_kv)
+    keep = pad(keep, 3, block_kv, value=False)
     if keep.shape[2] != 1:
-        keep = _pad(keep, 2, block_q, value=True)
+        keep = pad(keep, 2, block_q, value=True)
     nq, nk = qp.shape[2] // block_q, kp.shape[2] // block_kv
 
     # blocks on a leading axis so lax.map / lax.scan can walk them
@@ -122,8 +123,13 @@ def online_step(carry, q_block, k_block, v_block, keep_block, scale: float):
     """One key block into an online softmax's running (peak, total, weighted sum): the
     earlier blocks' sums rescaled to the new peak (a row with nothing kept yet keeps
     its -inf peak and zero sums)."""
+    scores = jnp.where(keep_block, scaled_scores(q_block, k_block, scale), NEG_INF)
+    return online_update(carry, scores, v_block)
+
+
+def online_update(carry, scores, v_block):
+    """``online_step`` from a key block's scores, masked ones already -inf."""
     peak, total, acc = carry
-    scores = jnp.where(keep_block, _scores(q_block, k_block, scale), NEG_INF)
     new_peak = jnp.maximum(peak, jnp.max(scores, axis=-1))
     safe = jnp.where(jnp.isfinite(new_peak), new_peak, 0.0)
     weights = jnp.exp(scores - safe[..., None])
@@ -199,11 +205,11 @@ def _splash_call(q, k, v, padding, scale, block_q, block_kv, platform, residuals
     # Mosaic has no float16 vector loads on TPU ("Invalid vector type for load"):
     # float16 attention (CogVideoX-2b's recipe) runs in float32 inside the kernel
     wide = jnp.float32 if q.dtype == jnp.float16 else q.dtype
-    qp = _pad((q * jnp.asarray(scale, q.dtype)).astype(wide), 2, block_q)  # splash does
-    kp, vp = _pad(k.astype(wide), 2, block_kv), _pad(v.astype(wide), 2, block_kv)  # not scale q
+    qp = pad((q * jnp.asarray(scale, q.dtype)).astype(wide), 2, block_q)  # splash does
+    kp, vp = pad(k.astype(wide), 2, block_kv), pad(v.astype(wide), 2, block_kv)  # not scale q
     segments = kernel_lib.SegmentIds(
         q=jnp.ones((batch, qp.shape[2]), jnp.int32),
-        kv=_pad(padding.astype(jnp.int32), 1, block_kv))
+        kv=pad(padding.astype(jnp.int32), 1, block_kv))
     mask = mask_lib.MultiHeadMask(
         [mask_lib.FullMask((qp.shape[2], kp.shape[2])) for _ in range(heads)])
     sizes = kernel_lib.BlockSizes(block_q=block_q, block_kv=block_kv,

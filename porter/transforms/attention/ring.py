@@ -31,10 +31,10 @@ def attend(q, k, v, *, axis: tuple[str, ...], size: int, scale: float, block_q: 
         return _by_kernel(q, k, v, share, axis, size)
     batch, heads, length, dim = q.shape
     block_q, block_kv = _even(length, block_q), _even(k.shape[2], block_kv)
-    q_blocks = _blocks(kernels._pad(q, 2, block_q), block_q)
-    keep = kernels._pad(jnp.ones((1, 1, 1, k.shape[2]), bool), 3, block_kv, value=False)
+    q_blocks = _blocks(kernels.pad(q, 2, block_q), block_q)
+    keep = kernels.pad(jnp.ones((1, 1, 1, k.shape[2]), bool), 3, block_kv, value=False)
     keep = jnp.moveaxis(keep.reshape(1, 1, 1, -1, block_kv), 3, 0)  # padded keys: none
-    k, v = kernels._pad(k, 2, block_kv), kernels._pad(v, 2, block_kv)
+    k, v = kernels.pad(k, 2, block_kv), kernels.pad(v, 2, block_kv)
 
     def absorb(state, k_share, v_share):
         """Every query block's sums with one device's keys and values folded in."""
