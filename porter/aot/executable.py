@@ -44,6 +44,9 @@ class Compiled:
     carried_out: list | None = None
     #: the arguments it took as constants (sizes it could not be traced without)
     sized: tuple = ()
+    #: (argument, slot path) -> (shape, sharding) of each slot it wrote in an object it
+    #: takes (``State``): how a run hands them to the next call with that object
+    written_out: dict = field(default_factory=dict)
 
     @property
     def peak_bytes(self) -> int:
@@ -56,17 +59,20 @@ class Compiled:
 
 
 def compile_program(port, program: Program, keep: Path | None = None,
-                    carried: list | None = None) -> Compiled:
+                    carried: list | None = None, written: dict | None = None) -> Compiled:
     """Lower ``program`` on ``port``'s component with abstract weights and inputs, in
     the shardings a run uses, and compile it for the target. ``carried``: the shapes
     and shardings of the cache the chunk loop's previous program returned
     (``Compiled.carried_out``), which a run passes to this one as it got it (where they
-    are this program's cache's shapes; else the cache is given replicated)."""
+    are this program's cache's shapes; else the cache is given replicated).
+    ``written``: the slots earlier programs wrote in the objects this one takes
+    (``Compiled.written_out``), given as they were written where the shapes agree."""
     component = port.components[program.component]
     result = Compiled(program, weights_bytes=component.weights_bytes_per_chip)
     start = time.perf_counter()
     try:
-        lowered, kernel_flops, result.sized = _traced(port, component, program, carried)
+        lowered, kernel_flops, result.sized = _traced(port, component, program, carried,
+                                                      written or {})
     except Interrupted:  # kill (SIGTERM) while tracing: the user's stop, not the model's
         raise
     except Exception as exc:  # noqa: BLE001 - model code that cannot be traced
@@ -98,15 +104,28 @@ def compile_program(port, program: Program, keep: Path | None = None,
     result.scanned = {name: len(component.module._modules[name])
                       for name in component.scanned}
     result.carried_out = _returned_cache(executable.output_shardings, lowered.out_info)
+    result.written_out = _written_slots(port, component, program,
+                                        executable.output_shardings, lowered.out_info)
     return result
 
 
-def _traced(port, component, program: Program, carried: list | None):
+def _written_slots(port, component, program: Program, shardings, shapes) -> dict:
+    """(argument, slot path) -> (shape, sharding) of the slots a program wrote in the
+    objects it takes: a lifted call's outputs are (result, {argument: {slot path:
+    array}}), ``lifting.lifted``'s."""
+    if not any(name.startswith(lifting.KINDS)
+               for name in _arguments(port, component, program)[1]):
+        return {}
+    return {(name, path): (tuple(shapes[1][name][path].shape), where)
+            for name, slots in shardings[1].items() for path, where in slots.items()}
+
+
+def _traced(port, component, program: Program, carried: list | None, written: dict):
     """``_lower``'s, and the names of the sizes it took as constants: as a run traces a
     call, first as given, then, where that fails and the call takes sizes made on the
     host, with them as constants (``lifting``). If that fails too, the first failure."""
     try:
-        return (*_lower(port, component, program, carried), ())
+        return (*_lower(port, component, program, carried, written), ())
     except Exception as first:  # noqa: BLE001 - compile_program reports it
         sized = tuple(sorted(
             name for name, value in _arguments(port, component, program)[1].items()
@@ -116,7 +135,7 @@ def _traced(port, component, program: Program, carried: list | None):
         if not sized or component.scanned or not needs_values(first):
             raise
         try:
-            return (*_lower(port, component, program, carried, sized), sized)
+            return (*_lower(port, component, program, carried, written, sized), sized)
         except Interrupted:
             raise
         except Exception:  # noqa: BLE001 - the retry's own failure says less
@@ -146,22 +165,30 @@ def _arguments(port, component, program: Program,
 
 
 def _lower(port, component, program: Program, carried: list | None = None,
-           sized: tuple = ()):
+           written: dict | None = None, sized: tuple = ()):
     """(the lowered program, attention FLOPs per chip counted while tracing it: an
     ``attention.Tally``), with the ``sized`` arguments constants. A program that takes
-    an object it writes returns the slots it wrote beside its result, as a run's."""
+    an object it writes returns the slots it wrote beside its result, as a run's; the
+    slots earlier programs wrote (``written``) are given as those left them."""
     import jax
 
     interop = import_torchax().interop
     template, leaves, in_cache = _split(_arguments(port, component, program, sized))
     shardings = _input_shardings(port, component, program)
-    placed = [shardings.get(path) for path, _ in leaves]
+    placed = [shardings.get(path[:2]) for path, _ in leaves]
     if carried is not None and [shape for shape, _ in carried] == [
             tuple(leaves[index][1].shape) for index in in_cache]:
         # as the previous call left it: given replicated, each chip would slice its
         # share out of a whole cache it never holds in a run (13% of a later 480p Wan
         # frame's decode cycles on v6e-8)
         for index, (_, where) in zip(in_cache, carried):
+            placed[index] = where
+    for index, (path, leaf) in enumerate(leaves):
+        # a slot an earlier call wrote, as it left it: given replicated, each chip would
+        # hold every layer's keys and values (30.6 GiB of Wan-Animate-2's cache on v6e-8)
+        shape, where = (written or {}).get((path[1], ".".join(map(str, path[2:]))),
+                                           (None, None))
+        if shape == tuple(leaf.shape):
             placed[index] = where
     abstract_leaves = [_abstract(leaf, where) for (_, leaf), where in zip(leaves, placed)]
     jittable = component.jittable
@@ -260,7 +287,8 @@ class _Everywhere(dict):
 
 def _split(value, path=()):
     """(template, [(path, Input)], the indices of the Inputs a ``Cache`` holds):
-    ``value`` with each Input replaced by its index."""
+    ``value`` with each Input replaced by its index. A path is ("args", index, ...)
+    or ("kwargs", name, ...), then where it lies inside that argument."""
     leaves: list = []
     cached: list[int] = []
 
@@ -279,7 +307,7 @@ def _split(value, path=()):
 
     template = walk(value, path)
     # a keyword input's path: ("kwargs", name); a positional one's ("args", index)
-    named = [((("args", "kwargs")[p[0]],) + p[1:2], leaf) for p, leaf in leaves]
+    named = [((("args", "kwargs")[p[0]],) + p[1:], leaf) for p, leaf in leaves]
     return template, named, cached
 
 

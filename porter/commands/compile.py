@@ -76,6 +76,7 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
         say(f"keeping each program's optimized HLO in {hlo_dir}")
     results, done = [], {}
     carried: dict = {}  # (component, method) -> the cache its last program returned
+    written: dict = {}  # (component, method) -> the slots its programs wrote, as left
     for index, program in enumerate(programs, 1):
         same = _identity(port, program)
         if same in done:  # two experts of one shape: one program for the compiler
@@ -87,10 +88,12 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
             "compiler")
         keep = hlo_dir / f"{index:02d}-{program.name}.hlo" if hlo_dir else None
         chain = (program.component, program.method)
-        result = executable.compile_program(port, program, keep, carried.get(chain))
+        result = executable.compile_program(port, program, keep, carried.get(chain),
+                                            written.get(chain))
         # a chunk loop's cache, as the next chunk takes it (none from a program that
-        # failed: the next is given it replicated)
+        # failed: the next is given it replicated); an object's slots likewise
         carried[chain] = result.carried_out
+        written.setdefault(chain, {}).update(result.written_out)
         results.append(done.setdefault(same, result))
     compiled = {r.program.component for r in results}
     left_out = {**_left_out(port, compiled, declared is None, bool(only), not_found),

@@ -299,14 +299,24 @@ def test_wan_animate2s_transformer_compiles_with_its_cache_and_grid(tmp_path, wr
     reference pass and reads its reference grid with ``.item()``: compiled as a run
     compiles it (``lifting``), the cache's slots in and the written ones out, the grid's
     sizes constants where the call cannot be traced without them. Three programs serve
-    both segments: the reference pass, and the guided pair's two calls."""
+    both segments: the reference pass, and the guided pair's two calls. Its heads split
+    over 4 chips, the steps take the cache as the reference pass left it: split too."""
+    from porter.aot import executable
     from porter.aot.programs import State
     from porter.commands import compile as report
 
     build_wan_animate2_pipeline().save_pretrained(str(tmp_path / "ckpt"))
     path = write("r.yaml", WAN_ANIMATE2.format(source=tmp_path / "ckpt",
-                                               inputs=_inputs(tmp_path / "inputs")))
-    compiled = report.build(recipe.load(path), registry_mod.loaded(), "v6e-1",
+                                               inputs=_inputs(tmp_path / "inputs")) + """\
+mesh: {tp: 4}
+sharding:
+  weights:
+    transformer:
+      - {match: 'blocks\\.\\d+\\.self_attn\\.to_[qkv]\\.weight', spec: [tp, null]}
+      - {match: 'blocks\\.\\d+\\.self_attn\\.to_[qkv]\\.bias', spec: [tp]}
+      - {match: 'blocks\\.\\d+\\.self_attn\\.norm_[qk]\\.weight', spec: [tp]}
+""")
+    compiled = report.build(recipe.load(path), registry_mod.loaded(), "v6e-4",
                             only=["transformer.forward"])
     rows = compiled["programs"]
     assert [(r["program"], r["status"], r["calls"]) for r in rows] == [
@@ -325,6 +335,21 @@ def test_wan_animate2s_transformer_compiles_with_its_cache_and_grid(tmp_path, wr
     # the slots the reference pass writes come out of its program, beside the video's
     assert rows[0]["memory"]["output"] > rows[1]["memory"]["output"]
     loaded = recipe.load(path)
-    found = dry_run.programs(abstract_port.build(loaded, registry_mod.loaded(),
-                                                 targets.named("v6e-1")))
+    port = abstract_port.build(loaded, registry_mod.loaded(), targets.named("v6e-4"))
+    found = dry_run.programs(port)
     assert sum(isinstance(v, State) for p in found for v in p.kwargs.values()) == 3
+    # the step given the cache replicated holds three quarters of it more on each chip
+    # (at least: a TPU's tiles pad a small slot)
+    step = [p for p in programs.unique(found) if p.component == "transformer"][1]
+    cache = sum(_elements(slot) * slot.dtype.itemsize
+                for layer in step.kwargs["kv_cache"].tree["layer_caches"]
+                for slot in layer.values())
+    replicated = executable.compile_program(port, step).memory["argument"]
+    assert replicated - rows[1]["memory"]["argument"] >= cache * 3 // 4
+
+
+def _elements(leaf) -> int:
+    count = 1
+    for n in leaf.shape:
+        count *= n
+    return count
