@@ -10,6 +10,7 @@ from porter.shims import fixes as torchax_fixes
 from porter.shims import flex, setitem
 from porter.shims.patch import Patch
 from porter.transforms.attention import BUILTIN
+from porter.transforms.attention import flex as flex_attention
 
 
 def _always(value):
@@ -92,7 +93,7 @@ FLEX_ATTENTION = Patch(
         "in float32: every score at once, or, beyond 256 MiB of scores, block by block "
         "with an online softmax, skipping the blocks the mask leaves empty. Applied on "
         "every run, in every module that imported it.",
-    replacement=flex.dense_attention,
+    replacement=flex_attention.flex_attention,
     fits="torch>=2.5,<2.14",
     imported_by_name=True,
 )

@@ -1,50 +1,36 @@
-"""PyTorch's flex attention (``torch.nn.attention.flex_attention``) under torchax.
+"""PyTorch's flex attention (``torch.nn.attention.flex_attention``) under torchax: its
+masks.
 
 Flex attention is a higher-order operator that PyTorch compiles into a block-sparse
 kernel; torchax cannot lower it, and ``create_block_mask`` evaluates the mask with
 ``torch.vmap`` over index tensors, which fails on torchax's tensors. Models that
-attend through it (LTX-2's diffusion decoder, a 3-D neighbourhood window) stop there.
+attend through it (LTX-2's diffusion decoder, a 3-D neighbourhood window,
+Wan-Animate-2's reference mask) stop there.
 
-Both are replaced for a run (core patches ``core.flex_attention`` and
-``core.block_mask``, ``porter/registry/builtin.py``) by what they mean, densely:
+Both are replaced for a run (core patches ``core.block_mask`` and
+``core.flex_attention``, ``porter/registry/builtin.py``); the mask's side is here:
 
 - ``create_block_mask`` returns a ``BlockMask`` whose every block is partial (its
   ``mask_mod`` decides every score), built from index tables alone: nothing is
   evaluated when the mask is made.
-- ``flex_attention`` computes every score, applies ``score_mod`` and ``mask_mod`` to
-  broadcast index tensors (batch, head, query, key: what flex attention hands them one
-  element at a time), keeps the scores of the mask's listed blocks (full ones whole,
-  partial ones where ``mask_mod`` says; a mask built from block tables alone, as
-  Kandinsky 6's NABLA builds it on the device, is honoured too), and takes the softmax
-  in float32. A query that may attend to no
-  key gets zeros and a log-sum-exp of -inf, as flex attention gives.
+- ``kept`` says which scores a mask keeps at broadcast index tensors (batch, head,
+  query, key: what flex attention hands ``mask_mod`` one element at a time): the
+  mask's listed blocks (full ones whole, partial ones where ``mask_mod`` says; a mask
+  built from block tables alone, as Kandinsky 6's NABLA builds it on the device, is
+  honoured too).
 
 The block tables decide, as in PyTorch's compiled kernel; PyTorch's eager path (plain
 diffusers on a CPU) applies the ``mask_mod`` alone, so a mask of hand-built tables
-whose ``mask_mod`` keeps everything (NABLA's) attends everywhere there.
-
-Where every score at once would take more than ``DENSE_SCORES_BYTES`` (Wan-Animate-2's
-42,108 generation tokens against twice as many keys: 108 GiB a chip at 5 heads), the
-scores are walked in blocks of ``BLOCK`` queries and keys with an online softmax, the
-masks evaluated block by block: memory grows with the block, not the sequence, and a
-block the mask leaves wholly empty is skipped (a conditional in the loop; where the
-mask differs by batch or head it is computed, then discarded).
+whose ``mask_mod`` keeps everything (NABLA's) attends everywhere there. The attention
+itself is ``porter/transforms/attention/flex.py``.
 """
 
 from __future__ import annotations
 
 from porter.shims import lazy
-from porter.shims.compat import import_torchax
 from porter.shims.fixes import on_device
 
 torch = lazy.module("torch", __name__)
-jax = lazy.module("jax", __name__)
-jnp = lazy.module("jax.numpy", __name__)
-
-# Every score at once up to this (float32, batch x heads x queries x keys); block by
-# block beyond it. Small calls stay one fused program (fewer, faster compiles).
-DENSE_SCORES_BYTES = 1 << 28
-BLOCK = 1024
 
 
 def dense_block_mask(original, **_):
@@ -115,131 +101,3 @@ def kept(mask, listed, index):
     if full is not None:  # full blocks: every key kept
         keep = keep | tokens(full)
     return keep
-
-
-def dense_attention(original, **_):
-    """``flex_attention`` as attention with the mask's and score's functions: every score
-    at once, or block by block where that would be too big (``DENSE_SCORES_BYTES``)."""
-
-    def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
-                       enable_gqa=False, return_lse=False, kernel_options=None, *,
-                       return_aux=None):
-        batch, heads, length, width = query.shape
-        if enable_gqa and key.shape[1] != heads:
-            key = key.repeat_interleave(heads // key.shape[1], dim=1)
-            value = value.repeat_interleave(heads // value.shape[1], dim=1)
-        scale = width ** -0.5 if scale is None else scale
-        attend = _blockwise if _too_big(query, key) else _dense
-        out, lse, peak = attend(query, key, value, score_mod, block_mask, scale)
-        if return_aux is not None:
-            from torch.nn.attention.flex_attention import AuxOutput
-
-            return out, AuxOutput(lse=lse if return_aux.lse else None,
-                                  max_scores=peak if return_aux.max_scores else None)
-        return (out, lse) if return_lse else out
-
-    flex_attention.__doc__ = f"patched by porter: dense flex attention (was {original!r})"
-    return flex_attention
-
-
-def _too_big(query, key) -> bool:
-    """Whether every score at once is over ``DENSE_SCORES_BYTES`` for a call that can be
-    walked in blocks (torchax's tensors: a meta run only needs the shapes)."""
-    batch, heads, length, _ = query.shape
-    scores = batch * heads * length * key.shape[-2] * 4
-    return scores > DENSE_SCORES_BYTES and isinstance(query, import_torchax().tensor.Tensor)
-
-
-def _dense(query, key, value, score_mod, block_mask, scale):
-    """(output, log-sum-exp, largest score) from every score at once, in float32."""
-    batch, heads, length, _ = query.shape
-    keys = key.shape[-2]
-    exact = torch.float64 if query.dtype == torch.float64 else torch.float32
-    scores = torch.matmul(query.to(exact), key.to(exact).transpose(-2, -1)) * scale
-    index = [torch.arange(n, device=query.device).view(*[n if i == axis else 1
-                                                        for i in range(4)])
-             for axis, n in enumerate((batch, heads, length, keys))]
-    if score_mod is not None:
-        scores = score_mod(scores, *index)
-    if block_mask is not None:
-        listed = listing(block_mask, keys, meta=index[2].device.type == "meta")
-        scores = torch.where(kept(block_mask, listed, index), scores,
-                             torch.tensor(float("-inf"), dtype=exact, device=query.device))
-    lse = torch.logsumexp(scores, dim=-1)
-    weights = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
-    out = torch.matmul(weights, value.to(exact)).to(query.dtype)
-    return out, lse, scores.amax(dim=-1)
-
-
-def _blockwise(query, key, value, score_mod, block_mask, scale):
-    """(output, log-sum-exp, largest score) walking ``BLOCK`` queries at a time, each
-    over ``BLOCK`` keys at a time with an online softmax (``kernels.online_update``);
-    the score's and mask's functions see each block's own indices, and a block the
-    mask leaves empty is skipped. Scores in float32 from the inputs' dtype, as
-    PyTorch's kernel takes them."""
-    from porter.transforms.attention import kernels
-
-    interop = import_torchax().interop
-    batch, heads, length, width = query.shape
-    keys = key.shape[-2]
-    listed = None if block_mask is None else listing(block_mask, keys)
-    q, k, v = interop.jax_view((query, key, value))
-    size_q, size_k = min(BLOCK, length), min(BLOCK, keys)
-    q_blocks = _split(kernels.pad(q, 2, size_q), size_q)
-    k_blocks, v_blocks = (_split(kernels.pad(x, 2, size_k), size_k) for x in (k, v))
-    b = jnp.arange(batch).reshape(batch, 1, 1, 1)
-    h = jnp.arange(heads).reshape(1, heads, 1, 1)
-
-    def kept_here(*index):  # torch's view: the recipe's functions are torch code
-        return kept(block_mask, listed, index)
-
-    def modified(scores, *index):
-        return scores if score_mod is None else score_mod(scores, *index)
-
-    def one_query_block(inputs):
-        q_block, q_start = inputs
-        rows = (q_start + jnp.arange(size_q)).reshape(1, 1, size_q, 1)
-
-        def step(carry, inputs):
-            k_block, v_block, k_start = inputs
-            columns = (k_start + jnp.arange(size_k)).reshape(1, 1, 1, size_k)
-            keep = columns < keys  # not the padding
-            if block_mask is not None:
-                keep = keep & interop.call_torch(kept_here, b, h, rows, columns)
-
-            def attend(carry):
-                scores = interop.call_torch(
-                    modified, kernels.scaled_scores(q_block, k_block, scale), b, h, rows,
-                    columns)
-                return kernels.online_update(carry, jnp.where(keep, scores, kernels.NEG_INF),
-                                             v_block)
-
-            if block_mask is None or keep.shape[:2] != (1, 1):
-                return attend(carry), None
-            # A block the mask leaves empty is skipped, not computed and discarded.
-            # Only for a mask alike over batch and heads: heads split over chips would
-            # make the test a collective at every block.
-            return jax.lax.cond(jnp.any(keep), attend, lambda carry: carry, carry), None
-
-        starts = jnp.arange(k_blocks.shape[0]) * size_k
-        (peak, total, acc), _ = jax.lax.scan(step, kernels.online_start(q_block),
-                                             (k_blocks, v_blocks, starts))
-        return kernels.online_result(total, acc), peak, total
-
-    out, peak, total = jax.lax.map(
-        one_query_block, (q_blocks, jnp.arange(q_blocks.shape[0]) * size_q))
-    out, peak, total = (_joined(x, length) for x in (out, peak, total))
-    lse = peak + jnp.log(total)  # -inf where no key is kept
-    return interop.torch_view((out.astype(q.dtype), lse, peak))
-
-
-def _split(x, size: int):
-    """(B, H, n * size, ...) as (n, B, H, size, ...): blocks on a leading axis."""
-    blocks = x.reshape(*x.shape[:2], x.shape[2] // size, size, *x.shape[3:])
-    return jnp.moveaxis(blocks, 2, 0)
-
-
-def _joined(blocks, length: int):
-    """``_split``'s inverse, the padding dropped."""
-    x = jnp.moveaxis(blocks, 0, 2)
-    return x.reshape(*x.shape[:2], -1, *x.shape[4:])[:, :, :length]

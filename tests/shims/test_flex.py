@@ -1,4 +1,5 @@
-"""Flex attention under torchax (``porter.shims.flex``, core patches ``core.block_mask`` and
+"""Flex attention under torchax (``porter.shims.flex``'s masks and
+``porter.transforms.attention.flex``'s attention; core patches ``core.block_mask`` and
 ``core.flex_attention``): PyTorch's results, where torchax alone fails."""
 
 import sys
@@ -10,7 +11,7 @@ import torch
 from torch.nn.attention import flex_attention as flex
 
 from porter.registry import builtin
-from porter.shims import flex as shim
+from porter.transforms.attention import flex as route
 from porter.shims.compat import import_torchax
 
 from matrix import check
@@ -19,12 +20,12 @@ torchax = import_torchax()
 
 
 @pytest.fixture(params=["dense", "blockwise"])
-def route(request, monkeypatch):
+def way(request, monkeypatch):
     """Both of the patch's ways: every score at once, and block by block (blocks of 48
     tokens: several, the last one padded)."""
     if request.param == "blockwise":
-        monkeypatch.setattr(shim, "DENSE_SCORES_BYTES", 0)
-        monkeypatch.setattr(shim, "BLOCK", 48)
+        monkeypatch.setattr(route, "DENSE_SCORES_BYTES", 0)
+        monkeypatch.setattr(route, "BLOCK", 48)
     return request.param
 
 
@@ -48,7 +49,7 @@ def bias(score, b, h, q_idx, kv_idx):
 
 @pytest.mark.parametrize("mask_mod, score_mod", [(window, None), (causal, bias),
                                                  (None, bias), (frames, None)])
-def test_flex_attention_is_pytorchs(mask_mod, score_mod, route):
+def test_flex_attention_is_pytorchs(mask_mod, score_mod, way):
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, 128, 16, generator=gen) for _ in range(3))
     with check.without_accelerator():  # PyTorch's own, on the CPU
@@ -67,7 +68,7 @@ def test_flex_attention_is_pytorchs(mask_mod, score_mod, route):
     assert np.allclose(lse, expected_lse.numpy(), atol=2e-5)
 
 
-def test_a_query_with_no_key_gets_zeros(route):
+def test_a_query_with_no_key_gets_zeros(way):
     q = k = v = torch.ones(1, 1, 128, 16)
     env = torchax.default_env()
     with env, builtin.BLOCK_MASK.applied(), builtin.FLEX_ATTENTION.applied():
@@ -98,7 +99,7 @@ def test_a_module_that_imported_the_function_by_name_gets_the_patch(monkeypatch)
     assert model.create_block_mask is original and flex.create_block_mask is original
 
 
-def test_a_mask_of_listed_blocks_is_honoured(route):
+def test_a_mask_of_listed_blocks_is_honoured(way):
     """Kandinsky 6's NABLA mask: block tables computed on the device, full blocks (no
     mask_mod) beside partial ones. The tables decide, as in PyTorch's compiled kernel
     (its eager CPU path applies the mask_mod alone, ignoring the tables). Head 0: query
@@ -138,7 +139,7 @@ def test_a_mask_of_listed_blocks_is_honoured(route):
     assert np.allclose(out, expected.numpy(), atol=2e-5)
 
 
-def test_grouped_heads_a_scale_and_auxiliary_outputs_are_pytorchs(route):
+def test_grouped_heads_a_scale_and_auxiliary_outputs_are_pytorchs(way):
     """Two query heads per key head (enable_gqa), a given scale, 256 tokens in blocks of
     128 (PyTorch's own mask skips a block there), and return_aux's log-sum-exp."""
     gen = torch.Generator().manual_seed(2)
@@ -182,9 +183,9 @@ def test_a_long_call_is_walked_in_blocks_in_a_blocks_memory(monkeypatch):
             compiled = jax.jit(interop.jax_view(attend)).lower(shape, shape, shape).compile()
         return compiled.memory_analysis().temp_size_in_bytes
 
-    assert 2 * tokens * tokens * 4 > shim.DENSE_SCORES_BYTES
+    assert 2 * tokens * tokens * 4 > route.DENSE_SCORES_BYTES
     blockwise = temporaries()
-    monkeypatch.setattr(shim, "DENSE_SCORES_BYTES", 1 << 40)
+    monkeypatch.setattr(route, "DENSE_SCORES_BYTES", 1 << 40)
     dense = temporaries()
     assert dense > 2 * tokens * tokens * 4  # every score, at least once
     assert blockwise < 64 << 20, (blockwise, dense)
@@ -198,8 +199,8 @@ def test_blocks_a_mask_leaves_empty_are_skipped_where_the_mask_is_alike_over_hea
     import jax
     import jax.numpy as jnp
 
-    monkeypatch.setattr(shim, "DENSE_SCORES_BYTES", 0)
-    monkeypatch.setattr(shim, "BLOCK", 64)
+    monkeypatch.setattr(route, "DENSE_SCORES_BYTES", 0)
+    monkeypatch.setattr(route, "BLOCK", 64)
     shape = jax.ShapeDtypeStruct((1, 2, 128, 16), jnp.float32)
 
     def primitives(make_mask):
