@@ -173,7 +173,8 @@ def _lower(port, component, program: Program, carried: list | None = None,
     import jax
 
     interop = import_torchax().interop
-    template, leaves, in_cache = _split(_arguments(port, component, program, sized))
+    arguments = _arguments(port, component, program, sized)
+    template, leaves, in_cache = _split(arguments)
     shardings = _input_shardings(port, component, program)
     placed = [shardings.get(path[:2]) for path, _ in leaves]
     if carried is not None and [shape for shape, _ in carried] == [
@@ -183,9 +184,12 @@ def _lower(port, component, program: Program, carried: list | None = None,
         # frame's decode cycles on v6e-8)
         for index, (_, where) in zip(in_cache, carried):
             placed[index] = where
+    objects = {name for name in arguments[1] if name.startswith(lifting.KINDS)}
     for index, (path, leaf) in enumerate(leaves):
         # a slot an earlier call wrote, as it left it: given replicated, each chip would
         # hold every layer's keys and values (30.6 GiB of Wan-Animate-2's cache on v6e-8)
+        if lifting.KINDS + str(path[1]) not in objects:
+            continue
         shape, where = (written or {}).get((path[1], ".".join(map(str, path[2:]))),
                                            (None, None))
         if shape == tuple(leaf.shape):

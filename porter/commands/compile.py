@@ -91,7 +91,8 @@ def build(recipe: Recipe, registry: Registry, target_name: str,
         result = executable.compile_program(port, program, keep, carried.get(chain),
                                             written.get(chain))
         # a chunk loop's cache, as the next chunk takes it (none from a program that
-        # failed: the next is given it replicated); an object's slots likewise
+        # failed: the next is given it replicated); the slots written in an object, as
+        # every later call with that object takes them (a failed program writes none)
         carried[chain] = result.carried_out
         written.setdefault(chain, {}).update(result.written_out)
         results.append(done.setdefault(same, result))

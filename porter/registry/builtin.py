@@ -91,8 +91,9 @@ FLEX_ATTENTION = Patch(
     doc="Flex attention (a higher-order operator torchax cannot lower) as attention "
         "with its score_mod and the block mask's mask_mod applied to every score, softmax "
         "in float32: every score at once, or, beyond 256 MiB of scores, block by block "
-        "with an online softmax, skipping the blocks the mask leaves empty. Applied on "
-        "every run, in every module that imported it.",
+        "with an online softmax, skipping the blocks the mask leaves empty where it is "
+        "alike over batch and heads. Applied on every run, in every module that "
+        "imported it.",
     replacement=flex_attention.flex_attention,
     fits="torch>=2.5,<2.14",
     imported_by_name=True,

@@ -116,7 +116,7 @@ ENTRIES.update({
              "no file). Run without Porter's per-step NaN watch: its step callback writes "
              "the unpacked latents over the packed ones, a diffusers bug any callback "
              "triggers"),
-    # flex attention: Porter's dense one (porter/shims/flex.py)
+    # flex attention: Porter's (porter/transforms/attention/flex.py)
     "LTX2VideoDiffusionDecodePipeline": Matches(
         "ltx2_diffusion_decode", {"prompt": None, "latents": LATENTS},
         {"prompt": None, "latents": LATENTS},

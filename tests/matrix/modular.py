@@ -56,8 +56,8 @@ ENTRIES = {
          "guidance_scale": 3.0, "max_sequence_length": 16}),
     "LTX2ModularPipeline": Matches(
         "ltx2", LTX2, LTX2_CALL, note="video and audio"),
-    # flex attention (the diffusion decoder's neighbourhood window): Porter's dense one,
-    # whose memory grows with the square of the decoder's tokens: the smallest grid
+    # flex attention (the diffusion decoder's neighbourhood window): Porter's, every score
+    # at once at this size (the square of the decoder's tokens): the smallest grid
     "LTX25ModularPipeline": Matches(
         "ltx25", {**LTX2, "height": 12, "width": 12, "frames": 3},
         {**LTX2_CALL, "height": 12, "width": 12, "num_frames": 3},

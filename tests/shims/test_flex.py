@@ -161,6 +161,31 @@ def test_grouped_heads_a_scale_and_auxiliary_outputs_are_pytorchs(way):
     assert np.allclose(lse, expected_aux.lse.numpy(), atol=2e-5)
 
 
+def test_values_of_another_width_are_pytorchs(way):
+    """Flex attention lets the values' width differ from the queries' (32 against 16)."""
+    gen = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(1, 2, 128, 16, generator=gen) for _ in range(2))
+    v = torch.randn(1, 2, 128, 32, generator=gen)
+    with check.without_accelerator():
+        mask = flex.create_block_mask(causal, None, None, 128, 128, device="cpu")
+        expected = flex.flex_attention(q, k, v, block_mask=mask)
+    env = torchax.default_env()
+    with env, builtin.BLOCK_MASK.applied(), builtin.FLEX_ATTENTION.applied():
+        mask = flex.create_block_mask(causal, None, None, 128, 128, device="jax")
+        out = np.asarray(flex.flex_attention(*env.to_xla((q, k, v)), block_mask=mask).jax())
+    assert out.shape == (1, 2, 128, 32)
+    assert np.allclose(out, expected.numpy(), atol=2e-5)
+
+
+def test_a_mask_made_for_other_lengths_is_refused_as_pytorch_refuses_it():
+    q = k = v = torch.ones(1, 1, 256, 16)
+    env = torchax.default_env()
+    with env, builtin.BLOCK_MASK.applied(), builtin.FLEX_ATTENTION.applied():
+        mask = flex.create_block_mask(causal, None, None, 128, 128, device="jax")
+        with pytest.raises(ValueError, match="q_len=256 and kv_len=256"):
+            flex.flex_attention(*env.to_xla((q, k, v)), block_mask=mask)
+
+
 def test_a_long_call_is_walked_in_blocks_in_a_blocks_memory(monkeypatch):
     """Over ``DENSE_SCORES_BYTES`` the scores are never all held: 8,192 tokens and two
     heads (512 MiB of float32 scores) compiled both ways for this CPU, with a frame mask

@@ -32,6 +32,7 @@ jnp = lazy.module("jax.numpy", __name__)
 # block beyond it.
 DENSE_SCORES_BYTES = 1 << 28
 BLOCK = 1024
+_NO_OP_BLOCK = 1 << 30  # PyTorch's no-op mask (_LARGE_SPARSE_BLOCK_SIZE): any length
 
 
 def flex_attention(original, **_):
@@ -46,6 +47,7 @@ def flex_attention(original, **_):
             key = key.repeat_interleave(heads // key.shape[1], dim=1)
             value = value.repeat_interleave(heads // value.shape[1], dim=1)
         scale = width ** -0.5 if scale is None else scale
+        _check_lengths(block_mask, length, key.shape[-2])
         attend = _blockwise if _too_big(query, key) else _dense
         out, lse, peak = attend(query, key, value, score_mod, block_mask, scale)
         if return_aux is not None:
@@ -59,12 +61,24 @@ def flex_attention(original, **_):
     return flex_attention
 
 
+def _check_lengths(block_mask, length: int, keys: int) -> None:
+    """PyTorch's own check: a mask is made for its query and key lengths (``kept`` would
+    read another length's blocks from the nearest row or column)."""
+    if block_mask is None or block_mask.BLOCK_SIZE == (_NO_OP_BLOCK, _NO_OP_BLOCK):
+        return
+    if tuple(block_mask.shape[-2:]) != (length, keys):
+        raise ValueError(f"block_mask was created for block_mask.shape={block_mask.shape} but "
+                         f"got q_len={length} and kv_len={keys}: make the mask for the "
+                         "lengths it is used with")
+
+
 def _too_big(query, key) -> bool:
     """Whether every score at once is over ``DENSE_SCORES_BYTES`` for a call that can be
-    walked in blocks (torchax's tensors: a meta run only needs the shapes)."""
+    walked in blocks: torchax's tensors and views of them (a meta run only needs the
+    shapes)."""
     batch, heads, length, _ = query.shape
     scores = batch * heads * length * key.shape[-2] * 4
-    return scores > DENSE_SCORES_BYTES and isinstance(query, import_torchax().tensor.Tensor)
+    return scores > DENSE_SCORES_BYTES and query.device.type == "jax"
 
 
 def _dense(query, key, value, score_mod, block_mask, scale):
@@ -100,8 +114,8 @@ def _blockwise(query, key, value, score_mod, block_mask, scale):
     listed = None if block_mask is None else listing(block_mask, keys)
     q, k, v = interop.jax_view((query, key, value))
     size_q, size_k = min(BLOCK, length), min(BLOCK, keys)
-    q_blocks = _split(kernels.pad(q, 2, size_q), size_q)
-    k_blocks, v_blocks = (_split(kernels.pad(x, 2, size_k), size_k) for x in (k, v))
+    q_blocks = kernels.blocks(kernels.pad(q, 2, size_q), size_q)
+    k_blocks, v_blocks = (kernels.blocks(kernels.pad(x, 2, size_k), size_k) for x in (k, v))
     b = jnp.arange(batch).reshape(batch, 1, 1, 1)
     h = jnp.arange(heads).reshape(1, heads, 1, 1)
 
@@ -137,24 +151,12 @@ def _blockwise(query, key, value, score_mod, block_mask, scale):
             return jax.lax.cond(jnp.any(keep), attend, lambda carry: carry, carry), None
 
         starts = jnp.arange(k_blocks.shape[0]) * size_k
-        (peak, total, acc), _ = jax.lax.scan(step, kernels.online_start(q_block),
-                                             (k_blocks, v_blocks, starts))
+        start = kernels.online_start(q_block, v.shape[-1])
+        (peak, total, acc), _ = jax.lax.scan(step, start, (k_blocks, v_blocks, starts))
         return kernels.online_result(total, acc), peak, total
 
     out, peak, total = jax.lax.map(
         one_query_block, (q_blocks, jnp.arange(q_blocks.shape[0]) * size_q))
-    out, peak, total = (_joined(x, length) for x in (out, peak, total))
+    out, peak, total = (kernels.unblocked(x, length) for x in (out, peak, total))
     lse = peak + jnp.log(total)  # -inf where no key is kept
     return interop.torch_view((out.astype(q.dtype), lse, peak))
-
-
-def _split(x, size: int):
-    """(B, H, n * size, ...) as (n, B, H, size, ...): blocks on a leading axis."""
-    blocks = x.reshape(*x.shape[:2], x.shape[2] // size, size, *x.shape[3:])
-    return jnp.moveaxis(blocks, 2, 0)
-
-
-def _joined(blocks, length: int):
-    """``_split``'s inverse, the padding dropped."""
-    x = jnp.moveaxis(blocks, 0, 2)
-    return x.reshape(*x.shape[:2], -1, *x.shape[4:])[:, :, :length]

@@ -84,10 +84,8 @@ def blockwise(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv:
         keep = pad(keep, 2, block_q, value=True)
     nq, nk = qp.shape[2] // block_q, kp.shape[2] // block_kv
 
-    # blocks on a leading axis so lax.map / lax.scan can walk them
-    q_blocks = jnp.moveaxis(qp.reshape(batch, heads, nq, block_q, dim), 2, 0)
-    k_blocks = jnp.moveaxis(kp.reshape(batch, heads, nk, block_kv, dim), 2, 0)
-    v_blocks = jnp.moveaxis(vp.reshape(batch, heads, nk, block_kv, dim), 2, 0)
+    q_blocks = blocks(qp, block_q)
+    k_blocks, v_blocks = blocks(kp, block_kv), blocks(vp, block_kv)
     kb, kh, kq = keep.shape[:3]
     keep_k = jnp.moveaxis(keep.reshape(kb, kh, kq, nk, block_kv), 3, 0)
 
@@ -107,16 +105,29 @@ def blockwise(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv:
         return online_result(total, acc)
 
     out = jax.lax.map(one_query_block, (q_blocks, jnp.arange(nq)))
-    out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, nq * block_q, dim)
-    return out[:, :, :q_len].astype(q.dtype)
+    return unblocked(out, q_len).astype(q.dtype)
 
 
-def online_start(q_block):
-    """An online softmax's running (peak, total, weighted sum) before any key block."""
+def blocks(x, size: int):
+    """(batch, heads, n * size, ...) as (n, batch, heads, size, ...): blocks on a leading
+    axis, for lax.map and lax.scan to walk."""
+    return jnp.moveaxis(x.reshape(*x.shape[:2], x.shape[2] // size, size, *x.shape[3:]),
+                        2, 0)
+
+
+def unblocked(x, length: int):
+    """``blocks``' inverse, cut to ``length`` (the padding dropped)."""
+    x = jnp.moveaxis(x, 0, 2)
+    return x.reshape(*x.shape[:2], -1, *x.shape[4:])[:, :, :length]
+
+
+def online_start(q_block, width: int | None = None):
+    """An online softmax's running (peak, total, weighted sum) before any key block;
+    ``width``: the values' (the queries' where not given)."""
     batch, heads, size, dim = q_block.shape
     return (jnp.full((batch, heads, size), NEG_INF, jnp.float32),
             jnp.zeros((batch, heads, size), jnp.float32),
-            jnp.zeros((batch, heads, size, dim), jnp.float32))
+            jnp.zeros((batch, heads, size, width or dim), jnp.float32))
 
 
 def online_step(carry, q_block, k_block, v_block, keep_block, scale: float):

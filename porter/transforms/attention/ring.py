@@ -31,14 +31,15 @@ def attend(q, k, v, *, axis: tuple[str, ...], size: int, scale: float, block_q: 
         return _by_kernel(q, k, v, share, axis, size)
     batch, heads, length, dim = q.shape
     block_q, block_kv = _even(length, block_q), _even(k.shape[2], block_kv)
-    q_blocks = _blocks(kernels.pad(q, 2, block_q), block_q)
+    q_blocks = kernels.blocks(kernels.pad(q, 2, block_q), block_q)
     keep = kernels.pad(jnp.ones((1, 1, 1, k.shape[2]), bool), 3, block_kv, value=False)
     keep = jnp.moveaxis(keep.reshape(1, 1, 1, -1, block_kv), 3, 0)  # padded keys: none
     k, v = kernels.pad(k, 2, block_kv), kernels.pad(v, 2, block_kv)
 
     def absorb(state, k_share, v_share):
         """Every query block's sums with one device's keys and values folded in."""
-        k_blocks, v_blocks = _blocks(k_share, block_kv), _blocks(v_share, block_kv)
+        k_blocks = kernels.blocks(k_share, block_kv)
+        v_blocks = kernels.blocks(v_share, block_kv)
 
         def one_query_block(args):
             q_block, *carry = args
@@ -63,8 +64,7 @@ def attend(q, k, v, *, axis: tuple[str, ...], size: int, scale: float, block_q: 
     (state, k_last, v_last), _ = jax.lax.scan(hop, (start, k, v), None, length=size - 1)
     _, total, acc = absorb(state, k_last, v_last)
     out = kernels.online_result(total, acc)  # (query blocks, batch, heads, block, dim)
-    out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, -1, dim)
-    return out[:, :, :length].astype(q.dtype)
+    return kernels.unblocked(out, length).astype(q.dtype)
 
 
 def _by_kernel(q, k, v, share, axis: tuple[str, ...], size: int):
@@ -98,12 +98,6 @@ def _even(length: int, block: int) -> int:
         return length
     size = -(-length // -(-length // block))  # ceil(length / the blocks it takes)
     return -(-size // 8) * 8
-
-
-def _blocks(x, size: int):
-    """(batch, heads, tokens, dim) as (tokens // size, batch, heads, size, dim)."""
-    batch, heads, length, dim = x.shape
-    return jnp.moveaxis(x.reshape(batch, heads, length // size, size, dim), 2, 0)
 
 
 def _passed(share, axis: tuple[str, ...], size: int):
