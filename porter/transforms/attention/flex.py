@@ -109,7 +109,7 @@ def _blockwise(query, key, value, score_mod, block_mask, scale):
     mask leaves empty is skipped. Scores in float32 from the inputs' dtype, as
     PyTorch's kernel takes them."""
     interop = import_torchax().interop
-    batch, heads, length, width = query.shape
+    batch, heads, length, _ = query.shape
     keys = key.shape[-2]
     listed = None if block_mask is None else listing(block_mask, keys)
     q, k, v = interop.jax_view((query, key, value))

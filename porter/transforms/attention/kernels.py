@@ -73,7 +73,7 @@ def blockwise(q, k, v, keep=None, *, scale: float, block_q: int = 512, block_kv:
     sequence length. Sequences are padded to block multiples (padded keys are
     masked, padded queries dropped).
     """
-    batch, heads, q_len, dim = q.shape
+    batch, heads, q_len, _ = q.shape
     k_len = k.shape[2]
     block_q, block_kv = min(block_q, q_len), min(block_kv, k_len)
     keep = _block_keep(keep, batch, heads, q_len, k_len)

@@ -29,7 +29,7 @@ def attend(q, k, v, *, axis: tuple[str, ...], size: int, scale: float, block_q: 
     (its output and log-sum-exp: ``AttentionBackend.share``), merged share by share."""
     if share is not None:
         return _by_kernel(q, k, v, share, axis, size)
-    batch, heads, length, dim = q.shape
+    length = q.shape[2]
     block_q, block_kv = _even(length, block_q), _even(k.shape[2], block_kv)
     q_blocks = kernels.blocks(kernels.pad(q, 2, block_q), block_q)
     keep = kernels.pad(jnp.ones((1, 1, 1, k.shape[2]), bool), 3, block_kv, value=False)
